@@ -1,0 +1,66 @@
+"""Typed CRAG-MM records and the search-backend contract shared by every backend.
+
+Search results keep exactly the dict layout of `cragmm-search-pipeline`'s `UnifiedSearchPipeline`:
+image search -> {index, score, url, entities: [{entity_name, entity_attributes}]},
+web search   -> {index, score, page_name, page_snippet, page_url}.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ImageEntity(BaseModel):
+    entity_name: str
+    entity_attributes: dict[str, Any] | None = None
+
+
+class ImageSearchResult(BaseModel):
+    index: int
+    score: float  # cosine similarity (1 - distance), higher is better, as in the official pipeline
+    url: str
+    entities: list[ImageEntity]
+
+
+class WebSearchResult(BaseModel):
+    index: int | str
+    score: float
+    page_name: str
+    page_snippet: str
+    page_url: str
+
+
+@runtime_checkable
+class SearchBackend(Protocol):
+    """What tools call. Results are plain dicts in the official format (validate with the models above)."""
+
+    name: str
+
+    def image_search(self, image: Any, k: int = 5) -> list[dict[str, Any]]: ...
+
+    def web_search(self, query: str, k: int = 5) -> list[dict[str, Any]]: ...
+
+
+class Turn(BaseModel):
+    interaction_id: str
+    query: str
+    domain: str | None = None
+    query_category: str | None = None
+    dynamism: str | None = None
+    image_quality: str | None = None
+
+
+class Conversation(BaseModel):
+    """One dataset row: an image and 1..n turns with their reference answers."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    session_id: str
+    image: Any = None  # PIL.Image.Image, or None when it could not be loaded
+    image_url: str | None = None
+    image_error: str | None = None
+    turns: list[Turn]
+    answers: list[str] = Field(default_factory=list)
+    egocentric: bool | None = None

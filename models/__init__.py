@@ -1,0 +1,1 @@
+"""Model wrappers: real models from local paths, each with a named offline fallback."""

@@ -1,0 +1,48 @@
+"""Shared, lazily loaded models and the search backend for one run.
+
+Every real model is optional and read from a local path; when a path is not given the tool
+that needs it falls back to a named heuristic, and the `method` it records says which ran.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class ModelPaths(BaseModel):
+    """Local folders of optional real models (never downloaded at run time)."""
+
+    text_embedder: Path | None = Field(None, description="sentence-embedding model folder; default: bundled all-MiniLM-L6-v2")
+    detector: Path | None = Field(None, description="GroundingDINO / OWLv2 folder for AutoModelForZeroShotObjectDetection")
+    clip: Path | None = Field(None, description="CLIP folder for image embeddings of the embedded image index")
+    reranker: Path | None = Field(None, description="cross-encoder folder (AutoModelForSequenceClassification)")
+
+
+class Resources:
+    """Holds the search backend and loads each model once, on first use, thread-safely."""
+
+    def __init__(self, search: Any, paths: ModelPaths | None = None):
+        self.search = search
+        self.paths = paths or ModelPaths()
+        self._lock = threading.Lock()
+        self._cache: dict[str, Any] = {}
+
+    def _get(self, key: str, factory):
+        with self._lock:
+            if key not in self._cache:
+                self._cache[key] = factory()
+            return self._cache[key]
+
+    def text_embedder(self):
+        from models.text_embedder import get_text_embedder
+
+        p = self.paths.text_embedder
+        return self._get("text_embedder", lambda: get_text_embedder(str(p) if p else None))
+
+    def get(self, key: str, factory):
+        """Any other shared object (OCR engine, detector, reranker), built once by `factory`."""
+        return self._get(key, factory)
