@@ -32,6 +32,7 @@ class Hit(BaseModel):
     title: str | None = None
     entity_name: str | None = None
     attributes: dict[str, Any] | None = None
+    content: str | None = Field(None, description="Full page text, when the backend can provide it.")
     query: str | None = None
     rerank_score: float | None = None
 
@@ -40,7 +41,7 @@ class Hit(BaseModel):
         if self.source == "image_kg":
             attrs = "; ".join(f"{k}: {v}" for k, v in (self.attributes or {}).items())
             return f"{self.entity_name}. {attrs}".strip()
-        return f"{self.title or ''}. {self.snippet}".strip()
+        return f"{self.title or ''}. {self.content or self.snippet}".strip()
 
 
 class Verdict(BaseModel):

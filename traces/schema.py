@@ -25,7 +25,7 @@ class TraceHit(BaseModel):
 
 
 class StepError(BaseModel):
-    kind: str = Field(description="unknown_tool | not_allowed | bad_arguments | tool_exception | timeout | policy_error")
+    kind: str = Field(description="unknown_tool | not_allowed | bad_arguments | tool_exception | timeout | policy_error | graph_error | bad_input")
     message: str
 
 
@@ -45,7 +45,8 @@ class Step(BaseModel):
     detected_box: Box | None = None
     ocr_text: str | None = None
     verdict: Verdict | None = None
-    latency_ms: float = 0.0
+    policy_ms: float | None = Field(None, description="Time the policy took to make this step's decision.")
+    latency_ms: float = Field(0.0, description="Time the tool itself took.")
     error: StepError | None = None
 
 
@@ -68,6 +69,7 @@ class TurnTrace(BaseModel):
     answer: str
     abstained: bool
     confidence: float | None = None
+    entity: str | None = Field(None, description="The entity the answer is about; carried into later turns' history.")
     ended_by: Literal["answer", "step_limit", "time_budget", "error"]
     latency_ms: float
     ground_truth: str | None = None

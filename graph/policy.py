@@ -1,0 +1,100 @@
+"""The policy interface: what decides the next step and writes the answer.
+
+A policy sees a `PolicyView` (question, history, tool specs, what was observed so far, what
+budget is left) and returns a `Decision` (call a tool, or answer) or an `AnswerDraft`.
+Backends: the embedded rule-based planner (graph/rule_planner.py, a heuristic that needs no
+weights) and VLM backends (models/vlm/*), all behind this one protocol.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, Field
+
+from tools.base import Box, HistoryTurn, Hit
+
+IDK = "I don't know"
+
+
+class ToolSpec(BaseModel):
+    name: str
+    description: str
+    signature: str
+    json_schema: dict[str, Any]
+
+
+class StepSummary(BaseModel):
+    """A compact record of one finished step, as a policy needs it (the trace holds the full step)."""
+
+    tool: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    summary: str = ""
+    error: str | None = None
+
+
+class PolicyView(BaseModel):
+    task: int
+    question: str
+    history: list[HistoryTurn] = Field(default_factory=list)
+    has_image: bool
+    tools: list[ToolSpec]
+    done: list[StepSummary] = Field(default_factory=list)
+    evidence: list[Hit] = Field(default_factory=list)
+    crop: Box | None = None
+    ocr_text: str | None = None
+    sub_questions: list[str] = Field(default_factory=list)
+    remaining_steps: int
+    remaining_s: float
+
+    def tool_names(self) -> set[str]:
+        return {t.name for t in self.tools}
+
+    def ran(self, tool: str) -> int:
+        """How many times `tool` already ran (errors included)."""
+        return sum(1 for s in self.done if s.tool == tool)
+
+
+class Decision(BaseModel):
+    action: Literal["call_tool", "answer"]
+    tool: str | None = None
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    sub_question: str | None = None
+    needs_retrieval: bool | None = None
+    rationale: str = ""
+
+
+class AnswerDraft(BaseModel):
+    answer: str
+    confidence: float = Field(ge=0.0, le=1.0)
+    rationale: str = ""
+    entity: str | None = Field(None, description="The entity the answer is about, carried to later turns.")
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """`name` appears in traces and CLI output; a heuristic policy says so in its name."""
+
+    name: str
+
+    def decide(self, view: PolicyView, image: Any = None) -> Decision: ...
+
+    def answer(self, view: PolicyView, image: Any = None) -> AnswerDraft: ...
+
+
+class ScriptedPolicy:
+    """Replays a fixed list of decisions, then answers with a fixed draft. For tests and debugging."""
+
+    def __init__(self, decisions: list[Decision | dict], answer: AnswerDraft | dict | None = None, name: str = "scripted"):
+        self.decisions = [d if isinstance(d, Decision) else Decision.model_validate(d) for d in decisions]
+        self.final = answer if isinstance(answer, AnswerDraft) else AnswerDraft.model_validate(answer or {"answer": IDK, "confidence": 0.0})
+        self.name = name
+        self.views: list[PolicyView] = []
+
+    def decide(self, view: PolicyView, image: Any = None) -> Decision:
+        self.views.append(view)
+        i = len(view.done)
+        return self.decisions[i] if i < len(self.decisions) else Decision(action="answer", rationale="script finished")
+
+    def answer(self, view: PolicyView, image: Any = None) -> AnswerDraft:
+        return self.final

@@ -1,0 +1,160 @@
+"""The graph on scripted policies: tool order, budget end, unknown tool, tool exception, hang."""
+
+import json
+import time
+
+import pytest
+
+from graph.agent import Agent, AgentConfig, TurnInput
+from graph.policy import AnswerDraft, Decision, ScriptedPolicy
+from tools.base import Hit, ToolContext, ToolOutput, Verdict
+from tools.registry import ToolRegistry, tool
+from traces.schema import TurnTrace
+
+reg = ToolRegistry()
+
+
+@tool(registry=reg)
+def lookup(ctx: ToolContext, query: str, k: int = 2) -> ToolOutput:
+    """Return k fake hits for the query.
+
+    Args:
+        query: what to look up
+        k: how many hits
+    """
+    return ToolOutput(summary=f"{k} hits for {query}", keywords=query, method="fake",
+                      hits=[Hit(source="web", score=1.0 - i / 10, url=f"https://x/{i}", snippet=f"{query} {i}") for i in range(k)])
+
+
+@tool(registry=reg, tasks={2, 3})
+def web_only(ctx: ToolContext) -> ToolOutput:
+    """Only allowed in tasks 2 and 3."""
+    return ToolOutput(summary="web")
+
+
+@tool(registry=reg)
+def boom(ctx: ToolContext) -> ToolOutput:
+    """Always raises."""
+    raise RuntimeError("kaboom")
+
+
+@tool(registry=reg)
+def sleepy(ctx: ToolContext, seconds: float = 30.0) -> ToolOutput:
+    """Hangs for a long time."""
+    time.sleep(seconds)
+    return ToolOutput(summary="woke up")
+
+
+@tool(registry=reg)
+def self_check(ctx: ToolContext) -> ToolOutput:
+    """Supports the draft only when some evidence mentions it."""
+    ok = any(ctx.draft_answer and ctx.draft_answer in h.snippet for h in ctx.evidence)
+    return ToolOutput(summary="checked", verdict=Verdict(supported=ok, confidence=0.9 if ok else 0.1, reason="substring"))
+
+
+def run(policy, task=1, **cfg):
+    agent = Agent(policy, resources=None, config=AgentConfig(**cfg), registry=reg, run_id="t")
+    return agent.run_turn(TurnInput(task=task, session_id="s", interaction_id="i", question="what is this?"))
+
+
+def call(name, **args):
+    return Decision(action="call_tool", tool=name, arguments=args)
+
+
+def test_tools_run_in_the_order_the_policy_chose_and_answer_is_kept_when_supported():
+    p = ScriptedPolicy([call("lookup", query="rocket", k=3), call("lookup", query="falcon")],
+                       AnswerDraft(answer="rocket 1", confidence=0.8))
+    tr = run(p)
+    tools = [s.tool for s in tr.steps if s.node == "act"]
+    assert tools == ["lookup", "lookup"]
+    assert [s.node for s in tr.steps] == ["act", "act", "plan", "answer", "self_check", "final"]
+    assert tr.answer == "rocket 1" and not tr.abstained
+    assert tr.steps[0].search_keywords == "rocket" and len(tr.steps[0].results) == 3
+    # the second view the policy saw holds the first tool's evidence
+    assert len(p.views[1].evidence) == 3 and p.views[1].done[0].tool == "lookup"
+    assert tr.steps[-2].verdict.supported
+
+
+def test_unsupported_answer_becomes_idk():
+    tr = run(ScriptedPolicy([call("lookup", query="rocket")], AnswerDraft(answer="banana", confidence=0.9)))
+    assert tr.answer == "I don't know" and tr.abstained
+    assert tr.steps[-2].decision == "abstain"
+
+
+def test_unknown_tool_and_bad_arguments_are_error_steps_not_crashes():
+    p = ScriptedPolicy([call("teleport", where="mars"), call("lookup", k="many"), call("lookup", query="x", extra=1),
+                        call("lookup", query="ok")], AnswerDraft(answer="ok 0", confidence=0.9))
+    tr = run(p)
+    kinds = [s.error.kind if s.error else None for s in tr.steps if s.node == "act"]
+    assert kinds == ["unknown_tool", "bad_arguments", "bad_arguments", None]
+    assert "teleport" in tr.steps[0].error.message
+    assert p.views[1].done[0].error.startswith("unknown_tool")
+    assert tr.answer == "ok 0"
+
+
+def test_task_allow_list_blocks_web_tool_in_task_1_only():
+    tr1 = run(ScriptedPolicy([call("web_only")]), task=1)
+    tr2 = run(ScriptedPolicy([call("web_only")]), task=2)
+    assert tr1.steps[0].error.kind == "not_allowed"
+    assert tr2.steps[0].error is None
+
+
+def test_tool_exception_is_recorded_and_the_turn_goes_on():
+    tr = run(ScriptedPolicy([call("boom"), call("lookup", query="z")], AnswerDraft(answer="z 1", confidence=0.9)))
+    assert tr.steps[0].error.kind == "tool_exception" and "kaboom" in tr.steps[0].error.message
+    assert tr.answer == "z 1"
+
+
+def test_step_limit_ends_in_an_answer():
+    p = ScriptedPolicy([call("lookup", query=str(i)) for i in range(50)], AnswerDraft(answer="3 0", confidence=0.9))
+    tr = run(p, max_steps=4)
+    assert sum(s.node == "act" for s in tr.steps) == 4
+    assert tr.ended_by == "step_limit" and tr.answer == "3 0"
+
+
+def test_hanging_tool_hits_the_time_budget_and_the_turn_ends_in_time():
+    t0 = time.monotonic()
+    tr = run(ScriptedPolicy([call("sleepy", seconds=30)], AnswerDraft(answer="x", confidence=0.9)), budget_s=1.5)
+    assert time.monotonic() - t0 < 3.0
+    assert tr.steps[0].error.kind == "timeout"
+    assert tr.ended_by == "time_budget"
+    assert tr.abstained  # "x" is unsupported by any evidence
+
+
+def test_policy_that_raises_still_gives_an_answer():
+    class Broken(ScriptedPolicy):
+        def decide(self, view, image=None):
+            raise ValueError("model returned garbage")
+
+    tr = run(Broken([]))
+    assert tr.steps[0].error.kind == "policy_error" and tr.answer == "I don't know"
+
+
+def test_empty_question_is_a_clear_error():
+    agent = Agent(ScriptedPolicy([]), resources=None, registry=reg)
+    tr = agent.run_turn(TurnInput(task=1, session_id="s", interaction_id="i", question="   "))
+    assert tr.answer == "I don't know" and tr.error == "empty question"
+
+
+def test_trace_round_trips_through_json_and_schema():
+    import jsonschema
+
+    from traces.schema import SCHEMA_FILE
+
+    tr = run(ScriptedPolicy([call("lookup", query="rocket")], AnswerDraft(answer="rocket 0", confidence=0.9)))
+    back = TurnTrace.model_validate_json(tr.model_dump_json())
+    assert back == tr
+    schema = json.loads(SCHEMA_FILE.read_text())
+    assert schema == TurnTrace.model_json_schema(), "run `python -m traces.schema` to re-export the schema"
+    jsonschema.validate(json.loads(tr.model_dump_json()), schema)
+
+
+def test_tool_schema_comes_from_signature_and_docstring():
+    t = reg.get("lookup")
+    fn = t.json_schema()["function"]
+    assert fn["name"] == "lookup" and fn["parameters"]["required"] == ["query"]
+    assert fn["parameters"]["properties"]["query"]["description"] == "what to look up"
+    with pytest.raises(TypeError):
+        @tool(registry=ToolRegistry())
+        def undocumented(x: int) -> ToolOutput:
+            return ToolOutput(summary="")
