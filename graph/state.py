@@ -94,6 +94,7 @@ class TurnRuntime:
             task=self.task, question=self.question, image=self.image, history=self.history,
             evidence=state.evidence, crop=state.crop, ocr_text=state.ocr_text,
             sub_questions=state.sub_questions, draft_answer=state.draft.answer if state.draft else None,
+            draft_confidence=state.draft.confidence if state.draft else None,
             resources=self.resources,
         )
 

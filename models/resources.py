@@ -28,11 +28,19 @@ class Resources:
     def __init__(self, search: Any, paths: ModelPaths | None = None):
         self.search = search
         self.paths = paths or ModelPaths()
+        self.policy: Any = None  # set by the runner; tools may use its optional abilities (e.g. verify)
         self._lock = threading.Lock()
+        self._key_locks: dict[str, threading.Lock] = {}
         self._cache: dict[str, Any] = {}
 
     def _get(self, key: str, factory):
+        # One lock per key: a factory may itself ask for another model (the reranker needs the
+        # embedder), and one slow load must not block every other model.
+        if key in self._cache:
+            return self._cache[key]
         with self._lock:
+            key_lock = self._key_locks.setdefault(key, threading.Lock())
+        with key_lock:
             if key not in self._cache:
                 self._cache[key] = factory()
             return self._cache[key]

@@ -89,6 +89,7 @@ class ToolContext(BaseModel):
     ocr_text: str | None = None
     sub_questions: list[str] = Field(default_factory=list)
     draft_answer: str | None = None
+    draft_confidence: float | None = None
     resources: Any = None  # models.Resources: shared, lazily loaded models and the search backend
 
     def focus_image(self):

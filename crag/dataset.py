@@ -1,0 +1,360 @@
+"""Load CRAG-MM rows (real or demo) into `crag.schema.Conversation`, offline and fault-tolerant.
+
+Accepted sources:
+* a folder of parquet or arrow files (e.g. `data/validation-*.parquet` of a dataset repo),
+* a folder written by `datasets.Dataset.save_to_disk` / `DatasetDict.save_to_disk`,
+* a single .parquet / .arrow file,
+* a Hugging Face dataset id such as `crag-mm-2025/crag-mm-single-turn-public`, looked up only in the
+  local caches (HF_DATASETS_CACHE, HF_HUB_CACHE, HF_HOME, ~/.cache/huggingface). Nothing is downloaded.
+
+Both layouts of the real dataset are read: v0.1.1 (`turns`/`answers` are lists of dicts) and v0.1.2
+(dicts of lists). ClassLabel ids are decoded with the dataset's own features.
+
+Egocentric convention (CRAG-MM v0.1.2 card): a row carries either the image bytes (the egocentric
+captures from the glasses, image_url empty) or only an `image_url` (a normal image from the web, which
+the official iterator downloads). So `egocentric` is True when the row has image bytes and no URL,
+False when it has a URL.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+from pydantic import BaseModel, Field
+
+from crag.schema import Conversation, Turn
+
+TURN_KEYS = ("interaction_id", "domain", "query_category", "dynamism", "query", "image_quality")
+LABEL_KEYS = ("domain", "query_category", "dynamism", "image_quality")
+KNOWN_NAMES = {
+    "single": "crag-mm-2025/crag-mm-single-turn-public",
+    "single-turn": "crag-mm-2025/crag-mm-single-turn-public",
+    "multi": "crag-mm-2025/crag-mm-multi-turn-public",
+    "multi-turn": "crag-mm-2025/crag-mm-multi-turn-public",
+}
+IMAGE_URL_ONLY = "image not embedded; only image_url is given: download it beforehand (no network at run time)"
+
+
+class LoadReport(BaseModel):
+    """What `load_conversations` read: counts and one message per skipped or degraded row."""
+
+    source: str = ""
+    split: str | None = None
+    layout: str | None = None  # "v0.1.1 list-of-dicts" | "v0.1.2 dict-of-lists"
+    loaded: int = 0
+    skipped: int = 0
+    image_errors: int = 0
+    messages: list[str] = Field(default_factory=list)
+
+    def skip(self, where: str, why: str) -> None:
+        self.skipped += 1
+        self.messages.append(f"skipped {where}: {why}")
+
+    def summary(self) -> str:
+        return (f"{self.source} [{self.split or 'all'}] {self.layout or '?'}: loaded {self.loaded}, "
+                f"skipped {self.skipped}, image errors {self.image_errors}")
+
+
+# ------------------------------------------------------------------------------------------
+# Locating data
+# ------------------------------------------------------------------------------------------
+
+
+def _cache_roots() -> list[Path]:
+    roots: list[Path] = []
+    for var in ("HF_DATASETS_CACHE", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(var):
+            roots.append(Path(os.environ[var]))
+    hf_home = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
+    roots += [hf_home / "datasets", hf_home / "hub", hf_home]
+    seen, out = set(), []
+    for r in roots:
+        if r not in seen and r.is_dir():
+            seen.add(r)
+            out.append(r)
+    return out
+
+
+def find_cached_dataset(name: str) -> Path | None:
+    """The local folder holding `owner/name` in a Hugging Face cache, or None. Never downloads."""
+    name = KNOWN_NAMES.get(name, name)
+    owner, _, ds = name.partition("/")
+    candidates: list[Path] = []
+    for root in _cache_roots():
+        # hub cache: datasets--owner--name/snapshots/<rev>/
+        hub = root / f"datasets--{owner}--{ds}" / "snapshots"
+        if hub.is_dir():
+            candidates += sorted(hub.iterdir(), key=lambda p: p.stat().st_mtime, reverse=True)
+        # datasets arrow cache: owner___name/<config>/<version>/<hash>/*.arrow
+        arrow = root / f"{owner}___{ds}"
+        if arrow.is_dir():
+            candidates += sorted({f.parent for f in arrow.rglob("*.arrow")}, key=lambda p: p.stat().st_mtime,
+                                 reverse=True)
+    for c in candidates:
+        if any(c.rglob("*.parquet")) or any(c.rglob("*.arrow")):
+            return c
+    return None
+
+
+def _split_of(path: Path, root: Path) -> str | None:
+    rel = path.relative_to(root) if path.is_relative_to(root) else Path(path.name)
+    stem = path.name.split(".")[0]
+    # "validation-00000-of-00001", "crag-mm-single-turn-public-validation.arrow", "validation/..."
+    for part in [*rel.parts[:-1], stem]:
+        for token in part.replace("_", "-").split("-"):
+            if token in ("validation", "train", "test", "sample"):
+                if token == "test" and "public-test" in part.replace("_", "-"):
+                    return "public_test"
+                return token
+    return None
+
+
+def open_dataset(path_or_name: str | Path, split: str | None = None):
+    """A `datasets.Dataset` for a local folder/file or a cached Hub dataset id (offline)."""
+    import datasets
+
+    src = Path(path_or_name).expanduser()
+    if not src.exists():
+        cached = find_cached_dataset(str(path_or_name))
+        if cached is None:
+            raise FileNotFoundError(
+                f"{path_or_name!r} is neither a local path nor a dataset found in the Hugging Face caches "
+                f"({', '.join(str(r) for r in _cache_roots()) or 'none present'}). Download it beforehand, e.g. "
+                f"`huggingface-cli download --repo-type dataset {KNOWN_NAMES.get(str(path_or_name), path_or_name)}`, "
+                "or pass the folder.")
+        src = cached
+    if src.is_file():
+        if src.suffix == ".arrow":
+            return datasets.Dataset.from_file(str(src))
+        return datasets.Dataset.from_parquet(str(src))
+    if (src / "dataset_dict.json").exists() or (src / "state.json").exists():
+        d = datasets.load_from_disk(str(src))
+        if isinstance(d, datasets.DatasetDict):
+            keys = list(d.keys())
+            pick = split or ("validation" if "validation" in keys else keys[0])
+            if pick not in d:
+                raise KeyError(f"split {pick!r} not in {keys}")
+            return d[pick]
+        return d
+    files = sorted(src.rglob("*.parquet"))
+    kind = "parquet"
+    if not files:
+        files = sorted(f for f in src.rglob("*.arrow") if not f.name.startswith("cache-"))
+        kind = "arrow"
+    if not files:
+        raise FileNotFoundError(f"no parquet or arrow files under {src}")
+    by_split: dict[str | None, list[Path]] = {}
+    for f in files:
+        by_split.setdefault(_split_of(f, src), []).append(f)
+    if split is not None:
+        chosen = by_split.get(split)
+        if not chosen:
+            raise KeyError(f"split {split!r} not found under {src}; found {sorted(map(str, by_split))}")
+    elif len(by_split) == 1:
+        chosen = next(iter(by_split.values()))
+    else:
+        chosen = by_split.get("validation") or by_split[sorted(by_split, key=str)[0]]
+    if kind == "parquet":
+        return datasets.Dataset.from_parquet([str(f) for f in chosen])
+    parts = [datasets.Dataset.from_file(str(f)) for f in chosen]
+    return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
+
+
+# ------------------------------------------------------------------------------------------
+# Decoding rows
+# ------------------------------------------------------------------------------------------
+
+
+def _inner_features(feat: Any) -> dict[str, Any]:
+    """Per-key features of `turns`/`answers`, for both layouts and datasets 2.x..5.x."""
+    if feat is None:
+        return {}
+    if isinstance(feat, dict):  # v0.1.2 dict-of-lists: {key: List(X)} (or Sequence(X))
+        return {k: getattr(v, "feature", v) for k, v in feat.items()}
+    if isinstance(feat, (list, tuple)) and feat:  # old-style [ {..} ]
+        return _inner_features(feat[0])
+    inner = getattr(feat, "feature", None)  # List({...}) / Sequence({...})
+    if inner is not None:
+        return _inner_features(inner)
+    return {}
+
+
+def _label_decoder(feat: Any):
+    from datasets import ClassLabel
+
+    if isinstance(feat, ClassLabel):
+        def dec(v):
+            if v is None or isinstance(v, str):
+                return v
+            try:
+                return feat.int2str(int(v))
+            except (ValueError, IndexError, TypeError):
+                return str(v)
+        return dec
+    return lambda v: None if v is None else str(v)
+
+
+def _as_records(value: Any, keys: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+    """Normalise a turns/answers cell (list of dicts or dict of lists) to a list of dicts."""
+    if value is None:
+        return []
+    if isinstance(value, dict):
+        lens = {k: len(v) for k, v in value.items() if isinstance(v, (list, tuple))}
+        if not lens:
+            return [dict(value)]  # a single un-nested record
+        if len(set(lens.values())) != 1:
+            raise ValueError(f"columns of unequal length {lens}")
+        n = next(iter(lens.values()))
+        return [{k: (v[i] if isinstance(v, (list, tuple)) else v) for k, v in value.items()} for i in range(n)]
+    if isinstance(value, (list, tuple)):
+        if not all(isinstance(x, dict) for x in value):
+            raise ValueError("list items are not records")
+        return [dict(x) for x in value]
+    raise ValueError(f"unexpected type {type(value).__name__}")
+
+
+def decode_image(cell: Any):
+    """(PIL image or None, error or None) from an Image() cell with decode=False, bytes, or a path."""
+    from PIL import Image
+
+    if cell is None:
+        return None, None
+    if isinstance(cell, Image.Image):
+        return cell, None
+    data, path = None, None
+    if isinstance(cell, dict):
+        data, path = cell.get("bytes"), cell.get("path")
+    elif isinstance(cell, (bytes, bytearray)):
+        data = bytes(cell)
+    elif isinstance(cell, str):
+        path = cell
+    if not data and not path:
+        return None, None
+    try:
+        if data:
+            im = Image.open(io.BytesIO(data))
+        else:
+            if not Path(path).exists():
+                return None, f"image file not found: {path}"
+            im = Image.open(path)
+        im.load()
+        return im.convert("RGB") if im.mode not in ("RGB", "L") else im, None
+    except Exception as exc:  # corrupt bytes, truncated file, unknown format
+        return None, f"corrupt image: {type(exc).__name__}: {exc}"
+
+
+def _row_to_conversation(row: dict[str, Any], decoders: dict[str, Any], where: str, report: LoadReport):
+    turns_raw = _as_records(row.get("turns"))
+    answers_raw = _as_records(row.get("answers"))
+    if not turns_raw:
+        raise ValueError("no turns")
+    if answers_raw and len(answers_raw) != len(turns_raw):
+        raise ValueError(f"{len(turns_raw)} turns but {len(answers_raw)} answers")
+    turns: list[Turn] = []
+    for i, t in enumerate(turns_raw):
+        q = t.get("query")
+        if not isinstance(q, str) or not q.strip():
+            raise ValueError(f"turn {i} has no query")
+        iid = t.get("interaction_id")
+        turns.append(Turn(
+            interaction_id=str(iid) if iid not in (None, "") else f"{row.get('session_id')}-{i}",
+            query=q,
+            **{k: decoders[k](t.get(k)) for k in LABEL_KEYS},
+        ))
+    answers = []
+    if answers_raw:
+        by_id = {str(a.get("interaction_id")): a.get("ans_full") for a in answers_raw}
+        if all(t.interaction_id in by_id for t in turns):
+            answers = [by_id[t.interaction_id] for t in turns]
+        else:
+            answers = [a.get("ans_full") for a in answers_raw]
+        answers = ["" if a is None else str(a) for a in answers]
+
+    image_url = row.get("image_url") or None
+    image, err = decode_image(row.get("image"))
+    had_bytes = image is not None or (err is not None and err.startswith("corrupt"))
+    if image is None and err is None and image_url:
+        err = IMAGE_URL_ONLY
+    elif image is None and err is None:
+        err = "no image and no image_url"
+    if err:
+        report.image_errors += 1
+        report.messages.append(f"{where}: {err}")
+    egocentric = None
+    if image_url:
+        egocentric = False
+    elif had_bytes:
+        egocentric = True
+    return Conversation(
+        session_id=str(row.get("session_id") or where),
+        image=image,
+        image_url=image_url,
+        image_error=err,
+        turns=turns,
+        answers=answers,
+        egocentric=egocentric,
+    )
+
+
+class ConversationIterator:
+    """An iterator of `Conversation`s whose `.report` (a LoadReport) fills in while it is consumed."""
+
+    def __init__(self, gen: Iterator[Conversation], report: LoadReport):
+        self._gen = gen
+        self.report = report
+
+    def __iter__(self) -> "ConversationIterator":
+        return self
+
+    def __next__(self) -> Conversation:
+        return next(self._gen)
+
+
+def _iter_rows(ds, decoders, limit: int | None, report: LoadReport) -> Iterator[Conversation]:
+    n = len(ds) if limit is None else min(limit, len(ds))
+    for i in range(n):
+        where = f"row {i}"
+        try:
+            row = ds[i]
+            where = f"row {i} ({row.get('session_id')})"
+            conv = _row_to_conversation(row, decoders, where, report)
+        except Exception as exc:
+            report.skip(where, f"{type(exc).__name__}: {exc}")
+            continue
+        report.loaded += 1
+        yield conv
+
+
+def load_conversations(
+    path_or_name: str | Path,
+    split: str | None = None,
+    limit: int | None = None,
+    report: LoadReport | None = None,
+) -> ConversationIterator:
+    """Iterate `Conversation`s; malformed rows are skipped and recorded in the returned iterator's
+    `.report` (or in `report` when one is passed). Opening the source happens eagerly, so a missing
+    dataset raises FileNotFoundError here; `limit` caps the number of rows read."""
+    from datasets import Image as HFImage
+
+    report = report if report is not None else LoadReport()
+    report.source = str(path_or_name)
+    report.split = split
+    ds = open_dataset(path_or_name, split)
+    feats = ds.features
+    if isinstance(feats.get("image"), HFImage):
+        ds = ds.cast_column("image", HFImage(decode=False))
+    tf = feats.get("turns")
+    report.layout = "v0.1.2 dict-of-lists" if isinstance(tf, dict) else "v0.1.1 list-of-dicts"
+    inner = _inner_features(tf)
+    decoders = {k: _label_decoder(inner.get(k)) for k in LABEL_KEYS}
+    return ConversationIterator(_iter_rows(ds, decoders, limit, report), report)
+
+
+def load_all(path_or_name: str | Path, split: str | None = None, limit: int | None = None
+             ) -> tuple[list[Conversation], LoadReport]:
+    """Convenience: every conversation plus the report."""
+    it = load_conversations(path_or_name, split=split, limit=limit)
+    return list(it), it.report

@@ -1,0 +1,208 @@
+"""The embedded default policy: a rule-based planner (a heuristic, named as such everywhere).
+
+It needs no GPU and no VLM weights. It decides from question patterns (does the question point
+at the image? ask about text? have several parts?), from OCR text and from retrieval scores,
+and composes answers from image-KG attributes, OCR text and web sentences ranked with MiniLM.
+It abstains when the evidence is weak: a wrong answer costs more than "I don't know".
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel
+
+from graph.policy import IDK, AnswerDraft, Decision, PolicyView
+from tools import _text
+from tools.base import Hit
+
+RECOGNITION = re.compile(
+    r"^\s*(what|which|who)\s*(?:'s|is|are|was)?\s*(?:this|that|these|those|it|the name of (?:this|that)|the (?:\w+ )?(?:in|on) (?:the|this) (?:image|photo|picture))\s*\??\s*$"
+    r"|\b(what|which) (?:kind|type|species|breed|model|brand|make) of\b|\bwhat (?:is|'s) (?:this|that) called\b|\bidentify\b|\bwho is (?:this|that)\b",
+    re.I,
+)
+
+
+class RulePlannerConfig(BaseModel):
+    min_image_score: float = 0.6  # cosine similarity below which an image-KG match is not trusted
+    min_image_margin: float = 0.0  # top-1 minus top-2 score needed (different entities)
+    min_attr_sim: float = 0.35  # question vs attribute-name similarity to answer from the KG
+    min_web_sim: float = 0.45  # question vs sentence similarity to answer from the web
+    max_answer_words: int = 40
+
+
+class RuleBasedPlanner:
+    """Policy protocol implementation. `embedder` is a models.text_embedder.TextEmbedder (or a factory)."""
+
+    name = "rule-based-planner (heuristic)"
+
+    def __init__(self, embedder: Any, config: RulePlannerConfig | None = None):
+        self._embedder = embedder
+        self.config = config or RulePlannerConfig()
+
+    @property
+    def embedder(self):
+        if callable(self._embedder) and not hasattr(self._embedder, "similarity"):
+            self._embedder = self._embedder()
+        return self._embedder
+
+    # ---- reading the view -------------------------------------------------------------------
+    def _needs_image(self, v: PolicyView) -> bool:
+        if not v.has_image:
+            return False
+        q = v.question
+        return not v.history or _text.refers_to_image(q) or (_text.has_pronoun(q) and not v.history[-1].entity)
+
+    def _kg(self, v: PolicyView) -> tuple[Hit | None, float]:
+        """Top image-KG entity and a 0..1 confidence from its score and its margin over the runner-up."""
+        kg = sorted([h for h in v.evidence if h.source == "image_kg" and h.entity_name], key=lambda h: h.score, reverse=True)
+        if not kg:
+            return None, 0.0
+        top = kg[0]
+        second = next((h.score for h in kg[1:] if h.entity_name != top.entity_name), 0.0)
+        c = self.config
+        if top.score < c.min_image_score or top.score - second < c.min_image_margin:
+            return top, 0.0
+        conf = min(1.0, 0.5 + (top.score - c.min_image_score) / max(1e-6, 1 - c.min_image_score) * 0.3 + min(0.2, (top.score - second) * 2))
+        return top, conf
+
+    def _entity(self, v: PolicyView, use_image: bool) -> tuple[str | None, float, Hit | None]:
+        top, conf = self._kg(v) if use_image else (None, 0.0)
+        if top is not None and conf > 0:
+            return top.entity_name, conf, top
+        if v.history and (_text.has_pronoun(v.question) or not use_image):
+            for t in reversed(v.history):
+                if t.entity:
+                    return t.entity, 0.7, None
+        if use_image and v.ocr_text:
+            first = v.ocr_text.splitlines()[0].strip()
+            if first:
+                return first, 0.4, None
+        return None, 0.0, None
+
+    def _targets(self, v: PolicyView, entity: str | None) -> list[str]:
+        if v.sub_questions:
+            return v.sub_questions
+        return [_text.resolve_references(p, entity) for p in _text.split_question(v.question)]
+
+    def _attr_answer(self, question: str, hit: Hit | None) -> tuple[str, float] | None:
+        if hit is None or not hit.attributes:
+            return None
+        keys = [str(k) for k in hit.attributes]
+        q = " ".join(w for w in _text.words(question) if w not in set(_text.normalize(hit.entity_name or "").split()))
+        sims = self.embedder.similarity(q or question, keys)
+        i = int(np.argmax(sims))
+        if float(sims[i]) < self.config.min_attr_sim:
+            return None
+        return str(hit.attributes[keys[i]]), float(sims[i])
+
+    def _web_answer(self, question: str, hits: list[Hit], entity: str | None) -> tuple[str, float, Hit] | None:
+        cands: list[tuple[str, Hit]] = []
+        for h in hits:
+            if h.source != "web":
+                continue
+            for s in _text.sentences(h.content or h.snippet):
+                cands.append((s, h))
+        if not cands:
+            return None
+        sims = self.embedder.similarity(question, [s for s, _ in cands])
+        qwords = set(_text.content_words(question))
+        best = None
+        for (s, h), sim in zip(cands, sims):
+            novel = set(_text.content_words(s)) - qwords  # a sentence that only repeats the question answers nothing
+            if not novel:
+                continue
+            boost = 0.05 if entity and _text.normalize(entity) in _text.normalize(s) else 0.0
+            score = float(sim) + boost
+            if best is None or score > best[1]:
+                best = (s, score, h)
+        if best is None or best[1] < self.config.min_web_sim:
+            return None
+        words = best[0].split()
+        text = " ".join(words[: self.config.max_answer_words])
+        return text, best[1], best[2]
+
+    # ---- the protocol -----------------------------------------------------------------------
+    def decide(self, view: PolicyView, image: Any = None) -> Decision:
+        v, has = view, view.tool_names()
+        use_image = self._needs_image(v)
+        q = v.question
+
+        def call(tool: str, why: str, sub: str | None = None, retrieval: bool = True, **args) -> Decision:
+            return Decision(action="call_tool", tool=tool, arguments=args, rationale=why, sub_question=sub, needs_retrieval=retrieval)
+
+        if use_image and _text.asks_about_text(q) and "ocr" in has and not v.ran("ocr"):
+            return call("ocr", "the question asks about text in the photo", retrieval=False)
+        if use_image and "image_search" in has and not v.ran("image_search"):
+            if "detect_crop" in has and not v.ran("detect_crop") and _text.refers_to_image(q) and not RECOGNITION.search(q):
+                return call("detect_crop", "focus on the object the question points at", retrieval=False,
+                            target=self._target_phrase(q))
+            return call("image_search", "identify the pictured entity in the image KG", sub=f"What is {self._target_phrase(q)}?")
+        entity, _, top = self._entity(v, use_image)
+        if use_image and entity is None and "ocr" in has and not v.ran("ocr"):
+            return call("ocr", "image search found no confident match; read any text instead", retrieval=False)
+        parts = _text.split_question(q)
+        if len(parts) > 1 and "query_decoupler" in has and not v.ran("query_decoupler"):
+            return call("query_decoupler", "the question has several parts", retrieval=False, entity=entity or "")
+        targets = self._targets(v, entity)
+        if "web_search" in has:
+            searched = v.ran("web_search")
+            open_targets = [t for t in targets if not self._answer_from_kg(t, top if use_image else None)]
+            if searched < len(open_targets) and v.remaining_steps > 1:
+                t = open_targets[searched]
+                return call("web_search", "the image KG does not hold this fact", sub=t,
+                            query=_text.keywords(t, entity))
+            webs = [h for h in v.evidence if h.source == "web"]
+            if len(webs) >= 3 and "reranker" in has and not v.ran("reranker") and v.remaining_steps > 0:
+                return call("reranker", "keep only the pages that answer the question", retrieval=False,
+                            query=" ".join(targets))
+        return Decision(action="answer", rationale="enough evidence gathered or nothing left to try",
+                        needs_retrieval=bool(v.done))
+
+    def _answer_from_kg(self, target: str, top: Hit | None) -> bool:
+        return top is not None and (bool(RECOGNITION.search(target)) or self._attr_answer(target, top) is not None)
+
+    @staticmethod
+    def _target_phrase(q: str) -> str:
+        m = re.search(r"\b(?:this|that|these|those)\s+((?:[A-Za-z-]+\s*){1,3})", q, re.I)
+        if m:
+            words = [w for w in m.group(1).split() if w.lower() not in _text._NP_STOP]
+            if words:
+                return "the " + " ".join(words[:3])
+        return "the main object"
+
+    def answer(self, view: PolicyView, image: Any = None) -> AnswerDraft:
+        v = view
+        use_image = self._needs_image(v)
+        entity, ent_conf, top = self._entity(v, use_image)
+        q = v.question
+        if use_image and _text.asks_about_text(q) and v.ocr_text and re.search(r"\b(say|says|written|read|text)\b", q, re.I):
+            return AnswerDraft(answer=" ".join(v.ocr_text.split())[:300], confidence=0.7, rationale="OCR text", entity=entity)
+        answers: list[str] = []
+        confs: list[float] = []
+        notes: list[str] = []
+        for t in self._targets(v, entity):
+            if top is not None and ent_conf > 0 and RECOGNITION.search(t if not v.sub_questions else q):
+                answers.append(top.entity_name or "")
+                confs.append(ent_conf)
+                notes.append(f"recognised {top.entity_name} (image score {top.score:.2f})")
+                continue
+            kg = self._attr_answer(t, top) if ent_conf > 0 else None
+            if kg is not None:
+                answers.append(kg[0])
+                confs.append(ent_conf * min(1.0, 0.6 + kg[1]))
+                notes.append(f"KG attribute of {entity} (match {kg[1]:.2f})")
+                continue
+            web = self._web_answer(t, v.evidence, entity)
+            if web is not None:
+                answers.append(web[0])
+                confs.append(min(1.0, web[1]) * (0.6 + 0.4 * (ent_conf if use_image else 1.0)))
+                notes.append(f"web sentence from {web[2].url} (match {web[1]:.2f})")
+                continue
+            return AnswerDraft(answer=IDK, confidence=0.0, rationale=f"no evidence answers: {t}", entity=entity)
+        if not answers:
+            return AnswerDraft(answer=IDK, confidence=0.0, rationale="nothing to answer from", entity=entity)
+        return AnswerDraft(answer="; ".join(answers), confidence=round(min(confs), 4), rationale="; ".join(notes),
+                           entity=entity if top is None else top.entity_name)

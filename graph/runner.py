@@ -1,0 +1,117 @@
+"""Runs a CRAG-MM task over a dataset: conversations concurrently, turns in order, traces written as they finish.
+
+Resumable: a turn whose trace already exists in the run folder (same run id) is not redone; its
+answer feeds the conversation history exactly as if it had just been produced.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from pydantic import BaseModel
+
+from crag.schema import Conversation
+from graph.agent import Agent, TurnInput
+from tools.base import HistoryTurn
+from traces.schema import TurnTrace
+from traces.store import TraceStore, write_json_atomic
+
+log = logging.getLogger(__name__)
+
+MAX_IMAGE_SIDE = 2048
+
+
+class RunResult(BaseModel):
+    run_dir: str
+    turns: int
+    resumed: int
+    failed: int
+    report: dict[str, Any] | None = None
+
+
+def prepare_image(conv: Conversation) -> tuple[Any, str | None]:
+    """RGB, bounded size; a broken image becomes None with a note (the turn then runs without it)."""
+    if conv.image is None:
+        return None, conv.image_error or "no image in this row"
+    try:
+        img = conv.image
+        img.load()
+        if img.width < 2 or img.height < 2:
+            return None, f"image too small ({img.width}x{img.height})"
+        if img.mode != "RGB":
+            img = img.convert("RGB")
+        if max(img.size) > MAX_IMAGE_SIDE:
+            img = img.copy()
+            img.thumbnail((MAX_IMAGE_SIDE, MAX_IMAGE_SIDE))
+            return img, f"image downscaled to {img.width}x{img.height}"
+        return img, None
+    except Exception as e:  # noqa: BLE001 - corrupt bytes, truncated files, decompression bombs
+        return None, f"image could not be decoded: {type(e).__name__}: {e}"[:300]
+
+
+def run_conversation(agent: Agent, conv: Conversation, task: int, store: TraceStore,
+                     scorer: Callable[[TurnTrace], TurnTrace] | None = None) -> tuple[list[TurnTrace], int]:
+    """All turns of one conversation, in order; returns the traces and how many were resumed from disk."""
+    image, note = prepare_image(conv)
+    history: list[HistoryTurn] = []
+    traces: list[TurnTrace] = []
+    resumed = 0
+    for i, turn in enumerate(conv.turns):
+        trace = store.read(conv.session_id, i)
+        if trace is not None and trace.interaction_id == turn.interaction_id and trace.task == task:
+            resumed += 1
+        else:
+            gt = conv.answers[i] if i < len(conv.answers) else None
+            inp = TurnInput(task=task, session_id=conv.session_id, interaction_id=turn.interaction_id, turn_index=i,
+                            question=turn.query, image=image, image_note=note, history=list(history),
+                            labels={"domain": turn.domain, "query_category": turn.query_category,
+                                    "dynamism": turn.dynamism, "image_quality": turn.image_quality})
+            trace = agent.run_turn(inp)
+            trace.ground_truth = gt
+            if scorer is not None and gt is not None:
+                trace = scorer(trace)
+            store.write(trace)
+        traces.append(trace)
+        history.append(HistoryTurn(question=turn.query, answer=trace.answer, entity=trace.entity))
+    return traces, resumed
+
+
+def run_task(agent: Agent, conversations: Iterable[Conversation], task: int, store: TraceStore,
+             scorer: Callable[[TurnTrace], TurnTrace] | None = None, concurrency: int = 1,
+             progress: Callable[[int], None] | None = None) -> tuple[list[TurnTrace], int, int]:
+    """Runs every conversation; one conversation failing never loses the others' finished traces."""
+    convs = list(conversations)
+    results: dict[str, list[TurnTrace]] = {}
+    resumed = failed = 0
+    lock = threading.Lock()
+
+    def one(c: Conversation):
+        return c.session_id, run_conversation(agent, c, task, store, scorer)
+
+    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+        futures = {pool.submit(one, c): c for c in convs}
+        for fut in as_completed(futures):
+            c = futures[fut]
+            try:
+                sid, (traces, r) = fut.result()
+                with lock:
+                    results[sid] = traces
+                    resumed += r
+            except Exception as e:  # noqa: BLE001
+                failed += 1
+                log.error("conversation %s failed: %s", c.session_id, e)
+            if progress:
+                progress(len(c.turns))
+    ordered = [t for c in convs for t in results.get(c.session_id, [])]
+    return ordered, resumed, failed
+
+
+def write_run_manifest(store: TraceStore, data: dict[str, Any]) -> Path:
+    p = store.dir / "run.json"
+    write_json_atomic(p, json.dumps(data, indent=2, default=str))
+    return p

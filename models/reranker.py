@@ -1,0 +1,239 @@
+"""Rerankers for retrieved evidence, plus the CRUISE-style dynamic threshold.
+
+* `CrossEncoderReranker(path)`   - a local cross-encoder folder (AutoModelForSequenceClassification);
+  name "cross-encoder:<folder>".
+* `EmbeddingReranker(embedder)`  - fallback: cosine similarity of MiniLM sentence embeddings;
+  name "heuristic:minilm-embedding".
+* `JinaM0Reranker(path)`         - jina-reranker-m0 (multimodal) from a local folder with
+  `trust_remote_code=True`, if it loads; name "jina-reranker-m0:<folder>". Best effort, untested
+  here (no weights offline).
+
+All share `.score(query, texts) -> np.ndarray[float32]` of len(texts), higher = more relevant; the
+multimodal one also takes `image=`. Scores are comparable only within one reranker.
+
+`dynamic_threshold(scores, lam)` = median - lam * MAD, and `filter_by_threshold(items, scores, lam,
+min_keep)` keeps the items at or above it, best first.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any, Protocol, Sequence, TypeVar, runtime_checkable
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+EMBEDDING_METHOD = "heuristic:minilm-embedding"
+
+T = TypeVar("T")
+
+__all__ = [
+    "Reranker",
+    "MultimodalReranker",
+    "CrossEncoderReranker",
+    "EmbeddingReranker",
+    "JinaM0Reranker",
+    "dynamic_threshold",
+    "filter_by_threshold",
+    "make_reranker",
+    "make_multimodal_reranker",
+    "EMBEDDING_METHOD",
+]
+
+
+@runtime_checkable
+class Reranker(Protocol):
+    name: str
+
+    def score(self, query: str, texts: list[str]) -> np.ndarray: ...
+
+
+@runtime_checkable
+class MultimodalReranker(Protocol):
+    name: str
+
+    def score(self, query: str, texts: list[str], image: Any = None) -> np.ndarray: ...
+
+
+class CrossEncoderReranker:
+    """A cross-encoder (query, passage) -> relevance in [0, 1], from a local transformers folder.
+
+    One logit: sigmoid. Two labels: softmax probability of the positive class (label id 1, or the
+    label named like "entail"/"relevant"/"positive"/"yes" if config.label2id says so). More labels:
+    softmax of the last class.
+    """
+
+    def __init__(self, path: str | Path, device: str = "cpu", max_length: int = 512, batch_size: int = 32):
+        import torch
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        self.path = Path(path)
+        self.name = f"cross-encoder:{self.path.name}"
+        self.device = device
+        self.max_length = max_length
+        self.batch_size = batch_size
+        self._torch = torch
+        self.tokenizer = AutoTokenizer.from_pretrained(str(self.path), local_files_only=True)
+        self.model = AutoModelForSequenceClassification.from_pretrained(str(self.path), local_files_only=True).to(device).eval()
+        self.num_labels = int(self.model.config.num_labels)
+        self.positive_index = self._positive_index()
+        tok_max = getattr(self.tokenizer, "model_max_length", None) or max_length
+        pos_max = getattr(self.model.config, "max_position_embeddings", None) or max_length
+        self.max_length = int(min(max_length, tok_max, pos_max))
+        self._lock = threading.Lock()
+
+    def _positive_index(self) -> int:
+        if self.num_labels <= 1:
+            return 0
+        label2id = {str(k).lower(): int(v) for k, v in (getattr(self.model.config, "label2id", None) or {}).items()}
+        for key in ("relevant", "positive", "entailment", "entail", "yes", "true"):
+            if key in label2id:
+                return label2id[key]
+        return 1 if self.num_labels == 2 else self.num_labels - 1
+
+    def __repr__(self) -> str:
+        return f"CrossEncoderReranker({self.name!r})"
+
+    def score(self, query: str, texts: list[str]) -> np.ndarray:
+        torch = self._torch
+        if not texts:
+            return np.zeros(0, dtype=np.float32)
+        out: list[np.ndarray] = []
+        for i in range(0, len(texts), self.batch_size):
+            batch = [str(t) for t in texts[i : i + self.batch_size]]
+            with self._lock, torch.inference_mode():
+                enc = self.tokenizer(
+                    [str(query)] * len(batch), batch, padding=True, truncation="longest_first", max_length=self.max_length, return_tensors="pt"
+                )
+                enc = {k: v.to(self.device) for k, v in enc.items()}
+                logits = self.model(**enc).logits.float()
+                if logits.shape[-1] == 1:
+                    s = torch.sigmoid(logits[:, 0])
+                else:
+                    s = torch.softmax(logits, dim=-1)[:, self.positive_index]
+            out.append(s.cpu().numpy().astype(np.float32))
+        return np.concatenate(out)
+
+
+class EmbeddingReranker:
+    """Fallback reranker: cosine similarity from a `models.text_embedder.TextEmbedder` (MiniLM)."""
+
+    name = EMBEDDING_METHOD
+
+    def __init__(self, text_embedder: Any):
+        self.text_embedder = text_embedder
+
+    def __repr__(self) -> str:
+        return f"EmbeddingReranker({self.name!r})"
+
+    def score(self, query: str, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros(0, dtype=np.float32)
+        return np.asarray(self.text_embedder.similarity(str(query), [str(t) for t in texts]), dtype=np.float32)
+
+
+class JinaM0Reranker:
+    """jina-reranker-m0 from a local folder (needs its remote code files in the folder).
+
+    `score(query, texts, image=None)`: text query vs text documents; with `image` (PIL image of
+    the question), the image is also used as a query against the texts and the two scores are
+    averaged. Raises at construction when the folder does not load (callers fall back).
+    """
+
+    def __init__(self, path: str | Path, device: str = "cpu", max_length: int = 1024, batch_size: int = 8):
+        import torch
+        from transformers import AutoModel
+
+        self.path = Path(path)
+        self.name = f"jina-reranker-m0:{self.path.name}"
+        self._torch = torch
+        self.model = AutoModel.from_pretrained(str(self.path), trust_remote_code=True, local_files_only=True, torch_dtype="auto")
+        self.model = self.model.to(device).eval()
+        if not hasattr(self.model, "compute_score"):
+            raise TypeError(f"{self.path} has no compute_score(); not a jina-reranker-m0 folder")
+        self.max_length = max_length
+        self.batch_size = batch_size
+        self._lock = threading.Lock()
+
+    def _compute(self, pairs: list[list[Any]], **kw) -> np.ndarray:
+        with self._lock, self._torch.inference_mode():
+            s = self.model.compute_score(pairs, max_length=self.max_length, batch_size=self.batch_size, **kw)
+        return np.atleast_1d(np.asarray(s, dtype=np.float32))
+
+    def score(self, query: str, texts: list[str], image: Any = None) -> np.ndarray:
+        if not texts:
+            return np.zeros(0, dtype=np.float32)
+        s = self._compute([[str(query), str(t)] for t in texts], doc_type="text")
+        if image is not None:
+            try:
+                si = self._compute([[image, str(t)] for t in texts], query_type="image", doc_type="text")
+                s = (s + si) / 2
+            except Exception as e:  # image-as-query is best effort
+                log.warning("%s: image query failed (%s); text-only scores", self.name, e)
+        return s
+
+
+def dynamic_threshold(scores: Sequence[float] | np.ndarray, lam: float = 1.0) -> float:
+    """median(scores) - lam * MAD(scores), MAD = median(|s - median|) (unscaled).
+
+    The CRUISE (CRAG-MM) adaptive cut: it keeps everything but the clear low outliers and adapts
+    to each query's score distribution. -inf for no scores (keeps everything).
+    """
+    s = np.asarray(scores, dtype=np.float64).ravel()
+    s = s[np.isfinite(s)]
+    if s.size == 0:
+        return float("-inf")
+    med = float(np.median(s))
+    mad = float(np.median(np.abs(s - med)))
+    return med - float(lam) * mad
+
+
+def filter_by_threshold(
+    items: Sequence[T], scores: Sequence[float] | np.ndarray, lam: float = 1.0, min_keep: int = 1
+) -> list[tuple[T, float]]:
+    """Items with score >= dynamic_threshold(scores, lam), as (item, score), best first.
+
+    At least `min_keep` items (the best ones) are kept when there are that many. Ties keep input order.
+    """
+    s = np.asarray(scores, dtype=np.float64).ravel()
+    if len(items) != s.size:
+        raise ValueError(f"{len(items)} items but {s.size} scores")
+    if s.size == 0:
+        return []
+    s = np.where(np.isfinite(s), s, -np.inf)
+    t = dynamic_threshold(s, lam)
+    order = sorted(range(s.size), key=lambda i: -s[i])  # stable: ties keep input order
+    kept = [i for i in order if s[i] >= t]
+    if len(kept) < min_keep:
+        kept = order[: min(min_keep, s.size)]
+    return [(items[i], float(s[i])) for i in kept]
+
+
+def make_reranker(path: str | Path | None, text_embedder: Any = None, device: str = "cpu") -> Reranker | None:
+    """The cross-encoder for a local folder; else the MiniLM embedding fallback; None if neither."""
+    if path:
+        p = Path(path)
+        if p.exists():
+            try:
+                return CrossEncoderReranker(p, device=device)
+            except Exception as e:
+                log.warning("could not load cross-encoder from %s (%s: %s); using embeddings", p, type(e).__name__, e)
+        else:
+            log.warning("reranker folder %s does not exist; using embeddings", p)
+    if text_embedder is not None:
+        return EmbeddingReranker(text_embedder)
+    return None
+
+
+def make_multimodal_reranker(path: str | Path | None, device: str = "cpu") -> JinaM0Reranker | None:
+    """jina-reranker-m0 from a local folder, or None when absent or it does not load offline."""
+    if not path or not Path(path).exists():
+        return None
+    try:
+        return JinaM0Reranker(path, device=device)
+    except Exception as e:
+        log.warning("could not load jina-reranker-m0 from %s (%s: %s)", path, type(e).__name__, e)
+        return None

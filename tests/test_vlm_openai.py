@@ -1,0 +1,266 @@
+"""VLMPolicy + OpenAICompatibleBackend against a scripted local OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import time
+
+import pytest
+from PIL import Image
+
+from graph.policy import IDK, Policy, PolicyView, StepSummary, ToolSpec
+from models.vlm import BackendError, VLMPolicy, load_model_config, make_policy, parse_spec
+from models.vlm.fake_server import FakeOpenAIServer
+from models.vlm.openai_server import OpenAICompatibleBackend
+from tools.base import Hit
+
+F = FakeOpenAIServer
+
+
+@pytest.fixture(scope="module")
+def server():
+    with FakeOpenAIServer() as srv:
+        yield srv
+
+
+@pytest.fixture()
+def srv(server):
+    server.reset()
+    yield server
+    server.reset()
+
+
+def _spec(name: str, desc: str, props: dict, required: list[str]) -> ToolSpec:
+    schema = {"type": "function", "function": {"name": name, "description": desc,
+              "parameters": {"type": "object", "properties": props, "required": required}}}
+    sig = f"{name}({', '.join(f'{k}: str' for k in props)}) - {desc}"
+    return ToolSpec(name=name, description=desc, signature=sig, json_schema=schema)
+
+
+TOOLS = [_spec("web_search", "Search the web.", {"query": {"type": "string"}}, ["query"]),
+         _spec("ocr", "Read text in the image.", {}, [])]
+
+
+def _view(**kw) -> PolicyView:
+    base = dict(task=2, question="What brand is this bottle?", has_image=True, tools=TOOLS, remaining_steps=4,
+                remaining_s=30.0)
+    base.update(kw)
+    return PolicyView(**base)
+
+
+def _img():
+    return Image.new("RGB", (2000, 1000), (200, 30, 30))
+
+
+def _policy(srv, **kw) -> VLMPolicy:
+    return make_policy(f"openai:{srv.base_url}#fake-vlm", max_retries=kw.pop("max_retries", 0), **kw)
+
+
+def test_policy_protocol_and_native_tool_call_with_image(srv):
+    srv.push(F.tool_call_reply("web_search", {"query": "red bottle brand"}, content="Looking it up."))
+    p = _policy(srv)
+    assert isinstance(p, Policy)
+    d = p.decide(_view(), _img())
+    assert d.action == "call_tool" and d.tool == "web_search" and d.arguments == {"query": "red bottle brand"}
+    req = srv.requests[0]
+    assert req["model"] == "fake-vlm" and req["tool_choice"] == "auto"
+    assert [t["function"]["name"] for t in req["tools"]] == ["web_search", "ocr"]
+    user = req["messages"][-1]["content"]
+    img_parts = [c for c in user if c["type"] == "image_url"]
+    assert len(img_parts) == 1 and img_parts[0]["image_url"]["url"].startswith("data:image/jpeg;base64,")
+    im = Image.open(io.BytesIO(base64.b64decode(img_parts[0]["image_url"]["url"].split(",", 1)[1])))
+    assert max(im.size) == 1024  # downscaled
+    text = next(c["text"] for c in user if c["type"] == "text")
+    assert "web_search(query: str)" in text and "What brand is this bottle?" in text  # text tool list always
+    assert req["messages"][0]["role"] == "system"
+    assert p.usage.input_tokens == 12 and p.calls[0]["kind"] == "decide"
+
+
+def test_json_in_text_with_junk(srv):
+    srv.push(F.text_reply("I think OCR helps.\n```json\n{'action': 'call_tool', 'tool': 'ocr', 'arguments': {},}\n```"))
+    d = _policy(srv).decide(_view(), _img())
+    assert d.action == "call_tool" and d.tool == "ocr" and d.arguments == {}
+
+
+def test_unknown_tool_is_returned_as_said(srv):
+    srv.push(F.tool_call_reply("teleport", {"where": "moon"}))
+    d = _policy(srv).decide(_view(), None)
+    assert d.tool == "teleport" and d.arguments == {"where": "moon"}
+    assert isinstance(srv.requests[0]["messages"][-1]["content"], str)  # no image -> plain text content
+
+
+def test_malformed_reply_becomes_answer_decision(srv):
+    srv.push(F.text_reply("blah blah no json here"))
+    d = _policy(srv).decide(_view(), _img())
+    assert d.action == "answer" and d.rationale.startswith("unparseable model reply")
+
+
+def test_malformed_http_payload_is_graceful(srv):
+    srv.push({"unexpected": True}, ("status", 200, "not json at all"))
+    p = _policy(srv)
+    assert p.decide(_view(), None).action == "answer"
+    assert p.answer(_view(), None).answer == IDK
+
+
+def test_history_done_evidence_in_prompt(srv):
+    srv.push(F.text_reply('{"action": "answer", "rationale": "enough"}'))
+    v = _view(done=[StepSummary(tool="web_search", arguments={"query": "q1"}, summary="found 3 pages"),
+                    StepSummary(tool="ocr", error="no text engine")],
+              evidence=[Hit(source="web", score=1.0, title="Coca-Cola", snippet="x" * 5000, url="http://e/1")],
+              ocr_text="COCA COLA")
+    d = _policy(srv, evidence_chars=100).decide(v, None)
+    assert d.action == "answer" and d.rationale == "enough"
+    text = srv.requests[0]["messages"][-1]["content"]
+    assert "web_search" in text and "found 3 pages" in text and "ERROR: no text engine" in text
+    assert "COCA COLA" in text and "x" * 200 not in text  # evidence truncated
+
+
+def test_answer_parsing(srv):
+    srv.push(F.text_reply('Answer:\n{"answer": "Coca-Cola", "confidence": 85, "entity": "Coca-Cola bottle"}'),
+             F.text_reply('{"answer": "I do not know", "confidence": 0.9}'),
+             F.text_reply("It is probably Pepsi."))
+    p = _policy(srv)
+    a = p.answer(_view(), _img())
+    assert a.answer == "Coca-Cola" and a.confidence == pytest.approx(0.85) and a.entity == "Coca-Cola bottle"
+    assert "I don't know" in srv.requests[0]["messages"][-1]["content"][-1]["text"]
+    b = p.answer(_view(), _img())
+    assert b.answer == IDK and b.confidence == 0.0
+    c = p.answer(_view(), _img())
+    assert c.answer == IDK and c.confidence == 0.0
+
+
+def test_retry_on_500_then_success(srv):
+    srv.push(("status", 500, "boom"), ("status", 503, "busy"), F.tool_call_reply("ocr", "{}"))
+    b = OpenAICompatibleBackend(srv.base_url, "fake-vlm", max_retries=2, retry_wait_s=0.01)
+    r = b.complete([{"role": "user", "content": "hi"}], tools=[TOOLS[1].json_schema])
+    assert r.tool_calls[0].name == "ocr" and len(srv.requests) == 3
+
+
+def test_no_retry_on_4xx(srv):
+    srv.push(("status", 404, '{"error": "model not found"}'), F.text_reply("never"))
+    b = OpenAICompatibleBackend(srv.base_url, "fake-vlm", max_retries=3, retry_wait_s=0.01)
+    with pytest.raises(BackendError, match="404"):
+        b.complete([{"role": "user", "content": "hi"}])
+    assert len(srv.requests) == 1
+
+
+def test_native_tools_rejected_falls_back_to_text(srv):
+    srv.push(("status", 400, '{"message": "\\"auto\\" tool choice requires --enable-auto-tool-choice"}'),
+             F.text_reply('{"action": "call_tool", "tool": "ocr"}'))
+    p = _policy(srv)
+    d = p.decide(_view(), None)
+    assert d.tool == "ocr" and "tools" in srv.requests[0] and "tools" not in srv.requests[1]
+    assert p.backend.supports_native_tools is False
+
+
+def test_timeout_gives_up_and_policy_degrades(srv):
+    srv.push(("hang", 3.0), ("hang", 3.0))
+    b = OpenAICompatibleBackend(srv.base_url, "fake-vlm", timeout_s=0.3, max_retries=1, retry_wait_s=0.01)
+    t0 = time.time()
+    with pytest.raises(BackendError, match="timed out"):
+        b.complete([{"role": "user", "content": "hi"}])
+    assert time.time() - t0 < 2.5 and len(srv.requests) == 2
+    srv.reset()
+    srv.push(("hang", 3.0))
+    p = VLMPolicy(OpenAICompatibleBackend(srv.base_url, "fake-vlm", timeout_s=0.3, max_retries=0))
+    d = p.decide(_view(), None)
+    assert d.action == "answer" and "backend error" in d.rationale
+
+
+def test_connection_refused_message():
+    b = OpenAICompatibleBackend("http://127.0.0.1:9/v1", "m", max_retries=1, retry_wait_s=0.01, timeout_s=1)
+    with pytest.raises(BackendError, match="cannot reach"):
+        b.complete([{"role": "user", "content": "hi"}])
+
+
+def test_model_from_server_list(srv):
+    p = make_policy(f"openai:{srv.base_url}")
+    assert p.backend.model == "fake-vlm"
+
+
+def test_verify_dual_path_and_cove(srv):
+    cove = {"verifications": [{"question": "Is the label red?", "answer": "yes", "supported": True},
+                              {"question": "Does evidence name Coca-Cola?", "answer": "yes", "supported": True}],
+            "supported": True, "confidence": 0.9, "reason": "evidence [1] names it"}
+    srv.push(F.text_reply('{"answer": "Coca-Cola", "confidence": 0.6}'),
+             F.text_reply('{"consistent": true, "reason": "same brand"}'),
+             F.text_reply(json.dumps(cove)))
+    p = _policy(srv)
+    v = p.verify("What brand is this?", "Coca-Cola", ["Coca-Cola bottle, red label"], _img())
+    assert v.supported and v.confidence > 0.8 and v.method == "vlm-dual-path+cove"
+    closed_req, cons_req, cove_req = srv.requests
+    assert "Coca-Cola bottle, red label" not in json.dumps(closed_req)  # closed book: no context
+    assert "Closed-book answer: Coca-Cola" in cons_req["messages"][-1]["content"]
+    assert "Coca-Cola bottle, red label" in json.dumps(cove_req)
+
+    srv.reset()
+    srv.push(F.text_reply('{"answer": "Pepsi", "confidence": 0.6}'),
+             F.text_reply('{"consistent": false, "reason": "different brands"}'),
+             F.text_reply('{"verifications": [], "supported": false, "confidence": 0.2, "reason": "not in evidence"}'))
+    v = p.verify("What brand is this?", "Coca-Cola", ["a red bottle"], _img())
+    assert not v.supported and v.confidence <= 0.3 and "inconsistent" in v.reason
+
+    srv.reset()
+    srv.push(F.text_reply("garbage"), F.text_reply("more garbage"))
+    v = p.verify("What brand?", "Coca-Cola", [], None)
+    assert not v.supported  # closed-book IDK (neutral) + unparseable CoVe -> unsupported
+    assert p.verify("q", IDK, [], None).supported is False
+
+
+def test_spec_and_config(tmp_path, srv):
+    c = parse_spec("openai:http://127.0.0.1:8000/v1#Qwen/Qwen2.5-VL-7B-Instruct")
+    assert c.base_url == "http://127.0.0.1:8000/v1" and c.model == "Qwen/Qwen2.5-VL-7B-Instruct"
+    assert parse_spec("transformers:/m/qwen").path == "/m/qwen"
+    assert parse_spec("llamacpp:/m/x.gguf").backend == "llamacpp"
+    for bad in ("nope:/x", "openai:127.0.0.1:8000#m", "transformers:"):
+        with pytest.raises(ValueError):
+            parse_spec(bad)
+    t = tmp_path / "m.toml"
+    t.write_text(f'[model]\nbackend = "openai"\nbase_url = "{srv.base_url}"\nmodel = "fake-vlm"\ntimeout_s = 5\n'
+                 'max_retries = 0\ntemperature = 0.2\nmax_tokens = 64\nname = "vlm-fake"\n')
+    j = tmp_path / "m.json"
+    j.write_text(json.dumps({"backend": "openai", "base_url": srv.base_url, "model": "fake-vlm", "max_tokens": 32}))
+    assert load_model_config(t).temperature == 0.2 and load_model_config(j).max_tokens == 32
+    p = make_policy(str(t))
+    assert p.name == "vlm-fake" and p.max_tokens == 64 and p.backend.timeout_s == 5
+    srv.push(F.text_reply('{"action": "answer"}'))
+    p.decide(_view(), None)
+    assert srv.requests[0]["max_tokens"] == 64 and srv.requests[0]["temperature"] == 0.2
+
+
+def test_llamacpp_missing_gives_clear_error(tmp_path):
+    try:
+        import llama_cpp  # noqa: F401
+        pytest.skip("llama-cpp-python is installed")
+    except ImportError:
+        pass
+    with pytest.raises(ImportError, match="pip install llama-cpp-python"):
+        make_policy(f"llamacpp:{tmp_path / 'x.gguf'}")
+
+
+def test_langchain_chat_model_bind_tools(srv):
+    from langchain_core.messages import HumanMessage
+    from langchain_core.tools import tool as lc_tool
+
+    from models.vlm.langchain_chat import BackendChatModel
+
+    @lc_tool
+    def web_search(query: str) -> str:
+        """Search the web."""
+        return query
+
+    srv.push(F.tool_call_reply("web_search", {"query": "eiffel tower height"}),
+             F.text_reply('{"tool": "web_search", "arguments": {"query": "q2"}}'),
+             F.text_reply("Plain answer."))
+    chat = BackendChatModel(backend=OpenAICompatibleBackend(srv.base_url, "fake-vlm", max_retries=0))
+    bound = chat.bind_tools([web_search])
+    m = bound.invoke([HumanMessage(content="How tall is the Eiffel tower?")])
+    assert m.tool_calls[0]["name"] == "web_search" and m.tool_calls[0]["args"] == {"query": "eiffel tower height"}
+    assert srv.requests[0]["tools"][0]["function"]["name"] == "web_search"
+    assert srv.requests[0]["messages"][0] == {"role": "user", "content": "How tall is the Eiffel tower?"}
+    m2 = bound.invoke("again")
+    assert m2.tool_calls[0]["args"] == {"query": "q2"}
+    m3 = chat.invoke("hi")
+    assert m3.content == "Plain answer." and not m3.tool_calls and m3.usage_metadata["input_tokens"] == 10

@@ -1,0 +1,87 @@
+"""Small text helpers shared by the heuristic tools and the rule-based planner (no models)."""
+
+from __future__ import annotations
+
+import re
+
+STOPWORDS = frozenset("""
+a an the this that these those it its it's they them their there here is are was were be been being am do does did
+of in on at to for from by with about as into over under near what which who whom whose when where why how
+can could would should will shall may might must i me my we our you your he she his her him and or but if so than
+then also just very much many some any all each both either neither not no yes please tell know show pictured
+picture photo image shown see seen called named kind type sort one ones thing things there's what's who's
+""".split())
+
+DEICTIC = re.compile(r"\b(this|that|these|those|here|pictured|shown|in (?:the|this) (?:image|photo|picture))\b", re.I)
+PRONOUN = re.compile(r"\b(it|its|it's|they|them|their|he|she|his|her)\b", re.I)
+TEXT_CUES = re.compile(r"\b(say|says|written|read|text|sign|label|title|brand|logo|name on|word|words|number|route|menu|price|author|book|cover)\b", re.I)
+SPLIT_AND = re.compile(r"\s*(?:,?\s+and\s+(?=(?:what|who|when|where|which|how|why|is|are|was|were|does|did|do|can)\b)|;|\?\s+(?=\S))\s*", re.I)
+WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'.-]*")
+
+
+def words(text: str) -> list[str]:
+    return [w.strip(".'").lower() for w in WORD.findall(text or "") if w.strip(".'")]
+
+
+def content_words(text: str) -> list[str]:
+    return [w for w in words(text) if w not in STOPWORDS and len(w) > 1]
+
+
+def refers_to_image(question: str) -> bool:
+    return bool(DEICTIC.search(question))
+
+
+def has_pronoun(question: str) -> bool:
+    return bool(PRONOUN.search(question))
+
+
+def asks_about_text(question: str) -> bool:
+    return bool(TEXT_CUES.search(question))
+
+
+_NP_STOP = STOPWORDS | {"has", "have", "had", "come", "comes", "made", "built", "called", "cost", "costs", "say", "says",
+                        "mean", "means", "belong", "belongs", "use", "used", "live", "lives", "grow", "grows", "make", "weigh"}
+
+
+def resolve_references(question: str, entity: str | None) -> str:
+    """Replace 'this X' / 'it' / 'its' with the entity name, so the question stands alone for search."""
+    if not entity:
+        return question
+    m = re.search(r"\b(this|that|these|those)\b", question, flags=re.I)
+    q = question
+    if m:
+        rest = question[m.end():]
+        # swallow the noun phrase after the determiner: up to three words that are not verbs/stopwords
+        n = 0
+        for w in re.finditer(r"\s+([A-Za-z-]+)", rest):
+            if w.start() != n or w.group(1).lower() in _NP_STOP or len(w.group(1)) < 2:
+                break
+            n = w.end()
+            if n and rest[:n].count(" ") >= 3:
+                break
+        q = question[: m.start()] + entity + rest[n:]
+    q = re.sub(r"\bits\b", f"{entity}'s", q, flags=re.I)
+    q = re.sub(r"\b(it|they|them)\b", entity, q, flags=re.I)
+    return re.sub(r"\s+", " ", q).strip()
+
+
+def split_question(question: str) -> list[str]:
+    """Split a compound question into parts that each ask one thing."""
+    parts = [p.strip(" ,?") for p in SPLIT_AND.split(question) if p and p.strip(" ,?")]
+    return [p + "?" for p in parts] if len(parts) > 1 else [question]
+
+
+def sentences(text: str) -> list[str]:
+    return [s.strip() for s in re.split(r"(?<=[.!?])\s+(?=[A-Z0-9\"'])", text or "") if len(s.strip()) > 3]
+
+
+def normalize(text: str) -> str:
+    t = re.sub(r"[^a-z0-9 ]+", " ", (text or "").lower())
+    t = re.sub(r"\b(a|an|the)\b", " ", t)
+    return re.sub(r"\s+", " ", t).strip()
+
+
+def keywords(question: str, entity: str | None = None, limit: int = 8) -> str:
+    """Search keywords: the entity name plus the question's content words."""
+    extra = [w for w in content_words(question) if not entity or w not in normalize(entity).split()]
+    return " ".join(([entity] if entity else []) + extra[:limit]).strip()

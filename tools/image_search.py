@@ -1,0 +1,37 @@
+from tools.base import Hit, ToolContext, ToolOutput
+from tools.registry import tool
+
+
+def hits_from_image_results(results: list[dict]) -> list[Hit]:
+    hits = []
+    for r in results:
+        for ent in r.get("entities") or []:
+            attrs = ent.get("entity_attributes") or {}
+            hits.append(Hit(source="image_kg", score=float(r.get("score", 0.0)), url=r.get("url"),
+                            entity_name=ent.get("entity_name"), attributes=attrs,
+                            snippet="; ".join(f"{k}: {v}" for k, v in attrs.items())[:1000]))
+    return hits
+
+
+@tool
+def image_search(ctx: ToolContext, use_crop: bool = True, k: int = 5) -> ToolOutput:
+    """Find the pictured entity in the image knowledge graph; returns entities with attributes and similarity scores.
+
+    Args:
+        use_crop: search with the detected object crop as well as the whole photo
+        k: how many results per search
+    """
+    if ctx.image is None:
+        raise ValueError("this turn has no usable image to search with")
+    search = ctx.resources.search
+    results = list(search.image_search(ctx.image, k=k))
+    if use_crop and ctx.crop is not None:
+        results += search.image_search(ctx.focus_image(), k=k)
+    best: dict[str, Hit] = {}
+    for h in hits_from_image_results(results):
+        key = h.entity_name or h.url or ""
+        if key not in best or h.score > best[key].score:
+            best[key] = h
+    hits = sorted(best.values(), key=lambda h: h.score, reverse=True)[:k]
+    summary = ", ".join(f"{h.entity_name} ({h.score:.2f})" for h in hits) or "no match in the image KG"
+    return ToolOutput(summary=summary, hits=hits, method=getattr(search, "name", "search"))

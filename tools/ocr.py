@@ -1,0 +1,23 @@
+from tools.base import ToolContext, ToolOutput
+from tools.registry import tool
+
+
+@tool
+def ocr(ctx: ToolContext, region: str = "image") -> ToolOutput:
+    """Read the text visible in the photo (signs, labels, covers, screens) with rapidocr.
+
+    Args:
+        region: "image" for the whole photo, "crop" for the detected object only
+    """
+    from models.ocr import OcrEngine
+
+    if ctx.image is None:
+        raise ValueError("this turn has no usable image to read")
+    if region not in ("image", "crop"):
+        raise ValueError(f"region must be 'image' or 'crop', not {region!r}")
+    engine: OcrEngine = ctx.resources.get("ocr", OcrEngine)
+    img = ctx.focus_image() if region == "crop" else ctx.image
+    lines = engine.read(img)
+    text = "\n".join(l.text for l in lines)
+    summary = f"read {len(lines)} text line(s): " + " | ".join(l.text for l in lines[:12]) if lines else "no legible text found"
+    return ToolOutput(summary=summary, method=engine.name, text=text)

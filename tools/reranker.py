@@ -1,0 +1,27 @@
+from tools.base import ToolContext, ToolOutput
+from tools.registry import tool
+
+
+@tool
+def reranker(ctx: ToolContext, query: str = "", lam: float = 1.0, top_k: int = 5) -> ToolOutput:
+    """Rerank the evidence gathered so far against the question and drop weak items (dynamic threshold median - lam*MAD).
+
+    Args:
+        query: what the evidence should answer (default: the turn's question)
+        lam: threshold width; larger keeps more items
+        top_k: keep at most this many items
+    """
+    from models.reranker import dynamic_threshold, make_reranker
+
+    if not ctx.evidence:
+        return ToolOutput(summary="nothing to rerank yet", method="none")
+    q = query.strip() or ctx.question
+    r = ctx.resources
+    model = r.get("reranker", lambda: make_reranker(r.paths.reranker, r.text_embedder()))
+    scores = [float(s) for s in model.score(q, [h.text()[:2000] for h in ctx.evidence])]
+    cut = dynamic_threshold(scores, lam) if len(scores) >= 3 else min(scores)
+    ranked = sorted(zip(ctx.evidence, scores), key=lambda x: x[1], reverse=True)
+    kept = [h.model_copy(update={"rerank_score": s}) for h, s in ranked if s >= cut][: max(1, top_k)]
+    summary = f"kept {len(kept)}/{len(scores)} (threshold {cut:.3f}): " + "; ".join(
+        f"{h.entity_name or h.title} ({h.rerank_score:.2f})" for h in kept)
+    return ToolOutput(summary=summary, hits=kept, replace_evidence=True, method=model.name, keywords=q)

@@ -1,0 +1,25 @@
+from tools.base import Hit, ToolContext, ToolOutput
+from tools.registry import tool
+
+
+@tool(tasks={2, 3})
+def web_search(ctx: ToolContext, query: str, k: int = 5) -> ToolOutput:
+    """Search the web for pages about the query; returns page titles, snippets, urls and scores.
+
+    Args:
+        query: search keywords, e.g. the entity name plus what is asked about it
+        k: how many pages
+    """
+    query = " ".join(query.split())[:512]
+    if not query:
+        raise ValueError("empty search query")
+    search = ctx.resources.search
+    get_page = getattr(search, "get_page", None)
+    hits = []
+    for r in search.web_search(query, k=k):
+        url = r.get("page_url")
+        content = get_page(url) if get_page and url else None
+        hits.append(Hit(source="web", score=float(r.get("score", 0.0)), url=url, title=r.get("page_name"),
+                        snippet=r.get("page_snippet") or "", content=content, query=query))
+    summary = "; ".join(f"{h.title} ({h.score:.2f})" for h in hits) or "no pages found"
+    return ToolOutput(summary=summary, hits=hits, keywords=query, method=getattr(search, "name", "search"))
