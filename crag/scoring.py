@@ -409,7 +409,9 @@ class RuleJudge:
        and each of its quantities appears in the response within ``rel_tol`` (1%) with a compatible
        unit (same canonical unit, or a unit missing on one side; no unit conversion);
     4. set match: the ground truth is a list (commas / "and" / ";") and every item is contained in
-       the response (order-free).
+       the response (order-free);
+    5. parenthetical alternatives: a ground truth "X (Y)" is also matched as X alone and as Y alone,
+       since such answers give the same fact twice ("a dahlia (pompon dahlia)").
     """
 
     name = "rule-judge (approximate)"
@@ -445,6 +447,12 @@ class RuleJudge:
         if len(items) >= 2:
             if set(items) == set(split_items(response)) or all(_contains(resp, it) for it in items):
                 return JudgeVerdict(correct=True, reason="rule: set match")
+        paren = re.fullmatch(r"\s*(.*?)\s*\((.+)\)\s*", ground_truth)
+        if paren and paren.group(1):
+            for alt in (paren.group(1), paren.group(2)):
+                v = self.judge(query, alt, response)
+                if v.correct:
+                    return JudgeVerdict(correct=True, reason=f"rule: parenthetical alternative {alt!r}; {v.reason}")
         return JudgeVerdict(correct=False, reason="rule: no rule matched")
 
 

@@ -19,16 +19,20 @@ from tools import _text
 from tools.base import Hit
 
 RECOGNITION = re.compile(
-    r"^\s*(what|which|who)\s*(?:'s|is|are|was)?\s*(?:this|that|these|those|it|the name of (?:this|that)|the (?:\w+ )?(?:in|on) (?:the|this) (?:image|photo|picture))\s*\??\s*$"
-    r"|\b(what|which) (?:kind|type|species|breed|model|brand|make) of\b|\bwhat (?:is|'s) (?:this|that) called\b|\bidentify\b|\bwho is (?:this|that)\b",
+    r"^\s*(?:what|which|who)(?:'s|\s+is|\s+are|\s+was)?\s+(?:the\s+(?:name|title|kind|type|species|breed|model)\s+of\s+)?"
+    r"(?:this|that|these|those|it)\b(?:\s+\w+){0,2}\s*\??\s*$"
+    r"|^\s*(?:what|which)\s+(?:kind of |type of |sort of )?\w+(?:\s+\w+)?\s+(?:is|are)\s+(?:this|that|these|those|it)\s*\??\s*$"
+    r"|\bwhat (?:is|'s) (?:this|that) called\b|\bidentify\b",
     re.I,
 )
+HOW_MANY = re.compile(r"\bhow many (\w+)", re.I)
 
 
 class RulePlannerConfig(BaseModel):
     min_image_score: float = 0.6  # cosine similarity below which an image-KG match is not trusted
     min_image_margin: float = 0.0  # top-1 minus top-2 score needed (different entities)
-    min_attr_sim: float = 0.35  # question vs attribute-name similarity to answer from the KG
+    min_attr_sim: float = 0.35  # question vs attribute-name similarity when they share a word stem
+    min_attr_sim_no_overlap: float = 0.5  # ... when they share none
     min_web_sim: float = 0.45  # question vs sentence similarity to answer from the web
     max_answer_words: int = 40
 
@@ -82,47 +86,76 @@ class RuleBasedPlanner:
                 return first, 0.4, None
         return None, 0.0, None
 
-    def _targets(self, v: PolicyView, entity: str | None) -> list[str]:
+    def _targets(self, v: PolicyView, entity: str | None) -> list[tuple[str, str]]:
+        """(original part, stand-alone part) per thing asked: 'this'/'it' resolved to the entity."""
+        parts = _text.split_question(v.question)
+        if v.sub_questions and len(v.sub_questions) == len(parts):
+            return list(zip(parts, v.sub_questions))
         if v.sub_questions:
-            return v.sub_questions
-        return [_text.resolve_references(p, entity) for p in _text.split_question(v.question)]
+            return [(q, q) for q in v.sub_questions]
+        return [(p, _text.resolve_references(p, entity)) for p in parts]
 
     def _attr_answer(self, question: str, hit: Hit | None) -> tuple[str, float] | None:
+        """The KG attribute the question asks for: a name that shares a stem with the question or is
+        very similar to it, whose value has the expected answer type."""
         if hit is None or not hit.attributes:
             return None
-        keys = [str(k) for k in hit.attributes]
-        q = " ".join(w for w in _text.words(question) if w not in set(_text.normalize(hit.entity_name or "").split()))
-        sims = self.embedder.similarity(q or question, keys)
-        i = int(np.argmax(sims))
-        if float(sims[i]) < self.config.min_attr_sim:
+        kind = _text.expected_type(question)
+        counted = HOW_MANY.search(question)
+        keys = [str(k) for k, val in hit.attributes.items() if _text.matches_type(str(val), kind, cased=False)]
+        if counted:
+            keys = [k for k in keys if _text.shares_stem(counted.group(1), k)]
+        if not keys:
             return None
-        return str(hit.attributes[keys[i]]), float(sims[i])
+        ent_words = set(_text.normalize(hit.entity_name or "").split())
+        q = " ".join(w for w in _text.words(question) if w not in ent_words) or question
+        sims = self.embedder.similarity(q, keys)
+        best: tuple[str, float] | None = None
+        for k, sim in zip(keys, sims):
+            overlap = _text.shares_stem(q, k)
+            need = self.config.min_attr_sim if overlap else self.config.min_attr_sim_no_overlap
+            score = float(sim) + (0.2 if overlap else 0.0)
+            if sim >= need and (best is None or score > best[1]):
+                best = (k, score)
+        if best is None:
+            return None
+        return str(hit.attributes[best[0]]), min(1.0, best[1])
 
     def _web_answer(self, question: str, hits: list[Hit], entity: str | None) -> tuple[str, float, Hit] | None:
+        """The web sentence that best answers: similar to the question, of the expected answer type,
+        adding words the question does not have, and not an instruction aimed at the agent."""
+        kind = _text.expected_type(question)
+        counted = HOW_MANY.search(question)
         cands: list[tuple[str, Hit]] = []
         for h in hits:
             if h.source != "web":
                 continue
-            for s in _text.sentences(h.content or h.snippet):
-                cands.append((s, h))
+            for sent in _text.sentences(h.content or h.snippet):
+                if _text.INJECTION.search(sent) or not _text.matches_type(sent, kind):
+                    continue
+                if counted and not _text.shares_stem(counted.group(1), sent):
+                    continue  # "how many galaxies" needs a sentence about galaxies
+                cands.append((sent, h))
         if not cands:
             return None
-        sims = self.embedder.similarity(question, [s for s, _ in cands])
-        qwords = set(_text.content_words(question))
+        sims = self.embedder.similarity(question, [c for c, _ in cands])
+        ent_words = set(_text.normalize(entity or "").split())
+        qwords = {_text.stem(w) for w in _text.content_words(question) if w not in ent_words}
         best = None
-        for (s, h), sim in zip(cands, sims):
-            novel = set(_text.content_words(s)) - qwords  # a sentence that only repeats the question answers nothing
-            if not novel:
-                continue
-            boost = 0.05 if entity and _text.normalize(entity) in _text.normalize(s) else 0.0
+        for (sent, h), sim in zip(cands, sims):
+            swords = {_text.stem(w) for w in _text.content_words(sent)}
+            if not swords - qwords - {_text.stem(w) for w in ent_words}:
+                continue  # only repeats the question
+            if qwords and not qwords & swords:
+                continue  # about the entity, but not about what is asked
+            boost = 0.05 * bool(qwords & swords) + (0.05 if entity and _text.normalize(entity) in _text.normalize(sent) else 0.0)
             score = float(sim) + boost
             if best is None or score > best[1]:
-                best = (s, score, h)
+                best = (sent, score, h)
         if best is None or best[1] < self.config.min_web_sim:
             return None
-        words = best[0].split()
-        text = " ".join(words[: self.config.max_answer_words])
-        return text, best[1], best[2]
+        text = " ".join(best[0].split()[: self.config.max_answer_words])
+        return text, min(1.0, best[1]), best[2]
 
     # ---- the protocol -----------------------------------------------------------------------
     def decide(self, view: PolicyView, image: Any = None) -> Decision:
@@ -149,7 +182,7 @@ class RuleBasedPlanner:
         targets = self._targets(v, entity)
         if "web_search" in has:
             searched = v.ran("web_search")
-            open_targets = [t for t in targets if not self._answer_from_kg(t, top if use_image else None)]
+            open_targets = [t for o, t in targets if not self._answer_from_kg(o, t, top if use_image else None)]
             if searched < len(open_targets) and v.remaining_steps > 1:
                 t = open_targets[searched]
                 return call("web_search", "the image KG does not hold this fact", sub=t,
@@ -157,12 +190,12 @@ class RuleBasedPlanner:
             webs = [h for h in v.evidence if h.source == "web"]
             if len(webs) >= 3 and "reranker" in has and not v.ran("reranker") and v.remaining_steps > 0:
                 return call("reranker", "keep only the pages that answer the question", retrieval=False,
-                            query=" ".join(targets))
+                            query=" ".join(t for _, t in targets))
         return Decision(action="answer", rationale="enough evidence gathered or nothing left to try",
                         needs_retrieval=bool(v.done))
 
-    def _answer_from_kg(self, target: str, top: Hit | None) -> bool:
-        return top is not None and (bool(RECOGNITION.search(target)) or self._attr_answer(target, top) is not None)
+    def _answer_from_kg(self, original: str, target: str, top: Hit | None) -> bool:
+        return top is not None and (bool(RECOGNITION.search(original)) or self._attr_answer(target, top) is not None)
 
     @staticmethod
     def _target_phrase(q: str) -> str:
@@ -178,13 +211,16 @@ class RuleBasedPlanner:
         use_image = self._needs_image(v)
         entity, ent_conf, top = self._entity(v, use_image)
         q = v.question
+        if _text.COMPARISON.search(q):
+            return AnswerDraft(answer=IDK, confidence=0.0, entity=entity,
+                               rationale="comparisons and date arithmetic are beyond the rule-based planner")
         if use_image and _text.asks_about_text(q) and v.ocr_text and re.search(r"\b(say|says|written|read|text)\b", q, re.I):
             return AnswerDraft(answer=" ".join(v.ocr_text.split())[:300], confidence=0.7, rationale="OCR text", entity=entity)
         answers: list[str] = []
         confs: list[float] = []
         notes: list[str] = []
-        for t in self._targets(v, entity):
-            if top is not None and ent_conf > 0 and RECOGNITION.search(t if not v.sub_questions else q):
+        for original, t in self._targets(v, entity):
+            if top is not None and ent_conf > 0 and RECOGNITION.search(original):
                 answers.append(top.entity_name or "")
                 confs.append(ent_conf)
                 notes.append(f"recognised {top.entity_name} (image score {top.score:.2f})")
@@ -198,7 +234,7 @@ class RuleBasedPlanner:
             web = self._web_answer(t, v.evidence, entity)
             if web is not None:
                 answers.append(web[0])
-                confs.append(min(1.0, web[1]) * (0.6 + 0.4 * (ent_conf if use_image else 1.0)))
+                confs.append(web[1] * (0.6 + 0.4 * (ent_conf if use_image else 1.0)))
                 notes.append(f"web sentence from {web[2].url} (match {web[1]:.2f})")
                 continue
             return AnswerDraft(answer=IDK, confidence=0.0, rationale=f"no evidence answers: {t}", entity=entity)

@@ -91,8 +91,10 @@ def make_search(args) -> Any:
         missing = [n for n in ("cragmm_image_index", "cragmm_clip") if getattr(args, n) is None]
         if missing:
             raise SystemExit("--search cragmm needs " + ", ".join("--" + m.replace("_", "-") for m in missing))
-        return CragMMSearch(image_index=args.cragmm_image_index, clip_path=args.cragmm_clip,
-                            web_index=args.cragmm_web_index, text_model_path=args.cragmm_text_model)
+        if args.task >= 2 and args.cragmm_web_index is not None and args.cragmm_text_model is None:
+            raise SystemExit("--cragmm-web-index needs --cragmm-text-model (the model that built the web index)")
+        return CragMMSearch(image_index_dir=args.cragmm_image_index, clip_model_dir=args.cragmm_clip,
+                            web_index_dir=args.cragmm_web_index, text_model_dir=args.cragmm_text_model)
     from crag.demo import ensure_demo
     from crag.local_search import LocalSearchIndex
     from models.image_embedder import make_image_embedder

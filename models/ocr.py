@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import logging
 import threading
 from collections import OrderedDict
 
@@ -23,8 +22,8 @@ class OcrEngine:
     def __init__(self, min_score: float = 0.5, cache_size: int = 64):
         from rapidocr import RapidOCR
 
-        logging.getLogger("RapidOCR").setLevel(logging.WARNING)
-        self._engine = RapidOCR()
+        # rapidocr logs every model file it loads at INFO; keep run output readable
+        self._engine = RapidOCR(params={"Global.log_level": "warning"})
         self.min_score = min_score
         self._lock = threading.Lock()  # onnxruntime sessions are shared across concurrent turns
         self._cache: OrderedDict[str, list[OcrLine]] = OrderedDict()

@@ -15,7 +15,7 @@ picture photo image shown see seen called named kind type sort one ones thing th
 DEICTIC = re.compile(r"\b(this|that|these|those|here|pictured|shown|in (?:the|this) (?:image|photo|picture))\b", re.I)
 PRONOUN = re.compile(r"\b(it|its|it's|they|them|their|he|she|his|her)\b", re.I)
 TEXT_CUES = re.compile(r"\b(say|says|written|read|text|sign|label|title|brand|logo|name on|word|words|number|route|menu|price|author|book|cover)\b", re.I)
-SPLIT_AND = re.compile(r"\s*(?:,?\s+and\s+(?=(?:what|who|when|where|which|how|why|is|are|was|were|does|did|do|can)\b)|;|\?\s+(?=\S))\s*", re.I)
+SPLIT_AND = re.compile(r"\s*(?:,?\s+and\s+(?=(?:(?:in|on|at|for|from|since|by)\s+)?(?:what|who|when|where|which|how|why|is|are|was|were|does|did|do|can)\b)|;|\?\s+(?=\S))\s*", re.I)
 WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'.-]*")
 
 
@@ -85,3 +85,70 @@ def keywords(question: str, entity: str | None = None, limit: int = 8) -> str:
     """Search keywords: the entity name plus the question's content words."""
     extra = [w for w in content_words(question) if not entity or w not in normalize(entity).split()]
     return " ".join(([entity] if entity else []) + extra[:limit]).strip()
+
+
+# ---- expected answer types -------------------------------------------------------------------
+# (type, question pattern); first match wins. Used to reject answers of the wrong kind.
+_TYPE_RULES: list[tuple[str, re.Pattern]] = [
+    ("duration", re.compile(r"\bhow long (?:does|did|do|will|would)\b|\bhow often\b", re.I)),
+    ("money", re.compile(r"\bhow much\b.*\b(cost|costs|price|pay|fare)\b|\b(price|fare|cost) of\b|\bhow much is (?:a|the|one)\b.*\b(fare|ticket|bottle)\b", re.I)),
+    ("year", re.compile(r"\b(what|which) year\b|\bin what year\b|\bwhen (?:was|were|did|is)\b.*\b(born|built|founded|established|published|launched|opened|released|made|created|discovered|start|begin|first)\b", re.I)),
+    ("number", re.compile(r"\bhow (?:many|tall|high|long|far|big|large|heavy|old|deep|wide|much)\b", re.I)),
+    ("weekday", re.compile(r"\b(which|what) day\b", re.I)),
+    ("place", re.compile(r"^\s*where\b|\b(?:which|what) (?:city|country|town|state|province|continent|island|lake|river|mountain|street|region)\b", re.I)),
+    ("person", re.compile(r"^\s*(?:who|whom)\b(?!\s+(?:is|are)\s+(?:this|that|these|those)\b)|\bwhich (?:person|author|artist|architect|company|brand)\b", re.I)),
+]
+_WEEKDAYS = re.compile(r"\b(monday|tuesday|wednesday|thursday|friday|saturday|sunday)s?\b", re.I)
+_NUMBER = re.compile(r"\d|\b(one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|dozen|hundred|thousand|million|billion|half)\b", re.I)
+_YEAR = re.compile(r"\b(1\d{3}|20\d{2})\b|\b\d{1,4}\s*(?:ad|bc|bce|ce)\b|\b(?:ad|bc)\s*\d{1,4}\b", re.I)
+_MONEY = re.compile(r"[$€£¥]\s*\d|\d\s*(?:dollars|euros|pounds|cents|usd|eur)\b|\bfree\b", re.I)
+_DURATION = re.compile(r"\d.*\b(second|minute|hour|day|week|month|year)s?\b|\bevery\b", re.I)
+_NAME_WORD = re.compile(r"\b[A-Z][a-z]+")
+COMPARISON = re.compile(r"\b(\w+er|more \w+|less \w+)\b[^?]*,[^?]*\bor\b|\bbefore or after\b|\bhow many (?:years|days|months) (?:after|before|between|since)\b", re.I)
+
+
+def expected_type(question: str) -> str | None:
+    for name, pat in _TYPE_RULES:
+        if pat.search(question or ""):
+            return name
+    return None
+
+
+def matches_type(answer: str, kind: str | None, *, cased: bool = True) -> bool:
+    """Does `answer` look like an answer of `kind`? `cased=False` for lower-cased KG values."""
+    a = answer or ""
+    if kind is None:
+        return True
+    if kind == "number":
+        return bool(_NUMBER.search(a))
+    if kind == "year":
+        return bool(_YEAR.search(a))
+    if kind == "money":
+        return bool(_MONEY.search(a))
+    if kind == "duration":
+        return bool(_DURATION.search(a))
+    if kind == "weekday":
+        return bool(_WEEKDAYS.search(a))
+    if kind in ("person", "place"):
+        if (kind == "person" and _YEAR.search(a)) or not re.search(r"[A-Za-z]", a):
+            return False
+        # a proper name somewhere past the first word (sentence-initial capitals prove nothing)
+        return bool(_NAME_WORD.search(a.split(" ", 1)[1] if " " in a.strip() else a)) if cased else True
+    return True
+
+
+INJECTION = re.compile(r"\b(ignore|disregard)\b.{0,40}\b(instructions|prompt|above|previous)\b|\b(you must|always) (?:answer|respond|reply|say)\b|\banswer with\b|\bassistant:|\bsystem prompt\b", re.I)
+
+
+def stem(word: str) -> str:
+    """A crude stem (drop common suffixes) so 'manufactures' meets 'manufacturer'."""
+    w = word.lower()
+    for suf in ("ers", "ing", "ed", "er", "es", "s", "al"):
+        if len(w) > len(suf) + 3 and w.endswith(suf):
+            return w[: -len(suf)]
+    return w
+
+
+def shares_stem(a: str, b: str) -> bool:
+    sa = {stem(w) for w in content_words(a)}
+    return bool(sa & {stem(w) for w in content_words(b)})
