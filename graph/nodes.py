@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from langchain_core.runnables import RunnableConfig
@@ -89,7 +90,11 @@ def plan(state: AgentState, config: RunnableConfig) -> dict:
         step = Step(index=_n(state), node="plan", decision="answer", rationale=decision.rationale,
                     needs_retrieval=decision.needs_retrieval, policy_ms=_ms(t0))
         return {"steps": [step], "route": "answer", "ended_by": "answer"}
-    pending = PendingCall(call=ToolCall(tool=decision.tool, arguments=decision.arguments or {}),
+    room = rt.max_steps - len(state.done) - 1  # parallel calls count against the step limit too
+    extra = [PendingCall(call=ToolCall(tool=p.tool, arguments=p.arguments or {}), sub_question=p.sub_question,
+                         needs_retrieval=decision.needs_retrieval, rationale=f"in parallel with {decision.tool}")
+             for p in decision.parallel[: max(0, room)]]
+    pending = PendingCall(call=ToolCall(tool=decision.tool, arguments=decision.arguments or {}), parallel=extra,
                           sub_question=decision.sub_question, needs_retrieval=decision.needs_retrieval,
                           rationale=decision.rationale, policy_ms=_ms(t0))
     return {"pending": pending, "route": "act", "last": None}
@@ -99,9 +104,9 @@ def _stop(state: AgentState, reason: str, text: str) -> dict:
     return {"steps": [Step(index=_n(state), node="plan", decision=text)], "route": "answer", "ended_by": reason}
 
 
-def run_tool(rt: TurnRuntime, state: AgentState, call: ToolCall, time_left: float) -> ActResult:
+def run_tool(rt: TurnRuntime, state: AgentState, pending: PendingCall, time_left: float) -> ActResult:
     """Validate and execute one call; every failure comes back as a StepError."""
-    pending = state.pending or PendingCall(call=call)
+    call = pending.call
     t0 = time.perf_counter()
     try:
         tool, args = rt.registry.validate(call, rt.task, rt.allowed)
@@ -119,15 +124,22 @@ def run_tool(rt: TurnRuntime, state: AgentState, call: ToolCall, time_left: floa
 
 
 def act(state: AgentState, config: RunnableConfig) -> dict:
+    """Run the chosen call, and any independent calls chosen with it, concurrently."""
     rt = runtime(config)
     assert state.pending is not None
-    return {"last": run_tool(rt, state, state.pending.call, rt.remaining_s() - rt.reserve_s())}
+    calls = [state.pending, *state.pending.parallel]
+    left = rt.remaining_s() - rt.reserve_s()
+    if len(calls) == 1:
+        return {"last": [run_tool(rt, state, calls[0], left)]}
+    with ThreadPoolExecutor(max_workers=len(calls), thread_name_prefix="act") as pool:
+        results = list(pool.map(lambda p: run_tool(rt, state, p, left), calls))
+    return {"last": results}
 
 
-def _tool_step(state: AgentState, node: str, res: ActResult) -> Step:
+def _tool_step(state: AgentState, node: str, res: ActResult, extra: int = 0) -> Step:
     p, out = res.pending, res.output
     step = Step(
-        index=_n(state), node=node, decision=f"call {p.call.tool}", tool=p.call.tool, arguments=p.call.arguments,
+        index=_n(state, extra), node=node, decision=f"call {p.call.tool}", tool=p.call.tool, arguments=p.call.arguments,
         sub_question=p.sub_question, needs_retrieval=p.needs_retrieval, rationale=p.rationale or None,
         policy_ms=p.policy_ms, latency_ms=res.latency_ms, error=res.error,
     )
@@ -143,29 +155,33 @@ def _tool_step(state: AgentState, node: str, res: ActResult) -> Step:
 
 
 def observe(state: AgentState, config: RunnableConfig) -> dict:
-    """Fold the tool's output into the state and record the step."""
-    res = state.last
-    assert res is not None
-    update: dict[str, Any] = {"steps": [_tool_step(state, "act", res)], "pending": None}
-    summary = StepSummary(tool=res.pending.call.tool, arguments=res.pending.call.arguments,
-                          summary=res.output.summary if res.output else "",
-                          error=f"{res.error.kind}: {res.error.message}" if res.error else None)
-    update["done"] = [summary]
-    out = res.output
-    if out is not None:
-        if out.replace_evidence:
-            update["evidence"] = list(out.hits)
-        elif out.hits:
-            seen = {(h.source, h.url, h.entity_name, h.snippet) for h in state.evidence}
-            update["evidence"] = state.evidence + [h for h in out.hits if (h.source, h.url, h.entity_name, h.snippet) not in seen]
-        if out.box is not None:
-            update["crop"] = out.box
-        if out.text is not None:
-            update["ocr_text"] = out.text
-        if out.sub_questions:
-            update["sub_questions"] = list(out.sub_questions)
-    if res.error and res.error.kind == "timeout":
-        update["ended_by"] = "time_budget"
+    """Fold each tool output into the state, in call order, and record one step per call."""
+    assert state.last is not None
+    steps: list[Step] = []
+    done: list[StepSummary] = []
+    evidence = list(state.evidence)
+    update: dict[str, Any] = {"pending": None}
+    for res in state.last:
+        steps.append(_tool_step(state, "act", res, extra=len(steps)))
+        done.append(StepSummary(tool=res.pending.call.tool, arguments=res.pending.call.arguments,
+                                summary=res.output.summary if res.output else "",
+                                error=f"{res.error.kind}: {res.error.message}" if res.error else None))
+        out = res.output
+        if out is not None:
+            if out.replace_evidence:
+                evidence = list(out.hits)
+            elif out.hits:
+                seen = {(h.source, h.url, h.entity_name, h.snippet) for h in evidence}
+                evidence += [h for h in out.hits if (h.source, h.url, h.entity_name, h.snippet) not in seen]
+            if out.box is not None:
+                update["crop"] = out.box
+            if out.text is not None:
+                update["ocr_text"] = out.text
+            if out.sub_questions:
+                update["sub_questions"] = list(out.sub_questions)
+        if res.error and res.error.kind == "timeout":
+            update["ended_by"] = "time_budget"
+    update.update(steps=steps, done=done, evidence=evidence)
     return update
 
 
@@ -207,9 +223,8 @@ def self_check(state: AgentState, config: RunnableConfig) -> dict:
                                    rationale=f"draft confidence {draft.confidence:.2f} < {rt.abstain_below:.2f}")],
                     "verdict": None, "final_answer": IDK}
         return {}
-    call = ToolCall(tool=SELF_CHECK_TOOL, arguments={})
-    pend = PendingCall(call=call, rationale="verify the draft answer against the evidence")
-    res = run_tool(rt, state.model_copy(update={"pending": pend}), call, max(0.05, rt.remaining_s() - 0.05))
+    pend = PendingCall(call=ToolCall(tool=SELF_CHECK_TOOL, arguments={}), rationale="verify the draft answer against the evidence")
+    res = run_tool(rt, state, pend, max(0.05, rt.remaining_s() - 0.05))
     step = _tool_step(state, "self_check", res)
     verdict = res.output.verdict if res.output else None
     if verdict is None:

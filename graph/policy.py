@@ -55,10 +55,18 @@ class PolicyView(BaseModel):
         return sum(1 for s in self.done if s.tool == tool)
 
 
+class ParallelCall(BaseModel):
+    tool: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    sub_question: str | None = None
+
+
 class Decision(BaseModel):
     action: Literal["call_tool", "answer"]
     tool: str | None = None
     arguments: dict[str, Any] = Field(default_factory=dict)
+    parallel: list[ParallelCall] = Field(default_factory=list,
+                                         description="Independent calls run at the same time as this one (e.g. image and web search).")
     sub_question: str | None = None
     needs_retrieval: bool | None = None
     rationale: str = ""

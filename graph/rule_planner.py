@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
-from graph.policy import IDK, AnswerDraft, Decision, PolicyView
+from graph.policy import IDK, AnswerDraft, Decision, ParallelCall, PolicyView
 from tools import _text
 from tools.base import Hit
 
@@ -166,13 +166,18 @@ class RuleBasedPlanner:
         def call(tool: str, why: str, sub: str | None = None, retrieval: bool = True, **args) -> Decision:
             return Decision(action="call_tool", tool=tool, arguments=args, rationale=why, sub_question=sub, needs_retrieval=retrieval)
 
-        if use_image and _text.asks_about_text(q) and "ocr" in has and not v.ran("ocr"):
-            return call("ocr", "the question asks about text in the photo", retrieval=False)
+        want_ocr = use_image and _text.asks_about_text(q) and "ocr" in has and not v.ran("ocr")
+        ocr_too = [ParallelCall(tool="ocr")] if want_ocr else []  # independent of search: run alongside
         if use_image and "image_search" in has and not v.ran("image_search"):
             if "detect_crop" in has and not v.ran("detect_crop") and _text.refers_to_image(q) and not RECOGNITION.search(q):
-                return call("detect_crop", "focus on the object the question points at", retrieval=False,
-                            target=self._target_phrase(q))
-            return call("image_search", "identify the pictured entity in the image KG", sub=f"What is {self._target_phrase(q)}?")
+                d = call("detect_crop", "focus on the object the question points at", retrieval=False,
+                         target=self._target_phrase(q))
+            else:
+                d = call("image_search", "identify the pictured entity in the image KG", sub=f"What is {self._target_phrase(q)}?")
+            d.parallel = ocr_too
+            return d
+        if want_ocr:
+            return call("ocr", "the question asks about text in the photo", retrieval=False)
         entity, _, top = self._entity(v, use_image)
         if use_image and entity is None and "ocr" in has and not v.ran("ocr"):
             return call("ocr", "image search found no confident match; read any text instead", retrieval=False)
@@ -183,10 +188,12 @@ class RuleBasedPlanner:
         if "web_search" in has:
             searched = v.ran("web_search")
             open_targets = [t for o, t in targets if not self._answer_from_kg(o, t, top if use_image else None)]
-            if searched < len(open_targets) and v.remaining_steps > 1:
-                t = open_targets[searched]
-                return call("web_search", "the image KG does not hold this fact", sub=t,
-                            query=_text.keywords(t, entity))
+            todo = open_targets[searched:]
+            if todo and v.remaining_steps > 1:
+                d = call("web_search", "the image KG does not hold this fact", sub=todo[0], query=_text.keywords(todo[0], entity))
+                d.parallel = [ParallelCall(tool="web_search", arguments={"query": _text.keywords(t, entity)}, sub_question=t)
+                              for t in todo[1:]]
+                return d
             webs = [h for h in v.evidence if h.source == "web"]
             if len(webs) >= 3 and "reranker" in has and not v.ran("reranker") and v.remaining_steps > 0:
                 return call("reranker", "keep only the pages that answer the question", retrieval=False,

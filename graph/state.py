@@ -19,6 +19,7 @@ EndReason = Literal["answer", "step_limit", "time_budget", "error"]
 
 class PendingCall(BaseModel):
     call: ToolCall
+    parallel: list[PendingCall] = Field(default_factory=list)
     sub_question: str | None = None
     needs_retrieval: bool | None = None
     rationale: str = ""
@@ -44,7 +45,7 @@ class AgentState(BaseModel):
     ocr_text: str | None = None
     sub_questions: list[str] = Field(default_factory=list)
     pending: PendingCall | None = None
-    last: ActResult | None = None
+    last: list[ActResult] | None = None
     route: Literal["act", "answer"] | None = None
     draft: AnswerDraft | None = None
     verdict: Verdict | None = None

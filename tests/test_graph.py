@@ -158,3 +158,28 @@ def test_tool_schema_comes_from_signature_and_docstring():
         @tool(registry=ToolRegistry())
         def undocumented(x: int) -> ToolOutput:
             return ToolOutput(summary="")
+
+
+def test_parallel_calls_run_concurrently_and_each_is_a_step():
+    from graph.policy import ParallelCall
+
+    d = Decision(action="call_tool", tool="sleepy", arguments={"seconds": 0.6},
+                 parallel=[ParallelCall(tool="sleepy", arguments={"seconds": 0.6}),
+                           ParallelCall(tool="lookup", arguments={"query": "par"}, sub_question="sub")])
+    t0 = time.monotonic()
+    tr = run(ScriptedPolicy([d], AnswerDraft(answer="par 0", confidence=0.9)))
+    assert time.monotonic() - t0 < 1.1  # three calls, one of them 0.6 s twice over, took one call's time
+    acts = [s for s in tr.steps if s.node == "act"]
+    assert [s.tool for s in acts] == ["sleepy", "sleepy", "lookup"]
+    assert acts[2].sub_question == "sub" and len(acts[2].results) == 2
+    assert [s.index for s in tr.steps] == list(range(len(tr.steps)))
+    assert tr.answer == "par 0"
+
+
+def test_parallel_calls_respect_the_step_limit():
+    from graph.policy import ParallelCall
+
+    d = Decision(action="call_tool", tool="lookup", arguments={"query": "a"},
+                 parallel=[ParallelCall(tool="lookup", arguments={"query": str(i)}) for i in range(10)])
+    tr = run(ScriptedPolicy([d]), max_steps=3)
+    assert sum(s.node == "act" for s in tr.steps) == 3

@@ -120,3 +120,12 @@ def test_image_to_data_url_modes():
     for mode in ("RGB", "RGBA", "L", "P"):
         url = image_to_data_url(Image.new(mode, (3000, 10)), max_side=512)
         assert url.startswith("data:image/jpeg;base64,")
+
+
+def test_several_native_tool_calls_become_parallel_calls():
+    from models.vlm.base import ChatReply, ChatToolCall, decision_from_reply
+
+    reply = ChatReply(text="", tool_calls=[ChatToolCall(name="image_search", arguments={}),
+                                           ChatToolCall(name="web_search", arguments={"query": "falcon 9"})])
+    d = decision_from_reply(reply)
+    assert d.tool == "image_search" and [(p.tool, p.arguments) for p in d.parallel] == [("web_search", {"query": "falcon 9"})]

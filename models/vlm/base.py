@@ -23,7 +23,7 @@ from typing import Any, Iterable, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field, ValidationError
 
-from graph.policy import IDK, AnswerDraft, Decision, PolicyView
+from graph.policy import IDK, AnswerDraft, Decision, ParallelCall, PolicyView
 from tools.base import Verdict
 
 log = logging.getLogger(__name__)
@@ -328,7 +328,10 @@ def decision_from_reply(reply: ChatReply) -> Decision:
         tc = reply.tool_calls[0]
         if tc.name.strip().lower() in _ANSWER_WORDS:
             return Decision(action="answer", rationale=_snippet(reply.text) or "model chose to answer")
-        return Decision(action="call_tool", tool=tc.name, arguments=tc.arguments, rationale=_snippet(reply.text))
+        # several native calls in one reply are independent by construction: run them together
+        more = [ParallelCall(tool=c.name, arguments=c.arguments) for c in reply.tool_calls[1:]
+                if c.name.strip().lower() not in _ANSWER_WORDS]
+        return Decision(action="call_tool", tool=tc.name, arguments=tc.arguments, parallel=more, rationale=_snippet(reply.text))
     obj = extract_json(reply.text)
     if obj is not None:
         try:

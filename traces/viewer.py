@@ -1,0 +1,606 @@
+"""Static HTML viewer for one run folder: `python -m traces.viewer <run_dir> [--out file.html] [--data PATH]`.
+
+Writes ONE self-contained HTML file (inline CSS and JS, images as base64 JPEG data URLs, no external
+requests): the run header (run.json, report.json), then every conversation and turn with the image
+and the detected boxes, the question, the labels, each step (collapsible), the answer, the ground truth
+and the score. Filters (score, tool, errors, free text) run in the page.
+
+Every piece of trace text is escaped: traces hold web text, which may contain HTML or script. As a
+second line of defence the page carries a Content-Security-Policy that only lets its own script
+(pinned by hash) run, so an injected inline script or event handler would be refused by the browser.
+
+Traces hold no images: they come from `images` (session_id -> PIL image) or from the dataset named by
+`data` (default: run.json's "data"). A missing image becomes a placeholder; damaged trace files are
+listed as skipped; nothing here raises on bad input except a missing run folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import io
+import json
+import math
+import re
+import sys
+from html import escape
+from pathlib import Path
+from typing import Any, Iterable
+
+from traces.schema import Step, TurnTrace
+
+THUMB_SIDE = 480
+AGENT_MAX_SIDE = 2048  # graph.runner.MAX_IMAGE_SIDE: boxes are in pixels of the image the agent saw
+SCORES = ("correct", "missing", "incorrect", "unscored")
+METRIC_KEYS = ("total", "correct", "missing", "incorrect", "exact_match", "conversations", "accuracy",
+               "missing_rate", "hallucination_rate", "truthfulness", "multi_turn_score")
+BOX_COLOURS = ("#ff3b30", "#00c7be", "#ffcc00", "#af52de", "#34c759", "#ff9500", "#5ac8fa")
+
+
+def h(value: Any) -> str:
+    """Escaped text for HTML content and (double- or single-quoted) attributes."""
+    if value is None:
+        return ""
+    return escape(value if isinstance(value, str) else str(value), quote=True)
+
+
+# ------------------------------------------------------------------------------------------
+# Reading the run folder
+# ------------------------------------------------------------------------------------------
+
+
+def _read_json(path: Path) -> tuple[Any, str | None]:
+    if not path.exists():
+        return None, None
+    try:
+        return json.loads(path.read_text(encoding="utf-8")), None
+    except (OSError, ValueError) as e:
+        return None, f"{path.name}: {type(e).__name__}: {e}"[:300]
+
+
+def load_traces(run_dir: Path) -> tuple[list[TurnTrace], list[tuple[str, str]]]:
+    """Every readable trace (ordered by session, then turn) and (file name, reason) for each skipped one."""
+    traces: list[TurnTrace] = []
+    skipped: list[tuple[str, str]] = []
+    for p in sorted(run_dir.glob("*__*.json")):
+        try:
+            traces.append(TurnTrace.model_validate_json(p.read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            msg = str(e).strip().splitlines()
+            skipped.append((p.name, f"{type(e).__name__}: {msg[0] if msg else ''}"[:300]))
+    order: dict[str, int] = {}
+    for t in traces:
+        order.setdefault(t.session_id, len(order))
+    traces.sort(key=lambda t: (order[t.session_id], t.turn_index))
+    return traces, skipped
+
+
+def _split_from_argv(argv: Any) -> str | None:
+    if isinstance(argv, list):
+        for i, a in enumerate(argv):
+            if a == "--split" and i + 1 < len(argv):
+                return str(argv[i + 1])
+            if isinstance(a, str) and a.startswith("--split="):
+                return a.split("=", 1)[1]
+    return None
+
+
+def load_images(data: str, session_ids: Iterable[str], split: str | None = None) -> tuple[dict[str, Any], str | None]:
+    """session_id -> PIL image from the dataset, reading rows only until every wanted session is found."""
+    want = set(session_ids)
+    found: dict[str, Any] = {}
+    if not want:
+        return found, None
+    try:
+        from crag.dataset import load_conversations
+
+        for conv in load_conversations(data, split=split):
+            if conv.session_id in want and conv.session_id not in found:
+                found[conv.session_id] = conv.image
+                if len(found) == len(want):
+                    break
+    except Exception as e:  # noqa: BLE001 - a missing or unreadable dataset only costs the images
+        return found, f"images could not be read from {data!r}: {type(e).__name__}: {e}"[:400]
+    missing = len(want) - len(found)
+    return found, (f"{missing} conversation(s) not found in {data!r}" if missing else None)
+
+
+# ------------------------------------------------------------------------------------------
+# Images
+# ------------------------------------------------------------------------------------------
+
+
+class Thumb:
+    """A JPEG thumbnail as a data URL plus the size of the image the agent saw (the boxes' frame)."""
+
+    def __init__(self, data_url: str, width: int, height: int, agent_w: int, agent_h: int):
+        self.data_url, self.width, self.height = data_url, width, height
+        self.agent_w, self.agent_h = agent_w, agent_h
+
+
+def _agent_size(w: int, h_: int, notes: Iterable[str | None]) -> tuple[int, int]:
+    for n in notes:  # graph.runner notes "image downscaled to WxH" when it shrank the image
+        m = re.search(r"downscaled to (\d+)x(\d+)", n or "")
+        if m:
+            return int(m.group(1)), int(m.group(2))
+    if max(w, h_) > AGENT_MAX_SIDE:
+        s = AGENT_MAX_SIDE / max(w, h_)
+        return max(1, round(w * s)), max(1, round(h_ * s))
+    return w, h_
+
+
+def make_thumb(img: Any, notes: Iterable[str | None] = ()) -> tuple[Thumb | None, str | None]:
+    if img is None:
+        return None, None
+    try:
+        img.load()
+        w, h_ = img.size
+        if w < 1 or h_ < 1:
+            return None, f"image has no pixels ({w}x{h_})"
+        t = img.copy()
+        if t.mode != "RGB":
+            t = t.convert("RGB")
+        t.thumbnail((THUMB_SIDE, THUMB_SIDE))
+        buf = io.BytesIO()
+        t.save(buf, format="JPEG", quality=82)
+        url = "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+        aw, ah = _agent_size(w, h_, notes)
+        return Thumb(url, t.width, t.height, aw, ah), None
+    except Exception as e:  # noqa: BLE001 - truncated bytes, odd modes, decompression bombs
+        return None, f"image could not be rendered: {type(e).__name__}: {e}"[:300]
+
+
+# ------------------------------------------------------------------------------------------
+# HTML pieces
+# ------------------------------------------------------------------------------------------
+
+
+def _fmt_num(v: Any, digits: int = 3) -> str:
+    if isinstance(v, bool) or v is None:
+        return h(v)
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return "nan" if math.isnan(v) else f"{v:.{digits}f}"
+    return h(v)
+
+
+def _ms(v: float | None) -> str:
+    return "–" if v is None else f"{v:,.0f} ms" if v >= 10 else f"{v:.1f} ms"
+
+
+def _kv(label: str, value: Any, cls: str = "") -> str:
+    if value is None or value == "":
+        return ""
+    return f'<div class="kv {cls}"><span class="k">{h(label)}</span><span class="v">{h(value)}</span></div>'
+
+
+def _safe_href(url: str | None) -> str | None:
+    if url and re.match(r"^https?://", url.strip(), re.I):
+        return url.strip()
+    return None
+
+
+def _results_table(step: Step) -> str:
+    if not step.results:
+        return ""
+    rows = []
+    for i, r in enumerate(step.results):
+        href = _safe_href(r.url)
+        url = (f'<a href="{h(href)}" rel="noopener noreferrer nofollow" target="_blank">{h(r.url)}</a>'
+               if href else h(r.url))
+        rr = "" if r.rerank_score is None else f'<br><span class="muted">rerank {_fmt_num(r.rerank_score)}</span>'
+        rows.append(f"<tr><td>{i}</td><td>{h(r.source)}</td><td class='num'>{_fmt_num(r.score)}{rr}</td>"
+                    f"<td class='url'>{url}</td><td>{h(r.title)}</td><td>{h(r.entity_name)}</td>"
+                    f"<td class='snippet'>{h(r.snippet)}</td></tr>")
+    return ('<table class="results"><thead><tr><th>#</th><th>source</th><th>score</th><th>url</th><th>title</th>'
+            f'<th>entity</th><th>snippet</th></tr></thead><tbody>{"".join(rows)}</tbody></table>')
+
+
+def _step_html(step: Step, colour: str | None) -> str:
+    err = step.error is not None
+    head = [f'<span class="idx">#{step.index}</span>', f'<span class="node node-{h(step.node)}">{h(step.node)}</span>',
+            f'<span class="decision">{h(step.decision)}</span>']
+    if step.tool:
+        head.append(f'<span class="chip tool">{h(step.tool)}</span>')
+    if step.method:
+        head.append(f'<span class="muted">{h(step.method)}</span>')
+    if step.detected_box is not None and colour:
+        head.append(f'<span class="swatch" style="background:{colour}" title="box drawn on the image"></span>')
+    if err:
+        head.append(f'<span class="badge err">error: {h(step.error.kind)}</span>')
+    head.append(f'<span class="times">policy {_ms(step.policy_ms)} · tool {_ms(step.latency_ms)}</span>')
+    body = []
+    if step.arguments:
+        try:
+            args = json.dumps(step.arguments, indent=2, ensure_ascii=False, default=str)
+        except (TypeError, ValueError):
+            args = repr(step.arguments)
+        body.append(f'<div class="kv"><span class="k">arguments</span><pre class="v">{h(args)}</pre></div>')
+    body += [_kv("sub-question", step.sub_question), _kv("search keywords", step.search_keywords),
+             _kv("needs retrieval", step.needs_retrieval), _kv("rationale", step.rationale),
+             _kv("method", step.method), _kv("summary", step.summary)]
+    if step.detected_box is not None:
+        b = step.detected_box
+        body.append(_kv("detected box", f"({b.x0}, {b.y0}) – ({b.x1}, {b.y1})  {b.label}  score {b.score:.2f}  "
+                                        f"{b.method}"))
+    if step.ocr_text:
+        body.append(f'<div class="kv"><span class="k">OCR text</span><pre class="v">{h(step.ocr_text)}</pre></div>')
+    if step.verdict is not None:
+        v = step.verdict
+        body.append(_kv("verdict", f"{'supported' if v.supported else 'NOT supported'} · confidence "
+                                   f"{v.confidence:.2f} · {v.reason}" + (f" · {v.method}" if v.method else ""),
+                        "ok" if v.supported else "bad"))
+    if err:
+        body.append(f'<div class="error">{h(step.error.kind)}: {h(step.error.message)}</div>')
+    body.append(_results_table(step))
+    inner = "".join(body) or '<div class="muted">no details</div>'
+    open_ = " open" if (err or step.node == "act") else ""
+    return (f'<details class="step{" has-error" if err else ""}"{open_}><summary>{" ".join(head)}</summary>'
+            f'<div class="step-body">{inner}</div></details>')
+
+
+def _figure(trace: TurnTrace, thumb: Thumb | None, thumb_class: str, why_missing: str | None,
+            colours: dict[int, str]) -> str:
+    boxes = [(s, s.detected_box) for s in trace.steps if s.detected_box is not None]
+    if thumb is None:
+        if not trace.has_image:
+            why = trace.image_note or "this turn had no image"
+        else:
+            why = why_missing or "image not available to the viewer"
+        blist = "".join(f"<li>{h(b.label)} · {h(b.method)} ({b.x0},{b.y0})–({b.x1},{b.y1})</li>" for _, b in boxes)
+        return (f'<div class="thumb placeholder" data-boxes="{len(boxes)}"><div>no image</div>'
+                f'<div class="muted">{h(why)}</div>{f"<ul>{blist}</ul>" if blist else ""}</div>')
+    divs = []
+    for s, b in boxes:
+        aw, ah = max(1, thumb.agent_w), max(1, thumb.agent_h)
+        x0, x1 = sorted((min(max(b.x0 / aw, 0.0), 1.0), min(max(b.x1 / aw, 0.0), 1.0)))
+        y0, y1 = sorted((min(max(b.y0 / ah, 0.0), 1.0), min(max(b.y1 / ah, 0.0), 1.0)))
+        c = colours.get(s.index, BOX_COLOURS[0])
+        style = (f"left:{x0 * 100:.2f}%;top:{y0 * 100:.2f}%;width:{(x1 - x0) * 100:.2f}%;"
+                 f"height:{(y1 - y0) * 100:.2f}%;border-color:{c}")
+        tag = f"{b.label or 'box'} · {b.method or '?'}" + (f" {b.score:.2f}" if b.score else "")
+        divs.append(f'<div class="box" style="{style}" title="step #{s.index}: {h(tag)}">'
+                    f'<span class="box-label" style="background:{c}">{h(tag)}</span></div>')
+    return (f'<div class="thumb {thumb_class}" role="img" aria-label="conversation image" '
+            f'style="width:{thumb.width}px;height:{thumb.height}px" data-boxes="{len(boxes)}">{"".join(divs)}</div>')
+
+
+def _score_of(t: TurnTrace) -> str:
+    return t.score if t.score in SCORES else "unscored"
+
+
+def _turn_tools(t: TurnTrace) -> list[str]:
+    seen: list[str] = []
+    for s in t.steps:
+        if s.tool:
+            name = re.sub(r"\s+", "_", s.tool)
+            if name not in seen:
+                seen.append(name)
+    return seen
+
+
+def _turn_html(t: TurnTrace, thumb: Thumb | None, thumb_class: str, why_missing: str | None,
+               counted: dict[str, Any] | None = None) -> str:
+    score = _score_of(t)
+    tools = _turn_tools(t)
+    has_err = bool(t.error) or any(s.error is not None for s in t.steps)
+    colours, k = {}, 0
+    for s in t.steps:
+        if s.detected_box is not None:
+            colours[s.index] = BOX_COLOURS[k % len(BOX_COLOURS)]
+            k += 1
+    labels = "".join(f'<span class="chip label" title="{h(key)}">{h(key)}: {h(val)}</span>'
+                     for key, val in t.labels.items() if val is not None)
+    meta = [f'<span class="badge score-{score}">{score}</span>',
+            f'<span class="muted">ended by {h(t.ended_by)}</span>',
+            f'<span class="muted">{_ms(t.latency_ms)} / budget {t.budget_s:g} s</span>',
+            f'<span class="muted">{len(t.steps)} step(s)</span>']
+    if t.confidence is not None:
+        meta.append(f'<span class="muted">confidence {t.confidence:.2f}</span>')
+    if t.abstained:
+        meta.append('<span class="chip">abstained</span>')
+    if has_err:
+        meta.append('<span class="badge err">error</span>')
+    steps = "".join(_step_html(s, colours.get(s.index)) for s in t.steps) or '<div class="muted">no steps</div>'
+    err = f'<div class="error">turn error: {h(t.error)}</div>' if t.error else ""
+    note = f'<div class="note">image note: {h(t.image_note)}</div>' if t.image_note else ""
+    return f"""
+<article class="turn score-{score}" data-score="{score}" data-tools=" {h(' '.join(tools))} " data-error="{int(has_err)}"
+  id="turn-{h(t.session_id)}-{t.turn_index}">
+ <header class="turn-head"><h3>Turn {t.turn_index} <span class="muted">{h(t.interaction_id)}</span></h3>{' '.join(meta)}</header>
+ <div class="turn-grid">
+  <div class="fig">{_figure(t, thumb, thumb_class, why_missing, colours)}{note}</div>
+  <div class="qa">
+   <div class="question"><span class="k">Q</span> {h(t.question)}</div>
+   <div class="labels">{labels}</div>
+   <div class="answer"><span class="k">answer</span> <span class="v">{h(t.answer)}</span></div>
+   <div class="truth"><span class="k">ground truth</span> <span class="v">{h(t.ground_truth) if t.ground_truth is not None else '<span class="muted">none</span>'}</span></div>
+   <div class="scoreline"><span class="k">score</span> <span class="badge score-{score}">{score}</span>
+     <span class="muted">{h(t.judge)}</span>{f' <span class="muted">entity: {h(t.entity)}</span>' if t.entity else ''}{_counted(t, counted)}</div>
+   {err}
+   <div class="tools">{''.join(f'<span class="chip tool">{h(x)}</span>' for x in tools)}</div>
+  </div>
+ </div>
+ <div class="steps"><div class="steps-head">Steps <button type="button" class="tog" data-open="1">expand</button>
+   <button type="button" class="tog" data-open="0">collapse</button></div>{steps}</div>
+</article>"""
+
+
+def _counted(t: TurnTrace, rec: dict[str, Any] | None) -> str:
+    """How report.json counted the turn when that differs from the trace's own score (multi-turn early stop)."""
+    if not isinstance(rec, dict) or rec.get("result") in (None, t.score):
+        return ""
+    why = "multi-turn early stop" if rec.get("early_stopped") else (rec.get("reason") or "report")
+    res = rec["result"] if rec["result"] in SCORES else "unscored"
+    return (f' <span class="counted">counted in report as <span class="badge score-{res}">{h(rec["result"])}</span>'
+            f' <span class="muted">({h(why)})</span></span>')
+
+
+def _metrics_table(report: dict[str, Any]) -> str:
+    sections = [("overall", report.get("overall")), ("egocentric", report.get("egocentric"))]
+    sections = [(n, m) for n, m in sections if isinstance(m, dict) and m]
+    if not sections:
+        return ""
+    head = "".join(f"<th>{h(k)}</th>" for k in METRIC_KEYS)
+    rows = "".join(f"<tr><th>{h(n)}</th>" + "".join(f"<td class='num'>{_fmt_num(m.get(k))}</td>" for k in METRIC_KEYS)
+                   + "</tr>" for n, m in sections)
+    slices = ""
+    if isinstance(report.get("slices"), dict):
+        srows = []
+        for dim, vals in report["slices"].items():
+            if not isinstance(vals, dict):
+                continue
+            for val, m in vals.items():
+                if isinstance(m, dict):
+                    srows.append(f"<tr><th>{h(dim)}</th><th>{h(val)}</th>" + "".join(
+                        f"<td class='num'>{_fmt_num(m.get(k))}</td>" for k in METRIC_KEYS) + "</tr>")
+        if srows:
+            slices = (f'<details class="slices"><summary>metrics by slice</summary><table class="metrics"><thead><tr>'
+                      f'<th>slice</th><th>value</th>{head}</tr></thead><tbody>{"".join(srows)}</tbody></table></details>')
+    notes = report.get("notes")
+    notes_html = ""
+    if isinstance(notes, list) and notes:
+        notes_html = "<ul class='notes'>" + "".join(f"<li>{h(n)}</li>" for n in notes) + "</ul>"
+    return (f'<table class="metrics"><thead><tr><th></th>{head}</tr></thead><tbody>{rows}</tbody></table>'
+            f"{slices}{notes_html}")
+
+
+def _header_html(run_dir: Path, run: dict[str, Any], report: dict[str, Any] | None, traces: list[TurnTrace],
+                 problems: list[str], skipped: list[tuple[str, str]]) -> str:
+    first = traces[0] if traces else None
+    fields = [
+        ("run", run.get("run_id") or (first.run_id if first else run_dir.name)),
+        ("task", run.get("task", first.task if first else None)),
+        ("policy", run.get("policy", first.policy if first else None)),
+        ("search", run.get("search", first.search_backend if first else None)),
+        ("judge", run.get("judge")),
+        ("budget", f"{run['budget_s']} s/turn" if "budget_s" in run else
+         (f"{first.budget_s:g} s/turn" if first else None)),
+        ("max steps", run.get("max_steps", first.max_steps if first else None)),
+        ("tools", ", ".join(map(str, run["tools"])) if isinstance(run.get("tools"), list) else None),
+        ("data", run.get("data")),
+        ("turns", f"{len(traces)} trace(s) in {len({t.session_id for t in traces})} conversation(s)"
+                  + (f"; run.json says {run['turns']}" if "turns" in run and run["turns"] != len(traces) else "")),
+        ("resumed turns", run.get("resumed_turns") or None),
+        ("failed conversations", run.get("failed_conversations") or None),
+        ("seconds", run.get("seconds")),
+    ]
+    kv = "".join(_kv(k, v) for k, v in fields)
+    metrics = _metrics_table(report) if isinstance(report, dict) else '<div class="muted">no report.json</div>'
+    probs = "".join(f'<div class="warn">{h(p)}</div>' for p in problems)
+    skip = ""
+    if skipped:
+        items = "".join(f"<li><code>{h(n)}</code> <span class='muted'>{h(why)}</span></li>" for n, why in skipped)
+        skip = f'<div class="skipped"><b>{len(skipped)} trace file(s) skipped (damaged or not a turn trace):</b><ul>{items}</ul></div>'
+    return f'<header class="run"><h1>Run {h(fields[0][1])}</h1><div class="runmeta">{kv}</div>{metrics}{probs}{skip}</header>'
+
+
+def _controls(tools: list[str], counts: dict[str, int]) -> str:
+    scores = "".join(f'<label class="badge score-{s}"><input type="checkbox" class="f-score" value="{s}" checked> {s} '
+                     f'({counts.get(s, 0)})</label>' for s in SCORES)
+    opts = "".join(f'<option value="{h(t)}">{h(t)}</option>' for t in tools)
+    return f"""<nav class="controls" id="controls">
+ <span class="group">{scores}</span>
+ <label>tool <select id="f-tool"><option value="">any</option>{opts}</select></label>
+ <label><input type="checkbox" id="f-error"> errors only</label>
+ <input type="search" id="f-text" placeholder="search text (question, answer, snippets…)" size="34">
+ <button type="button" id="expand-all">expand all steps</button><button type="button" id="collapse-all">collapse all</button>
+ <span id="shown" class="muted"></span>
+</nav>"""
+
+
+CSS = """
+*{box-sizing:border-box}body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;background:#f4f5f7;color:#1d1d1f}
+main{padding:0 18px 40px}header.run{background:#1f2933;color:#f5f7fa;padding:14px 18px}header.run h1{margin:0 0 8px;font-size:20px}
+.runmeta{display:flex;flex-wrap:wrap;gap:4px 18px;margin-bottom:10px}.kv{margin:2px 0}.kv .k{color:#7b8794;margin-right:6px;font-size:12px;text-transform:uppercase;letter-spacing:.03em}
+header.run .kv .k{color:#9aa5b1}pre{white-space:pre-wrap;word-break:break-word;margin:2px 0;font:12px/1.4 ui-monospace,Menlo,Consolas,monospace;background:#f0f1f3;padding:4px 6px;border-radius:4px}
+table.metrics{border-collapse:collapse;font-size:12px;background:#fff;color:#1d1d1f;margin:6px 0}table.metrics th,table.metrics td{border:1px solid #d2d6dc;padding:2px 6px}
+td.num{text-align:right;font-variant-numeric:tabular-nums}.notes{font-size:12px;color:#cbd2d9;margin:4px 0}details.slices summary{cursor:pointer;color:#9aa5b1}
+.warn{background:#7a4d00;color:#fff;padding:4px 8px;border-radius:4px;margin:4px 0}.skipped{background:#fde8e8;color:#9b1c1c;padding:6px 10px;border-radius:4px;margin-top:6px}
+nav.controls{position:sticky;top:0;z-index:5;background:#fff;border-bottom:1px solid #d2d6dc;padding:8px 18px;display:flex;flex-wrap:wrap;gap:8px 14px;align-items:center;box-shadow:0 1px 3px rgba(0,0,0,.06)}
+nav.controls label{cursor:pointer}section.conv{background:#fff;border-radius:8px;margin:16px 0;padding:10px 14px;box-shadow:0 1px 3px rgba(0,0,0,.08)}
+section.conv>h2{margin:2px 0 8px;font-size:16px}article.turn{border-top:1px solid #e4e7eb;padding:10px 0 6px;border-left:5px solid #9aa5b1;padding-left:10px;margin:6px 0}
+article.turn.score-correct{border-left-color:#2f9e44}article.turn.score-missing{border-left-color:#e8a100}article.turn.score-incorrect{border-left-color:#d64545}
+.turn-head{display:flex;flex-wrap:wrap;gap:6px 10px;align-items:baseline}.turn-head h3{margin:0;font-size:15px}.turn-grid{display:flex;flex-wrap:wrap;gap:14px;margin:8px 0}
+.qa{flex:1 1 380px;min-width:300px}.question{font-size:16px;font-weight:600;margin-bottom:4px}.answer,.truth,.scoreline{margin:4px 0}.answer .v{font-weight:600}
+.qa .k{color:#7b8794;font-size:12px;text-transform:uppercase;margin-right:6px}
+.thumb{position:relative;background-size:100% 100%;background-repeat:no-repeat;border-radius:4px;background-color:#222;flex:none}
+.thumb.placeholder{width:320px;height:200px;background:repeating-linear-gradient(45deg,#e4e7eb,#e4e7eb 10px,#f5f7fa 10px,#f5f7fa 20px);display:flex;flex-direction:column;align-items:center;justify-content:center;color:#52606d;text-align:center;padding:8px;font-size:12px}
+.thumb.placeholder ul{text-align:left;margin:4px 0;padding-left:16px}.box{position:absolute;border:2px solid #ff3b30;box-shadow:0 0 0 1px rgba(0,0,0,.5)}
+.box-label{position:absolute;left:-2px;top:-18px;font-size:11px;line-height:16px;color:#000;padding:0 4px;white-space:nowrap;max-width:460px;overflow:hidden;text-overflow:ellipsis;border-radius:2px 2px 0 0}
+.note{font-size:12px;color:#7a4d00;max-width:480px}.chip{display:inline-block;background:#e4e7eb;border-radius:10px;padding:0 8px;margin:1px 2px;font-size:12px}
+.chip.tool{background:#dbeafe;color:#1e40af}.chip.label{background:#f0f1f3}.muted{color:#7b8794;font-size:12px}
+.badge{display:inline-block;border-radius:4px;padding:0 7px;font-size:12px;font-weight:600;color:#fff;background:#7b8794}
+.badge.score-correct{background:#2f9e44}.badge.score-missing{background:#e8a100}.badge.score-incorrect{background:#d64545}.badge.score-unscored{background:#7b8794}.badge.err{background:#c81e1e}
+.steps-head{font-weight:600;margin:4px 0}.steps-head button{font-size:11px}details.step{border:1px solid #e4e7eb;border-radius:5px;margin:3px 0;background:#fbfbfc}
+details.step>summary{cursor:pointer;padding:3px 8px;display:flex;flex-wrap:wrap;gap:4px 10px;align-items:center}details.step.has-error{border-color:#d64545;background:#fff5f5}
+.step-body{padding:4px 12px 8px}.idx{color:#7b8794;font-variant-numeric:tabular-nums}.node{font-weight:600;font-size:12px;text-transform:uppercase}
+.node-act{color:#1e40af}.node-plan{color:#6b21a8}.node-answer{color:#065f46}.node-self_check{color:#92400e}.node-final{color:#111}
+.times{margin-left:auto;color:#7b8794;font-size:12px;font-variant-numeric:tabular-nums}.swatch{display:inline-block;width:12px;height:12px;border-radius:2px}
+.error{color:#b91c1c;background:#fde8e8;border:1px solid #f8b4b4;border-radius:4px;padding:4px 8px;margin:4px 0;white-space:pre-wrap;word-break:break-word}
+.kv.ok .v{color:#2f9e44}.kv.bad .v{color:#b91c1c}table.results{border-collapse:collapse;width:100%;font-size:12px;margin-top:6px}
+table.results th,table.results td{border:1px solid #e4e7eb;padding:2px 5px;vertical-align:top;text-align:left}td.url{max-width:260px;word-break:break-all}
+td.snippet{max-width:520px;word-break:break-word}.hidden{display:none!important}#empty{padding:20px;color:#7b8794}
+"""
+
+JS = """
+(function(){
+  var turns = Array.prototype.slice.call(document.querySelectorAll('article.turn'));
+  var convs = Array.prototype.slice.call(document.querySelectorAll('section.conv'));
+  var texts = turns.map(function(t){ return (t.textContent || '').toLowerCase(); });
+  var scoreBoxes = Array.prototype.slice.call(document.querySelectorAll('.f-score'));
+  var toolSel = document.getElementById('f-tool'), errBox = document.getElementById('f-error');
+  var textBox = document.getElementById('f-text'), shown = document.getElementById('shown');
+  function apply(){
+    var scores = {}; scoreBoxes.forEach(function(b){ scores[b.value] = b.checked; });
+    var tool = toolSel ? toolSel.value : '', q = textBox ? textBox.value.trim().toLowerCase() : '';
+    var errOnly = errBox && errBox.checked, n = 0;
+    turns.forEach(function(t, i){
+      var ok = scores[t.getAttribute('data-score')] !== false;
+      if (ok && tool) ok = (t.getAttribute('data-tools') || '').indexOf(' ' + tool + ' ') >= 0;
+      if (ok && errOnly) ok = t.getAttribute('data-error') === '1';
+      if (ok && q) ok = texts[i].indexOf(q) >= 0;
+      t.classList.toggle('hidden', !ok); if (ok) n++;
+    });
+    convs.forEach(function(c){ c.classList.toggle('hidden', !c.querySelector('article.turn:not(.hidden)')); });
+    if (shown) shown.textContent = n + ' of ' + turns.length + ' turn(s) shown';
+    document.body.setAttribute('data-shown', String(n));
+  }
+  function setOpen(root, open){ root.querySelectorAll('details.step').forEach(function(d){ d.open = open; }); }
+  scoreBoxes.forEach(function(b){ b.addEventListener('change', apply); });
+  if (toolSel) toolSel.addEventListener('change', apply);
+  if (errBox) errBox.addEventListener('change', apply);
+  if (textBox) textBox.addEventListener('input', apply);
+  var ea = document.getElementById('expand-all'), ca = document.getElementById('collapse-all');
+  if (ea) ea.addEventListener('click', function(){ setOpen(document, true); });
+  if (ca) ca.addEventListener('click', function(){ setOpen(document, false); });
+  document.querySelectorAll('button.tog').forEach(function(b){
+    b.addEventListener('click', function(){ setOpen(b.closest('article.turn'), b.getAttribute('data-open') === '1'); });
+  });
+  apply();
+  document.body.setAttribute('data-ready', '1');
+})();
+"""
+
+
+def build_html(run_dir: Path, images: dict[str, Any] | None = None, data: str | None = None) -> str:
+    """The whole page as a string (see `render_run`)."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"run folder not found: {run_dir}")
+    problems: list[str] = []
+    run, err = _read_json(run_dir / "run.json")
+    if err:
+        problems.append(f"run.json unreadable: {err}")
+    if not isinstance(run, dict):
+        run = {}
+    report, err = _read_json(run_dir / "report.json")
+    if err:
+        problems.append(f"report.json unreadable: {err}")
+    traces, skipped = load_traces(run_dir)
+    counted: dict[tuple[str, int], dict[str, Any]] = {}
+    if isinstance(report, dict) and isinstance(report.get("turns"), list):
+        for rec in report["turns"]:
+            if isinstance(rec, dict) and isinstance(rec.get("turn_index"), int):
+                counted[(str(rec.get("session_id")), rec["turn_index"])] = rec
+
+    sessions: list[str] = []
+    for t in traces:
+        if t.session_id not in sessions:
+            sessions.append(t.session_id)
+    imgs: dict[str, Any] = dict(images or {})
+    need = [s for s in sessions if imgs.get(s) is None and any(t.has_image for t in traces if t.session_id == s)]
+    # images given and no data: the caller chose the images; otherwise read `data` or run.json's "data"
+    source = data if data is not None else (run.get("data") if images is None else None)
+    if need and source:
+        loaded, note = load_images(str(source), need, _split_from_argv(run.get("argv")))
+        imgs.update({k: v for k, v in loaded.items() if imgs.get(k) is None})
+        if note:
+            problems.append(note)
+    elif need and images is None:
+        problems.append("no dataset given (run.json has no 'data'; pass --data): images are shown as placeholders")
+
+    style_imgs, conv_html = [], []
+    counts: dict[str, int] = {}
+    all_tools: list[str] = []
+    for n, sid in enumerate(sessions):
+        turns = [t for t in traces if t.session_id == sid]
+        thumb, why = make_thumb(imgs.get(sid), [t.image_note for t in turns])
+        if thumb is None and why is None and any(t.has_image for t in turns):
+            why = "image not found for this conversation"
+        cls = f"img-{n}"
+        if thumb is not None:
+            style_imgs.append(f".{cls}{{background-image:url({thumb.data_url})}}")
+        body = []
+        for t in turns:
+            counts[_score_of(t)] = counts.get(_score_of(t), 0) + 1
+            for x in _turn_tools(t):
+                if x not in all_tools:
+                    all_tools.append(x)
+            body.append(_turn_html(t, thumb, cls, why, counted.get((t.session_id, t.turn_index))))
+        conv_html.append(f'<section class="conv" id="conv-{n}" data-session="{h(sid)}"><h2>Conversation '
+                         f'{h(sid)} <span class="muted">{len(turns)} turn(s)</span></h2>{"".join(body)}</section>')
+    if not conv_html:
+        conv_html.append('<div id="empty">no readable turn traces in this run folder</div>')
+
+    script_hash = base64.b64encode(hashlib.sha256(JS.encode("utf-8")).digest()).decode("ascii")
+    csp = (f"default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'sha256-{script_hash}'; "
+           "base-uri 'none'; form-action 'none'")
+    title = f"Run {run.get('run_id') or run_dir.name}"
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{h(csp)}">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{h(title)}</title>
+<style>{CSS}
+{chr(10).join(style_imgs)}</style></head>
+<body data-ready="0">
+{_header_html(run_dir, run, report if isinstance(report, dict) else None, traces, problems, skipped)}
+{_controls(sorted(all_tools), counts)}
+<main>{"".join(conv_html)}</main>
+<script>{JS}</script>
+</body></html>
+"""
+
+
+def render_run(run_dir: Path, out: Path | None = None, images: dict[str, Any] | None = None,
+               data: str | None = None) -> Path:
+    """Writes the run's HTML page (default `<run_dir>/index.html`) and returns its path.
+
+    images: session_id -> PIL image (takes precedence); data: dataset path or cached name to read the
+    images from (default: run.json's "data"). Conversations without an image get a placeholder.
+    """
+    from traces.store import write_json_atomic
+
+    run_dir = Path(run_dir)
+    out = Path(out) if out is not None else run_dir / "index.html"
+    write_json_atomic(out, build_html(run_dir, images=images, data=data))
+    try:
+        out.chmod(0o644)  # the temp file behind the atomic write is private; a page is meant to be read
+    except OSError:
+        pass
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m traces.viewer",
+                                description="Render a run folder of turn traces as one self-contained HTML page.")
+    p.add_argument("run_dir", type=Path, help="run folder (holds <session>__<turn>.json, run.json, report.json)")
+    p.add_argument("--out", type=Path, default=None, help="HTML file to write (default: <run_dir>/index.html)")
+    p.add_argument("--data", default=None,
+                   help="dataset to read the images from (default: run.json's 'data'); a folder, file or cached name")
+    p.add_argument("--no-images", action="store_true", help="do not read the dataset; show placeholders")
+    args = p.parse_args(argv)
+    if not args.run_dir.is_dir():
+        print(f"error: run folder not found: {args.run_dir}", file=sys.stderr)
+        return 2
+    images = {} if args.no_images else None
+    out = render_run(args.run_dir, args.out, images=images, data=args.data)
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
