@@ -74,6 +74,8 @@ class LocalSearchIndex:
 
             image_embedder = HeuristicImageEmbedder()
         self.image_embedder = image_embedder
+        # the similarity under which an image match should not be trusted, for policies to read
+        self.image_score_floor: float | None = getattr(image_embedder, "match_floor", None)
         self._text_embedder = text_embedder
         self._text_embedder_path = str(text_embedder_path) if text_embedder_path else None
         self._lock = threading.Lock()

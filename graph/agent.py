@@ -74,7 +74,7 @@ class Agent:
             out = self.graph.invoke(state, config={"configurable": {"runtime": rt},
                                                    "recursion_limit": 3 * cfg.max_steps + 12})
             final = AgentState.model_validate(out) if not isinstance(out, AgentState) else out
-        except Exception as e:  # noqa: BLE001 - a turn never crashes the run
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - a turn never crashes the run (sys.exit in a tool included)
             msg = f"{type(e).__name__}: {e}"[:2000]
             step = Step(index=len(state.steps), node="final", decision="abstain (graph error)",
                         error=StepError(kind="graph_error", message=msg))

@@ -26,6 +26,7 @@ RECOGNITION = re.compile(
     re.I,
 )
 HOW_MANY = re.compile(r"\bhow many (\w+)", re.I)
+OTHER = re.compile(r"\b(other|else|another|besides)\b", re.I)
 
 
 class RulePlannerConfig(BaseModel):
@@ -57,7 +58,8 @@ class RuleBasedPlanner:
         if not v.has_image:
             return False
         q = v.question
-        return not v.history or _text.refers_to_image(q) or (_text.has_pronoun(q) and not v.history[-1].entity)
+        # a follow-up's "it" is most often the pictured entity, so the image stays in play
+        return not v.history or _text.refers_to_image(q) or _text.has_pronoun(q)
 
     def _kg(self, v: PolicyView) -> tuple[Hit | None, float]:
         """Top image-KG entity and a 0..1 confidence from its score and its margin over the runner-up."""
@@ -98,8 +100,8 @@ class RuleBasedPlanner:
     def _attr_answer(self, question: str, hit: Hit | None) -> tuple[str, float] | None:
         """The KG attribute the question asks for: a name that shares a stem with the question or is
         very similar to it, whose value has the expected answer type."""
-        if hit is None or not hit.attributes:
-            return None
+        if hit is None or not hit.attributes or OTHER.search(question):
+            return None  # "what other flavor..." asks for something the entity's own record does not hold
         kind = _text.expected_type(question)
         counted = HOW_MANY.search(question)
         keys = [str(k) for k, val in hit.attributes.items() if _text.matches_type(str(val), kind, cased=False)]
@@ -172,9 +174,15 @@ class RuleBasedPlanner:
             if "detect_crop" in has and not v.ran("detect_crop") and _text.refers_to_image(q) and not RECOGNITION.search(q):
                 d = call("detect_crop", "focus on the object the question points at", retrieval=False,
                          target=self._target_phrase(q))
-            else:
-                d = call("image_search", "identify the pictured entity in the image KG", sub=f"What is {self._target_phrase(q)}?")
-            d.parallel = ocr_too
+                d.parallel = ocr_too
+                return d
+            d = call("image_search", "identify the pictured entity in the image KG", sub=f"What is {self._target_phrase(q)}?")
+            d.parallel = list(ocr_too)
+            known = next((t.entity for t in reversed(v.history) if t.entity), None)
+            if known and "web_search" in has and not RECOGNITION.search(q):
+                # a follow-up about an entity named earlier: search the web for it while the image is searched
+                sub = _text.resolve_references(q, known)
+                d.parallel.append(ParallelCall(tool="web_search", arguments={"query": _text.keywords(sub, known)}, sub_question=sub))
             return d
         if want_ocr:
             return call("ocr", "the question asks about text in the photo", retrieval=False)

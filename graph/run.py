@@ -120,10 +120,12 @@ def make_judge(spec: str, key_env: str):
 
 
 def make_policy(args, resources) -> Any:
-    from graph.rule_planner import RuleBasedPlanner
+    from graph.rule_planner import RuleBasedPlanner, RulePlannerConfig
 
     if args.model_config is None and args.model == "rule":
-        return RuleBasedPlanner(resources.text_embedder)
+        floor = getattr(resources.search, "image_score_floor", None)
+        cfg = RulePlannerConfig() if floor is None else RulePlannerConfig(min_image_score=floor)
+        return RuleBasedPlanner(resources.text_embedder, cfg)
     from models.vlm import load_model_config, make_policy as make_vlm_policy
 
     if args.model_config is not None:

@@ -91,6 +91,9 @@ class HeuristicImageEmbedder:
     """Weight-free colour + texture descriptor (see module docstring)."""
 
     name = "heuristic:color-texture"
+    # Cosine under which a match is rarely the same entity. Global colour/texture descriptors put
+    # unrelated photos at 0.8-0.97, so the floor is high; measured on the demo benchmark.
+    match_floor = 0.88
 
     def __init__(self, max_side: int = 160):
         self.max_side = max_side
@@ -135,6 +138,9 @@ class HeuristicImageEmbedder:
 
 class ClipImageEmbedder:
     """CLIP image features from a local folder (never downloads)."""
+
+    # CLIP image-image cosine: the same object is typically above ~0.75, unrelated photos ~0.3-0.6.
+    match_floor = 0.7
 
     def __init__(self, path: str | Path, device: str = "cpu", batch_size: int = 16):
         import torch

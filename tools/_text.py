@@ -47,7 +47,8 @@ def resolve_references(question: str, entity: str | None) -> str:
     """Replace 'this X' / 'it' / 'its' with the entity name, so the question stands alone for search."""
     if not entity:
         return question
-    m = re.search(r"\b(this|that|these|those)\b", question, flags=re.I)
+    # 'this'/'these' first: 'that' is as often a relative pronoun ("the cafe that served this drink")
+    m = re.search(r"\b(this|these)\b", question, flags=re.I) or re.search(r"\b(that|those)\b", question, flags=re.I)
     q = question
     if m:
         rest = question[m.end():]

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+def finite_score(v: Any) -> Any:
+    """Non-finite scores (NaN, inf from a junk backend or model) become 0.0: JSON has no NaN, and a
+    NaN written as null would make the trace unreadable."""
+    return 0.0 if isinstance(v, float) and not math.isfinite(v) else v
 
 
 class Box(BaseModel):
@@ -17,6 +24,8 @@ class Box(BaseModel):
     label: str = ""
     score: float = 0.0
     method: str = ""
+
+    _finite_score = field_validator("score")(finite_score)
 
     def area(self) -> int:
         return max(0, self.x1 - self.x0) * max(0, self.y1 - self.y0)
@@ -36,6 +45,8 @@ class Hit(BaseModel):
     query: str | None = None
     rerank_score: float | None = None
 
+    _finite_scores = field_validator("score", "rerank_score")(finite_score)
+
     def text(self) -> str:
         """Flat text for embedding, reranking and support checks."""
         if self.source == "image_kg":
@@ -51,6 +62,8 @@ class Verdict(BaseModel):
     confidence: float
     reason: str
     method: str = ""
+
+    _finite_confidence = field_validator("confidence")(finite_score)
 
 
 class ToolOutput(BaseModel):

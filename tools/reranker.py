@@ -1,4 +1,4 @@
-from tools.base import ToolContext, ToolOutput
+from tools.base import ToolContext, ToolOutput, finite_score
 from tools.registry import tool
 
 
@@ -18,7 +18,7 @@ def reranker(ctx: ToolContext, query: str = "", lam: float = 1.0, top_k: int = 5
     q = query.strip() or ctx.question
     r = ctx.resources
     model = r.get("reranker", lambda: make_reranker(r.paths.reranker, r.text_embedder()))
-    scores = [float(s) for s in model.score(q, [h.text()[:2000] for h in ctx.evidence])]
+    scores = [finite_score(float(s)) for s in model.score(q, [h.text()[:2000] for h in ctx.evidence])]
     cut = dynamic_threshold(scores, lam) if len(scores) >= 3 else min(scores)
     ranked = sorted(zip(ctx.evidence, scores), key=lambda x: x[1], reverse=True)
     kept = [h.model_copy(update={"rerank_score": s}) for h, s in ranked if s >= cut][: max(1, top_k)]

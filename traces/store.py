@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import tempfile
@@ -26,6 +27,45 @@ def write_json_atomic(path: Path, data: Any) -> None:
         raise
 
 
+def _clean(value: Any, nonfinite: Any) -> Any:
+    """JSON-safe copy: lone surrogates and bad bytes replaced, unknown objects as repr, non-finite floats as `nonfinite`."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "replace").decode("utf-8")
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "replace")
+    if isinstance(value, bool) or value is None or isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else nonfinite
+    if isinstance(value, dict):
+        return {str(_clean(k, nonfinite)): _clean(v, nonfinite) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_clean(v, nonfinite) for v in value]
+    return _clean(repr(value)[:2000], nonfinite)
+
+
+def dump_trace(trace: TurnTrace) -> str:
+    """The trace as JSON that reads back with TurnTrace.model_validate_json.
+
+    A hostile value (an object in a tool's arguments, a lone surrogate in a question, a NaN) must
+    not cost the turn its trace: such values are written as text / null (then 0.0) instead.
+    """
+    try:
+        text = trace.model_dump_json(indent=2)
+        TurnTrace.model_validate_json(text)
+        return text
+    except ValueError:  # PydanticSerializationError and ValidationError are ValueErrors
+        pass
+    last: Exception | None = None
+    for nonfinite in (None, 0.0):
+        try:
+            data = _clean(trace.model_dump(mode="python"), nonfinite)
+            return TurnTrace.model_validate(data).model_dump_json(indent=2)
+        except ValueError as e:
+            last = e
+    raise ValueError(f"trace of {trace.session_id!r} turn {trace.turn_index} cannot be written as JSON: {last}")
+
+
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name)[:120] or "_"
 
@@ -42,7 +82,7 @@ class TraceStore:
 
     def write(self, trace: TurnTrace) -> Path:
         p = self.path_for(trace.session_id, trace.turn_index)
-        write_json_atomic(p, trace.model_dump_json(indent=2))
+        write_json_atomic(p, dump_trace(trace))
         return p
 
     def read(self, session_id: str, turn_index: int) -> TurnTrace | None:
