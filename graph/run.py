@@ -189,6 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     if report_load is not None and getattr(report_load, "skipped", 0):
         header.append(f"data:   {report_load.skipped} malformed row(s) skipped (see run.json)")
     print("\n".join(header), flush=True)
+    # Load models and build indexes before the clock of the first turn starts.
+    t_warm = time.time()
+    resources.warm_up()
+    print(f"warm-up: {time.time() - t_warm:.1f}s (models loaded, indexes built)", flush=True)
 
     def scorer(trace):
         s = score_turn(trace.question, trace.answer, trace.ground_truth, judge=judge, truncator=truncator)

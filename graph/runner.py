@@ -55,13 +55,17 @@ def prepare_image(conv: Conversation) -> tuple[Any, str | None]:
 
 
 def run_conversation(agent: Agent, conv: Conversation, task: int, store: TraceStore,
-                     scorer: Callable[[TurnTrace], TurnTrace] | None = None) -> tuple[list[TurnTrace], int]:
-    """All turns of one conversation, in order; returns the traces and how many were resumed from disk."""
+                     scorer: Callable[[TurnTrace], TurnTrace] | None = None,
+                     stop: threading.Event | None = None) -> tuple[list[TurnTrace], int]:
+    """All turns of one conversation, in order; returns the traces and how many were resumed from disk.
+    When `stop` is set (Ctrl-C), no further turn is started."""
     image, note = prepare_image(conv)
     history: list[HistoryTurn] = []
     traces: list[TurnTrace] = []
     resumed = 0
     for i, turn in enumerate(conv.turns):
+        if stop is not None and stop.is_set():
+            break
         trace = store.read(conv.session_id, i)
         if trace is not None and trace.interaction_id == turn.interaction_id and trace.task == task:
             resumed += 1
@@ -89,24 +93,33 @@ def run_task(agent: Agent, conversations: Iterable[Conversation], task: int, sto
     results: dict[str, list[TurnTrace]] = {}
     resumed = failed = 0
     lock = threading.Lock()
+    stop = threading.Event()
 
     def one(c: Conversation):
-        return c.session_id, run_conversation(agent, c, task, store, scorer)
+        return c.session_id, run_conversation(agent, c, task, store, scorer, stop)
 
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
         futures = {pool.submit(one, c): c for c in convs}
-        for fut in as_completed(futures):
-            c = futures[fut]
-            try:
-                sid, (traces, r) = fut.result()
-                with lock:
-                    results[sid] = traces
-                    resumed += r
-            except Exception as e:  # noqa: BLE001
-                failed += 1
-                log.error("conversation %s failed: %s", c.session_id, e)
-            if progress:
-                progress(len(c.turns))
+        try:
+            for fut in as_completed(futures):
+                c = futures[fut]
+                try:
+                    sid, (traces, r) = fut.result()
+                    with lock:
+                        results[sid] = traces
+                        resumed += r
+                except Exception as e:  # noqa: BLE001
+                    failed += 1
+                    log.error("conversation %s failed: %s", c.session_id, e)
+                if progress:
+                    progress(len(c.turns))
+        except BaseException:
+            # Ctrl-C: queued conversations are cancelled and running ones stop after their current turn
+            # (whose trace is written whole); without this the pool would still run every queued conversation.
+            stop.set()
+            for f in futures:
+                f.cancel()
+            raise
     ordered = [t for c in convs for t in results.get(c.session_id, [])]
     return ordered, resumed, failed
 

@@ -51,6 +51,13 @@ class Resources:
         p = self.paths.text_embedder
         return self._get("text_embedder", lambda: get_text_embedder(str(p) if p else None))
 
+    def warm_up(self) -> None:
+        """Load what every run needs up front, so no turn pays for it inside its time budget."""
+        self.text_embedder()
+        warm = getattr(self.search, "warm_up", None)
+        if callable(warm):
+            warm()
+
     def get(self, key: str, factory):
         """Any other shared object (OCR engine, detector, reranker), built once by `factory`."""
         return self._get(key, factory)

@@ -140,3 +140,41 @@ def test_killed_process_leaves_only_whole_traces_and_resumes(reference, tmp_path
         pytest.fail(f"temporary file left behind: {p}")
     assert answers(d) == answers(reference)
     assert report(d) == report(reference)
+
+
+def test_ctrl_c_stops_after_the_current_turn_and_resumes(reference, tmp_path):
+    """SIGINT (Ctrl-C) a real run after its first trace: it must stop within about one turn, not finish the queue."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    d = tmp_path / "int"
+    proc = subprocess.Popen([sys.executable, "-m", "graph.run", *BASE, "--run-id", "int", "--out", str(tmp_path)],
+                            cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not list(d.glob("*__*.json")) and proc.poll() is None:
+            time.sleep(0.05)
+        if proc.poll() is not None:
+            pytest.skip("the run finished before it could be interrupted")
+        proc.send_signal(signal.SIGINT)
+        t0 = time.monotonic()
+        proc.wait(40)
+        stopped_after = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    written = sorted(d.glob("*__*.json"))
+    assert proc.returncode != 0 and not (d / "report.json").exists()
+    assert len(written) <= 3, f"Ctrl-C did not stop the run: {len(written)} of 9 turns written"
+    assert stopped_after < 15
+    kept = {p.name: p.stat().st_mtime_ns for p in written}
+    assert main([*BASE, "--run-id", "int", "--out", str(tmp_path)]) == 0
+    assert run_json(d)["resumed_turns"] == len(written)
+    assert {p.name: p.stat().st_mtime_ns for p in written} == kept
+    assert answers(d) == answers(reference)
+    assert report(d) == report(reference)
