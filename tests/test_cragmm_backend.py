@@ -184,3 +184,19 @@ def test_image_search_rejects_text(built):
     search, _, _, _, _ = built
     with pytest.raises(ValueError):
         search.image_search("what is this?")
+
+
+def test_cli_runs_a_task_on_the_official_pipeline(built, tmp_path, capsys):
+    from graph.run import main
+    from traces.schema import TurnTrace
+
+    _, _, paths, clip, bert = built
+    rc = main(["--task", "2", "--limit", "2", "--search", "cragmm", "--cragmm-image-index", str(paths["image_index"]),
+               "--cragmm-clip", str(clip), "--cragmm-web-index", str(paths["web_index"]),
+               "--cragmm-text-model", str(bert), "--out", str(tmp_path), "--run-id", "official", "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "search: cragmm" in out
+    traces = [TurnTrace.model_validate_json(p.read_text()) for p in (tmp_path / "official").glob("*__*.json")]
+    assert len(traces) == 2
+    hits = [r for t in traces for s in t.steps if s.tool == "image_search" for r in s.results]
+    assert hits and {h.entity_name for h in hits} <= {"Eiffel Tower", "Louvre", "Golden Gate Bridge", "San Francisco Bay", "Red square"}
