@@ -302,9 +302,10 @@ def _row_to_conversation(row: dict[str, Any], decoders: dict[str, Any], where: s
 class ConversationIterator:
     """An iterator of `Conversation`s whose `.report` (a LoadReport) fills in while it is consumed."""
 
-    def __init__(self, gen: Iterator[Conversation], report: LoadReport):
+    def __init__(self, gen: Iterator[Conversation], report: LoadReport, rows: int | None = None):
         self._gen = gen
         self.report = report
+        self.rows = rows  # rows that will be read (before malformed ones are skipped), for progress bars
 
     def __iter__(self) -> "ConversationIterator":
         return self
@@ -350,7 +351,8 @@ def load_conversations(
     report.layout = "v0.1.2 dict-of-lists" if isinstance(tf, dict) else "v0.1.1 list-of-dicts"
     inner = _inner_features(tf)
     decoders = {k: _label_decoder(inner.get(k)) for k in LABEL_KEYS}
-    return ConversationIterator(_iter_rows(ds, decoders, limit, report), report)
+    rows = len(ds) if limit is None else min(limit, len(ds))
+    return ConversationIterator(_iter_rows(ds, decoders, limit, report), report, rows=rows)
 
 
 def load_all(path_or_name: str | Path, split: str | None = None, limit: int | None = None

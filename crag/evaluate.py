@@ -113,7 +113,7 @@ def records_from_traces(traces: Iterable[Any], egocentric: dict[str, bool] | Non
                 query=getattr(t, "question", "") or "",
                 interaction_id=getattr(t, "interaction_id", None),
                 labels=dict(t.labels or {}),
-                egocentric=egocentric.get(t.session_id),
+                egocentric=egocentric.get(t.session_id, getattr(t, "egocentric", None)),
                 result=t.score,
                 judge=t.judge,
             )

@@ -159,9 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     registry = load_builtin_tools()
     load_tool_modules(args.tools_module)
     t0 = time.time()
-    source, conv_iter = load_data(args)
-    conversations = list(conv_iter)
-    report_load = getattr(conv_iter, "report", None)
+    source, conversations = load_data(args)  # streamed: a dataset is never held decoded in memory
+    report_load = getattr(conversations, "report", None)
     search = make_search(args)
     resources = Resources(search, ModelPaths(text_embedder=args.text_embedder, detector=args.detector,
                                              clip=args.clip, reranker=args.reranker))
@@ -177,17 +176,15 @@ def main(argv: list[str] | None = None) -> int:
     store = TraceStore(args.out, run_id)
     tools = [t.name for t in registry.for_task(args.task, allowed)]
     judge_name = getattr(judge, "name", "exact-match only")
+    rows = getattr(conversations, "rows", None)
     header = [
-        f"task {args.task} ({TASK_TEXT[args.task]}) on {source}: {len(conversations)} conversation(s), "
-        f"{sum(len(c.turns) for c in conversations)} turn(s)",
+        f"task {args.task} ({TASK_TEXT[args.task]}) on {source}: {rows if rows is not None else '?'} conversation(s)",
         f"policy: {policy.name}",
         f"search: {agent.search_name}",
         f"tools:  {', '.join(tools)}",
         f"judge:  {judge_name}; truncation: {getattr(truncator, 'name', type(truncator).__name__)}",
         f"traces: {store.dir}",
     ]
-    if report_load is not None and getattr(report_load, "skipped", 0):
-        header.append(f"data:   {report_load.skipped} malformed row(s) skipped (see run.json)")
     print("\n".join(header), flush=True)
     # Load models and build indexes before the clock of the first turn starts.
     t_warm = time.time()
@@ -203,13 +200,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=sum(len(c.turns) for c in conversations), unit="turn", file=sys.stderr)
+        bar = tqdm(total=rows, unit="conversation", file=sys.stderr)
     traces, resumed, failed = run_task(agent, conversations, args.task, store, scorer=scorer,
-                                       concurrency=args.concurrency, progress=bar.update if bar else None)
+                                       concurrency=args.concurrency, progress=(lambda n: bar.update(1)) if bar else None)
     if bar:
         bar.close()
-    ego = {c.session_id: bool(c.egocentric) for c in conversations if c.egocentric is not None}
-    report = evaluate(records_from_traces(traces, ego), judge=judge, truncator=truncator)
+    report = evaluate(records_from_traces(traces), judge=judge, truncator=truncator)
     files = write_report(report, store.dir)
     write_run_manifest(store, {
         "run_id": run_id, "task": args.task, "data": str(source), "policy": policy.name, "search": agent.search_name,
@@ -223,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"resumed: {resumed} finished turn(s) kept from an earlier run")
     if failed:
         print(f"failed:  {failed} conversation(s) raised (see log); the others were kept")
+    if report_load is not None and getattr(report_load, "skipped", 0):
+        print(f"data:    {report_load.skipped} malformed row(s) skipped; reasons in run.json")
     print("report: " + ", ".join(str(p) for p in files.values()))
     return 0 if not failed else 1
 

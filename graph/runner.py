@@ -9,11 +9,9 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, as_completed, wait
 from pathlib import Path
 from typing import Any, Callable, Iterable
-
-from pydantic import BaseModel
 
 from crag.schema import Conversation
 from graph.agent import Agent, TurnInput
@@ -24,14 +22,6 @@ from traces.store import TraceStore, write_json_atomic
 log = logging.getLogger(__name__)
 
 MAX_IMAGE_SIDE = 2048
-
-
-class RunResult(BaseModel):
-    run_dir: str
-    turns: int
-    resumed: int
-    failed: int
-    report: dict[str, Any] | None = None
 
 
 def prepare_image(conv: Conversation) -> tuple[Any, str | None]:
@@ -77,6 +67,7 @@ def run_conversation(agent: Agent, conv: Conversation, task: int, store: TraceSt
                                     "dynamism": turn.dynamism, "image_quality": turn.image_quality})
             trace = agent.run_turn(inp)
             trace.ground_truth = gt
+            trace.egocentric = conv.egocentric
             if scorer is not None and gt is not None:
                 trace = scorer(trace)
             store.write(trace)
@@ -88,40 +79,48 @@ def run_conversation(agent: Agent, conv: Conversation, task: int, store: TraceSt
 def run_task(agent: Agent, conversations: Iterable[Conversation], task: int, store: TraceStore,
              scorer: Callable[[TurnTrace], TurnTrace] | None = None, concurrency: int = 1,
              progress: Callable[[int], None] | None = None) -> tuple[list[TurnTrace], int, int]:
-    """Runs every conversation; one conversation failing never loses the others' finished traces."""
-    convs = list(conversations)
+    """Runs every conversation; returns (traces in input order, turns resumed from disk, conversations failed).
+
+    One conversation failing never loses the others' finished traces. Conversations are consumed
+    lazily, at most `2 * concurrency` in flight, so a whole dataset never sits decoded in memory.
+    """
+    order: list[str] = []
     results: dict[str, list[TurnTrace]] = {}
-    resumed = failed = 0
-    lock = threading.Lock()
+    counts = {"resumed": 0, "failed": 0}
     stop = threading.Event()
+    workers = max(1, concurrency)
 
-    def one(c: Conversation):
-        return c.session_id, run_conversation(agent, c, task, store, scorer, stop)
-
-    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-        futures = {pool.submit(one, c): c for c in convs}
+    def collect(fut, c: Conversation) -> None:
         try:
-            for fut in as_completed(futures):
-                c = futures[fut]
-                try:
-                    sid, (traces, r) = fut.result()
-                    with lock:
-                        results[sid] = traces
-                        resumed += r
-                except Exception as e:  # noqa: BLE001
-                    failed += 1
-                    log.error("conversation %s failed: %s", c.session_id, e)
-                if progress:
-                    progress(len(c.turns))
+            traces, r = fut.result()
+            results[c.session_id] = traces
+            counts["resumed"] += r
+        except Exception as e:  # noqa: BLE001
+            counts["failed"] += 1
+            log.error("conversation %s failed: %s", c.session_id, e)
+        if progress:
+            progress(len(c.turns))
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        pending: dict[Any, Conversation] = {}
+        try:
+            for c in conversations:
+                order.append(c.session_id)
+                pending[pool.submit(run_conversation, agent, c, task, store, scorer, stop)] = c
+                if len(pending) >= 2 * workers:
+                    done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                    for fut in done:
+                        collect(fut, pending.pop(fut))
+            for fut in as_completed(list(pending)):
+                collect(fut, pending.pop(fut))
         except BaseException:
             # Ctrl-C: queued conversations are cancelled and running ones stop after their current turn
-            # (whose trace is written whole); without this the pool would still run every queued conversation.
+            # (whose trace is written whole); without this the pool would still run every queued one.
             stop.set()
-            for f in futures:
+            for f in pending:
                 f.cancel()
             raise
-    ordered = [t for c in convs for t in results.get(c.session_id, [])]
-    return ordered, resumed, failed
+    return [t for sid in order for t in results.get(sid, [])], counts["resumed"], counts["failed"]
 
 
 def write_run_manifest(store: TraceStore, data: dict[str, Any]) -> Path:

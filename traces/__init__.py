@@ -1,6 +1,5 @@
-"""Per-turn JSON traces: the pydantic schema (exported to traces/turn_trace.schema.json) and an atomic writer."""
+"""Per-turn JSON traces: the pydantic schema (traces/schema.py, exported to traces/turn_trace.schema.json),
+the atomic store (traces/store.py), SuperGlasses export/compare and the HTML viewer.
 
-from traces.schema import TraceHit, Step, StepError, TurnTrace
-from traces.store import TraceStore, write_json_atomic
-
-__all__ = ["Step", "StepError", "TraceHit", "TraceStore", "TurnTrace", "write_json_atomic"]
+Submodules are not imported here, so `python -m traces.<module>` runs cleanly.
+"""

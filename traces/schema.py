@@ -61,6 +61,7 @@ class TurnTrace(BaseModel):
     has_image: bool
     image_note: str | None = Field(None, description="Why the image is absent or unusable, if it is.")
     labels: dict[str, str | None] = Field(default_factory=dict, description="domain, query_category, dynamism, image_quality")
+    egocentric: bool | None = Field(None, description="Egocentric (glasses) image, per the dataset: image bytes and no image_url.")
     policy: str
     search_backend: str
     budget_s: float
