@@ -37,6 +37,7 @@ class AgentConfig(BaseModel):
     abstain_below: float = Field(0.35, ge=0, le=1, description="Self-check confidence under which the agent says I don't know.")
     allowed_tools: list[str] | None = Field(None, description="Narrow the task's allow-list to these tools.")
     max_question_chars: int = Field(2000, description="Longer questions are cut, and the cut is noted in the trace.")
+    max_answer_chars: int = Field(600, ge=20, description="Longer answers are cut (only the first 75 tokens are judged).")
 
 
 class Agent:
@@ -59,7 +60,8 @@ class Agent:
             question = question[: cfg.max_question_chars]
         rt = TurnRuntime(task=inp.task, question=question, image=inp.image, history=inp.history, policy=self.policy,
                          registry=self.registry, resources=self.resources, allowed=cfg.allowed_tools,
-                         budget_s=cfg.budget_s, max_steps=cfg.max_steps, abstain_below=cfg.abstain_below)
+                         budget_s=cfg.budget_s, max_steps=cfg.max_steps, abstain_below=cfg.abstain_below,
+                         max_answer_chars=cfg.max_answer_chars)
         base = dict(run_id=self.run_id, task=inp.task, session_id=inp.session_id, interaction_id=inp.interaction_id,
                     turn_index=inp.turn_index, question=inp.question, has_image=inp.image is not None,
                     image_note=inp.image_note, labels=inp.labels, policy=getattr(self.policy, "name", type(self.policy).__name__),

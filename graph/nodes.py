@@ -35,8 +35,10 @@ def call_with_timeout(fn: Callable[[], Any], timeout_s: float) -> Any:
     def target() -> None:
         try:
             box["value"] = fn()
-        except BaseException as e:  # noqa: BLE001 - reported to the caller
+        except Exception as e:  # noqa: BLE001 - reported to the caller
             box["error"] = e
+        except BaseException as e:  # noqa: BLE001 - a tool calling sys.exit() must not end the run
+            box["error"] = RuntimeError(f"{type(e).__name__} raised inside the call: {e}")
 
     t = threading.Thread(target=target, daemon=True, name="tool-call")
     t.start()
@@ -239,8 +241,13 @@ def self_check(state: AgentState, config: RunnableConfig) -> dict:
 
 
 def final(state: AgentState, config: RunnableConfig) -> dict:
+    rt = runtime(config)
     draft = state.draft or AnswerDraft(answer=IDK, confidence=0.0)
     text = state.final_answer if state.final_answer is not None else draft.answer
     text = (text or "").strip() or IDK
-    step = Step(index=_n(state), node="final", decision="abstain" if is_idk(text) else "answer", summary=text)
+    decision = "abstain" if is_idk(text) else "answer"
+    if len(text) > rt.max_answer_chars:  # CRAG-MM judges only the first 75 tokens; a runaway answer is cut
+        text = text[: rt.max_answer_chars].rsplit(" ", 1)[0].rstrip(" ,;") or text[: rt.max_answer_chars]
+        decision += f" (cut to {len(text)} characters)"
+    step = Step(index=_n(state), node="final", decision=decision, summary=text)
     return {"steps": [step], "final_answer": text, "ended_by": state.ended_by or "answer"}

@@ -36,6 +36,7 @@ class RulePlannerConfig(BaseModel):
     min_attr_sim_no_overlap: float = 0.5  # ... when they share none
     min_web_sim: float = 0.45  # question vs sentence similarity to answer from the web
     max_answer_words: int = 40
+    max_parts: int = 4  # a question asking more than this many things gets only the first ones answered
 
 
 class RuleBasedPlanner:
@@ -90,11 +91,12 @@ class RuleBasedPlanner:
 
     def _targets(self, v: PolicyView, entity: str | None) -> list[tuple[str, str]]:
         """(original part, stand-alone part) per thing asked: 'this'/'it' resolved to the entity."""
-        parts = _text.split_question(v.question)
-        if v.sub_questions and len(v.sub_questions) == len(parts):
-            return list(zip(parts, v.sub_questions))
-        if v.sub_questions:
-            return [(q, q) for q in v.sub_questions]
+        parts = _text.split_question(v.question)[: self.config.max_parts]
+        subs = v.sub_questions[: self.config.max_parts]
+        if subs and len(subs) == len(parts):
+            return list(zip(parts, subs))
+        if subs:
+            return [(q, q) for q in subs]
         return [(p, _text.resolve_references(p, entity)) for p in parts]
 
     def _attr_answer(self, question: str, hit: Hit | None) -> tuple[str, float] | None:
@@ -104,7 +106,8 @@ class RuleBasedPlanner:
             return None  # "what other flavor..." asks for something the entity's own record does not hold
         kind = _text.expected_type(question)
         counted = HOW_MANY.search(question)
-        keys = [str(k) for k, val in hit.attributes.items() if _text.matches_type(str(val), kind, cased=False)]
+        keys = [str(k) for k, val in hit.attributes.items()
+                if _text.matches_type(str(val), kind, cased=False) and not _text.INJECTION.search(f"{k} {val}")]
         if counted:
             keys = [k for k in keys if _text.shares_stem(counted.group(1), k)]
         if not keys:
@@ -189,7 +192,7 @@ class RuleBasedPlanner:
         entity, _, top = self._entity(v, use_image)
         if use_image and entity is None and "ocr" in has and not v.ran("ocr"):
             return call("ocr", "image search found no confident match; read any text instead", retrieval=False)
-        parts = _text.split_question(q)
+        parts = _text.split_question(q)[: self.config.max_parts]
         if len(parts) > 1 and "query_decoupler" in has and not v.ran("query_decoupler"):
             return call("query_decoupler", "the question has several parts", retrieval=False, entity=entity or "")
         targets = self._targets(v, entity)

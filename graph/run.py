@@ -161,7 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     source, conversations = load_data(args)  # streamed: a dataset is never held decoded in memory
     report_load = getattr(conversations, "report", None)
-    search = make_search(args)
+    from crag.cache import CachedSearch
+
+    search = CachedSearch(make_search(args))  # query -> results and url -> page, shared by all turns
     resources = Resources(search, ModelPaths(text_embedder=args.text_embedder, detector=args.detector,
                                              clip=args.clip, reranker=args.reranker))
     policy = make_policy(args, resources)
@@ -211,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         "run_id": run_id, "task": args.task, "data": str(source), "policy": policy.name, "search": agent.search_name,
         "judge": judge_name, "tools": tools, "budget_s": args.budget, "max_steps": args.max_steps,
         "turns": len(traces), "resumed_turns": resumed, "failed_conversations": failed,
+        "search_cache": search.stats(),
         "seconds": round(time.time() - t0, 2), "argv": sys.argv[1:] if argv is None else argv,
         "load_report": report_load.model_dump() if hasattr(report_load, "model_dump") else None,
     })

@@ -101,10 +101,17 @@ def run_task(agent: Agent, conversations: Iterable[Conversation], task: int, sto
         if progress:
             progress(len(c.turns))
 
+    seen: dict[str, int] = {}
     with ThreadPoolExecutor(max_workers=workers) as pool:
         pending: dict[Any, Conversation] = {}
         try:
             for c in conversations:
+                if c.session_id in seen:  # a dataset with a repeated id: keep both conversations apart
+                    seen[c.session_id] += 1
+                    new_id = f"{c.session_id}~{seen[c.session_id]}"
+                    log.warning("session id %r repeats; running this conversation as %r", c.session_id, new_id)
+                    c = c.model_copy(update={"session_id": new_id})
+                seen.setdefault(c.session_id, 1)
                 order.append(c.session_id)
                 pending[pool.submit(run_conversation, agent, c, task, store, scorer, stop)] = c
                 if len(pending) >= 2 * workers:

@@ -68,6 +68,7 @@ class TurnRuntime:
     budget_s: float
     max_steps: int
     abstain_below: float
+    max_answer_chars: int = 600
     started: float = field(default_factory=time.monotonic)
     _specs: list[ToolSpec] | None = field(default=None, repr=False)
 

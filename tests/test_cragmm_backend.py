@@ -195,7 +195,7 @@ def test_cli_runs_a_task_on_the_official_pipeline(built, tmp_path, capsys):
                "--cragmm-clip", str(clip), "--cragmm-web-index", str(paths["web_index"]),
                "--cragmm-text-model", str(bert), "--out", str(tmp_path), "--run-id", "official", "--no-progress"])
     out = capsys.readouterr().out
-    assert rc == 0 and "search: cragmm" in out
+    assert rc == 0 and "search: cached(cragmm)" in out
     traces = [TurnTrace.model_validate_json(p.read_text()) for p in (tmp_path / "official").glob("*__*.json")]
     assert len(traces) == 2
     hits = [r for t in traces for s in t.steps if s.tool == "image_search" for r in s.results]

@@ -138,7 +138,14 @@ def matches_type(answer: str, kind: str | None, *, cased: bool = True) -> bool:
     return True
 
 
-INJECTION = re.compile(r"\b(ignore|disregard)\b.{0,40}\b(instructions|prompt|above|previous)\b|\b(you must|always) (?:answer|respond|reply|say)\b|\banswer with\b|\bassistant:|\bsystem prompt\b", re.I)
+# Text aimed at the agent rather than the reader: never used as evidence for an answer.
+INJECTION = re.compile(
+    r"\b(ignore|disregard|forget)\b.{0,40}\b(instructions?|prompts?|above|previous|question)\b"
+    r"|\b(you|assistants?|the assistant|the model|ai)\s+(must|should|shall|will)\s+(answer|respond|reply|say|reveal|output|print)\b"
+    r"|\b(always|only)\s+(answer|respond|reply|say)\b|\b(answer|reply|respond) (?:only )?with\b"
+    r"|\b(system|assistant|user)\s*:|\b(system|hidden) prompt\b|\bcorrect answer (?:to|is)\b",
+    re.I,
+)
 
 
 def stem(word: str) -> str:

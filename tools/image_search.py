@@ -1,3 +1,7 @@
+from typing import Annotated
+
+from pydantic import Field
+
 from tools.base import Hit, ToolContext, ToolOutput
 from tools.registry import tool
 
@@ -14,7 +18,7 @@ def hits_from_image_results(results: list[dict]) -> list[Hit]:
 
 
 @tool
-def image_search(ctx: ToolContext, use_crop: bool = True, k: int = 5) -> ToolOutput:
+def image_search(ctx: ToolContext, use_crop: bool = True, k: Annotated[int, Field(ge=1, le=50)] = 5) -> ToolOutput:
     """Find the pictured entity in the image knowledge graph; returns entities with attributes and similarity scores.
 
     Args:

@@ -1,9 +1,11 @@
+from typing import Literal
+
 from tools.base import ToolContext, ToolOutput
 from tools.registry import tool
 
 
 @tool
-def ocr(ctx: ToolContext, region: str = "image") -> ToolOutput:
+def ocr(ctx: ToolContext, region: Literal["image", "crop"] = "image") -> ToolOutput:
     """Read the text visible in the photo (signs, labels, covers, screens) with rapidocr.
 
     Args:
@@ -13,8 +15,6 @@ def ocr(ctx: ToolContext, region: str = "image") -> ToolOutput:
 
     if ctx.image is None:
         raise ValueError("this turn has no usable image to read")
-    if region not in ("image", "crop"):
-        raise ValueError(f"region must be 'image' or 'crop', not {region!r}")
     engine: OcrEngine = ctx.resources.get("ocr", OcrEngine)
     img = ctx.focus_image() if region == "crop" else ctx.image
     lines = engine.read(img)

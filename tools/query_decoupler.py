@@ -3,6 +3,7 @@ from tools.base import ToolContext, ToolOutput
 from tools.registry import tool
 
 METHOD = "heuristic:rule-decoupler"
+MAX_SUB_QUESTIONS = 8  # a runaway compound question must not fan out into unbounded searches
 
 
 def current_entity(ctx: ToolContext, min_score: float = 0.0) -> str | None:
@@ -26,7 +27,7 @@ def query_decoupler(ctx: ToolContext, question: str = "", entity: str = "") -> T
     """
     q = question.strip() or ctx.question
     ent = entity.strip() or current_entity(ctx)
-    subs = [_text.resolve_references(part, ent) for part in _text.split_question(q)]
+    subs = [_text.resolve_references(part, ent) for part in _text.split_question(q)[:MAX_SUB_QUESTIONS]]
     kw = "; ".join(_text.keywords(s, ent) for s in subs)
     summary = f"{len(subs)} sub-question(s): " + " | ".join(subs) + (f" (entity: {ent})" if ent else " (no entity resolved)")
     return ToolOutput(summary=summary, sub_questions=subs, keywords=kw, method=METHOD)

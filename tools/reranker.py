@@ -1,9 +1,14 @@
+from typing import Annotated
+
+from pydantic import Field
+
 from tools.base import ToolContext, ToolOutput, finite_score
 from tools.registry import tool
 
 
 @tool
-def reranker(ctx: ToolContext, query: str = "", lam: float = 1.0, top_k: int = 5) -> ToolOutput:
+def reranker(ctx: ToolContext, query: str = "", lam: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] = 1.0,
+             top_k: Annotated[int, Field(ge=1, le=100)] = 5) -> ToolOutput:
     """Rerank the evidence gathered so far against the question and drop weak items (dynamic threshold median - lam*MAD).
 
     Args:

@@ -40,6 +40,10 @@ def self_check(ctx: ToolContext, answer: str = "") -> ToolOutput:
         verdict = verify(ctx.question, draft, texts, ctx.image)
         return ToolOutput(summary=f"{'supported' if verdict.supported else 'unsupported'} ({verdict.confidence:.2f}): {verdict.reason}",
                           verdict=verdict, method=verdict.method or "vlm-verify")
+    if _text.INJECTION.search(draft):
+        verdict = Verdict(supported=False, confidence=0.0, reason="the draft repeats text addressed to the agent "
+                          "(a prompt injection), not a fact", method=METHOD)
+        return ToolOutput(summary=f"unsupported: {verdict.reason}", verdict=verdict, method=METHOD)
     support, i = lexical_support(draft, texts)
     conf = (ctx.draft_confidence if ctx.draft_confidence is not None else 0.5) * support
     where = f"evidence #{i}" if i >= 0 else "no evidence"

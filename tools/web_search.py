@@ -1,9 +1,13 @@
+from typing import Annotated
+
+from pydantic import Field
+
 from tools.base import Hit, ToolContext, ToolOutput
 from tools.registry import tool
 
 
 @tool(tasks={2, 3})
-def web_search(ctx: ToolContext, query: str, k: int = 5) -> ToolOutput:
+def web_search(ctx: ToolContext, query: str, k: Annotated[int, Field(ge=1, le=50)] = 5) -> ToolOutput:
     """Search the web for pages about the query; returns page titles, snippets, urls and scores.
 
     Args:

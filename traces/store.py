@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -78,7 +79,10 @@ class TraceStore:
         self.dir.mkdir(parents=True, exist_ok=True)
 
     def path_for(self, session_id: str, turn_index: int) -> Path:
-        return self.dir / f"{_safe(session_id)}__{turn_index:02d}.json"
+        name = _safe(session_id)
+        if name != session_id:  # 'a/b' and 'a_b' must not share a file
+            name = f"{name[:100]}-{hashlib.blake2b(session_id.encode('utf-8', 'replace'), digest_size=4).hexdigest()}"
+        return self.dir / f"{name}__{turn_index:02d}.json"
 
     def write(self, trace: TurnTrace) -> Path:
         p = self.path_for(trace.session_id, trace.turn_index)
