@@ -38,6 +38,8 @@ class AgentConfig(BaseModel):
     allowed_tools: list[str] | None = Field(None, description="Narrow the task's allow-list to these tools.")
     max_question_chars: int = Field(2000, description="Longer questions are cut, and the cut is noted in the trace.")
     max_answer_chars: int = Field(600, ge=20, description="Longer answers are cut (only the first 75 tokens are judged).")
+    answer_reserve_s: float | None = Field(None, ge=0, description="Seconds kept for answer + self-check "
+                                           "(default: min(1.5, 20% of the budget); raise it for slow VLMs).")
 
 
 class Agent:
@@ -61,7 +63,7 @@ class Agent:
         rt = TurnRuntime(task=inp.task, question=question, image=inp.image, history=inp.history, policy=self.policy,
                          registry=self.registry, resources=self.resources, allowed=cfg.allowed_tools,
                          budget_s=cfg.budget_s, max_steps=cfg.max_steps, abstain_below=cfg.abstain_below,
-                         max_answer_chars=cfg.max_answer_chars)
+                         max_answer_chars=cfg.max_answer_chars, answer_reserve_s=cfg.answer_reserve_s)
         base = dict(run_id=self.run_id, task=inp.task, session_id=inp.session_id, interaction_id=inp.interaction_id,
                     turn_index=inp.turn_index, question=inp.question, has_image=inp.image is not None,
                     image_note=inp.image_note, labels=inp.labels, policy=getattr(self.policy, "name", type(self.policy).__name__),

@@ -72,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--budget", type=float, default=10.0, help="seconds per turn (CRAG-MM: 10)")
     g.add_argument("--max-steps", type=int, default=8, help="tool calls per turn")
     g.add_argument("--abstain-below", type=float, default=0.35, help="self-check confidence under which the answer is 'I don't know'")
+    g.add_argument("--answer-reserve", type=float, default=None,
+                   help="seconds of the budget kept for answer + self-check (default: min(1.5, 20%% of --budget); "
+                        "raise it for slow VLMs)")
     g.add_argument("--concurrency", type=int, default=1, help="conversations run at once (one turn per conversation at a time)")
     g = p.add_argument_group("scoring")
     g.add_argument("--judge", default="rule",
@@ -173,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     run_id = args.run_id or f"task{args.task}-{time.strftime('%Y%m%d-%H%M%S')}"
     allowed = [t.strip() for t in args.tools.split(",")] if args.tools else None
     agent = Agent(policy, resources, AgentConfig(budget_s=args.budget, max_steps=args.max_steps,
-                                                 abstain_below=args.abstain_below, allowed_tools=allowed),
+                                                 abstain_below=args.abstain_below, allowed_tools=allowed,
+                                                 answer_reserve_s=args.answer_reserve),
                   registry=registry, run_id=run_id, search_name=getattr(search, "name", "search"))
     store = TraceStore(args.out, run_id)
     tools = [t.name for t in registry.for_task(args.task, allowed)]

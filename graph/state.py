@@ -69,6 +69,7 @@ class TurnRuntime:
     max_steps: int
     abstain_below: float
     max_answer_chars: int = 600
+    answer_reserve_s: float | None = None
     started: float = field(default_factory=time.monotonic)
     _specs: list[ToolSpec] | None = field(default=None, repr=False)
 
@@ -81,6 +82,8 @@ class TurnRuntime:
 
     def reserve_s(self) -> float:
         """Time kept back for answer + self-check so the turn always ends inside its budget."""
+        if self.answer_reserve_s is not None:
+            return min(self.answer_reserve_s, 0.9 * self.budget_s)
         return min(1.5, 0.2 * self.budget_s)
 
     def tool_specs(self) -> list[ToolSpec]:

@@ -183,3 +183,18 @@ def test_parallel_calls_respect_the_step_limit():
                  parallel=[ParallelCall(tool="lookup", arguments={"query": str(i)}) for i in range(10)])
     tr = run(ScriptedPolicy([d]), max_steps=3)
     assert sum(s.node == "act" for s in tr.steps) == 3
+
+
+def test_answer_reserve_keeps_time_for_a_slow_answer_step():
+    class SlowAnswer(ScriptedPolicy):
+        def answer(self, view, image=None):
+            time.sleep(0.8)
+            return AnswerDraft(answer="rocket 0", confidence=0.9)
+
+    p = SlowAnswer([call("sleepy", seconds=30)])
+    tr = run(p, budget_s=2.0, answer_reserve_s=1.2)
+    assert tr.steps[0].error.kind == "timeout"  # the tool got only budget - reserve
+    assert tr.answer == "I don't know"  # answered in time; unsupported by any evidence, so abstained
+    assert not any(s.error for s in tr.steps if s.node == "answer")
+    tr = run(SlowAnswer([call("sleepy", seconds=30)]), budget_s=2.0)  # default reserve 0.4 s: the answer times out
+    assert next(s for s in tr.steps if s.node == "answer").error.kind == "timeout"
