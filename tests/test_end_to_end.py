@@ -49,3 +49,32 @@ def test_help_documents_every_option():
     assert out.returncode == 0
     for opt in ("--task", "--data", "--limit", "--out", "--model", "--search", "--budget", "--run-id", "--judge", "--concurrency"):
         assert opt in out.stdout
+
+
+def test_a_tool_added_as_one_module_is_registered_and_offered(tmp_path, monkeypatch, capsys):
+    """The README's 'adding a tool' recipe: one decorated function in one file, no edit elsewhere."""
+    (tmp_path / "my_weather_tool.py").write_text(
+        "from tools.base import ToolContext, ToolOutput\n"
+        "from tools.registry import tool\n\n\n"
+        "@tool(tasks={2, 3})\n"
+        "def weather(ctx: ToolContext, city: str, days: int = 1) -> ToolOutput:\n"
+        "    '''Look up the weather forecast for a city.\n\n    Args:\n        city: the city name\n    '''\n"
+        "    return ToolOutput(summary=f'{city}: sunny', method='test')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from graph.run import main
+    from tools import REGISTRY
+
+    try:
+        rc = main(["--task", "2", "--limit", "1", "--tools-module", "my_weather_tool", "--out", str(tmp_path / "runs"),
+                   "--run-id", "plugin", "--no-progress"])
+        spec = REGISTRY.get("weather").json_schema()["function"]
+        task1 = {t.name for t in REGISTRY.for_task(1)}
+    finally:  # leave no plugin behind for other tests
+        REGISTRY.unregister("weather")
+        sys.modules.pop("my_weather_tool", None)
+    assert rc == 0
+    header = capsys.readouterr().out
+    assert "weather" in next(line for line in header.splitlines() if line.startswith("tools:"))
+    assert spec["parameters"]["required"] == ["city"] and spec["parameters"]["properties"]["city"]["description"] == "the city name"
+    assert "weather" not in task1

@@ -95,6 +95,9 @@ class ToolRegistry:
             raise ValueError(f"a tool named {t.name!r} is already registered")
         self._tools[t.name] = t
 
+    def unregister(self, name: str) -> None:
+        self._tools.pop(name, None)
+
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
 
