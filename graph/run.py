@@ -151,6 +151,16 @@ def load_data(args):
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return _run(args, argv)
+    except (FileNotFoundError, ValueError, ImportError, OSError) as e:
+        # bad paths, specs or missing optional packages: say so plainly, no traceback
+        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(args, argv: list[str] | None) -> int:
+    from crag.cache import CachedSearch
     from crag.evaluate import evaluate, format_table, records_from_traces, write_report
     from crag.scoring import make_truncator, score_turn
     from graph.agent import Agent, AgentConfig
@@ -164,8 +174,6 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     source, conversations = load_data(args)  # streamed: a dataset is never held decoded in memory
     report_load = getattr(conversations, "report", None)
-    from crag.cache import CachedSearch
-
     search = CachedSearch(make_search(args))  # query -> results and url -> page, shared by all turns
     resources = Resources(search, ModelPaths(text_embedder=args.text_embedder, detector=args.detector,
                                              clip=args.clip, reranker=args.reranker))

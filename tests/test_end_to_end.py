@@ -78,3 +78,12 @@ def test_a_tool_added_as_one_module_is_registered_and_offered(tmp_path, monkeypa
     assert "weather" in next(line for line in header.splitlines() if line.startswith("tools:"))
     assert spec["parameters"]["required"] == ["city"] and spec["parameters"]["properties"]["city"]["description"] == "the city name"
     assert "weather" not in task1
+
+
+def test_bad_paths_and_specs_give_a_clear_error_not_a_traceback(tmp_path, capsys):
+    from graph.run import main
+
+    assert main(["--task", "1", "--data", str(tmp_path / "nowhere"), "--no-progress", "--out", str(tmp_path)]) == 2
+    assert "error: FileNotFoundError" in capsys.readouterr().err
+    assert main(["--task", "2", "--model", "bogus:thing", "--limit", "1", "--no-progress", "--out", str(tmp_path)]) == 2
+    assert "bad model spec" in capsys.readouterr().err
