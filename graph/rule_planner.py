@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import numpy as np
 from pydantic import BaseModel
 
 from graph.policy import IDK, AnswerDraft, Decision, ParallelCall, PolicyView

@@ -1,6 +1,5 @@
 """Each built-in tool on real inputs (real OCR, real MiniLM, real images), through the registry."""
 
-import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
