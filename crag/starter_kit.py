@@ -44,7 +44,6 @@ log = logging.getLogger(__name__)
 
 IDK = "I don't know"
 MIN_BATCH_SIZE, MAX_BATCH_SIZE = 1, 16
-MAX_IMAGE_SIDE = 2048
 
 
 def _import_base_agent() -> type:
@@ -264,23 +263,6 @@ def history_pairs(messages: Sequence[dict]) -> list[tuple[str, str]]:
     return pairs
 
 
-def _prepare_image(image: Any) -> tuple[Any, str | None]:
-    if image is None:
-        return None, "no image given"
-    try:
-        image.load()
-        if image.width < 2 or image.height < 2:
-            return None, f"image too small ({image.width}x{image.height})"
-        img = image if image.mode == "RGB" else image.convert("RGB")
-        if max(img.size) > MAX_IMAGE_SIDE:
-            img = img.copy()
-            img.thumbnail((MAX_IMAGE_SIDE, MAX_IMAGE_SIDE))
-            return img, f"image downscaled to {img.width}x{img.height}"
-        return img, None
-    except Exception as e:  # noqa: BLE001
-        return None, f"image could not be decoded: {type(e).__name__}: {e}"[:300]
-
-
 # --------------------------------------------------------------------------------------------
 # The agent
 # --------------------------------------------------------------------------------------------
@@ -389,6 +371,7 @@ class GlassesRAGAgent(BaseAgent):
                    interaction_id: str | None = None, domain: str | None = None):
         """The TurnInput for one item, with history rebuilt from the messages and remembered entities."""
         from graph.agent import TurnInput
+        from graph.runner import usable_image
         from tools.base import HistoryTurn
 
         key = conversation_key(image, query, messages or [])
@@ -400,7 +383,7 @@ class GlassesRAGAgent(BaseAgent):
             rec = conv.turns.get(i)
             ours = rec is not None and _norm(rec.question) == _norm(q) and answers_match(rec.answer, a)
             history.append(HistoryTurn(question=q, answer=a, entity=rec.entity if ours else None))
-        img, note = _prepare_image(image)
+        img, note = usable_image(image)
         idx = len(history)
         return conv, TurnInput(task=self.task_for(history), session_id=conv.session_id,
                                interaction_id=interaction_id or f"{conv.session_id}-t{idx}", turn_index=idx,

@@ -24,12 +24,12 @@ log = logging.getLogger(__name__)
 MAX_IMAGE_SIDE = 2048
 
 
-def prepare_image(conv: Conversation) -> tuple[Any, str | None]:
+def usable_image(image: Any, missing: str = "no image given") -> tuple[Any, str | None]:
     """RGB, bounded size; a broken image becomes None with a note (the turn then runs without it)."""
-    if conv.image is None:
-        return None, conv.image_error or "no image in this row"
+    if image is None:
+        return None, missing
     try:
-        img = conv.image
+        img = image
         img.load()
         if img.width < 2 or img.height < 2:
             return None, f"image too small ({img.width}x{img.height})"
@@ -42,6 +42,11 @@ def prepare_image(conv: Conversation) -> tuple[Any, str | None]:
         return img, None
     except Exception as e:  # noqa: BLE001 - corrupt bytes, truncated files, decompression bombs
         return None, f"image could not be decoded: {type(e).__name__}: {e}"[:300]
+
+
+def prepare_image(conv: Conversation) -> tuple[Any, str | None]:
+    """The conversation's image made usable, or None with the loader's or our reason."""
+    return usable_image(conv.image, conv.image_error or "no image in this row")
 
 
 def run_conversation(agent: Agent, conv: Conversation, task: int, store: TraceStore,

@@ -33,7 +33,8 @@ class Resources:
         self._key_locks: dict[str, threading.Lock] = {}
         self._cache: dict[str, Any] = {}
 
-    def _get(self, key: str, factory):
+    def get(self, key: str, factory):
+        """A shared object (embedder, OCR engine, detector, reranker), built once by `factory`."""
         # One lock per key: a factory may itself ask for another model (the reranker needs the
         # embedder), and one slow load must not block every other model.
         if key in self._cache:
@@ -49,7 +50,7 @@ class Resources:
         from models.text_embedder import get_text_embedder
 
         p = self.paths.text_embedder
-        return self._get("text_embedder", lambda: get_text_embedder(str(p) if p else None))
+        return self.get("text_embedder", lambda: get_text_embedder(str(p) if p else None))
 
     def warm_up(self) -> None:
         """Load what every run needs up front, so no turn pays for it inside its time budget."""
@@ -57,7 +58,3 @@ class Resources:
         warm = getattr(self.search, "warm_up", None)
         if callable(warm):
             warm()
-
-    def get(self, key: str, factory):
-        """Any other shared object (OCR engine, detector, reranker), built once by `factory`."""
-        return self._get(key, factory)
