@@ -211,6 +211,22 @@ def _web_fields(item: dict[str, Any]) -> list[str]:
     return fields[:WEB_MAX_CHUNKS]
 
 
+def _fresh_collection(folder: Path, name: str):
+    """An empty cosine collection `name` in a persistent ChromaDB folder (an old one is replaced)."""
+    import chromadb
+
+    client = chromadb.PersistentClient(path=str(folder))
+    with contextlib.suppress(Exception):
+        client.delete_collection(name)
+    return client.create_collection(name=name, metadata={"hnsw:space": "cosine"})
+
+
+def _add_batched(col, ids: list[str], embs: list, metas: list, batch: int = 5000) -> None:
+    # ChromaDB rejects very large single adds
+    for i in range(0, len(ids), batch):
+        col.add(embeddings=embs[i : i + batch], metadatas=metas[i : i + batch], ids=ids[i : i + batch])
+
+
 def build_cragmm_index(
     out_dir: str | Path,
     image_items: Iterable[dict[str, Any]],
@@ -227,7 +243,6 @@ def build_cragmm_index(
     web item: ``{"page_url", "page_name", "page_snippet", "page_text" (optional)}``.
     Returns ``{"image_index": path, "web_index": path | absent}``.
     """
-    import chromadb
     import torch
     from cragmm_search.image_search_mock_api.image_search import extract_features as image_features
     from cragmm_search.web_search_mock_api.api.web_search import extract_features as text_features
@@ -241,10 +256,7 @@ def build_cragmm_index(
     clip = CLIPModel.from_pretrained(str(clip_path)).to(device).eval()
     processor = CLIPProcessor.from_pretrained(str(clip_path))
     img_dir = out / "image_index"
-    client = chromadb.PersistentClient(path=str(img_dir))
-    with contextlib.suppress(Exception):
-        client.delete_collection(IMAGE_COLLECTION)
-    col = client.create_collection(name=IMAGE_COLLECTION, metadata={"hnsw:space": "cosine"})
+    col = _fresh_collection(img_dir, IMAGE_COLLECTION)
     embs, metas = [], []
     for item in image_items:
         emb = image_features(clip, processor, _load_image(item["image"]), device=device)[0]
@@ -257,9 +269,7 @@ def build_cragmm_index(
                 "info": json.dumps(info),
             }
         )
-    for i in range(0, len(embs), 5000):
-        col.add(embeddings=embs[i : i + 5000], metadatas=metas[i : i + 5000],
-                ids=[str(j) for j in range(i, min(i + 5000, len(embs)))])
+    _add_batched(col, [str(j) for j in range(len(embs))], embs, metas)
     paths["image_index"] = img_dir
 
     web_items = list(web_items or [])
@@ -269,10 +279,7 @@ def build_cragmm_index(
         model = AutoModel.from_pretrained(str(text_model_path)).to(device).eval()
         tok = AutoTokenizer.from_pretrained(str(text_model_path))
         web_dir = out / "web_index"
-        wclient = chromadb.PersistentClient(path=str(web_dir))
-        with contextlib.suppress(Exception):
-            wclient.delete_collection(WEB_COLLECTION)
-        wcol = wclient.create_collection(name=WEB_COLLECTION, metadata={"hnsw:space": "cosine"})
+        wcol = _fresh_collection(web_dir, WEB_COLLECTION)
         seen: set[str] = set()
         ids, wembs, wmetas = [], [], []
         for item in web_items:
@@ -288,7 +295,6 @@ def build_cragmm_index(
                     ids.append(f"{url}_chunk_{start + j}")
                     wembs.append(f.astype("float32").tolist())
                     wmetas.append(meta)
-        for i in range(0, len(ids), 5000):
-            wcol.add(embeddings=wembs[i : i + 5000], metadatas=wmetas[i : i + 5000], ids=ids[i : i + 5000])
+        _add_batched(wcol, ids, wembs, wmetas)
         paths["web_index"] = web_dir
     return paths
