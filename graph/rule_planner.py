@@ -218,7 +218,7 @@ class RuleBasedPlanner:
     def _target_phrase(q: str) -> str:
         m = re.search(r"\b(?:this|that|these|those)\s+((?:[A-Za-z-]+\s*){1,3})", q, re.I)
         if m:
-            words = [w for w in m.group(1).split() if w.lower() not in _text._NP_STOP]
+            words = [w for w in m.group(1).split() if w.lower() not in _text.NOUN_PHRASE_STOP]
             if words:
                 return "the " + " ".join(words[:3])
         return "the main object"

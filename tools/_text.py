@@ -39,7 +39,7 @@ def asks_about_text(question: str) -> bool:
     return bool(TEXT_CUES.search(question))
 
 
-_NP_STOP = STOPWORDS | {"has", "have", "had", "come", "comes", "made", "built", "called", "cost", "costs", "say", "says",
+NOUN_PHRASE_STOP = STOPWORDS | {"has", "have", "had", "come", "comes", "made", "built", "called", "cost", "costs", "say", "says",
                         "mean", "means", "belong", "belongs", "use", "used", "live", "lives", "grow", "grows", "make", "weigh"}
 
 
@@ -55,7 +55,7 @@ def resolve_references(question: str, entity: str | None) -> str:
         # swallow the noun phrase after the determiner: up to three words that are not verbs/stopwords
         n = 0
         for w in re.finditer(r"\s+([A-Za-z-]+)", rest):
-            if w.start() != n or w.group(1).lower() in _NP_STOP or len(w.group(1)) < 2:
+            if w.start() != n or w.group(1).lower() in NOUN_PHRASE_STOP or len(w.group(1)) < 2:
                 break
             n = w.end()
             if n and rest[:n].count(" ") >= 3:
