@@ -218,8 +218,7 @@ def self_check(state: AgentState, config: RunnableConfig) -> dict:
     draft = state.draft or AnswerDraft(answer=IDK, confidence=0.0)
     if is_idk(draft.answer):
         return {}
-    allowed = {t.name for t in rt.registry.for_task(rt.task, rt.allowed)}
-    if SELF_CHECK_TOOL not in allowed:
+    if SELF_CHECK_TOOL not in {t.name for t in rt.tool_specs()}:  # the allow-list, computed once per turn
         if draft.confidence < rt.abstain_below:
             return {"steps": [Step(index=_n(state), node="self_check", decision="abstain",
                                    rationale=f"draft confidence {draft.confidence:.2f} < {rt.abstain_below:.2f}")],
