@@ -1,61 +1,130 @@
 """Graph nodes: plan -> act -> observe -> ... -> answer -> self_check -> final.
 
-Every node reads the per-turn `TurnRuntime` from the LangGraph config and returns a partial
-state update. Nothing here raises on bad model output or a failing tool: errors become steps.
+Every node reads the per-turn `TurnContext` from LangGraph's run context and returns a partial state
+update with one typed trace event. Nothing here raises on bad model output or a failing tool: errors
+become events. Policy, tool and verifier calls run under the turn's deadline (models.calls).
 """
 
 from __future__ import annotations
 
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-from langchain_core.runnables import RunnableConfig
+from langgraph.runtime import Runtime
+from langgraph.types import Overwrite
 
-from graph.policy import IDK, AnswerDraft, Decision, StepSummary
-from graph.state import ActResult, AgentState, PendingCall, TurnRuntime
-from tools.base import Hit, ToolOutput
-from tools.registry import ToolCall, ToolCallError
-from traces.schema import Step, StepError, TraceHit
+from graph.policy import IDK, AnswerDraft, Decision, PolicyReplyError, StepSummary, is_abstention
+from graph.state import ActResult, AgentState, PendingCall, TurnContext
+from models.calls import CallTimeout, collect_model_calls, run_many, run_with_deadline
+from tools.base import Hit, ToolOutput, field_reducer, fold_update
+from tools.registry import ToolCall, ToolCallError, ToolUpdateError
+from traces.schema import (AnswerEvent, FinalEvent, ModelCall, PlanEvent, StepError, ToolCallEvent, TraceHit,
+                           VerdictEvent)
 
-SELF_CHECK_TOOL = "self_check"
-
-
-class StepTimeout(Exception):
-    pass
-
-
-def call_with_timeout(fn: Callable[[], Any], timeout_s: float) -> Any:
-    """Run `fn` in a daemon thread; give up after `timeout_s` (a hung tool is abandoned, not awaited)."""
-    if timeout_s <= 0:
-        raise StepTimeout("no time left in the turn budget")
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = fn()
-        except Exception as e:  # noqa: BLE001 - reported to the caller
-            box["error"] = e
-        except BaseException as e:  # noqa: BLE001 - a tool calling sys.exit() must not end the run
-            box["error"] = RuntimeError(f"{type(e).__name__} raised inside the call: {e}")
-
-    t = threading.Thread(target=target, daemon=True, name="tool-call")
-    t.start()
-    t.join(timeout_s)
-    if t.is_alive():
-        raise StepTimeout(f"did not finish within {timeout_s:.2f}s")
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")
-
-
-def runtime(config: RunnableConfig) -> TurnRuntime:
-    return config["configurable"]["runtime"]
+# Supersteps a turn needs after a `plan` that routes to answering: answer, self_check, final.
+FINISH_STEPS = 3
+# ... and one more tool round (act, observe, plan) before that.
+TOOL_ROUND_STEPS = 3
 
 
 def _ms(t0: float) -> float:
     return round((time.perf_counter() - t0) * 1000, 3)
+
+
+def _error(kind: Any, e: BaseException | str) -> StepError:
+    msg = e if isinstance(e, str) else f"{type(e).__name__}: {e}"
+    return StepError(kind=kind, message=msg[:2000])
+
+
+def _index(state: AgentState, extra: int = 0) -> int:
+    return len(state.steps) + extra
+
+
+def _stop(state: AgentState, reason: str, text: str, **event: Any) -> dict:
+    return {"steps": [PlanEvent(index=_index(state), decision="stop", reason=text, **event)], "pending": None,
+            "ended_by": reason}
+
+
+def plan(state: AgentState, runtime: Runtime[TurnContext]) -> dict:
+    ctx = runtime.context
+    if len(state.done) >= ctx.max_steps:
+        return _stop(state, "step_limit", f"step limit of {ctx.max_steps} tool calls reached")
+    if state.remaining_steps <= FINISH_STEPS + TOOL_ROUND_STEPS:
+        return _stop(state, "step_limit", "graph recursion limit nearly reached")
+    usable = ctx.remaining_s() - ctx.reserve_s()
+    if usable <= 0:
+        return _stop(state, "time_budget", f"{ctx.budget_s:g}s turn budget nearly spent")
+    t0 = time.perf_counter()
+    with collect_model_calls() as calls:
+        try:
+            decision = run_with_deadline(lambda: ctx.policy.decide(ctx.view(state), ctx.image), usable)
+            if not isinstance(decision, Decision):
+                decision = Decision.model_validate(decision)
+        except CallTimeout as e:
+            return _stop(state, "time_budget", "the policy did not decide in time", error=_error("timeout", e),
+                         policy_ms=_ms(t0), model_calls=calls)
+        except Exception as e:  # noqa: BLE001 - an unparseable reply or a broken policy: the turn still answers
+            return _stop(state, "error", "the policy failed; answering with what was gathered",
+                         error=_error("policy_error", e), policy_ms=_ms(t0), model_calls=calls)
+    if decision.action == "answer" or not decision.tool:
+        event = PlanEvent(index=_index(state), decision="answer", reason=decision.rationale,
+                          needs_retrieval=decision.needs_retrieval, policy_ms=_ms(t0), model_calls=calls)
+        return {"steps": [event], "pending": None, "ended_by": "answer"}
+    room = ctx.max_steps - len(state.done) - 1  # parallel calls count against the step limit too
+    extra = [PendingCall(call=ToolCall(tool=p.tool, arguments=p.arguments or {}), sub_question=p.sub_question,
+                         needs_retrieval=decision.needs_retrieval, rationale=f"in parallel with {decision.tool}",
+                         parallel_with=decision.tool)
+             for p in decision.parallel[: max(0, room)]]
+    pending = PendingCall(call=ToolCall(tool=decision.tool, arguments=decision.arguments or {}), parallel=extra,
+                          sub_question=decision.sub_question, needs_retrieval=decision.needs_retrieval,
+                          rationale=decision.rationale, policy_ms=_ms(t0), model_calls=calls)
+    return {"pending": pending, "last": None}
+
+
+def route_after_plan(state: AgentState) -> str:
+    return "act" if state.pending is not None else "answer"
+
+
+def _tool_call(ctx: TurnContext, state: AgentState, pending: PendingCall) -> tuple[ActResult | None, Callable[[], Any]]:
+    """A validated call as a function to run, or the refusal as a finished result."""
+    call = pending.call
+    try:
+        tool, args = ctx.registry.validate(call, ctx.task, ctx.allowed)
+    except ToolCallError as e:
+        return ActResult(pending=pending, error=StepError(kind=e.kind, message=e.message)), lambda: None
+    tool_ctx = ctx.tool_context(state)
+
+    def run() -> tuple[ToolOutput, float, list[ModelCall]]:
+        t0 = time.perf_counter()
+        with collect_model_calls() as calls:
+            out = tool.run(tool_ctx, args)
+        return out, _ms(t0), calls
+
+    return None, run
+
+
+def act(state: AgentState, runtime: Runtime[TurnContext]) -> dict:
+    """Run the chosen call, and any independent calls chosen with it, concurrently, under the turn's deadline."""
+    ctx = runtime.context
+    assert state.pending is not None
+    calls = [state.pending, *state.pending.parallel]
+    prepared = [_tool_call(ctx, state, p) for p in calls]
+    to_run = [(i, fn) for i, (refused, fn) in enumerate(prepared) if refused is None]
+    t0 = time.perf_counter()
+    outcomes = run_many([fn for _, fn in to_run], ctx.remaining_s() - ctx.reserve_s()) if to_run else []
+    results: list[ActResult] = [r for r, _ in prepared]  # type: ignore[misc]
+    for (i, _), (ok, value) in zip(to_run, outcomes):
+        p = calls[i]
+        if ok:
+            out, ms, model_calls = value
+            results[i] = ActResult(pending=p, output=out, latency_ms=ms, model_calls=model_calls)
+        elif isinstance(value, CallTimeout):
+            results[i] = ActResult(pending=p, error=_error("timeout", f"{p.call.tool}: {value}"), latency_ms=_ms(t0))
+        elif isinstance(value, ToolUpdateError):
+            results[i] = ActResult(pending=p, error=_error("bad_update", str(value)), latency_ms=_ms(t0))
+        else:
+            results[i] = ActResult(pending=p, error=_error("tool_exception", value), latency_ms=_ms(t0))
+    return {"last": results}
 
 
 def _trace_hits(hits: list[Hit]) -> list[TraceHit]:
@@ -67,186 +136,121 @@ def _trace_hits(hits: list[Hit]) -> list[TraceHit]:
     ]
 
 
-def _n(state: AgentState, extra: int = 0) -> int:
-    return len(state.steps) + extra
-
-
-def plan(state: AgentState, config: RunnableConfig) -> dict:
-    rt = runtime(config)
-    if len(state.done) >= rt.max_steps:
-        return _stop(state, "step_limit", f"budget: step limit of {rt.max_steps} reached")
-    usable = rt.remaining_s() - rt.reserve_s()
-    if usable <= 0:
-        return _stop(state, "time_budget", f"budget: {rt.budget_s:.1f}s turn budget nearly spent")
-    t0 = time.perf_counter()
-    try:
-        decision: Decision = call_with_timeout(lambda: rt.policy.decide(rt.view(state), rt.image), usable)
-        if not isinstance(decision, Decision):
-            decision = Decision.model_validate(decision)
-    except Exception as e:  # noqa: BLE001
-        kind = "timeout" if isinstance(e, StepTimeout) else "policy_error"
-        step = Step(index=_n(state), node="plan", decision="answer (policy failed)", policy_ms=_ms(t0),
-                    error=StepError(kind=kind, message=f"{type(e).__name__}: {e}"[:2000]))
-        return {"steps": [step], "route": "answer", "ended_by": "time_budget" if kind == "timeout" else "answer"}
-    if decision.action == "answer" or not decision.tool:
-        step = Step(index=_n(state), node="plan", decision="answer", rationale=decision.rationale,
-                    needs_retrieval=decision.needs_retrieval, policy_ms=_ms(t0))
-        return {"steps": [step], "route": "answer", "ended_by": "answer"}
-    room = rt.max_steps - len(state.done) - 1  # parallel calls count against the step limit too
-    extra = [PendingCall(call=ToolCall(tool=p.tool, arguments=p.arguments or {}), sub_question=p.sub_question,
-                         needs_retrieval=decision.needs_retrieval, rationale=f"in parallel with {decision.tool}")
-             for p in decision.parallel[: max(0, room)]]
-    pending = PendingCall(call=ToolCall(tool=decision.tool, arguments=decision.arguments or {}), parallel=extra,
-                          sub_question=decision.sub_question, needs_retrieval=decision.needs_retrieval,
-                          rationale=decision.rationale, policy_ms=_ms(t0))
-    return {"pending": pending, "route": "act", "last": None}
-
-
-def _stop(state: AgentState, reason: str, text: str) -> dict:
-    return {"steps": [Step(index=_n(state), node="plan", decision=text)], "route": "answer", "ended_by": reason}
-
-
-def run_tool(rt: TurnRuntime, state: AgentState, pending: PendingCall, time_left: float) -> ActResult:
-    """Validate and execute one call; every failure comes back as a StepError."""
-    call = pending.call
-    t0 = time.perf_counter()
-    try:
-        tool, args = rt.registry.validate(call, rt.task, rt.allowed)
-    except ToolCallError as e:
-        return ActResult(pending=pending, error=StepError(kind=e.kind, message=e.message), latency_ms=_ms(t0))
-    ctx = rt.context(state)
-    try:
-        out: ToolOutput = call_with_timeout(lambda: tool.run(ctx, args), time_left)
-    except StepTimeout as e:
-        return ActResult(pending=pending, error=StepError(kind="timeout", message=f"{call.tool}: {e}"), latency_ms=_ms(t0))
-    except Exception as e:  # noqa: BLE001
-        return ActResult(pending=pending, error=StepError(kind="tool_exception", message=f"{type(e).__name__}: {e}"[:2000]),
-                         latency_ms=_ms(t0))
-    return ActResult(pending=pending, output=out, latency_ms=_ms(t0))
-
-
-def act(state: AgentState, config: RunnableConfig) -> dict:
-    """Run the chosen call, and any independent calls chosen with it, concurrently."""
-    rt = runtime(config)
-    assert state.pending is not None
-    calls = [state.pending, *state.pending.parallel]
-    left = rt.remaining_s() - rt.reserve_s()
-    if len(calls) == 1:
-        return {"last": [run_tool(rt, state, calls[0], left)]}
-    with ThreadPoolExecutor(max_workers=len(calls), thread_name_prefix="act") as pool:
-        results = list(pool.map(lambda p: run_tool(rt, state, p, left), calls))
-    return {"last": results}
-
-
-def _tool_step(state: AgentState, node: str, res: ActResult, extra: int = 0) -> Step:
+def _tool_event(index: int, res: ActResult) -> ToolCallEvent:
     p, out = res.pending, res.output
-    step = Step(
-        index=_n(state, extra), node=node, decision=f"call {p.call.tool}", tool=p.call.tool, arguments=p.call.arguments,
-        sub_question=p.sub_question, needs_retrieval=p.needs_retrieval, rationale=p.rationale or None,
+    event = ToolCallEvent(
+        index=index, tool=p.call.tool, arguments=p.call.arguments, sub_question=p.sub_question,
+        needs_retrieval=p.needs_retrieval, rationale=p.rationale or None, parallel_with=p.parallel_with,
         policy_ms=p.policy_ms, latency_ms=res.latency_ms, error=res.error,
-    )
+        model_calls=[*p.model_calls, *res.model_calls])
     if out is not None:
-        step.method = out.method or None
-        step.summary = out.summary[:2000]
-        step.search_keywords = out.keywords
-        step.results = _trace_hits(out.hits)
-        step.detected_box = out.box
-        step.ocr_text = out.text
-        step.verdict = out.verdict
-    return step
+        u = {k: (v.value if isinstance(v, Overwrite) else v) for k, v in out.update.items()}
+        event.method = out.method or None
+        event.summary = out.summary[:2000]
+        event.search_keywords = out.keywords
+        event.wrote = sorted(u)
+        event.results = _trace_hits(u.get("evidence") or [])
+        event.detected_box = u.get("crop")
+        event.ocr_text = u.get("ocr_text")
+        event.sub_questions = list(u.get("sub_questions") or [])
+        event.facts = list(u.get("facts") or [])
+    return event
 
 
-def observe(state: AgentState, config: RunnableConfig) -> dict:
-    """Fold each tool output into the state, in call order, and record one step per call."""
+def observe(state: AgentState, runtime: Runtime[TurnContext]) -> dict:
+    """Fold each tool's update into the state, in call order (reducers as LangGraph applies them), and record
+    one event per call."""
     assert state.last is not None
-    steps: list[Step] = []
+    events: list[ToolCallEvent] = []
     done: list[StepSummary] = []
-    evidence = list(state.evidence)
-    update: dict[str, Any] = {"pending": None}
+    values: dict[str, Any] = {}
     for res in state.last:
-        steps.append(_tool_step(state, "act", res, extra=len(steps)))
+        events.append(_tool_event(_index(state, len(events)), res))
         done.append(StepSummary(tool=res.pending.call.tool, arguments=res.pending.call.arguments,
                                 summary=res.output.summary if res.output else "",
                                 error=f"{res.error.kind}: {res.error.message}" if res.error else None))
-        out = res.output
-        if out is not None:
-            if out.replace_evidence:
-                evidence = list(out.hits)
-            elif out.hits:
-                seen = {(h.source, h.url, h.entity_name, h.snippet) for h in evidence}
-                evidence += [h for h in out.hits if (h.source, h.url, h.entity_name, h.snippet) not in seen]
-            if out.box is not None:
-                update["crop"] = out.box
-            if out.text is not None:
-                update["ocr_text"] = out.text
-            if out.sub_questions:
-                update["sub_questions"] = list(out.sub_questions)
-        if res.error and res.error.kind == "timeout":
-            update["ended_by"] = "time_budget"
-    update.update(steps=steps, done=done, evidence=evidence)
+        if res.output is not None and res.output.update:
+            for name in res.output.update:
+                values.setdefault(name, getattr(state, name))
+            fold_update(values, res.output.update)
+    # The fold already applied each field's reducer to the current value: write the results as they are.
+    update: dict[str, Any] = {k: (Overwrite(v) if field_reducer(k) else v) for k, v in values.items()}
+    update.update(steps=events, done=done, pending=None, last=None)
+    if any(r.error is not None and r.error.kind == "timeout" for r in state.last):
+        update["ended_by"] = "time_budget"
     return update
 
 
-def route_after_plan(state: AgentState) -> str:
-    return "act" if state.route == "act" else "answer"
-
-
-def answer(state: AgentState, config: RunnableConfig) -> dict:
-    rt = runtime(config)
+def answer(state: AgentState, runtime: Runtime[TurnContext]) -> dict:
+    ctx = runtime.context
     t0 = time.perf_counter()
     error = None
-    try:
-        draft = call_with_timeout(lambda: rt.policy.answer(rt.view(state), rt.image), max(0.05, rt.remaining_s() - 0.3 * rt.reserve_s()))
-        if not isinstance(draft, AnswerDraft):
-            draft = AnswerDraft.model_validate(draft)
-    except Exception as e:  # noqa: BLE001
-        draft = AnswerDraft(answer=IDK, confidence=0.0, rationale="answer step failed")
-        error = StepError(kind="timeout" if isinstance(e, StepTimeout) else "policy_error", message=f"{type(e).__name__}: {e}"[:2000])
-    step = Step(index=_n(state), node="answer", decision="answer", summary=draft.answer, rationale=draft.rationale or None,
-                policy_ms=_ms(t0), error=error)
-    return {"steps": [step], "draft": draft}
+    with collect_model_calls() as calls:
+        try:
+            draft = run_with_deadline(lambda: ctx.policy.answer(ctx.view(state), ctx.image),
+                                      max(0.05, ctx.remaining_s() - 0.3 * ctx.reserve_s()))
+            if not isinstance(draft, AnswerDraft):
+                draft = AnswerDraft.model_validate(draft)
+        except Exception as e:  # noqa: BLE001
+            draft = AnswerDraft(answer=IDK, confidence=0.0, rationale="the answer step failed")
+            error = _error("timeout" if isinstance(e, CallTimeout) else "policy_error", e)
+    event = AnswerEvent(index=_index(state), answer=draft.answer, confidence=draft.confidence,
+                        rationale=draft.rationale or None, entity=draft.entity, policy_ms=_ms(t0), error=error,
+                        model_calls=calls)
+    return {"steps": [event], "draft": draft}
 
 
-def is_idk(text: str) -> bool:
-    t = text.strip().lower().rstrip(".!")
-    return t in {"i don't know", "i do not know", "i dont know", "i don’t know"} or t == ""
+def _evidence_texts(state: AgentState) -> list[str]:
+    return ([h.text() for h in state.evidence] + ([state.ocr_text] if state.ocr_text else [])
+            + [f.text for f in state.facts])
 
 
-def self_check(state: AgentState, config: RunnableConfig) -> dict:
-    """Run the self-check tool on the draft; abstain when unsupported or below the confidence floor."""
-    rt = runtime(config)
+def self_check(state: AgentState, runtime: Runtime[TurnContext]) -> dict:
+    """Ask the verifier about the draft; abstain when it is unsupported or below the confidence floor."""
+    ctx = runtime.context
     draft = state.draft or AnswerDraft(answer=IDK, confidence=0.0)
-    if is_idk(draft.answer):
+    if is_abstention(draft.answer):
         return {}
-    if SELF_CHECK_TOOL not in {t.name for t in rt.tool_specs()}:  # the allow-list, computed once per turn
-        if draft.confidence < rt.abstain_below:
-            return {"steps": [Step(index=_n(state), node="self_check", decision="abstain",
-                                   rationale=f"draft confidence {draft.confidence:.2f} < {rt.abstain_below:.2f}")],
-                    "verdict": None, "final_answer": IDK}
-        return {}
-    pend = PendingCall(call=ToolCall(tool=SELF_CHECK_TOOL, arguments={}), rationale="verify the draft answer against the evidence")
-    res = run_tool(rt, state, pend, max(0.05, rt.remaining_s() - 0.05))
-    step = _tool_step(state, "self_check", res)
-    verdict = res.output.verdict if res.output else None
-    if verdict is None:
-        # A broken self-check cannot vouch for the draft: keep it only if the policy itself was confident.
-        keep = draft.confidence >= max(rt.abstain_below, 0.5)
-        step.decision = "keep (self-check unavailable)" if keep else "abstain (self-check unavailable)"
-        return {"steps": [step], "final_answer": None if keep else IDK}
-    confident = min(verdict.confidence, 1.0) >= rt.abstain_below
-    keep = verdict.supported and confident
-    step.decision = "keep" if keep else "abstain"
-    return {"steps": [step], "verdict": verdict, "final_answer": None if keep else IDK}
+    if ctx.verifier is None:  # self-check off: only the draft's own confidence counts
+        if draft.confidence >= ctx.abstain_below:
+            return {}
+        event = VerdictEvent(index=_index(state), decision="abstain",
+                             reason=f"draft confidence {draft.confidence:.2f} < {ctx.abstain_below:.2f}")
+        return {"steps": [event], "final_answer": IDK}
+    t0 = time.perf_counter()
+    with collect_model_calls() as calls:
+        try:
+            verdict = run_with_deadline(
+                lambda: ctx.verifier.verify(ctx.question, draft, _evidence_texts(state), ctx.image),
+                max(0.05, ctx.remaining_s() - 0.05))
+        except Exception as e:  # noqa: BLE001 - a broken self-check cannot vouch for the draft
+            keep = draft.confidence >= max(ctx.abstain_below, 0.5)
+            event = VerdictEvent(index=_index(state), decision="keep" if keep else "abstain", latency_ms=_ms(t0),
+                                 reason="self-check unavailable; kept only because the draft was confident" if keep
+                                 else "self-check unavailable and the draft was not confident enough",
+                                 error=_error("timeout" if isinstance(e, CallTimeout) else "verifier_error", e),
+                                 model_calls=calls)
+            return {"steps": [event], "final_answer": None if keep else IDK}
+    keep = verdict.supported and min(verdict.confidence, 1.0) >= ctx.abstain_below
+    reason = verdict.reason if keep or not verdict.supported else (
+        f"confidence {verdict.confidence:.2f} < {ctx.abstain_below:.2f}; {verdict.reason}")
+    event = VerdictEvent(index=_index(state), decision="keep" if keep else "abstain", verdict=verdict, reason=reason,
+                         latency_ms=_ms(t0), model_calls=calls)
+    return {"steps": [event], "verdict": verdict, "final_answer": None if keep else IDK}
 
 
-def final(state: AgentState, config: RunnableConfig) -> dict:
-    rt = runtime(config)
+def final(state: AgentState, runtime: Runtime[TurnContext]) -> dict:
+    ctx = runtime.context
     draft = state.draft or AnswerDraft(answer=IDK, confidence=0.0)
     text = state.final_answer if state.final_answer is not None else draft.answer
     text = (text or "").strip() or IDK
-    decision = "abstain" if is_idk(text) else "answer"
-    if len(text) > rt.max_answer_chars:  # CRAG-MM judges only the first 75 tokens; a runaway answer is cut
-        text = text[: rt.max_answer_chars].rsplit(" ", 1)[0].rstrip(" ,;") or text[: rt.max_answer_chars]
-        decision += f" (cut to {len(text)} characters)"
-    step = Step(index=_n(state), node="final", decision=decision, summary=text)
-    return {"steps": [step], "final_answer": text, "ended_by": state.ended_by or "answer"}
+    cut_from = None
+    if len(text) > ctx.max_answer_chars:  # CRAG-MM judges only the first 75 tokens; a runaway answer is cut
+        cut_from = len(text)
+        text = text[: ctx.max_answer_chars].rsplit(" ", 1)[0].rstrip(" ,;") or text[: ctx.max_answer_chars]
+    abstain = is_abstention(text)
+    if abstain:
+        text = IDK
+    event = FinalEvent(index=_index(state), answer=text, decision="abstain" if abstain else "answer",
+                       cut_from_chars=cut_from)
+    return {"steps": [event], "final_answer": text, "ended_by": state.ended_by or "answer"}

@@ -1,20 +1,40 @@
 """The policy interface: what decides the next step and writes the answer.
 
-A policy sees a `PolicyView` (question, history, tool specs, what was observed so far, what
-budget is left) and returns a `Decision` (call a tool, or answer) or an `AnswerDraft`.
-Backends: the embedded rule-based planner (graph/rule_planner.py, a heuristic that needs no
-weights) and VLM backends (models/vlm/*), all behind this one protocol.
+A policy sees a `PolicyView` (question, history, tool specs, what was observed so far, what budget is
+left) and returns a `Decision` (call a tool, or answer) or an `AnswerDraft`. A reply it cannot turn into
+either is a `PolicyReplyError`, recorded as a `policy_error` step. Implementations: the embedded rule-based
+planner (graph/rule_planner.py, a heuristic that needs no weights) and the model policy
+(graph/model_policy.py, over any models.vlm backend).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
-from tools.base import Box, HistoryTurn, Hit
+from tools.base import Box, Fact, HistoryTurn, Hit
 
 IDK = "I don't know"
+_ABSTAIN = re.compile(
+    r"^\W*(?:i\s*(?:do\s*not|don'?t|don’t|dont)\s*know|unknown|not\s+sure|i'?m\s+not\s+sure|cannot\s+(?:be\s+)?determine"
+    r"|can'?t\s+(?:be\s+)?determined?|no\s+answer|unanswerable|n/?a)\b", re.I)
+
+
+def is_abstention(text: str | None) -> bool:
+    """The agent's own rule for "this answer is an abstention": empty, or a short reply that opens by saying it
+    does not know. (Scoring has its own, official rule: crag.scoring.official_is_missing.)"""
+    t = (text or "").strip()
+    return not t or (len(t) < 80 and bool(_ABSTAIN.match(t)))
+
+
+class PolicyReplyError(Exception):
+    """A policy's reply could not be turned into a decision or an answer (unparseable or invalid)."""
+
+    def __init__(self, message: str, raw: str = ""):
+        super().__init__(message)
+        self.raw = raw
 
 
 class ToolSpec(BaseModel):
@@ -22,10 +42,11 @@ class ToolSpec(BaseModel):
     description: str
     signature: str
     json_schema: dict[str, Any]
+    tags: list[str] = Field(default_factory=list)
 
 
 class StepSummary(BaseModel):
-    """A compact record of one finished step, as a policy needs it (the trace holds the full step)."""
+    """A compact record of one finished step, as a policy needs it (the trace holds the full event)."""
 
     tool: str
     arguments: dict[str, Any] = Field(default_factory=dict)
@@ -44,11 +65,15 @@ class PolicyView(BaseModel):
     crop: Box | None = None
     ocr_text: str | None = None
     sub_questions: list[str] = Field(default_factory=list)
+    facts: list[Fact] = Field(default_factory=list)
     remaining_steps: int
     remaining_s: float
 
     def tool_names(self) -> set[str]:
         return {t.name for t in self.tools}
+
+    def tools_with(self, tag: str) -> list[ToolSpec]:
+        return [t for t in self.tools if tag in t.tags]
 
     def ran(self, tool: str) -> int:
         """How many times `tool` already ran (errors included)."""

@@ -1,20 +1,27 @@
-"""The typed LangGraph state of one turn, and the per-turn runtime that is not state (image, models, clock)."""
+"""The typed LangGraph state of one turn, and the per-turn context that is not state (image, models, clock).
+
+`AgentState` extends the tools' `ToolState` (evidence, crop, OCR text, sub-questions, facts: what tools
+write, with LangGraph reducers) with what the graph itself keeps. `TurnContext` travels as LangGraph's
+run context (`context_schema`): nodes read it from `runtime.context`.
+"""
 
 from __future__ import annotations
 
 import operator
 import time
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from functools import lru_cache
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from langgraph.managed import RemainingSteps
+from pydantic import BaseModel, Field
 
 from graph.policy import AnswerDraft, Policy, PolicyView, StepSummary, ToolSpec
-from tools.base import Box, HistoryTurn, Hit, ToolContext, ToolOutput, Verdict
-from tools.registry import ToolCall, ToolRegistry
-from traces.schema import Step, StepError
-
-EndReason = Literal["answer", "step_limit", "time_budget", "error"]
+from graph.verify import Verifier
+from models.calls import CancelScope
+from tools.base import HistoryTurn, ToolContext, ToolOutput, ToolState, Verdict
+from tools.registry import Tool, ToolCall, ToolRegistry
+from traces.schema import EndReason, StepError, TraceEvent
 
 
 class PendingCall(BaseModel):
@@ -24,6 +31,8 @@ class PendingCall(BaseModel):
     needs_retrieval: bool | None = None
     rationale: str = ""
     policy_ms: float | None = None
+    parallel_with: str | None = None
+    model_calls: list[Any] = Field(default_factory=list)
 
 
 class ActResult(BaseModel):
@@ -33,35 +42,38 @@ class ActResult(BaseModel):
     output: ToolOutput | None = None
     error: StepError | None = None
     latency_ms: float = 0.0
+    model_calls: list[Any] = Field(default_factory=list)
 
 
-class AgentState(BaseModel):
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    steps: Annotated[list[Step], operator.add] = Field(default_factory=list)
+class AgentState(ToolState):
+    steps: Annotated[list[TraceEvent], operator.add] = Field(default_factory=list)
     done: Annotated[list[StepSummary], operator.add] = Field(default_factory=list)
-    evidence: list[Hit] = Field(default_factory=list)
-    crop: Box | None = None
-    ocr_text: str | None = None
-    sub_questions: list[str] = Field(default_factory=list)
     pending: PendingCall | None = None
     last: list[ActResult] | None = None
-    route: Literal["act", "answer"] | None = None
     draft: AnswerDraft | None = None
     verdict: Verdict | None = None
     final_answer: str | None = None
     ended_by: EndReason | None = None
+    remaining_steps: RemainingSteps = 0  # LangGraph fills it: graph steps left before the recursion limit
+
+
+@lru_cache(maxsize=None)
+def tool_spec(t: Tool) -> ToolSpec:
+    """A tool as policies see it (built once per tool)."""
+    return ToolSpec(name=t.name, description=t.description, signature=t.signature_text(), json_schema=t.json_schema(),
+                    tags=sorted(t.tags))
 
 
 @dataclass
-class TurnRuntime:
-    """Per-turn objects that are not serialisable state: image, resources, policy, clock."""
+class TurnContext:
+    """Per-turn objects that are not serialisable state: image, policy, verifier, resources, clock, cancel scope."""
 
     task: int
     question: str
     image: Any
     history: list[HistoryTurn]
     policy: Policy
+    verifier: Verifier
     registry: ToolRegistry
     resources: Any
     allowed: list[str] | None
@@ -70,8 +82,9 @@ class TurnRuntime:
     abstain_below: float
     max_answer_chars: int = 600
     answer_reserve_s: float | None = None
+    llm: Any = None
+    scope: CancelScope = field(default_factory=CancelScope)
     started: float = field(default_factory=time.monotonic)
-    _specs: list[ToolSpec] | None = field(default=None, repr=False)
 
     @property
     def deadline(self) -> float:
@@ -86,28 +99,21 @@ class TurnRuntime:
             return min(self.answer_reserve_s, 0.9 * self.budget_s)
         return min(1.5, 0.2 * self.budget_s)
 
-    def tool_specs(self) -> list[ToolSpec]:
-        if self._specs is None:
-            self._specs = [
-                ToolSpec(name=t.name, description=t.description, signature=t.signature_text(), json_schema=t.json_schema())
-                for t in self.registry.for_task(self.task, self.allowed)
-            ]
-        return self._specs
+    def tools(self) -> list[Tool]:
+        return self.registry.for_task(self.task, self.allowed)
 
-    def context(self, state: AgentState) -> ToolContext:
-        return ToolContext(
-            task=self.task, question=self.question, image=self.image, history=self.history,
-            evidence=state.evidence, crop=state.crop, ocr_text=state.ocr_text,
-            sub_questions=state.sub_questions, draft_answer=state.draft.answer if state.draft else None,
-            draft_confidence=state.draft.confidence if state.draft else None,
-            resources=self.resources,
-        )
+    def tool_specs(self) -> list[ToolSpec]:
+        return [tool_spec(t) for t in self.tools()]
+
+    def tool_context(self, state: AgentState) -> ToolContext:
+        return ToolContext.model_construct(
+            task=self.task, question=self.question, image=self.image, history=self.history, evidence=state.evidence,
+            crop=state.crop, ocr_text=state.ocr_text, sub_questions=state.sub_questions, facts=state.facts,
+            resources=self.resources, llm=self.llm)
 
     def view(self, state: AgentState) -> PolicyView:
-        n_actions = len(state.done)
-        return PolicyView(
+        return PolicyView.model_construct(
             task=self.task, question=self.question, history=self.history, has_image=self.image is not None,
             tools=self.tool_specs(), done=state.done, evidence=state.evidence, crop=state.crop,
-            ocr_text=state.ocr_text, sub_questions=state.sub_questions,
-            remaining_steps=max(0, self.max_steps - n_actions), remaining_s=max(0.0, self.remaining_s()),
-        )
+            ocr_text=state.ocr_text, sub_questions=state.sub_questions, facts=state.facts,
+            remaining_steps=max(0, self.max_steps - len(state.done)), remaining_s=max(0.0, self.remaining_s()))

@@ -1,22 +1,42 @@
 """The `@tool` decorator and the registry that validates model-proposed calls.
 
-A tool is one plain function: typed keyword arguments, a docstring, and an optional first
-parameter `ctx: ToolContext` that the framework fills in. The decorator builds a pydantic
-model of the arguments, so a call proposed by a model is checked before anything runs.
+A tool is one plain function: typed keyword arguments, a docstring, and an optional first parameter
+`ctx: ToolContext` that the framework fills in. The decorator builds a pydantic model of the arguments
+(so a call proposed by a model is checked before anything runs) and the JSON schema models see.
+It also records what the tool adds to the agent state (`writes`, checked against `ToolState`) and its
+capability `tags`, through which the default planner chooses tools without knowing their names.
 """
 
 from __future__ import annotations
 
 import inspect
+import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from tools.base import ToolContext, ToolOutput
+from tools.base import WRITABLE_FIELDS, ToolContext, ToolOutput, check_update
 
 ALL_TASKS = frozenset({1, 2, 3})
+
+# Capability tags the default planner understands, and the argument names it fills for each (a tool's
+# other arguments keep their defaults). A tool may carry other tags: model policies still see it.
+CAPABILITIES: dict[str, str] = {
+    "finds_entity": "identifies the pictured entity (writes evidence: image-KG or open-web hits); planner passes nothing",
+    "locates_object": "finds the object the question points at (writes crop); planner passes `target`",
+    "reads_text": "reads text in the photo (writes ocr_text); planner passes nothing",
+    "decouples_query": "splits the question into stand-alone sub-questions (writes sub_questions); planner passes "
+                       "`question`, `entity`",
+    "searches_web": "searches web pages (writes evidence); planner passes `query`",
+    "reads_page": "fetches and cleans the pages of the evidence (writes evidence); planner passes `query`",
+    "reranks": "reorders and prunes the evidence (replaces evidence); planner passes `query`",
+    "converts_units": "converts a quantity to another unit (writes facts); planner passes `value`, `from_unit`, "
+                      "`to_unit`",
+}
+
+ErrorKind = Literal["unknown_tool", "not_allowed", "bad_arguments"]
 
 
 class ToolCall(BaseModel):
@@ -27,26 +47,53 @@ class ToolCall(BaseModel):
 
 
 class ToolCallError(Exception):
-    """A proposed call that cannot run. `kind` is one of unknown_tool, not_allowed, bad_arguments."""
+    """A proposed call that cannot run."""
 
-    def __init__(self, kind: str, message: str):
+    def __init__(self, kind: ErrorKind, message: str):
         super().__init__(message)
-        self.kind = kind
+        self.kind: ErrorKind = kind
         self.message = message
 
 
-@dataclass(frozen=True)
+def _type_text(schema: dict[str, Any], defs: dict[str, Any]) -> str:
+    """A JSON-schema type as short text for prompts: enums as "a" | "b", optionals as X | null."""
+    if "$ref" in schema:
+        schema = defs.get(schema["$ref"].rsplit("/", 1)[-1], {})
+    if "enum" in schema:
+        return " | ".join(json.dumps(v) for v in schema["enum"])
+    if "const" in schema:
+        return json.dumps(schema["const"])
+    for key in ("anyOf", "oneOf"):
+        if key in schema:
+            return " | ".join(_type_text(s, defs) for s in schema[key])
+    t = schema.get("type", "any")
+    if t == "array":
+        return f"list[{_type_text(schema.get('items', {}), defs)}]"
+    bounds = [f"{op} {schema[k]}" for k, op in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="),
+                                                 ("exclusiveMaximum", "<")) if k in schema]
+    return f"{t} ({', '.join(bounds)})" if bounds else str(t)
+
+
+@dataclass(frozen=True, eq=False)  # identity equality: tools are compared and cached by object
 class Tool:
     name: str
     description: str
     fn: Callable[..., ToolOutput]
     args_model: type[BaseModel]
     tasks: frozenset[int] = ALL_TASKS
+    tags: frozenset[str] = frozenset()
+    writes: frozenset[str] = frozenset()
     wants_context: bool = True
     arg_docs: dict[str, str] = field(default_factory=dict)
+    schema: dict[str, Any] = field(init=False, repr=False, compare=False)
+    signature: str = field(init=False, repr=False, compare=False)
 
-    def json_schema(self) -> dict[str, Any]:
-        """OpenAI-style function schema, for VLM backends that call tools natively."""
+    def __post_init__(self) -> None:
+        # Built once: policies read them every step of every turn.
+        object.__setattr__(self, "schema", self._json_schema())
+        object.__setattr__(self, "signature", self._signature_text())
+
+    def _json_schema(self) -> dict[str, Any]:
         params = self.args_model.model_json_schema()
         params.pop("title", None)
         for name, prop in params.get("properties", {}).items():
@@ -55,21 +102,45 @@ class Tool:
                 prop.setdefault("description", self.arg_docs[name])
         return {"type": "function", "function": {"name": self.name, "description": self.description, "parameters": params}}
 
-    def signature_text(self) -> str:
-        """One line per tool for text prompts: name(arg: type = default) - description."""
+    def json_schema(self) -> dict[str, Any]:
+        """OpenAI-style function schema, for model policies (native tool calls and structured output)."""
+        return self.schema
+
+    def _signature_text(self) -> str:
+        params = self.schema["function"]["parameters"]
+        defs = params.get("$defs", {})
+        required = set(params.get("required", []))
         parts = []
-        for name, f in self.args_model.model_fields.items():
-            ann = getattr(f.annotation, "__name__", None) or str(f.annotation).replace("typing.", "")
-            default = "" if f.is_required() else f" = {f.default!r}"
-            parts.append(f"{name}: {ann}{default}")
+        for name, prop in params.get("properties", {}).items():
+            text = f"{name}: {_type_text(prop, defs)}"
+            if name not in required:
+                text += f" = {json.dumps(prop.get('default'))}"
+            parts.append(text)
         return f"{self.name}({', '.join(parts)}) - {self.description}"
+
+    def signature_text(self) -> str:
+        """One line for text prompts: name(arg: type = default) - description (enums and bounds included)."""
+        return self.signature
+
+    def arg_help(self) -> str:
+        """The documented arguments, one per line, for text prompts."""
+        return "\n".join(f"    {k}: {v}" for k, v in self.arg_docs.items())
 
     def run(self, ctx: ToolContext, args: BaseModel) -> ToolOutput:
         kwargs = args.model_dump()
         out = self.fn(ctx, **kwargs) if self.wants_context else self.fn(**kwargs)
         if not isinstance(out, ToolOutput):
             raise TypeError(f"tool {self.name!r} returned {type(out).__name__}, expected ToolOutput")
+        if out.update:
+            try:
+                out.update = check_update(out.update, self.writes)
+            except ValueError as e:
+                raise ToolUpdateError(f"tool {self.name!r}: {e}") from None
         return out
+
+
+class ToolUpdateError(ValueError):
+    """A tool returned an update outside its declared `writes` or of the wrong type (a `bad_update` step)."""
 
 
 def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
@@ -89,14 +160,17 @@ def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
 class ToolRegistry:
     def __init__(self) -> None:
         self._tools: dict[str, Tool] = {}
+        self._by_task: dict[tuple[int, tuple[str, ...] | None], list[Tool]] = {}
 
     def register(self, t: Tool) -> None:
         if t.name in self._tools and self._tools[t.name].fn is not t.fn:
             raise ValueError(f"a tool named {t.name!r} is already registered")
         self._tools[t.name] = t
+        self._by_task.clear()
 
     def unregister(self, name: str) -> None:
         self._tools.pop(name, None)
+        self._by_task.clear()
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
@@ -105,16 +179,23 @@ class ToolRegistry:
         return sorted(self._tools)
 
     def for_task(self, task: int, only: Iterable[str] | None = None) -> list[Tool]:
-        """The task's allow-list: tools declared for the task, optionally narrowed to `only`."""
-        keep = set(only) if only is not None else None
-        return [t for n, t in sorted(self._tools.items()) if task in t.tasks and (keep is None or n in keep)]
+        """The task's allow-list: tools declared for the task, optionally narrowed to `only` (cached)."""
+        key = (task, None if only is None else tuple(sorted(set(only))))
+        found = self._by_task.get(key)
+        if found is None:
+            keep = set(only) if only is not None else None
+            found = [t for n, t in sorted(self._tools.items()) if task in t.tasks and (keep is None or n in keep)]
+            self._by_task[key] = found
+        return found
+
+    def with_tag(self, tag: str, task: int, only: Iterable[str] | None = None) -> list[Tool]:
+        return [t for t in self.for_task(task, only) if tag in t.tags]
 
     def validate(self, call: ToolCall, task: int, allowed: Iterable[str] | None = None) -> tuple[Tool, BaseModel]:
         t = self._tools.get(call.tool)
         if t is None:
             raise ToolCallError("unknown_tool", f"unknown tool {call.tool!r}; known tools: {', '.join(self.names())}")
-        allowed_names = {x.name for x in self.for_task(task, allowed)}
-        if t.name not in allowed_names:
+        if t not in self.for_task(task, allowed):
             raise ToolCallError("not_allowed", f"tool {t.name!r} is not allowed in task {task}")
         try:
             args = t.args_model.model_validate(call.arguments or {})
@@ -125,17 +206,21 @@ class ToolRegistry:
 
 
 REGISTRY = ToolRegistry()
+_TAG = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 def tool(fn: Callable | None = None, *, name: str | None = None, tasks: Iterable[int] = ALL_TASKS,
-         registry: ToolRegistry | None = None):
+         tags: Iterable[str] = (), writes: Iterable[str] = (), registry: ToolRegistry | None = None):
     """Register a function as a tool.
 
     Usage::
 
-        @tool(tasks={2, 3})
+        @tool(tasks={2, 3}, tags={"searches_web"}, writes={"evidence"})
         def web_search(ctx: ToolContext, query: str, k: int = 5) -> ToolOutput:
             \"\"\"Search the web for pages about `query`.\"\"\"
+
+    `writes` names the `ToolState` fields the tool's `ToolOutput.update` may touch; `tags` are capability
+    tags (see `CAPABILITIES`) through which the default planner picks tools.
     """
 
     def wrap(f: Callable) -> Callable:
@@ -152,9 +237,16 @@ def tool(fn: Callable | None = None, *, name: str | None = None, tasks: Iterable
         tool_name = name or f.__name__
         if not f.__doc__:
             raise TypeError(f"tool {tool_name}: a docstring is required (it is the model's description)")
+        bad = set(writes) - WRITABLE_FIELDS
+        if bad:
+            raise TypeError(f"tool {tool_name}: writes={sorted(bad)} are not state fields a tool may write "
+                            f"({', '.join(sorted(WRITABLE_FIELDS))})")
+        bad_tags = [t for t in tags if not _TAG.match(t)]
+        if bad_tags:
+            raise TypeError(f"tool {tool_name}: tags must be snake_case words, not {bad_tags}")
         summary, arg_docs = _parse_docstring(f.__doc__)
         model = create_model(f"{tool_name}_args", __config__=ConfigDict(extra="forbid"), **fields)
-        t = Tool(tool_name, summary, f, model, frozenset(tasks), wants_ctx, arg_docs)
+        t = Tool(tool_name, summary, f, model, frozenset(tasks), frozenset(tags), frozenset(writes), wants_ctx, arg_docs)
         (registry or REGISTRY).register(t)
         f.__tool__ = t  # type: ignore[attr-defined]
         return f

@@ -1,17 +1,71 @@
-"""The trace of one turn: every step the agent took, comparable hop by hop to SuperGlasses search logs."""
+"""The trace of one turn: typed events, one model per graph node kind, comparable hop by hop to SuperGlasses logs.
+
+`TurnTrace.steps` is a list of events discriminated by `node`:
+
+- `plan`: the policy decided to answer, or the turn was stopped (step limit, time budget, policy failure);
+- `tool_call`: one tool call (a SuperGlasses hop for search tools): arguments, sub-question, keywords, what it
+  wrote to the state (results, box, OCR text, sub-questions, facts), timings, error;
+- `answer`: the draft answer; `verdict`: the self-check's verdict and keep/abstain; `final`: what was returned.
+
+Every event carries the model calls made while it ran (tokens, latency, finish reason, raw reply). Traces
+written by schema 1.0 (a flat `Step` for every node) load through `upgrade_v1`.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
-from tools.base import Box, Verdict
+from tools.base import Box, Fact, Verdict
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "2.0"
 SCHEMA_FILE = Path(__file__).with_name("turn_trace.schema.json")
+RAW_REPLY_LIMIT = 4096  # characters of a model's raw reply kept per call
+
+ErrorKind = Literal[
+    "unknown_tool",  # the policy named a tool the registry does not have
+    "not_allowed",  # a tool outside the task's allow-list
+    "bad_arguments",  # arguments that fail the tool's schema
+    "bad_update",  # a tool wrote a state field it did not declare, or a value of the wrong type
+    "tool_exception",  # the tool raised
+    "timeout",  # the call ran past the turn's budget and was abandoned (and cancelled)
+    "policy_error",  # the policy raised, or its reply could not be parsed into a decision / answer
+    "verifier_error",  # the self-check raised or timed out
+    "graph_error",  # anything else inside the graph
+    "bad_input",  # the turn's input was unusable (e.g. an empty question)
+]
+EndReason = Literal["answer", "step_limit", "time_budget", "error"]
+DecisionMode = Literal["structured", "native_tools", "json_text", "text"]
+
+
+class StepError(BaseModel):
+    kind: ErrorKind
+    message: str
+
+
+class ModelCall(BaseModel):
+    """One request to a language model, as the backend saw it."""
+
+    purpose: str = Field(description="decide | answer | verify | closed_book | consistency | cove | decouple | ...")
+    mode: DecisionMode | None = Field(None, description="How the reply was constrained: structured output (JSON "
+                                      "schema), native tool calls, JSON asked for in the text, or free text.")
+    model: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    latency_ms: float = 0.0
+    finish_reason: str | None = None
+    raw_reply: str = Field("", description=f"The reply as received (text or tool calls as JSON), first "
+                                           f"{RAW_REPLY_LIMIT} characters.")
+    reply_chars: int = Field(0, description="Length of the whole raw reply.")
+    cancelled: bool = Field(False, description="The request was cancelled (turn ended) before it finished.")
+    error: str | None = None
+
+    @classmethod
+    def clip(cls, raw: str) -> tuple[str, int]:
+        return raw[:RAW_REPLY_LIMIT], len(raw)
 
 
 class TraceHit(BaseModel):
@@ -24,59 +78,193 @@ class TraceHit(BaseModel):
     rerank_score: float | None = None
 
 
-class StepError(BaseModel):
-    kind: str = Field(description="unknown_tool | not_allowed | bad_arguments | tool_exception | timeout | policy_error | graph_error | bad_input")
-    message: str
+class _Event(BaseModel):
+    index: int = 0
+    error: StepError | None = None
+    model_calls: list[ModelCall] = Field(default_factory=list)
 
 
-class Step(BaseModel):
-    index: int
-    node: Literal["plan", "act", "answer", "self_check", "final"]
-    decision: str = Field(description="What was decided: 'call <tool>', 'answer', 'abstain', 'budget: ...'.")
-    tool: str | None = None
+class PlanEvent(_Event):
+    """The policy chose to answer, or the turn was stopped before another tool call."""
+
+    node: Literal["plan"] = "plan"
+    decision: Literal["answer", "stop"]
+    reason: str = Field("", description="The policy's rationale, or why the turn was stopped.")
+    needs_retrieval: bool | None = None
+    policy_ms: float | None = None
+
+
+class ToolCallEvent(_Event):
+    """One tool call: a SuperGlasses hop when the tool searches."""
+
+    node: Literal["tool_call"] = "tool_call"
+    tool: str
     arguments: dict[str, Any] = Field(default_factory=dict)
-    sub_question: str | None = None
+    sub_question: str | None = Field(None, description="The part of the question this call addresses.")
     search_keywords: str | None = None
     needs_retrieval: bool | None = None
     rationale: str | None = None
+    parallel_with: str | None = Field(None, description="The tool this call ran alongside, when decided together.")
     method: str | None = Field(None, description="Implementation that ran, e.g. 'rapidocr', 'heuristic:saliency-crop'.")
     summary: str | None = None
+    wrote: list[str] = Field(default_factory=list, description="State fields the call updated.")
     results: list[TraceHit] = Field(default_factory=list)
     detected_box: Box | None = None
     ocr_text: str | None = None
-    verdict: Verdict | None = None
-    policy_ms: float | None = Field(None, description="Time the policy took to make this step's decision.")
+    sub_questions: list[str] = Field(default_factory=list)
+    facts: list[Fact] = Field(default_factory=list)
+    policy_ms: float | None = Field(None, description="Time the policy took to decide this call.")
     latency_ms: float = Field(0.0, description="Time the tool itself took.")
-    error: StepError | None = None
+
+
+class AnswerEvent(_Event):
+    node: Literal["answer"] = "answer"
+    answer: str
+    confidence: float | None = None
+    rationale: str | None = None
+    entity: str | None = None
+    policy_ms: float | None = None
+
+
+class VerdictEvent(_Event):
+    """The self-check of the draft: the verifier's verdict and what was done with it."""
+
+    node: Literal["verdict"] = "verdict"
+    decision: Literal["keep", "abstain"]
+    verdict: Verdict | None = None
+    reason: str = ""
+    latency_ms: float = 0.0
+
+
+class FinalEvent(_Event):
+    node: Literal["final"] = "final"
+    answer: str
+    decision: Literal["answer", "abstain"]
+    cut_from_chars: int | None = Field(None, description="The answer was cut from this many characters.")
+
+
+TraceEvent = Annotated[Union[PlanEvent, ToolCallEvent, AnswerEvent, VerdictEvent, FinalEvent], Field(discriminator="node")]
+
+
+class ImageInfo(BaseModel):
+    """What the agent saw: sizes before and after preparation, and why there is no image when there is none."""
+
+    original_size: tuple[int, int] | None = None
+    size: tuple[int, int] | None = Field(None, description="Width and height the agent saw; boxes are in these pixels.")
+    transforms: list[str] = Field(default_factory=list, description="e.g. 'exif-transpose', 'resized to 960x1280'.")
+    note: str | None = Field(None, description="Why the image is absent or unusable, if it is.")
+
+
+class TokenTotals(BaseModel):
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
 
 
 class TurnTrace(BaseModel):
-    schema_version: str = SCHEMA_VERSION
+    schema_version: Literal["2.0"] = SCHEMA_VERSION
     run_id: str
     task: int
     session_id: str
     interaction_id: str
     turn_index: int
     question: str
-    has_image: bool
-    image_note: str | None = Field(None, description="Why the image is absent or unusable, if it is.")
-    labels: dict[str, str | None] = Field(default_factory=dict, description="domain, query_category, dynamism, image_quality")
-    egocentric: bool | None = Field(None, description="Egocentric (glasses) image, per the dataset: image bytes and no image_url.")
+    image: ImageInfo = Field(default_factory=ImageInfo)
+    labels: dict[str, Any] = Field(default_factory=dict, description="Dataset labels: domain, query_category, ...")
+    egocentric: bool | None = Field(None, description="Egocentric (glasses) image: the row has no image_url.")
     policy: str
     search_backend: str
     budget_s: float
     max_steps: int
-    steps: list[Step] = Field(default_factory=list)
+    config_fingerprint: str | None = Field(None, description="Hash of the agent configuration that produced it.")
+    notes: list[str] = Field(default_factory=list, description="Input notes, e.g. the question was cut.")
+    steps: list[TraceEvent] = Field(default_factory=list)
     answer: str
     abstained: bool
     confidence: float | None = None
     entity: str | None = Field(None, description="The entity the answer is about; carried into later turns' history.")
-    ended_by: Literal["answer", "step_limit", "time_budget", "error"]
+    ended_by: EndReason
     latency_ms: float
+    tokens: TokenTotals = Field(default_factory=TokenTotals)
     ground_truth: str | None = None
     score: Literal["correct", "missing", "incorrect"] | None = None
     judge: str | None = None
     error: str | None = None
+
+    @property
+    def has_image(self) -> bool:
+        return self.image.size is not None
+
+    def tool_calls(self) -> list[ToolCallEvent]:
+        return [s for s in self.steps if isinstance(s, ToolCallEvent)]
+
+    def model_calls(self) -> list[ModelCall]:
+        return [c for s in self.steps for c in s.model_calls]
+
+    def error_kinds(self) -> list[str]:
+        return [s.error.kind for s in self.steps if s.error is not None]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upgrade(cls, data: Any) -> Any:
+        if isinstance(data, dict) and str(data.get("schema_version", "1.0")).startswith("1"):
+            return upgrade_v1(data)
+        return data
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Schema 1.0 -> 2.0
+
+_V1_KINDS = set(ErrorKind.__args__)  # type: ignore[attr-defined]
+
+
+def _v1_error(err: Any) -> dict | None:
+    if not isinstance(err, dict):
+        return None
+    kind = str(err.get("kind") or "graph_error")
+    msg = str(err.get("message") or "")
+    return {"kind": kind, "message": msg} if kind in _V1_KINDS else {"kind": "graph_error", "message": f"{kind}: {msg}"}
+
+
+def _v1_step(s: dict[str, Any]) -> dict[str, Any]:
+    node, decision = s.get("node"), str(s.get("decision") or "")
+    base = {"index": s.get("index", 0), "error": _v1_error(s.get("error"))}
+    if node == "act":
+        return {**base, "node": "tool_call", "tool": s.get("tool") or "", "arguments": s.get("arguments") or {},
+                "sub_question": s.get("sub_question"), "search_keywords": s.get("search_keywords"),
+                "needs_retrieval": s.get("needs_retrieval"), "rationale": s.get("rationale"), "method": s.get("method"),
+                "summary": s.get("summary"), "results": s.get("results") or [], "detected_box": s.get("detected_box"),
+                "ocr_text": s.get("ocr_text"), "policy_ms": s.get("policy_ms"), "latency_ms": s.get("latency_ms") or 0.0,
+                "wrote": [k for k, v in (("evidence", s.get("results")), ("crop", s.get("detected_box")),
+                                         ("ocr_text", s.get("ocr_text"))) if v]}
+    if node == "answer":
+        return {**base, "node": "answer", "answer": s.get("summary") or "", "rationale": s.get("rationale"),
+                "policy_ms": s.get("policy_ms")}
+    if node == "self_check":
+        return {**base, "node": "verdict", "decision": "keep" if decision.startswith("keep") else "abstain",
+                "verdict": s.get("verdict"), "reason": s.get("rationale") or decision,
+                "latency_ms": s.get("latency_ms") or 0.0}
+    if node == "final":
+        return {**base, "node": "final", "answer": s.get("summary") or "",
+                "decision": "abstain" if decision.startswith("abstain") else "answer"}
+    return {**base, "node": "plan", "decision": "answer" if decision.startswith("answer") and not s.get("error") else "stop",
+            "reason": "; ".join(x for x in (decision, s.get("rationale")) if x), "needs_retrieval": s.get("needs_retrieval"),
+            "policy_ms": s.get("policy_ms")}
+
+
+def upgrade_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """A schema-1.0 trace dict as a 2.0 one: flat steps become typed events, has_image/image_note an ImageInfo."""
+    out = {k: v for k, v in data.items() if k not in ("steps", "has_image", "image_note", "schema_version")}
+    out["schema_version"] = SCHEMA_VERSION
+    out["image"] = {"size": None, "note": data.get("image_note")}
+    if data.get("has_image"):
+        out["image"]["size"] = (0, 0)  # present, size not recorded by 1.0
+    steps = data.get("steps") or []
+    out["notes"] = [s.get("decision", "") for s in steps if isinstance(s, dict) and s.get("node") == "plan"
+                    and str(s.get("decision", "")).startswith("question cut")]
+    out["steps"] = [_v1_step(s) for s in steps if isinstance(s, dict) and
+                    not (s.get("node") == "plan" and str(s.get("decision", "")).startswith("question cut"))]
+    return out
 
 
 def export_json_schema(path: Path = SCHEMA_FILE) -> Path:

@@ -1,4 +1,6 @@
-"""Small text helpers shared by the heuristic tools and the rule-based planner (no models)."""
+"""Rule-based language helpers (no model): words, answer types, reference resolution, sentence splitting, prompt-injection cues.
+
+Shared by the rule-based planner, the heuristic verifier and the heuristic tools; named heuristics everywhere they show."""
 
 from __future__ import annotations
 
