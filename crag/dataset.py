@@ -10,10 +10,10 @@ Accepted sources:
 Both layouts of the real dataset are read: v0.1.1 (`turns`/`answers` are lists of dicts) and v0.1.2
 (dicts of lists). ClassLabel ids are decoded with the dataset's own features.
 
-Egocentric convention (CRAG-MM v0.1.2 card): a row carries either the image bytes (the egocentric
-captures from the glasses, image_url empty) or only an `image_url` (a normal image from the web, which
-the official iterator downloads). So `egocentric` is True when the row has image bytes and no URL,
-False when it has a URL.
+Egocentric rule, as the official evaluators apply it: a row is egocentric when its `image_url` is None
+(the glasses captures carry their bytes; the normal web images carry a URL the official iterator
+downloads). Images are not decoded here: the runner decodes a conversation's image (crag.images, bounded
+and safe) only when one of its turns is left to run.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ class LoadReport(BaseModel):
     loaded: int = 0
     skipped: int = 0
     image_errors: int = 0
+    bad_turns: int = 0
     messages: list[str] = Field(default_factory=list)
 
     def skip(self, where: str, why: str) -> None:
@@ -217,33 +218,20 @@ def _as_records(value: Any, keys: tuple[str, ...] | None = None) -> list[dict[st
 
 
 def decode_image(cell: Any):
-    """(PIL image or None, error or None) from an Image() cell with decode=False, bytes, or a path."""
-    from PIL import Image
+    """(PIL image or None, reason or None) from an Image() cell (decode=False), bytes or a path; bounded and
+    safe (crag.images.load_image): only regular files, a pixel cap, EXIF orientation applied."""
+    from crag.images import load_image
 
-    if cell is None:
+    if cell is None or (isinstance(cell, dict) and not cell.get("bytes") and not cell.get("path")):
         return None, None
-    if isinstance(cell, Image.Image):
-        return cell, None
-    data, path = None, None
+    image, info = load_image(cell)
+    return image, None if image is not None else (info.note or "corrupt image")
+
+
+def _has_image(cell: Any) -> bool:
     if isinstance(cell, dict):
-        data, path = cell.get("bytes"), cell.get("path")
-    elif isinstance(cell, (bytes, bytearray)):
-        data = bytes(cell)
-    elif isinstance(cell, str):
-        path = cell
-    if not data and not path:
-        return None, None
-    try:
-        if data:
-            im = Image.open(io.BytesIO(data))
-        else:
-            if not Path(path).exists():
-                return None, f"image file not found: {path}"
-            im = Image.open(path)
-        im.load()
-        return im.convert("RGB") if im.mode not in ("RGB", "L") else im, None
-    except Exception as exc:  # corrupt bytes, truncated file, unknown format
-        return None, f"corrupt image: {type(exc).__name__}: {exc}"
+        return bool(cell.get("bytes") or cell.get("path"))
+    return cell is not None and cell != b""
 
 
 def _row_to_conversation(row: dict[str, Any], decoders: dict[str, Any], where: str, report: LoadReport):
@@ -257,7 +245,10 @@ def _row_to_conversation(row: dict[str, Any], decoders: dict[str, Any], where: s
     for i, t in enumerate(turns_raw):
         q = t.get("query")
         if not isinstance(q, str) or not q.strip():
-            raise ValueError(f"turn {i} has no query")
+            # one bad turn must not drop the conversation: it runs as an empty question (answered "I don't know")
+            report.messages.append(f"{where}: turn {i} has no query; it is answered \"I don't know\"")
+            report.bad_turns += 1
+            q = ""
         iid = t.get("interaction_id")
         turns.append(Turn(
             interaction_id=str(iid) if iid not in (None, "") else f"{row.get('session_id')}-{i}",
@@ -266,36 +257,30 @@ def _row_to_conversation(row: dict[str, Any], decoders: dict[str, Any], where: s
         ))
     answers = []
     if answers_raw:
-        by_id = {str(a.get("interaction_id")): a.get("ans_full") for a in answers_raw}
-        if all(t.interaction_id in by_id for t in turns):
-            answers = [by_id[t.interaction_id] for t in turns]
-        else:
-            answers = [a.get("ans_full") for a in answers_raw]
-        answers = ["" if a is None else str(a) for a in answers]
+        ids = [t.interaction_id for t in turns]
+        if len(set(ids)) != len(ids):
+            report.messages.append(f"{where}: interaction ids repeat ({', '.join(sorted({i for i in ids if ids.count(i) > 1}))}); "
+                                   "ground truth is taken by position")
+        # ground truth by position, as the official iterator pairs turns[i] with answers[i]
+        answers = ["" if a.get("ans_full") is None else str(a.get("ans_full")) for a in answers_raw]
 
-    image_url = row.get("image_url") or None
-    image, err = decode_image(row.get("image"))
-    had_bytes = image is not None or (err is not None and err.startswith("corrupt"))
-    if image is None and err is None and image_url:
-        err = IMAGE_URL_ONLY
-    elif image is None and err is None:
-        err = "no image and no image_url"
-    if err:
+    image_url = row.get("image_url")
+    image_url = image_url if isinstance(image_url, str) and image_url else None
+    cell = row.get("image")
+    err = None
+    if not _has_image(cell):
+        cell = None
+        err = IMAGE_URL_ONLY if image_url else "no image and no image_url"
         report.image_errors += 1
         report.messages.append(f"{where}: {err}")
-    egocentric = None
-    if image_url:
-        egocentric = False
-    elif had_bytes:
-        egocentric = True
     return Conversation(
         session_id=str(row.get("session_id") or where),
-        image=image,
+        image=cell,  # decoded by the runner, only when a turn is left to run
         image_url=image_url,
         image_error=err,
         turns=turns,
         answers=answers,
-        egocentric=egocentric,
+        egocentric=row.get("image_url") is None,  # the official rule: an egocentric row has no image_url
     )
 
 

@@ -58,7 +58,7 @@ class Conversation(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     session_id: str
-    image: Any = None  # PIL.Image.Image, or None when it could not be loaded
+    image: Any = None  # the undecoded image (bytes, an Image() cell, a path) or a PIL image; None when absent
     image_url: str | None = None
     image_error: str | None = None
     turns: list[Turn]

@@ -1,26 +1,112 @@
-"""The LangGraph StateGraph: plan -> act -> observe -> plan ... -> answer -> self_check -> final."""
+"""The LangGraph graph of one turn, and `build_agent`: the one place an agent is wired from its configuration.
+
+    START -> plan --(tool call)--> act -> observe --> plan ...
+               \\--(answer / step limit / time budget)--> answer -> self_check -> final -> END
+
+The CLI (graph/run.py), the starter-kit adapter (crag/starter_kit.py), the benchmarks and the tests all
+build their agent with `build_agent(AgentConfig)`, so the same question gets the same answer everywhere.
+"""
 
 from __future__ import annotations
+
+import logging
+from typing import Any
 
 from langgraph.graph import END, START, StateGraph
 
 from graph import nodes
-from graph.state import AgentState
+from graph.agent import Agent
+from graph.config import AgentConfig
+from graph.state import AgentState, TurnContext
+from tools.registry import ToolRegistry
+
+log = logging.getLogger(__name__)
+
+_COMPILED = None
 
 
-def build_graph(checkpointer=None):
-    g = StateGraph(AgentState)
-    g.add_node("plan", nodes.plan)
-    g.add_node("act", nodes.act)
-    g.add_node("observe", nodes.observe)
-    g.add_node("answer", nodes.answer)
-    g.add_node("self_check", nodes.self_check)
-    g.add_node("final", nodes.final)
-    g.add_edge(START, "plan")
-    g.add_conditional_edges("plan", nodes.route_after_plan, {"act": "act", "answer": "answer"})
-    g.add_edge("act", "observe")
-    g.add_edge("observe", "plan")
-    g.add_edge("answer", "self_check")
-    g.add_edge("self_check", "final")
-    g.add_edge("final", END)
-    return g.compile(checkpointer=checkpointer)
+def build_graph():
+    """The compiled graph; it holds no per-turn data (that travels as the run context), so it is built once."""
+    global _COMPILED
+    if _COMPILED is None:
+        g = StateGraph(AgentState, context_schema=TurnContext)
+        g.add_node("plan", nodes.plan)
+        g.add_node("act", nodes.act)
+        g.add_node("observe", nodes.observe)
+        g.add_node("answer", nodes.answer)
+        g.add_node("self_check", nodes.self_check)
+        g.add_node("final", nodes.final)
+        g.add_edge(START, "plan")
+        g.add_conditional_edges("plan", nodes.route_after_plan, ["act", "answer"])
+        g.add_edge("act", "observe")
+        g.add_edge("observe", "plan")
+        g.add_edge("answer", "self_check")
+        g.add_edge("self_check", "final")
+        g.add_edge("final", END)
+        _COMPILED = g.compile()
+    return _COMPILED
+
+
+def load_tools(config: AgentConfig) -> ToolRegistry:
+    from tools import load_builtin_tools, load_tool_modules
+
+    registry = load_builtin_tools()
+    load_tool_modules(config.tools.modules)
+    return registry
+
+
+def make_policy(config: AgentConfig, resources: Any) -> Any:
+    """The rule-based planner (image-match floor from the config, else the search backend's), or a model policy."""
+    if config.policy == "rule":
+        from graph.rule_planner import RuleBasedPlanner
+
+        planner = config.planner
+        if planner.min_image_score is None:
+            floor = getattr(resources.search, "image_score_floor", None)
+            planner = planner.model_copy(update={"min_image_score": 0.6 if floor is None else floor})
+        return RuleBasedPlanner(resources.text_embedder, planner)
+    from graph.model_policy import make_model_policy
+
+    return make_model_policy(config.policy)
+
+
+def make_verifier(config: AgentConfig, policy: Any) -> Any:
+    """The policy's own verifier when it has one (a model self-check), else the named heuristic; None when off."""
+    if config.self_check == "off":
+        return None
+    from graph.verify import EvidenceSupportVerifier
+
+    own = getattr(policy, "verifier", None)
+    return own(config.verify_mode) if callable(own) else EvidenceSupportVerifier()
+
+
+def build_agent(config: AgentConfig | None = None, *, search: Any = None, policy: Any = None,
+                registry: ToolRegistry | None = None, run_id: str | None = None, task: int | None = None) -> Agent:
+    """An Agent from one configuration.
+
+    `search` overrides `config.search` with a backend object (e.g. the official pipeline the starter kit
+    hands over; it is wrapped in the search cache unless `config.search.cache` is off); `policy` and
+    `registry` override the configured ones (tests, scripted policies). `task=1` builds the search backend
+    without web search."""
+    from crag.cache import CachedSearch
+    from crag.search import as_search_backend, make_search
+    from models.resources import Resources
+
+    config = config or AgentConfig()
+    registry = registry or load_tools(config)
+    if search is None:
+        backend = make_search(config.search, config.models, web=task != 1)
+    else:
+        backend = as_search_backend(search)
+        if config.search.cache and not isinstance(backend, CachedSearch):
+            backend = CachedSearch(backend, max_entries=config.search.cache_entries)
+    resources = Resources(backend, config.models)
+    policy = policy if policy is not None else make_policy(config, resources)
+    verifier = make_verifier(config, policy)
+    agent = Agent(policy, resources, config, registry, verifier, llm=getattr(policy, "backend", None), run_id=run_id)
+    if config.warm_up:
+        resources.warm_up()
+        warm = getattr(policy, "warm_up", None)
+        if callable(warm):
+            warm()
+    return agent

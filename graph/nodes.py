@@ -57,7 +57,7 @@ def plan(state: AgentState, runtime: Runtime[TurnContext]) -> dict:
     t0 = time.perf_counter()
     with collect_model_calls() as calls:
         try:
-            decision = run_with_deadline(lambda: ctx.policy.decide(ctx.view(state), ctx.image), usable)
+            decision = run_with_deadline(lambda: ctx.policy.decide(ctx.view(state), ctx.image), usable, ctx.scope)
             if not isinstance(decision, Decision):
                 decision = Decision.model_validate(decision)
         except CallTimeout as e:
@@ -111,7 +111,7 @@ def act(state: AgentState, runtime: Runtime[TurnContext]) -> dict:
     prepared = [_tool_call(ctx, state, p) for p in calls]
     to_run = [(i, fn) for i, (refused, fn) in enumerate(prepared) if refused is None]
     t0 = time.perf_counter()
-    outcomes = run_many([fn for _, fn in to_run], ctx.remaining_s() - ctx.reserve_s()) if to_run else []
+    outcomes = run_many([fn for _, fn in to_run], ctx.remaining_s() - ctx.reserve_s(), ctx.scope) if to_run else []
     results: list[ActResult] = [r for r, _ in prepared]  # type: ignore[misc]
     for (i, _), (ok, value) in zip(to_run, outcomes):
         p = calls[i]
@@ -188,7 +188,7 @@ def answer(state: AgentState, runtime: Runtime[TurnContext]) -> dict:
     with collect_model_calls() as calls:
         try:
             draft = run_with_deadline(lambda: ctx.policy.answer(ctx.view(state), ctx.image),
-                                      max(0.05, ctx.remaining_s() - 0.3 * ctx.reserve_s()))
+                                      max(0.05, ctx.remaining_s() - 0.3 * ctx.reserve_s()), ctx.scope)
             if not isinstance(draft, AnswerDraft):
                 draft = AnswerDraft.model_validate(draft)
         except Exception as e:  # noqa: BLE001
@@ -222,7 +222,7 @@ def self_check(state: AgentState, runtime: Runtime[TurnContext]) -> dict:
         try:
             verdict = run_with_deadline(
                 lambda: ctx.verifier.verify(ctx.question, draft, _evidence_texts(state), ctx.image),
-                max(0.05, ctx.remaining_s() - 0.05))
+                max(0.05, ctx.remaining_s() - 0.05), ctx.scope)
         except Exception as e:  # noqa: BLE001 - a broken self-check cannot vouch for the draft
             keep = draft.confidence >= max(ctx.abstain_below, 0.5)
             event = VerdictEvent(index=_index(state), decision="keep" if keep else "abstain", latency_ms=_ms(t0),

@@ -9,24 +9,12 @@ planner (graph/rule_planner.py, a heuristic that needs no weights) and the model
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
+from models.nlp import IDK, is_abstention  # noqa: F401 - the agent's one abstention text and rule, re-exported
 from tools.base import Box, Fact, HistoryTurn, Hit
-
-IDK = "I don't know"
-_ABSTAIN = re.compile(
-    r"^\W*(?:i\s*(?:do\s*not|don'?t|don’t|dont)\s*know|unknown|not\s+sure|i'?m\s+not\s+sure|cannot\s+(?:be\s+)?determine"
-    r"|can'?t\s+(?:be\s+)?determined?|no\s+answer|unanswerable|n/?a)\b", re.I)
-
-
-def is_abstention(text: str | None) -> bool:
-    """The agent's own rule for "this answer is an abstention": empty, or a short reply that opens by saying it
-    does not know. (Scoring has its own, official rule: crag.scoring.official_is_missing.)"""
-    t = (text or "").strip()
-    return not t or (len(t) < 80 and bool(_ABSTAIN.match(t)))
 
 
 class PolicyReplyError(Exception):

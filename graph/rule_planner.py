@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from graph.policy import IDK, AnswerDraft, Decision, ParallelCall, PolicyView
-from tools import _text
+from graph.policy import IDK, AnswerDraft, Decision, ParallelCall, PolicyView, ToolSpec
+from models import nlp as _text
 from tools.base import Hit
 
 RECOGNITION = re.compile(
@@ -29,7 +29,7 @@ OTHER = re.compile(r"\b(other|else|another|besides)\b", re.I)
 
 
 class RulePlannerConfig(BaseModel):
-    min_image_score: float = 0.6  # cosine similarity below which an image-KG match is not trusted
+    min_image_score: float | None = None  # similarity under which an image-KG match is not trusted (None: the search backend's floor, else 0.6)
     min_image_margin: float = 0.0  # top-1 minus top-2 score needed (different entities)
     min_attr_sim: float = 0.35  # question vs attribute-name similarity when they share a word stem
     min_attr_sim_no_overlap: float = 0.5  # ... when they share none
@@ -69,9 +69,10 @@ class RuleBasedPlanner:
         top = kg[0]
         second = next((h.score for h in kg[1:] if h.entity_name != top.entity_name), 0.0)
         c = self.config
-        if top.score < c.min_image_score or top.score - second < c.min_image_margin:
+        floor = 0.6 if c.min_image_score is None else c.min_image_score
+        if top.score < floor or top.score - second < c.min_image_margin:
             return top, 0.0
-        conf = min(1.0, 0.5 + (top.score - c.min_image_score) / max(1e-6, 1 - c.min_image_score) * 0.3 + min(0.2, (top.score - second) * 2))
+        conf = min(1.0, 0.5 + (top.score - floor) / max(1e-6, 1 - floor) * 0.3 + min(0.2, (top.score - second) * 2))
         return top, conf
 
     def _entity(self, v: PolicyView, use_image: bool) -> tuple[str | None, float, Hit | None]:
@@ -161,53 +162,83 @@ class RuleBasedPlanner:
         text = " ".join(best[0].split()[: self.config.max_answer_words])
         return text, min(1.0, best[1]), best[2]
 
+    # ---- choosing tools by capability ------------------------------------------------------
+    @staticmethod
+    def _fill(spec: ToolSpec, offer: dict[str, Any]) -> dict[str, Any] | None:
+        """The arguments the planner can give this tool: offered values for the parameters it has; None when a
+        required parameter is not on offer (the planner cannot call it; a model policy still can)."""
+        params = spec.json_schema["function"]["parameters"]
+        props, required = params.get("properties", {}), set(params.get("required", []))
+        if not required <= offer.keys():
+            return None
+        return {k: v for k, v in offer.items() if k in props}
+
+    def _calls(self, v: PolicyView, tag: str, offer: dict[str, Any] | None = None, sub: str | None = None,
+               fresh: bool = True) -> list[ParallelCall]:
+        """One call per allowed tool with `tag` (each not yet run when `fresh`), arguments filled from `offer`."""
+        out = []
+        for spec in v.tools_with(tag):
+            args = self._fill(spec, offer or {})
+            if args is not None and not (fresh and v.ran(spec.name)):
+                out.append(ParallelCall(tool=spec.name, arguments=args, sub_question=sub))
+        return out
+
+    @staticmethod
+    def _ran(v: PolicyView, tag: str) -> int:
+        names = {t.name for t in v.tools_with(tag)}
+        return sum(1 for s in v.done if s.tool in names)
+
+    @staticmethod
+    def _decision(calls: list[ParallelCall], why: str, retrieval: bool = True, sub: str | None = None) -> Decision:
+        first, rest = calls[0], calls[1:]
+        return Decision(action="call_tool", tool=first.tool, arguments=first.arguments, parallel=rest, rationale=why,
+                        sub_question=sub or first.sub_question, needs_retrieval=retrieval)
+
     # ---- the protocol -----------------------------------------------------------------------
     def decide(self, view: PolicyView, image: Any = None) -> Decision:
-        v, has = view, view.tool_names()
+        v = view
         use_image = self._needs_image(v)
         q = v.question
 
-        def call(tool: str, why: str, sub: str | None = None, retrieval: bool = True, **args) -> Decision:
-            return Decision(action="call_tool", tool=tool, arguments=args, rationale=why, sub_question=sub, needs_retrieval=retrieval)
-
-        want_ocr = use_image and _text.asks_about_text(q) and "ocr" in has and not v.ran("ocr")
-        ocr_too = [ParallelCall(tool="ocr")] if want_ocr else []  # independent of search: run alongside
-        if use_image and "image_search" in has and not v.ran("image_search"):
-            if "detect_crop" in has and not v.ran("detect_crop") and _text.refers_to_image(q) and not RECOGNITION.search(q):
-                d = call("detect_crop", "focus on the object the question points at", retrieval=False,
-                         target=self._target_phrase(q))
-                d.parallel = ocr_too
-                return d
-            d = call("image_search", "identify the pictured entity in the image KG", sub=f"What is {self._target_phrase(q)}?")
-            d.parallel = list(ocr_too)
+        ocr = self._calls(v, "reads_text") if use_image and _text.asks_about_text(q) else []
+        finders = self._calls(v, "finds_entity", sub=f"What is {self._target_phrase(q)}?") if use_image else []
+        if finders and not self._ran(v, "finds_entity"):
+            crop = self._calls(v, "locates_object", {"target": self._target_phrase(q)})
+            if crop and _text.refers_to_image(q) and not RECOGNITION.search(q):
+                return self._decision(crop[:1] + ocr, "focus on the object the question points at", retrieval=False)
+            calls = finders + ocr  # OCR is independent of search: run alongside
             known = next((t.entity for t in reversed(v.history) if t.entity), None)
-            if known and "web_search" in has and not RECOGNITION.search(q):
+            if known and not RECOGNITION.search(q):
                 # a follow-up about an entity named earlier: search the web for it while the image is searched
                 sub = _text.resolve_references(q, known)
-                d.parallel.append(ParallelCall(tool="web_search", arguments={"query": _text.keywords(sub, known)}, sub_question=sub))
-            return d
-        if want_ocr:
-            return call("ocr", "the question asks about text in the photo", retrieval=False)
+                calls += self._calls(v, "searches_web", {"query": _text.keywords(sub, known)}, sub=sub)
+            return self._decision(calls, "identify the pictured entity")
+        if ocr:
+            return self._decision(ocr, "the question asks about text in the photo", retrieval=False)
         entity, _, top = self._entity(v, use_image)
-        if use_image and entity is None and "ocr" in has and not v.ran("ocr"):
-            return call("ocr", "image search found no confident match; read any text instead", retrieval=False)
+        if use_image and entity is None:
+            readers = self._calls(v, "reads_text")
+            if readers:
+                return self._decision(readers, "image search found no confident match; read any text instead", retrieval=False)
         parts = _text.split_question(q)[: self.config.max_parts]
-        if len(parts) > 1 and "query_decoupler" in has and not v.ran("query_decoupler"):
-            return call("query_decoupler", "the question has several parts", retrieval=False, entity=entity or "")
+        decouple = self._calls(v, "decouples_query", {"question": q, "entity": entity or ""})
+        if len(parts) > 1 and decouple and not self._ran(v, "decouples_query"):
+            return self._decision(decouple[:1], "the question has several parts", retrieval=False)
         targets = self._targets(v, entity)
-        if "web_search" in has:
-            searched = v.ran("web_search")
+        searchers = v.tools_with("searches_web")
+        if searchers:
+            rounds = self._ran(v, "searches_web") // len(searchers)  # each round asks every web-search tool
             open_targets = [t for o, t in targets if not self._answer_from_kg(o, t, top if use_image else None)]
-            todo = open_targets[searched:]
-            if todo and v.remaining_steps > 1:
-                d = call("web_search", "the image KG does not hold this fact", sub=todo[0], query=_text.keywords(todo[0], entity))
-                d.parallel = [ParallelCall(tool="web_search", arguments={"query": _text.keywords(t, entity)}, sub_question=t)
-                              for t in todo[1:]]
-                return d
+            todo = open_targets[rounds:]
+            if todo and v.remaining_steps > len(searchers):
+                calls = [c for t in todo for c in self._calls(v, "searches_web", {"query": _text.keywords(t, entity)},
+                                                              sub=t, fresh=False)]
+                if calls:
+                    return self._decision(calls, "the image KG does not hold this fact", sub=todo[0])
             webs = [h for h in v.evidence if h.source == "web"]
-            if len(webs) >= 3 and "reranker" in has and not v.ran("reranker") and v.remaining_steps > 0:
-                return call("reranker", "keep only the pages that answer the question", retrieval=False,
-                            query=" ".join(t for _, t in targets))
+            rerank = self._calls(v, "reranks", {"query": " ".join(t for _, t in targets)})
+            if len(webs) >= 3 and rerank and v.remaining_steps > 0:
+                return self._decision(rerank[:1], "keep only the pages that answer the question", retrieval=False)
         return Decision(action="answer", rationale="enough evidence gathered or nothing left to try",
                         needs_retrieval=bool(v.done))
 

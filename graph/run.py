@@ -1,14 +1,16 @@
 """Run a CRAG-MM task end to end: `python -m graph.run --task {1,2,3}`.
 
-By default everything is offline and embedded: the demo benchmark (generated on first use), the
-local search index over it, the rule-based planner (a heuristic policy) and the rule judge (an
-approximate judge). Every heuristic in use is named in the header this prints and in each trace.
+By default everything is offline and embedded: the demo benchmark (generated on first use), the local
+search index over it, the rule-based planner (a heuristic policy) and the rule judge (an approximate judge).
+Every heuristic in use is named in the header this prints and in each trace. This module only translates
+command-line options into an `AgentConfig` and a run; `graph.build.build_agent` wires the agent.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import sys
 import time
@@ -26,6 +28,44 @@ TASK_DATA = {1: "single_turn", 2: "single_turn", 3: "multi_turn"}
 TASK_TEXT = {1: "single-turn, image-KG search only", 2: "single-turn, image-KG + web search", 3: "multi-turn, image-KG + web search"}
 
 
+def _positive_int(text: str) -> int:
+    v = int(text)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {v}")
+    return v
+
+
+def _non_negative_int(text: str) -> int:
+    v = int(text)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {v}")
+    return v
+
+
+def _finite_seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(v) or v <= 0 or v > 3600:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds in (0, 3600], not {text}")
+    return v
+
+
+def _non_negative_seconds(text: str) -> float:
+    v = float(text)
+    if not math.isfinite(v) or v < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, not {text}")
+    return v
+
+
+def _fraction(text: str) -> float:
+    v = float(text)
+    if not math.isfinite(v) or not 0 <= v <= 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, not {text}")
+    return v
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m graph.run",
@@ -41,8 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="'demo' (embedded benchmark, generated on first use), a local folder of CRAG-MM parquet/arrow "
                         "files, or a dataset name found in the local Hugging Face cache, e.g. crag-mm-2025/crag-mm-multi-turn-public")
     g.add_argument("--split", default=None, help="dataset split to read (default: the only/first split found)")
-    g.add_argument("--limit", type=int, default=None, help="run only the first N conversations")
+    g.add_argument("--limit", type=_positive_int, default=None, help="run only the first N conversations")
     g.add_argument("--demo-dir", type=Path, default=None, help="where the demo benchmark is generated (default: data/demo)")
+    g.add_argument("--image-prep", choices=["harness", "native"], default="harness",
+                   help="'harness': egocentric images resized to 960x1280 exactly as the official harness does; "
+                        "'native': images at their own size (longest side bounded to 2048)")
     g = p.add_argument_group("output")
     g.add_argument("--out", type=Path, default=ROOT / "traces" / "runs", help="folder for run folders of JSON traces")
     g.add_argument("--run-id", default=None,
@@ -59,23 +102,29 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--text-embedder", type=Path, default=None, help="local sentence-embedding folder (default: bundled all-MiniLM-L6-v2)")
     g.add_argument("--tools-module", action="append", default=[], help="import extra @tool modules (repeatable)")
     g.add_argument("--tools", default=None, help="comma-separated tools to allow (default: the task's whole allow-list)")
+    g.add_argument("--self-check", choices=["on", "off"], default="on", help="verify drafts before answering")
+    g.add_argument("--verify-mode", choices=["single", "dual-cove"], default="single",
+                   help="model self-check: one verification round trip, or dual path + chain-of-verification")
     g = p.add_argument_group("search backend")
-    g.add_argument("--search", choices=["local", "cragmm"], default="local",
+    g.add_argument("--search", choices=["local", "cragmm", "none"], default="local",
                    help="'local': embedded index over the demo KG and web corpus (or --index-dir); "
-                        "'cragmm': the official cragmm-search-pipeline over local ChromaDB index folders")
+                        "'cragmm': the official cragmm-search-pipeline over local ChromaDB index folders; 'none'")
     g.add_argument("--index-dir", type=Path, default=None, help="local index folder (kg.json, web.json, kg_images/); default: the demo's")
     g.add_argument("--cragmm-image-index", type=Path, default=None, help="ChromaDB folder with the 'image_embeddings' collection")
     g.add_argument("--cragmm-web-index", type=Path, default=None, help="ChromaDB folder with the 'web_search_embeddings' collection")
     g.add_argument("--cragmm-clip", type=Path, default=None, help="local CLIP folder used by the official image search")
     g.add_argument("--cragmm-text-model", type=Path, default=None, help="local text-embedding folder used by the official web search")
-    g = p.add_argument_group("budget")
-    g.add_argument("--budget", type=float, default=10.0, help="seconds per turn (CRAG-MM: 10)")
-    g.add_argument("--max-steps", type=int, default=8, help="tool calls per turn")
-    g.add_argument("--abstain-below", type=float, default=0.35, help="self-check confidence under which the answer is 'I don't know'")
-    g.add_argument("--answer-reserve", type=float, default=None,
+    g = p.add_argument_group("budget and thresholds")
+    g.add_argument("--budget", type=_finite_seconds, default=10.0, help="seconds per turn (CRAG-MM: 10)")
+    g.add_argument("--max-steps", type=_non_negative_int, default=8, help="tool calls per turn")
+    g.add_argument("--abstain-below", type=_fraction, default=0.35, help="self-check confidence under which the answer is 'I don't know'")
+    g.add_argument("--answer-reserve", type=_non_negative_seconds, default=None,
                    help="seconds of the budget kept for answer + self-check (default: min(1.5, 20%% of --budget); "
                         "raise it for slow VLMs)")
-    g.add_argument("--concurrency", type=int, default=1, help="conversations run at once (one turn per conversation at a time)")
+    g.add_argument("--image-match-floor", type=_fraction, default=None,
+                   help="rule planner: image-KG similarity under which a match is not trusted (default: the image "
+                        "embedder's own floor, 0.6 without one)")
+    g.add_argument("--concurrency", type=_positive_int, default=1, help="conversations run at once (one turn per conversation at a time)")
     g = p.add_argument_group("scoring")
     g.add_argument("--judge", default="rule",
                    help="'rule' (offline rule judge, approximate), 'none' (exact match only), or "
@@ -87,24 +136,29 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def make_search(args) -> Any:
-    if args.search == "cragmm":
-        from crag.cragmm_backend import CragMMSearch
+def agent_config(args: argparse.Namespace) -> Any:
+    """The command line as an AgentConfig (the only place the CLI decides anything about the agent)."""
+    from crag.search import SearchConfig
+    from graph.config import AgentConfig, BudgetConfig, ToolsConfig
+    from graph.rule_planner import RulePlannerConfig
+    from models.resources import ModelPaths
+    from models.vlm import load_model_config
 
-        missing = [n for n in ("cragmm_image_index", "cragmm_clip") if getattr(args, n) is None]
-        if missing:
-            raise SystemExit("--search cragmm needs " + ", ".join("--" + m.replace("_", "-") for m in missing))
-        if args.task >= 2 and args.cragmm_web_index is not None and args.cragmm_text_model is None:
-            raise SystemExit("--cragmm-web-index needs --cragmm-text-model (the model that built the web index)")
-        return CragMMSearch(image_index_dir=args.cragmm_image_index, clip_model_dir=args.cragmm_clip,
-                            web_index_dir=args.cragmm_web_index, text_model_dir=args.cragmm_text_model)
-    from crag.demo import ensure_demo
-    from crag.local_search import LocalSearchIndex
-    from models.image_embedder import make_image_embedder
-
-    root = args.index_dir or ensure_demo(args.demo_dir).root
-    return LocalSearchIndex(root, image_embedder=make_image_embedder(args.clip),
-                            text_embedder_path=args.text_embedder)
+    policy: Any = args.model
+    if args.model_config is not None:
+        policy = load_model_config(args.model_config)
+    return AgentConfig(
+        policy=policy,
+        models=ModelPaths(text_embedder=args.text_embedder, detector=args.detector, clip=args.clip, reranker=args.reranker),
+        search=SearchConfig(backend=args.search, index_dir=args.index_dir, demo_dir=args.demo_dir,
+                            cragmm_image_index=args.cragmm_image_index, cragmm_web_index=args.cragmm_web_index,
+                            cragmm_clip=args.cragmm_clip, cragmm_text_model=args.cragmm_text_model),
+        tools=ToolsConfig(allowed=[t.strip() for t in args.tools.split(",")] if args.tools else None,
+                          modules=args.tools_module),
+        budget=BudgetConfig(budget_s=args.budget, max_steps=args.max_steps, answer_reserve_s=args.answer_reserve),
+        planner=RulePlannerConfig(min_image_score=args.image_match_floor),
+        abstain_below=args.abstain_below, self_check=args.self_check, verify_mode=args.verify_mode,
+    )
 
 
 def make_judge(spec: str, key_env: str):
@@ -122,21 +176,7 @@ def make_judge(spec: str, key_env: str):
     raise SystemExit(f"unknown --judge {spec!r}")
 
 
-def make_policy(args, resources) -> Any:
-    from graph.rule_planner import RuleBasedPlanner, RulePlannerConfig
-
-    if args.model_config is None and args.model == "rule":
-        floor = getattr(resources.search, "image_score_floor", None)
-        cfg = RulePlannerConfig() if floor is None else RulePlannerConfig(min_image_score=floor)
-        return RuleBasedPlanner(resources.text_embedder, cfg)
-    from models.vlm import load_model_config, make_policy as make_vlm_policy
-
-    if args.model_config is not None:
-        return make_vlm_policy(load_model_config(args.model_config))
-    return make_vlm_policy(args.model)
-
-
-def load_data(args):
+def load_data(args: argparse.Namespace):
     from crag.dataset import load_conversations
     from crag.demo import ensure_demo
 
@@ -154,90 +194,99 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _run(args, argv)
     except (FileNotFoundError, ValueError, ImportError, OSError) as e:
-        # bad paths, specs or missing optional packages: say so plainly, no traceback
+        # bad paths, specs, data or missing optional packages: say so plainly, no traceback
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
 
 
-def _run(args, argv: list[str] | None) -> int:
-    from crag.cache import CachedSearch
-    from crag.evaluate import evaluate, format_table, records_from_traces, write_report
-    from crag.scoring import make_truncator, score_turn
-    from graph.agent import Agent, AgentConfig
-    from graph.runner import run_task, write_run_manifest
-    from models.resources import ModelPaths, Resources
-    from tools import load_builtin_tools, load_tool_modules
-    from traces.store import TraceStore
+def summary_lines(stats: Any) -> list[str]:
+    ended = ", ".join(f"{k} {v}" for k, v in sorted(stats.ended_by.items())) or "none"
+    lines = [f"turns:   {stats.turns} ({stats.resumed_turns} resumed); ended by: {ended}"]
+    errors = ", ".join(f"{k} {v}" for k, v in sorted(stats.errors.items()))
+    lines.append(f"errors:  {errors} (in {stats.turns_with_errors} turn(s))" if errors else "errors:  none")
+    if stats.model_calls:
+        lines.append(f"model:   {stats.model_calls} call(s), {stats.prompt_tokens} prompt + "
+                     f"{stats.completion_tokens} completion tokens")
+    return lines
 
-    registry = load_builtin_tools()
-    load_tool_modules(args.tools_module)
+
+def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
+    from crag.evaluate import TurnRecord, evaluate, format_table, write_report
+    from crag.scoring import make_truncator, score_turn
+    from graph.build import build_agent
+    from graph.runner import run_task
+    from traces.store import TraceStore, write_json_atomic
+
+    config = agent_config(args)
     t0 = time.time()
     source, conversations = load_data(args)  # streamed: a dataset is never held decoded in memory
     report_load = getattr(conversations, "report", None)
-    search = CachedSearch(make_search(args))  # query -> results and url -> page, shared by all turns
-    resources = Resources(search, ModelPaths(text_embedder=args.text_embedder, detector=args.detector,
-                                             clip=args.clip, reranker=args.reranker))
-    policy = make_policy(args, resources)
-    resources.policy = policy
     judge = make_judge(args.judge, args.judge_api_key_env)
     truncator = make_truncator(args.tokenizer)
     run_id = args.run_id or f"task{args.task}-{time.strftime('%Y%m%d-%H%M%S')}"
-    allowed = [t.strip() for t in args.tools.split(",")] if args.tools else None
-    agent = Agent(policy, resources, AgentConfig(budget_s=args.budget, max_steps=args.max_steps,
-                                                 abstain_below=args.abstain_below, allowed_tools=allowed,
-                                                 answer_reserve_s=args.answer_reserve),
-                  registry=registry, run_id=run_id, search_name=getattr(search, "name", "search"))
     store = TraceStore(args.out, run_id)
-    tools = [t.name for t in registry.for_task(args.task, allowed)]
+    t_warm = time.time()
+    agent = build_agent(config, run_id=run_id, task=args.task)  # models loaded and indexes built here
+    warm_s = time.time() - t_warm
+    tools = [t.name for t in agent.registry.for_task(args.task, config.tools.allowed)]
     judge_name = getattr(judge, "name", "exact-match only")
     rows = getattr(conversations, "rows", None)
+    verifier = getattr(agent.verifier, "name", "off") if agent.verifier is not None else "off"
     header = [
         f"task {args.task} ({TASK_TEXT[args.task]}) on {source}: {rows if rows is not None else '?'} conversation(s)",
-        f"policy: {policy.name}",
+        f"policy: {agent.policy_name}",
         f"search: {agent.search_name}",
         f"tools:  {', '.join(tools)}",
+        f"self-check: {verifier}",
         f"judge:  {judge_name}; truncation: {getattr(truncator, 'name', type(truncator).__name__)}",
         f"traces: {store.dir}",
+        f"warm-up: {warm_s:.1f}s (models loaded, indexes built)",
     ]
     print("\n".join(header), flush=True)
-    # Load models and build indexes before the clock of the first turn starts.
-    t_warm = time.time()
-    resources.warm_up()
-    print(f"warm-up: {time.time() - t_warm:.1f}s (models loaded, indexes built)", flush=True)
 
     def scorer(trace):
         s = score_turn(trace.question, trace.answer, trace.ground_truth, judge=judge, truncator=truncator)
         trace.score, trace.judge = s.result, s.judge
         return trace
 
+    records: list[TurnRecord] = []
+
+    def keep_record(trace) -> None:  # a compact record per turn; the trace itself is dropped
+        records.append(TurnRecord(session_id=trace.session_id, turn_index=trace.turn_index, answer=trace.answer,
+                                  ground_truth=trace.ground_truth, query=trace.question,
+                                  interaction_id=trace.interaction_id, labels=dict(trace.labels),
+                                  egocentric=trace.egocentric, result=trace.score, judge=trace.judge))
+
     bar = None
     if not args.no_progress:
         from tqdm import tqdm
 
         bar = tqdm(total=rows, unit="conversation", file=sys.stderr)
-    traces, resumed, failed = run_task(agent, conversations, args.task, store, scorer=scorer,
-                                       concurrency=args.concurrency, progress=(lambda n: bar.update(1)) if bar else None)
+    stats = run_task(agent, conversations, args.task, store, scorer=scorer, concurrency=args.concurrency,
+                     progress=(lambda n: bar.update(1)) if bar else None, on_turn=keep_record,
+                     image_prep=args.image_prep, history_answer=truncator.truncate)
     if bar:
         bar.close()
-    report = evaluate(records_from_traces(traces), judge=judge, truncator=truncator)
+    report = evaluate(records, judge=judge, truncator=truncator)
     files = write_report(report, store.dir)
-    write_run_manifest(store, {
-        "run_id": run_id, "task": args.task, "data": str(source), "policy": policy.name, "search": agent.search_name,
-        "judge": judge_name, "tools": tools, "budget_s": args.budget, "max_steps": args.max_steps,
-        "turns": len(traces), "resumed_turns": resumed, "failed_conversations": failed,
-        "search_cache": search.stats(),
+    write_json_atomic(store.dir / "run.json", {
+        "run_id": run_id, "task": args.task, "data": str(source), "policy": agent.policy_name,
+        "search": agent.search_name, "judge": judge_name, "tools": tools, "budget_s": args.budget,
+        "max_steps": args.max_steps, "config": config.model_dump(mode="json"), "config_fingerprint": agent.fingerprint,
+        "stats": stats.model_dump(), "turns": stats.turns, "resumed_turns": stats.resumed_turns,
+        "failed_conversations": stats.failed_conversations,
+        "search_cache": agent.resources.search.stats() if hasattr(agent.resources.search, "stats") else None,
         "seconds": round(time.time() - t0, 2), "argv": sys.argv[1:] if argv is None else argv,
         "load_report": report_load.model_dump() if hasattr(report_load, "model_dump") else None,
     })
     print(format_table(report))
-    if resumed:
-        print(f"resumed: {resumed} finished turn(s) kept from an earlier run")
-    if failed:
-        print(f"failed:  {failed} conversation(s) raised (see log); the others were kept")
+    print("\n".join(summary_lines(stats)))
+    if stats.failed_conversations:
+        print(f"failed:  {stats.failed_conversations} conversation(s) raised (see log); the others were kept")
     if report_load is not None and getattr(report_load, "skipped", 0):
         print(f"data:    {report_load.skipped} malformed row(s) skipped; reasons in run.json")
     print("report: " + ", ".join(str(p) for p in files.values()))
-    return 0 if not failed else 1
+    return 0 if not stats.failed_conversations else 1
 
 
 if __name__ == "__main__":

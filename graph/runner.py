@@ -1,114 +1,130 @@
 """Runs a CRAG-MM task over a dataset: conversations concurrently, turns in order, traces written as they finish.
 
-Resumable: a turn whose trace already exists in the run folder (same run id) is not redone; its
-answer feeds the conversation history exactly as if it had just been produced.
+Resumable: a turn whose trace already exists in the run folder (same run id) is not redone; its answer feeds
+the conversation history exactly as if it had just been produced. Finished traces are handed to `on_turn`
+and dropped: a long run keeps only what its caller keeps (compact scoring records), never whole traces.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, as_completed, wait
-from pathlib import Path
+from collections import Counter
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Callable, Iterable
 
+from pydantic import BaseModel, Field
+
+from crag.images import ImagePrep, load_image, prepare
 from crag.schema import Conversation
 from graph.agent import Agent, TurnInput
 from tools.base import HistoryTurn
 from traces.schema import TurnTrace
-from traces.store import TraceStore, write_json_atomic
+from traces.store import TraceStore
 
 log = logging.getLogger(__name__)
 
-MAX_IMAGE_SIDE = 2048
 
+class RunStats(BaseModel):
+    """What a run did, for the summary and run.json."""
 
-def usable_image(image: Any, missing: str = "no image given") -> tuple[Any, str | None]:
-    """RGB, bounded size; a broken image becomes None with a note (the turn then runs without it)."""
-    if image is None:
-        return None, missing
-    try:
-        img = image
-        img.load()
-        if img.width < 2 or img.height < 2:
-            return None, f"image too small ({img.width}x{img.height})"
-        if img.mode != "RGB":
-            img = img.convert("RGB")
-        if max(img.size) > MAX_IMAGE_SIDE:
-            img = img.copy()
-            img.thumbnail((MAX_IMAGE_SIDE, MAX_IMAGE_SIDE))
-            return img, f"image downscaled to {img.width}x{img.height}"
-        return img, None
-    except Exception as e:  # noqa: BLE001 - corrupt bytes, truncated files, decompression bombs
-        return None, f"image could not be decoded: {type(e).__name__}: {e}"[:300]
+    conversations: int = 0
+    turns: int = 0
+    resumed_turns: int = 0
+    failed_conversations: int = 0
+    ended_by: dict[str, int] = Field(default_factory=dict)
+    errors: dict[str, int] = Field(default_factory=dict, description="Error events per kind, over all turns.")
+    turns_with_errors: int = 0
+    model_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
 
-
-def prepare_image(conv: Conversation) -> tuple[Any, str | None]:
-    """The conversation's image made usable, or None with the loader's or our reason."""
-    return usable_image(conv.image, conv.image_error or "no image in this row")
+    def add(self, trace: TurnTrace) -> None:
+        self.turns += 1
+        self.ended_by[trace.ended_by] = self.ended_by.get(trace.ended_by, 0) + 1
+        kinds = Counter(trace.error_kinds())
+        for k, n in kinds.items():
+            self.errors[k] = self.errors.get(k, 0) + n
+        self.turns_with_errors += bool(kinds)
+        self.model_calls += trace.tokens.calls
+        self.prompt_tokens += trace.tokens.prompt_tokens
+        self.completion_tokens += trace.tokens.completion_tokens
 
 
 def run_conversation(agent: Agent, conv: Conversation, task: int, store: TraceStore,
-                     scorer: Callable[[TurnTrace], TurnTrace] | None = None,
-                     stop: threading.Event | None = None) -> tuple[list[TurnTrace], int]:
-    """All turns of one conversation, in order; returns the traces and how many were resumed from disk.
-    When `stop` is set (Ctrl-C), no further turn is started."""
-    image, note = prepare_image(conv)
+                     scorer: Callable[[TurnTrace], TurnTrace] | None = None, stop: threading.Event | None = None,
+                     image_prep: ImagePrep = "harness", history_answer: Callable[[str], str] | None = None,
+                     on_turn: Callable[[TurnTrace, bool], None] | None = None) -> None:
+    """All turns of one conversation, in order. A turn with a usable trace on disk is resumed, not redone; the
+    image is decoded only when some turn is left to run. `history_answer` maps an answer to what later turns
+    see of it (the official harness passes the 75-token-truncated answer). When `stop` is set (Ctrl-C), no
+    further turn is started."""
+    kept = [store.read(conv.session_id, i) for i in range(len(conv.turns))]
+    kept = [t if t is not None and t.interaction_id == turn.interaction_id and t.task == task else None
+            for t, turn in zip(kept, conv.turns)]
+    image = info = None
+    if any(t is None for t in kept):
+        image, info = load_image(conv.image)
+        if image is None and conv.image_error:
+            info.note = conv.image_error
+        image, info = prepare(image, info, conv.egocentric, image_prep)
     history: list[HistoryTurn] = []
-    traces: list[TurnTrace] = []
-    resumed = 0
     for i, turn in enumerate(conv.turns):
         if stop is not None and stop.is_set():
             break
-        trace = store.read(conv.session_id, i)
-        if trace is not None and trace.interaction_id == turn.interaction_id and trace.task == task:
-            resumed += 1
-        else:
-            gt = conv.answers[i] if i < len(conv.answers) else None
+        trace = kept[i]
+        resumed = trace is not None
+        if trace is None:
+            if not (turn.query or "").strip():
+                log.warning("conversation %s turn %d has no question; answered %r", conv.session_id, i, "I don't know")
             inp = TurnInput(task=task, session_id=conv.session_id, interaction_id=turn.interaction_id, turn_index=i,
-                            question=turn.query, image=image, image_note=note, history=list(history),
+                            question=turn.query or "", image=image, image_info=info, history=list(history),
                             labels={"domain": turn.domain, "query_category": turn.query_category,
                                     "dynamism": turn.dynamism, "image_quality": turn.image_quality})
             trace = agent.run_turn(inp)
-            trace.ground_truth = gt
+            trace.ground_truth = conv.answers[i] if i < len(conv.answers) else None
             trace.egocentric = conv.egocentric
-            if scorer is not None and gt is not None:
+            if scorer is not None and trace.ground_truth is not None:
                 trace = scorer(trace)
             store.write(trace)
-        traces.append(trace)
-        history.append(HistoryTurn(question=turn.query, answer=trace.answer, entity=trace.entity))
-    return traces, resumed
+        if on_turn is not None:
+            on_turn(trace, resumed)
+        shown = history_answer(trace.answer) if history_answer else trace.answer
+        history.append(HistoryTurn(question=turn.query or "", answer=shown, entity=trace.entity))
 
 
 def run_task(agent: Agent, conversations: Iterable[Conversation], task: int, store: TraceStore,
              scorer: Callable[[TurnTrace], TurnTrace] | None = None, concurrency: int = 1,
-             progress: Callable[[int], None] | None = None) -> tuple[list[TurnTrace], int, int]:
-    """Runs every conversation; returns (traces in input order, turns resumed from disk, conversations failed).
+             progress: Callable[[int], None] | None = None, on_turn: Callable[[TurnTrace], None] | None = None,
+             image_prep: ImagePrep = "harness", history_answer: Callable[[str], str] | None = None) -> RunStats:
+    """Runs every conversation; returns the run's statistics. `on_turn` gets each finished trace (new or resumed).
 
-    One conversation failing never loses the others' finished traces. Conversations are consumed
-    lazily, at most `2 * concurrency` in flight, so a whole dataset never sits decoded in memory.
-    """
-    order: list[str] = []
-    results: dict[str, list[TurnTrace]] = {}
-    counts = {"resumed": 0, "failed": 0}
+    One conversation failing never loses the others' finished traces. Conversations are consumed lazily, at
+    most `concurrency + 1` in flight, so a whole dataset never sits decoded in memory."""
+    stats = RunStats()
+    lock = threading.Lock()
     stop = threading.Event()
     workers = max(1, concurrency)
 
-    def collect(fut, c: Conversation) -> None:
+    def turn_done(trace: TurnTrace, resumed: bool) -> None:
+        with lock:
+            stats.add(trace)
+            stats.resumed_turns += resumed
+            if on_turn is not None:
+                on_turn(trace)
+
+    def collect(fut: Future, c: Conversation) -> None:
         try:
-            traces, r = fut.result()
-            results[c.session_id] = traces
-            counts["resumed"] += r
+            fut.result()
         except Exception as e:  # noqa: BLE001
-            counts["failed"] += 1
+            stats.failed_conversations += 1
             log.error("conversation %s failed: %s", c.session_id, e)
         if progress:
             progress(len(c.turns))
 
     seen: dict[str, int] = {}
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        pending: dict[Any, Conversation] = {}
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="conversation") as pool:
+        pending: dict[Future, Conversation] = {}
         try:
             for c in conversations:
                 if c.session_id in seen:  # a dataset with a repeated id: keep both conversations apart
@@ -117,14 +133,17 @@ def run_task(agent: Agent, conversations: Iterable[Conversation], task: int, sto
                     log.warning("session id %r repeats; running this conversation as %r", c.session_id, new_id)
                     c = c.model_copy(update={"session_id": new_id})
                 seen.setdefault(c.session_id, 1)
-                order.append(c.session_id)
-                pending[pool.submit(run_conversation, agent, c, task, store, scorer, stop)] = c
-                if len(pending) >= 2 * workers:
+                stats.conversations += 1
+                pending[pool.submit(run_conversation, agent, c, task, store, scorer, stop, image_prep,
+                                    history_answer, turn_done)] = c
+                if len(pending) > workers:
                     done, _ = wait(pending, return_when=FIRST_COMPLETED)
                     for fut in done:
                         collect(fut, pending.pop(fut))
-            for fut in as_completed(list(pending)):
-                collect(fut, pending.pop(fut))
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    collect(fut, pending.pop(fut))
         except BaseException:
             # Ctrl-C: queued conversations are cancelled and running ones stop after their current turn
             # (whose trace is written whole); without this the pool would still run every queued one.
@@ -132,10 +151,4 @@ def run_task(agent: Agent, conversations: Iterable[Conversation], task: int, sto
             for f in pending:
                 f.cancel()
             raise
-    return [t for sid in order for t in results.get(sid, [])], counts["resumed"], counts["failed"]
-
-
-def write_run_manifest(store: TraceStore, data: dict[str, Any]) -> Path:
-    p = store.dir / "run.json"
-    write_json_atomic(p, json.dumps(data, indent=2, default=str))
-    return p
+    return stats

@@ -202,14 +202,14 @@ def _in_scope(s: CancelScope, fn: Callable[[], Any]) -> Any:
         return fn()
 
 
-def run_many(fns: list[Callable[[], Any]], timeout_s: float) -> list[tuple[bool, Any]]:
+def run_many(fns: list[Callable[[], Any]], timeout_s: float, parent: CancelScope | None = None) -> list[tuple[bool, Any]]:
     """Run independent calls at once, each under a child of the current scope, with one shared deadline.
 
     Returns (ok, result or exception) per call, in order. A call still running at the deadline is abandoned:
     its scope is cancelled (its model requests are closed) and its result is a CallTimeout."""
     if timeout_s <= 0:
         return [(False, CallTimeout("no time left in the turn budget")) for _ in fns]
-    parent = current_scope()
+    parent = parent or current_scope()
     children = [CancelScope(parent) for _ in fns]
     futs = [WORKERS.submit(_in_scope, child, fn) for child, fn in zip(children, fns)]
     _, not_done = wait(futs, timeout=timeout_s)
@@ -226,9 +226,9 @@ def run_many(fns: list[Callable[[], Any]], timeout_s: float) -> list[tuple[bool,
     return out
 
 
-def run_with_deadline(fn: Callable[[], Any], timeout_s: float) -> Any:
+def run_with_deadline(fn: Callable[[], Any], timeout_s: float, parent: CancelScope | None = None) -> Any:
     """`run_many` for one call: its result, or its exception raised (CallTimeout past the deadline)."""
-    ok, value = run_many([fn], timeout_s)[0]
+    ok, value = run_many([fn], timeout_s, parent)[0]
     if not ok:
         raise value
     return value

@@ -5,8 +5,6 @@ Real detectors are loaded only from a LOCAL folder (never downloaded):
 * `ZeroShotDetector` - GroundingDINO, OWLv2 or OWL-ViT through transformers' `AutoProcessor` +
   `AutoModelForZeroShotObjectDetection`; `.name` is "grounding-dino:<folder>", "owlv2:<folder>" or
   "owlvit:<folder>".
-* `GroundingDinoPyDetector` - the original `groundingdino` package, if it happens to be importable
-  (it is not a dependency of this project; it also needs torchvision, which is not installed here).
 
 Heuristics, used when no detector folder is configured, say so in their `method`:
 
@@ -36,7 +34,6 @@ SALIENCY_METHOD = "heuristic:saliency-crop"
 __all__ = [
     "Detector",
     "ZeroShotDetector",
-    "GroundingDinoPyDetector",
     "make_detector",
     "ocr_box_crop",
     "saliency_crop",
@@ -256,49 +253,6 @@ class ZeroShotDetector:
             if best >= threshold:
                 out.append((tuple(boxes[q].tolist()), best, best_label))
         return out
-
-
-class GroundingDinoPyDetector:
-    """The original IDEA-Research `groundingdino` package (optional, guarded import; not a dependency).
-
-    Raises ImportError at construction when the package is missing.
-    """
-
-    def __init__(self, config_path: str | Path, checkpoint_path: str | Path, device: str = "cpu", text_threshold: float = 0.25):
-        from groundingdino.util.inference import load_model  # noqa: F401  (ImportError when absent)
-        import groundingdino.datasets.transforms as T
-
-        self._T = T
-        self.model = load_model(str(config_path), str(checkpoint_path), device=device)
-        self.device = device
-        self.text_threshold = text_threshold
-        self.name = f"groundingdino-py:{Path(checkpoint_path).name}"
-        self._lock = threading.Lock()
-
-    def detect(self, image: Any, labels: list[str], threshold: float = 0.2, top_k: int = 5) -> list[Box]:
-        from groundingdino.util.inference import predict
-
-        clean = _clean_labels(labels)
-        if image is None or not clean or top_k <= 0:
-            return []
-        image = _to_pil_rgb(image)
-        w, h = image.size
-        T = self._T
-        transform = T.Compose([T.RandomResize([800], max_size=1333), T.ToTensor(), T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
-        tensor, _ = transform(image, None)
-        caption = ". ".join(x.lower() for x in clean) + "."
-        with self._lock:
-            boxes, logits, phrases = predict(
-                model=self.model, image=tensor, caption=caption, box_threshold=threshold, text_threshold=self.text_threshold, device=self.device
-            )
-        out = []
-        for (cx, cy, bw, bh), score, phrase in zip(boxes.tolist(), logits.tolist(), phrases):
-            c = _clip_box((cx - bw / 2) * w, (cy - bh / 2) * h, (cx + bw / 2) * w, (cy + bh / 2) * h, w, h)
-            if c is None or score < threshold:
-                continue
-            label = next((lab for lab in clean if lab.lower() in phrase.lower() or phrase.lower() in lab.lower()), phrase)
-            out.append(Box(x0=c[0], y0=c[1], x1=c[2], y1=c[3], label=label, score=float(score), method=self.name))
-        return nms(out)[:top_k]
 
 
 def make_detector(path: str | Path | None, device: str = "cpu") -> ZeroShotDetector | None:

@@ -6,6 +6,18 @@ from __future__ import annotations
 
 import re
 
+IDK = "I don't know"  # the agent's abstention, as the benchmark expects it
+_ABSTAIN = re.compile(
+    r"^\W*(?:i\s*(?:do\s*not|don'?t|don’t|dont)\s*know|unknown|not\s+sure|i'?m\s+not\s+sure|cannot\s+(?:be\s+)?determine"
+    r"|can'?t\s+(?:be\s+)?determined?|no\s+answer|unanswerable|n/?a)\b", re.I)
+
+
+def is_abstention(text: str | None) -> bool:
+    """The agent's own rule for \"this answer is an abstention\": empty, or a short reply that opens by saying it
+    does not know. (Scoring has its own, official rule in crag.scoring.)"""
+    t = (text or "").strip()
+    return not t or (len(t) < 80 and bool(_ABSTAIN.match(t)))
+
 STOPWORDS = frozenset("""
 a an the this that these those it its it's they them their there here is are was were be been being am do does did
 of in on at to for from by with about as into over under near what which who whom whose when where why how

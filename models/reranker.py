@@ -4,12 +4,9 @@
   name "cross-encoder:<folder>".
 * `EmbeddingReranker(embedder)`  - fallback: cosine similarity of MiniLM sentence embeddings;
   name "heuristic:minilm-embedding".
-* `JinaM0Reranker(path)`         - jina-reranker-m0 (multimodal) from a local folder with
-  `trust_remote_code=True`, if it loads; name "jina-reranker-m0:<folder>". Best effort, untested
-  here (no weights offline).
 
-All share `.score(query, texts) -> np.ndarray[float32]` of len(texts), higher = more relevant; the
-multimodal one also takes `image=`. Scores are comparable only within one reranker.
+Both share `.score(query, texts) -> np.ndarray[float32]` of len(texts), higher = more relevant. Scores are
+comparable only within one reranker.
 
 `dynamic_threshold(scores, lam)` = median - lam * MAD, and `filter_by_threshold(items, scores, lam,
 min_keep)` keeps the items at or above it, best first.
@@ -32,14 +29,11 @@ T = TypeVar("T")
 
 __all__ = [
     "Reranker",
-    "MultimodalReranker",
     "CrossEncoderReranker",
     "EmbeddingReranker",
-    "JinaM0Reranker",
     "dynamic_threshold",
     "filter_by_threshold",
     "make_reranker",
-    "make_multimodal_reranker",
     "EMBEDDING_METHOD",
 ]
 
@@ -49,13 +43,6 @@ class Reranker(Protocol):
     name: str
 
     def score(self, query: str, texts: list[str]) -> np.ndarray: ...
-
-
-@runtime_checkable
-class MultimodalReranker(Protocol):
-    name: str
-
-    def score(self, query: str, texts: list[str], image: Any = None) -> np.ndarray: ...
 
 
 class CrossEncoderReranker:
@@ -135,47 +122,6 @@ class EmbeddingReranker:
         return np.asarray(self.text_embedder.similarity(str(query), [str(t) for t in texts]), dtype=np.float32)
 
 
-class JinaM0Reranker:
-    """jina-reranker-m0 from a local folder (needs its remote code files in the folder).
-
-    `score(query, texts, image=None)`: text query vs text documents; with `image` (PIL image of
-    the question), the image is also used as a query against the texts and the two scores are
-    averaged. Raises at construction when the folder does not load (callers fall back).
-    """
-
-    def __init__(self, path: str | Path, device: str = "cpu", max_length: int = 1024, batch_size: int = 8):
-        import torch
-        from transformers import AutoModel
-
-        self.path = Path(path)
-        self.name = f"jina-reranker-m0:{self.path.name}"
-        self._torch = torch
-        self.model = AutoModel.from_pretrained(str(self.path), trust_remote_code=True, local_files_only=True, torch_dtype="auto")
-        self.model = self.model.to(device).eval()
-        if not hasattr(self.model, "compute_score"):
-            raise TypeError(f"{self.path} has no compute_score(); not a jina-reranker-m0 folder")
-        self.max_length = max_length
-        self.batch_size = batch_size
-        self._lock = threading.Lock()
-
-    def _compute(self, pairs: list[list[Any]], **kw) -> np.ndarray:
-        with self._lock, self._torch.inference_mode():
-            s = self.model.compute_score(pairs, max_length=self.max_length, batch_size=self.batch_size, **kw)
-        return np.atleast_1d(np.asarray(s, dtype=np.float32))
-
-    def score(self, query: str, texts: list[str], image: Any = None) -> np.ndarray:
-        if not texts:
-            return np.zeros(0, dtype=np.float32)
-        s = self._compute([[str(query), str(t)] for t in texts], doc_type="text")
-        if image is not None:
-            try:
-                si = self._compute([[image, str(t)] for t in texts], query_type="image", doc_type="text")
-                s = (s + si) / 2
-            except Exception as e:  # image-as-query is best effort
-                log.warning("%s: image query failed (%s); text-only scores", self.name, e)
-        return s
-
-
 def dynamic_threshold(scores: Sequence[float] | np.ndarray, lam: float = 1.0) -> float:
     """median(scores) - lam * MAD(scores), MAD = median(|s - median|) (unscaled).
 
@@ -226,14 +172,3 @@ def make_reranker(path: str | Path | None, text_embedder: Any = None, device: st
     if text_embedder is not None:
         return EmbeddingReranker(text_embedder)
     return None
-
-
-def make_multimodal_reranker(path: str | Path | None, device: str = "cpu") -> JinaM0Reranker | None:
-    """jina-reranker-m0 from a local folder, or None when absent or it does not load offline."""
-    if not path or not Path(path).exists():
-        return None
-    try:
-        return JinaM0Reranker(path, device=device)
-    except Exception as e:
-        log.warning("could not load jina-reranker-m0 from %s (%s: %s)", path, type(e).__name__, e)
-        return None

@@ -28,7 +28,6 @@ class Resources:
     def __init__(self, search: Any, paths: ModelPaths | None = None):
         self.search = search
         self.paths = paths or ModelPaths()
-        self.policy: Any = None  # set by the runner; tools may use its optional abilities (e.g. verify)
         self._lock = threading.Lock()
         self._key_locks: dict[str, threading.Lock] = {}
         self._cache: dict[str, Any] = {}

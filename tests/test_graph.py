@@ -5,16 +5,19 @@ import time
 
 import pytest
 
-from graph.agent import Agent, AgentConfig, TurnInput
+from crag.search import NullSearch
+from graph.agent import TurnInput
+from graph.build import build_agent
+from graph.config import AgentConfig, BudgetConfig
 from graph.policy import AnswerDraft, Decision, ScriptedPolicy
-from tools.base import Hit, ToolContext, ToolOutput, Verdict
+from tools.base import Hit, ToolContext, ToolOutput
 from tools.registry import ToolRegistry, tool
 from traces.schema import TurnTrace
 
 reg = ToolRegistry()
 
 
-@tool(registry=reg)
+@tool(registry=reg, writes={"evidence"})
 def lookup(ctx: ToolContext, query: str, k: int = 2) -> ToolOutput:
     """Return k fake hits for the query.
 
@@ -23,7 +26,8 @@ def lookup(ctx: ToolContext, query: str, k: int = 2) -> ToolOutput:
         k: how many hits
     """
     return ToolOutput(summary=f"{k} hits for {query}", keywords=query, method="fake",
-                      hits=[Hit(source="web", score=1.0 - i / 10, url=f"https://x/{i}", snippet=f"{query} {i}") for i in range(k)])
+                      update={"evidence": [Hit(source="web", score=1.0 - i / 10, url=f"https://x/{i}", snippet=f"{query} {i}")
+                                           for i in range(k)]})
 
 
 @tool(registry=reg, tasks={2, 3})
@@ -45,16 +49,13 @@ def sleepy(ctx: ToolContext, seconds: float = 30.0) -> ToolOutput:
     return ToolOutput(summary="woke up")
 
 
-@tool(registry=reg)
-def self_check(ctx: ToolContext) -> ToolOutput:
-    """Supports the draft only when some evidence mentions it."""
-    ok = any(ctx.draft_answer and ctx.draft_answer in h.snippet for h in ctx.evidence)
-    return ToolOutput(summary="checked", verdict=Verdict(supported=ok, confidence=0.9 if ok else 0.1, reason="substring"))
+def make(policy, **budget):
+    config = AgentConfig(budget=BudgetConfig(**budget), warm_up=False)
+    return build_agent(config, policy=policy, registry=reg, search=NullSearch(), run_id="t")
 
 
-def run(policy, task=1, **cfg):
-    agent = Agent(policy, resources=None, config=AgentConfig(**cfg), registry=reg, run_id="t")
-    return agent.run_turn(TurnInput(task=task, session_id="s", interaction_id="i", question="what is this?"))
+def run(policy, task=1, **budget):
+    return make(policy, **budget).run_turn(TurnInput(task=task, session_id="s", interaction_id="i", question="what is this?"))
 
 
 def call(name, **args):
@@ -65,9 +66,9 @@ def test_tools_run_in_the_order_the_policy_chose_and_answer_is_kept_when_support
     p = ScriptedPolicy([call("lookup", query="rocket", k=3), call("lookup", query="falcon")],
                        AnswerDraft(answer="rocket 1", confidence=0.8))
     tr = run(p)
-    tools = [s.tool for s in tr.steps if s.node == "act"]
+    tools = [s.tool for s in tr.steps if s.node == "tool_call"]
     assert tools == ["lookup", "lookup"]
-    assert [s.node for s in tr.steps] == ["act", "act", "plan", "answer", "self_check", "final"]
+    assert [s.node for s in tr.steps] == ["tool_call", "tool_call", "plan", "answer", "verdict", "final"]
     assert tr.answer == "rocket 1" and not tr.abstained
     assert tr.steps[0].search_keywords == "rocket" and len(tr.steps[0].results) == 3
     # the second view the policy saw holds the first tool's evidence
@@ -85,7 +86,7 @@ def test_unknown_tool_and_bad_arguments_are_error_steps_not_crashes():
     p = ScriptedPolicy([call("teleport", where="mars"), call("lookup", k="many"), call("lookup", query="x", extra=1),
                         call("lookup", query="ok")], AnswerDraft(answer="ok 0", confidence=0.9))
     tr = run(p)
-    kinds = [s.error.kind if s.error else None for s in tr.steps if s.node == "act"]
+    kinds = [s.error.kind if s.error else None for s in tr.steps if s.node == "tool_call"]
     assert kinds == ["unknown_tool", "bad_arguments", "bad_arguments", None]
     assert "teleport" in tr.steps[0].error.message
     assert p.views[1].done[0].error.startswith("unknown_tool")
@@ -108,7 +109,7 @@ def test_tool_exception_is_recorded_and_the_turn_goes_on():
 def test_step_limit_ends_in_an_answer():
     p = ScriptedPolicy([call("lookup", query=str(i)) for i in range(50)], AnswerDraft(answer="3 0", confidence=0.9))
     tr = run(p, max_steps=4)
-    assert sum(s.node == "act" for s in tr.steps) == 4
+    assert sum(s.node == "tool_call" for s in tr.steps) == 4
     assert tr.ended_by == "step_limit" and tr.answer == "3 0"
 
 
@@ -131,8 +132,7 @@ def test_policy_that_raises_still_gives_an_answer():
 
 
 def test_empty_question_is_a_clear_error():
-    agent = Agent(ScriptedPolicy([]), resources=None, registry=reg)
-    tr = agent.run_turn(TurnInput(task=1, session_id="s", interaction_id="i", question="   "))
+    tr = make(ScriptedPolicy([])).run_turn(TurnInput(task=1, session_id="s", interaction_id="i", question="   "))
     assert tr.answer == "I don't know" and tr.error == "empty question"
 
 
@@ -169,7 +169,7 @@ def test_parallel_calls_run_concurrently_and_each_is_a_step():
     t0 = time.monotonic()
     tr = run(ScriptedPolicy([d], AnswerDraft(answer="par 0", confidence=0.9)))
     assert time.monotonic() - t0 < 1.1  # three calls, one of them 0.6 s twice over, took one call's time
-    acts = [s for s in tr.steps if s.node == "act"]
+    acts = [s for s in tr.steps if s.node == "tool_call"]
     assert [s.tool for s in acts] == ["sleepy", "sleepy", "lookup"]
     assert acts[2].sub_question == "sub" and len(acts[2].results) == 2
     assert [s.index for s in tr.steps] == list(range(len(tr.steps)))
@@ -182,7 +182,7 @@ def test_parallel_calls_respect_the_step_limit():
     d = Decision(action="call_tool", tool="lookup", arguments={"query": "a"},
                  parallel=[ParallelCall(tool="lookup", arguments={"query": str(i)}) for i in range(10)])
     tr = run(ScriptedPolicy([d]), max_steps=3)
-    assert sum(s.node == "act" for s in tr.steps) == 3
+    assert sum(s.node == "tool_call" for s in tr.steps) == 3
 
 
 def test_answer_reserve_keeps_time_for_a_slow_answer_step():

@@ -17,10 +17,9 @@ import pytest
 from PIL import Image, ImageDraw
 
 from crag.schema import Conversation, Turn
-from graph.agent import Agent, AgentConfig
-from graph.nodes import is_idk
 from graph.policy import IDK, AnswerDraft, Decision, ScriptedPolicy
-from graph.runner import run_task
+from graph.policy import is_abstention as is_idk
+from support import collect, make_agent
 from tools.base import Hit, ToolContext, ToolOutput
 from tools.registry import REGISTRY, ToolRegistry, tool
 from traces.schema import TurnTrace
@@ -53,14 +52,6 @@ def env():
     return SimpleNamespace(reg=reg, search=search, ocr=ocr, convs=convs)
 
 
-def make_resources(env, search=None):
-    from models.resources import Resources
-
-    r = Resources(env.search if search is None else search)
-    r.get("ocr", lambda: env.ocr)  # share the loaded OCR engine
-    return r
-
-
 def conv(sid: str, *questions: str, image=None, image_error=None) -> Conversation:
     return Conversation(session_id=sid, image=image, image_error=image_error,
                         turns=[Turn(interaction_id=f"{sid}-{i}", query=q) for i, q in enumerate(questions)])
@@ -73,21 +64,20 @@ def sane(answer: str, max_chars: int | None = 1000) -> bool:
 
 def run(env, tmp_path, convs, task=2, search=None, policy=None, registry=None, budget=10.0, max_steps=8,
         concurrency=1, run_id="hostile", expect_failed=0, max_answer: int | None = 1000):
-    res = make_resources(env, search)
-    if policy is None:
-        from graph.rule_planner import RuleBasedPlanner
-
-        policy = RuleBasedPlanner(res.text_embedder)
-    res.policy = policy
-    agent = Agent(policy, res, AgentConfig(budget_s=budget, max_steps=max_steps), registry=registry or env.reg,
-                  run_id=run_id, search_name=getattr(res.search, "name", "junk"))
+    agent = hostile_agent(env, policy, search, registry or env.reg, run_id, budget_s=budget, max_steps=max_steps)
     store = TraceStore(tmp_path, run_id)
     t0 = time.monotonic()
-    traces, resumed, failed = run_task(agent, convs, task, store, concurrency=concurrency)
+    traces, stats = collect(agent, convs, task, store, concurrency=concurrency)
     wall = time.monotonic() - t0
-    assert failed == expect_failed and resumed == 0
+    assert stats.failed_conversations == expect_failed and stats.resumed_turns == 0
     check_traces(store, convs, traces, budget, max_answer)
     return traces, wall
+
+
+def hostile_agent(env, policy=None, search=None, registry=None, run_id="hostile", **budget):
+    agent = make_agent(policy, env.search if search is None else search, registry or env.reg, run_id, **budget)
+    agent.resources.get("ocr", lambda: env.ocr)  # share the loaded OCR engine
+    return agent
 
 
 def check_traces(store: TraceStore, convs: list[Conversation], traces: list[TurnTrace], budget: float,
@@ -138,7 +128,7 @@ def test_broken_tiny_huge_and_odd_mode_images(env, tmp_path):
     garbage_img, garbage_err = decode_image(b"\x89PNG\r\n\x1a\n this is not an image at all")
     bomb_img, bomb_err = decode_image(png_bytes(Image.new("1", (20000, 20000))))  # 400 Mpx decompression bomb
     assert garbage_img is None and garbage_err.startswith("corrupt image")
-    assert bomb_img is None and "DecompressionBomb" in bomb_err
+    assert bomb_img is None and "too large to decode" in bomb_err
     huge = Image.new("RGB", (8000, 8000), (90, 140, 60))
     ImageDraw.Draw(huge).ellipse((2000, 2000, 6000, 6000), fill=(200, 40, 40))
     cases = {
@@ -157,14 +147,14 @@ def test_broken_tiny_huge_and_odd_mode_images(env, tmp_path):
     by = {(t.session_id, t.turn_index): t for t in traces}
     for name in ("truncated", "garbage", "bomb", "zero", "one"):
         tr = by[(name, 0)]
-        assert not tr.has_image and tr.image_note, name
+        assert not tr.has_image and tr.image.note, name
         assert is_idk(tr.answer), (name, tr.answer)
         # no image tool may have run on a missing image without failing cleanly
-        for s in tr.steps:
+        for s in tr.tool_calls():
             if s.tool in ("image_search", "detect_crop", "ocr"):
                 assert s.error is not None
-    assert "too small" in by[("zero", 0)].image_note and "could not be decoded" in by[("truncated", 0)].image_note
-    assert by[("huge", 0)].has_image and "downscaled" in by[("huge", 0)].image_note
+    assert "too small" in by[("zero", 0)].image.note and "could not be decoded" in by[("truncated", 0)].image.note
+    assert by[("huge", 0)].has_image and "downscaled to 2048x2048" in by[("huge", 0)].image.transforms
     for name in cases:
         if name.startswith("mode-") or name in ("two", "strip"):
             tr = by[(name, 0)]
@@ -196,7 +186,7 @@ def test_empty_whitespace_huge_and_binary_questions(env, tmp_path):
     for key in (("long", 0), ("long", 1), ("long-noimg", 0)):
         tr = by[key]
         assert len(tr.question) == 10_000  # the trace keeps the question as asked
-        assert tr.steps[0].node == "plan" and "question cut from 10000 to 2000" in tr.steps[0].decision
+        assert "question cut from 10000 to 2000 characters" in tr.notes
     assert wall <= 6 * (5.0 + SLACK_S)
 
 
@@ -261,7 +251,7 @@ def test_prompt_injection_pages_never_make_the_agent_say_banana(env, tmp_path):
     own = [conv(f"inj{i}", q, image=zephyr if i < 6 else None) for i, q in enumerate(INJECTION_QUESTIONS)]
     traces, _ = run(env, tmp_path / "demo", demo + own, task=3, concurrency=2)
     # the injection pages were actually retrieved, so the test has teeth
-    seen = " ".join((h.snippet or "") for t in traces for s in t.steps for h in s.results).lower()
+    seen = " ".join((h.snippet or "") for t in traces for s in t.tool_calls() for h in s.results).lower()
     assert "banana" in seen
     for t in traces:
         assert "banana" not in t.answer.lower(), (t.question, t.answer)
@@ -311,7 +301,7 @@ class RaisingSearch:
 def test_search_backend_that_raises(env, tmp_path):
     convs = [env.convs["demo-st-000"], env.convs["demo-st-002"], env.convs["demo-mt-000"]]
     traces, _ = run(env, tmp_path, convs, task=3, search=RaisingSearch())
-    searched = [s for t in traces for s in t.steps if s.tool in ("image_search", "web_search")]
+    searched = [s for t in traces for s in t.tool_calls() if s.tool in ("image_search", "web_search")]
     assert searched and all(s.error and s.error.kind == "tool_exception" for s in searched)
     assert any("unreachable" in s.error.message for s in searched)
     for t in traces:
@@ -402,7 +392,7 @@ def test_search_backend_that_returns_junk(env, tmp_path, kind):
     convs = [env.convs["demo-st-001"], env.convs["demo-st-002"]]
     traces, _ = run(env, tmp_path, convs, task=2, search=JunkSearch(img, web))
     for t in traces:
-        for s in t.steps:
+        for s in t.tool_calls():
             for h in s.results:
                 assert math.isfinite(h.score), (kind, h)
             if s.tool in ("image_search", "web_search") and s.error:
@@ -521,11 +511,12 @@ def hostile_registry() -> ToolRegistry:
         """Returns something that is not a ToolOutput."""
         return {"summary": "a dict"}  # type: ignore[return-value]
 
-    @tool(registry=reg)
+    @tool(registry=reg, writes={"evidence"})
     def nan_hits(ctx: ToolContext) -> ToolOutput:
         """Returns hits with non-finite scores."""
-        return ToolOutput(summary="nan", hits=[Hit(source="web", score=float("nan"), snippet="Falcon 9 has nine engines.",
-                                                   url="u", rerank_score=float("inf"))])
+        return ToolOutput(summary="nan", update={"evidence": [Hit(source="web", score=float("nan"), url="u",
+                                                                  snippet="Falcon 9 has nine engines.",
+                                                                  rerank_score=float("inf"))]})
 
     @tool(registry=reg)
     def exits(ctx: ToolContext) -> ToolOutput:
@@ -551,7 +542,7 @@ def test_tools_that_raise_return_junk_or_exit(env, tmp_path):
     traces, _ = run(env, tmp_path / "a", [conv("tools", "how many engines does this rocket have?", image=img)],
                     task=2, policy=pol, registry=reg)
     t = traces[0]
-    acts = [s for s in t.steps if s.node == "act"]
+    acts = t.tool_calls()
     assert [s.tool for s in acts] == ["explode", "wrong_return", "nan_hits", "ocr", "web_search"]
     assert [s.error.kind if s.error else None for s in acts[:3]] == ["tool_exception"] * 2 + [None]
     assert "tool exploded" in acts[0].error.message and "expected ToolOutput" in acts[1].error.message
@@ -561,33 +552,37 @@ def test_tools_that_raise_return_junk_or_exit(env, tmp_path):
     pol_exit = ScriptedPolicy([call("exits")], AnswerDraft(answer="x", confidence=0.9))
     traces, _ = run(env, tmp_path / "b", [conv("exit", "first?", "second?")], task=2, policy=pol_exit, registry=reg)
     for tr in traces:  # the script replays the call on the next turn too
-        step = next(s for s in tr.steps if s.tool == "exits")
+        step = next(s for s in tr.tool_calls() if s.tool == "exits")
         assert step.error.kind == "tool_exception" and "SystemExit" in step.error.message
         assert is_idk(tr.answer) and tr.steps[-1].node == "final"
     # the real OCR tool, with an engine that dies
     from models.resources import Resources  # noqa: F401
 
-    res = make_resources(env)
-    res._cache["ocr"] = BrokenOcr()
     pol2 = ScriptedPolicy([call("ocr"), call("detect_crop", target="the sign")])
-    agent = Agent(pol2, res, AgentConfig(budget_s=10), registry=env.reg, run_id="broken")
+    agent = make_agent(pol2, env.search, env.reg, "broken")
+    agent.resources.get("ocr", BrokenOcr)
     store = TraceStore(tmp_path, "broken")
-    traces2, _, failed = run_task(agent, [conv("ocr", "what does the sign say?", image=sign())], 2, store)
-    assert failed == 0
+    traces2, stats = collect(agent, [conv("ocr", "what does the sign say?", image=sign())], 2, store)
+    assert stats.failed_conversations == 0
     check_traces(store, [conv("ocr", "x")], traces2, 10)
     assert traces2[0].steps[0].error.kind == "tool_exception" and "out of memory" in traces2[0].steps[0].error.message
 
 
 def test_self_check_verifier_that_raises(env, tmp_path):
     class Verifier(ScriptedPolicy):
+        name = "broken-verifier"
+
+        def verifier(self, mode):
+            return self
+
         def verify(self, question, draft, texts, image):
             raise RuntimeError("verifier crashed")
 
     pol = Verifier([call("web_search", query="falcon 9 engines")], AnswerDraft(answer="nine Merlin engines", confidence=0.4))
     traces, _ = run(env, tmp_path, [conv("v", "how many engines does a falcon 9 have?")], task=2, policy=pol)
     t = traces[0]
-    sc = [s for s in t.steps if s.node == "self_check"][0]
-    assert sc.error.kind == "tool_exception" and "abstain" in sc.decision and is_idk(t.answer)
+    sc = [s for s in t.steps if s.node == "verdict"][0]
+    assert sc.error.kind == "verifier_error" and sc.decision == "abstain" and is_idk(t.answer)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -618,27 +613,27 @@ def test_dataset_with_malformed_and_url_only_rows_runs_through(env, tmp_path):
 
     it = load_conversations(path.parent)
     convs = list(it)
-    assert it.report.skipped == 1 and it.report.loaded == 3
-    assert "malformed" in it.report.messages[0] or "row 1" in it.report.messages[0]
+    # a turn without a query no longer drops its conversation: it runs, and the report says so
+    assert it.report.skipped == 0 and it.report.loaded == 4 and it.report.bad_turns == 1
+    assert any("malformed" in m and "no query" in m for m in it.report.messages)
     by = {c.session_id: c for c in convs}
     assert by["url-only"].image is None and by["url-only"].image_error == IMAGE_URL_ONLY
-    assert by["corrupt-bytes"].image is None and by["corrupt-bytes"].image_error.startswith("corrupt image")
     traces, _ = run(env, tmp_path / "runs", convs, task=2)
     t = {x.session_id: x for x in traces}
     assert t[good["session_id"]].answer == "Falcon 9"
     # without its image the turn may still answer from the web ("this rocket" -> a Falcon 9 page); no image tool ran
-    assert t["url-only"].image_note == IMAGE_URL_ONLY and not t["url-only"].has_image
-    assert all(s.error for s in t["url-only"].steps if s.tool in ("image_search", "detect_crop", "ocr"))
-    assert t["corrupt-bytes"].image_note.startswith("corrupt image") and not t["corrupt-bytes"].has_image
+    assert t["url-only"].image.note == IMAGE_URL_ONLY and not t["url-only"].has_image
+    assert all(s.error for s in t["url-only"].tool_calls() if s.tool in ("image_search", "detect_crop", "ocr"))
+    assert t["corrupt-bytes"].image.note.startswith("corrupt image") and not t["corrupt-bytes"].has_image
+    assert t["malformed"].answer == IDK and t["malformed"].steps[0].error.kind == "bad_input"
 
 
 def test_duplicate_session_ids_do_not_lose_traces(env, tmp_path):
     """Two rows with the same session_id (or ids that sanitise to the same file name) must not overwrite each other."""
     pol = ScriptedPolicy([], AnswerDraft(answer=IDK, confidence=0.0))
     convs = [conv("dup", "first question?"), conv("dup", "second question?"), conv("a/b", "third?"), conv("a_b", "fourth?")]
-    res = make_resources(env)
-    agent = Agent(pol, res, AgentConfig(), registry=env.reg, run_id="dup")
+    agent = hostile_agent(env, pol, run_id="dup")
     store = TraceStore(tmp_path, "dup")
-    traces, _, failed = run_task(agent, convs, 2, store)
+    traces, _ = collect(agent, convs, 2, store)
     questions = sorted(tr.question for tr in store)
     assert questions == sorted(c.turns[0].query for c in convs), (questions, [tr.question for tr in traces])

@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 
 from tools.base import Box
-from traces.schema import Step, StepError, TraceHit, TurnTrace
+from traces.schema import FinalEvent, ImageInfo, StepError, ToolCallEvent, TraceHit, TurnTrace
 from traces.store import TraceStore
 from traces.viewer import build_html, load_traces, main as viewer_main, render_run
 
@@ -30,18 +30,19 @@ EVIL = [
 def evil_trace(run_id: str) -> TurnTrace:
     """A turn whose every free-text field carries markup, as web text can."""
     steps = [
-        Step(index=0, node="act", decision="call web_search", tool="web_search", arguments={"query": EVIL[2]},
-             sub_question=EVIL[0], search_keywords=EVIL[1], method="fake", summary=EVIL[3],
-             results=[TraceHit(source="web", score=0.9, url="javascript:alert(5)", title=EVIL[1], snippet=EVIL[0]),
-                      TraceHit(source="web", score=0.5, url="https://example.org/a?b=1&c=<2>", snippet=EVIL[1])],
-             latency_ms=12.5, policy_ms=3.0),
-        Step(index=1, node="act", decision="call ocr", tool="ocr", method="fake-ocr", ocr_text=EVIL[1],
-             detected_box=Box(x0=10, y0=10, x1=60, y1=40, label=EVIL[2], method="fake-detector"),
-             error=StepError(kind="tool_exception", message=EVIL[0])),
-        Step(index=2, node="final", decision="answer", summary=EVIL[1]),
+        ToolCallEvent(index=0, tool="web_search", arguments={"query": EVIL[2]},
+                      sub_question=EVIL[0], search_keywords=EVIL[1], method="fake", summary=EVIL[3],
+                      results=[TraceHit(source="web", score=0.9, url="javascript:alert(5)", title=EVIL[1], snippet=EVIL[0]),
+                               TraceHit(source="web", score=0.5, url="https://example.org/a?b=1&c=<2>", snippet=EVIL[1])],
+                      latency_ms=12.5, policy_ms=3.0),
+        ToolCallEvent(index=1, tool="ocr", method="fake-ocr", ocr_text=EVIL[1],
+                      detected_box=Box(x0=10, y0=10, x1=60, y1=40, label=EVIL[2], method="fake-detector"),
+                      error=StepError(kind="tool_exception", message=EVIL[0])),
+        FinalEvent(index=2, decision="answer", answer=EVIL[1]),
     ]
     return TurnTrace(run_id=run_id, task=1, session_id="zz-evil", interaction_id="zz-evil-t0", turn_index=0,
-                     question="what does " + EVIL[2] + " say?", has_image=True, labels={"domain": EVIL[3]},
+                     question="what does " + EVIL[2] + " say?", image=ImageInfo(size=(640, 480), note=EVIL[0]),
+                     labels={"domain": EVIL[3]},
                      policy="scripted", search_backend="fake", budget_s=10, max_steps=8, steps=steps,
                      answer=EVIL[0], abstained=False, ended_by="answer", latency_ms=100.0, ground_truth=EVIL[1],
                      score="incorrect", judge="rule", error=EVIL[3])
@@ -96,7 +97,7 @@ def test_every_turn_box_answer_and_header_is_on_the_page(run_dir, page):
         for s in t.steps:
             assert f'<span class="idx">#{s.index}</span>' in html
     # the rule planner cropped at least once on this data; every crop is drawn on the image
-    n_boxes = sum(1 for t in real_traces(run_dir) for s in t.steps if s.detected_box is not None)
+    n_boxes = sum(1 for t in real_traces(run_dir) for s in t.tool_calls() if s.detected_box is not None)
     assert n_boxes >= 1
     assert html.count('<div class="box"') == n_boxes  # the evil turn has no image: its box is listed, not drawn
     # images inline, once per conversation, as JPEG data URLs; nothing fetched from outside
@@ -158,9 +159,10 @@ def test_images_from_dict_dataset_or_missing_never_crash(run_dir, tmp_path):
 def test_boxes_are_scaled_to_the_image_the_agent_saw(tmp_path):
     store = TraceStore(tmp_path, "r")
     t = evil_trace("r")
-    t.session_id, t.image_note = "big", "image downscaled to 2048x1024"
-    t.steps = [Step(index=0, node="act", decision="call detect_crop", tool="detect_crop",
-                    detected_box=Box(x0=1024, y0=512, x1=2048, y1=1024, label="half", method="m"))]
+    t.session_id, t.image = "big", ImageInfo(original_size=(4096, 2048), size=(2048, 1024),
+                                             transforms=["downscaled to 2048x1024"])
+    t.steps = [ToolCallEvent(index=0, tool="detect_crop",
+                             detected_box=Box(x0=1024, y0=512, x1=2048, y1=1024, label="half", method="m"))]
     store.write(t)
     html = build_html(store.dir, images={"big": Image.new("RGB", (4096, 2048), (10, 120, 40))})
     assert "left:50.00%;top:50.00%;width:50.00%;height:50.00%" in html

@@ -10,7 +10,7 @@ import importlib
 import pkgutil
 from typing import Iterable
 
-from tools.base import Box, HistoryTurn, Hit, ToolContext, ToolOutput, Verdict
+from tools.base import Box, Fact, HistoryTurn, Hit, Replace, ToolContext, ToolOutput, ToolState, Verdict
 from tools.registry import REGISTRY, Tool, ToolCall, ToolCallError, ToolRegistry, tool
 
 _INTERNAL = {"base", "registry"}
@@ -30,6 +30,6 @@ def load_tool_modules(modules: Iterable[str]) -> ToolRegistry:
 
 
 __all__ = [
-    "Box", "HistoryTurn", "Hit", "REGISTRY", "Tool", "ToolCall", "ToolCallError", "ToolContext",
-    "ToolOutput", "ToolRegistry", "Verdict", "load_builtin_tools", "load_tool_modules", "tool",
+    "Box", "Fact", "HistoryTurn", "Hit", "REGISTRY", "Replace", "Tool", "ToolCall", "ToolCallError", "ToolContext",
+    "ToolOutput", "ToolRegistry", "ToolState", "Verdict", "load_builtin_tools", "load_tool_modules", "tool",
 ]

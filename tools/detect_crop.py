@@ -1,9 +1,9 @@
-from tools import _text
+from models import nlp
 from tools.base import ToolContext, ToolOutput
 from tools.registry import tool
 
 
-@tool
+@tool(tags={"locates_object"}, writes={"crop"})
 def detect_crop(ctx: ToolContext, target: str = "the main object") -> ToolOutput:
     """Find the object the question is about and crop to it, so later searches look at that object only.
 
@@ -24,7 +24,7 @@ def detect_crop(ctx: ToolContext, target: str = "the main object") -> ToolOutput
     if detector is not None:
         boxes = detector.detect(ctx.image, [target])
         box = boxes[0] if boxes else None
-    if box is None and (_text.asks_about_text(target) or _text.asks_about_text(ctx.question)):
+    if box is None and (nlp.asks_about_text(target) or nlp.asks_about_text(ctx.question)):
         lines = r.get("ocr", OcrEngine).read(ctx.image)
         if lines:
             box = ocr_box_crop(ctx.image, [l.box for l in lines])
@@ -33,4 +33,4 @@ def detect_crop(ctx: ToolContext, target: str = "the main object") -> ToolOutput
     w, h = ctx.image.size
     box.label = box.label or target
     summary = f"{box.label} at ({box.x0},{box.y0})-({box.x1},{box.y1}) of {w}x{h}, score {box.score:.2f}"
-    return ToolOutput(summary=summary, box=box, method=box.method)
+    return ToolOutput(summary=summary, update={"crop": box}, method=box.method)

@@ -17,7 +17,7 @@ def hits_from_image_results(results: list[dict]) -> list[Hit]:
     return hits
 
 
-@tool
+@tool(tags={"finds_entity"}, writes={"evidence"})
 def image_search(ctx: ToolContext, use_crop: bool = True, k: Annotated[int, Field(ge=1, le=50)] = 5) -> ToolOutput:
     """Find the pictured entity in the image knowledge graph; returns entities with attributes and similarity scores.
 
@@ -38,4 +38,4 @@ def image_search(ctx: ToolContext, use_crop: bool = True, k: Annotated[int, Fiel
             best[key] = h
     hits = sorted(best.values(), key=lambda h: h.score, reverse=True)[:k]
     summary = ", ".join(f"{h.entity_name} ({h.score:.2f})" for h in hits) or "no match in the image KG"
-    return ToolOutput(summary=summary, hits=hits, method=getattr(search, "name", "search"))
+    return ToolOutput(summary=summary, update={"evidence": hits}, method=getattr(search, "name", "search"))

@@ -4,7 +4,7 @@ from tools.base import ToolContext, ToolOutput
 from tools.registry import tool
 
 
-@tool
+@tool(tags={"reads_text"}, writes={"ocr_text"})
 def ocr(ctx: ToolContext, region: Literal["image", "crop"] = "image") -> ToolOutput:
     """Read the text visible in the photo (signs, labels, covers, screens) with rapidocr.
 
@@ -20,4 +20,4 @@ def ocr(ctx: ToolContext, region: Literal["image", "crop"] = "image") -> ToolOut
     lines = engine.read(img)
     text = "\n".join(l.text for l in lines)
     summary = f"read {len(lines)} text line(s): " + " | ".join(l.text for l in lines[:12]) if lines else "no legible text found"
-    return ToolOutput(summary=summary, method=engine.name, text=text)
+    return ToolOutput(summary=summary, method=engine.name, update={"ocr_text": text})

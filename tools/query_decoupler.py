@@ -1,4 +1,4 @@
-from tools import _text
+from models import nlp
 from tools.base import ToolContext, ToolOutput
 from tools.registry import tool
 
@@ -17,7 +17,7 @@ def current_entity(ctx: ToolContext, min_score: float = 0.0) -> str | None:
     return None
 
 
-@tool
+@tool(tags={"decouples_query"}, writes={"sub_questions"})
 def query_decoupler(ctx: ToolContext, question: str = "", entity: str = "") -> ToolOutput:
     """Rewrite the question into stand-alone sub-questions: split compound questions and replace 'this'/'it' with the entity.
 
@@ -27,7 +27,7 @@ def query_decoupler(ctx: ToolContext, question: str = "", entity: str = "") -> T
     """
     q = question.strip() or ctx.question
     ent = entity.strip() or current_entity(ctx)
-    subs = [_text.resolve_references(part, ent) for part in _text.split_question(q)[:MAX_SUB_QUESTIONS]]
-    kw = "; ".join(_text.keywords(s, ent) for s in subs)
+    subs = [nlp.resolve_references(part, ent) for part in nlp.split_question(q)[:MAX_SUB_QUESTIONS]]
+    kw = "; ".join(nlp.keywords(s, ent) for s in subs)
     summary = f"{len(subs)} sub-question(s): " + " | ".join(subs) + (f" (entity: {ent})" if ent else " (no entity resolved)")
-    return ToolOutput(summary=summary, sub_questions=subs, keywords=kw, method=METHOD)
+    return ToolOutput(summary=summary, update={"sub_questions": subs}, keywords=kw, method=METHOD)

@@ -6,7 +6,7 @@ from tools.base import Hit, ToolContext, ToolOutput
 from tools.registry import tool
 
 
-@tool(tasks={2, 3})
+@tool(tasks={2, 3}, tags={"searches_web"}, writes={"evidence"})
 def web_search(ctx: ToolContext, query: str, k: Annotated[int, Field(ge=1, le=50)] = 5) -> ToolOutput:
     """Search the web for pages about the query; returns page titles, snippets, urls and scores.
 
@@ -26,4 +26,4 @@ def web_search(ctx: ToolContext, query: str, k: Annotated[int, Field(ge=1, le=50
         hits.append(Hit(source="web", score=float(r.get("score", 0.0)), url=url, title=r.get("page_name"),
                         snippet=r.get("page_snippet") or "", content=content, query=query))
     summary = "; ".join(f"{h.title} ({h.score:.2f})" for h in hits) or "no pages found"
-    return ToolOutput(summary=summary, hits=hits, keywords=query, method=getattr(search, "name", "search"))
+    return ToolOutput(summary=summary, update={"evidence": hits}, keywords=query, method=getattr(search, "name", "search"))

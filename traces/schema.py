@@ -207,7 +207,7 @@ class TurnTrace(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _upgrade(cls, data: Any) -> Any:
-        if isinstance(data, dict) and str(data.get("schema_version", "1.0")).startswith("1"):
+        if isinstance(data, dict) and str(data.get("schema_version", "")).startswith("1"):
             return upgrade_v1(data)
         return data
 

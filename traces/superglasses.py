@@ -21,7 +21,7 @@ from typing import Any, Iterable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from traces.schema import Step, TurnTrace
+from traces.schema import PlanEvent, ToolCallEvent, TurnTrace
 from traces.store import write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -108,11 +108,11 @@ class SGLog(BaseModel):
 # TurnTrace -> SGLog
 
 
-def _dispatched(step: Step) -> bool:
-    return step.node == "act" and bool(step.tool) and not (step.error and step.error.kind in NOT_DISPATCHED)
+def _dispatched(step: ToolCallEvent) -> bool:
+    return bool(step.tool) and not (step.error and step.error.kind in NOT_DISPATCHED)
 
 
-def _hop(step: Step, question: str) -> SGHop:
+def _hop(step: ToolCallEvent, question: str) -> SGHop:
     first = step.results[0] if step.results else None
     snippet = ""
     if first is not None:
@@ -138,7 +138,7 @@ def to_superglasses(trace: TurnTrace) -> SGLog:
     - detected_object: the last detect_crop step's box (label + [x0, y0, x1, y1]), or null.
     - need_retrieval: a retrieval tool was called (dispatched or not), or the policy said needs_retrieval=True.
     """
-    acts = [s for s in trace.steps if s.node == "act" and s.tool]
+    acts = [s for s in trace.tool_calls() if s.tool]
     used = [s for s in acts if _dispatched(s)]
     hops = [_hop(s, trace.question) for s in used if s.tool in RETRIEVAL_TOOLS]
     obj = None
@@ -146,7 +146,8 @@ def to_superglasses(trace: TurnTrace) -> SGLog:
         if s.tool == "detect_crop" and s.detected_box is not None:
             b = s.detected_box
             obj = SGObject(label=b.label, box=[b.x0, b.y0, b.x1, b.y1], score=b.score, method=b.method)
-    need = any(s.tool in RETRIEVAL_TOOLS for s in acts) or any(s.needs_retrieval is True for s in trace.steps)
+    need = any(s.tool in RETRIEVAL_TOOLS for s in acts) or any(
+        isinstance(s, (ToolCallEvent, PlanEvent)) and s.needs_retrieval is True for s in trace.steps)
     return SGLog(
         interaction_id=trace.interaction_id, session_id=trace.session_id, question=trace.question,
         detected_object=obj, need_retrieval=need, tool_decision=[sg_tool_name(s.tool or "") for s in used],

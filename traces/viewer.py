@@ -28,10 +28,9 @@ from html import escape
 from pathlib import Path
 from typing import Any, Iterable
 
-from traces.schema import Step, TurnTrace
+from traces.schema import AnswerEvent, FinalEvent, PlanEvent, ToolCallEvent, TraceEvent, TurnTrace, VerdictEvent
 
 THUMB_SIDE = 480
-AGENT_MAX_SIDE = 2048  # graph.runner.MAX_IMAGE_SIDE: boxes are in pixels of the image the agent saw
 SCORES = ("correct", "missing", "incorrect", "unscored")
 METRIC_KEYS = ("total", "correct", "missing", "incorrect", "exact_match", "conversations", "accuracy",
                "missing_rate", "hallucination_rate", "truthfulness", "multi_turn_score")
@@ -119,18 +118,9 @@ class Thumb:
         self.agent_w, self.agent_h = agent_w, agent_h
 
 
-def _agent_size(w: int, h_: int, notes: Iterable[str | None]) -> tuple[int, int]:
-    for n in notes:  # graph.runner notes "image downscaled to WxH" when it shrank the image
-        m = re.search(r"downscaled to (\d+)x(\d+)", n or "")
-        if m:
-            return int(m.group(1)), int(m.group(2))
-    if max(w, h_) > AGENT_MAX_SIDE:
-        s = AGENT_MAX_SIDE / max(w, h_)
-        return max(1, round(w * s)), max(1, round(h_ * s))
-    return w, h_
-
-
-def make_thumb(img: Any, notes: Iterable[str | None] = ()) -> tuple[Thumb | None, str | None]:
+def make_thumb(img: Any, agent_size: tuple[int, int] | None = None) -> tuple[Thumb | None, str | None]:
+    """A thumbnail of the conversation's image; boxes are drawn relative to `agent_size` (the trace's
+    `image.size`: the frame the agent's boxes are in, which always spans the whole image)."""
     if img is None:
         return None, None
     try:
@@ -145,7 +135,7 @@ def make_thumb(img: Any, notes: Iterable[str | None] = ()) -> tuple[Thumb | None
         buf = io.BytesIO()
         t.save(buf, format="JPEG", quality=82)
         url = "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
-        aw, ah = _agent_size(w, h_, notes)
+        aw, ah = agent_size if agent_size and min(agent_size) > 0 else (w, h_)
         return Thumb(url, t.width, t.height, aw, ah), None
     except Exception as e:  # noqa: BLE001 - truncated bytes, odd modes, decompression bombs
         return None, f"image could not be rendered: {type(e).__name__}: {e}"[:300]
@@ -182,11 +172,12 @@ def _safe_href(url: str | None) -> str | None:
     return None
 
 
-def _results_table(step: Step) -> str:
-    if not step.results:
+def _results_table(step: TraceEvent) -> str:
+    results = getattr(step, "results", None)
+    if not results:
         return ""
     rows = []
-    for i, r in enumerate(step.results):
+    for i, r in enumerate(results):
         href = _safe_href(r.url)
         url = (f'<a href="{h(href)}" rel="noopener noreferrer nofollow" target="_blank">{h(r.url)}</a>'
                if href else h(r.url))
@@ -198,55 +189,96 @@ def _results_table(step: Step) -> str:
             f'<th>entity</th><th>snippet</th></tr></thead><tbody>{"".join(rows)}</tbody></table>')
 
 
-def _step_html(step: Step, colour: str | None) -> str:
+def _title(step: TraceEvent) -> str:
+    if isinstance(step, ToolCallEvent):
+        return f"call {step.tool}"
+    if isinstance(step, (PlanEvent, VerdictEvent, FinalEvent)):
+        return step.decision
+    return "draft answer"
+
+
+def _pre(label: str, text: str) -> str:
+    return f'<div class="kv"><span class="k">{h(label)}</span><pre class="v">{h(text)}</pre></div>'
+
+
+def _model_calls(step: TraceEvent) -> str:
+    rows = []
+    for c in step.model_calls:
+        tokens = f"{c.prompt_tokens if c.prompt_tokens is not None else '?'} + {c.completion_tokens if c.completion_tokens is not None else '?'}"
+        flags = " · cancelled" if c.cancelled else ""
+        rows.append(f"<tr><td>{h(c.purpose)}</td><td>{h(c.mode)}</td><td>{h(tokens)}</td><td>{_ms(c.latency_ms)}</td>"
+                    f"<td>{h(c.finish_reason)}{flags}</td><td class='snippet'><pre>{h(c.error or c.raw_reply)}</pre></td></tr>")
+    if not rows:
+        return ""
+    return ('<table class="results"><thead><tr><th>model call</th><th>mode</th><th>tokens in + out</th><th>latency</th>'
+            f'<th>finish</th><th>raw reply</th></tr></thead><tbody>{"".join(rows)}</tbody></table>')
+
+
+def _step_html(step: TraceEvent, colour: str | None) -> str:
     err = step.error is not None
     head = [f'<span class="idx">#{step.index}</span>', f'<span class="node node-{h(step.node)}">{h(step.node)}</span>',
-            f'<span class="decision">{h(step.decision)}</span>']
-    if step.tool:
+            f'<span class="decision">{h(_title(step))}</span>']
+    body: list[str] = []
+    if isinstance(step, ToolCallEvent):
         head.append(f'<span class="chip tool">{h(step.tool)}</span>')
-    if step.method:
-        head.append(f'<span class="muted">{h(step.method)}</span>')
-    if step.detected_box is not None and colour:
-        head.append(f'<span class="swatch" style="background:{colour}" title="box drawn on the image"></span>')
+        if step.method:
+            head.append(f'<span class="muted">{h(step.method)}</span>')
+        if step.detected_box is not None and colour:
+            head.append(f'<span class="swatch" style="background:{colour}" title="box drawn on the image"></span>')
+        if step.arguments:
+            try:
+                args = json.dumps(step.arguments, indent=2, ensure_ascii=False, default=str)
+            except (TypeError, ValueError):
+                args = repr(step.arguments)
+            body.append(_pre("arguments", args))
+        body += [_kv("sub-question", step.sub_question), _kv("search keywords", step.search_keywords),
+                 _kv("needs retrieval", step.needs_retrieval), _kv("rationale", step.rationale),
+                 _kv("ran alongside", step.parallel_with), _kv("method", step.method), _kv("summary", step.summary),
+                 _kv("wrote", ", ".join(step.wrote))]
+        if step.detected_box is not None:
+            b = step.detected_box
+            body.append(_kv("detected box", f"({b.x0}, {b.y0}) – ({b.x1}, {b.y1})  {b.label}  score {b.score:.2f}  "
+                                            f"{b.method}"))
+        if step.ocr_text:
+            body.append(_pre("OCR text", step.ocr_text))
+        if step.sub_questions:
+            body.append(_kv("sub-questions", " | ".join(step.sub_questions)))
+        for f in step.facts:
+            body.append(_kv(f"fact ({f.source})", f.text))
+    elif isinstance(step, PlanEvent):
+        body += [_kv("reason", step.reason), _kv("needs retrieval", step.needs_retrieval)]
+    elif isinstance(step, AnswerEvent):
+        body += [_kv("draft", step.answer), _kv("confidence", None if step.confidence is None else f"{step.confidence:.2f}"),
+                 _kv("rationale", step.rationale), _kv("entity", step.entity)]
+    elif isinstance(step, VerdictEvent):
+        body.append(_kv("reason", step.reason))
+        if step.verdict is not None:
+            v = step.verdict
+            body.append(_kv("verdict", f"{'supported' if v.supported else 'NOT supported'} · confidence "
+                                       f"{v.confidence:.2f} · {v.reason}" + (f" · {v.method}" if v.method else ""),
+                            "ok" if v.supported else "bad"))
+    elif isinstance(step, FinalEvent):
+        body += [_kv("answer", step.answer), _kv("cut from", step.cut_from_chars and f"{step.cut_from_chars} characters")]
     if err:
         head.append(f'<span class="badge err">error: {h(step.error.kind)}</span>')
-    head.append(f'<span class="times">policy {_ms(step.policy_ms)} · tool {_ms(step.latency_ms)}</span>')
-    body = []
-    if step.arguments:
-        try:
-            args = json.dumps(step.arguments, indent=2, ensure_ascii=False, default=str)
-        except (TypeError, ValueError):
-            args = repr(step.arguments)
-        body.append(f'<div class="kv"><span class="k">arguments</span><pre class="v">{h(args)}</pre></div>')
-    body += [_kv("sub-question", step.sub_question), _kv("search keywords", step.search_keywords),
-             _kv("needs retrieval", step.needs_retrieval), _kv("rationale", step.rationale),
-             _kv("method", step.method), _kv("summary", step.summary)]
-    if step.detected_box is not None:
-        b = step.detected_box
-        body.append(_kv("detected box", f"({b.x0}, {b.y0}) – ({b.x1}, {b.y1})  {b.label}  score {b.score:.2f}  "
-                                        f"{b.method}"))
-    if step.ocr_text:
-        body.append(f'<div class="kv"><span class="k">OCR text</span><pre class="v">{h(step.ocr_text)}</pre></div>')
-    if step.verdict is not None:
-        v = step.verdict
-        body.append(_kv("verdict", f"{'supported' if v.supported else 'NOT supported'} · confidence "
-                                   f"{v.confidence:.2f} · {v.reason}" + (f" · {v.method}" if v.method else ""),
-                        "ok" if v.supported else "bad"))
-    if err:
         body.append(f'<div class="error">{h(step.error.kind)}: {h(step.error.message)}</div>')
+    policy_ms = getattr(step, "policy_ms", None)
+    latency = getattr(step, "latency_ms", None)
+    head.append(f'<span class="times">policy {_ms(policy_ms)} · tool {_ms(latency)}</span>')
     body.append(_results_table(step))
+    body.append(_model_calls(step))
     inner = "".join(body) or '<div class="muted">no details</div>'
-    open_ = " open" if (err or step.node == "act") else ""
+    open_ = " open" if (err or isinstance(step, ToolCallEvent)) else ""
     return (f'<details class="step{" has-error" if err else ""}"{open_}><summary>{" ".join(head)}</summary>'
             f'<div class="step-body">{inner}</div></details>')
 
 
 def _figure(trace: TurnTrace, thumb: Thumb | None, thumb_class: str, why_missing: str | None,
             colours: dict[int, str]) -> str:
-    boxes = [(s, s.detected_box) for s in trace.steps if s.detected_box is not None]
+    boxes = [(s, s.detected_box) for s in trace.tool_calls() if s.detected_box is not None]
     if thumb is None:
         if not trace.has_image:
-            why = trace.image_note or "this turn had no image"
+            why = trace.image.note or "this turn had no image"
         else:
             why = why_missing or "image not available to the viewer"
         blist = "".join(f"<li>{h(b.label)} · {h(b.method)} ({b.x0},{b.y0})–({b.x1},{b.y1})</li>" for _, b in boxes)
@@ -273,7 +305,7 @@ def _score_of(t: TurnTrace) -> str:
 
 def _turn_tools(t: TurnTrace) -> list[str]:
     seen: list[str] = []
-    for s in t.steps:
+    for s in t.tool_calls():
         if s.tool:
             name = re.sub(r"\s+", "_", s.tool)
             if name not in seen:
@@ -287,7 +319,7 @@ def _turn_html(t: TurnTrace, thumb: Thumb | None, thumb_class: str, why_missing:
     tools = _turn_tools(t)
     has_err = bool(t.error) or any(s.error is not None for s in t.steps)
     colours, k = {}, 0
-    for s in t.steps:
+    for s in t.tool_calls():
         if s.detected_box is not None:
             colours[s.index] = BOX_COLOURS[k % len(BOX_COLOURS)]
             k += 1
@@ -305,7 +337,9 @@ def _turn_html(t: TurnTrace, thumb: Thumb | None, thumb_class: str, why_missing:
         meta.append('<span class="badge err">error</span>')
     steps = "".join(_step_html(s, colours.get(s.index)) for s in t.steps) or '<div class="muted">no steps</div>'
     err = f'<div class="error">turn error: {h(t.error)}</div>' if t.error else ""
-    note = f'<div class="note">image note: {h(t.image_note)}</div>' if t.image_note else ""
+    note = f'<div class="note">image note: {h(t.image.note)}</div>' if t.image.note else ""
+    if t.image.transforms:
+        note += f'<div class="note">image: {h(", ".join(t.image.transforms))}</div>'
     return f"""
 <article class="turn score-{score}" data-score="{score}" data-tools=" {h(' '.join(tools))} " data-error="{int(has_err)}"
   id="turn-{h(t.session_id)}-{t.turn_index}">
@@ -527,7 +561,7 @@ def build_html(run_dir: Path, images: dict[str, Any] | None = None, data: str | 
     all_tools: list[str] = []
     for n, sid in enumerate(sessions):
         turns = [t for t in traces if t.session_id == sid]
-        thumb, why = make_thumb(imgs.get(sid), [t.image_note for t in turns])
+        thumb, why = make_thumb(imgs.get(sid), next((t.image.size for t in turns if t.image.size), None))
         if thumb is None and why is None and any(t.has_image for t in turns):
             why = "image not found for this conversation"
         cls = f"img-{n}"

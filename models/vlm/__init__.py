@@ -1,4 +1,5 @@
-"""VLM policy backends: `make_policy(spec)` builds a graph.policy.Policy from a spec string or a config file.
+"""Model backends: `make_backend(ModelConfig)` builds a ChatBackend from a spec string or a config file
+(graph.model_policy turns a backend into the agent's policy).
 
 Spec strings:
     openai:<base_url>#<model>      an OpenAI-compatible server, e.g.
@@ -17,8 +18,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from models.vlm.base import (BackendError, ChatBackend, ChatReply, ChatToolCall, Usage, VLMPolicy, extract_json,
-                             image_to_data_url)
+from models.openai_client import BackendError
+from models.vlm.base import ChatBackend, ChatReply, ChatToolCall, Usage, extract_json, image_to_data_url
 
 BACKENDS = ("openai", "transformers", "llamacpp")
 
@@ -95,27 +96,5 @@ def make_backend(cfg: ModelConfig, **opts: Any) -> ChatBackend:
     return LlamaCppBackend(cfg.path, **opts)
 
 
-_CFG_FIELDS = set(ModelConfig.model_fields) - {"backend"}
-_POLICY_OPTS = {"native_tools", "max_evidence", "evidence_chars", "image_max_side", "prompts_dir", "raise_errors"}
-
-
-def make_policy(spec: str | ModelConfig, **opts: Any) -> VLMPolicy:
-    """A VLMPolicy from a spec string, a config file path or a ModelConfig.
-
-    `opts` override config fields (timeout_s, max_retries, temperature, max_tokens, device,
-    dtype, api_key, name, ...), set policy options (max_evidence, evidence_chars,
-    image_max_side, prompts_dir, raise_errors), or go to the backend constructor.
-    """
-    cfg = spec if isinstance(spec, ModelConfig) else parse_spec(spec)
-    overrides = {k: opts.pop(k) for k in list(opts) if k in _CFG_FIELDS and opts[k] is not None}
-    if overrides:
-        cfg = cfg.model_copy(update=overrides)
-    policy_opts = {k: opts.pop(k) for k in list(opts) if k in _POLICY_OPTS}
-    policy_opts.pop("native_tools", None)
-    backend = make_backend(cfg, **opts)
-    return VLMPolicy(backend, name=cfg.name, max_tokens=cfg.max_tokens, temperature=cfg.temperature,
-                     native_tools=cfg.native_tools, **policy_opts)
-
-
-__all__ = ["BackendError", "ChatBackend", "ChatReply", "ChatToolCall", "ModelConfig", "Usage", "VLMPolicy",
-           "extract_json", "image_to_data_url", "load_model_config", "make_backend", "make_policy", "parse_spec"]
+__all__ = ["BackendError", "ChatBackend", "ChatReply", "ChatToolCall", "ModelConfig", "Usage", "extract_json",
+           "image_to_data_url", "load_model_config", "make_backend", "parse_spec"]

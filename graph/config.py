@@ -1,0 +1,63 @@
+"""One pydantic configuration for the whole agent: policy, tools, search, budgets, thresholds, models.
+
+`graph.build.build_agent(AgentConfig)` turns it into an Agent; the CLI, the starter-kit adapter, the
+benchmarks and the tests only translate their inputs into it. `fingerprint()` identifies a configuration
+(resume refuses to mix traces made under different ones).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from crag.search import SearchConfig
+from graph.rule_planner import RulePlannerConfig
+from models.resources import ModelPaths
+from models.vlm import ModelConfig
+
+Finite = dict(allow_inf_nan=False)
+
+
+class BudgetConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    budget_s: float = Field(10.0, gt=0, le=3600, description="Per-turn time budget in seconds (CRAG-MM: 10).", **Finite)
+    max_steps: int = Field(8, ge=0, le=64, description="Maximum tool calls per turn.")
+    answer_reserve_s: float | None = Field(None, ge=0, description="Seconds kept for answer + self-check "
+                                           "(default: min(1.5, 20% of the budget); raise it for slow models).", **Finite)
+    max_question_chars: int = Field(2000, ge=1, description="Longer questions are cut, and the cut is noted in the trace.")
+    max_answer_chars: int = Field(600, ge=20, description="Longer answers are cut (only the first 75 tokens are judged).")
+    graph_recursion_limit: int = Field(200, ge=10, description="LangGraph supersteps per turn; the plan node stops "
+                                       "calling tools when few remain (RemainingSteps), so a turn never hits it.")
+
+
+class ToolsConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    allowed: list[str] | None = Field(None, description="Narrow the task's allow-list to these tools.")
+    modules: list[str] = Field(default_factory=list, description="Extra modules defining @tool functions.")
+
+
+class AgentConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    policy: str | ModelConfig = Field("rule", description="'rule' (the embedded rule-based planner, a heuristic), a "
+                                      "model spec string (openai:<url>#<model>, transformers:<folder>, "
+                                      "llamacpp:<file.gguf>) or a ModelConfig.")
+    models: ModelPaths = Field(default_factory=ModelPaths)
+    search: SearchConfig = Field(default_factory=SearchConfig)
+    tools: ToolsConfig = Field(default_factory=ToolsConfig)
+    budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    planner: RulePlannerConfig = Field(default_factory=RulePlannerConfig)
+    abstain_below: float = Field(0.35, ge=0, le=1, description="Self-check confidence under which the answer is "
+                                 "'I don't know'.", **Finite)
+    self_check: Literal["on", "off"] = "on"
+    verify_mode: Literal["single", "dual-cove"] = Field("single", description="Model self-check: one verification "
+                                                        "round trip, or dual path + chain-of-verification.")
+    warm_up: bool = Field(True, description="Load models and build indexes before the first turn.")
+
+    def fingerprint(self) -> str:
+        """A short hash of everything that changes what the agent answers."""
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]

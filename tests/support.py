@@ -1,0 +1,30 @@
+"""Helpers shared by tests: build an agent the one way the project builds it, and run a task collecting traces."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from crag.search import NullSearch
+from graph.build import build_agent
+from graph.config import AgentConfig, BudgetConfig
+from graph.runner import RunStats, run_task
+from traces.schema import TurnTrace
+
+
+def make_agent(policy: Any = None, search: Any = None, registry: Any = None, run_id: str = "test",
+               budget_s: float = 10.0, max_steps: int = 8, **config: Any):
+    """build_agent over `search` (default: no retrieval) with an AgentConfig built from the keywords."""
+    cfg = AgentConfig(budget=BudgetConfig(budget_s=budget_s, max_steps=max_steps), warm_up=False, **config)
+    return build_agent(cfg, search=search if search is not None else NullSearch(), policy=policy,
+                       registry=registry, run_id=run_id)
+
+
+def collect(agent: Any, convs: list, task: int, store: Any, **kw: Any) -> tuple[list[TurnTrace], RunStats]:
+    """run_task, with the finished traces collected in input order."""
+    got: list[TurnTrace] = []
+    stats = run_task(agent, convs, task, store, on_turn=got.append, **kw)
+    order: dict[str, int] = {}
+    for c in convs:
+        order.setdefault(c.session_id, len(order))
+    got.sort(key=lambda t: (order.get(t.session_id.split("~")[0], 10**9), t.session_id, t.turn_index))
+    return got, stats
