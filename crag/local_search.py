@@ -1,6 +1,6 @@
 """`LocalSearchIndex`: an embedded SearchBackend over the demo image KG and web corpus.
 
-It reads a folder in the demo layout (`kg.json` + images, `web.json`; see crag/demo.py) and answers
+It reads a folder in the demo layout (`kg.json` + images, `web.json`; see crag/benchmark.py) and answers
 with exactly the dicts of cragmm-search-pipeline's `UnifiedSearchPipeline`:
 
 * image_search -> [{index, score, url, entities: [{entity_name, entity_attributes}]}]
