@@ -92,12 +92,38 @@ def find_cached_dataset(name: str) -> Path | None:
         # datasets arrow cache: owner___name/<config>/<version>/<hash>/*.arrow
         arrow = root / f"{owner}___{ds}"
         if arrow.is_dir():
-            candidates += sorted({f.parent for f in arrow.rglob("*.arrow")}, key=lambda p: p.stat().st_mtime,
+            candidates += sorted({f.parent for f in find_files(arrow, "*.arrow")}, key=lambda p: p.stat().st_mtime,
                                  reverse=True)
     for c in candidates:
-        if any(c.rglob("*.parquet")) or any(c.rglob("*.arrow")):
+        if find_files(c, "*.parquet", limit=1) or find_files(c, "*.arrow", limit=1):
             return c
     return None
+
+
+MAX_DEPTH = 5  # dataset files sit a few folders down (snapshots/<rev>/data/...): never walk a whole disk
+
+
+def find_files(root: Path, pattern: str, max_depth: int = MAX_DEPTH, limit: int = 10_000) -> list[Path]:
+    """Files matching `pattern` at most `max_depth` folders under `root` (symlinked folders not followed),
+    at most `limit` of them: a dataset path like "/" ends quickly instead of walking the filesystem."""
+    out: list[Path] = []
+    level = [root]
+    for _ in range(max_depth + 1):
+        nxt: list[Path] = []
+        for d in level:
+            try:
+                entries = sorted(d.iterdir())
+            except OSError:
+                continue
+            for e in entries:
+                if e.is_dir() and not e.is_symlink():
+                    nxt.append(e)
+                elif e.match(pattern) and e.is_file():
+                    out.append(e)
+                    if len(out) >= limit:
+                        return out
+        level = nxt[:limit]
+    return out
 
 
 def _split_of(path: Path, root: Path) -> str | None:
@@ -140,10 +166,10 @@ def open_dataset(path_or_name: str | Path, split: str | None = None):
                 raise KeyError(f"split {pick!r} not in {keys}")
             return d[pick]
         return d
-    files = sorted(src.rglob("*.parquet"))
+    files = find_files(src, "*.parquet")
     kind = "parquet"
     if not files:
-        files = sorted(f for f in src.rglob("*.arrow") if not f.name.startswith("cache-"))
+        files = [f for f in find_files(src, "*.arrow") if not f.name.startswith("cache-")]
         kind = "arrow"
     if not files:
         raise FileNotFoundError(f"no parquet or arrow files under {src}")

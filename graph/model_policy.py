@@ -60,6 +60,9 @@ def decision_from_obj(obj: dict[str, Any], fallback_rationale: str = "") -> Deci
     tool = obj.get("tool") or obj.get("tool_name") or obj.get("name")
     args = obj.get("arguments", obj.get("args", obj.get("parameters", obj.get("tool_input"))))
     action = obj.get("action")
+    if not isinstance(action, str) and not isinstance(tool, str):
+        raise PolicyReplyError(f"the reply names neither an action nor a tool: {_snippet(json.dumps(obj, default=str))}",
+                               json.dumps(obj, default=str))
     action = action.strip() if isinstance(action, str) else ""
     low = action.lower()
     if low in _ANSWER_WORDS:

@@ -8,7 +8,7 @@ import pytest
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Image, List, Value
 from PIL import Image as PILImage
 
-from crag.dataset import IMAGE_URL_ONLY, LoadReport, load_all, load_conversations
+from crag.dataset import IMAGE_URL_ONLY, LoadReport, decode_image, load_all, load_conversations
 
 DOMAINS = ["animal", "other", "shopping"]
 CATS = ["reasoning", "simple-knowledge", "simple-recognition"]
@@ -40,18 +40,18 @@ def _v012_rows():
                 "dynamism": [1] * len(ids), "query": qs, "image_quality": [1] * len(ids)}
 
     return [
-        {"session_id": "ok", "image": {"bytes": _png(), "path": None}, "image_url": "",
+        {"session_id": "ok", "image": {"bytes": _png(), "path": None}, "image_url": None,
          "turns": turns(["a", "b"], ["what is this?", "who makes it?"]),
          "answers": {"interaction_id": ["a", "b"], "ans_full": ["a cup", "acme"]}},
         {"session_id": "url-only", "image": None, "image_url": "https://example.com/x.jpg",
          "turns": turns(["c"], ["what is this?"]), "answers": {"interaction_id": ["c"], "ans_full": ["x"]}},
-        {"session_id": "corrupt", "image": {"bytes": b"\x89PNG\r\n\x1a\nnot really", "path": None}, "image_url": "",
+        {"session_id": "corrupt", "image": {"bytes": b"\x89PNG\r\n\x1a\nnot really", "path": None}, "image_url": None,
          "turns": turns(["d"], ["what is this?"]), "answers": {"interaction_id": ["d"], "ans_full": ["y"]}},
-        {"session_id": "no-query", "image": {"bytes": _png(), "path": None}, "image_url": "",
+        {"session_id": "no-query", "image": {"bytes": _png(), "path": None}, "image_url": None,
          "turns": turns(["e"], [""]), "answers": {"interaction_id": ["e"], "ans_full": ["z"]}},
-        {"session_id": "mismatch", "image": {"bytes": _png(), "path": None}, "image_url": "",
+        {"session_id": "mismatch", "image": {"bytes": _png(), "path": None}, "image_url": None,
          "turns": turns(["f", "g"], ["q1?", "q2?"]), "answers": {"interaction_id": ["f"], "ans_full": ["only one"]}},
-        {"session_id": "last", "image": {"bytes": _png((0, 0, 255)), "path": None}, "image_url": "",
+        {"session_id": "last", "image": {"bytes": _png((0, 0, 255)), "path": None}, "image_url": None,
          "turns": turns(["h"], ["what color?"]), "answers": {"interaction_id": ["h"], "ans_full": ["blue"]}},
     ]
 
@@ -65,19 +65,22 @@ def _v012_dataset():
 
 def _check_v012(convs, rep):
     ids = [c.session_id for c in convs]
-    assert ids == ["ok", "url-only", "corrupt", "last"], rep.messages
-    assert rep.loaded == 4 and rep.skipped == 2
-    assert any("no-query" in m for m in rep.messages) and any("mismatch" in m for m in rep.messages)
+    # a turn without a query keeps its conversation (it is answered "I don't know"); a turn/answer mismatch does not
+    assert ids == ["ok", "url-only", "corrupt", "no-query", "last"], rep.messages
+    assert rep.loaded == 5 and rep.skipped == 1 and rep.bad_turns == 1
+    assert any("no-query" in m and "no query" in m for m in rep.messages) and any("mismatch" in m for m in rep.messages)
+    assert convs[3].turns[0].query == ""
     ok = convs[0]
-    assert ok.image is not None and ok.image.size == (24, 16) and ok.egocentric is True
+    image, err = decode_image(ok.image)  # images are decoded by the runner, lazily
+    assert err is None and image.size == (24, 16) and ok.egocentric is True
     assert [t.domain for t in ok.turns] == ["shopping", "shopping"]
     assert ok.turns[0].query_category == "simple-recognition" and ok.turns[0].dynamism == "static"
     assert ok.turns[0].image_quality == "low light" and ok.answers == ["a cup", "acme"]
     url = convs[1]
     assert url.image is None and url.image_error == IMAGE_URL_ONLY and url.egocentric is False
     bad = convs[2]
-    assert bad.image is None and bad.image_error.startswith("corrupt image") and bad.egocentric is True
-    assert rep.image_errors == 2
+    assert bad.egocentric is True and decode_image(bad.image)[1].startswith("corrupt image")
+    assert rep.image_errors == 1
 
 
 def test_v012_parquet_folder(tmp_path):
@@ -117,6 +120,7 @@ def test_v011_list_of_dicts(tmp_path):
     convs, rep = load_all(tmp_path / "v011")
     assert rep.layout == "v0.1.1 list-of-dicts"
     assert [c.session_id for c in convs] == ["s1", "s2"] and rep.skipped == 1
+    assert convs[0].egocentric is False  # image_url "" is not None: not egocentric, as the official code decides
     t = convs[0].turns[0]
     assert (t.domain, t.query_category, t.dynamism, t.image_quality) == ("animal", "simple-knowledge",
                                                                          "fast-changing", "rotated")
@@ -147,5 +151,5 @@ def test_iterator_carries_report(tmp_path):
     it = load_conversations(tmp_path)
     assert it.report.loaded == 0
     convs = list(it)
-    assert len(convs) == 4 and it.report.loaded == 4 and it.report.skipped == 2
-    assert it.report.model_dump()["skipped"] == 2
+    assert len(convs) == 5 and it.report.loaded == 5 and it.report.skipped == 1
+    assert it.report.model_dump()["skipped"] == 1

@@ -12,11 +12,9 @@ from models.reranker import (
     EMBEDDING_METHOD,
     CrossEncoderReranker,
     EmbeddingReranker,
-    MultimodalReranker,
     Reranker,
     dynamic_threshold,
     filter_by_threshold,
-    make_multimodal_reranker,
     make_reranker,
 )
 
@@ -129,21 +127,6 @@ def test_make_reranker(ce_dirs, tmp_path):
     (tmp_path / "broken").mkdir()
     assert isinstance(make_reranker(tmp_path / "broken", emb), EmbeddingReranker)
     assert make_reranker(None, None) is None
-
-
-def test_multimodal_reranker_absent(tmp_path):
-    assert make_multimodal_reranker(None) is None
-    assert make_multimodal_reranker(tmp_path / "missing") is None
-    (tmp_path / "empty").mkdir()
-    assert make_multimodal_reranker(tmp_path / "empty") is None
-
-    class Fake:
-        name = "fake"
-
-        def score(self, query, texts, image=None):
-            return np.zeros(len(texts), dtype=np.float32)
-
-    assert isinstance(Fake(), MultimodalReranker)
 
 
 def test_dynamic_threshold_known_numbers():

@@ -11,7 +11,7 @@ from collections import deque
 
 import pytest
 
-from crag.dataset import load_all
+from crag.dataset import decode_image, load_all
 from crag.demo import ensure_demo
 from crag.local_search import LocalSearchIndex
 from crag.starter_kit import (IDK, GlassesRAGAgent, NullSearch, OfficialPipelineSearch, answers_match,
@@ -29,10 +29,16 @@ def index(demo):
     return LocalSearchIndex(demo.root)
 
 
+def harness_image(conv):
+    """The image as the official batch iterator hands it to an agent: decoded, egocentric frames resized to 960x1280."""
+    image, _ = decode_image(conv.image)
+    return image.resize((960, 1280)) if image is not None and conv.image_url is None else image
+
+
 @pytest.fixture(scope="module")
 def convs(demo):
     conversations, _ = load_all(demo.multi_turn, limit=3)
-    return conversations
+    return [c.model_copy(update={"image": harness_image(c)}) for c in conversations]
 
 
 class FakeOfficialPipeline:
@@ -142,7 +148,7 @@ def test_ground_truth_history_keeps_text_but_no_foreign_entity(index, convs):
 def test_fake_official_pipeline_and_task_inference(index, convs):
     pipe = FakeOfficialPipeline(index, web=True)
     agent = GlassesRAGAgent(pipe, batch_size=3)
-    assert isinstance(agent.search, OfficialPipelineSearch) and agent.web_enabled
+    assert isinstance(agent.search.backend, OfficialPipelineSearch) and agent.web_enabled  # behind the search cache, as in the CLI
     c = convs[0]
     out = agent.batch_generate_response([c.turns[0].query, "what is this?"], [c.image, convs[1].image], [[], []])
     assert len(out) == 2 and all(isinstance(a, str) for a in out)
@@ -158,7 +164,7 @@ def test_fake_official_pipeline_and_task_inference(index, convs):
     # `task` forces it either way
     assert GlassesRAGAgent(pipe, task=1).task_for([]) == 1
     assert GlassesRAGAgent(pipe1, task=2).web_enabled
-    assert isinstance(GlassesRAGAgent(None).search, NullSearch)
+    assert isinstance(GlassesRAGAgent(None).search.backend, NullSearch)
 
 
 def test_failing_item_gives_idk_without_affecting_others(index, convs, monkeypatch):

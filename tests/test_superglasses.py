@@ -8,13 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from graph.agent import Agent, TurnInput
+from graph.agent import TurnInput
 from graph.policy import AnswerDraft, Decision, ScriptedPolicy
+from support import make_agent
 from tools.base import Box, Hit, ToolContext, ToolOutput, Verdict
 from tools.registry import ToolRegistry, tool
 from traces import compare as cmp
 from traces import superglasses as sg
-from traces.schema import Step, StepError, TraceHit, TurnTrace
+from traces.schema import StepError, TraceHit, TurnTrace
 from traces.store import TraceStore
 from traces.superglasses import SGHop, SGLog, SGObject
 
@@ -24,12 +25,17 @@ ROOT = Path(__file__).resolve().parents[1]
 # hand-built traces
 
 
+def Step(**kw) -> dict:
+    """A step in the schema-1.0 shape (flat), read through the 1.0 -> 2.0 converter."""
+    return {k: (v.model_dump() if hasattr(v, "model_dump") else v) for k, v in kw.items()}
+
+
 def _trace(steps, iid="s1-t0", question="who makes this rocket?", **kw):
-    base = dict(run_id="r", task=2, session_id="s1", interaction_id=iid, turn_index=0, question=question,
-                has_image=True, policy="hand", search_backend="none", budget_s=10.0, max_steps=8, steps=steps,
-                answer="SpaceX", abstained=False, ended_by="answer", latency_ms=1.0)
+    base = dict(schema_version="1.0", run_id="r", task=2, session_id="s1", interaction_id=iid, turn_index=0,
+                question=question, has_image=True, policy="hand", search_backend="none", budget_s=10.0, max_steps=8,
+                steps=steps, answer="SpaceX", abstained=False, ended_by="answer", latency_ms=1.0)
     base.update(kw)
-    return TurnTrace(**base)
+    return TurnTrace.model_validate(base)
 
 
 def _hand_trace() -> TurnTrace:
@@ -91,28 +97,29 @@ def test_turn_without_retrieval():
 reg = ToolRegistry()
 
 
-@tool(registry=reg)
+@tool(registry=reg, writes={"crop"})
 def detect_crop(ctx: ToolContext, target: str = "the main object") -> ToolOutput:
     """Fake detector.
 
     Args:
         target: what to look for
     """
-    return ToolOutput(summary="box", box=Box(x0=1, y0=2, x1=30, y1=40, label="rocket", score=0.7))
+    return ToolOutput(summary="box", update={"crop": Box(x0=1, y0=2, x1=30, y1=40, label="rocket", score=0.7)})
 
 
-@tool(registry=reg)
+@tool(registry=reg, writes={"evidence"})
 def image_search(ctx: ToolContext, k: int = 2) -> ToolOutput:
     """Fake image search.
 
     Args:
         k: how many hits
     """
-    return ToolOutput(summary="kg", hits=[Hit(source="image_kg", score=0.9, url="https://kg/f9", entity_name="Falcon 9",
-                                              attributes={"maker": "SpaceX"}, snippet="maker: SpaceX")])
+    return ToolOutput(summary="kg", update={"evidence": [Hit(source="image_kg", score=0.9, url="https://kg/f9",
+                                                             entity_name="Falcon 9", attributes={"maker": "SpaceX"},
+                                                             snippet="maker: SpaceX")]})
 
 
-@tool(registry=reg)
+@tool(registry=reg, writes={"evidence"})
 def web_search(ctx: ToolContext, query: str, k: int = 2) -> ToolOutput:
     """Fake web search.
 
@@ -121,13 +128,8 @@ def web_search(ctx: ToolContext, query: str, k: int = 2) -> ToolOutput:
         k: how many hits
     """
     return ToolOutput(summary="web", keywords=query,
-                      hits=[Hit(source="web", score=0.8, url=f"https://web/{i}", snippet=f"{query} page {i}") for i in range(k)])
-
-
-@tool(registry=reg)
-def self_check(ctx: ToolContext) -> ToolOutput:
-    """Always supports."""
-    return ToolOutput(summary="ok", verdict=Verdict(supported=True, confidence=0.9, reason="test"))
+                      update={"evidence": [Hit(source="web", score=0.8, url=f"https://web/{i}", snippet=f"{query} page {i}")
+                                           for i in range(k)]})
 
 
 def _agent_trace(iid: str, session: str) -> TurnTrace:
@@ -137,7 +139,7 @@ def _agent_trace(iid: str, session: str) -> TurnTrace:
         Decision(action="call_tool", tool="web_search", arguments={"query": "Falcon 9 maker"},
                  sub_question="Who makes Falcon 9?", needs_retrieval=True),
     ], AnswerDraft(answer="SpaceX", confidence=0.9))
-    agent = Agent(policy, resources=None, registry=reg, run_id="sgtest")
+    agent = make_agent(policy, registry=reg, run_id="sgtest", self_check="off")
     return agent.run_turn(TurnInput(task=2, session_id=session, interaction_id=iid, question="who makes this rocket?"))
 
 

@@ -2,11 +2,10 @@
 
 from PIL import Image
 
-from graph.agent import Agent, AgentConfig, TurnInput
-from models.resources import Resources
-from models.vlm import make_policy
+from graph.agent import TurnInput
+from graph.model_policy import make_model_policy
 from models.vlm.fake_server import FakeOpenAIServer
-from tools import load_builtin_tools
+from support import make_agent
 
 
 class KGSearch:
@@ -21,37 +20,37 @@ class KGSearch:
 
 
 def test_vlm_policy_drives_tools_and_self_check_through_the_graph():
-    registry = load_builtin_tools()
     with FakeOpenAIServer() as srv:
         srv.push(
             FakeOpenAIServer.tool_call_reply("image_search", {"k": 3}),
             FakeOpenAIServer.tool_call_reply("teleport", {"to": "mars"}),
             FakeOpenAIServer.text_reply('Sure! ```json\n{"action": "answer", "rationale": "the KG says so",}\n```'),
             FakeOpenAIServer.text_reply('{"answer": "SpaceX", "confidence": 0.9, "entity": "Falcon 9"}'),
-            # self-check: closed-book answer, consistency judgement, chain of verification
-            FakeOpenAIServer.text_reply('{"answer": "SpaceX", "confidence": 0.7}'),
-            FakeOpenAIServer.text_reply('{"consistent": true, "reason": "same company"}'),
+            # self-check (default: one chain-of-verification round trip)
             FakeOpenAIServer.text_reply('{"verifications": [{"question": "Who makes Falcon 9?", "answer": "SpaceX", '
                                         '"supported": true}], "supported": true, "confidence": 0.9, "reason": "KG"}'),
         )
-        policy = make_policy(f"openai:{srv.base_url}#fake-vlm")
-        resources = Resources(KGSearch())
-        resources.policy = policy
-        agent = Agent(policy, resources, AgentConfig(budget_s=20), registry=registry)
+        policy = make_model_policy(f"openai:{srv.base_url}#fake-vlm")
+        agent = make_agent(policy, KGSearch(), budget_s=20)
         tr = agent.run_turn(TurnInput(task=1, session_id="s", interaction_id="i", question="who makes this rocket?",
                                       image=Image.new("RGB", (64, 48), (200, 30, 30))))
         sent = list(srv.requests)
-    acts = [s for s in tr.steps if s.node == "act"]
+    acts = tr.tool_calls()
     assert [s.tool for s in acts] == ["image_search", "teleport"]
     assert acts[0].results[0].entity_name == "Falcon 9"
     assert acts[1].error.kind == "unknown_tool"
-    check = next(s for s in tr.steps if s.node == "self_check")
-    assert check.method == "vlm-dual-path+cove" and check.verdict.supported and check.decision == "keep"
+    check = next(s for s in tr.steps if s.node == "verdict")
+    assert check.verdict.method == "vlm-cove" and check.verdict.supported and check.decision == "keep"
+    # every model call of the turn is in the trace, with its purpose and raw reply
+    purposes = [c.purpose for c in tr.model_calls()]
+    assert purposes == ["decide"] * 3 + ["answer", "cove"]
+    assert tr.tokens.calls == len(purposes)
     assert tr.answer == "SpaceX" and tr.entity == "Falcon 9"
     assert tr.policy.startswith("vlm") or "fake-vlm" in tr.policy
     # the image went to the model as a data URL, and the tools were offered natively
     first = sent[0]
     assert any(part.get("type") == "image_url" and part["image_url"]["url"].startswith("data:image/")
                for m in first["messages"] if isinstance(m.get("content"), list) for part in m["content"])
-    assert {t["function"]["name"] for t in first["tools"]} >= {"image_search", "ocr", "self_check"}
+    offered = {t["function"]["name"] for t in first["tools"]}
+    assert offered >= {"image_search", "ocr"} and "self_check" not in offered  # self-check is not a plannable tool
     assert "web_search" not in {t["function"]["name"] for t in first["tools"]}  # task 1 allow-list

@@ -1,4 +1,4 @@
-"""VLMPolicy + OpenAICompatibleBackend against a scripted local OpenAI-compatible server."""
+"""ModelPolicy + OpenAICompatibleBackend against a scripted local OpenAI-compatible server."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ import time
 import pytest
 from PIL import Image
 
-from graph.policy import IDK, Policy, PolicyView, StepSummary, ToolSpec
-from models.vlm import BackendError, VLMPolicy, load_model_config, make_policy, parse_spec
+from graph.model_policy import ModelPolicy, make_model_policy
+from graph.policy import IDK, Policy, PolicyReplyError, PolicyView, StepSummary, ToolSpec
+from models.calls import collect_model_calls
+from models.vlm import BackendError, load_model_config, parse_spec
 from models.vlm.fake_server import FakeOpenAIServer
 from models.vlm.openai_server import OpenAICompatibleBackend
 from tools.base import Hit
@@ -54,15 +56,16 @@ def _img():
     return Image.new("RGB", (2000, 1000), (200, 30, 30))
 
 
-def _policy(srv, **kw) -> VLMPolicy:
-    return make_policy(f"openai:{srv.base_url}#fake-vlm", max_retries=kw.pop("max_retries", 0), **kw)
+def _policy(srv, **kw) -> ModelPolicy:
+    return make_model_policy(f"openai:{srv.base_url}#fake-vlm", max_retries=kw.pop("max_retries", 0), **kw)
 
 
 def test_policy_protocol_and_native_tool_call_with_image(srv):
     srv.push(F.tool_call_reply("web_search", {"query": "red bottle brand"}, content="Looking it up."))
     p = _policy(srv)
     assert isinstance(p, Policy)
-    d = p.decide(_view(), _img())
+    with collect_model_calls() as calls:
+        d = p.decide(_view(), _img())
     assert d.action == "call_tool" and d.tool == "web_search" and d.arguments == {"query": "red bottle brand"}
     req = srv.requests[0]
     assert req["model"] == "fake-vlm" and req["tool_choice"] == "auto"
@@ -75,7 +78,7 @@ def test_policy_protocol_and_native_tool_call_with_image(srv):
     text = next(c["text"] for c in user if c["type"] == "text")
     assert "web_search(query: str)" in text and "What brand is this bottle?" in text  # text tool list always
     assert req["messages"][0]["role"] == "system"
-    assert p.usage.input_tokens == 12 and p.calls[0]["kind"] == "decide"
+    assert calls[0].prompt_tokens == 12 and calls[0].purpose == "decide" and calls[0].mode == "native_tools"
 
 
 def test_json_in_text_with_junk(srv):
@@ -91,17 +94,20 @@ def test_unknown_tool_is_returned_as_said(srv):
     assert isinstance(srv.requests[0]["messages"][-1]["content"], str)  # no image -> plain text content
 
 
-def test_malformed_reply_becomes_answer_decision(srv):
+def test_malformed_reply_is_a_policy_reply_error(srv):
     srv.push(F.text_reply("blah blah no json here"))
-    d = _policy(srv).decide(_view(), _img())
-    assert d.action == "answer" and d.rationale.startswith("unparseable model reply")
+    with collect_model_calls() as calls, pytest.raises(PolicyReplyError, match="no JSON decision") as e:
+        _policy(srv).decide(_view(), _img())
+    assert e.value.raw == "blah blah no json here" and calls[0].raw_reply == "blah blah no json here"
 
 
-def test_malformed_http_payload_is_graceful(srv):
+def test_malformed_http_payload_raises_for_the_graph_to_record(srv):
     srv.push({"unexpected": True}, ("status", 200, "not json at all"))
     p = _policy(srv)
-    assert p.decide(_view(), None).action == "answer"
-    assert p.answer(_view(), None).answer == IDK
+    with pytest.raises(BackendError):
+        p.decide(_view(), None)
+    with pytest.raises(BackendError):
+        p.answer(_view(), None)
 
 
 def test_history_done_evidence_in_prompt(srv):
@@ -127,8 +133,8 @@ def test_answer_parsing(srv):
     assert "I don't know" in srv.requests[0]["messages"][-1]["content"][-1]["text"]
     b = p.answer(_view(), _img())
     assert b.answer == IDK and b.confidence == 0.0
-    c = p.answer(_view(), _img())
-    assert c.answer == IDK and c.confidence == 0.0
+    with pytest.raises(PolicyReplyError):
+        p.answer(_view(), _img())
 
 
 def test_retry_on_500_then_success(srv):
@@ -164,9 +170,10 @@ def test_timeout_gives_up_and_policy_degrades(srv):
     assert time.time() - t0 < 2.5 and len(srv.requests) == 2
     srv.reset()
     srv.push(("hang", 3.0))
-    p = VLMPolicy(OpenAICompatibleBackend(srv.base_url, "fake-vlm", timeout_s=0.3, max_retries=0))
-    d = p.decide(_view(), None)
-    assert d.action == "answer" and "backend error" in d.rationale
+    p = ModelPolicy(OpenAICompatibleBackend(srv.base_url, "fake-vlm", timeout_s=0.3, max_retries=0))
+    with collect_model_calls() as calls, pytest.raises(BackendError, match="timed out"):
+        p.decide(_view(), None)
+    assert calls[0].error and "timed out" in calls[0].error
 
 
 def test_connection_refused_message():
@@ -176,37 +183,54 @@ def test_connection_refused_message():
 
 
 def test_model_from_server_list(srv):
-    p = make_policy(f"openai:{srv.base_url}")
+    p = make_model_policy(f"openai:{srv.base_url}")
     assert p.backend.model == "fake-vlm"
+
+
+def draft(answer: str):
+    from graph.policy import AnswerDraft
+
+    return AnswerDraft(answer=answer, confidence=0.8)
+
+
+def by_purpose(requests):
+    """(closed-book, chain-of-verification, consistency) requests: the first two run concurrently."""
+    text = [json.dumps(r) for r in requests]
+    cove = next(r for r, t in zip(requests, text) if "chain of verification" in t)
+    cons = next(r for r, t in zip(requests, text) if "Closed-book answer" in t)
+    closed = next(r for r in requests if r is not cove and r is not cons)
+    return closed, cove, cons
 
 
 def test_verify_dual_path_and_cove(srv):
     cove = {"verifications": [{"question": "Is the label red?", "answer": "yes", "supported": True},
                               {"question": "Does evidence name Coca-Cola?", "answer": "yes", "supported": True}],
             "supported": True, "confidence": 0.9, "reason": "evidence [1] names it"}
-    srv.push(F.text_reply('{"answer": "Coca-Cola", "confidence": 0.6}'),
-             F.text_reply('{"consistent": true, "reason": "same brand"}'),
-             F.text_reply(json.dumps(cove)))
+    srv.route("chain of verification", F.text_reply(json.dumps(cove)))
+    srv.route("Closed-book answer", F.text_reply('{"consistent": true, "reason": "same brand"}'))
+    srv.push(F.text_reply('{"answer": "Coca-Cola", "confidence": 0.6}'))
     p = _policy(srv)
-    v = p.verify("What brand is this?", "Coca-Cola", ["Coca-Cola bottle, red label"], _img())
+    dual = p.verifier("dual-cove")
+    v = dual.verify("What brand is this?", draft("Coca-Cola"), ["Coca-Cola bottle, red label"], _img())
     assert v.supported and v.confidence > 0.8 and v.method == "vlm-dual-path+cove"
-    closed_req, cons_req, cove_req = srv.requests
+    closed_req, cove_req, cons_req = by_purpose(srv.requests)
     assert "Coca-Cola bottle, red label" not in json.dumps(closed_req)  # closed book: no context
     assert "Closed-book answer: Coca-Cola" in cons_req["messages"][-1]["content"]
     assert "Coca-Cola bottle, red label" in json.dumps(cove_req)
 
     srv.reset()
-    srv.push(F.text_reply('{"answer": "Pepsi", "confidence": 0.6}'),
-             F.text_reply('{"consistent": false, "reason": "different brands"}'),
-             F.text_reply('{"verifications": [], "supported": false, "confidence": 0.2, "reason": "not in evidence"}'))
-    v = p.verify("What brand is this?", "Coca-Cola", ["a red bottle"], _img())
+    srv.route("chain of verification", F.text_reply('{"verifications": [], "supported": false, "confidence": 0.2, '
+                                                    '"reason": "not in evidence"}'))
+    srv.route("Closed-book answer", F.text_reply('{"consistent": false, "reason": "different brands"}'))
+    srv.push(F.text_reply('{"answer": "Pepsi", "confidence": 0.6}'))
+    v = dual.verify("What brand is this?", draft("Coca-Cola"), ["a red bottle"], _img())
     assert not v.supported and v.confidence <= 0.3 and "inconsistent" in v.reason
 
     srv.reset()
     srv.push(F.text_reply("garbage"), F.text_reply("more garbage"))
-    v = p.verify("What brand?", "Coca-Cola", [], None)
-    assert not v.supported  # closed-book IDK (neutral) + unparseable CoVe -> unsupported
-    assert p.verify("q", IDK, [], None).supported is False
+    v = dual.verify("What brand?", draft("Coca-Cola"), [], None)
+    assert not v.supported  # closed-book path failed (neutral) + unparseable CoVe -> unsupported
+    assert dual.verify("q", draft(IDK), [], None).supported is False
 
 
 def test_spec_and_config(tmp_path, srv):
@@ -223,7 +247,7 @@ def test_spec_and_config(tmp_path, srv):
     j = tmp_path / "m.json"
     j.write_text(json.dumps({"backend": "openai", "base_url": srv.base_url, "model": "fake-vlm", "max_tokens": 32}))
     assert load_model_config(t).temperature == 0.2 and load_model_config(j).max_tokens == 32
-    p = make_policy(str(t))
+    p = make_model_policy(str(t))
     assert p.name == "vlm-fake" and p.max_tokens == 64 and p.backend.timeout_s == 5
     srv.push(F.text_reply('{"action": "answer"}'))
     p.decide(_view(), None)
@@ -237,7 +261,7 @@ def test_llamacpp_missing_gives_clear_error(tmp_path):
     except ImportError:
         pass
     with pytest.raises(ImportError, match="pip install llama-cpp-python"):
-        make_policy(f"llamacpp:{tmp_path / 'x.gguf'}")
+        make_model_policy(f"llamacpp:{tmp_path / 'x.gguf'}")
 
 
 def test_langchain_chat_model_bind_tools(srv):

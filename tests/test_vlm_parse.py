@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from graph.policy import IDK
-from models.vlm.base import (ChatReply, ChatToolCall, answer_from_text, decision_from_reply, extract_json,
-                             image_to_data_url, load_prompt, parse_arguments)
+from graph.model_policy import answer_from_text, decision_from_reply, load_prompt
+from graph.policy import IDK, PolicyReplyError
+from models.vlm.base import ChatReply, ChatToolCall, extract_json, image_to_data_url, parse_arguments
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -89,8 +89,8 @@ def test_native_tool_calls_win_over_text():
 
 @pytest.mark.parametrize("text", ["", "   ", "I cannot help with that.", "{'action': ", "[1,2]", '{"action": 5}'])
 def test_unparseable_decision(text):
-    d = _d(text)
-    assert d.action == "answer" and ("unparseable" in d.rationale or d.action == "answer")
+    with pytest.raises(PolicyReplyError):
+        _d(text)
 
 
 def test_answers():
@@ -101,9 +101,12 @@ def test_answers():
     assert answer_from_text('{"answer": "x", "confidence": 1.5e9}').confidence == 1.0
     assert answer_from_text('{"answer": ["a", "b"], "confidence": 0.5}').answer == "a, b"
     for idk in ('{"answer": "I don\'t know.", "confidence": 0.8}', '{"answer": "", "confidence": 1}',
-                '{"answer": "Unknown", "confidence": 0.4}', "no json", ""):
+                '{"answer": "Unknown", "confidence": 0.4}'):
         a = answer_from_text(idk)
         assert a.answer == IDK and a.confidence == 0.0
+    for junk in ("no json", ""):
+        with pytest.raises(PolicyReplyError):
+            answer_from_text(junk)
 
 
 def test_prompts_exist_and_render():
@@ -123,7 +126,6 @@ def test_image_to_data_url_modes():
 
 
 def test_several_native_tool_calls_become_parallel_calls():
-    from models.vlm.base import ChatReply, ChatToolCall, decision_from_reply
 
     reply = ChatReply(text="", tool_calls=[ChatToolCall(name="image_search", arguments={}),
                                            ChatToolCall(name="web_search", arguments={"query": "falcon 9"})])

@@ -9,8 +9,10 @@ from __future__ import annotations
 import pytest
 from PIL import Image
 
-from graph.policy import IDK, PolicyView, ToolSpec
-from models.vlm import make_policy
+from graph.policy import PolicyView, ToolSpec
+from graph.model_policy import make_model_policy
+from graph.policy import AnswerDraft, PolicyReplyError
+from models.calls import collect_model_calls
 from models.vlm.base import image_to_data_url
 
 torch = pytest.importorskip("torch")
@@ -100,14 +102,17 @@ def test_text_only_causal_lm(text_model_dir):
     assert r.latency_ms > 0
 
 
-def test_text_only_policy_is_graceful(text_model_dir):
-    p = make_policy(f"transformers:{text_model_dir}", max_tokens=8)
+def test_text_only_policy_reports_junk_as_reply_errors(text_model_dir):
+    p = make_model_policy(f"transformers:{text_model_dir}", max_tokens=8)
     img = Image.new("RGB", (64, 64), (10, 200, 10))
-    d = p.decide(_view(), img)  # junk output -> an answer decision, never an exception
-    assert d.action in ("answer", "call_tool")
-    a = p.answer(_view(), img)
-    assert a.answer == IDK and a.confidence == 0.0
-    assert p.calls[0]["output_tokens"] <= 8
+    with collect_model_calls() as calls:
+        for call in (p.decide, p.answer):  # a random model's junk: a reply error the graph records, no crash
+            try:
+                out = call(_view(), img)
+                assert out is not None
+            except PolicyReplyError as e:
+                assert isinstance(e.raw, str)
+    assert len(calls) == 2 and all(c.completion_tokens <= 8 for c in calls)
 
 
 def test_tiny_llava_vision_path(llava_dir):
@@ -121,9 +126,13 @@ def test_tiny_llava_vision_path(llava_dir):
     r = b.complete(msgs, max_tokens=5)
     no_img = b.complete([{"role": "user", "content": "what?"}], max_tokens=5)
     assert r.usage.input_tokens > no_img.usage.input_tokens  # the image became image tokens
-    p = make_policy(f"transformers:{llava_dir}", max_tokens=6)
-    assert p.decide(_view(), Image.new("RGB", (80, 60))).action in ("answer", "call_tool")
-    v = p.verify("What is written?", "STOP", ["a red stop sign"], Image.new("RGB", (80, 60)))
+    p = make_model_policy(f"transformers:{llava_dir}", max_tokens=6)
+    try:
+        assert p.decide(_view(), Image.new("RGB", (80, 60))).action in ("answer", "call_tool")
+    except PolicyReplyError:
+        pass
+    v = p.verifier().verify("What is written?", AnswerDraft(answer="STOP", confidence=0.9), ["a red stop sign"],
+                            Image.new("RGB", (80, 60)))
     assert v.supported is False  # junk from a random model is never 'supported'
 
 

@@ -92,11 +92,11 @@ def load_images(data: str, session_ids: Iterable[str], split: str | None = None)
     if not want:
         return found, None
     try:
-        from crag.dataset import load_conversations
+        from crag.dataset import decode_image, load_conversations
 
         for conv in load_conversations(data, split=split):
             if conv.session_id in want and conv.session_id not in found:
-                found[conv.session_id] = conv.image
+                found[conv.session_id] = decode_image(conv.image)[0]
                 if len(found) == len(want):
                     break
     except Exception as e:  # noqa: BLE001 - a missing or unreadable dataset only costs the images

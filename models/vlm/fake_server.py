@@ -7,7 +7,9 @@
 
 Each /chat/completions request pops the next scripted reply: a dict (sent as 200 JSON),
 `("status", code, body)` or `("hang", seconds)`; with the script empty it answers an empty
-text reply. Every request body is kept in `requests`.
+text reply. `route(marker, reply)` answers any request whose body contains `marker` with `reply`
+instead (for requests that run concurrently, whose arrival order is not fixed). Every request body
+is kept in `requests`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 class FakeOpenAIServer:
     def __init__(self, models: tuple[str, ...] = ("fake-vlm",)):
         self.script: deque[Any] = deque()
+        self.routes: list[tuple[str, Any]] = []
         self.requests: list[dict] = []
         self.models = models
         self._lock = threading.Lock()
@@ -54,7 +57,12 @@ class FakeOpenAIServer:
                 body = json.loads(self.rfile.read(n) or b"{}")
                 with outer._lock:
                     outer.requests.append(body)
-                    item = outer.script.popleft() if outer.script else FakeOpenAIServer.text_reply("")
+                    raw = json.dumps(body)
+                    routed = next((i for i, (marker, _) in enumerate(outer.routes) if marker in raw), None)
+                    if routed is not None:
+                        item = outer.routes.pop(routed)[1]
+                    else:
+                        item = outer.script.popleft() if outer.script else FakeOpenAIServer.text_reply("")
                 if not self.path.rstrip("/").endswith("/chat/completions"):
                     self._send(404, {"error": "not found"})
                 elif isinstance(item, tuple) and item[0] == "hang":
@@ -89,9 +97,15 @@ class FakeOpenAIServer:
         with self._lock:
             self.script.extend(items)
 
+    def route(self, marker: str, reply: Any) -> None:
+        """Answer the first request whose JSON body contains `marker` with `reply` (used once)."""
+        with self._lock:
+            self.routes.append((marker, reply))
+
     def reset(self) -> None:
         with self._lock:
             self.script.clear()
+            self.routes.clear()
             self.requests.clear()
 
     @staticmethod
