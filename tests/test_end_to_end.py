@@ -28,13 +28,13 @@ def test_cli_runs_each_task_offline_and_writes_traces_and_report(tmp_path, task,
     traces = [TurnTrace.model_validate_json(p.read_text()) for p in sorted(run.glob("*__*.json"))]
     manifest = json.loads((run / "run.json").read_text())
     assert len(traces) == manifest["turns"] >= limit
-    tools_used = {s.tool for t in traces for s in t.steps if s.node == "act"}
+    tools_used = {s.tool for t in traces for s in t.tool_calls()}
     assert "image_search" in tools_used
     if task == 1:
         assert "web_search" not in tools_used
     for t in traces:
         assert t.task == task and t.answer and t.score in ("correct", "missing", "incorrect")
-        assert t.steps[-1].node == "final" and t.steps[-1].summary == t.answer
+        assert t.steps[-1].node == "final" and t.steps[-1].answer == t.answer
     if task == 3:
         assert max(t.turn_index for t in traces) >= 1
         assert "turn_index" in json.loads((run / "report.json").read_text())["slices"]

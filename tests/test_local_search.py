@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from crag.dataset import load_all
+from crag.dataset import decode_image, load_all
 from crag.demo import ensure_demo, load_question_meta
 from crag.local_search import LocalSearchIndex
 from crag.schema import ImageSearchResult, SearchBackend, WebSearchResult
@@ -35,7 +35,7 @@ def test_is_a_search_backend(index):
 
 
 def test_image_search_dicts_validate(index, convs):
-    res = index.image_search(convs[0].image, k=5)
+    res = index.image_search(decode_image(convs[0].image)[0], k=5)
     assert len(res) == 5
     for r in res:
         assert set(r) == {"index", "score", "url", "entities"}
@@ -50,7 +50,7 @@ def test_image_search_top1_on_degraded_queries(paths, index, convs):
     per_quality: dict[str, list[bool]] = {}
     for c in convs:
         want = meta[c.turns[0].interaction_id]["entity"]
-        got = index.image_search(c.image, k=1)[0]["entities"][0]["entity_name"]
+        got = index.image_search(decode_image(c.image)[0], k=1)[0]["entities"][0]["entity_name"]
         per_quality.setdefault(c.turns[0].image_quality, []).append(got == want)
     allhits = [h for v in per_quality.values() for h in v]
     rate = float(np.mean(allhits))

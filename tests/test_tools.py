@@ -4,7 +4,7 @@ import pytest
 from PIL import Image, ImageDraw
 
 from models.resources import ModelPaths, Resources
-from tools import REGISTRY, HistoryTurn, Hit, ToolCall, ToolContext, load_builtin_tools
+from tools import REGISTRY, HistoryTurn, Hit, Replace, ToolCall, ToolContext, load_builtin_tools
 
 load_builtin_tools()
 
@@ -63,7 +63,8 @@ def sign_image(text_lines=("ROUTE 42", "HARBOR LINE")):
 
 def test_every_builtin_tool_is_registered_with_a_description():
     names = set(REGISTRY.names())
-    assert {"ocr", "detect_crop", "image_search", "query_decoupler", "web_search", "reranker", "self_check"} <= names
+    assert {"ocr", "detect_crop", "image_search", "query_decoupler", "web_search", "reranker"} <= names
+    assert "self_check" not in names  # a verifier injected into the self_check node, not a plannable tool
     for n in names:
         assert REGISTRY.get(n).description
     assert "web_search" not in {t.name for t in REGISTRY.for_task(1)}
@@ -73,7 +74,7 @@ def test_every_builtin_tool_is_registered_with_a_description():
 def test_ocr_reads_rendered_text(resources):
     out = run("ocr", ctx_for(resources, image=sign_image()))
     assert out.method == "rapidocr"
-    assert "ROUTE 42" in out.text.upper() and "HARBOR" in out.text.upper()
+    assert "ROUTE 42" in out.update['ocr_text'].upper() and "HARBOR" in out.update['ocr_text'].upper()
 
 
 def test_ocr_without_image_raises_clearly(resources):
@@ -84,7 +85,7 @@ def test_ocr_without_image_raises_clearly(resources):
 def test_detect_crop_heuristics_find_text_region_and_salient_object(resources):
     img = sign_image()
     out = run("detect_crop", ctx_for(resources, question="what does this sign say?", image=img), target="the sign")
-    b = out.box
+    b = out.update['crop']
     assert out.method.startswith("heuristic:ocr-box")
     assert 100 <= b.x0 < 200 and b.x1 <= 560 and b.area() < 640 * 420 / 2
 
@@ -93,7 +94,7 @@ def test_detect_crop_heuristics_find_text_region_and_salient_object(resources):
     coffee = Image.fromarray(skimage.data.coffee())
     out = run("detect_crop", ctx_for(resources, question="what is in this cup?", image=coffee), target="the cup")
     assert out.method.startswith("heuristic:saliency")
-    assert 0 < out.box.area() < coffee.width * coffee.height
+    assert 0 < out.update['crop'].area() < coffee.width * coffee.height
 
 
 def test_image_search_merges_crop_and_full_results(resources):
@@ -101,15 +102,15 @@ def test_image_search_merges_crop_and_full_results(resources):
 
     img = Image.new("RGB", (300, 200), (120, 10, 10))
     out = run("image_search", ctx_for(resources, image=img, crop=Box(x0=10, y0=10, x1=110, y1=90)))
-    assert [h.entity_name for h in out.hits] == ["Falcon 9", "Saturn V"]
-    assert out.hits[0].attributes["manufacturer"] == "SpaceX"
+    assert [h.entity_name for h in out.update['evidence']] == ["Falcon 9", "Saturn V"]
+    assert out.update['evidence'][0].attributes["manufacturer"] == "SpaceX"
     assert resources.search.images[-2:] == [(300, 200), (100, 80)]
 
 
 def test_web_search_records_keywords_and_fetches_page_text(resources):
     out = run("web_search", ctx_for(resources), query="  Falcon 9   first flight ", k=3)
-    assert out.keywords == "Falcon 9 first flight" and len(out.hits) == 3
-    assert out.hits[0].content == "Full text of https://web/0."
+    assert out.keywords == "Falcon 9 first flight" and len(out.update['evidence']) == 3
+    assert out.update['evidence'][0].content == "Full text of https://web/0."
     with pytest.raises(ValueError):
         run("web_search", ctx_for(resources), query="   ")
 
@@ -117,10 +118,10 @@ def test_web_search_records_keywords_and_fetches_page_text(resources):
 def test_query_decoupler_splits_and_resolves_with_entity_from_evidence(resources):
     ev = [Hit(source="image_kg", score=0.9, entity_name="Falcon 9", attributes={})]
     out = run("query_decoupler", ctx_for(resources, "Who built this rocket and when did it first fly?", evidence=ev))
-    assert out.sub_questions == ["Who built Falcon 9?", "when did Falcon 9 first fly?"]
+    assert out.update['sub_questions'] == ["Who built Falcon 9?", "when did Falcon 9 first fly?"]
     hist = [HistoryTurn(question="what is this?", answer="Chelsea the cat", entity="Chelsea")]
     out = run("query_decoupler", ctx_for(resources, "How old is it?", history=hist))
-    assert out.sub_questions == ["How old is Chelsea?"]
+    assert out.update['sub_questions'] == ["How old is Chelsea?"]
 
 
 def test_reranker_orders_by_relevance_and_drops_outliers(resources):
@@ -129,18 +130,23 @@ def test_reranker_orders_by_relevance_and_drops_outliers(resources):
           Hit(source="web", score=0.5, title="Weather", snippet="Rain is expected tomorrow afternoon."),
           Hit(source="web", score=0.5, title="SpaceX", snippet="SpaceX manufactures the Falcon 9 launch vehicle.")]
     out = run("reranker", ctx_for(resources, "Which company builds the Falcon 9 rocket?", evidence=ev), lam=0.5)
-    assert out.replace_evidence and out.method == "heuristic:minilm-embedding"
-    assert {h.title for h in out.hits[:2]} == {"Falcon 9", "SpaceX"}
-    assert "Weather" not in {h.title for h in out.hits}
-    assert all(a.rerank_score >= b.rerank_score for a, b in zip(out.hits, out.hits[1:]))
+    assert isinstance(out.update['evidence'], Replace) and out.method == "heuristic:minilm-embedding"
+    hits = out.update['evidence'].value
+    assert {h.title for h in hits[:2]} == {"Falcon 9", "SpaceX"}
+    assert "Weather" not in {h.title for h in hits}
+    assert all(a.rerank_score >= b.rerank_score for a, b in zip(hits, hits[1:]))
 
 
-def test_self_check_supports_grounded_answers_and_rejects_invented_ones(resources):
-    ev = [Hit(source="web", score=0.8, title="SpaceX", snippet="The Falcon 9 is built by SpaceX in Hawthorne.")]
-    ok = run("self_check", ctx_for(resources, evidence=ev, draft_answer="SpaceX", draft_confidence=0.9))
-    bad = run("self_check", ctx_for(resources, evidence=ev, draft_answer="Boeing", draft_confidence=0.9))
-    assert ok.verdict.supported and ok.verdict.confidence == pytest.approx(0.9)
-    assert not bad.verdict.supported and bad.verdict.confidence == 0.0
+def test_heuristic_verifier_supports_grounded_answers_and_rejects_invented_ones():
+    from graph.policy import AnswerDraft
+    from graph.verify import EvidenceSupportVerifier
+
+    ev = [Hit(source="web", score=0.8, title="SpaceX", snippet="The Falcon 9 is built by SpaceX in Hawthorne.").text()]
+    v = EvidenceSupportVerifier()
+    ok = v.verify("who builds it?", AnswerDraft(answer="SpaceX", confidence=0.9), ev)
+    bad = v.verify("who builds it?", AnswerDraft(answer="Boeing", confidence=0.9), ev)
+    assert ok.supported and ok.confidence == pytest.approx(0.9)
+    assert not bad.supported and bad.confidence == 0.0
     assert ok.method == "heuristic:evidence-support"
 
 
