@@ -32,13 +32,13 @@ trace needed), so it can be fed from a stream.
 from __future__ import annotations
 
 import io
-import os
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from pydantic import BaseModel, Field
+
+from traces.store import write_atomic
 
 from crag.scoring import (
     DEFAULT_MODE,
@@ -417,30 +417,6 @@ def evaluate(
 # --------------------------------------------------------------------------------------------------
 # Output
 # --------------------------------------------------------------------------------------------------
-
-
-def write_atomic(path: str | Path, data: str | bytes) -> Path:
-    """Write ``data`` to ``path`` atomically: a temp file in the same folder, fsync, ``os.replace``.
-    A reader sees the old file or the new one, never a part."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-    try:
-        mode = path.stat().st_mode & 0o777  # keep the permissions of the file it replaces
-    except FileNotFoundError:
-        mode = 0o644  # mkstemp makes 0600; a report is meant to be read
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as f:
-            f.write(raw)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 _HEADER = f"{'n':>6} {'conv':>6} {'acc':>7} {'miss':>7} {'halluc':>7} {'exact':>7} {'truth':>7} {'mt-score':>8}"

@@ -15,13 +15,78 @@ Embeddings are cached in `<root>/cache/` under a fingerprint of the data and the
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import logging
 import re
 import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from traces.store import write_atomic
+
+log = logging.getLogger(__name__)
+
+
+class KGEntity(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    entity_name: str
+    entity_attributes: dict[str, Any] | None = None
+
+
+class KGRecord(BaseModel):
+    """One image of kg.json."""
+
+    model_config = ConfigDict(extra="allow")
+
+    image_file: str
+    url: str
+    index: int | None = None
+    entities: list[KGEntity]
+
+
+class WebPage(BaseModel):
+    """One page of web.json."""
+
+    model_config = ConfigDict(extra="allow")
+
+    page_url: str
+    page_name: str = ""
+    page_snippet: str = ""
+    page_content: str = ""
+
+
+def _records(path: Path, key: str, model: type[BaseModel]) -> list[dict[str, Any]]:
+    """The entries of kg.json / web.json, each validated; a bad one is a one-line ValueError naming file and entry."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path} is missing (a local index folder holds kg.json, web.json and kg_images/)") from None
+    except ValueError as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from None
+    items = data.get(key) if isinstance(data, dict) else data
+    if not isinstance(items, list):
+        raise ValueError(f"{path}: expected a list of entries (or {{\"{key}\": [...]}})")
+    out = []
+    for i, item in enumerate(items):
+        try:
+            out.append(model.model_validate(item).model_dump())
+        except ValidationError as e:
+            err = e.errors()[0]
+            where = ".".join(str(x) for x in err["loc"]) or "entry"
+            raise ValueError(f"{path}: entry {i}: {where}: {err['msg']}") from None
+    return out
+
+
+def _valid_matrix(arr: np.ndarray, rows: int) -> bool:
+    if arr.ndim != 2 or arr.shape[0] != rows or arr.dtype.kind != "f" or not np.isfinite(arr).all():
+        return False
+    norms = np.linalg.norm(arr, axis=1)
+    return bool(rows == 0 or np.all(np.abs(norms - 1) < 1e-3))
 
 
 def _sha(*parts: Any) -> str:
@@ -60,10 +125,8 @@ class LocalSearchIndex:
         self.root = Path(root)
         self.cache_dir = self.root / "cache"
         self.use_cache = cache
-        kg = json.loads((self.root / "kg.json").read_text())
-        self.kg: list[dict[str, Any]] = kg["images"] if isinstance(kg, dict) else kg
-        web = json.loads((self.root / "web.json").read_text())
-        self.pages: list[dict[str, Any]] = web["pages"] if isinstance(web, dict) else web
+        self.kg = _records(self.root / "kg.json", "images", KGRecord)
+        self.pages = _records(self.root / "web.json", "pages", WebPage)
         self._page_by_url = {p["page_url"]: p for p in self.pages}
         self._entity_attrs: dict[str, dict] = {}
         for rec in self.kg:
@@ -113,22 +176,26 @@ class LocalSearchIndex:
 
     # -- embedding caches ---------------------------------------------------------------------
 
-    def _cached(self, kind: str, key: str, compute) -> np.ndarray:
+    def _cached(self, kind: str, key: str, rows: int, compute) -> np.ndarray:
+        """An embedding matrix from the disk cache when it is valid (rows x dim, finite, unit-norm rows),
+        else computed and the cache rewritten atomically: a damaged or foreign cache is repaired, never trusted."""
         path = self.cache_dir / f"{kind}-{key}.npy"
         if self.use_cache and path.exists():
             try:
-                return np.load(path)
-            except (OSError, ValueError):
-                pass
+                arr = np.load(path, allow_pickle=False)
+                if _valid_matrix(arr, rows):
+                    return arr
+                log.warning("embedding cache %s has the wrong shape or values %s; rebuilding it", path, arr.shape)
+            except (OSError, ValueError) as e:
+                log.warning("embedding cache %s unreadable (%s); rebuilding it", path, e)
         arr = np.asarray(compute(), dtype=np.float32)
         if self.use_cache:
             try:
-                self.cache_dir.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_suffix(f".tmp{threading.get_ident()}.npy")
-                np.save(tmp, arr)
-                tmp.replace(path)
-            except OSError:
-                pass
+                buf = io.BytesIO()
+                np.save(buf, arr)
+                write_atomic(path, buf.getvalue())
+            except OSError as e:
+                log.warning("could not write embedding cache %s: %s", path, e)
         return arr
 
     def _image_paths(self) -> list[Path]:
@@ -145,7 +212,7 @@ class LocalSearchIndex:
 
                     return self.image_embedder.embed([Image.open(p) for p in paths])
 
-                self._img_matrix = self._cached("img", key, compute)
+                self._img_matrix = self._cached("img", key, len(paths), compute)
             return self._img_matrix
 
     def text_matrix(self) -> np.ndarray:
@@ -153,7 +220,7 @@ class LocalSearchIndex:
             if self._text_matrix is None:
                 emb = self.text_embedder
                 key = _sha(getattr(emb, "name", "text"), *self._chunk_texts)
-                self._text_matrix = self._cached("web", key, lambda: emb.embed(self._chunk_texts))
+                self._text_matrix = self._cached("web", key, len(self._chunk_texts), lambda: emb.embed(self._chunk_texts))
             return self._text_matrix
 
     # -- SearchBackend ------------------------------------------------------------------------

@@ -90,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--out", type=Path, default=ROOT / "traces" / "runs", help="folder for run folders of JSON traces")
     g.add_argument("--run-id", default=None,
                    help="name of the run folder; reuse an existing one to resume an interrupted run (finished turns are kept)")
+    g.add_argument("--resume-anyway", action="store_true",
+                   help="resume a run folder made with a different configuration, keeping its finished turns")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     g = p.add_argument_group("model backend (policy)")
     g.add_argument("--model", default="rule",
@@ -125,6 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="rule planner: image-KG similarity under which a match is not trusted (default: the image "
                         "embedder's own floor, 0.6 without one)")
     g.add_argument("--concurrency", type=_positive_int, default=1, help="conversations run at once (one turn per conversation at a time)")
+    g.add_argument("--oversubscribe", action="store_true",
+                   help="allow more conversations at once than CPU cores when the policy runs on this machine's CPU "
+                        "(by default concurrency is capped at the core count there: turns would lose their budget)")
     g = p.add_argument_group("scoring")
     g.add_argument("--judge", default="rule",
                    help="'rule' (offline rule judge, approximate), 'none' (exact match only), or "
@@ -179,11 +184,65 @@ def load_data(args: argparse.Namespace):
     return source, load_conversations(source, split=args.split, limit=args.limit)
 
 
+def cpu_bound(config: Any) -> bool:
+    """Does the policy run on this machine's CPU (the rule planner and its local models, in-process models)?"""
+    backend = getattr(config.policy, "backend", None)
+    if backend is None and isinstance(config.policy, str):
+        backend = "rule" if config.policy == "rule" else config.policy.partition(":")[0]
+    return backend in ("rule", "transformers", "llamacpp")
+
+
+def run_fingerprint(args: argparse.Namespace, config: Any, source: Any) -> str:
+    """What must match for a run folder's finished turns to be reused: the agent, the task, the data, the scoring."""
+    import hashlib
+
+    parts = [config.fingerprint(), args.task, str(source), args.split, args.image_prep, args.scoring_mode, args.judge,
+             str(args.tokenizer)]
+    return hashlib.sha256("\0".join(map(str, parts)).encode()).hexdigest()[:16]
+
+
+class RunRefused(Exception):
+    """The run folder cannot be used as asked (held by another process, or made with another configuration)."""
+
+
+def claim_run_folder(store: Any, fingerprint: str, resume_anyway: bool) -> Any:
+    """Lock the run folder for this process, clear temp files a killed writer left, and refuse to mix traces made
+    under another configuration (unless asked to). Returns the held lock."""
+    import json
+
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(str(store.dir / ".lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise RunRefused(f"another process is running in {store.dir} (its lock is held); wait for it or use another "
+                         "--run-id") from None
+    from traces.store import remove_stale_tmp
+
+    remove_stale_tmp(store.dir)
+    previous = store.dir / "run.json"
+    if previous.exists() and not resume_anyway:
+        try:
+            old = json.loads(previous.read_text(encoding="utf-8"))
+        except ValueError:
+            old = {}
+        if old.get("run_fingerprint") != fingerprint:
+            lock.release()
+            raise RunRefused(f"{store.dir} holds a run made with a different configuration (policy "
+                             f"{old.get('policy', '?')!r}, task {old.get('task', '?')}, data {old.get('data', '?')!r}); "
+                             "use another --run-id, or --resume-anyway to keep its finished turns")
+    return lock
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         return _run(args, argv)
+    except RunRefused as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     except (FileNotFoundError, ValueError, ImportError, OSError) as e:
         # bad paths, specs, data or missing optional packages: say so plainly, no traceback
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
@@ -216,69 +275,91 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
     truncator = make_truncator(args.tokenizer)
     run_id = args.run_id or f"task{args.task}-{time.strftime('%Y%m%d-%H%M%S')}"
     store = TraceStore(args.out, run_id)
-    t_warm = time.time()
-    agent = build_agent(config, run_id=run_id, task=args.task)  # models loaded and indexes built here
-    warm_s = time.time() - t_warm
-    tools = [t.name for t in agent.registry.for_task(args.task, config.tools.allowed)]
-    judge_name = getattr(judge, "name", "exact-match only")
-    rows = getattr(conversations, "rows", None)
-    verifier = getattr(agent.verifier, "name", "off") if agent.verifier is not None else "off"
-    header = [
-        f"task {args.task} ({TASK_TEXT[args.task]}) on {source}: {rows if rows is not None else '?'} conversation(s)",
-        f"policy: {agent.policy_name}",
-        f"search: {agent.search_name}",
-        f"tools:  {', '.join(tools)}",
-        f"self-check: {verifier}",
-        f"judge:  {judge_name}; scoring: {args.scoring_mode}; truncation: {truncator.name}",
-        f"traces: {store.dir}",
-        f"warm-up: {warm_s:.1f}s (models loaded, indexes built)",
-    ]
-    print("\n".join(header), flush=True)
+    fingerprint = run_fingerprint(args, config, source)
+    lock = claim_run_folder(store, fingerprint, args.resume_anyway)
+    try:
+        concurrency, capped = args.concurrency, ""
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        if concurrency > cores and cpu_bound(config) and not args.oversubscribe:
+            concurrency = cores
+            capped = (f" (capped from {args.concurrency}: the policy runs on this machine's {cores} CPU core(s); "
+                      "--oversubscribe to lift it)")
+        t_warm = time.time()
+        agent = build_agent(config, run_id=run_id, task=args.task)  # models loaded and indexes built here
+        warm_s = time.time() - t_warm
+        tools = [t.name for t in agent.registry.for_task(args.task, config.tools.allowed)]
+        judge_name = getattr(judge, "name", "exact-match only")
+        rows = getattr(conversations, "rows", None)
+        verifier = getattr(agent.verifier, "name", "off") if agent.verifier is not None else "off"
+        header = [
+            f"task {args.task} ({TASK_TEXT[args.task]}) on {source}: {rows if rows is not None else '?'} conversation(s)",
+            f"policy: {agent.policy_name}",
+            f"search: {agent.search_name}",
+            f"tools:  {', '.join(tools)}",
+            f"self-check: {verifier}",
+            f"judge:  {judge_name}; scoring: {args.scoring_mode}; truncation: {truncator.name}",
+            f"traces: {store.dir}",
+            f"concurrency: {concurrency}{capped}",
+            f"warm-up: {warm_s:.1f}s (models loaded, indexes built)",
+        ]
+        print("\n".join(header), flush=True)
+        manifest = {
+            "run_id": run_id, "task": args.task, "data": str(source), "policy": agent.policy_name,
+            "search": agent.search_name, "judge": judge_name, "scoring_mode": args.scoring_mode,
+            "truncation": truncator.name, "tools": tools, "budget_s": args.budget, "max_steps": args.max_steps,
+            "concurrency": concurrency, "config": config.model_dump(mode="json"), "config_fingerprint": agent.fingerprint,
+            "run_fingerprint": fingerprint, "argv": sys.argv[1:] if argv is None else argv, "status": "running",
+        }
+        write_json_atomic(store.dir / "run.json", manifest)  # written first: a resumed run checks it
 
-    def scorer(trace):
-        s = score_turn(trace.question, trace.answer, trace.ground_truth, judge=judge, truncator=truncator,
-                       mode=args.scoring_mode)
-        trace.score, trace.judge = s.result, s.judge
-        return trace
+        def scorer(trace):
+            s = score_turn(trace.question, trace.answer, trace.ground_truth, judge=judge, truncator=truncator,
+                           mode=args.scoring_mode)
+            trace.score, trace.judge = s.result, s.judge
+            return trace
 
-    records: list[TurnRecord] = []
+        records: list[TurnRecord] = []
 
-    def keep_record(trace) -> None:  # a compact record per turn; the trace itself is dropped
-        records.append(TurnRecord(session_id=trace.session_id, turn_index=trace.turn_index, answer=trace.answer,
-                                  ground_truth=trace.ground_truth, query=trace.question,
-                                  interaction_id=trace.interaction_id, labels=dict(trace.labels),
-                                  egocentric=trace.egocentric, result=trace.score, judge=trace.judge))
+        def keep_record(trace) -> None:  # a compact record per turn; the trace itself is dropped
+            records.append(TurnRecord(session_id=trace.session_id, turn_index=trace.turn_index, answer=trace.answer,
+                                      ground_truth=trace.ground_truth, query=trace.question,
+                                      interaction_id=trace.interaction_id, labels=dict(trace.labels),
+                                      egocentric=trace.egocentric, result=trace.score, judge=trace.judge))
 
-    bar = None
-    if not args.no_progress:
-        from tqdm import tqdm
+        bar = None
+        if not args.no_progress:
+            from tqdm import tqdm
 
-        bar = tqdm(total=rows, unit="conversation", file=sys.stderr)
-    stats = run_task(agent, conversations, args.task, store, scorer=scorer, concurrency=args.concurrency,
-                     progress=(lambda n: bar.update(1)) if bar else None, on_turn=keep_record,
-                     image_prep=args.image_prep, history_answer=truncator.truncate)
-    if bar:
-        bar.close()
-    report = evaluate(records, judge=judge, truncator=truncator, mode=args.scoring_mode)
-    files = write_report(report, store.dir, plot=not args.no_plot)
-    write_json_atomic(store.dir / "run.json", {
-        "run_id": run_id, "task": args.task, "data": str(source), "policy": agent.policy_name,
-        "search": agent.search_name, "judge": judge_name, "tools": tools, "budget_s": args.budget,
-        "max_steps": args.max_steps, "config": config.model_dump(mode="json"), "config_fingerprint": agent.fingerprint,
-        "stats": stats.model_dump(), "turns": stats.turns, "resumed_turns": stats.resumed_turns,
-        "failed_conversations": stats.failed_conversations,
-        "search_cache": agent.resources.search.stats() if hasattr(agent.resources.search, "stats") else None,
-        "seconds": round(time.time() - t0, 2), "argv": sys.argv[1:] if argv is None else argv,
-        "load_report": report_load.model_dump() if hasattr(report_load, "model_dump") else None,
-    })
-    print(format_table(report))
-    print("\n".join(summary_lines(stats)))
-    if stats.failed_conversations:
-        print(f"failed:  {stats.failed_conversations} conversation(s) raised (see log); the others were kept")
-    if report_load is not None and getattr(report_load, "skipped", 0):
-        print(f"data:    {report_load.skipped} malformed row(s) skipped; reasons in run.json")
-    print("report: " + ", ".join(str(p) for p in files.values()))
-    return 0 if not stats.failed_conversations else 1
+            bar = tqdm(total=rows, unit="conversation", file=sys.stderr)
+        stats = run_task(agent, conversations, args.task, store, scorer=scorer, concurrency=concurrency,
+                         progress=(lambda n: bar.update(1)) if bar else None, on_turn=keep_record,
+                         image_prep=args.image_prep, history_answer=truncator.truncate,
+                         fingerprint=None if args.resume_anyway else agent.fingerprint)
+        if bar:
+            bar.close()
+        report = evaluate(records, judge=judge, truncator=truncator, mode=args.scoring_mode)
+        files = write_report(report, store.dir, plot=not args.no_plot)
+        write_json_atomic(store.dir / "run.json", {
+            **manifest, "status": "finished", "stats": stats.model_dump(), "turns": stats.turns,
+            "resumed_turns": stats.resumed_turns, "failed_conversations": stats.failed_conversations,
+            "search_cache": agent.resources.search.stats() if hasattr(agent.resources.search, "stats") else None,
+            "seconds": round(time.time() - t0, 2),
+            "load_report": report_load.model_dump() if hasattr(report_load, "model_dump") else None,
+        })
+        print(format_table(report))
+        print("\n".join(summary_lines(stats)))
+        by_budget = stats.ended_by.get("time_budget", 0)
+        if stats.turns and by_budget / stats.turns > 0.1:
+            print(f"warning: {by_budget} of {stats.turns} turn(s) ran out of their {args.budget:g}s budget; answers were "
+                  "lost to time, not to the questions (lower --concurrency, raise --budget or use a faster model)")
+        if stats.failed_conversations:
+            print(f"failed:  {stats.failed_conversations} conversation(s) raised (see log); the others were kept")
+        if report_load is not None and getattr(report_load, "skipped", 0):
+            print(f"data:    {report_load.skipped} malformed row(s) skipped; reasons in run.json")
+        print("report: " + ", ".join(str(p) for p in files.values()))
+        return 0 if not stats.failed_conversations else 1
+    finally:
+        lock.release()  # also on Ctrl-C: the folder is free for the resume
 
 
 if __name__ == "__main__":

@@ -54,13 +54,14 @@ class RunStats(BaseModel):
 def run_conversation(agent: Agent, conv: Conversation, task: int, store: TraceStore,
                      scorer: Callable[[TurnTrace], TurnTrace] | None = None, stop: threading.Event | None = None,
                      image_prep: ImagePrep = "harness", history_answer: Callable[[str], str] | None = None,
-                     on_turn: Callable[[TurnTrace, bool], None] | None = None) -> None:
+                     on_turn: Callable[[TurnTrace, bool], None] | None = None, fingerprint: str | None = None) -> None:
     """All turns of one conversation, in order. A turn with a usable trace on disk is resumed, not redone; the
     image is decoded only when some turn is left to run. `history_answer` maps an answer to what later turns
     see of it (the official harness passes the 75-token-truncated answer). When `stop` is set (Ctrl-C), no
-    further turn is started."""
+    further turn is started. With `fingerprint`, only traces made by an agent of that configuration are resumed."""
     kept = [store.read(conv.session_id, i) for i in range(len(conv.turns))]
-    kept = [t if t is not None and t.interaction_id == turn.interaction_id and t.task == task else None
+    kept = [t if t is not None and t.interaction_id == turn.interaction_id and t.task == task
+            and (fingerprint is None or t.config_fingerprint == fingerprint) else None
             for t, turn in zip(kept, conv.turns)]
     image = info = None
     if any(t is None for t in kept):
@@ -96,7 +97,8 @@ def run_conversation(agent: Agent, conv: Conversation, task: int, store: TraceSt
 def run_task(agent: Agent, conversations: Iterable[Conversation], task: int, store: TraceStore,
              scorer: Callable[[TurnTrace], TurnTrace] | None = None, concurrency: int = 1,
              progress: Callable[[int], None] | None = None, on_turn: Callable[[TurnTrace], None] | None = None,
-             image_prep: ImagePrep = "harness", history_answer: Callable[[str], str] | None = None) -> RunStats:
+             image_prep: ImagePrep = "harness", history_answer: Callable[[str], str] | None = None,
+             fingerprint: str | None = None) -> RunStats:
     """Runs every conversation; returns the run's statistics. `on_turn` gets each finished trace (new or resumed).
 
     One conversation failing never loses the others' finished traces. Conversations are consumed lazily, at
@@ -135,7 +137,7 @@ def run_task(agent: Agent, conversations: Iterable[Conversation], task: int, sto
                 seen.setdefault(c.session_id, 1)
                 stats.conversations += 1
                 pending[pool.submit(run_conversation, agent, c, task, store, scorer, stop, image_prep,
-                                    history_answer, turn_done)] = c
+                                    history_answer, turn_done, fingerprint)] = c
                 if len(pending) > workers:
                     done, _ = wait(pending, return_when=FIRST_COMPLETED)
                     for fut in done:
