@@ -7,6 +7,11 @@ A content folder (the demo's is `crag/benchmarks/demo/`) holds four YAML files:
 * `pages.yaml`: web pages about no entity (general knowledge, distractors, prompt-injection pages);
 * `questions.yaml`: `single_turn` questions and `multi_turn` conversations, every field explicit.
 
+A folder can extend a sibling one (`extends: demo` in its benchmark.yaml): it inherits the base's
+benchmark.yaml keys it does not set (it must set its own `name` and `session_prefix`, so that session ids
+never collide), and each of entities.yaml, pages.yaml and questions.yaml it does not have, e.g. a
+paraphrase set that brings only its own questions.yaml. Bases may extend others; cycles are errors.
+
 `load_content(folder)` validates them with the pydantic models below (unknown keys are errors; every
 error names the file and the entry). `ensure_dataset(content, paths)` renders the images and writes,
 unless an up-to-date copy is there:
@@ -293,8 +298,9 @@ class _PagesFile(_Model):
 
 
 class _QuestionsFile(_Model):
-    single_turn: list[SingleTurn]
-    multi_turn: list[MultiTurn]
+    # both non-empty: `datasets` cannot write (nor size) an empty image table
+    single_turn: list[SingleTurn] = Field(min_length=1)
+    multi_turn: list[MultiTurn] = Field(min_length=1)
 
 
 class Content(_Model):
@@ -337,14 +343,18 @@ def _entry(raw: Any, loc: tuple) -> str:
     return out or "(top level)"
 
 
-def _read(folder: Path, name: str, model: type[_Model]) -> Any:
-    path = folder / name
+def _load_yaml(path: Path) -> Any:
     try:
-        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
+    except FileNotFoundError:
+        raise ContentError(f"{path}: no such file") from None
     except OSError as e:
         raise ContentError(f"{path}: cannot read: {e}") from None
     except yaml.YAMLError as e:
         raise ContentError(f"{path}: not valid YAML: {e}") from None
+
+
+def _validate(path: Path, raw: Any, model: type[_Model]) -> Any:
     try:
         return model.model_validate(raw)
     except ValidationError as e:
@@ -352,10 +362,69 @@ def _read(folder: Path, name: str, model: type[_Model]) -> Any:
         raise ContentError(f"{path}: {len(lines)} error(s)\n" + "\n".join(lines)) from None
 
 
-def _cross_check(folder: Path, c: Content) -> list[str]:
+class _Extends(_Model):
+    extends: Slug  # a sibling folder name, never a path
+
+
+@dataclass(frozen=True)
+class _Resolved:
+    """A folder's benchmark info, where each content file comes from, and the chain of bases (self first)."""
+
+    info: BenchmarkInfo
+    files: dict[str, Path]  # entities / pages / questions -> the YAML file read
+    chain: tuple[tuple[Path, BenchmarkInfo], ...]
+
+
+_INHERITED = ("entities", "pages", "questions")
+# A derived folder must name these itself: two sets sharing a session prefix would collide in runs and traces.
+_OWN_KEYS = ("name", "session_prefix")
+
+
+def _resolve(folder: Path, seen: tuple[Path, ...] = ()) -> _Resolved:
+    """Read `folder/benchmark.yaml`; with `extends: <base>`, resolve the sibling folder <base> first.
+
+    A derived folder's benchmark.yaml overrides its base's keys (name and session_prefix are required,
+    the others are inherited), and each of entities.yaml, pages.yaml, questions.yaml is the folder's own
+    when present, else its base's."""
+    path = folder / FILES["info"]
+    raw = _load_yaml(path)
+    if not (isinstance(raw, dict) and "extends" in raw):
+        info = _validate(path, raw, BenchmarkInfo)
+        return _Resolved(info, {k: folder / FILES[k] for k in _INHERITED}, ((folder, info),))
+
+    base_name = _validate(path, {"extends": raw["extends"]}, _Extends).extends
+    base = folder.parent / base_name
+    here = seen + (folder.resolve(),)
+    if base.resolve() in here:
+        names = " -> ".join([f.name for f in here] + [base_name])
+        raise ContentError(f"{path}: extends {base_name!r} makes a cycle: {names}")
+    if not base.is_dir():
+        known = sorted(f.name for f in folder.parent.iterdir() if (f / FILES["info"]).is_file() and f != folder)
+        raise ContentError(f"{path}: extends {base_name!r}: no content folder {base} "
+                           f"(content folders next to it: {', '.join(known) or 'none'})")
+    if not (base / FILES["info"]).is_file():
+        raise ContentError(f"{path}: extends {base_name!r}, but {base / FILES['info']} does not exist")
+    parent = _resolve(base, here)
+
+    missing = [k for k in _OWN_KEYS if k not in raw]
+    if missing:
+        raise ContentError(f"{path}: a folder that extends {base_name!r} names its own {' and '.join(_OWN_KEYS)} "
+                           f"(missing: {', '.join(missing)})")
+    own = {k: v for k, v in raw.items() if k != "extends"}
+    info = _validate(path, {**parent.info.model_dump(), **own}, BenchmarkInfo)
+    for anc_folder, anc in parent.chain:
+        for k in _OWN_KEYS:
+            if getattr(info, k) == getattr(anc, k):
+                raise ContentError(f"{path}: {k} {getattr(info, k)!r} is also the {k} of "
+                                   f"{anc_folder / FILES['info']}: a derived set needs its own")
+    files = {k: folder / FILES[k] if (folder / FILES[k]).exists() else parent.files[k] for k in _INHERITED}
+    return _Resolved(info, files, ((folder, info),) + parent.chain)
+
+
+def _cross_check(files: dict[str, Path], c: Content) -> list[str]:
     """What one file cannot check alone: unique slugs, questions about known, non-distractor entities."""
     errs: list[str] = []
-    ents = folder / FILES["entities"]
+    ents = files["entities"]
     by_slug: dict[str, Entity] = {}
     for i, e in enumerate(c.entities):
         if e.slug in by_slug:
@@ -364,32 +433,32 @@ def _cross_check(folder: Path, c: Content) -> list[str]:
     page_slugs: set[str] = set()
     pages = [(ents, f"entities[{i}] {{slug: {e.slug!r}}} > pages[{j}]", p)
              for i, e in enumerate(c.entities) for j, p in enumerate(e.pages)]
-    pages += [(folder / FILES["pages"], f"pages[{j}]", p) for j, p in enumerate(c.pages)]
+    pages += [(files["pages"], f"pages[{j}]", p) for j, p in enumerate(c.pages)]
     for path, where, p in pages:
         if p.slug in page_slugs:
             errs.append(f"{path}: {where} {{slug: {p.slug!r}}}: page slug used twice (page URLs must be unique)")
         page_slugs.add(p.slug)
-    qs = folder / FILES["questions"]
+    qs = files["questions"]
     for part, rows in (("single_turn", c.single_turn), ("multi_turn", c.multi_turn)):
         for i, q in enumerate(rows):
             e = by_slug.get(q.entity)
             if e is None:
-                errs.append(f"{qs}: {part}[{i}] {{entity: {q.entity!r}}}: no such entity in {FILES['entities']}")
+                errs.append(f"{qs}: {part}[{i}] {{entity: {q.entity!r}}}: no such entity in {ents}")
             elif e.distractor:
                 errs.append(f"{qs}: {part}[{i}] {{entity: {q.entity!r}}}: a distractor entity is never asked about")
     return errs
 
 
 def load_content(folder: str | Path) -> Content:
-    """Read and validate a content folder; ContentError names the file and entry of every problem."""
-    folder = Path(folder)
-    info = _read(folder, FILES["info"], BenchmarkInfo)
-    ents = _read(folder, FILES["entities"], _EntitiesFile)
-    pages = _read(folder, FILES["pages"], _PagesFile)
-    qs = _read(folder, FILES["questions"], _QuestionsFile)
-    c = Content(info=info, entities=ents.entities, pages=pages.pages,
+    """Read and validate a content folder (resolving `extends`); ContentError names the file and entry of
+    every problem."""
+    r = _resolve(Path(folder))
+    ents = _validate(r.files["entities"], _load_yaml(r.files["entities"]), _EntitiesFile)
+    pages = _validate(r.files["pages"], _load_yaml(r.files["pages"]), _PagesFile)
+    qs = _validate(r.files["questions"], _load_yaml(r.files["questions"]), _QuestionsFile)
+    c = Content(info=r.info, entities=ents.entities, pages=pages.pages,
                 single_turn=qs.single_turn, multi_turn=qs.multi_turn)
-    errs = _cross_check(folder, c)
+    errs = _cross_check(r.files, c)
     if errs:
         raise ContentError("\n".join(errs))
     return c

@@ -201,6 +201,8 @@ def _bad(files, where, change):
      ["pages.yaml", "pages[1] {slug: 'bananas'}", "used twice"]),
     (("benchmark.yaml", "seed"), lambda n, k: n.update({k: "abc"}),
      ["benchmark.yaml", "seed", "valid integer"]),
+    (("questions.yaml", "multi_turn"), lambda n, k: n.update({k: []}),
+     ["questions.yaml", "multi_turn", "at least 1 item"]),
 ])
 def test_content_errors_name_the_file_and_entry(tmp_path, where, change, expected):
     folder = write_content(tmp_path / "content", _bad(tiny_files(), where, change))
@@ -209,3 +211,102 @@ def test_content_errors_name_the_file_and_entry(tmp_path, where, change, expecte
     msg = str(err.value)
     for part in expected:
         assert part in msg, (part, msg)
+
+
+# ------------------------------------------------------------------------------------------------
+# Content folders that extend another one (`extends: <sibling folder>` in benchmark.yaml)
+# ------------------------------------------------------------------------------------------------
+
+
+def derived_files(base: str = "base", **info) -> dict[str, dict]:
+    """A folder with its own benchmark.yaml and questions.yaml over `base`'s entities and pages."""
+    q = tiny_files()["questions.yaml"]
+    q["single_turn"][0]["query"] = "who is the person in this photo?"
+    return {"benchmark.yaml": {"extends": base, "name": "tiny-derived", "session_prefix": "tinyd", **info},
+            "questions.yaml": q}
+
+
+def test_extends_reuses_the_base_entities_and_pages(tmp_path):
+    base = load_content(write_content(tmp_path / "base", tiny_files()))
+    content = load_content(write_content(tmp_path / "derived", derived_files()))
+    assert content.entities == base.entities and content.pages == base.pages
+    assert content.single_turn[0].query == "who is the person in this photo?"
+    assert content.single_turn[1:] == base.single_turn[1:] and content.multi_turn == base.multi_turn
+    # name and session prefix are its own; version, seed and site come from the base
+    assert (content.info.name, content.info.session_prefix) == ("tiny-derived", "tinyd")
+    assert content.info.model_dump(exclude={"name", "session_prefix"}) == \
+        base.info.model_dump(exclude={"name", "session_prefix"})
+    assert content.fingerprint() != base.fingerprint()
+
+    p = ensure_dataset(content, dataset_paths(tmp_path / "out"))
+    single = list(load_conversations(p.single_turn))
+    assert [c.session_id for c in single] == ["tinyd-st-000", "tinyd-st-001"]
+    assert json.loads(p.kg_json.read_text())["version"] == "7"
+    assert json.loads(p.manifest.read_text())["name"] == "tiny-derived"
+
+
+def test_extends_overrides_keys_and_files_and_chains(tmp_path):
+    write_content(tmp_path / "base", tiny_files())
+    pages = {"pages": [{"slug": "only-page", "title": "T", "snippet": "S", "content": "C"}]}
+    mid = write_content(tmp_path / "mid", {**derived_files(seed=11), "pages.yaml": pages})
+    (mid / "questions.yaml").unlink()  # same questions as the base, other degradations
+    top = write_content(tmp_path / "top", derived_files("mid", name="top", session_prefix="top"))
+    base, m, t = (load_content(tmp_path / n) for n in ("base", "mid", "top"))
+    assert m.info.seed == t.info.seed == 11 and base.info.seed == 3
+    assert m.single_turn == base.single_turn and m.multi_turn == base.multi_turn
+    assert [p.slug for p in m.pages] == [p.slug for p in t.pages] == ["only-page"]
+    assert t.entities == base.entities and t.single_turn[0].query == "who is the person in this photo?"
+    assert t.info.session_prefix == "top" and top.name == "top"
+
+
+@pytest.mark.parametrize("setup, expected", [
+    (lambda d: d["benchmark.yaml"].update(extends="nope"),
+     ["derived/benchmark.yaml", "extends 'nope'", "no content folder", "content folders next to it: base"]),
+    (lambda d: d["benchmark.yaml"].update(extends="../base"),
+     ["derived/benchmark.yaml", "extends", "String should match pattern"]),
+    (lambda d: d["benchmark.yaml"].update(extends="derived"),
+     ["derived/benchmark.yaml", "makes a cycle: derived -> derived"]),
+    (lambda d: d["benchmark.yaml"].pop("session_prefix"),
+     ["derived/benchmark.yaml", "names its own name and session_prefix", "missing: session_prefix"]),
+    (lambda d: d["benchmark.yaml"].update(session_prefix="tiny"),
+     ["derived/benchmark.yaml", "session_prefix 'tiny' is also the session_prefix of", "base/benchmark.yaml"]),
+    (lambda d: d["benchmark.yaml"].update(seed="abc"),
+     ["derived/benchmark.yaml", "seed", "valid integer"]),
+    (lambda d: d["benchmark.yaml"].update(colour="red"),
+     ["derived/benchmark.yaml", "colour", "Extra inputs are not permitted"]),
+    (lambda d: d["questions.yaml"]["single_turn"][0].update(entity="ada-lovelace"),
+     ["derived/questions.yaml", "single_turn[0] {entity: 'ada-lovelace'}", "no such entity in",
+      "base/entities.yaml"]),
+    (lambda d: d["questions.yaml"]["single_turn"][0].update(dynamism="sometimes"),
+     ["derived/questions.yaml", "single_turn[0]", "dynamism"]),
+])
+def test_extends_errors_name_the_file(tmp_path, setup, expected):
+    write_content(tmp_path / "base", tiny_files())
+    files = derived_files()
+    setup(files)
+    write_content(tmp_path / "derived", files)
+    with pytest.raises(ContentError) as err:
+        load_content(tmp_path / "derived")
+    msg = str(err.value)
+    for part in expected:
+        assert part in msg, (part, msg)
+
+
+def test_extends_cycle_and_missing_base_files(tmp_path):
+    write_content(tmp_path / "a", derived_files("b", name="a", session_prefix="a"))
+    write_content(tmp_path / "b", derived_files("a", name="b", session_prefix="b"))
+    with pytest.raises(ContentError, match=r"b/benchmark.yaml: extends 'a' makes a cycle: a -> b -> a"):
+        load_content(tmp_path / "a")
+
+    (tmp_path / "empty").mkdir()
+    write_content(tmp_path / "c", derived_files("empty", name="c", session_prefix="c"))
+    with pytest.raises(ContentError, match=r"c/benchmark.yaml: extends 'empty', but .*empty/benchmark.yaml "
+                                           r"does not exist"):
+        load_content(tmp_path / "c")
+
+    base = tiny_files()
+    del base["pages.yaml"]  # a base that is not derived has every file
+    write_content(tmp_path / "base", base)
+    write_content(tmp_path / "d", derived_files("base", name="d", session_prefix="d"))
+    with pytest.raises(ContentError, match=r"base/pages.yaml: no such file"):
+        load_content(tmp_path / "d")
