@@ -103,11 +103,14 @@ def find_cached_dataset(name: str) -> Path | None:
 MAX_DEPTH = 5  # dataset files sit a few folders down (snapshots/<rev>/data/...): never walk a whole disk
 
 
-def find_files(root: Path, pattern: str, max_depth: int = MAX_DEPTH, limit: int = 10_000) -> list[Path]:
-    """Files matching `pattern` at most `max_depth` folders under `root` (symlinked folders not followed),
-    at most `limit` of them: a dataset path like "/" ends quickly instead of walking the filesystem."""
+def find_files(root: Path, pattern: str, max_depth: int = MAX_DEPTH, limit: int = 10_000,
+               max_entries: int = 20_000) -> list[Path]:
+    """Files matching `pattern` at most `max_depth` folders under `root` (symlinked folders not followed), at most
+    `limit` of them, looking at no more than `max_entries` entries: a dataset path like "/" ends quickly instead of
+    walking the filesystem."""
     out: list[Path] = []
     level = [root]
+    seen = 0
     for _ in range(max_depth + 1):
         nxt: list[Path] = []
         for d in level:
@@ -115,6 +118,9 @@ def find_files(root: Path, pattern: str, max_depth: int = MAX_DEPTH, limit: int 
                 entries = sorted(d.iterdir())
             except OSError:
                 continue
+            seen += len(entries)
+            if seen > max_entries:
+                return out
             for e in entries:
                 if e.is_dir() and not e.is_symlink():
                     nxt.append(e)

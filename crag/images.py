@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import os
 import stat
+import warnings
 from pathlib import Path
 from typing import Any, Literal
 
@@ -77,7 +78,9 @@ def load_image(cell: Any, max_side: int = MAX_SIDE) -> tuple[Any, ImageInfo]:
                 info.note = "no image given"
                 return None, info
             try:
-                im = Image.open(io.BytesIO(data))
+                with warnings.catch_warnings():  # PIL's soft limit warns; our own pixel cap decides below
+                    warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+                    im = Image.open(io.BytesIO(data))
             except Image.DecompressionBombError as e:  # over PIL's own hard limit: refused before decoding
                 info.note = f"image too large to decode safely: {e}"[:300]
                 return None, info
