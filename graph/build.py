@@ -30,14 +30,13 @@ def build_graph():
     global _COMPILED
     if _COMPILED is None:
         g = StateGraph(AgentState, context_schema=TurnContext)
-        g.add_node("plan", nodes.plan)
+        g.add_node("plan", nodes.plan, destinations=("act", "answer"))
         g.add_node("act", nodes.act)
         g.add_node("observe", nodes.observe)
         g.add_node("answer", nodes.answer)
         g.add_node("self_check", nodes.self_check)
         g.add_node("final", nodes.final)
         g.add_edge(START, "plan")
-        g.add_conditional_edges("plan", nodes.route_after_plan, ["act", "answer"])
         g.add_edge("act", "observe")
         g.add_edge("observe", "plan")
         g.add_edge("answer", "self_check")

@@ -11,7 +11,7 @@ import time
 from typing import Any, Callable
 
 from langgraph.runtime import Runtime
-from langgraph.types import Overwrite
+from langgraph.types import Command, Overwrite
 
 from graph.policy import IDK, AnswerDraft, Decision, PolicyReplyError, StepSummary, is_abstention
 from graph.state import ActResult, AgentState, PendingCall, TurnContext
@@ -40,12 +40,14 @@ def _index(state: AgentState, extra: int = 0) -> int:
     return len(state.steps) + extra
 
 
-def _stop(state: AgentState, reason: str, text: str, **event: Any) -> dict:
-    return {"steps": [PlanEvent(index=_index(state), decision="stop", reason=text, **event)], "pending": None,
-            "ended_by": reason}
+def _stop(state: AgentState, reason: str, text: str, **event: Any) -> Command:
+    return Command(goto="answer", update={"steps": [PlanEvent(index=_index(state), decision="stop", reason=text, **event)],
+                                          "pending": None, "ended_by": reason})
 
 
-def plan(state: AgentState, runtime: Runtime[TurnContext]) -> dict:
+def plan(state: AgentState, runtime: Runtime[TurnContext]) -> Command:
+    """Ask the policy for the next step; route to `act` with the call(s) it chose, or to `answer`. (The route is
+    decided here, with the state update, so LangGraph need not re-read the whole state to evaluate an edge.)"""
     ctx = runtime.context
     if len(state.done) >= ctx.max_steps:
         return _stop(state, "step_limit", f"step limit of {ctx.max_steps} tool calls reached")
@@ -57,7 +59,8 @@ def plan(state: AgentState, runtime: Runtime[TurnContext]) -> dict:
     t0 = time.perf_counter()
     with collect_model_calls() as calls:
         try:
-            decision = run_with_deadline(lambda: ctx.policy.decide(ctx.view(state), ctx.image), usable, ctx.scope)
+            decision = run_with_deadline(lambda: ctx.policy.decide(ctx.view(state), ctx.image), usable, ctx.scope,
+                                         inline=not blocking(ctx.policy))
             if not isinstance(decision, Decision):
                 decision = Decision.model_validate(decision)
         except CallTimeout as e:
@@ -69,7 +72,7 @@ def plan(state: AgentState, runtime: Runtime[TurnContext]) -> dict:
     if decision.action == "answer" or not decision.tool:
         event = PlanEvent(index=_index(state), decision="answer", reason=decision.rationale,
                           needs_retrieval=decision.needs_retrieval, policy_ms=_ms(t0), model_calls=calls)
-        return {"steps": [event], "pending": None, "ended_by": "answer"}
+        return Command(goto="answer", update={"steps": [event], "pending": None, "ended_by": "answer"})
     room = ctx.max_steps - len(state.done) - 1  # parallel calls count against the step limit too
     extra = [PendingCall(call=ToolCall(tool=p.tool, arguments=p.arguments or {}), sub_question=p.sub_question,
                          needs_retrieval=decision.needs_retrieval, rationale=f"in parallel with {decision.tool}",
@@ -78,20 +81,22 @@ def plan(state: AgentState, runtime: Runtime[TurnContext]) -> dict:
     pending = PendingCall(call=ToolCall(tool=decision.tool, arguments=decision.arguments or {}), parallel=extra,
                           sub_question=decision.sub_question, needs_retrieval=decision.needs_retrieval,
                           rationale=decision.rationale, policy_ms=_ms(t0), model_calls=calls)
-    return {"pending": pending, "last": None}
+    return Command(goto="act", update={"pending": pending, "last": None})
 
 
-def route_after_plan(state: AgentState) -> str:
-    return "act" if state.pending is not None else "answer"
+def blocking(obj: Any) -> bool:
+    """Policies, verifiers and tools may declare `blocking = False` (quick local work, no I/O): run them inline."""
+    return getattr(obj, "blocking", True) is not False
 
 
-def _tool_call(ctx: TurnContext, state: AgentState, pending: PendingCall) -> tuple[ActResult | None, Callable[[], Any]]:
-    """A validated call as a function to run, or the refusal as a finished result."""
+def _tool_call(ctx: TurnContext, state: AgentState, pending: PendingCall
+               ) -> tuple[ActResult | None, Callable[[], Any], bool]:
+    """A validated call as a function to run (and whether it blocks), or the refusal as a finished result."""
     call = pending.call
     try:
         tool, args = ctx.registry.validate(call, ctx.task, ctx.allowed)
     except ToolCallError as e:
-        return ActResult(pending=pending, error=StepError(kind=e.kind, message=e.message)), lambda: None
+        return ActResult(pending=pending, error=StepError(kind=e.kind, message=e.message)), lambda: None, False
     tool_ctx = ctx.tool_context(state)
 
     def run() -> tuple[ToolOutput, float, list[ModelCall]]:
@@ -100,7 +105,7 @@ def _tool_call(ctx: TurnContext, state: AgentState, pending: PendingCall) -> tup
             out = tool.run(tool_ctx, args)
         return out, _ms(t0), calls
 
-    return None, run
+    return None, run, tool.blocking
 
 
 def act(state: AgentState, runtime: Runtime[TurnContext]) -> dict:
@@ -109,11 +114,12 @@ def act(state: AgentState, runtime: Runtime[TurnContext]) -> dict:
     assert state.pending is not None
     calls = [state.pending, *state.pending.parallel]
     prepared = [_tool_call(ctx, state, p) for p in calls]
-    to_run = [(i, fn) for i, (refused, fn) in enumerate(prepared) if refused is None]
+    to_run = [(i, fn, blocks) for i, (refused, fn, blocks) in enumerate(prepared) if refused is None]
     t0 = time.perf_counter()
-    outcomes = run_many([fn for _, fn in to_run], ctx.remaining_s() - ctx.reserve_s(), ctx.scope) if to_run else []
-    results: list[ActResult] = [r for r, _ in prepared]  # type: ignore[misc]
-    for (i, _), (ok, value) in zip(to_run, outcomes):
+    outcomes = run_many([fn for _, fn, _ in to_run], ctx.remaining_s() - ctx.reserve_s(), ctx.scope,
+                        [not blocks for _, _, blocks in to_run]) if to_run else []
+    results: list[ActResult] = [r for r, _, _ in prepared]  # type: ignore[misc]
+    for (i, _, _), (ok, value) in zip(to_run, outcomes):
         p = calls[i]
         if ok:
             out, ms, model_calls = value
@@ -138,23 +144,19 @@ def _trace_hits(hits: list[Hit]) -> list[TraceHit]:
 
 def _tool_event(index: int, res: ActResult) -> ToolCallEvent:
     p, out = res.pending, res.output
-    event = ToolCallEvent(
+    fields: dict[str, Any] = dict(
         index=index, tool=p.call.tool, arguments=p.call.arguments, sub_question=p.sub_question,
         needs_retrieval=p.needs_retrieval, rationale=p.rationale or None, parallel_with=p.parallel_with,
         policy_ms=p.policy_ms, latency_ms=res.latency_ms, error=res.error,
         model_calls=[*p.model_calls, *res.model_calls])
     if out is not None:
         u = {k: (v.value if isinstance(v, Overwrite) else v) for k, v in out.update.items()}
-        event.method = out.method or None
-        event.summary = out.summary[:2000]
-        event.search_keywords = out.keywords
-        event.wrote = sorted(u)
-        event.results = _trace_hits(u.get("evidence") or [])
-        event.detected_box = u.get("crop")
-        event.ocr_text = u.get("ocr_text")
-        event.sub_questions = list(u.get("sub_questions") or [])
-        event.facts = list(u.get("facts") or [])
-    return event
+        fields.update(method=out.method or None, summary=out.summary[:2000], search_keywords=out.keywords,
+                      wrote=sorted(u), results=_trace_hits(u.get("evidence") or []), detected_box=u.get("crop"),
+                      ocr_text=u.get("ocr_text"), sub_questions=list(u.get("sub_questions") or []),
+                      facts=list(u.get("facts") or []))
+    # every value above is already typed (validated by the registry, the tool's update check or built here)
+    return ToolCallEvent.model_construct(**fields)
 
 
 def observe(state: AgentState, runtime: Runtime[TurnContext]) -> dict:
@@ -166,9 +168,9 @@ def observe(state: AgentState, runtime: Runtime[TurnContext]) -> dict:
     values: dict[str, Any] = {}
     for res in state.last:
         events.append(_tool_event(_index(state, len(events)), res))
-        done.append(StepSummary(tool=res.pending.call.tool, arguments=res.pending.call.arguments,
-                                summary=res.output.summary if res.output else "",
-                                error=f"{res.error.kind}: {res.error.message}" if res.error else None))
+        done.append(StepSummary.model_construct(tool=res.pending.call.tool, arguments=res.pending.call.arguments,
+                                                summary=res.output.summary if res.output else "",
+                                                error=f"{res.error.kind}: {res.error.message}" if res.error else None))
         if res.output is not None and res.output.update:
             for name in res.output.update:
                 values.setdefault(name, getattr(state, name))
@@ -188,7 +190,8 @@ def answer(state: AgentState, runtime: Runtime[TurnContext]) -> dict:
     with collect_model_calls() as calls:
         try:
             draft = run_with_deadline(lambda: ctx.policy.answer(ctx.view(state), ctx.image),
-                                      max(0.05, ctx.remaining_s() - 0.3 * ctx.reserve_s()), ctx.scope)
+                                      max(0.05, ctx.remaining_s() - 0.3 * ctx.reserve_s()), ctx.scope,
+                                      inline=not blocking(ctx.policy))
             if not isinstance(draft, AnswerDraft):
                 draft = AnswerDraft.model_validate(draft)
         except Exception as e:  # noqa: BLE001
@@ -222,7 +225,7 @@ def self_check(state: AgentState, runtime: Runtime[TurnContext]) -> dict:
         try:
             verdict = run_with_deadline(
                 lambda: ctx.verifier.verify(ctx.question, draft, _evidence_texts(state), ctx.image),
-                max(0.05, ctx.remaining_s() - 0.05), ctx.scope)
+                max(0.05, ctx.remaining_s() - 0.05), ctx.scope, inline=not blocking(ctx.verifier))
         except Exception as e:  # noqa: BLE001 - a broken self-check cannot vouch for the draft
             keep = draft.confidence >= max(ctx.abstain_below, 0.5)
             event = VerdictEvent(index=_index(state), decision="keep" if keep else "abstain", latency_ms=_ms(t0),

@@ -94,7 +94,9 @@ class AnswerDraft(BaseModel):
 
 @runtime_checkable
 class Policy(Protocol):
-    """`name` appears in traces and CLI output; a heuristic policy says so in its name."""
+    """`name` appears in traces and CLI output; a heuristic policy says so in its name. A policy may set
+    `blocking = False` when it decides with quick local work only (no I/O, no model server): the graph then calls
+    it in its own thread instead of a worker (it cannot be abandoned at the time budget, so it must be quick)."""
 
     name: str
 
@@ -106,10 +108,12 @@ class Policy(Protocol):
 class ScriptedPolicy:
     """Replays a fixed list of decisions, then answers with a fixed draft. For tests and debugging."""
 
-    def __init__(self, decisions: list[Decision | dict], answer: AnswerDraft | dict | None = None, name: str = "scripted"):
+    def __init__(self, decisions: list[Decision | dict], answer: AnswerDraft | dict | None = None, name: str = "scripted",
+                 blocking: bool = True):
         self.decisions = [d if isinstance(d, Decision) else Decision.model_validate(d) for d in decisions]
         self.final = answer if isinstance(answer, AnswerDraft) else AnswerDraft.model_validate(answer or {"answer": IDK, "confidence": 0.0})
         self.name = name
+        self.blocking = blocking
         self.views: list[PolicyView] = []
 
     def decide(self, view: PolicyView, image: Any = None) -> Decision:

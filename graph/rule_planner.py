@@ -42,6 +42,7 @@ class RuleBasedPlanner:
     """Policy protocol implementation. `embedder` is a models.text_embedder.TextEmbedder (or a factory)."""
 
     name = "rule-based-planner (heuristic)"
+    blocking = False  # local rules and a small embedder: runs in the graph's thread
 
     def __init__(self, embedder: Any, config: RulePlannerConfig | None = None):
         self._embedder = embedder

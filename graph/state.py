@@ -14,42 +14,48 @@ from functools import lru_cache
 from typing import Annotated, Any
 
 from langgraph.managed import RemainingSteps
-from pydantic import BaseModel, Field
+from pydantic import Field, SkipValidation
 
 from graph.policy import AnswerDraft, Policy, PolicyView, StepSummary, ToolSpec
 from graph.verify import Verifier
 from models.calls import CancelScope
 from tools.base import HistoryTurn, ToolContext, ToolOutput, ToolState, Verdict
 from tools.registry import Tool, ToolCall, ToolRegistry
-from traces.schema import EndReason, StepError, TraceEvent
+from traces.schema import EndReason, ModelCall, StepError, TraceEvent
 
 
-class PendingCall(BaseModel):
+@dataclass
+class PendingCall:
+    """A call `plan` hands to `act` (graph-internal: built from already validated values, never serialised)."""
+
     call: ToolCall
-    parallel: list[PendingCall] = Field(default_factory=list)
+    parallel: list[PendingCall] = field(default_factory=list)
     sub_question: str | None = None
     needs_retrieval: bool | None = None
     rationale: str = ""
     policy_ms: float | None = None
     parallel_with: str | None = None
-    model_calls: list[Any] = Field(default_factory=list)
+    model_calls: list[ModelCall] = field(default_factory=list)
 
 
-class ActResult(BaseModel):
+@dataclass
+class ActResult:
     """What `act` hands to `observe`: the output or the error, with timing."""
 
     pending: PendingCall
     output: ToolOutput | None = None
     error: StepError | None = None
     latency_ms: float = 0.0
-    model_calls: list[Any] = Field(default_factory=list)
+    model_calls: list[ModelCall] = field(default_factory=list)
 
 
 class AgentState(ToolState):
-    steps: Annotated[list[TraceEvent], operator.add] = Field(default_factory=list)
-    done: Annotated[list[StepSummary], operator.add] = Field(default_factory=list)
-    pending: PendingCall | None = None
-    last: list[ActResult] | None = None
+    # Graph-built values (already typed when a node returns them): LangGraph rebuilds the state model for every
+    # node, and revalidating these growing lists each time would cost O(steps) per step.
+    steps: Annotated[SkipValidation[list[TraceEvent]], operator.add] = Field(default_factory=list)
+    done: Annotated[SkipValidation[list[StepSummary]], operator.add] = Field(default_factory=list)
+    pending: SkipValidation[PendingCall | None] = None
+    last: SkipValidation[list[ActResult] | None] = None
     draft: AnswerDraft | None = None
     verdict: Verdict | None = None
     final_answer: str | None = None

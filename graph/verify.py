@@ -41,6 +41,7 @@ class EvidenceSupportVerifier:
     prompt injection) is never supported."""
 
     name = "heuristic:evidence-support"
+    blocking = False  # word overlap only: runs in the graph's thread
 
     def verify(self, question: str, draft: AnswerDraft, evidence: list[str], image: Any = None) -> Verdict:
         if nlp.INJECTION.search(draft.answer):

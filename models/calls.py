@@ -202,33 +202,50 @@ def _in_scope(s: CancelScope, fn: Callable[[], Any]) -> Any:
         return fn()
 
 
-def run_many(fns: list[Callable[[], Any]], timeout_s: float, parent: CancelScope | None = None) -> list[tuple[bool, Any]]:
+def run_many(fns: list[Callable[[], Any]], timeout_s: float, parent: CancelScope | None = None,
+             inline: list[bool] | None = None) -> list[tuple[bool, Any]]:
     """Run independent calls at once, each under a child of the current scope, with one shared deadline.
 
     Returns (ok, result or exception) per call, in order. A call still running at the deadline is abandoned:
-    its scope is cancelled (its model requests are closed) and its result is a CallTimeout."""
+    its scope is cancelled (its model requests are closed) and its result is a CallTimeout. Calls marked
+    `inline` (declared non-blocking: local, quick, no I/O) run in the caller's thread after the others were
+    started, saving a thread hand-off; they are not preempted, so they must honour their declaration."""
     if timeout_s <= 0:
         return [(False, CallTimeout("no time left in the turn budget")) for _ in fns]
+    inline = inline or [False] * len(fns)
     parent = parent or current_scope()
-    children = [CancelScope(parent) for _ in fns]
-    futs = [WORKERS.submit(_in_scope, child, fn) for child, fn in zip(children, fns)]
-    _, not_done = wait(futs, timeout=timeout_s)
-    out: list[tuple[bool, Any]] = []
-    for fut, child in zip(futs, children):
-        if fut in not_done:
-            child.cancel()
-            out.append((False, CallTimeout(f"did not finish within {timeout_s:.2f}s")))
-        elif fut.exception() is not None:
-            out.append((False, fut.exception()))
-        else:
-            out.append((True, fut.result()))
-        child.detach()
+    # an inline call cannot be abandoned, so it needs no scope of its own: it runs under the parent's
+    children = [parent if inline[i] and parent is not None else CancelScope(parent) for i in range(len(fns))]
+    futs = {i: WORKERS.submit(_in_scope, children[i], fn) for i, fn in enumerate(fns) if not inline[i]}
+    out: list[tuple[bool, Any]] = [(False, None)] * len(fns)
+    for i, fn in enumerate(fns):
+        if inline[i]:
+            try:
+                out[i] = (True, _in_scope(children[i], fn))
+            except Exception as e:  # noqa: BLE001 - handed to the caller like a worker's exception
+                out[i] = (False, e)
+            except BaseException as e:  # noqa: BLE001 - sys.exit() inside a call must not end the run
+                out[i] = (False, RuntimeError(f"{type(e).__name__} raised inside the call: {e}"))
+    if futs:
+        _, not_done = wait(futs.values(), timeout=timeout_s)
+        for i, fut in futs.items():
+            if fut in not_done:
+                children[i].cancel()
+                out[i] = (False, CallTimeout(f"did not finish within {timeout_s:.2f}s"))
+            elif fut.exception() is not None:
+                out[i] = (False, fut.exception())
+            else:
+                out[i] = (True, fut.result())
+    for child in children:
+        if child is not parent:
+            child.detach()
     return out
 
 
-def run_with_deadline(fn: Callable[[], Any], timeout_s: float, parent: CancelScope | None = None) -> Any:
+def run_with_deadline(fn: Callable[[], Any], timeout_s: float, parent: CancelScope | None = None,
+                      inline: bool = False) -> Any:
     """`run_many` for one call: its result, or its exception raised (CallTimeout past the deadline)."""
-    ok, value = run_many([fn], timeout_s, parent)[0]
+    ok, value = run_many([fn], timeout_s, parent, [inline])[0]
     if not ok:
         raise value
     return value

@@ -85,6 +85,7 @@ class Tool:
     writes: frozenset[str] = frozenset()
     wants_context: bool = True
     arg_docs: dict[str, str] = field(default_factory=dict)
+    blocking: bool = True  # False: quick local work, run in the graph's thread (no hand-off to a worker)
     schema: dict[str, Any] = field(init=False, repr=False, compare=False)
     signature: str = field(init=False, repr=False, compare=False)
 
@@ -210,7 +211,8 @@ _TAG = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 def tool(fn: Callable | None = None, *, name: str | None = None, tasks: Iterable[int] = ALL_TASKS,
-         tags: Iterable[str] = (), writes: Iterable[str] = (), registry: ToolRegistry | None = None):
+         tags: Iterable[str] = (), writes: Iterable[str] = (), blocking: bool = True,
+         registry: ToolRegistry | None = None):
     """Register a function as a tool.
 
     Usage::
@@ -220,7 +222,9 @@ def tool(fn: Callable | None = None, *, name: str | None = None, tasks: Iterable
             \"\"\"Search the web for pages about `query`.\"\"\"
 
     `writes` names the `ToolState` fields the tool's `ToolOutput.update` may touch; `tags` are capability
-    tags (see `CAPABILITIES`) through which the default planner picks tools.
+    tags (see `CAPABILITIES`) through which the default planner picks tools. `blocking=False` declares a tool
+    that does quick local work and never waits on I/O or a model: it then runs in the graph's own thread, saving a
+    thread hand-off per call, but it cannot be abandoned at the time budget like a blocking tool.
     """
 
     def wrap(f: Callable) -> Callable:
@@ -246,7 +250,8 @@ def tool(fn: Callable | None = None, *, name: str | None = None, tasks: Iterable
             raise TypeError(f"tool {tool_name}: tags must be snake_case words, not {bad_tags}")
         summary, arg_docs = _parse_docstring(f.__doc__)
         model = create_model(f"{tool_name}_args", __config__=ConfigDict(extra="forbid"), **fields)
-        t = Tool(tool_name, summary, f, model, frozenset(tasks), frozenset(tags), frozenset(writes), wants_ctx, arg_docs)
+        t = Tool(tool_name, summary, f, model, frozenset(tasks), frozenset(tags), frozenset(writes), wants_ctx, arg_docs,
+                 blocking)
         (registry or REGISTRY).register(t)
         f.__tool__ = t  # type: ignore[attr-defined]
         return f
