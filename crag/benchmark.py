@@ -219,7 +219,78 @@ class SignImage(_Model):
         return im
 
 
-ImageSource = Annotated[Union[SkimageImage, SklearnImage, MatplotlibImage, SignImage], Field(discriminator="source")]
+# --------------------------------------------------------------------------------------------
+# Sample arrays: numeric sample data that `to_pil` cannot show as it is
+# --------------------------------------------------------------------------------------------
+
+
+class SampleArrayImage(_Model):
+    """A numeric sample array shown as a picture: min-max scaled to 0..255, gray or through a matplotlib colormap.
+
+    For offline sample data that is not an 8-bit picture: float images in [0, 1] from scikit-image
+    (`shepp_logan_phantom`), and matplotlib's sample arrays, an `.npz` archive (`npz_key` picks the array,
+    e.g. `jacksboro_fault_dem.npz` / `elevation`) or a raw little-endian uint16 file (`raw_shape`, e.g.
+    `s1045.ima.gz`, 256 x 256, read as matplotlib's own MRI example reads it).
+    """
+
+    source: Literal["sample-array"]
+    package: Literal["skimage", "matplotlib"]
+    name: str  # a skimage.data loader, or a file in matplotlib's sample data
+    npz_key: str | None = None
+    raw_shape: tuple[Annotated[int, Field(gt=0)], Annotated[int, Field(gt=0)]] | None = None  # rows, columns
+    cmap: str | None = None  # a matplotlib colormap name; gray when absent
+
+    @model_validator(mode="after")
+    def _check(self) -> SampleArrayImage:
+        if self.package == "skimage":
+            import skimage.data
+
+            if self.name not in skimage.data.__all__:
+                raise ValueError(f"scikit-image has no sample image {self.name!r}")
+            if self.npz_key is not None or self.raw_shape is not None:
+                raise ValueError("npz_key and raw_shape are for matplotlib sample files")
+        else:
+            if not Path(MatplotlibImage._path(self.name)).is_file():
+                raise ValueError(f"matplotlib has no sample data file {self.name!r}")
+            if self.name.endswith(".npz") != (self.npz_key is not None):
+                raise ValueError("an .npz file needs npz_key (the array to show), and only an .npz file takes it")
+            if not self.name.endswith(".npz") and self.raw_shape is None:
+                raise ValueError(f"{self.name!r} is read as raw uint16 data: give its raw_shape")
+        if self.cmap is not None:
+            from matplotlib import colormaps
+
+            if self.cmap not in colormaps:
+                raise ValueError(f"matplotlib has no colormap {self.cmap!r}")
+        return self
+
+    def _array(self) -> np.ndarray:
+        if self.package == "skimage":
+            import skimage.data
+
+            return np.asarray(getattr(skimage.data, self.name)())
+        from matplotlib.cbook import get_sample_data
+
+        if self.npz_key is not None:
+            with np.load(MatplotlibImage._path(self.name)) as z:
+                return np.asarray(z[self.npz_key])
+        with get_sample_data(self.name) as f:  # a file object; .gz files come decompressed
+            return np.frombuffer(f.read(), dtype="<u2").reshape(self.raw_shape)
+
+    def load(self) -> Image.Image:
+        a = self._array().astype(np.float64)
+        if a.ndim != 2:
+            raise ValueError(f"{self.name}: expected a 2-D array, got shape {a.shape}")
+        lo, hi = float(a.min()), float(a.max())
+        a = (a - lo) / (hi - lo) if hi > lo else np.zeros_like(a)
+        if self.cmap is None:
+            return Image.fromarray((a * 255).round().astype(np.uint8)).convert("RGB")
+        from matplotlib import colormaps
+
+        return Image.fromarray((colormaps[self.cmap](a)[:, :, :3] * 255).round().astype(np.uint8))
+
+
+ImageSource = Annotated[Union[SkimageImage, SklearnImage, MatplotlibImage, SignImage, SampleArrayImage],
+                        Field(discriminator="source")]
 
 
 # --------------------------------------------------------------------------------------------
