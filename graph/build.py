@@ -89,9 +89,10 @@ def build_agent(config: AgentConfig | None = None, *, search: Any = None, policy
     without web search."""
     from crag.cache import CachedSearch
     from crag.search import as_search_backend, make_search
-    from models.resources import Resources
+    from models.resources import Resources, limit_cpu_threads
 
     config = config or AgentConfig()
+    limit_cpu_threads(config.cpu_threads)
     registry = registry or load_tools(config)
     if search is None:
         backend = make_search(config.search, config.models, web=task != 1)

@@ -57,6 +57,8 @@ class AgentConfig(BaseModel):
     verify_mode: Literal["single", "dual-cove"] = Field("single", description="Model self-check: one verification "
                                                         "round trip, or dual path + chain-of-verification.")
     warm_up: bool = Field(True, description="Load models and build indexes before the first turn.")
+    cpu_threads: int = Field(1, ge=1, le=256, description="Threads per local model call (BLAS, torch, onnxruntime): "
+                             "one keeps concurrent turns from oversubscribing the CPU.")
 
     def fingerprint(self) -> str:
         """A short hash of everything that changes what the agent answers."""

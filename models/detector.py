@@ -127,7 +127,10 @@ class ZeroShotDetector:
 
     def __init__(self, path: str | Path, device: str = "cpu", nms_iou: float = 0.5):
         import torch
+        from models.resources import set_torch_threads
         from transformers import AutoModelForZeroShotObjectDetection, AutoProcessor
+
+        set_torch_threads()  # one thread per call unless configured otherwise (models.resources)
 
         self.path = Path(path)
         self.device = device

@@ -144,7 +144,10 @@ class ClipImageEmbedder:
 
     def __init__(self, path: str | Path, device: str = "cpu", batch_size: int = 16):
         import torch
+        from models.resources import set_torch_threads
         from transformers import CLIPImageProcessor, CLIPModel
+
+        set_torch_threads()  # one thread per call unless configured otherwise (models.resources)
 
         self.path = str(path)
         self.name = f"clip:{self.path}"

@@ -19,11 +19,17 @@ class OcrLine(BaseModel):
 class OcrEngine:
     name = "rapidocr"
 
-    def __init__(self, min_score: float = 0.5, cache_size: int = 64):
+    def __init__(self, min_score: float = 0.5, cache_size: int = 64, threads: int | None = None):
         from rapidocr import RapidOCR
 
-        # rapidocr logs every model file it loads at INFO; keep run output readable
-        self._engine = RapidOCR(params={"Global.log_level": "warning"})
+        from models.resources import cpu_threads
+
+        threads = threads or cpu_threads()
+        # rapidocr logs every model file it loads at INFO; keep run output readable. One onnxruntime thread by
+        # default: concurrent turns each get a core instead of fighting over all of them.
+        self._engine = RapidOCR(params={"Global.log_level": "warning",
+                                        "EngineConfig.onnxruntime.intra_op_num_threads": threads,
+                                        "EngineConfig.onnxruntime.inter_op_num_threads": threads})
         self.min_score = min_score
         self._lock = threading.Lock()  # onnxruntime sessions are shared across concurrent turns
         self._cache: OrderedDict[str, list[OcrLine]] = OrderedDict()

@@ -55,7 +55,10 @@ class CrossEncoderReranker:
 
     def __init__(self, path: str | Path, device: str = "cpu", max_length: int = 512, batch_size: int = 32):
         import torch
+        from models.resources import set_torch_threads
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        set_torch_threads()  # one thread per call unless configured otherwise (models.resources)
 
         self.path = Path(path)
         self.name = f"cross-encoder:{self.path.name}"

@@ -6,6 +6,7 @@ that needs it falls back to a named heuristic, and the `method` it records says 
 
 from __future__ import annotations
 
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,33 @@ class ModelPaths(BaseModel):
     detector: Path | None = Field(None, description="GroundingDINO / OWLv2 folder for AutoModelForZeroShotObjectDetection")
     clip: Path | None = Field(None, description="CLIP folder for image embeddings of the embedded image index")
     reranker: Path | None = Field(None, description="cross-encoder folder (AutoModelForSequenceClassification)")
+
+
+_CPU_THREADS = {"n": 1}
+
+
+def limit_cpu_threads(n: int = 1) -> None:
+    """Threads each local model call may use (BLAS in numpy, torch). One by default: concurrent turns then run side
+    by side on the cores instead of each fanning out over all of them and thrashing (on a busy 2-core machine a
+    MiniLM query took 131-732 ms with the default threads, 18-24 ms with one)."""
+    from threadpoolctl import threadpool_limits
+
+    _CPU_THREADS["n"] = n
+    threadpool_limits(limits=n, user_api="blas")
+    if "torch" in sys.modules:
+        set_torch_threads()
+
+
+def cpu_threads() -> int:
+    return _CPU_THREADS["n"]
+
+
+def set_torch_threads() -> None:
+    """Apply the limit to torch (called by the models that load torch, so start-up need not import it)."""
+    import torch
+
+    if torch.get_num_threads() != _CPU_THREADS["n"]:
+        torch.set_num_threads(_CPU_THREADS["n"])
 
 
 class Resources:
