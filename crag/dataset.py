@@ -145,10 +145,61 @@ def _split_of(path: Path, root: Path) -> str | None:
     return None
 
 
-def open_dataset(path_or_name: str | Path, split: str | None = None):
-    """A `datasets.Dataset` for a local folder/file or a cached Hub dataset id (offline)."""
-    import datasets
+class RowSource:
+    """Rows of a dataset and its Hugging Face features (as the JSON dict `Features.to_dict()` gives), read lazily.
 
+    Parquet files (the Hub layout) are read with pyarrow in small batches: no `datasets` import (over a second of
+    start-up) and never the whole table in memory. Arrow files and `save_to_disk` folders go through `datasets`."""
+
+    def __init__(self, features: dict[str, Any], num_rows: int, batches: Any):
+        self.features = features
+        self.num_rows = num_rows
+        self._batches = batches  # () -> iterator of lists of row dicts
+
+    def rows(self, limit: int | None = None) -> Iterator[dict[str, Any]]:
+        n = 0
+        for batch in self._batches():
+            for row in batch:
+                if limit is not None and n >= limit:
+                    return
+                n += 1
+                yield row
+
+
+def _parquet_source(files: list[Path]) -> RowSource:
+    import json
+
+    import pyarrow.parquet as pq
+
+    meta = pq.read_schema(files[0]).metadata or {}
+    info = json.loads(meta.get(b"huggingface", b"{}") or b"{}")
+    features = (info.get("info") or {}).get("features") or {}
+    num_rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+
+    def batches() -> Iterator[list[dict[str, Any]]]:
+        for f in files:
+            for b in pq.ParquetFile(f).iter_batches(batch_size=16):
+                yield b.to_pylist()
+
+    return RowSource(features, num_rows, batches)
+
+
+def _datasets_source(ds: Any) -> RowSource:
+    from datasets import Image as HFImage
+
+    if isinstance(ds.features.get("image"), HFImage):
+        ds = ds.cast_column("image", HFImage(decode=False))  # bytes, decoded later and safely (crag.images)
+
+    def batches() -> Iterator[list[dict[str, Any]]]:
+        for i in range(0, len(ds), 16):
+            chunk = ds[i: i + 16]
+            yield [dict(zip(chunk, values)) for values in zip(*chunk.values())]
+
+    return RowSource(ds.features.to_dict(), len(ds), batches)
+
+
+def open_dataset(path_or_name: str | Path, split: str | None = None) -> RowSource:
+    """The rows of a local folder/file or of a Hub dataset found in the local caches (offline)."""
     src = Path(path_or_name).expanduser()
     if not src.exists():
         cached = find_cached_dataset(str(path_or_name))
@@ -161,17 +212,21 @@ def open_dataset(path_or_name: str | Path, split: str | None = None):
         src = cached
     if src.is_file():
         if src.suffix == ".arrow":
-            return datasets.Dataset.from_file(str(src))
-        return datasets.Dataset.from_parquet(str(src))
+            import datasets
+
+            return _datasets_source(datasets.Dataset.from_file(str(src)))
+        return _parquet_source([src])
     if (src / "dataset_dict.json").exists() or (src / "state.json").exists():
+        import datasets
+
         d = datasets.load_from_disk(str(src))
         if isinstance(d, datasets.DatasetDict):
             keys = list(d.keys())
             pick = split or ("validation" if "validation" in keys else keys[0])
             if pick not in d:
                 raise KeyError(f"split {pick!r} not in {keys}")
-            return d[pick]
-        return d
+            return _datasets_source(d[pick])
+        return _datasets_source(d)
     files = find_files(src, "*.parquet")
     kind = "parquet"
     if not files:
@@ -191,9 +246,11 @@ def open_dataset(path_or_name: str | Path, split: str | None = None):
     else:
         chosen = by_split.get("validation") or by_split[sorted(by_split, key=str)[0]]
     if kind == "parquet":
-        return datasets.Dataset.from_parquet([str(f) for f in chosen])
+        return _parquet_source(chosen)
+    import datasets
+
     parts = [datasets.Dataset.from_file(str(f)) for f in chosen]
-    return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
+    return _datasets_source(parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts))
 
 
 # ------------------------------------------------------------------------------------------
@@ -201,33 +258,41 @@ def open_dataset(path_or_name: str | Path, split: str | None = None):
 # ------------------------------------------------------------------------------------------
 
 
-def _inner_features(feat: Any) -> dict[str, Any]:
-    """Per-key features of `turns`/`answers`, for both layouts and datasets 2.x..5.x."""
-    if feat is None:
-        return {}
-    if isinstance(feat, dict):  # v0.1.2 dict-of-lists: {key: List(X)} (or Sequence(X))
-        return {k: getattr(v, "feature", v) for k, v in feat.items()}
-    if isinstance(feat, (list, tuple)) and feat:  # old-style [ {..} ]
-        return _inner_features(feat[0])
-    inner = getattr(feat, "feature", None)  # List({...}) / Sequence({...})
-    if inner is not None:
-        return _inner_features(inner)
-    return {}
+_LIST_TYPES = ("List", "Sequence", "LargeList")
 
 
-def _label_decoder(feat: Any):
-    from datasets import ClassLabel
+def _unwrap_list(node: Any) -> Any:
+    """The item feature of a list feature: `{"feature": X, "_type": "List"}` (or Sequence), or old-style `[X]`."""
+    while True:
+        if isinstance(node, list) and node:
+            node = node[0]
+        elif isinstance(node, dict) and node.get("_type") in _LIST_TYPES and "feature" in node:
+            node = node["feature"]
+        else:
+            return node
 
-    if isinstance(feat, ClassLabel):
-        def dec(v):
-            if v is None or isinstance(v, str):
-                return v
-            try:
-                return feat.int2str(int(v))
-            except (ValueError, IndexError, TypeError):
-                return str(v)
-        return dec
-    return lambda v: None if v is None else str(v)
+
+def turn_label_names(turns_feature: Any) -> dict[str, list[str]]:
+    """ClassLabel names of the turn labels, for both layouts (v0.1.2 dict of lists, v0.1.1 list of dicts)."""
+    node = _unwrap_list(turns_feature)
+    names: dict[str, list[str]] = {}
+    for key in LABEL_KEYS:
+        f = _unwrap_list(node.get(key)) if isinstance(node, dict) else None
+        if isinstance(f, dict) and f.get("_type") == "ClassLabel" and f.get("names"):
+            names[key] = list(f["names"])
+    return names
+
+
+def _label_decoder(names: list[str] | None):
+    def dec(v: Any) -> str | None:
+        if v is None or isinstance(v, str):
+            return v
+        try:
+            return names[int(v)] if names is not None and 0 <= int(v) < len(names) else str(v)
+        except (ValueError, TypeError):
+            return str(v)
+
+    return dec
 
 
 def _as_records(value: Any, keys: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
@@ -331,12 +396,10 @@ class ConversationIterator:
         return next(self._gen)
 
 
-def _iter_rows(ds, decoders, limit: int | None, report: LoadReport) -> Iterator[Conversation]:
-    n = len(ds) if limit is None else min(limit, len(ds))
-    for i in range(n):
+def _iter_rows(source: RowSource, decoders, limit: int | None, report: LoadReport) -> Iterator[Conversation]:
+    for i, row in enumerate(source.rows(limit)):
         where = f"row {i}"
         try:
-            row = ds[i]
             where = f"row {i} ({row.get('session_id')})"
             conv = _row_to_conversation(row, decoders, where, report)
         except Exception as exc:
@@ -355,21 +418,17 @@ def load_conversations(
     """Iterate `Conversation`s; malformed rows are skipped and recorded in the returned iterator's
     `.report` (or in `report` when one is passed). Opening the source happens eagerly, so a missing
     dataset raises FileNotFoundError here; `limit` caps the number of rows read."""
-    from datasets import Image as HFImage
-
     report = report if report is not None else LoadReport()
     report.source = str(path_or_name)
     report.split = split
-    ds = open_dataset(path_or_name, split)
-    feats = ds.features
-    if isinstance(feats.get("image"), HFImage):
-        ds = ds.cast_column("image", HFImage(decode=False))
-    tf = feats.get("turns")
-    report.layout = "v0.1.2 dict-of-lists" if isinstance(tf, dict) else "v0.1.1 list-of-dicts"
-    inner = _inner_features(tf)
-    decoders = {k: _label_decoder(inner.get(k)) for k in LABEL_KEYS}
-    rows = len(ds) if limit is None else min(limit, len(ds))
-    return ConversationIterator(_iter_rows(ds, decoders, limit, report), report, rows=rows)
+    source = open_dataset(path_or_name, split)
+    tf = source.features.get("turns")
+    dict_of_lists = isinstance(tf, dict) and tf.get("_type") not in _LIST_TYPES
+    report.layout = "v0.1.2 dict-of-lists" if dict_of_lists else "v0.1.1 list-of-dicts"
+    names = turn_label_names(tf)
+    decoders = {k: _label_decoder(names.get(k)) for k in LABEL_KEYS}
+    rows = source.num_rows if limit is None else min(limit, source.num_rows)
+    return ConversationIterator(_iter_rows(source, decoders, limit, report), report, rows=rows)
 
 
 def load_all(path_or_name: str | Path, split: str | None = None, limit: int | None = None

@@ -89,6 +89,14 @@ def _valid_matrix(arr: np.ndarray, rows: int) -> bool:
     return bool(rows == 0 or np.all(np.abs(norms - 1) < 1e-3))
 
 
+def _embed_bulk(embedder: Any, texts: list[str]) -> np.ndarray:
+    """Embed a corpus without filling the embedder's per-text cache (the matrix is kept here, and on disk)."""
+    try:
+        return embedder.embed(texts, cache=False)
+    except TypeError:  # an embedder without a cache switch
+        return embedder.embed(texts)
+
+
 def _sha(*parts: Any) -> str:
     h = hashlib.sha256()
     for p in parts:
@@ -220,7 +228,8 @@ class LocalSearchIndex:
             if self._text_matrix is None:
                 emb = self.text_embedder
                 key = _sha(getattr(emb, "name", "text"), *self._chunk_texts)
-                self._text_matrix = self._cached("web", key, len(self._chunk_texts), lambda: emb.embed(self._chunk_texts))
+                self._text_matrix = self._cached("web", key, len(self._chunk_texts),
+                                                 lambda: _embed_bulk(emb, self._chunk_texts))
             return self._text_matrix
 
     # -- SearchBackend ------------------------------------------------------------------------

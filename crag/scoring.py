@@ -231,14 +231,25 @@ _LOCK = threading.Lock()
 
 
 def official_tokenizer() -> OfficialTokenizer:
-    """Rebuild (once per process, ~2 s) and hash-check the official tokenizer.json."""
+    """Rebuild (once per machine: the result is kept in the cache folder, ~2 s the first time) and hash-check the
+    official tokenizer.json."""
     global _OFFICIAL
     with _LOCK:
         if _OFFICIAL is None:
+            from models.resources import cache_dir
+            from traces.store import write_atomic
+
             res = package_tokenizer_file()
             raw = res.read_bytes()
-            text = rebuild_official_tokenizer_json(raw)
-            data = text.encode("utf-8")
+            cached = cache_dir("tokenizers", f"llama-3.2-1b-instruct-from-{hashlib.sha256(raw).hexdigest()[:16]}.json")
+            data = cached.read_bytes() if cached.is_file() else b""
+            if hashlib.sha256(data).hexdigest() != OFFICIAL_TOKENIZER_SHA256:  # absent, damaged or unverified
+                data = rebuild_official_tokenizer_json(raw).encode("utf-8")
+                try:
+                    write_atomic(cached, data)
+                except OSError as e:
+                    log.debug("could not cache the rebuilt tokenizer at %s: %s", cached, e)
+            text = data.decode("utf-8")
             sha = hashlib.sha256(data).hexdigest()
             verified = sha == OFFICIAL_TOKENIZER_SHA256 and len(data) == OFFICIAL_TOKENIZER_BYTES
             if not verified:

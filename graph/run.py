@@ -338,7 +338,7 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
         if bar:
             bar.close()
         report = evaluate(records, judge=judge, truncator=truncator, mode=args.scoring_mode)
-        files = write_report(report, store.dir, plot=not args.no_plot)
+        files = write_report(report, store.dir, plot=False)  # the chart comes after the summary, not before
         write_json_atomic(store.dir / "run.json", {
             **manifest, "status": "finished", "stats": stats.model_dump(), "turns": stats.turns,
             "resumed_turns": stats.resumed_turns, "failed_conversations": stats.failed_conversations,
@@ -356,6 +356,10 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
             print(f"failed:  {stats.failed_conversations} conversation(s) raised (see log); the others were kept")
         if report_load is not None and getattr(report_load, "skipped", 0):
             print(f"data:    {report_load.skipped} malformed row(s) skipped; reasons in run.json")
+        if not args.no_plot:
+            from crag.evaluate import plot_report
+
+            files["plot"] = plot_report(report, store.dir / "truthfulness_by_slice.png")
         print("report: " + ", ".join(str(p) for p in files.values()))
         return 0 if not stats.failed_conversations else 1
     finally:

@@ -6,6 +6,7 @@ that needs it falls back to a named heuristic, and the `method` it records says 
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from pathlib import Path
@@ -24,6 +25,13 @@ class ModelPaths(BaseModel):
 
 
 _CPU_THREADS = {"n": 1}
+
+
+def cache_dir(*parts: str) -> Path:
+    """Where derived files are kept between runs (converted models, rebuilt tokenizers): $GLASSES_CACHE_DIR, else
+    ~/.cache/glasses-rag."""
+    root = Path(os.environ.get("GLASSES_CACHE_DIR") or Path.home() / ".cache" / "glasses-rag")
+    return root.joinpath(*parts)
 
 
 def limit_cpu_threads(n: int = 1) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import OrderedDict
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -25,26 +26,41 @@ def bundled_minilm_path() -> Path:
 
 
 class _Embedder:
-    """Shared by both implementations: a per-text cache, `embed` in batches, `similarity`."""
+    """Shared by both implementations: a bounded per-text cache (questions and sentences recur within a run, but a
+    long run must not grow without end), `embed` in batches, `similarity`."""
 
     name: str
     dim: int
+    cache_size = 4096
 
     def __init__(self) -> None:
-        self._cache: dict[str, np.ndarray] = {}
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._cache_lock = threading.Lock()
 
     def _encode(self, texts: list[str]) -> np.ndarray:  # pragma: no cover - implemented below
         raise NotImplementedError
 
-    def embed(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
+    def embed(self, texts: list[str], batch_size: int = 64, cache: bool = True) -> np.ndarray:
+        """One L2-normalised row per text. `cache=False` for bulk corpus embedding (kept by its caller)."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        missing = [t for t in dict.fromkeys(texts) if t not in self._cache]
+        found: dict[str, np.ndarray] = {}
+        with self._cache_lock:
+            for t in dict.fromkeys(texts):
+                if t in self._cache:
+                    self._cache.move_to_end(t)
+                    found[t] = self._cache[t]
+        missing = [t for t in dict.fromkeys(texts) if t not in found]
         for i in range(0, len(missing), batch_size):
             batch = missing[i: i + batch_size]
-            for t, v in zip(batch, self._encode(batch)):
-                self._cache[t] = v
-        return np.stack([self._cache[t] for t in texts])
+            found.update(zip(batch, self._encode(batch)))
+        if cache and missing:
+            with self._cache_lock:
+                for t in missing:
+                    self._cache[t] = found[t]
+                while len(self._cache) > self.cache_size:
+                    self._cache.popitem(last=False)
+        return np.stack([found[t] for t in texts])
 
     def similarity(self, query: str, texts: list[str]) -> np.ndarray:
         if not texts:
