@@ -74,8 +74,13 @@ def build_parser() -> argparse.ArgumentParser:
                     "judge (approximate).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--task", type=int, choices=[1, 2, 3], required=True,
-                   help="1: image + question, image-KG search only; 2: adds web search; 3: multi-turn conversations")
+    p.add_argument("--task", type=int, choices=[1, 2, 3], default=None,
+                   help="1: image + question, image-KG search only; 2: adds web search; 3: multi-turn conversations "
+                        "(required for CRAG-MM; SuperGlasses runs task 2)")
+    p.add_argument("--benchmark", choices=["crag-mm", "superglasses"], default="crag-mm",
+                   help="'superglasses': --data is a local copy of xandery/SuperGlasses (or its Hugging Face cache); "
+                        "the open-web tool profile (SerpApi: SERPAPI_API_KEY), no local search index, native images, "
+                        "the SuperGlasses judge and superglasses_report.* next to the usual files")
     g = p.add_argument_group("data")
     g.add_argument("--data", default="demo",
                    help="'demo' (embedded benchmark, generated on first use), a local folder of CRAG-MM parquet/arrow "
@@ -83,9 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--split", default=None, help="dataset split to read (default: the only/first split found)")
     g.add_argument("--limit", type=_positive_int, default=None, help="run only the first N conversations")
     g.add_argument("--demo-dir", type=Path, default=None, help="where the demo benchmark is generated (default: data/demo)")
-    g.add_argument("--image-prep", choices=["harness", "native"], default="harness",
-                   help="'harness': egocentric images resized to 960x1280 exactly as the official harness does; "
-                        "'native': images at their own size (longest side bounded to 2048)")
+    g.add_argument("--image-prep", choices=["harness", "native"], default=None,
+                   help="'harness' (CRAG-MM default): egocentric images resized to 960x1280 exactly as the official "
+                        "harness does; 'native' (SuperGlasses default): images at their own size (longest side "
+                        "bounded to 2048)")
     g = p.add_argument_group("output")
     g.add_argument("--out", type=Path, default=ROOT / "traces" / "runs", help="folder for run folders of JSON traces")
     g.add_argument("--run-id", default=None,
@@ -106,9 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--verify-mode", choices=["single", "dual-cove"], default="single",
                    help="model self-check: one verification round trip, or dual path + chain-of-verification")
     g = p.add_argument_group("search backend")
-    g.add_argument("--search", choices=["local", "cragmm", "none"], default="local",
-                   help="'local': embedded index over the demo KG and web corpus (or --index-dir); "
-                        "'cragmm': the official cragmm-search-pipeline over local ChromaDB index folders; 'none'")
+    g.add_argument("--search", choices=["local", "cragmm", "none"], default=None,
+                   help="'local' (CRAG-MM default): embedded index over the demo KG and web corpus (or --index-dir); "
+                        "'cragmm': the official cragmm-search-pipeline over local ChromaDB index folders; 'none' "
+                        "(SuperGlasses default: its tools search the open web)")
     g.add_argument("--index-dir", type=Path, default=None, help="local index folder (kg.json, web.json, kg_images/); default: the demo's")
     g.add_argument("--cragmm-image-index", type=Path, default=None, help="ChromaDB folder with the 'image_embeddings' collection")
     g.add_argument("--cragmm-web-index", type=Path, default=None, help="ChromaDB folder with the 'web_search_embeddings' collection")
@@ -142,6 +149,20 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def resolve_benchmark(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+    """Defaults that depend on the benchmark (SuperGlasses: task 2, no local index, native images)."""
+    sg = args.benchmark == "superglasses"
+    if args.task is None:
+        if not sg:
+            p.error("--task is required (or --benchmark superglasses)")
+        args.task = 2
+    if args.search is None:
+        args.search = "none" if sg else "local"
+    if args.image_prep is None:
+        args.image_prep = "native" if sg else "harness"
+    return args
+
+
 def agent_config(args: argparse.Namespace) -> Any:
     """The command line as an AgentConfig (the only place the CLI decides anything about the agent)."""
     from crag.search import SearchConfig
@@ -160,7 +181,7 @@ def agent_config(args: argparse.Namespace) -> Any:
                             cragmm_image_index=args.cragmm_image_index, cragmm_web_index=args.cragmm_web_index,
                             cragmm_clip=args.cragmm_clip, cragmm_text_model=args.cragmm_text_model),
         tools=ToolsConfig(allowed=[t.strip() for t in args.tools.split(",")] if args.tools else None,
-                          modules=args.tools_module),
+                          modules=args.tools_module, profile=args.benchmark),
         budget=BudgetConfig(budget_s=args.budget, max_steps=args.max_steps, answer_reserve_s=args.answer_reserve),
         planner=RulePlannerConfig(min_image_score=args.image_match_floor),
         abstain_below=args.abstain_below, self_check=args.self_check, verify_mode=args.verify_mode,
@@ -171,6 +192,13 @@ def load_data(args: argparse.Namespace):
     from crag.dataset import load_conversations
     from crag.demo import ensure_demo
 
+    if args.benchmark == "superglasses":
+        from crag.superglasses import load_superglasses
+
+        if args.data == "demo":
+            raise ValueError("--benchmark superglasses needs --data: a local copy of xandery/SuperGlasses (folder of "
+                             "its parquet files) or the dataset id when it is in the Hugging Face cache")
+        return args.data, load_superglasses(args.data, limit=args.limit)
     if args.data == "demo":
         demo = ensure_demo(args.demo_dir)
         source = getattr(demo, TASK_DATA[args.task])
@@ -180,7 +208,8 @@ def load_data(args: argparse.Namespace):
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = resolve_benchmark(parser, parser.parse_args(argv))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         return _run(args, argv)
@@ -206,38 +235,46 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
     from crag.scoring import make_judge, make_truncator, score_turn
     from graph.build import build_agent
     from graph.runner import run_task
+    from crag import superglasses_eval as sge
     from traces.store import TraceStore, write_json_atomic
 
+    sg = args.benchmark == "superglasses"
     config = agent_config(args)
     t0 = time.time()
     source, conversations = load_data(args)  # streamed: a dataset is never held decoded in memory
     report_load = getattr(conversations, "report", None)
-    judge = make_judge(args.judge, mode=args.scoring_mode, api_key=os.environ.get(args.judge_api_key_env))
+    api_key = os.environ.get(args.judge_api_key_env)
+    judge = (sge.make_superglasses_judge(args.judge, api_key=api_key) if sg
+             else make_judge(args.judge, mode=args.scoring_mode, api_key=api_key))
     truncator = make_truncator(args.tokenizer)
-    run_id = args.run_id or f"task{args.task}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_id = args.run_id or f"{'superglasses' if sg else f'task{args.task}'}-{time.strftime('%Y%m%d-%H%M%S')}"
     store = TraceStore(args.out, run_id)
     t_warm = time.time()
     agent = build_agent(config, run_id=run_id, task=args.task)  # models loaded and indexes built here
     warm_s = time.time() - t_warm
-    tools = [t.name for t in agent.registry.for_task(args.task, config.tools.allowed)]
+    tools = [t.name for t in agent.registry.for_task(args.task, config.tools.allowed, config.tools.profile)]
     judge_name = getattr(judge, "name", "exact-match only")
     rows = getattr(conversations, "rows", None)
     verifier = getattr(agent.verifier, "name", "off") if agent.verifier is not None else "off"
     header = [
-        f"task {args.task} ({TASK_TEXT[args.task]}) on {source}: {rows if rows is not None else '?'} conversation(s)",
+        ("SuperGlasses (single-turn, image + open web)" if sg else f"task {args.task} ({TASK_TEXT[args.task]})")
+        + f" on {source}: {rows if rows is not None else '?'} conversation(s)",
         f"policy: {agent.policy_name}",
         f"search: {agent.search_name}",
         f"tools:  {', '.join(tools)}",
         f"self-check: {verifier}",
-        f"judge:  {judge_name}; scoring: {args.scoring_mode}; truncation: {truncator.name}",
+        f"judge:  {judge_name}; " + ("scoring: SuperGlasses accuracy (whole answer judged)" if sg else
+                                      f"scoring: {args.scoring_mode}; truncation: {truncator.name}"),
+        *([f"web:    {sge.open_web_line()}"] if sg else []),
         f"traces: {store.dir}",
         f"warm-up: {warm_s:.1f}s (models loaded, indexes built)",
     ]
     print("\n".join(header), flush=True)
 
     def scorer(trace):
-        s = score_turn(trace.question, trace.answer, trace.ground_truth, judge=judge, truncator=truncator,
-                       mode=args.scoring_mode)
+        s = (sge.score_superglasses(trace.question, trace.answer, trace.ground_truth, judge) if sg else
+             score_turn(trace.question, trace.answer, trace.ground_truth, judge=judge, truncator=truncator,
+                        mode=args.scoring_mode))
         trace.score, trace.judge = s.result, s.judge
         return trace
 
@@ -261,17 +298,26 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
         bar.close()
     report = evaluate(records, judge=judge, truncator=truncator, mode=args.scoring_mode)
     files = write_report(report, store.dir, plot=not args.no_plot)
+    sg_text = None
+    if sg:
+        from traces.superglasses import read_run
+
+        sg_report, sg_logs = sge.evaluate_superglasses(read_run(store.dir), judge_name)
+        files.update(sge.write_superglasses_report(sg_report, sg_logs, store.dir))
+        sg_text = sge.format_superglasses(sg_report)
     write_json_atomic(store.dir / "run.json", {
-        "run_id": run_id, "task": args.task, "data": str(source), "policy": agent.policy_name,
+        "run_id": run_id, "benchmark": args.benchmark, "task": args.task, "data": str(source),
+        "policy": agent.policy_name,
         "search": agent.search_name, "judge": judge_name, "tools": tools, "budget_s": args.budget,
         "max_steps": args.max_steps, "config": config.model_dump(mode="json"), "config_fingerprint": agent.fingerprint,
         "stats": stats.model_dump(), "turns": stats.turns, "resumed_turns": stats.resumed_turns,
         "failed_conversations": stats.failed_conversations,
         "search_cache": agent.resources.search.stats() if hasattr(agent.resources.search, "stats") else None,
+        "web_cache": sge.open_web_stats() if sg else None,
         "seconds": round(time.time() - t0, 2), "argv": sys.argv[1:] if argv is None else argv,
         "load_report": report_load.model_dump() if hasattr(report_load, "model_dump") else None,
     })
-    print(format_table(report))
+    print(sg_text or format_table(report))
     print("\n".join(summary_lines(stats)))
     if stats.failed_conversations:
         print(f"failed:  {stats.failed_conversations} conversation(s) raised (see log); the others were kept")
