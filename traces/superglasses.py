@@ -279,7 +279,7 @@ _PRED = ("prediction", "response", "modelanswer", "finalanswer", "agentanswer", 
          "superlensanswer")
 _LABELS = {"category": "category", "categories": "category", "querycategory": "category", "domain": "domain",
            "difficulty": "difficulty", "dynamism": "dynamism", "imagequality": "image_quality", "glasses": "glasses",
-           "device": "glasses", "location": "location", "useimage": "use_image", "imageid": "image_id",
+           "device": "glasses", "location": "location", "useimage": "use_image", "imageid": "image_id", "image": "image",
            "numhops": "hops", "hopcount": "hops", "numberofhops": "hops"}
 _NEED = ("needretrieval", "needsretrieval", "needsearch", "needssearch", "retrievalneeded", "requiresretrieval",
          "needrag", "rag", "decision", "retrievaldecision", "retrievaldemand", "ragdecision")
@@ -674,25 +674,29 @@ def _problem(problems: list[str] | None, msg: str) -> None:
 
 
 def _entries(path: Path, problems: list[str] | None) -> list[tuple[str, Any]]:
-    if path.suffix.lower() == ".parquet":
+    if path.suffix.lower() == ".parquet":  # the dataset's queries file; picture bytes are not log data
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        return [(f"row {i}", r) for i, r in enumerate(pq.read_table(path, columns=[
-            c for c in pq.read_schema(path).names if c != "image"]).to_pylist())]
+        schema = pq.read_schema(path)
+        cols = [f.name for f in schema if not (f.name == "image" and not pa.types.is_string(f.type))]
+        return [(f"row {i}", r) for i, r in enumerate(pq.read_table(path, columns=cols).to_pylist())]
     text = path.read_text(encoding="utf-8-sig")
     try:
         data = json.loads(text)
     except json.JSONDecodeError:
-        rows = []
+        rows, bad = [], []
         for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
             try:
                 rows.append((f"line {n}", json.loads(line)))
             except json.JSONDecodeError as e:
-                _problem(problems, f"line {n}: bad JSON ({e.msg})")
+                bad.append(f"line {n}: bad JSON ({e.msg})")
         if not rows and text.strip():  # a plain-text SuperLens log: "Key: value" lines, blank line between entries
             return [(f"block {i}", _key_lines(b)) for i, b in enumerate(re.split(r"\n\s*\n", text)) if b.strip()]
+        for msg in bad:
+            _problem(problems, msg)
         return rows
     if isinstance(data, dict):
         for key in ("logs", "data", "items", "records", "samples", "results", "rows"):
