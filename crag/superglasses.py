@@ -103,6 +103,24 @@ def classify_files(root: Path) -> tuple[list[Path], list[Path]]:
     return sorted(queries), sorted(images)
 
 
+def looks_like_superglasses(path: str | Path) -> bool:
+    """True when a local path holds SuperGlasses queries (a parquet with `question` and `sub_questions` columns):
+    the CRAG-MM loader would skip every such row as malformed."""
+    import pyarrow.parquet as pq
+
+    src = Path(path).expanduser()
+    if not src.exists():
+        return False
+    if src.is_dir():
+        files = find_files(src, "*.parquet", limit=50)
+    else:
+        files = [src] if src.suffix == ".parquet" else []
+    try:
+        return any({"question", "sub_questions"} <= set(pq.read_schema(f).names) for f in files)
+    except Exception:  # noqa: BLE001 - unreadable files are the CRAG loader's to report
+        return False
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # reading images one row group at a time
 

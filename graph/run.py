@@ -199,6 +199,10 @@ def load_data(args: argparse.Namespace):
             raise ValueError("--benchmark superglasses needs --data: a local copy of xandery/SuperGlasses (folder of "
                              "its parquet files) or the dataset id when it is in the Hugging Face cache")
         return args.data, load_superglasses(args.data, limit=args.limit)
+    from crag.superglasses import looks_like_superglasses
+
+    if args.data != "demo" and looks_like_superglasses(args.data):
+        raise ValueError(f"{args.data} holds SuperGlasses questions: run it with --benchmark superglasses")
     if args.data == "demo":
         demo = ensure_demo(args.demo_dir)
         source = getattr(demo, TASK_DATA[args.task])
