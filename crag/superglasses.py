@@ -185,10 +185,12 @@ def _image_cell(value: Any, root: Path) -> Any:
 
 
 def _lenient_if_truncated(cell: Any) -> tuple[Any, bool]:
-    """A JPEG whose bytes do not end with the end-of-image marker is decoded here with PIL's truncated-image
+    """A JPEG without an end-of-image marker near its end is decoded here with PIL's truncated-image
     tolerance (the runner's strict decoder would refuse it); anything else is passed on undecoded."""
     data = cell.get("bytes") if isinstance(cell, dict) else None
-    if not data or data[:2] != b"\xff\xd8" or data.rstrip(b"\x00").endswith(b"\xff\xd9"):
+    # 0xFF 0xD9 cannot occur inside entropy-coded data (0xFF is always stuffed), so an end marker near the end
+    # means the file is whole, even with a few bytes of trailing metadata after it
+    if not data or data[:2] != b"\xff\xd8" or b"\xff\xd9" in data[-1024:]:
         return cell, False
     from PIL import Image, ImageFile
 

@@ -192,8 +192,8 @@ def trace_hops(trace: TurnTrace) -> list[SGHop]:
     return [SGHop(**h) for h in hops] or [SGHop(sub_question=trace.question, steps=[])]
 
 
-# Trace labels that are ours, not SuperGlasses': the CRAG-MM label names the runner always sets.
-_OUR_LABELS = ("query_category", "sub_questions", "sg_id")
+# Trace labels that are not the question's SuperGlasses labels: the annotation (the reference, not ours) and the id.
+_OUR_LABELS = ("sub_questions", "sg_id")
 
 
 def to_superglasses(trace: TurnTrace) -> SGLog:
@@ -220,8 +220,10 @@ def to_superglasses(trace: TurnTrace) -> SGLog:
         if s.detected_box is not None and sg_tool_name(s.tool) == "Object Detection":
             b = s.detected_box
             obj = SGObject(label=b.label, box=[b.x0, b.y0, b.x1, b.y1], score=b.score, method=b.method)
+    # the runner also sets the CRAG-MM label names; for a SuperGlasses row `query_category` only repeats `category`
     labels = {k: v for k, v in trace.labels.items() if k not in _OUR_LABELS
-              and not (k in ("domain", "dynamism", "image_quality") and v is None)}
+              and not (k in ("domain", "query_category", "dynamism", "image_quality") and v is None)
+              and not (k == "query_category" and "category" in trace.labels)}
     return SGLog(
         id=str(trace.labels.get("sg_id") or trace.interaction_id), question=trace.question,
         ground_truth=trace.ground_truth, answer=trace.answer,
