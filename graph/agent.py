@@ -76,7 +76,8 @@ class Agent:
                           verifier=self.verifier, registry=self.registry, resources=self.resources,
                           allowed=self.config.tools.allowed, budget_s=b.budget_s, max_steps=b.max_steps,
                           abstain_below=self.config.abstain_below, max_answer_chars=b.max_answer_chars,
-                          answer_reserve_s=b.answer_reserve_s, llm=self.llm, scope=CancelScope())
+                          answer_reserve_s=b.answer_reserve_s, llm=self.llm, scope=CancelScope(),
+                          profile=self.config.tools.profile)
         t0 = time.perf_counter()
         try:
             with scope(ctx.scope):

@@ -38,6 +38,9 @@ class ToolsConfig(BaseModel):
 
     allowed: list[str] | None = Field(None, description="Narrow the task's allow-list to these tools.")
     modules: list[str] = Field(default_factory=list, description="Extra modules defining @tool functions.")
+    profile: Literal["crag-mm", "superglasses"] = Field("crag-mm", description="Benchmark profile: only tools "
+                                                        "declared for it are offered (SuperGlasses adds the "
+                                                        "open-web tools and drops the CRAG-MM search tools).")
 
 
 class AgentConfig(BaseModel):

@@ -94,7 +94,7 @@ def _tool_call(ctx: TurnContext, state: AgentState, pending: PendingCall
     """A validated call as a function to run (and whether it blocks), or the refusal as a finished result."""
     call = pending.call
     try:
-        tool, args = ctx.registry.validate(call, ctx.task, ctx.allowed)
+        tool, args = ctx.registry.validate(call, ctx.task, ctx.allowed, ctx.profile)
     except ToolCallError as e:
         return ActResult(pending=pending, error=StepError(kind=e.kind, message=e.message)), lambda: None, False
     tool_ctx = ctx.tool_context(state)

@@ -74,8 +74,13 @@ def build_parser() -> argparse.ArgumentParser:
                     "judge (approximate).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--task", type=int, choices=[1, 2, 3], required=True,
-                   help="1: image + question, image-KG search only; 2: adds web search; 3: multi-turn conversations")
+    p.add_argument("--task", type=int, choices=[1, 2, 3], default=None,
+                   help="1: image + question, image-KG search only; 2: adds web search; 3: multi-turn conversations "
+                        "(required for CRAG-MM; SuperGlasses runs task 2)")
+    p.add_argument("--benchmark", choices=["crag-mm", "superglasses"], default="crag-mm",
+                   help="'superglasses': --data is a local copy of xandery/SuperGlasses (or its Hugging Face cache); "
+                        "the open-web tool profile (SerpApi: SERPAPI_API_KEY), no local search index, native images, "
+                        "the SuperGlasses judge and superglasses_report.* next to the usual files")
     g = p.add_argument_group("data")
     g.add_argument("--data", default="demo",
                    help="'demo' (embedded benchmark, generated on first use), a local folder of CRAG-MM parquet/arrow "
@@ -83,9 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--split", default=None, help="dataset split to read (default: the only/first split found)")
     g.add_argument("--limit", type=_positive_int, default=None, help="run only the first N conversations")
     g.add_argument("--demo-dir", type=Path, default=None, help="where the demo benchmark is generated (default: data/demo)")
-    g.add_argument("--image-prep", choices=["harness", "native"], default="harness",
-                   help="'harness': egocentric images resized to 960x1280 exactly as the official harness does; "
-                        "'native': images at their own size (longest side bounded to 2048)")
+    g.add_argument("--image-prep", choices=["harness", "native"], default=None,
+                   help="'harness' (CRAG-MM default): egocentric images resized to 960x1280 exactly as the official "
+                        "harness does; 'native' (SuperGlasses default): images at their own size (longest side "
+                        "bounded to 2048)")
     g = p.add_argument_group("output")
     g.add_argument("--out", type=Path, default=ROOT / "traces" / "runs", help="folder for run folders of JSON traces")
     g.add_argument("--run-id", default=None,
@@ -108,9 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--verify-mode", choices=["single", "dual-cove"], default="single",
                    help="model self-check: one verification round trip, or dual path + chain-of-verification")
     g = p.add_argument_group("search backend")
-    g.add_argument("--search", choices=["local", "cragmm", "none"], default="local",
-                   help="'local': embedded index over the demo KG and web corpus (or --index-dir); "
-                        "'cragmm': the official cragmm-search-pipeline over local ChromaDB index folders; 'none'")
+    g.add_argument("--search", choices=["local", "cragmm", "none"], default=None,
+                   help="'local' (CRAG-MM default): embedded index over the demo KG and web corpus (or --index-dir); "
+                        "'cragmm': the official cragmm-search-pipeline over local ChromaDB index folders; 'none' "
+                        "(SuperGlasses default: its tools search the open web)")
     g.add_argument("--index-dir", type=Path, default=None, help="local index folder (kg.json, web.json, kg_images/); default: the demo's")
     g.add_argument("--cragmm-image-index", type=Path, default=None, help="ChromaDB folder with the 'image_embeddings' collection")
     g.add_argument("--cragmm-web-index", type=Path, default=None, help="ChromaDB folder with the 'web_search_embeddings' collection")
@@ -147,6 +154,20 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def resolve_benchmark(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+    """Defaults that depend on the benchmark (SuperGlasses: task 2, no local index, native images)."""
+    sg = args.benchmark == "superglasses"
+    if args.task is None:
+        if not sg:
+            p.error("--task is required (or --benchmark superglasses)")
+        args.task = 2
+    if args.search is None:
+        args.search = "none" if sg else "local"
+    if args.image_prep is None:
+        args.image_prep = "native" if sg else "harness"
+    return args
+
+
 def agent_config(args: argparse.Namespace) -> Any:
     """The command line as an AgentConfig (the only place the CLI decides anything about the agent)."""
     from crag.search import SearchConfig
@@ -165,7 +186,7 @@ def agent_config(args: argparse.Namespace) -> Any:
                             cragmm_image_index=args.cragmm_image_index, cragmm_web_index=args.cragmm_web_index,
                             cragmm_clip=args.cragmm_clip, cragmm_text_model=args.cragmm_text_model),
         tools=ToolsConfig(allowed=[t.strip() for t in args.tools.split(",")] if args.tools else None,
-                          modules=args.tools_module),
+                          modules=args.tools_module, profile=args.benchmark),
         budget=BudgetConfig(budget_s=args.budget, max_steps=args.max_steps, answer_reserve_s=args.answer_reserve),
         planner=RulePlannerConfig(min_image_score=args.image_match_floor),
         abstain_below=args.abstain_below, self_check=args.self_check, verify_mode=args.verify_mode,
@@ -176,6 +197,17 @@ def load_data(args: argparse.Namespace):
     from crag.dataset import load_conversations
     from crag.demo import ensure_demo
 
+    if args.benchmark == "superglasses":
+        from crag.superglasses import load_superglasses
+
+        if args.data == "demo":
+            raise ValueError("--benchmark superglasses needs --data: a local copy of xandery/SuperGlasses (folder of "
+                             "its parquet files) or the dataset id when it is in the Hugging Face cache")
+        return args.data, load_superglasses(args.data, limit=args.limit)
+    from crag.superglasses import looks_like_superglasses
+
+    if args.data != "demo" and looks_like_superglasses(args.data):
+        raise ValueError(f"{args.data} holds SuperGlasses questions: run it with --benchmark superglasses")
     if args.data == "demo":
         demo = ensure_demo(args.demo_dir)
         source = getattr(demo, TASK_DATA[args.task])
@@ -196,7 +228,7 @@ def run_fingerprint(args: argparse.Namespace, config: Any, source: Any) -> str:
     """What must match for a run folder's finished turns to be reused: the agent, the task, the data, the scoring."""
     import hashlib
 
-    parts = [config.fingerprint(), args.task, str(source), args.split, args.image_prep, args.scoring_mode, args.judge,
+    parts = [config.fingerprint(), args.benchmark, args.task, str(source), args.split, args.image_prep, args.scoring_mode, args.judge,
              str(args.tokenizer)]
     return hashlib.sha256("\0".join(map(str, parts)).encode()).hexdigest()[:16]
 
@@ -236,7 +268,8 @@ def claim_run_folder(store: Any, fingerprint: str, resume_anyway: bool) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = resolve_benchmark(parser, parser.parse_args(argv))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         return _run(args, argv)
@@ -260,111 +293,176 @@ def summary_lines(stats: Any) -> list[str]:
     return lines
 
 
+class Scoring:
+    """How the run's turns are scored: the benchmark's judge, the 75-token truncation, the official mode."""
+
+    def __init__(self, args: argparse.Namespace):
+        from crag import superglasses_eval as sge
+        from crag.scoring import make_judge, make_truncator
+
+        self.superglasses = args.benchmark == "superglasses"
+        self.mode = args.scoring_mode
+        api_key = os.environ.get(args.judge_api_key_env)
+        self.judge = (sge.make_superglasses_judge(args.judge, api_key=api_key) if self.superglasses
+                      else make_judge(args.judge, mode=args.scoring_mode, api_key=api_key))
+        self.truncator = make_truncator(args.tokenizer)
+        self.judge_name = getattr(self.judge, "name", "exact-match only")
+
+    def describe(self) -> str:
+        if self.superglasses:
+            return f"{self.judge_name}; scoring: SuperGlasses accuracy (whole answer judged)"
+        return f"{self.judge_name}; scoring: {self.mode}; truncation: {self.truncator.name}"
+
+    def __call__(self, trace: Any) -> Any:
+        from crag import superglasses_eval as sge
+        from crag.scoring import score_turn
+
+        s = (sge.score_superglasses(trace.question, trace.answer, trace.ground_truth, self.judge) if self.superglasses
+             else score_turn(trace.question, trace.answer, trace.ground_truth, judge=self.judge,
+                             truncator=self.truncator, mode=self.mode))
+        trace.score, trace.judge = s.result, s.judge
+        return trace
+
+
+def effective_concurrency(args: argparse.Namespace, config: Any) -> tuple[int, str]:
+    """--concurrency, capped at the core count for a CPU-bound policy (turns would lose their budget otherwise)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if args.concurrency > cores and cpu_bound(config) and not args.oversubscribe:
+        return cores, (f" (capped from {args.concurrency}: the policy runs on this machine's {cores} CPU core(s); "
+                       "--oversubscribe to lift it)")
+    return args.concurrency, ""
+
+
 def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
-    from crag.evaluate import TurnRecord, evaluate, format_table, write_report
-    from crag.scoring import make_judge, make_truncator, score_turn
     from graph.build import build_agent
-    from graph.runner import run_task
     from traces.store import TraceStore, write_json_atomic
 
     config = agent_config(args)
     t0 = time.time()
     source, conversations = load_data(args)  # streamed: a dataset is never held decoded in memory
-    report_load = getattr(conversations, "report", None)
-    judge = make_judge(args.judge, mode=args.scoring_mode, api_key=os.environ.get(args.judge_api_key_env))
-    truncator = make_truncator(args.tokenizer)
-    run_id = args.run_id or f"task{args.task}-{time.strftime('%Y%m%d-%H%M%S')}"
+    scoring = Scoring(args)
+    sg = scoring.superglasses
+    run_id = args.run_id or f"{'superglasses' if sg else f'task{args.task}'}-{time.strftime('%Y%m%d-%H%M%S')}"
     store = TraceStore(args.out, run_id)
     fingerprint = run_fingerprint(args, config, source)
     lock = claim_run_folder(store, fingerprint, args.resume_anyway)
     try:
-        concurrency, capped = args.concurrency, ""
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        if concurrency > cores and cpu_bound(config) and not args.oversubscribe:
-            concurrency = cores
-            capped = (f" (capped from {args.concurrency}: the policy runs on this machine's {cores} CPU core(s); "
-                      "--oversubscribe to lift it)")
+        concurrency, capped = effective_concurrency(args, config)
         t_warm = time.time()
         agent = build_agent(config, run_id=run_id, task=args.task)  # models loaded and indexes built here
         warm_s = time.time() - t_warm
-        tools = [t.name for t in agent.registry.for_task(args.task, config.tools.allowed)]
-        judge_name = getattr(judge, "name", "exact-match only")
+        tools = [t.name for t in agent.registry.for_task(args.task, config.tools.allowed, config.tools.profile)]
         rows = getattr(conversations, "rows", None)
         verifier = getattr(agent.verifier, "name", "off") if agent.verifier is not None else "off"
-        header = [
-            f"task {args.task} ({TASK_TEXT[args.task]}) on {source}: {rows if rows is not None else '?'} conversation(s)",
+        print("\n".join([
+            ("SuperGlasses (single-turn, image + open web)" if sg else f"task {args.task} ({TASK_TEXT[args.task]})")
+            + f" on {source}: {rows if rows is not None else '?'} conversation(s)",
             f"policy: {agent.policy_name}",
             f"search: {agent.search_name}",
             f"tools:  {', '.join(tools)}",
             f"self-check: {verifier}",
-            f"judge:  {judge_name}; scoring: {args.scoring_mode}; truncation: {truncator.name}",
+            f"judge:  {scoring.describe()}",
+            *([f"web:    {open_web_line()}"] if sg else []),
             f"traces: {store.dir}",
             f"concurrency: {concurrency}{capped}",
             f"warm-up: {warm_s:.1f}s (models loaded, indexes built)",
-        ]
-        print("\n".join(header), flush=True)
+        ]), flush=True)
         manifest = {
-            "run_id": run_id, "task": args.task, "data": str(source), "policy": agent.policy_name,
-            "search": agent.search_name, "judge": judge_name, "scoring_mode": args.scoring_mode,
-            "truncation": truncator.name, "tools": tools, "budget_s": args.budget, "max_steps": args.max_steps,
-            "concurrency": concurrency, "config": config.model_dump(mode="json"), "config_fingerprint": agent.fingerprint,
+            "run_id": run_id, "benchmark": args.benchmark, "task": args.task, "data": str(source),
+            "policy": agent.policy_name, "search": agent.search_name, "judge": scoring.judge_name,
+            "scoring_mode": args.scoring_mode, "truncation": scoring.truncator.name, "tools": tools,
+            "budget_s": args.budget, "max_steps": args.max_steps, "concurrency": concurrency,
+            "config": config.model_dump(mode="json"), "config_fingerprint": agent.fingerprint,
             "run_fingerprint": fingerprint, "argv": sys.argv[1:] if argv is None else argv, "status": "running",
         }
         write_json_atomic(store.dir / "run.json", manifest)  # written first: a resumed run checks it
-
-        def scorer(trace):
-            s = score_turn(trace.question, trace.answer, trace.ground_truth, judge=judge, truncator=truncator,
-                           mode=args.scoring_mode)
-            trace.score, trace.judge = s.result, s.judge
-            return trace
-
-        records: list[TurnRecord] = []
-
-        def keep_record(trace) -> None:  # a compact record per turn; the trace itself is dropped
-            records.append(TurnRecord(session_id=trace.session_id, turn_index=trace.turn_index, answer=trace.answer,
-                                      ground_truth=trace.ground_truth, query=trace.question,
-                                      interaction_id=trace.interaction_id, labels=dict(trace.labels),
-                                      egocentric=trace.egocentric, result=trace.score, judge=trace.judge))
-
-        bar = None
-        if not args.no_progress:
-            from tqdm import tqdm
-
-            bar = tqdm(total=rows, unit="conversation", file=sys.stderr)
-        stats = run_task(agent, conversations, args.task, store, scorer=scorer, concurrency=concurrency,
-                         progress=(lambda n: bar.update(1)) if bar else None, on_turn=keep_record,
-                         image_prep=args.image_prep, history_answer=truncator.truncate,
-                         fingerprint=None if args.resume_anyway else agent.fingerprint)
-        if bar:
-            bar.close()
-        report = evaluate(records, judge=judge, truncator=truncator, mode=args.scoring_mode)
-        files = write_report(report, store.dir, plot=False)  # the chart comes after the summary, not before
+        stats, records = run_and_collect(args, agent, conversations, store, scoring, concurrency)
+        report, files, text = write_reports(args, scoring, records, store)
         write_json_atomic(store.dir / "run.json", {
             **manifest, "status": "finished", "stats": stats.model_dump(), "turns": stats.turns,
             "resumed_turns": stats.resumed_turns, "failed_conversations": stats.failed_conversations,
             "search_cache": agent.resources.search.stats() if hasattr(agent.resources.search, "stats") else None,
-            "seconds": round(time.time() - t0, 2),
-            "load_report": report_load.model_dump() if hasattr(report_load, "model_dump") else None,
+            "web_cache": open_web_stats() if sg else None, "seconds": round(time.time() - t0, 2),
+            "load_report": conversations.report.model_dump() if hasattr(conversations, "report") else None,
         })
-        print(format_table(report))
+        print(text)
         print("\n".join(summary_lines(stats)))
         by_budget = stats.ended_by.get("time_budget", 0)
         if stats.turns and by_budget / stats.turns > 0.1:
-            print(f"warning: {by_budget} of {stats.turns} turn(s) ran out of their {args.budget:g}s budget; answers were "
-                  "lost to time, not to the questions (lower --concurrency, raise --budget or use a faster model)")
+            print(f"warning: {by_budget} of {stats.turns} turn(s) ran out of their {args.budget:g}s budget; answers "
+                  "were lost to time, not to the questions (lower --concurrency, raise --budget or use a faster model)")
         if stats.failed_conversations:
             print(f"failed:  {stats.failed_conversations} conversation(s) raised (see log); the others were kept")
-        if report_load is not None and getattr(report_load, "skipped", 0):
-            print(f"data:    {report_load.skipped} malformed row(s) skipped; reasons in run.json")
+        skipped = getattr(getattr(conversations, "report", None), "skipped", 0)
+        if skipped:
+            print(f"data:    {skipped} malformed row(s) skipped; reasons in run.json")
         if not args.no_plot:
             from crag.evaluate import plot_report
 
-            files["plot"] = plot_report(report, store.dir / "truthfulness_by_slice.png")
+            files["plot"] = plot_report(report, store.dir / "truthfulness_by_slice.png")  # after the summary
         print("report: " + ", ".join(str(p) for p in files.values()))
         return 0 if not stats.failed_conversations else 1
     finally:
         lock.release()  # also on Ctrl-C: the folder is free for the resume
 
+
+def run_and_collect(args: argparse.Namespace, agent: Any, conversations: Any, store: Any, scoring: Scoring,
+                    concurrency: int) -> tuple[Any, list[Any]]:
+    """Run every conversation; keep one compact scoring record per turn (the traces themselves are dropped)."""
+    from crag.evaluate import TurnRecord
+    from graph.runner import run_task
+
+    records: list[TurnRecord] = []
+
+    def keep_record(trace: Any) -> None:
+        records.append(TurnRecord(session_id=trace.session_id, turn_index=trace.turn_index, answer=trace.answer,
+                                  ground_truth=trace.ground_truth, query=trace.question,
+                                  interaction_id=trace.interaction_id, labels=dict(trace.labels),
+                                  egocentric=trace.egocentric, result=trace.score, judge=trace.judge))
+
+    bar = None
+    if not args.no_progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=getattr(conversations, "rows", None), unit="conversation", file=sys.stderr)
+    try:
+        stats = run_task(agent, conversations, args.task, store, scorer=scoring, concurrency=concurrency,
+                         progress=(lambda n: bar.update(1)) if bar else None, on_turn=keep_record,
+                         image_prep=args.image_prep, history_answer=scoring.truncator.truncate,
+                         fingerprint=None if args.resume_anyway else agent.fingerprint)
+    finally:
+        if bar:
+            bar.close()
+    return stats, records
+
+
+def write_reports(args: argparse.Namespace, scoring: Scoring, records: list[Any], store: Any
+                  ) -> tuple[Any, dict[str, Any], str]:
+    """The CRAG-MM report (and, on SuperGlasses, its own sliced report and logs); returns what to print."""
+    from crag.evaluate import evaluate, format_table, write_report
+
+    report = evaluate(records, judge=scoring.judge, truncator=scoring.truncator, mode=args.scoring_mode)
+    files = write_report(report, store.dir, plot=False)  # the chart comes after the summary, not before
+    if not scoring.superglasses:
+        return report, files, format_table(report)
+    from crag import superglasses_eval as sge
+    from traces.superglasses import read_run
+
+    sg_report, sg_logs = sge.evaluate_superglasses(read_run(store.dir), scoring.judge_name)
+    files.update(sge.write_superglasses_report(sg_report, sg_logs, store.dir))
+    return report, files, sge.format_superglasses(sg_report)
+
+
+def open_web_line() -> str:
+    from crag import superglasses_eval as sge
+
+    return sge.open_web_line()
+
+
+def open_web_stats() -> Any:
+    from crag import superglasses_eval as sge
+
+    return sge.open_web_stats()
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -81,7 +81,7 @@ def run_conversation(agent: Agent, conv: Conversation, task: int, store: TraceSt
             inp = TurnInput(task=task, session_id=conv.session_id, interaction_id=turn.interaction_id, turn_index=i,
                             question=turn.query or "", image=image, image_info=info, history=list(history),
                             labels={"domain": turn.domain, "query_category": turn.query_category,
-                                    "dynamism": turn.dynamism, "image_quality": turn.image_quality})
+                                    "dynamism": turn.dynamism, "image_quality": turn.image_quality, **turn.labels})
             trace = agent.run_turn(inp)
             trace.ground_truth = conv.answers[i] if i < len(conv.answers) else None
             trace.egocentric = conv.egocentric

@@ -89,6 +89,7 @@ class TurnContext:
     max_answer_chars: int = 600
     answer_reserve_s: float | None = None
     llm: Any = None
+    profile: str = "crag-mm"
     scope: CancelScope = field(default_factory=CancelScope)
     started: float = field(default_factory=time.monotonic)
 
@@ -106,7 +107,7 @@ class TurnContext:
         return min(1.5, 0.2 * self.budget_s)
 
     def tools(self) -> list[Tool]:
-        return self.registry.for_task(self.task, self.allowed)
+        return self.registry.for_task(self.task, self.allowed, self.profile)
 
     def tool_specs(self) -> list[ToolSpec]:
         return [tool_spec(t) for t in self.tools()]

@@ -17,7 +17,7 @@ def current_entity(ctx: ToolContext, min_score: float = 0.0) -> str | None:
     return None
 
 
-@tool(tags={"decouples_query"}, writes={"sub_questions"})
+@tool(profiles={"crag-mm", "superglasses"}, tags={"decouples_query"}, writes={"sub_questions"})
 def query_decoupler(ctx: ToolContext, question: str = "", entity: str = "") -> ToolOutput:
     """Rewrite the question into stand-alone sub-questions: split compound questions and replace 'this'/'it' with the entity.
 

@@ -20,6 +20,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from tools.base import WRITABLE_FIELDS, ToolContext, ToolOutput, check_update
 
 ALL_TASKS = frozenset({1, 2, 3})
+# Benchmark profiles: a run offers only the tools of its profile (graph.config.ToolsConfig.profile), so a
+# CRAG-MM run never sees the open-web tools a SuperGlasses run uses. A tool without `profiles` is CRAG-MM's.
+DEFAULT_PROFILE = "crag-mm"
+PROFILES = frozenset({"crag-mm", "superglasses"})
 
 # Capability tags the default planner understands, and the argument names it fills for each (a tool's
 # other arguments keep their defaults). A tool may carry other tags: model policies still see it.
@@ -86,6 +90,7 @@ class Tool:
     wants_context: bool = True
     arg_docs: dict[str, str] = field(default_factory=dict)
     blocking: bool = True  # False: quick local work, run in the graph's thread (no hand-off to a worker)
+    profiles: frozenset[str] = frozenset({DEFAULT_PROFILE})
     schema: dict[str, Any] = field(init=False, repr=False, compare=False)
     signature: str = field(init=False, repr=False, compare=False)
 
@@ -161,7 +166,7 @@ def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
 class ToolRegistry:
     def __init__(self) -> None:
         self._tools: dict[str, Tool] = {}
-        self._by_task: dict[tuple[int, tuple[str, ...] | None], list[Tool]] = {}
+        self._by_task: dict[tuple[int, tuple[str, ...] | None, str], list[Tool]] = {}
 
     def register(self, t: Tool) -> None:
         if t.name in self._tools and self._tools[t.name].fn is not t.fn:
@@ -179,25 +184,30 @@ class ToolRegistry:
     def names(self) -> list[str]:
         return sorted(self._tools)
 
-    def for_task(self, task: int, only: Iterable[str] | None = None) -> list[Tool]:
-        """The task's allow-list: tools declared for the task, optionally narrowed to `only` (cached)."""
-        key = (task, None if only is None else tuple(sorted(set(only))))
+    def for_task(self, task: int, only: Iterable[str] | None = None, profile: str = DEFAULT_PROFILE) -> list[Tool]:
+        """The task's allow-list: tools declared for the task and the benchmark profile, optionally narrowed to
+        `only` (cached)."""
+        key = (task, None if only is None else tuple(sorted(set(only))), profile)
         found = self._by_task.get(key)
         if found is None:
             keep = set(only) if only is not None else None
-            found = [t for n, t in sorted(self._tools.items()) if task in t.tasks and (keep is None or n in keep)]
+            found = [t for n, t in sorted(self._tools.items())
+                     if task in t.tasks and profile in t.profiles and (keep is None or n in keep)]
             self._by_task[key] = found
         return found
 
-    def with_tag(self, tag: str, task: int, only: Iterable[str] | None = None) -> list[Tool]:
-        return [t for t in self.for_task(task, only) if tag in t.tags]
+    def with_tag(self, tag: str, task: int, only: Iterable[str] | None = None,
+                 profile: str = DEFAULT_PROFILE) -> list[Tool]:
+        return [t for t in self.for_task(task, only, profile) if tag in t.tags]
 
-    def validate(self, call: ToolCall, task: int, allowed: Iterable[str] | None = None) -> tuple[Tool, BaseModel]:
+    def validate(self, call: ToolCall, task: int, allowed: Iterable[str] | None = None,
+                 profile: str = DEFAULT_PROFILE) -> tuple[Tool, BaseModel]:
         t = self._tools.get(call.tool)
         if t is None:
             raise ToolCallError("unknown_tool", f"unknown tool {call.tool!r}; known tools: {', '.join(self.names())}")
-        if t not in self.for_task(task, allowed):
-            raise ToolCallError("not_allowed", f"tool {t.name!r} is not allowed in task {task}")
+        if t not in self.for_task(task, allowed, profile):
+            where = f"task {task}" if profile == DEFAULT_PROFILE else f"task {task} of the {profile!r} profile"
+            raise ToolCallError("not_allowed", f"tool {t.name!r} is not allowed in {where}")
         try:
             args = t.args_model.model_validate(call.arguments or {})
         except ValidationError as e:
@@ -211,7 +221,8 @@ _TAG = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 def tool(fn: Callable | None = None, *, name: str | None = None, tasks: Iterable[int] = ALL_TASKS,
-         tags: Iterable[str] = (), writes: Iterable[str] = (), blocking: bool = True,
+         tags: Iterable[str] = (), writes: Iterable[str] = (), profiles: Iterable[str] = (DEFAULT_PROFILE,),
+         blocking: bool = True,
          registry: ToolRegistry | None = None):
     """Register a function as a tool.
 
@@ -222,7 +233,8 @@ def tool(fn: Callable | None = None, *, name: str | None = None, tasks: Iterable
             \"\"\"Search the web for pages about `query`.\"\"\"
 
     `writes` names the `ToolState` fields the tool's `ToolOutput.update` may touch; `tags` are capability
-    tags (see `CAPABILITIES`) through which the default planner picks tools. `blocking=False` declares a tool
+    tags (see `CAPABILITIES`) through which the default planner picks tools; `profiles` are the benchmark
+    profiles (see `PROFILES`) whose runs offer the tool (default: CRAG-MM only). `blocking=False` declares a tool
     that does quick local work and never waits on I/O or a model: it then runs in the graph's own thread, saving a
     thread hand-off per call, but it cannot be abandoned at the time budget like a blocking tool.
     """
@@ -248,10 +260,14 @@ def tool(fn: Callable | None = None, *, name: str | None = None, tasks: Iterable
         bad_tags = [t for t in tags if not _TAG.match(t)]
         if bad_tags:
             raise TypeError(f"tool {tool_name}: tags must be snake_case words, not {bad_tags}")
+        bad_profiles = set(profiles) - PROFILES
+        if bad_profiles or not set(profiles):
+            raise TypeError(f"tool {tool_name}: profiles must be a non-empty subset of {sorted(PROFILES)}, "
+                            f"not {sorted(bad_profiles) or 'empty'}")
         summary, arg_docs = _parse_docstring(f.__doc__)
         model = create_model(f"{tool_name}_args", __config__=ConfigDict(extra="forbid"), **fields)
         t = Tool(tool_name, summary, f, model, frozenset(tasks), frozenset(tags), frozenset(writes), wants_ctx, arg_docs,
-                 blocking)
+                 blocking, frozenset(profiles))
         (registry or REGISTRY).register(t)
         f.__tool__ = t  # type: ignore[attr-defined]
         return f

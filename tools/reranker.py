@@ -6,7 +6,7 @@ from tools.base import Replace, ToolContext, ToolOutput, finite_score
 from tools.registry import tool
 
 
-@tool(tags={"reranks"}, writes={"evidence"})
+@tool(profiles={"crag-mm", "superglasses"}, tags={"reranks"}, writes={"evidence"})
 def reranker(ctx: ToolContext, query: str = "", lam: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] = 1.0,
              top_k: Annotated[int, Field(ge=1, le=100)] = 5) -> ToolOutput:
     """Rerank the evidence gathered so far against the question and drop weak items (dynamic threshold median - lam*MAD).

@@ -1,27 +1,29 @@
-"""Compare our SuperGlasses-style logs with annotated reference logs, turn by turn (matched by interaction_id).
+"""Compare our SuperGlasses logs with annotated trajectories, question by question (matched by SuperGlasses id).
 
-Metrics, over the matched turns:
-- tool choice: exact sequence match rate, mean set Jaccard, first-tool match rate. Both sides are first cut to
-  the *tool vocabulary*: by default the tools that appear anywhere in the reference (its tool_decision lists and
-  hop tool_used), so tools the annotators never record (e.g. our Rerank) do not count against us.
-  A reference turn with an empty tool_decision uses its hops' tools. Two empty sequences agree (Jaccard 1).
-- retrieval decision: accuracy of need_retrieval (and the confusion counts, reference = truth).
-- hop count: mean absolute difference and signed bias (ours - reference).
-- sub-questions: hops aligned in order (i-th with i-th, over min(#ours, #ref) pairs); per turn the mean MiniLM
-  cosine and the mean token F1 of the pairs; turns where either side has no hop are left out.
+Trajectory metrics, over the matched questions:
+- tool choice: the set of search tools used per question, cut to the tool vocabulary (default SuperGlasses' own:
+  Image Search, Text Search), i.e. the information-seeking type None / Image / Text / Both: agreement rate and
+  mean set Jaccard. With an empty vocabulary these are "n/a" (nothing to agree on), never 100%.
+- retrieval decision: agreement of need_retrieval (and the confusion counts, annotation = truth); questions
+  where either side does not say are left out.
+- hop count, on sub-questions (a hop is a sub-question with zero or one tool, as SuperGlasses counts them):
+  mean absolute error, signed bias (ours - annotation) and exact-count rate; a side without hops says nothing.
+- sub-question similarity: our sub-questions and the annotated ones matched one to one by best total
+  similarity (Hungarian assignment); the mean similarity of the matched pairs (MiniLM cosine when an embedder
+  is available, else token F1).
 
-Error types, after the SuperGlasses error analysis (a turn can have several; `primary` is the first in
-pipeline order object detection -> retrieval demand -> tool invocation -> query decoupling):
-- retrieval_demand: need_retrieval differs.
-- tool_invocation: both sides retrieve, and the sets of (vocabulary) tools differ.
-- query_decoupling: both sides retrieve, and the hop counts differ, or the turn's mean sub-question similarity
-  is below `sim_threshold` (MiniLM cosine when an embedder is available, else token F1).
-- object_detection: the reference names an object and ours is missing; or both have boxes in the same units
-  and IoU < `iou_threshold`; or both labels are specific (not generic like "salient region"/"object") and differ
-  (neither normalised label contains the other). A reference without an object never counts.
-Answer generation errors need a judge and are not classified here.
+Error types, as defined in this project after the paper's description (the paper's exact definitions could
+not be read offline); counted over WRONG answers only (our judged accuracy false), a question may have several:
+- retrieval_demand: our need-retrieval decision differs from the annotation's.
+- tool_invocation: both retrieve, and the search tools chosen differ (sets, cut to the vocabulary).
+- query_decoupling: only for multi-hop annotations (>= 2 sub-questions): our sub-question count differs, or
+  the matched sub-questions are not similar (mean similarity < `sim_threshold`).
+- object_detection: the annotation names an object (label or box) and ours is missing, or both boxes are
+  given in the same units and overlap less than `iou_threshold` (IoU), or both labels are specific (not generic
+  like "salient region") and neither contains the other.
+Each count comes with its base: the wrong answers for which the rule can apply (e.g. multi-hop annotations).
 
-    python -m traces.compare --run traces/runs/<run_id> --reference refs.json [--json out.json] [--no-embed]
+    python -m traces.compare --run traces/runs/<run_id> [--reference refs.jsonl] [--json out.json] [--no-embed]
 """
 
 from __future__ import annotations
@@ -37,64 +39,71 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
-from traces.superglasses import SGLog, SGObject, import_logs, read_run, sg_tool_name, to_superglasses
 from traces.store import write_json_atomic
+from traces.superglasses import (SEARCH_TOOLS, SGLog, SGObject, import_logs, information_seeking, parse_log, read_run,
+                                 sg_tool_name, to_superglasses)
 
-ERROR_TYPES = ("object_detection", "retrieval_demand", "tool_invocation", "query_decoupling")
+ERROR_TYPES = ("retrieval_demand", "tool_invocation", "query_decoupling", "object_detection")
 GENERIC_LABELS = frozenset({"", "object", "main object", "the main object", "salient region", "region", "thing",
                             "item", "unknown", "none"})
 RULES: dict[str, str] = {
-    "retrieval_demand": "need_retrieval differs from the reference",
-    "tool_invocation": "both retrieve and the tool sets (cut to the tool vocabulary) differ",
-    "query_decoupling": "both retrieve and the hop counts differ, or mean in-order sub-question similarity < sim_threshold",
-    "object_detection": ("reference has an object and ours is missing, or both boxes (same units) have IoU < iou_threshold, "
-                         "or both labels are specific and differ"),
+    "retrieval_demand": "our need-retrieval decision differs from the annotation",
+    "tool_invocation": "both retrieve and the search tools chosen differ",
+    "query_decoupling": "multi-hop annotation (>= 2 sub-questions): sub-question count differs, or mean similarity "
+                        "of the matched sub-questions < sim_threshold",
+    "object_detection": "annotated object missed, or boxes (same units) with IoU < iou_threshold, or both labels "
+                        "specific and different",
 }
 _TOKEN = re.compile(r"[a-z0-9]+")
 
 
 class TurnComparison(BaseModel):
-    interaction_id: str
+    id: str
+    accuracy: bool | None = Field(None, description="Our judged accuracy; error types are counted only when false.")
     tools_pred: list[str]
     tools_ref: list[str]
-    tool_exact: bool
-    tool_jaccard: float
-    first_tool_match: bool
-    need_pred: bool
-    need_ref: bool
+    seeking_pred: str
+    seeking_ref: str
+    tool_agree: bool | None = None
+    tool_jaccard: float | None = None
+    need_pred: bool | None = None
+    need_ref: bool | None = None
     hops_pred: int
     hops_ref: int
-    subq_cosine: float | None = None
-    subq_token_f1: float | None = None
+    subq_similarity: float | None = None
+    subq_pairs: list[tuple[str, str, float]] = Field(default_factory=list)
     object_iou: float | None = None
     object_labels: tuple[str, str] | None = None
     errors: list[str] = Field(default_factory=list)
-    primary_error: str | None = None
 
 
 class CompareReport(BaseModel):
     n_predicted: int
     n_reference: int
     n_matched: int
+    n_judged: int = Field(0, description="Matched questions with a judged accuracy.")
+    n_wrong: int = Field(0, description="Matched questions judged wrong: the base of the error analysis.")
     unmatched_predicted: list[str] = Field(default_factory=list)
     unmatched_reference: list[str] = Field(default_factory=list)
     duplicates: list[str] = Field(default_factory=list, description="ids seen twice on one side; the first was kept")
     tool_vocabulary: list[str]
-    tool_exact_match: float | None = None
+    tool_choice_agreement: float | None = Field(None, description="null (n/a) when the vocabulary is empty")
     tool_jaccard: float | None = None
-    first_tool_match: float | None = None
-    retrieval_accuracy: float | None = None
-    retrieval_confusion: dict[str, int] = Field(default_factory=dict, description="tp/fp/fn/tn, reference = truth")
+    seeking_confusion: dict[str, dict[str, int]] = Field(default_factory=dict,
+                                                         description="annotation type -> our type -> questions")
+    retrieval_agreement: float | None = None
+    retrieval_confusion: dict[str, int] = Field(default_factory=dict, description="tp/fp/fn/tn, annotation = truth")
     hop_mae: float | None = None
     hop_bias: float | None = None
-    subq_cosine: float | None = None
-    subq_token_f1: float | None = None
+    hop_exact: float | None = None
+    hop_turns: int = 0
+    subq_similarity: float | None = None
     subq_turns: int = 0
     similarity_method: Literal["minilm", "token_f1"]
     error_counts: dict[str, int]
-    error_rates: dict[str, float]
-    primary_error_counts: dict[str, int]
-    turns_with_error: int = 0
+    error_base: dict[str, int] = Field(description="Wrong answers for which each rule can apply.")
+    error_share_of_wrong: dict[str, float | None]
+    wrong_with_error: int = 0
     thresholds: dict[str, float]
     rules: dict[str, str] = Field(default_factory=lambda: dict(RULES))
     turns: list[TurnComparison] = Field(default_factory=list)
@@ -134,12 +143,8 @@ def _label(s: str) -> str:
     return " ".join(tokens(s))
 
 
-def tool_sequence(lg: SGLog) -> list[str]:
-    """The turn's tool decisions; when none were recorded, the hops' tools."""
-    return list(lg.tool_decision) or [h.tool_used for h in lg.hops if h.tool_used]
-
-
 def object_error(pred: SGObject | None, ref: SGObject | None, iou_threshold: float) -> tuple[bool, float | None]:
+    """(error, IoU when both boxes were compared). A reference without an object never counts."""
     if ref is None or (not _label(ref.label) and ref.box is None):
         return False, None
     if pred is None or (not _label(pred.label) and pred.box is None):
@@ -153,6 +158,18 @@ def object_error(pred: SGObject | None, ref: SGObject | None, iou_threshold: flo
     if lp not in GENERIC_LABELS and lr not in GENERIC_LABELS and lp not in lr and lr not in lp:
         return True, overlap
     return False, overlap
+
+
+def match_sub_questions(pred: list[str], ref: list[str], sim) -> list[tuple[str, str, float]]:
+    """One-to-one pairs (ours, annotated, similarity) maximising the total similarity (Hungarian assignment).
+    `sim(a_list, b_list)` returns the (len(a), len(b)) similarity matrix."""
+    if not pred or not ref:
+        return []
+    from scipy.optimize import linear_sum_assignment
+
+    m = np.asarray(sim(pred, ref), dtype=np.float64)
+    rows, cols = linear_sum_assignment(-m)
+    return [(pred[i], ref[j], round(float(m[i, j]), 6)) for i, j in zip(rows, cols)]
 
 
 def _load_embedder(embedder: Any):
@@ -169,10 +186,10 @@ def _load_embedder(embedder: Any):
 def _index(logs: list[SGLog], dups: list[str]) -> dict[str, SGLog]:
     out: dict[str, SGLog] = {}
     for lg in logs:
-        if lg.interaction_id in out:
-            dups.append(lg.interaction_id)
+        if lg.id in out:
+            dups.append(lg.id)
         else:
-            out[lg.interaction_id] = lg
+            out[lg.id] = lg
     return out
 
 
@@ -180,86 +197,127 @@ def _mean(xs: list[float]) -> float | None:
     return float(np.mean(xs)) if xs else None
 
 
+def _similarity(emb: Any):
+    if emb is None:
+        return lambda a, b: [[token_f1(x, y) for y in b] for x in a]
+
+    def cosine(a: list[str], b: list[str]):
+        va = np.asarray(emb.embed(a), dtype=np.float64)
+        vb = np.asarray(emb.embed(b), dtype=np.float64)
+        return va @ vb.T
+
+    return cosine
+
+
 def compare(predicted: list[SGLog], reference: list[SGLog], *, embedder: Any = "auto", sim_threshold: float = 0.5,
             iou_threshold: float = 0.5, tool_vocabulary: set[str] | None = None) -> CompareReport:
-    """Compare our logs with reference logs. `embedder`: "auto" (MiniLM, token F1 if it cannot load), None
-    (token F1 only), or any object with `embed(list[str]) -> (n, d)` L2-normalised rows."""
+    """Compare our logs with annotated ones. `embedder`: "auto" (MiniLM, token F1 when it cannot load), None
+    (token F1), or any object with `embed(list[str]) -> (n, d)` L2-normalised rows. `tool_vocabulary`: the tools
+    compared (default: SuperGlasses' Image Search and Text Search)."""
     dups: list[str] = []
     pred, ref = _index(predicted, dups), _index(reference, dups)
     ids = [i for i in ref if i in pred]
-    vocab = set(tool_vocabulary) if tool_vocabulary is not None else {
-        t for lg in reference for t in [*lg.tool_decision, *(h.tool_used for h in lg.hops)] if t}
+    vocab = set(SEARCH_TOOLS) if tool_vocabulary is None else {sg_tool_name(t) for t in tool_vocabulary}
     emb = _load_embedder(embedder)
-
-    pairs: dict[str, list[tuple[str, str]]] = {
-        i: list(zip([h.sub_question for h in pred[i].hops], [h.sub_question for h in ref[i].hops])) for i in ids}
-    cos_by_id: dict[str, float] = {}
-    if emb is not None:
-        texts = sorted({t for ps in pairs.values() for p in ps for t in p})
-        try:
-            vecs = np.asarray(emb.embed(texts), dtype=np.float64) if texts else np.zeros((0, 1))
-        except Exception:  # noqa: BLE001 - an embedder that fails at run time: token F1 instead
-            emb = None
-        else:
-            at = {t: vecs[k] for k, t in enumerate(texts)}
-            for i, ps in pairs.items():
-                if ps:
-                    cos_by_id[i] = float(np.mean([float(at[a] @ at[b]) for a, b in ps]))
+    sim = _similarity(emb)
+    method: Literal["minilm", "token_f1"] = "minilm" if emb is not None else "token_f1"
 
     turns: list[TurnComparison] = []
     for i in ids:
         p, r = pred[i], ref[i]
-        tp = [t for t in tool_sequence(p) if t in vocab]
-        tr = [t for t in tool_sequence(r) if t in vocab]
-        sp, sr = set(tp), set(tr)
-        jac = len(sp & sr) / len(sp | sr) if sp | sr else 1.0
-        ps = pairs[i]
-        f1 = float(np.mean([token_f1(a, b) for a, b in ps])) if ps else None
-        cos = cos_by_id.get(i)
-        sim = cos if emb is not None else f1
+        sp, sr = p.search_tools(vocab), r.search_tools(vocab)
+        agree = jac = None
+        if vocab:
+            agree = sp == sr
+            jac = len(sp & sr) / len(sp | sr) if sp | sr else 1.0
+        qp, qr = [h.sub_question for h in p.hops], [h.sub_question for h in r.hops]
+        try:
+            pairs = match_sub_questions(qp, qr, sim)
+        except Exception:  # noqa: BLE001 - an embedder failing at run time: token F1 from here on
+            emb, method = None, "token_f1"
+            sim = _similarity(None)
+            pairs = match_sub_questions(qp, qr, sim)
+        subq = _mean([s for _, _, s in pairs])
         obj_err, overlap = object_error(p.detected_object, r.detected_object, iou_threshold)
-        both = p.need_retrieval and r.need_retrieval
-        errs = []
-        if obj_err:
-            errs.append("object_detection")
-        if p.need_retrieval != r.need_retrieval:
-            errs.append("retrieval_demand")
-        if both and sp != sr:
-            errs.append("tool_invocation")
-        if both and (len(p.hops) != len(r.hops) or (sim is not None and sim < sim_threshold)):
-            errs.append("query_decoupling")
+        errs: list[str] = []
+        if p.accuracy is False:
+            if p.need_retrieval is not None and r.need_retrieval is not None and p.need_retrieval != r.need_retrieval:
+                errs.append("retrieval_demand")
+            if p.need_retrieval and r.need_retrieval and vocab and sp != sr:
+                errs.append("tool_invocation")
+            if len(r.hops) >= 2 and (len(p.hops) != len(r.hops) or (subq is not None and subq < sim_threshold)):
+                errs.append("query_decoupling")
+            if obj_err:
+                errs.append("object_detection")
         labels = None
         if p.detected_object is not None or r.detected_object is not None:
-            labels = (p.detected_object.label if p.detected_object else "", r.detected_object.label if r.detected_object else "")
+            labels = (p.detected_object.label if p.detected_object else "",
+                      r.detected_object.label if r.detected_object else "")
         turns.append(TurnComparison(
-            interaction_id=i, tools_pred=tp, tools_ref=tr, tool_exact=tp == tr, tool_jaccard=round(jac, 6),
-            first_tool_match=(tp[:1] == tr[:1]), need_pred=p.need_retrieval, need_ref=r.need_retrieval,
-            hops_pred=len(p.hops), hops_ref=len(r.hops), subq_cosine=cos, subq_token_f1=f1, object_iou=overlap,
-            object_labels=labels, errors=errs, primary_error=errs[0] if errs else None))
+            id=i, accuracy=p.accuracy, tools_pred=sorted(sp), tools_ref=sorted(sr),
+            seeking_pred=information_seeking(sp), seeking_ref=information_seeking(sr), tool_agree=agree,
+            tool_jaccard=None if jac is None else round(jac, 6), need_pred=p.need_retrieval, need_ref=r.need_retrieval,
+            hops_pred=len(p.hops), hops_ref=len(r.hops), subq_similarity=subq, subq_pairs=pairs, object_iou=overlap,
+            object_labels=labels, errors=errs))
 
-    n = len(turns)
-    counts = {e: sum(e in t.errors for t in turns) for e in ERROR_TYPES}
-    conf = {
-        "tp": sum(t.need_pred and t.need_ref for t in turns), "fp": sum(t.need_pred and not t.need_ref for t in turns),
-        "fn": sum(not t.need_pred and t.need_ref for t in turns), "tn": sum(not t.need_pred and not t.need_ref for t in turns),
+    wrong = [t for t in turns if t.accuracy is False]
+    base = {
+        "retrieval_demand": sum(t.need_pred is not None and t.need_ref is not None for t in wrong),
+        "tool_invocation": sum(bool(t.need_pred and t.need_ref) for t in wrong) if vocab else 0,
+        "query_decoupling": sum(t.hops_ref >= 2 for t in wrong),
+        "object_detection": sum(_has_object(ref[t.id]) for t in wrong),
     }
-    diffs = [t.hops_pred - t.hops_ref for t in turns]
+    counts = {e: sum(e in t.errors for t in wrong) for e in ERROR_TYPES}
+    decided = [t for t in turns if t.need_pred is not None and t.need_ref is not None]
+    conf = {"tp": sum(t.need_pred and t.need_ref for t in decided),
+            "fp": sum(t.need_pred and not t.need_ref for t in decided),
+            "fn": sum(not t.need_pred and t.need_ref for t in decided),
+            "tn": sum(not t.need_pred and not t.need_ref for t in decided)}
+    seeking: dict[str, dict[str, int]] = {}
+    if vocab:
+        for t in turns:
+            row = seeking.setdefault(t.seeking_ref, {})
+            row[t.seeking_pred] = row.get(t.seeking_pred, 0) + 1
+    hopped = [t for t in turns if t.hops_pred and t.hops_ref]
+    diffs = [t.hops_pred - t.hops_ref for t in hopped]
     return CompareReport(
-        n_predicted=len(pred), n_reference=len(ref), n_matched=n,
+        n_predicted=len(pred), n_reference=len(ref), n_matched=len(turns),
+        n_judged=sum(t.accuracy is not None for t in turns), n_wrong=len(wrong),
         unmatched_predicted=[i for i in pred if i not in ref], unmatched_reference=[i for i in ref if i not in pred],
         duplicates=dups, tool_vocabulary=sorted(vocab),
-        tool_exact_match=_mean([float(t.tool_exact) for t in turns]), tool_jaccard=_mean([t.tool_jaccard for t in turns]),
-        first_tool_match=_mean([float(t.first_tool_match) for t in turns]),
-        retrieval_accuracy=_mean([float(t.need_pred == t.need_ref) for t in turns]), retrieval_confusion=conf,
+        tool_choice_agreement=_mean([float(t.tool_agree) for t in turns if t.tool_agree is not None]),
+        tool_jaccard=_mean([t.tool_jaccard for t in turns if t.tool_jaccard is not None]),
+        seeking_confusion=seeking,
+        retrieval_agreement=_mean([float(t.need_pred == t.need_ref) for t in decided]), retrieval_confusion=conf,
         hop_mae=_mean([float(abs(d)) for d in diffs]), hop_bias=_mean([float(d) for d in diffs]),
-        subq_cosine=_mean([t.subq_cosine for t in turns if t.subq_cosine is not None]),
-        subq_token_f1=_mean([t.subq_token_f1 for t in turns if t.subq_token_f1 is not None]),
-        subq_turns=sum(t.subq_token_f1 is not None for t in turns),
-        similarity_method="minilm" if emb is not None else "token_f1",
-        error_counts=counts, error_rates={e: (c / n if n else 0.0) for e, c in counts.items()},
-        primary_error_counts={e: sum(t.primary_error == e for t in turns) for e in ERROR_TYPES},
-        turns_with_error=sum(bool(t.errors) for t in turns),
+        hop_exact=_mean([float(d == 0) for d in diffs]), hop_turns=len(hopped),
+        subq_similarity=_mean([t.subq_similarity for t in turns if t.subq_similarity is not None]),
+        subq_turns=sum(t.subq_similarity is not None for t in turns), similarity_method=method,
+        error_counts=counts, error_base=base,
+        error_share_of_wrong={e: (c / len(wrong) if wrong else None) for e, c in counts.items()},
+        wrong_with_error=sum(bool(t.errors) for t in wrong),
         thresholds={"sim_threshold": sim_threshold, "iou_threshold": iou_threshold}, turns=turns)
+
+
+def _has_object(lg: SGLog) -> bool:
+    o = lg.detected_object
+    return o is not None and (bool(_label(o.label)) or o.box is not None)
+
+
+def references_from_traces(traces: list[Any], problems: list[str] | None = None) -> list[SGLog]:
+    """The annotated trajectories a SuperGlasses run carries in its traces' labels (the dataset row's
+    `sub_questions`), read as Hugging Face rows. Traces without them give none."""
+    out = []
+    for t in traces:
+        if "sub_questions" not in t.labels:
+            continue
+        row = {"id": t.labels.get("sg_id") or t.interaction_id, "question": t.question, "answer": t.ground_truth,
+               **{k: v for k, v in t.labels.items() if k not in ("sg_id", "query_category")
+                  and not (k in ("domain", "dynamism", "image_quality") and v is None)}}
+        lg = parse_log(row, f"trace {t.interaction_id}", problems)
+        if lg is not None:
+            out.append(lg)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -267,89 +325,91 @@ def compare(predicted: list[SGLog], reference: list[SGLog], *, embedder: Any = "
 
 def _f(x: float | None, pct: bool = False) -> str:
     if x is None:
-        return "-"
+        return "n/a"
     return f"{100 * x:.1f}%" if pct else f"{x:.3f}"
 
 
-def _short(tools: list[str]) -> str:
-    abbrev = {"Image Search": "IMG", "Text Search": "TXT", "Object Detection": "DET", "OCR": "OCR",
-              "Query Decoupling": "QD", "Rerank": "RR", "Self Check": "SC"}
-    return ">".join(abbrev.get(t, t) for t in tools) or "-"
-
-
 def format_report(rep: CompareReport, max_turns: int = 50) -> str:
-    L = [f"matched {rep.n_matched} turns (ours {rep.n_predicted}, reference {rep.n_reference}); "
-         f"unmatched: ours {len(rep.unmatched_predicted)}, reference {len(rep.unmatched_reference)}"
+    L = [f"matched {rep.n_matched} questions (ours {rep.n_predicted}, annotated {rep.n_reference}); "
+         f"unmatched: ours {len(rep.unmatched_predicted)}, annotated {len(rep.unmatched_reference)}"
          + (f"; duplicates {len(rep.duplicates)}" if rep.duplicates else ""),
-         f"tool vocabulary: {', '.join(rep.tool_vocabulary) or '(none)'}", "",
-         f"{'metric':<34}{'value':>10}", "-" * 44]
-    rows = [("tool sequence exact match", _f(rep.tool_exact_match, True)),
+         f"tool vocabulary: {', '.join(rep.tool_vocabulary) or '(empty: tool metrics n/a)'}", "",
+         f"{'metric':<44}{'value':>10}", "-" * 54]
+    rows = [("tool choice agreement (None/Image/Text/Both)", _f(rep.tool_choice_agreement, True)),
             ("tool set Jaccard (mean)", _f(rep.tool_jaccard)),
-            ("first tool match", _f(rep.first_tool_match, True)),
-            ("need_retrieval accuracy", _f(rep.retrieval_accuracy, True)),
-            ("hop count MAE", _f(rep.hop_mae)),
-            ("hop count bias (ours - ref)", "-" if rep.hop_bias is None else f"{rep.hop_bias:+.3f}"),
-            (f"sub-question cosine (MiniLM, n={rep.subq_turns})", _f(rep.subq_cosine)),
-            (f"sub-question token F1 (n={rep.subq_turns})", _f(rep.subq_token_f1))]
-    L += [f"{k:<34}{v:>10}" for k, v in rows]
+            ("retrieval decision agreement", _f(rep.retrieval_agreement, True)),
+            (f"hop count MAE, sub-questions (n={rep.hop_turns})", _f(rep.hop_mae)),
+            ("hop count bias (ours - annotated)", "n/a" if rep.hop_bias is None else f"{rep.hop_bias:+.3f}"),
+            ("hop count exact", _f(rep.hop_exact, True)),
+            (f"sub-question similarity ({rep.similarity_method}, n={rep.subq_turns})", _f(rep.subq_similarity))]
+    L += [f"{k:<44}{v:>10}" for k, v in rows]
     c = rep.retrieval_confusion
     if c:
-        L.append(f"  need_retrieval confusion: tp={c['tp']} fp={c['fp']} fn={c['fn']} tn={c['tn']}")
-    L += ["", f"{'error type':<22}{'turns':>7}{'rate':>9}{'primary':>9}", "-" * 47]
+        L.append(f"  retrieval confusion (annotation = truth): tp={c['tp']} fp={c['fp']} fn={c['fn']} tn={c['tn']}")
+    if rep.seeking_confusion:
+        L.append("  information seeking, annotated -> ours: " + "; ".join(
+            f"{r}: " + ", ".join(f"{p} {n}" for p, n in sorted(row.items())) for r, row in sorted(rep.seeking_confusion.items())))
+    L += ["", f"error analysis over wrong answers: {rep.n_wrong} wrong of {rep.n_judged} judged "
+              f"({rep.n_matched - rep.n_judged} not judged)",
+          f"{'error type':<20}{'count':>7}{'base':>7}{'share of wrong':>16}", "-" * 50]
     for e in ERROR_TYPES:
-        L.append(f"{e:<22}{rep.error_counts[e]:>7}{100 * rep.error_rates[e]:>8.1f}%{rep.primary_error_counts[e]:>9}")
-    L.append(f"{'any':<22}{rep.turns_with_error:>7}"
-             f"{(100 * rep.turns_with_error / rep.n_matched if rep.n_matched else 0):>8.1f}%")
-    L.append(f"(decoupling similarity: {rep.similarity_method} < {rep.thresholds['sim_threshold']}; "
-             f"object IoU < {rep.thresholds['iou_threshold']})")
+        share = rep.error_share_of_wrong[e]
+        L.append(f"{e:<20}{rep.error_counts[e]:>7}{rep.error_base[e]:>7}{_f(share, True):>16}")
+    L.append(f"{'any':<20}{rep.wrong_with_error:>7}{rep.n_wrong:>7}"
+             f"{_f(rep.wrong_with_error / rep.n_wrong if rep.n_wrong else None, True):>16}")
+    L.append(f"(decoupling: mean similarity < {rep.thresholds['sim_threshold']}; object IoU < "
+             f"{rep.thresholds['iou_threshold']}; definitions: as in this project after the paper's description)")
     if rep.turns:
-        L += ["", f"{'interaction_id':<24}{'tools ours':<16}{'tools ref':<16}{'need':>6}{'hops':>6}{'sim':>7}  errors",
-              "-" * 90]
+        L += ["", f"{'id':<20}{'ok':>4}  {'seek ours/ann':<14}{'need':>6}{'hops':>6}{'sim':>7}  errors", "-" * 80]
         for t in rep.turns[:max_turns]:
-            sim = t.subq_cosine if t.subq_cosine is not None else t.subq_token_f1
-            L.append(f"{t.interaction_id[:23]:<24}{_short(t.tools_pred)[:15]:<16}{_short(t.tools_ref)[:15]:<16}"
-                     f"{'YN'[not t.need_pred] + '/' + 'YN'[not t.need_ref]:>6}{f'{t.hops_pred}/{t.hops_ref}':>6}"
-                     f"{_f(sim):>7}  {', '.join(t.errors) or 'ok'}")
+            ok = "-" if t.accuracy is None else "YN"[not t.accuracy]
+            need = "".join("?" if x is None else "YN"[not x] for x in (t.need_pred, t.need_ref))
+            L.append(f"{t.id[:19]:<20}{ok:>4}  {t.seeking_pred + '/' + t.seeking_ref:<14}{need[0] + '/' + need[1]:>6}"
+                     f"{f'{t.hops_pred}/{t.hops_ref}':>6}{_f(t.subq_similarity):>7}  {', '.join(t.errors) or '-'}")
         if len(rep.turns) > max_turns:
-            L.append(f"... {len(rep.turns) - max_turns} more turns (see --json)")
-    for name, ids in (("unmatched ours", rep.unmatched_predicted), ("unmatched reference", rep.unmatched_reference)):
+            L.append(f"... {len(rep.turns) - max_turns} more (see --json)")
+    for name, ids in (("unmatched ours", rep.unmatched_predicted), ("unmatched annotated", rep.unmatched_reference)):
         if ids:
             L.append(f"{name}: {', '.join(ids[:10])}" + (f" ... (+{len(ids) - 10})" if len(ids) > 10 else ""))
     return "\n".join(L)
 
 
-def _load_predicted(args, problems: list[str]) -> list[SGLog]:
-    if args.run:
-        return [to_superglasses(t) for t in read_run(args.run, problems)]
-    return import_logs(args.predicted, problems)
-
-
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m traces.compare", description="Compare a run with SuperGlasses-style reference logs.")
+    ap = argparse.ArgumentParser(prog="python -m traces.compare",
+                                 description="Compare a run with annotated SuperGlasses trajectories.")
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--run", help="run folder of turn traces, e.g. traces/runs/<run_id>")
-    src.add_argument("--predicted", help="our logs already exported by `python -m traces.superglasses export`")
-    ap.add_argument("--reference", required=True, help="annotated logs: JSON list or JSON lines")
-    ap.add_argument("--json", help="also write the full report (with per-turn rows) here")
+    src.add_argument("--predicted", help="logs already exported by `python -m traces.superglasses export`")
+    ap.add_argument("--reference", help="annotated logs (JSON, JSON lines, text, or the queries parquet); default "
+                                        "with --run: the annotations carried in the traces' labels")
+    ap.add_argument("--json", help="also write the full report (with per-question rows) here")
     ap.add_argument("--no-embed", action="store_true", help="skip MiniLM; sub-questions compared by token F1")
     ap.add_argument("--sim-threshold", type=float, default=0.5)
     ap.add_argument("--iou-threshold", type=float, default=0.5)
-    ap.add_argument("--tools", help="comma-separated tool vocabulary (default: tools seen in the reference)")
-    ap.add_argument("--max-turns", type=int, default=50, help="per-turn rows to print")
+    ap.add_argument("--tools", default=None,
+                    help="comma-separated tool vocabulary (default: Image Search, Text Search; '' for none)")
+    ap.add_argument("--max-turns", type=int, default=50, help="per-question rows to print")
     args = ap.parse_args(argv)
     problems: list[str] = []
     try:
-        pred = _load_predicted(args, problems)
-        ref = import_logs(args.reference, problems)
+        if args.run:
+            traces = read_run(args.run, problems)
+            pred = [to_superglasses(t) for t in traces]
+            ref = import_logs(args.reference, problems) if args.reference else references_from_traces(traces, problems)
+        else:
+            if not args.reference:
+                ap.error("--predicted needs --reference")
+            pred = import_logs(args.predicted, problems)
+            ref = import_logs(args.reference, problems)
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    vocab = {sg_tool_name(t) for t in args.tools.split(",") if t.strip()} if args.tools else None
+    vocab = None if args.tools is None else {t.strip() for t in args.tools.split(",") if t.strip()}
     rep = compare(pred, ref, embedder=None if args.no_embed else "auto", sim_threshold=args.sim_threshold,
                   iou_threshold=args.iou_threshold, tool_vocabulary=vocab)
     print(format_report(rep, args.max_turns))
     for p in problems:
-        print(f"skipped: {p}", file=sys.stderr)
+        print(f"note: {p}", file=sys.stderr)
     if args.json:
         data = rep.model_dump(mode="json")
         data["problems"] = problems

@@ -1,12 +1,22 @@
-"""Our turn traces as SuperGlasses-style search logs, and a tolerant reader for annotated SuperGlasses logs.
+"""Turn traces as SuperGlasses search logs, and a tolerant reader of SuperGlasses annotations and logs.
 
-SuperGlasses (Jiang et al., 2026, arXiv:2602.22683) annotates each egocentric question with its full search
-trajectory: per hop a sub-question, the tool used ("Image Search", "Text Search", ...), the search keywords,
-the URL and the snippet of the result, plus the object of interest and whether retrieval was needed at all.
-`to_superglasses` writes one of our `TurnTrace`s in that shape, so a run can be compared hop by hop with
-annotated logs (`traces.compare`).
+SuperGlasses (Jiang et al., 2026, arXiv:2602.22683) annotates each question with its search trajectory: the
+question is split into sub-questions ("hops"), each answered with zero or one tool ("Image Search" or "Text
+Search"). The paper prints a hop as "Sub-question", "Tool used", "Search keywords" (text search only),
+"Search URL" and "Search result (snippet)". An `SGLog` is one question in that shape, plus the SuperGlasses id,
+the dataset labels, the ground truth, the model's answer and its judged accuracy.
 
-    python -m traces.superglasses export --run traces/runs/<run_id> --out run.sg.json   # .jsonl for JSON lines
+- `to_superglasses(trace)`: one of our turn traces as an SGLog. A hop is one sub-question the policy worked on:
+  each sub-question a decoupler wrote, and each retrieval call's `sub_question` (a call without one belongs to
+  the question itself); a sub-question searched with two different tools is two hops (SuperGlasses allows one
+  tool per hop). A turn with no sub-question and no search is one hop with tool "None".
+- `parse_log(entry)` / `import_logs(path)`: read the Hugging Face rows (`sub_questions` with `retrieval-tools`),
+  the paper's layout, "Hop 1"/"Hop 2" keys, SuperLens-style decisions ("Decision: Need RAG", "Tool Decision:
+  Need Image Search, No need Text Search", "Object Detection: Car") and our own export. Keys are matched
+  ignoring case, spaces and punctuation. A key that cannot be mapped is kept (under `extra`) and reported.
+
+    python -m traces.superglasses export --run traces/runs/<run_id> --out run.sg.jsonl
+    python -m traces.superglasses check annotations.jsonl      # what could not be mapped, entry by entry
 """
 
 from __future__ import annotations
@@ -17,59 +27,62 @@ import logging
 import re
 import sys
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from traces.schema import PlanEvent, ToolCallEvent, TurnTrace
+from traces.schema import ToolCallEvent, TurnTrace
 from traces.store import write_json_atomic
 
 log = logging.getLogger(__name__)
 
-# Our tool name -> the SuperGlasses tool name. Unknown tools keep their own name.
+FORMAT = "superglasses-log/1"
+IMAGE, TEXT, NONE = "Image Search", "Text Search", "None"
+SEARCH_TOOLS = (IMAGE, TEXT)  # the SuperGlasses tool vocabulary
+
+# Our tool names -> SuperGlasses names. The two searches are SuperGlasses' tools; the others are recorded as
+# `other_tools` (SuperGlasses does not annotate them).
 TOOL_NAMES: dict[str, str] = {
-    "image_search": "Image Search",
-    "web_search": "Text Search",
-    "detect_crop": "Object Detection",
-    "ocr": "OCR",
-    "query_decoupler": "Query Decoupling",
-    "reranker": "Rerank",
-    "self_check": "Self Check",
+    "image_search": IMAGE, "google_lens": IMAGE,
+    "web_search": TEXT, "google_search": TEXT,
+    "detect_crop": "Object Detection", "ocr": "OCR", "query_decoupler": "Query Decoupling", "reranker": "Rerank",
+    "read_webpage": "Web Page Reader",
 }
-RETRIEVAL_TOOLS = frozenset({"image_search", "web_search"})
-# A call with one of these errors never reached the tool (see tools.registry.ToolCallError): it is not "used".
+# A call with one of these errors never reached the tool (see tools.registry.ToolCallError).
 NOT_DISPATCHED = frozenset({"unknown_tool", "not_allowed", "bad_arguments"})
+Layout = Literal["export", "hf", "paper", "hop-n", "superlens", "other"]
 
 
-def _squash(s: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "", s.lower())
+def squash(s: Any) -> str:
+    """A key or name without case, spaces or punctuation: "Search result (snippet)" -> "searchresultsnippet"."""
+    return re.sub(r"[^a-z0-9]+", "", str(s).lower())
 
 
-# Spellings met in hand-written or foreign logs -> canonical SuperGlasses tool names.
 _TOOL_ALIASES: dict[str, str] = {
-    **{_squash(k): v for k, v in TOOL_NAMES.items()},
-    **{_squash(v): v for v in TOOL_NAMES.values()},
-    "imagesearch": "Image Search", "imageretrieval": "Image Search", "reverseimagesearch": "Image Search",
-    "googlelens": "Image Search", "lens": "Image Search", "visualsearch": "Image Search",
-    "textsearch": "Text Search", "websearch": "Text Search", "textretrieval": "Text Search",
-    "googlesearch": "Text Search", "search": "Text Search", "websearchtool": "Text Search",
-    "objectdetection": "Object Detection", "detection": "Object Detection", "detect": "Object Detection",
-    "detectcrop": "Object Detection", "crop": "Object Detection",
-    "ocr": "OCR", "textrecognition": "OCR",
-    "querydecoupling": "Query Decoupling", "querydecoupler": "Query Decoupling", "querydecomposition": "Query Decoupling",
-    "rerank": "Rerank", "reranker": "Rerank", "reranking": "Rerank",
-    "selfcheck": "Self Check", "verification": "Self Check",
+    **{squash(k): v for k, v in TOOL_NAMES.items()},
+    **{squash(v): v for v in TOOL_NAMES.values()},
+    **{k: IMAGE for k in ("imagesearch", "imageretrieval", "reverseimagesearch", "googlelens", "lens", "visualsearch",
+                          "image", "imagesearchtool", "imagetool")},
+    **{k: TEXT for k in ("textsearch", "websearch", "textretrieval", "googlesearch", "search", "websearchtool",
+                         "text", "textsearchtool", "webtool", "textquery")},
+    "objectdetection": "Object Detection", "detection": "Object Detection", "detectcrop": "Object Detection",
+    "textrecognition": "OCR", "querydecoupling": "Query Decoupling", "querydecomposition": "Query Decoupling",
+    "reranking": "Rerank", "webpagereader": "Web Page Reader", "pagereader": "Web Page Reader",
 }
+_NO_TOOL = frozenset({"", "none", "null", "nil", "no", "n/a", "na", "notool", "noretrieval", "noneed", "false", "0",
+                      "{}", "[]", "nan"})
 
 
 def sg_tool_name(tool: str) -> str:
-    """Our tool name (or any common spelling of a SuperGlasses tool) -> the canonical SuperGlasses name."""
+    """Our tool name or any common spelling of a SuperGlasses tool -> its SuperGlasses name; "None"-like -> "None"."""
     t = (tool or "").strip()
-    return _TOOL_ALIASES.get(_squash(t), t)
+    if squash(t) in {squash(x) for x in _NO_TOOL}:
+        return NONE
+    return _TOOL_ALIASES.get(squash(t), t)
 
 
 class SGObject(BaseModel):
-    """The object of interest. `box` is [x0, y0, x1, y1] in pixels of the original image, or null."""
+    """The object of interest. `box` is [x0, y0, x1, y1] in pixels of the image, or null."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -78,30 +91,57 @@ class SGObject(BaseModel):
 
 
 class SGHop(BaseModel):
-    """One search hop, with the field names of the SuperGlasses search logs."""
+    """One hop: a sub-question and the one tool (or "None") used for it, with the paper's field names."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(populate_by_name=True, extra="allow")
 
-    sub_question: str = ""
-    tool_used: str = ""
-    search_keywords: str | None = None
-    search_url: str | None = None
-    search_result_snippet: str = ""
+    sub_question: str = Field("", alias="Sub-question")
+    tool_used: str = Field(NONE, alias="Tool used")
+    search_keywords: str | None = Field(None, alias="Search keywords")
+    search_url: str | None = Field(None, alias="Search URL")
+    search_result_snippet: str | None = Field(None, alias="Search result (snippet)")
+
+    @property
+    def uses_tool(self) -> bool:
+        return self.tool_used != NONE
 
 
 class SGLog(BaseModel):
-    """One turn as a SuperGlasses-style log: the decisions (need retrieval? which tools?) and the hops."""
+    """One question as a SuperGlasses log (ours, an annotation, or another system's)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(populate_by_name=True)
 
-    interaction_id: str
-    session_id: str = ""
+    format: Literal["superglasses-log/1"] = FORMAT
+    id: str = Field(description="The SuperGlasses id (our interaction_id for rows of other datasets).")
     question: str = ""
+    ground_truth: str | None = None
+    answer: str | None = Field(None, description="The model's answer (ours or the logged system's).")
+    accuracy: bool | None = Field(None, description="The judge's verdict on `answer`; null when not judged.")
+    labels: dict[str, Any] = Field(default_factory=dict, description="category, domain, difficulty, dynamism, "
+                                   "image_quality, glasses, location, hops (the annotated count), use_image, image_id.")
+    need_retrieval: bool | None = Field(None, description="Retrieval used or decided; null when the log does not say.")
+    tool_decision: list[str] = Field(default_factory=list, description="Search tools used (SuperGlasses names), "
+                                     "in order of first use.")
     detected_object: SGObject | None = None
-    need_retrieval: bool = False
-    tool_decision: list[str] = Field(default_factory=list, description="SuperGlasses tool names, in the order used.")
-    hops: list[SGHop] = Field(default_factory=list)
-    answer: str = ""
+    hops: list[SGHop] = Field(default_factory=list, description="The sub-questions, each with zero or one tool.")
+    source: Layout = "other"
+    extra: dict[str, Any] = Field(default_factory=dict, description="Everything else: our trace's run metadata, or "
+                                  "keys of an imported log that could not be mapped.")
+    unmapped: list[str] = Field(default_factory=list, description="Keys of the imported entry kept under `extra`.")
+
+    def search_tools(self, vocabulary: Iterable[str] = SEARCH_TOOLS) -> set[str]:
+        vocab = set(vocabulary)
+        return {t for t in [*self.tool_decision, *(h.tool_used for h in self.hops)] if t in vocab}
+
+    def dump(self) -> dict[str, Any]:
+        """The export form: the paper's names for hop fields."""
+        return self.model_dump(mode="json", by_alias=True)
+
+
+def information_seeking(tools: set[str]) -> str:
+    """SuperGlasses' information-seeking type of a question: None / Image / Text / Both."""
+    img, txt = IMAGE in tools, TEXT in tools
+    return "Both" if img and txt else "Image" if img else "Text" if txt else "None"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -112,49 +152,89 @@ def _dispatched(step: ToolCallEvent) -> bool:
     return bool(step.tool) and not (step.error and step.error.kind in NOT_DISPATCHED)
 
 
-def _hop(step: ToolCallEvent, question: str) -> SGHop:
-    first = step.results[0] if step.results else None
-    snippet = ""
-    if first is not None:
-        snippet = first.snippet or first.title or first.entity_name or ""
-    extra: dict[str, Any] = {"step_index": step.index}
-    if first is not None and first.entity_name:
-        extra["entity_name"] = first.entity_name
-    if step.error is not None:
-        extra["error"] = step.error.kind
-    return SGHop(sub_question=(step.sub_question or "").strip() or question, tool_used=sg_tool_name(step.tool or ""),
-                 search_keywords=step.search_keywords, search_url=first.url if first else None,
-                 search_result_snippet=snippet, **extra)
+def _norm_q(q: str) -> str:
+    return " ".join(re.findall(r"[a-z0-9]+", (q or "").lower()))
+
+
+def trace_hops(trace: TurnTrace) -> list[SGHop]:
+    """The sub-questions a turn worked on, each with its one search tool (see the module docstring)."""
+    hops: list[dict[str, Any]] = []  # SGHop fields, plus `steps`: the trace events behind the hop
+
+    def find(q: str, tool: str | None) -> dict[str, Any] | None:
+        return next((h for h in hops if _norm_q(h["sub_question"]) == _norm_q(q)
+                     and (tool is None or h["tool_used"] == tool)), None)
+
+    for s in trace.tool_calls():
+        if not _dispatched(s):
+            continue
+        name = sg_tool_name(s.tool)
+        if name not in SEARCH_TOOLS:
+            for q in s.sub_questions:  # a decoupler's sub-questions: hops without a tool until one is searched
+                if q.strip() and find(q, None) is None:
+                    hops.append({"sub_question": q.strip(), "tool_used": NONE, "steps": [s.index]})
+            continue
+        q = (s.sub_question or "").strip() or trace.question
+        same = find(q, name)
+        if same is not None:  # the same sub-question searched again with the same tool: still one hop
+            same["steps"].append(s.index)
+            continue
+        hop = find(q, NONE)
+        if hop is None:
+            hop = {"sub_question": q, "steps": []}
+            hops.append(hop)
+        first = s.results[0] if s.results else None
+        hop.update(tool_used=name, search_keywords=s.search_keywords if name == TEXT or s.search_keywords else None,
+                   search_url=first.url if first else None,
+                   search_result_snippet=(first.snippet or first.title or first.entity_name or "") if first else None)
+        hop["steps"].append(s.index)
+        if s.error is not None:
+            hop["error"] = s.error.kind
+    return [SGHop(**h) for h in hops] or [SGHop(sub_question=trace.question, steps=[])]
+
+
+# Trace labels that are not the question's SuperGlasses labels: the annotation (the reference, not ours) and the id.
+_OUR_LABELS = ("sub_questions", "sg_id")
 
 
 def to_superglasses(trace: TurnTrace) -> SGLog:
-    """Write one turn trace as a SuperGlasses log.
+    """One turn trace as an SGLog.
 
-    - tool_decision: the tools of the `act` steps that were dispatched (calls refused before running, i.e.
-      unknown_tool / not_allowed / bad_arguments, are left out and listed under `tool_errors`), in order, by
-      SuperGlasses name. The graph's mandatory self-check node is not a decision and is not listed.
-    - hops: one per dispatched image_search / web_search step: sub_question = the step's sub-question or the
-      question, search_keywords = the step's keywords, search_url / search_result_snippet = the first result's.
-    - detected_object: the last detect_crop step's box (label + [x0, y0, x1, y1]), or null.
-    - need_retrieval: a retrieval tool was called (dispatched or not), or the policy said needs_retrieval=True.
+    - id: the SuperGlasses id (`labels.sg_id`, set by the SuperGlasses loader), else the interaction id;
+      labels: the dataset's labels (the annotated `sub_questions` are the reference, not ours: left out);
+      ground_truth, answer, accuracy (the judged score; null when the turn was not scored).
+    - hops: see `trace_hops`; need_retrieval: a search tool was called (run or refused);
+      tool_decision: the search tools used, in order; detected_object: the last detect_crop box.
+    - extra: run_id, session_id, turn_index, policy, score, judge, abstained, other_tools (the non-search tools
+      used, SuperGlasses names, in order) and tool_errors.
     """
-    acts = [s for s in trace.tool_calls() if s.tool]
-    used = [s for s in acts if _dispatched(s)]
-    hops = [_hop(s, trace.question) for s in used if s.tool in RETRIEVAL_TOOLS]
+    calls = [s for s in trace.tool_calls() if s.tool]
+    used = [s for s in calls if _dispatched(s)]
+    hops = trace_hops(trace)
+    decision: list[str] = []
+    for s in used:
+        name = sg_tool_name(s.tool)
+        if name in SEARCH_TOOLS and name not in decision:
+            decision.append(name)
     obj = None
     for s in used:
-        if s.tool == "detect_crop" and s.detected_box is not None:
+        if s.detected_box is not None and sg_tool_name(s.tool) == "Object Detection":
             b = s.detected_box
             obj = SGObject(label=b.label, box=[b.x0, b.y0, b.x1, b.y1], score=b.score, method=b.method)
-    need = any(s.tool in RETRIEVAL_TOOLS for s in acts) or any(
-        isinstance(s, (ToolCallEvent, PlanEvent)) and s.needs_retrieval is True for s in trace.steps)
+    # the runner also sets the CRAG-MM label names; for a SuperGlasses row `query_category` only repeats `category`
+    labels = {k: v for k, v in trace.labels.items() if k not in _OUR_LABELS
+              and not (k in ("domain", "query_category", "dynamism", "image_quality") and v is None)
+              and not (k == "query_category" and "category" in trace.labels)}
     return SGLog(
-        interaction_id=trace.interaction_id, session_id=trace.session_id, question=trace.question,
-        detected_object=obj, need_retrieval=need, tool_decision=[sg_tool_name(s.tool or "") for s in used],
-        hops=hops, answer=trace.answer,
-        run_id=trace.run_id, task=trace.task, turn_index=trace.turn_index, policy=trace.policy,
-        abstained=trace.abstained, score=trace.score,
-        tool_errors=[{"step_index": s.index, "tool": s.tool, "kind": s.error.kind} for s in acts if s.error],
+        id=str(trace.labels.get("sg_id") or trace.interaction_id), question=trace.question,
+        ground_truth=trace.ground_truth, answer=trace.answer,
+        accuracy=None if trace.score is None else trace.score == "correct", labels=labels,
+        need_retrieval=any(sg_tool_name(s.tool) in SEARCH_TOOLS for s in calls), tool_decision=decision,
+        detected_object=obj, hops=hops, source="export",
+        extra={"run_id": trace.run_id, "session_id": trace.session_id, "interaction_id": trace.interaction_id,
+               "turn_index": trace.turn_index, "task": trace.task, "policy": trace.policy, "score": trace.score,
+               "judge": trace.judge, "abstained": trace.abstained,
+               "other_tools": [sg_tool_name(s.tool) for s in used if sg_tool_name(s.tool) not in SEARCH_TOOLS],
+               "tool_errors": [{"step_index": s.index, "tool": s.tool, "kind": s.error.kind} for s in calls if s.error]},
     )
 
 
@@ -172,55 +252,64 @@ def read_run(run_dir: str | Path, problems: list[str] | None = None) -> list[Tur
     return out
 
 
-def export_run(run_dir: str | Path, out_path: str | Path, problems: list[str] | None = None) -> list[SGLog]:
-    """Write a run's traces as SuperGlasses logs: a JSON list, or JSON lines when `out_path` ends in .jsonl."""
-    logs = [to_superglasses(t) for t in read_run(run_dir, problems)]
+def write_logs(logs: list[SGLog], out_path: str | Path) -> Path:
+    """A JSON list, or JSON lines when `out_path` ends in .jsonl."""
     out_path = Path(out_path)
-    rows = [lg.model_dump(mode="json") for lg in logs]
+    rows = [lg.dump() for lg in logs]
     if out_path.suffix.lower() == ".jsonl":
         text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
     else:
         text = json.dumps(rows, indent=2, ensure_ascii=False) + "\n"
     write_json_atomic(out_path, text)
+    return out_path
+
+
+def export_run(run_dir: str | Path, out_path: str | Path, problems: list[str] | None = None) -> list[SGLog]:
+    """Write a run's traces as SuperGlasses logs."""
+    logs = [to_superglasses(t) for t in read_run(run_dir, problems)]
+    write_logs(logs, out_path)
     return logs
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Annotated logs -> SGLog, tolerant of key variants
+# Reading annotations and logs, whatever their layout
 
-_LOG_KEYS: dict[str, tuple[str, ...]] = {
-    "interaction_id": ("interaction_id", "interactionid", "id", "qid", "question_id", "query_id", "sample_id", "uid"),
-    "session_id": ("session_id", "session", "conversation_id"),
-    "question": ("question", "query", "user_question", "prompt"),
-    "detected_object": ("detected_object", "object", "target_object", "object_of_interest", "detection", "entity_object"),
-    "need_retrieval": ("need_retrieval", "needs_retrieval", "need_search", "needs_search", "retrieval_needed",
-                       "requires_retrieval", "need_retrieve", "retrieval"),
-    "tool_decision": ("tool_decision", "tool_decisions", "tools", "tools_used", "tool_sequence", "tool_calls", "tool_chain"),
-    "hops": ("hops", "search_log", "search_logs", "search_trajectory", "search_trajectories", "trajectory",
-             "search_steps", "steps", "search_history"),
-    "answer": ("answer", "final_answer", "response", "prediction", "model_answer"),
-}
-_HOP_KEYS: dict[str, tuple[str, ...]] = {
-    "sub_question": ("sub_question", "subquestion", "sub_query", "subquery", "question", "query_text"),
-    "tool_used": ("tool_used", "tool", "tool_name", "search_tool", "tool_type", "search_type"),
-    "search_keywords": ("search_keywords", "keywords", "keyword", "search_query", "query", "search_terms"),
-    "search_url": ("search_url", "url", "link", "source_url", "result_url"),
-    "search_result_snippet": ("search_result_snippet", "snippet", "result_snippet", "search_result", "result",
-                              "search_snippet", "content"),
-}
-_TRUE = {"true", "yes", "y", "1", "t", "need", "needed", "required", "retrieval"}
-_FALSE = {"false", "no", "n", "0", "f", "none", "not needed", "no retrieval", ""}
+_ID = ("id", "sgid", "interactionid", "qid", "questionid", "queryid", "sampleid", "uid")
+_QUESTION = ("question", "query", "userquestion", "prompt")
+_GT = ("groundtruth", "gt", "goldanswer", "referenceanswer", "groundtruthanswer", "gtanswer", "goldenanswer")
+_PRED = ("prediction", "response", "modelanswer", "finalanswer", "agentanswer", "predictedanswer", "output",
+         "superlensanswer")
+_LABELS = {"category": "category", "categories": "category", "querycategory": "category", "domain": "domain",
+           "difficulty": "difficulty", "dynamism": "dynamism", "imagequality": "image_quality", "glasses": "glasses",
+           "device": "glasses", "location": "location", "useimage": "use_image", "imageid": "image_id", "image": "image",
+           "numhops": "hops", "hopcount": "hops", "numberofhops": "hops"}
+_NEED = ("needretrieval", "needsretrieval", "needsearch", "needssearch", "retrievalneeded", "requiresretrieval",
+         "needrag", "rag", "decision", "retrievaldecision", "retrievaldemand", "ragdecision")
+_TOOLS = ("tooldecision", "tooldecisions", "tools", "toolsused", "toolsequence", "toolchain", "tooluse",
+          "informationseeking")
+_OBJECT = ("detectedobject", "object", "objectdetection", "targetobject", "objectofinterest", "detection",
+           "entityobject")
+_HOPS = ("hops", "subquestions", "searchlog", "searchlogs", "searchtrajectory", "searchtrajectories", "trajectory",
+         "searchsteps", "steps", "searchhistory", "hoplist")
+_ACCURACY = ("accuracy", "correct", "iscorrect", "judgement", "judgment", "verdict")
+_IGNORED = ("format", "source", "unmapped")  # written by our export; re-derived on reading
 
+_HOP_SUBQ = ("subquestion", "subquery", "subq", "question", "text", "querytext")
+_HOP_TOOL = ("toolused", "tool", "toolname", "searchtool", "tooltype", "searchtype", "retrievaltools",
+             "retrievaltool", "tools", "type", "name")
+_HOP_KW = ("searchkeywords", "keywords", "keyword", "searchquery", "query", "searchterms", "q")
+_HOP_URL = ("searchurl", "url", "link", "sourceurl", "resulturl", "urls", "links")
+_HOP_SNIPPET = ("searchresultsnippet", "searchresult", "snippet", "resultsnippet", "result", "searchsnippet",
+                "content", "searchresults", "results", "evidence")
+_HOP_KEYS = (_HOP_SUBQ, _HOP_TOOL, _HOP_KW, _HOP_URL, _HOP_SNIPPET)
+_HOP_OWN_EXTRAS = ("steps", "error", "moretools")  # written by our export: kept without a report
+_HOP_N = re.compile(r"^hop(\d+)$")
+_LINE = re.compile(r"^\s*([^:]{1,60}?)\s*:\s*(.*?)\s*$")
 
-def _norm_key(k: Any) -> str:
-    return re.sub(r"[\s\-]+", "_", str(k).strip().lower())
-
-
-def _pick(d: dict[str, Any], names: tuple[str, ...]) -> tuple[bool, Any]:
-    for n in names:
-        if n in d:
-            return True, d[n]
-    return False, None
+_TRUE = {"true", "yes", "y", "1", "t", "need", "needed", "required", "needrag", "rag", "retrieval", "search",
+         "useretrieval", "needretrieval", "needsearch"}
+_FALSE = {"false", "no", "n", "0", "f", "none", "notneeded", "noretrieval", "norag", "noneedrag", "noneed",
+          "directanswer", "direct", "nosearch", "noneedsearch", "noneedretrieval", ""}
 
 
 def _text(v: Any) -> str:
@@ -239,23 +328,27 @@ def _bool(v: Any) -> bool | None:
     if isinstance(v, (int, float)):
         return bool(v)
     if isinstance(v, str):
-        s = v.strip().lower()
+        s = squash(v)
         if s in _TRUE:
             return True
         if s in _FALSE:
             return False
+    if isinstance(v, dict):
+        for k in ("accuracy", "correct", "value"):
+            if k in v:
+                return _bool(v[k])
     return None
 
 
 def _box(v: Any) -> list[float] | None:
-    """[x0, y0, x1, y1] from a list (xyxy; read as x, y, w, h when the second corner lies before the first) or
-    a dict with x0/y0/x1/y1, x1/y1/x2/y2, xmin/ymin/xmax/ymax or x/y/w(idth)/h(eight)."""
+    """[x0, y0, x1, y1] from a list (xyxy; x, y, w, h when the second corner lies before the first) or a dict with
+    x0/y0/x1/y1, x1/y1/x2/y2, xmin/ymin/xmax/ymax, left/top/right/bottom or x/y/w(idth)/h(eight)."""
     try:
         if isinstance(v, (list, tuple)) and len(v) == 4:
             x0, y0, a, b = (float(x) for x in v)
             return [x0, y0, a, b] if a >= x0 and b >= y0 else [x0, y0, x0 + a, y0 + b]
         if isinstance(v, dict):
-            d = {_norm_key(k): x for k, x in v.items()}
+            d = {squash(k): x for k, x in v.items()}
             for keys in (("x0", "y0", "x1", "y1"), ("x1", "y1", "x2", "y2"), ("xmin", "ymin", "xmax", "ymax"),
                          ("left", "top", "right", "bottom")):
                 if all(k in d for k in keys):
@@ -270,146 +363,351 @@ def _box(v: Any) -> list[float] | None:
 
 
 def _object(v: Any) -> SGObject | None:
-    if v is None or v == "" or v == {}:
+    if v is None or v == "" or v == {} or (isinstance(v, str) and squash(v) in _NO_TOOL):
         return None
     if isinstance(v, str):
         return SGObject(label=v.strip())
     if isinstance(v, dict):
-        d = {_norm_key(k): x for k, x in v.items()}
-        label = _text(_pick(d, ("label", "name", "object", "category", "class", "entity"))[1])
-        found, raw = _pick(d, ("box", "bbox", "bounding_box", "boundingbox", "region", "coordinates"))
-        box = _box(raw) if found else _box(d)
+        d = {squash(k): x for k, x in v.items()}
+        label = next((_text(d[k]) for k in ("label", "name", "object", "category", "class", "entity") if k in d), "")
+        raw = next((d[k] for k in ("box", "bbox", "boundingbox", "region", "coordinates") if k in d), None)
+        box = _box(raw) if raw is not None else _box(v)
         if not label and box is None:
             return None
-        extra = {k: x for k, x in d.items() if k in ("score", "method")}
+        extra = {k: d[k] for k in ("score", "method") if k in d}
         return SGObject(label=label, box=box, **extra)
     return None
 
 
-def _tools(v: Any) -> list[str]:
-    if v is None:
-        return []
+def _loads(v: Any) -> Any:
+    """A JSON-encoded string decoded; anything else as it is."""
+    if isinstance(v, str) and v.strip()[:1] in ("{", "["):
+        try:
+            return json.loads(v)
+        except json.JSONDecodeError:
+            return v
+    return v
+
+
+def _decisions(text: str) -> tuple[list[str], list[str]]:
+    """("Need Image Search, No need Text Search") -> (tools needed, tools declined)."""
+    need, declined = [], []
+    for part in re.split(r"\s*(?:,|;|\||->|→|\band\b|\n)\s*", text or ""):
+        s = part.strip().strip(".")
+        if not s:
+            continue
+        m = re.match(r"^(?:no\s+need(?:\s+(?:for|of|to use))?|not\s+needed:?|no|without|skip|don'?t\s+need)\s+(.+)$", s, re.I)
+        if m:
+            declined.append(sg_tool_name(m.group(1)))
+            continue
+        m = re.match(r"^(?:need(?:s)?(?:\s+(?:for|to use))?|use|uses|call|requires?)\s+(.+)$", s, re.I)
+        name = sg_tool_name(m.group(1) if m else s)
+        if name != NONE:
+            need.append(name)
+    return need, declined
+
+
+def tools_in(value: Any, found: list[tuple[str, dict[str, Any]]] | None = None,
+             notes: list[str] | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """The tools named in a `retrieval-tools`-like value, with the details given for each ({keywords, url, ...}).
+
+    None, "", "none", "null", "{}" and "[]" name no tool; a JSON string is decoded; a list names the tools of its
+    items; a dict is either one tool ({"tool": "Text Search", "keywords": ...}) or tool -> details
+    ({"Text Search": "falcon 9 maker"} or {"text_search": {"keywords": ...}}); a plain string is a tool name (or
+    a "Need X, No need Y" decision). A dict naming no known tool is reported and counted as an unnamed tool."""
+    found = [] if found is None else found
+    value = _loads(value)
+    if value is None or (isinstance(value, str) and squash(value) in _NO_TOOL) or value in ({}, []):
+        return found
+    if isinstance(value, (list, tuple)):
+        for x in value:
+            tools_in(x, found, notes)
+        return found
+    if isinstance(value, dict):
+        d = {squash(k): (k, x) for k, x in value.items()}
+        key = next((k for k in ("tool", "toolused", "toolname", "name", "type", "searchtool", "tooltype") if k in d), None)
+        if key is not None:
+            names = [n for n, _ in tools_in(d[key][1])]
+            details = {k: x for k, x in value.items() if squash(k) != key}
+            for n in names or []:
+                found.append((n, details))
+            return found
+        named = {k: x for k, x in value.items() if sg_tool_name(k) in SEARCH_TOOLS}
+        if named:
+            for k, x in named.items():
+                if _loads(x) in (None, False) or (isinstance(x, str) and squash(x) in _NO_TOOL):
+                    continue  # {"Image Search": "none"}: declined
+                details = x if isinstance(x, dict) else {"keywords": x} if isinstance(x, str) else {"value": x}
+                found.append((sg_tool_name(k), details))
+            return found
+        if notes is not None:
+            notes.append(f"retrieval tool without a known name: {json.dumps(value, ensure_ascii=False)[:120]}")
+        found.append(("Unnamed Tool", dict(value)))
+        return found
+    if isinstance(value, bool):
+        if value:
+            found.append(("Unnamed Tool", {}))
+        return found
+    need, _ = _decisions(str(value))
+    found += [(n, {}) for n in need]
+    return found
+
+
+def _pick(d: dict[str, tuple[str, Any]], names: tuple[str, ...], used: set[str]) -> tuple[bool, Any]:
+    for n in names:
+        if n in d and n not in used:
+            used.add(n)
+            return True, d[n][1]
+    return False, None
+
+
+def _hop_from(v: Any, question: str, where: str, problems: list[str] | None, unmapped: list[str],
+              name: str = "hop") -> SGHop | None:
+    """One hop from a dict in any layout, or from a plain string (a sub-question without a tool)."""
+    v = _loads(v)
     if isinstance(v, str):
-        items: Iterable[Any] = [x for x in re.split(r"\s*(?:,|;|->|→|\|)\s*", v) if x.strip()]
-    elif isinstance(v, (list, tuple)):
-        items = v
-    else:
-        return []
-    out = []
-    for x in items:
-        if isinstance(x, dict):
-            x = _pick({_norm_key(k): y for k, y in x.items()}, ("tool", "tool_used", "name", "tool_name"))[1]
-        name = _text(x)
-        if name and _squash(name) not in ("none", "noretrieval", "noneed"):
-            out.append(sg_tool_name(name))
+        return SGHop(sub_question=v.strip()) if v.strip() else None
+    if not isinstance(v, dict):
+        return None
+    d = {squash(k): (k, x) for k, x in v.items()}
+    used: set[str] = set()
+    got = [_pick(d, names, used) for names in _HOP_KEYS]
+    (has_q, q), (has_t, tool), (_, kw), (_, url), (_, snip) = got
+    if not any(found for found, _ in got):
+        return None
+    notes: list[str] = []
+    tools = tools_in(tool, notes=notes) if has_t else []
+    for n in notes:
+        _problem(problems, f"{where}: {n}")
+    tool_name, details = tools[0] if tools else (NONE, {})
+    dd = {squash(k): x for k, x in details.items()} if isinstance(details, dict) else {}
+    kw = kw if kw is not None else next((dd[k] for k in _HOP_KW if k in dd), None)
+    url = url if url is not None else next((dd[k] for k in _HOP_URL if k in dd), None)
+    snip = snip if snip is not None else next((dd[k] for k in _HOP_SNIPPET if k in dd), None)
+    if isinstance(snip, (list, tuple)) and snip and isinstance(snip[0], dict):
+        first = {squash(k): x for k, x in snip[0].items()}
+        url = url or first.get("url") or first.get("link")
+        snip = next((first[k] for k in ("snippet", "text", "content", "title") if k in first), None)
+    if isinstance(url, (list, tuple)):
+        url = url[0] if url else None
+    extra: dict[str, Any] = {}
+    for k, (orig, x) in d.items():
+        if k not in used:
+            extra[orig] = x
+            if k not in _HOP_OWN_EXTRAS:
+                unmapped.append(f"{name}.{orig}")
+    if len(tools) > 1:
+        extra["more_tools"] = [n for n, _ in tools[1:]]
+        _problem(problems, f"{where}: names {len(tools)} tools ({', '.join(n for n, _ in tools)}); a SuperGlasses "
+                           "hop has one: the first is `Tool used`, the others are kept under more_tools")
+    snippet = _text(snip) or None
+    return SGHop(sub_question=_text(q) if has_q and _text(q) else question, tool_used=tool_name,
+                 search_keywords=_text(kw) or None, search_url=_text(url) or None,
+                 search_result_snippet=snippet, **extra)
+
+
+def _key_lines(text: str) -> dict[str, Any]:
+    """ "Decision: Need RAG\\nObject Detection: Car" -> {"Decision": "Need RAG", "Object Detection": "Car"}."""
+    out: dict[str, Any] = {}
+    for line in text.splitlines():
+        m = _LINE.match(line)
+        if m:
+            out[m.group(1)] = m.group(2)
     return out
 
 
-def _hop_from(v: Any, question: str) -> SGHop | None:
-    if not isinstance(v, dict):
-        return None
-    d = {_norm_key(k): x for k, x in v.items()}
-    vals = {f: _pick(d, names) for f, names in _HOP_KEYS.items()}
-    if not any(found for found, _ in vals.values()):
-        return None
-    kw = vals["search_keywords"][1]
-    url = vals["search_url"][1]
-    if isinstance(url, (list, tuple)):
-        url = url[0] if url else None
-    snip = vals["search_result_snippet"][1]
-    if isinstance(snip, (list, tuple)) and snip and isinstance(snip[0], dict):
-        first = {_norm_key(k): x for k, x in snip[0].items()}
-        url = url or _pick(first, ("url", "link"))[1]
-        snip = _pick(first, ("snippet", "text", "content", "title"))[1]
-    known = {n for names in _HOP_KEYS.values() for n in names}
-    extra = {k: x for k, x in d.items() if k not in known and k.isidentifier()}
-    return SGHop(sub_question=_text(vals["sub_question"][1]) or question,
-                 tool_used=sg_tool_name(_text(vals["tool_used"][1])),
-                 search_keywords=_text(kw) or None, search_url=_text(url) or None,
-                 search_result_snippet=_text(snip), **extra)
+def _layout(d: dict[str, tuple[str, Any]]) -> Layout:
+    if d.get("format", (None, None))[1] == FORMAT:
+        return "export"
+    if "subquestions" in d or "useimage" in d or isinstance(d.get("hops", (None, None))[1], int):
+        return "hf"
+    if any(_HOP_N.match(k) for k in d):
+        return "hop-n"
+    if {"decision", "tooldecision", "objectdetection"} & set(d):
+        return "superlens"
+    if {"subquestion", "toolused"} & set(d) or any(isinstance(x, list) and x and isinstance(x[0], dict) and
+                                                    {"subquestion", "toolused"} & {squash(k) for k in x[0]}
+                                                    for _, x in d.values()):
+        return "paper"
+    return "other"
 
 
 def parse_log(entry: Any, where: str = "entry", problems: list[str] | None = None) -> SGLog | None:
-    """One annotated log entry -> SGLog, or None (reported) when it cannot be read."""
+    """One log entry in any known layout -> SGLog, or None (reported) when it cannot be read.
+
+    Every key is mapped or kept under `extra` and named in `unmapped` (and in `problems`). `answer` is read as the
+    ground truth in annotation layouts (HF rows, the paper's, "Hop N") and as the model's answer in SuperLens
+    logs, or when a ground-truth key is also present."""
+    if isinstance(entry, str):
+        entry = _key_lines(entry)
+    if isinstance(entry, dict) and entry.get("format") == FORMAT:
+        try:
+            return SGLog.model_validate(entry)  # our own export: lossless
+        except ValidationError as e:
+            _problem(problems, f"{where}: marked {FORMAT} but not valid ({e.errors()[0].get('msg')}); read tolerantly")
     if not isinstance(entry, dict):
         _problem(problems, f"{where}: not a JSON object ({type(entry).__name__})")
         return None
-    d = {_norm_key(k): v for k, v in entry.items()}
-    got = {f: _pick(d, names) for f, names in _LOG_KEYS.items()}
-    iid = _text(got["interaction_id"][1])
+    d = {squash(k): (k, v) for k, v in entry.items()}
+    layout = _layout(d)
+    used: set[str] = set(k for k in _IGNORED if k in d)
+    iid = _text(_pick(d, _ID, used)[1])
     if not iid:
-        _problem(problems, f"{where}: no interaction_id")
+        _problem(problems, f"{where}: no id")
         return None
-    question = _text(got["question"][1])
+    where = f"{where} ({iid})"
+    question = _text(_pick(d, _QUESTION, used)[1])
+    has_gt, gt = _pick(d, _GT, used)
+    has_pred, pred = _pick(d, _PRED, used)
+    if "answer" in d:
+        used.add("answer")
+        if not has_gt and layout != "superlens":
+            has_gt, gt = True, d["answer"][1]
+        elif not has_pred:
+            has_pred, pred = True, d["answer"][1]
+        else:
+            used.discard("answer")
+    has_acc, acc = _pick(d, _ACCURACY, used)
+    labels: dict[str, Any] = {}
+    if "labels" in d and isinstance(d["labels"][1], dict):
+        used.add("labels")
+        labels.update(d["labels"][1])
+    for k, name in _LABELS.items():
+        if k in d and k not in used:
+            used.add(k)
+            labels[name] = d[k][1]
+    if isinstance(labels.get("category"), str):
+        labels["category"] = [labels["category"]]
+
+    # hops: a list (HF `sub_questions`, the paper's, ours), "Hop N" keys, or one hop's fields on the entry itself
     hops: list[SGHop] = []
-    raw_hops = got["hops"][1]
-    if isinstance(raw_hops, dict):
-        raw_hops = [raw_hops]
-    if got["hops"][0] and raw_hops is not None and not isinstance(raw_hops, list):
-        _problem(problems, f"{where} ({iid}): hops is a {type(raw_hops).__name__}, not a list; ignored")
+    unmapped: list[str] = []
+    unreadable: list[Any] = []
+    raw_hops: list[Any] | None = None
+    for k in _HOPS:
+        if k not in d or k in used:
+            continue
+        val = _loads(d[k][1])
+        if k == "hops" and (isinstance(val, int) or (isinstance(val, str) and val.strip().isdigit())):
+            used.add(k)
+            labels["hops"] = int(val)  # the annotated hop count, not a list
+        elif isinstance(val, (list, dict)) or val is None:
+            used.add(k)
+            raw_hops = [val] if isinstance(val, dict) else (val or [])
+            break
+        else:
+            _problem(problems, f"{where}: {d[k][0]} is a {type(val).__name__}, not a list of hops")
+    numbered = sorted(((int(m.group(1)), k) for k in d if (m := _HOP_N.match(k))), key=lambda x: x[0])
+    if raw_hops is None and numbered:
         raw_hops = []
+        for _, k in numbered:
+            used.add(k)
+            raw_hops.append(d[k][1])
     for i, h in enumerate(raw_hops or []):
-        hop = _hop_from(h, question)
+        hop = _hop_from(h, question, f"{where} hop {i + 1}", problems, unmapped, f"hop {i + 1}")
         if hop is None:
-            _problem(problems, f"{where} ({iid}): hop {i} unreadable; skipped")
+            _problem(problems, f"{where}: hop {i + 1} unreadable ({type(h).__name__}); kept under extra.unreadable_hops")
+            unreadable.append(h)
         else:
             hops.append(hop)
-    if not hops:  # some logs keep one hop's fields flat on the entry itself
-        flat = {k: v for k, v in d.items() if k in ("tool_used", "search_keywords", "search_url", "search_result_snippet")}
-        if flat:
-            hop = _hop_from({**flat, "sub_question": d.get("sub_question") or question}, question)
-            if hop is not None:
-                hops.append(hop)
-    need = _bool(got["need_retrieval"][1]) if got["need_retrieval"][0] else None
-    if need is None:
-        if got["need_retrieval"][0] and got["need_retrieval"][1] is not None:
-            _problem(problems, f"{where} ({iid}): need_retrieval {got['need_retrieval'][1]!r} unreadable; taken from hops")
-        need = bool(hops)
-    tools = _tools(got["tool_decision"][1])
-    if not tools:
-        tools = [h.tool_used for h in hops if h.tool_used]
-    known = {n for names in _LOG_KEYS.values() for n in names}
-    extra = {k: v for k, v in d.items() if k not in known and k not in SGLog.model_fields and k not in _HOP_KEYS
-             and k.isidentifier()}
-    try:
-        return SGLog(interaction_id=iid, session_id=_text(got["session_id"][1]), question=question,
-                     detected_object=_object(got["detected_object"][1]), need_retrieval=need, tool_decision=tools,
-                     hops=hops, answer=_text(got["answer"][1]), **extra)
-    except ValidationError as e:  # pragma: no cover - every field above is already coerced
-        _problem(problems, f"{where} ({iid}): {e.errors()[0].get('msg', e)}")
-        return None
+    flat_keys = [k for names in _HOP_KEYS[1:] for k in names if k in d and k not in used and k not in _TOOLS]
+    if not hops and flat_keys:  # the paper's layout with one hop's fields on the entry itself
+        flat = {d[k][0]: d[k][1] for k in flat_keys}
+        for k in ("subquestion", "subquery"):
+            if k in d:
+                flat[d[k][0]] = d[k][1]
+                used.add(k)
+        hop = _hop_from(flat, question, f"{where} hop 1", problems, [])
+        if hop is not None:
+            hops.append(hop)
+            used.update(flat_keys)
+
+    # decisions
+    has_tools, tools_raw = _pick(d, _TOOLS, used)
+    decided: list[str] = []
+    declined: list[str] = []
+    if has_tools:
+        if isinstance(tools_raw, str):
+            decided, declined = _decisions(tools_raw)
+        else:
+            decided = [n for n, _ in tools_in(tools_raw)]
+    has_need, need_raw = _pick(d, _NEED, used)
+    need = _bool(need_raw) if has_need else None
+    if has_need and need is None and need_raw is not None:
+        _problem(problems, f"{where}: need_retrieval {need_raw!r} unreadable; taken from the tools")
+    has_obj, obj_raw = _pick(d, _OBJECT, used)
+
+    hop_tools = [h.tool_used for h in hops if h.uses_tool]
+    decision: list[str] = []
+    for t in [*decided, *hop_tools]:
+        if t != NONE and t not in decision and t not in declined:
+            decision.append(t)
+    if need is None and (has_tools or raw_hops is not None or numbered or hops):
+        need = bool(decision)
+    hop_count = labels.get("hops")
+    if isinstance(hop_count, int) and hops and hop_count != len(hops):
+        _problem(problems, f"{where}: hops = {hop_count} but {len(hops)} sub-question(s) are given")
+
+    extra = {}
+    if "extra" in d and isinstance(d["extra"][1], dict) and "extra" not in used:
+        used.add("extra")
+        extra.update(d["extra"][1])
+    for k, (orig, v) in d.items():
+        if k not in used:
+            extra[orig] = v
+            unmapped.append(orig)
+    if unreadable:
+        extra["unreadable_hops"] = unreadable
+    for u in unmapped:
+        hop, dot, key = u.partition(".")
+        _problem(problems, f"{where}: {hop} key {key!r} not mapped; kept in the hop" if dot and hop.startswith("hop ")
+                 else f"{where}: key {u!r} not mapped; kept under extra")
+    return SGLog(id=iid, question=question, ground_truth=_text(gt) if has_gt and gt is not None else None,
+                 answer=_text(pred) if has_pred and pred is not None else None,
+                 accuracy=_bool(acc) if has_acc else None, labels=labels, need_retrieval=need, tool_decision=decision,
+                 detected_object=_object(obj_raw) if has_obj else None, hops=hops, source=layout, extra=extra,
+                 unmapped=unmapped)
 
 
 def _problem(problems: list[str] | None, msg: str) -> None:
-    log.warning("superglasses: %s", msg)
+    log.info("superglasses: %s", msg)
     if problems is not None:
         problems.append(msg)
 
 
 def _entries(path: Path, problems: list[str] | None) -> list[tuple[str, Any]]:
+    if path.suffix.lower() == ".parquet":  # the dataset's queries file; picture bytes are not log data
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        schema = pq.read_schema(path)
+        cols = [f.name for f in schema if not (f.name == "image" and not pa.types.is_string(f.type))]
+        return [(f"row {i}", r) for i, r in enumerate(pq.read_table(path, columns=cols).to_pylist())]
     text = path.read_text(encoding="utf-8-sig")
     try:
         data = json.loads(text)
     except json.JSONDecodeError:
-        data = None
-        rows = []
+        rows, bad = [], []
         for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
             try:
                 rows.append((f"line {n}", json.loads(line)))
             except json.JSONDecodeError as e:
-                _problem(problems, f"line {n}: bad JSON ({e.msg})")
+                bad.append(f"line {n}: bad JSON ({e.msg})")
+        if not rows and text.strip():  # a plain-text SuperLens log: "Key: value" lines, blank line between entries
+            return [(f"block {i}", _key_lines(b)) for i, b in enumerate(re.split(r"\n\s*\n", text)) if b.strip()]
+        for msg in bad:
+            _problem(problems, msg)
         return rows
     if isinstance(data, dict):
-        for key in ("logs", "data", "items", "records", "samples", "results"):
+        for key in ("logs", "data", "items", "records", "samples", "results", "rows"):
             if isinstance(data.get(key), list):
                 data = data[key]
                 break
         else:
-            if not any(_norm_key(k) in _LOG_KEYS["interaction_id"] for k in data) and all(isinstance(v, dict) for v in data.values()):
-                # {interaction_id: entry, ...}
-                return [(f"key {k!r}", {"interaction_id": k, **v}) for k, v in data.items()]
+            if not any(squash(k) in _ID for k in data) and data and all(isinstance(v, dict) for v in data.values()):
+                return [(f"key {k!r}", {"id": k, **v}) for k, v in data.items()]  # {id: entry, ...}
             data = [data]
     if not isinstance(data, list):
         _problem(problems, f"{path.name}: top level is a {type(data).__name__}, not a list of logs")
@@ -418,13 +716,12 @@ def _entries(path: Path, problems: list[str] | None) -> list[tuple[str, Any]]:
 
 
 def import_logs(path: str | Path, problems: list[str] | None = None) -> list[SGLog]:
-    """Read annotated SuperGlasses-style logs: a JSON list (or {"logs": [...]}, or one object) or JSON lines.
-
-    Key spellings vary (tool/tool_used, keywords/search_keywords, url/search_url, snippet/search_result_snippet,
-    subquestion/sub_question, ...; case, spaces and hyphens are ignored). Entries that cannot be read are
-    reported (logged, and appended to `problems` when given) and skipped; a missing file raises FileNotFoundError.
-    """
+    """Read logs in any known layout from a JSON list (or {"logs": [...]}, or one object), JSON lines, a text file
+    of "Key: value" blocks, or a SuperGlasses queries parquet file. Entries that cannot be read and keys that
+    cannot be mapped are reported (appended to `problems`); a missing file raises FileNotFoundError."""
     path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no log file at {path}")
     out = []
     for where, entry in _entries(path, problems):
         lg = parse_log(entry, where, problems)
@@ -439,7 +736,7 @@ def main(argv: list[str] | None = None) -> int:
     ex = sub.add_parser("export", help="write a run's traces as SuperGlasses logs")
     ex.add_argument("--run", required=True, help="run folder, e.g. traces/runs/<run_id>")
     ex.add_argument("--out", required=True, help="output file: .json (a list) or .jsonl")
-    chk = sub.add_parser("check", help="read annotated logs and report what could not be read")
+    chk = sub.add_parser("check", help="read logs or annotations and report everything that could not be mapped")
     chk.add_argument("path")
     args = ap.parse_args(argv)
     problems: list[str] = []
@@ -449,13 +746,21 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {len(logs)} logs to {args.out}" + (f" ({len(problems)} files skipped)" if problems else ""))
         else:
             logs = import_logs(args.path, problems)
-            print(f"read {len(logs)} logs from {args.path}; {len(problems)} problems")
+            layouts = ", ".join(f"{k} {v}" for k, v in sorted(_count(lg.source for lg in logs).items()))
+            print(f"read {len(logs)} logs from {args.path} ({layouts or 'none'}); {len(problems)} problem(s)")
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     for p in problems:
-        print(f"  skipped: {p}", file=sys.stderr)
-    return 0
+        print(f"  {p}", file=sys.stderr)
+    return 0 if args.cmd == "export" or not problems else 1
+
+
+def _count(items: Iterable[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for x in items:
+        out[x] = out.get(x, 0) + 1
+    return out
 
 
 if __name__ == "__main__":

@@ -1,0 +1,38 @@
+from typing import Annotated
+
+from pydantic import Field
+
+from tools.base import Hit, ToolContext, ToolOutput
+from tools.google_search import rank_score
+from tools.registry import tool
+
+
+@tool(profiles={"superglasses"}, tags={"finds_entity"}, writes={"evidence"})
+def google_lens(ctx: ToolContext, use_crop: bool = True, refine: str = "",
+                k: Annotated[int, Field(ge=1, le=20)] = 5) -> ToolOutput:
+    """Reverse image search on the open web (Google Lens, through a SerpApi-compatible API): names the pictured entity and finds pages showing it.
+
+    Args:
+        use_crop: search with the detected object crop when there is one, else the whole photo
+        refine: optional words that narrow the image search (Google Lens `q`)
+        k: how many visual matches
+    """
+    from crag.open_web import get_open_web
+
+    if ctx.image is None:
+        raise ValueError("this turn has no usable image to search with")
+    image = ctx.focus_image() if use_crop else ctx.image
+    refine = " ".join(refine.split())[:256]
+    results, cached = get_open_web().lens_search(image, k=k, refine=refine)
+    hits = []
+    for r in results:
+        if r.get("kind") == "entity":  # Google's knowledge-graph entity for the image
+            hits.append(Hit(source="image_kg", score=rank_score(0), url=r.get("url"), entity_name=r.get("title"),
+                            attributes={"description": r["snippet"]} if r.get("snippet") else None,
+                            snippet=r.get("snippet") or ""))
+        else:
+            hits.append(Hit(source="web", score=rank_score(r.get("position") or 0), url=r.get("url"),
+                            title=r.get("title"), snippet=" - ".join(x for x in (r.get("title"), r.get("source")) if x)))
+    summary = "; ".join(h.entity_name or h.title or "" for h in hits) or "no visual match"
+    return ToolOutput(summary=summary, update={"evidence": hits}, keywords=refine or None,
+                      method="serpapi:google_lens" + (" (cached)" if cached else ""))
