@@ -193,7 +193,9 @@ def test_a_damaged_embedding_cache_is_rebuilt_not_trusted(tmp_path):
     for p in caches:  # a cache of the wrong shape, as an old or foreign build would leave
         np.save(p, np.ones((3, 7), dtype=np.float32))
     again = LocalSearchIndex(idx).warm_up()
-    assert again.web_search("falcon 9 engines", k=3) == want
+    got = again.web_search("falcon 9 engines", k=3)
+    assert [r["page_url"] for r in got] == [r["page_url"] for r in want]
+    assert [r["score"] for r in got] == pytest.approx([r["score"] for r in want], abs=1e-5)
     assert all(np.load(p).shape[0] > 3 for p in caches)  # repaired on disk
 
 
