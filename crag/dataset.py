@@ -177,9 +177,13 @@ def _parquet_source(files: list[Path]) -> RowSource:
     num_rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
 
     def batches() -> Iterator[list[dict[str, Any]]]:
+        # one row group at a time (pyarrow's iter_batches keeps pre-buffered pages around: ~one image per row read)
         for f in files:
-            for b in pq.ParquetFile(f).iter_batches(batch_size=16):
-                yield b.to_pylist()
+            pf = pq.ParquetFile(f)
+            for g in range(pf.num_row_groups):
+                group = pf.read_row_group(g)
+                for start in range(0, group.num_rows, 16):
+                    yield group.slice(start, 16).to_pylist()
 
     return RowSource(features, num_rows, batches)
 

@@ -31,7 +31,7 @@ class _Embedder:
 
     name: str
     dim: int
-    cache_size = 4096
+    cache_size = 1024
 
     def __init__(self) -> None:
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
