@@ -31,6 +31,7 @@ import importlib
 import json
 import select
 import socket
+import sys
 import threading
 import time
 from collections import deque
@@ -41,6 +42,11 @@ from typing import Any, Callable, Iterable
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 512  # many clients connect at once in benchmarks
+
+    def handle_error(self, request, client_address) -> None:
+        if isinstance(sys.exc_info()[1], OSError):  # a client that went away: expected, not worth a traceback
+            return
+        super().handle_error(request, client_address)
 
 
 class FakeOpenAIServer:
