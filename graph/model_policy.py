@@ -278,6 +278,12 @@ class ModelPolicy:
         self.templates = {n: load_prompt(n, prompts_dir) for n in
                           ("vlm_system", "vlm_decide", "vlm_answer", "vlm_selfcheck_consistency", "vlm_cove")}
 
+    def warm_up(self) -> None:
+        """Let an in-process backend initialise before the first turn (build_agent calls this)."""
+        warm = getattr(self.backend, "warm_up", None)
+        if callable(warm):
+            warm()
+
     @property
     def sees_images(self) -> bool:
         return bool(getattr(self.backend, "supports_images", True))

@@ -51,6 +51,9 @@ class ModelConfig(BaseModel):
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     max_tokens: int = Field(512, ge=1)
     text_only: bool = Field(False, description="Never send the image; prompts say the model cannot see it.")
+    system_role: bool = Field(True, description="False: the system text is sent at the start of the first user "
+                              "message, for chat formats without a system role (llama-cpp-python's gemma drops "
+                              "system messages).")
     image_max_side: int = Field(1024, ge=64, description="Longest side of the image sent to the model, in pixels.")
     decision_mode: Literal["auto", "structured", "native_tools", "json_text"] = Field(
         "auto", description="How the next-step decision is constrained. auto: a JSON schema of the allowed tools "
@@ -157,7 +160,7 @@ def make_backend(cfg: ModelConfig, **opts: Any) -> ChatBackend:
                                        max_retries=cfg.max_retries, native_tools=cfg.native_tools is not False,
                                        response_format=cfg.response_format, stream=cfg.stream,
                                        pool_size=cfg.pool_size or pool_size_for(1), text_only=cfg.text_only,
-                                       chat_template=cfg.chat_template, **opts)
+                                       chat_template=cfg.chat_template, system_role=cfg.system_role, **opts)
     if not cfg.path:
         raise ValueError(f"the {cfg.backend} backend needs path")
     if cfg.backend == "transformers":

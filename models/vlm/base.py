@@ -217,17 +217,18 @@ def text_only_messages(messages: list[dict]) -> list[dict]:
 
 
 def system_into_user(messages: list[dict]) -> list[dict]:
-    """String messages with the system text moved to the start of the first user message, for chat formats
-    without a system role (llama-cpp-python's `gemma` drops system messages)."""
-    msgs = text_only_messages(messages)
-    system = "\n\n".join(m["content"] for m in msgs if m["role"] == "system")
-    rest = [m for m in msgs if m["role"] != "system"]
+    """The system text moved to the start of the first user message, for chat formats without a system role
+    (llama-cpp-python's `gemma` drops system messages)."""
+    system = "\n\n".join(message_text(m.get("content")) for m in messages if m.get("role") == "system")
+    rest = [dict(m) for m in messages if m.get("role") != "system"]
     if system:
-        first = next((i for i, m in enumerate(rest) if m["role"] == "user"), None)
+        first = next((i for i, m in enumerate(rest) if m.get("role") == "user"), None)
         if first is None:
             rest.insert(0, {"role": "user", "content": system})
+        elif isinstance(rest[first].get("content"), list):
+            rest[first]["content"] = [{"type": "text", "text": system}, *rest[first]["content"]]
         else:
-            rest[first] = {"role": "user", "content": f"{system}\n\n{rest[first]['content']}"}
+            rest[first]["content"] = f"{system}\n\n{rest[first].get('content') or ''}"
     return rest
 
 

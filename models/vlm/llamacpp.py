@@ -56,7 +56,12 @@ class LlamaCppBackend:
                                                         bos_token=bos).to_chat_handler()
 
     def _messages(self, messages: list[dict]) -> list[dict]:
-        return system_into_user(messages) if self.chat_format in _NO_SYSTEM_ROLE else text_only_messages(messages)
+        if self.chat_format in _NO_SYSTEM_ROLE:
+            messages = system_into_user(messages)
+        return text_only_messages(messages)
+
+    def warm_up(self) -> None:
+        self.complete([{"role": "user", "content": "Hello"}], max_tokens=1)
 
     def _acquire(self, scope) -> None:
         while not self._lock.acquire(timeout=0.05):

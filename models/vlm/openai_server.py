@@ -10,7 +10,7 @@ import httpx
 
 from models.openai_client import BackendError, OpenAIClient, RequestCancelled
 from models.vlm.base import (ChatReply, ChatToolCall, ReplyCancelled, Usage, load_chat_template, parse_arguments,
-                             text_only_messages)
+                             system_into_user, text_only_messages)
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,8 @@ class OpenAICompatibleBackend:
     def __init__(self, base_url: str | Sequence[str], model: str | None = None, api_key: str | None = None,
                  timeout_s: float = 120.0, max_retries: int = 3, retry_wait_s: float = 0.5, native_tools: bool = True,
                  response_format: str = "json_schema", stream: bool = True, pool_size: int = 16,
-                 text_only: bool = False, chat_template: str | None = None, extra_body: dict[str, Any] | None = None,
+                 text_only: bool = False, chat_template: str | None = None, system_role: bool = True,
+                 extra_body: dict[str, Any] | None = None,
                  transport: httpx.AsyncBaseTransport | None = None):
         if response_format not in ("json_schema", "json_object"):
             raise ValueError(f"response_format must be json_schema or json_object, not {response_format!r}")
@@ -55,6 +56,7 @@ class OpenAICompatibleBackend:
         self.supports_structured = True
         self.supports_images = not text_only
         self.text_only = text_only
+        self.system_role = system_role
         self.stream = stream
         self.response_format = response_format
         self.extra_body = dict(extra_body or {})
@@ -81,6 +83,8 @@ class OpenAICompatibleBackend:
 
     def complete(self, messages: list[dict], tools: list[dict] | None = None, max_tokens: int = 512,
                  temperature: float = 0.0, response_schema: dict | None = None) -> ChatReply:
+        if not self.system_role:
+            messages = system_into_user(messages)
         if self.text_only:
             messages = text_only_messages(messages)
         t0 = time.perf_counter()

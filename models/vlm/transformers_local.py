@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import json
 import logging
 import os
 import shutil
@@ -39,13 +40,12 @@ log = logging.getLogger(__name__)
 # processors that want one list of images per prompt (a nested list) rather than a flat list
 _NESTED_IMAGES = {"idefics", "idefics2", "idefics3", "smolvlm", "mllama"}
 GGUF_CACHE = Path("~/.cache/glasses-rag/gguf")
+CONVERSION = "v2"  # part of the cache key: bump when the conversion changes (v2: Gemma tokenizer repaired)
 
 
-def _resolve_dtype(dtype: Any, device: str, default: Any = None):
+def _resolve_dtype(dtype: Any, device: str):
     import torch
 
-    if dtype is None:
-        dtype = default
     if dtype is None or dtype == "auto":
         return torch.float32 if device == "cpu" else "auto"
     if isinstance(dtype, str):
@@ -81,7 +81,8 @@ def converted_gguf(path: str | Path, cache_dir: str | Path | None = None) -> Pat
     if not src.is_file():
         raise FileNotFoundError(f"GGUF file not found: {src}")
     cache = Path(cache_dir or os.environ.get("GLASSES_GGUF_CACHE") or GGUF_CACHE).expanduser()
-    out = cache / file_sha256(src)[:16]
+    digest = file_sha256(src)
+    out = cache / f"{digest[:16]}-{CONVERSION}"
     if (out / "config.json").is_file():
         return out
     cache.mkdir(parents=True, exist_ok=True)
@@ -92,14 +93,44 @@ def converted_gguf(path: str | Path, cache_dir: str | Path | None = None) -> Pat
         model = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, dtype=torch.bfloat16)
     except ImportError as e:
         raise ImportError(f"loading a GGUF file with transformers needs the gguf and accelerate packages: {e}") from e
+    if model.config.model_type.startswith("gemma"):
+        repair_gemma_tokenizer(tok, src)
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
-    (tmp / "SOURCE.txt").write_text(f"converted from {src} (sha256 {file_sha256(src)})\n")
+    (tmp / "SOURCE.txt").write_text(f"converted from {src} (sha256 {digest}, conversion {CONVERSION})\n")
     try:
         os.rename(tmp, out)  # atomic: a concurrent conversion of the same file keeps the first one
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def repair_gemma_tokenizer(tok: Any, gguf_path: Path) -> None:
+    """Rebuild a Gemma tokenizer that transformers converted from GGUF the way sentencepiece tokenizes.
+
+    transformers (4.5x) makes it a Unigram model over what is a BPE vocabulary (the scores are merge ranks), so
+    text is cut into odd pieces ("▁a re ▁t he"); it registers none of the control tokens, so `<start_of_turn>` in a
+    chat template is not one token; and it renames the byte token <0x09> to a second "\t". Here, from the GGUF's
+    own vocabulary: BPE with merges ordered by the scores (as transformers' sentencepiece converter does), byte
+    fallback, and the control and user-defined tokens added as such."""
+    from gguf import GGUFReader
+    from tokenizers import AddedToken
+    from tokenizers.models import BPE
+    from transformers.convert_slow_tokenizer import generate_merges
+
+    fields = GGUFReader(gguf_path).fields
+    pieces = fields["tokenizer.ggml.tokens"].contents()
+    scores = fields["tokenizer.ggml.scores"].contents()
+    types = fields["tokenizer.ggml.token_type"].contents()  # 3: control, 4: user-defined, 6: byte
+    pieces = ["▁" * len(p) if p and not p.strip(" ") else p for p in pieces]  # runs of spaces, as the normalizer sees them
+    vocab: dict[str, int] = {}
+    for i, piece in enumerate(pieces):
+        vocab.setdefault(piece, i)
+    backend = tok.backend_tokenizer
+    backend.model = BPE(vocab, generate_merges(vocab, list(zip(pieces, scores))), unk_token=tok.unk_token or "<unk>",
+                        fuse_unk=True, byte_fallback=True)
+    backend.add_special_tokens([AddedToken(p, normalized=False, special=True) for p, t in zip(pieces, types) if t == 3])
+    backend.add_tokens([AddedToken(p, normalized=False, special=False) for p, t in zip(pieces, types) if t == 4])
 
 
 class _Interrupted(Exception):
@@ -117,11 +148,9 @@ class TransformersVLMBackend:
         from transformers import AutoConfig
 
         p = Path(path).expanduser()
-        default_dtype = None
         if p.is_file() and p.suffix.lower() == ".gguf":
             self.source = p
             p = converted_gguf(p, cache_dir)
-            default_dtype = "bfloat16"  # dequantised from a few bits per weight: fp32 buys nothing, costs 2x
         elif not p.is_dir():
             raise FileNotFoundError(f"model folder not found: {p} (give a local folder or a .gguf file; nothing is "
                                     "downloaded)")
@@ -140,7 +169,7 @@ class TransformersVLMBackend:
         self.model_type = self.config.model_type
         self.is_vision = is_vision_config(self.config)
         self.supports_images = self.is_vision and not text_only
-        torch_dtype = _resolve_dtype(dtype, device, default_dtype)
+        torch_dtype = _resolve_dtype(dtype, device)
         if self.is_vision:
             from transformers import AutoModelForImageTextToText, AutoProcessor
 
@@ -226,6 +255,11 @@ class TransformersVLMBackend:
                                                   return_tensors="pt", return_dict=True, **self._template_kw())
 
     # ---- ChatBackend ------------------------------------------------------------------------
+
+    def warm_up(self) -> None:
+        """One tiny generation: the first one in a process pays kernel initialisation (seconds on a CPU), which
+        must not come out of the first turn's budget."""
+        self.complete([{"role": "user", "content": "Hello"}], max_tokens=1)
 
     def _acquire(self, scope) -> None:
         """The model's lock, given up (as a cancellation) when the turn ends while waiting for it."""
