@@ -166,8 +166,20 @@ _TEXT = {"type": "string"}
 _FLAG = {"type": "boolean"}
 
 
+_SCHEMAS: dict[tuple, dict[str, Any]] = {}
+
+
 def decision_schema(tools: list[ToolSpec]) -> dict[str, Any]:
-    """The JSON schema of a next-step decision: a call of one of `tools` with arguments valid for it, or answer."""
+    """The JSON schema of a next-step decision: a call of one of `tools` with arguments valid for it, or answer.
+    Built once per set of tools (a turn asks for it at every step)."""
+    key = tuple((t.name, id(t.json_schema)) for t in tools)
+    cached = _SCHEMAS.get(key)
+    if cached is None:
+        cached = _SCHEMAS[key] = _decision_schema(tools)
+    return cached
+
+
+def _decision_schema(tools: list[ToolSpec]) -> dict[str, Any]:
     options = []
     for t in tools:
         params = t.json_schema["function"]["parameters"]

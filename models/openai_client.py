@@ -4,11 +4,12 @@ Used by the model backend (models/vlm/openai_server.py), the LLM judges (crag.sc
 and anything else that talks to such a server. Retries with tenacity (exponential backoff) on connection
 errors, timeouts, 429 and 5xx; any other 4xx is a `BackendError` at once, with the server's message.
 
-Requests run on one asyncio event loop in a daemon thread (httpx.AsyncClient), whatever thread asks. That is
-what makes cancellation real: when the caller's `models.calls` scope is cancelled (its turn ended), the request's
-task is cancelled and httpx closes the connection, so vLLM and llama.cpp servers stop generating (vLLM aborts
-on disconnect for streamed and non-streamed requests; llama-cpp-python's server only for streamed ones, hence
-`chat(..., stream=True)`, which assembles the SSE chunks into an ordinary completion).
+Requests run on one asyncio event loop in a daemon thread (aiohttp, whose client costs a fraction of the CPU per
+request that httpx's does: what limits how many conversations one process can drive), whatever thread asks. That
+is what makes cancellation real: when the caller's `models.calls` scope is cancelled (its turn ended), the
+request's task is cancelled and the unfinished response's connection is closed, so vLLM and llama.cpp servers stop
+generating (vLLM aborts on disconnect for streamed and non-streamed requests; llama-cpp-python's server only for
+streamed ones, hence `chat(..., stream=True)`, which assembles the SSE chunks into an ordinary completion).
 
 Several base URLs (replicas of one model) are used by least outstanding requests; a replica that fails to
 connect or answers 5xx is taken out for a cool-down (doubling, up to a minute) and tried again after it.
@@ -17,18 +18,19 @@ connect or answers 5xx is taken out for a cool-down (doubling, up to a minute) a
 from __future__ import annotations
 
 import asyncio
+import atexit
 import itertools
 import json
 import logging
 import os
-import socket
 import threading
 import time
+import weakref
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Sequence
 
-import httpx
+import aiohttp
 from tenacity import AsyncRetrying, RetryError, retry_if_exception_type, stop_after_attempt
 
 from models.calls import Cancelled, current_scope
@@ -80,7 +82,12 @@ def pool_size_for(concurrency: int) -> int:
 
 class _Loop:
     def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
+        try:  # uvloop, where installed, halves the loop's CPU per request; asyncio's own loop otherwise
+            import uvloop
+
+            self.loop = uvloop.new_event_loop()
+        except ImportError:
+            self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, name="glasses-http", daemon=True).start()
 
     def run(self, make: Callable[[], Awaitable[Any]]) -> Any:
@@ -122,6 +129,7 @@ class _Loop:
 
 _LOOP: _Loop | None = None
 _LOOP_LOCK = threading.Lock()
+_CLIENTS: weakref.WeakSet[OpenAIClient] = weakref.WeakSet()
 
 
 def _event_loop() -> _Loop:
@@ -129,7 +137,14 @@ def _event_loop() -> _Loop:
     with _LOOP_LOCK:
         if _LOOP is None:
             _LOOP = _Loop()
+            atexit.register(_close_all)
         return _LOOP
+
+
+def _close_all() -> None:
+    """At exit: close every client's connections (an unclosed aiohttp session complains when collected)."""
+    for client in list(_CLIENTS):
+        client.close()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -196,8 +211,7 @@ class _Stream:
 
 class OpenAIClient:
     def __init__(self, base_url: str | Sequence[str], api_key: str | None = None, *, timeout_s: float = 60.0,
-                 max_retries: int = 3, retry_wait_s: float = 0.5, pool_size: int = 16,
-                 transport: httpx.AsyncBaseTransport | None = None):
+                 max_retries: int = 3, retry_wait_s: float = 0.5, pool_size: int = 16):
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
         if not urls:
             raise ValueError("no base URL given")
@@ -211,27 +225,34 @@ class OpenAIClient:
         if key:
             self._headers["Authorization"] = f"Bearer {key}"
         self.pool_size = pool_size
-        self._transport = transport
-        self._http: httpx.AsyncClient | None = None
+        self._session: aiohttp.ClientSession | None = None
         self._lock = threading.Lock()
         self._turn = itertools.count()
+        _CLIENTS.add(self)
 
-    def _client(self) -> httpx.AsyncClient:
-        """Built on the loop thread at first use (an AsyncClient belongs to one event loop)."""
-        if self._http is None:
-            limits = httpx.Limits(max_connections=self.pool_size, max_keepalive_connections=self.pool_size)
-            # TCP_NODELAY: small request/response writes are not held back by Nagle's algorithm
-            transport = self._transport or httpx.AsyncHTTPTransport(
-                limits=limits, socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
-            self._http = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_s, connect=min(10.0, self.timeout_s)),
-                                           headers=self._headers, transport=transport)
-        return self._http
+    def _http(self) -> aiohttp.ClientSession:
+        """Built on the loop thread at first use (a session belongs to one event loop). aiohttp sets TCP_NODELAY
+        on its connections: small writes are not held back by Nagle's algorithm."""
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=self.pool_size, limit_per_host=self.pool_size)
+            self._session = aiohttp.ClientSession(
+                connector=connector, headers=self._headers,
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=min(10.0, self.timeout_s)))
+        return self._session
+
+    def __del__(self) -> None:
+        session = self._session
+        if session is not None and not session.closed and _LOOP is not None:  # dropped without close(): close it
+            try:
+                _LOOP.loop.call_soon_threadsafe(lambda: _LOOP.loop.create_task(session.close()))
+            except RuntimeError:  # the loop is gone (interpreter exit)
+                pass
 
     def close(self) -> None:
-        if self._http is not None:
-            http, self._http = self._http, None
+        session, self._session = self._session, None
+        if session is not None and not session.closed:
             try:
-                _event_loop().run(http.aclose)
+                _event_loop().run(session.close)
             except Exception as e:  # noqa: BLE001 - closing is best effort
                 log.debug("closing the HTTP client failed: %s", e)
 
@@ -280,12 +301,12 @@ class OpenAIClient:
             async with asyncio.timeout(self.timeout_s):
                 if stream:
                     return await self._stream(url, payload, acc)
-                resp = await self._client().request(method, url, json=payload)
-                return self._check(url, resp.status_code, resp.text, resp)
-        except (TimeoutError, httpx.TimeoutException) as e:
+                async with self._http().request(method, url, json=payload) as resp:
+                    return self._check(url, resp.status, await resp.text(errors="replace"))
+        except TimeoutError as e:
             failed = True
-            raise _Retryable(f"timed out after {self.timeout_s:g}s waiting for {url} ({type(e).__name__})") from e
-        except httpx.TransportError as e:
+            raise _Retryable(f"timed out after {self.timeout_s:g}s waiting for {url}") from e
+        except aiohttp.ClientError as e:
             failed = True
             raise _Retryable(f"cannot reach {url}: {type(e).__name__}: {e} (is the server running?)") from e
         except _Retryable as e:
@@ -297,11 +318,11 @@ class OpenAIClient:
     async def _stream(self, url: str, payload: dict | None, acc: _Stream | None) -> dict:
         acc = acc if acc is not None else _Stream()
         acc.reset()  # a retried attempt starts over
-        async with self._client().stream("POST", url, json=payload) as resp:
-            if resp.status_code >= 400 or "text/event-stream" not in resp.headers.get("content-type", ""):
-                body = (await resp.aread()).decode("utf-8", "replace")
-                return self._check(url, resp.status_code, body, None)  # an error, or a server that did not stream
-            async for line in resp.aiter_lines():
+        async with self._http().post(url, json=payload) as resp:
+            if resp.status >= 400 or "text/event-stream" not in resp.headers.get("Content-Type", ""):
+                return self._check(url, resp.status, await resp.text(errors="replace"))  # an error, or no stream
+            async for raw in resp.content:  # one SSE line at a time
+                line = raw.decode("utf-8", "replace").strip()
                 if not line.startswith("data:"):
                     continue
                 data = line[5:].strip()
@@ -318,7 +339,7 @@ class OpenAIClient:
         return acc.completion()
 
     @staticmethod
-    def _check(url: str, status: int, text: str, resp: httpx.Response | None) -> dict:
+    def _check(url: str, status: int, text: str) -> dict:
         if status >= 500 or status == 429:
             raise _Retryable(f"server error {status} from {url}: {text[:500]}", replica_fault=status != 429)
         if status >= 400:

@@ -20,7 +20,7 @@ narrowed to imitate servers: `response_formats` (vLLM takes json_schema and json
 server json_object only, and answers 422 otherwise), `tools` (a vLLM started without a tool-call parser answers
 400), `stream`. Sockets use TCP_NODELAY.
 
-`python -m models.vlm.fake_server --delay 0.3 --responder pkg.module:function` serves in its own process (for
+`python -m models.vlm.fake_server --delay 0.3 --responder path/to/file.py:function` serves in its own process (for
 benchmarks: no GIL shared with the client) and prints its base URL.
 """
 
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 import select
 import socket
@@ -36,6 +37,7 @@ import threading
 import time
 from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, Callable, Iterable
 
 
@@ -68,6 +70,7 @@ class FakeOpenAIServer:
         self.max_live = 0
         self.aborted = 0
         self.completed = 0
+        self._conns: set[socket.socket] = set()
         self._lock = threading.Condition()
         outer = self
 
@@ -80,6 +83,13 @@ class FakeOpenAIServer:
             def setup(self):
                 super().setup()
                 self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                with outer._lock:
+                    outer._conns.add(self.request)
+
+            def finish(self):
+                with outer._lock:
+                    outer._conns.discard(self.request)
+                super().finish()
 
             def _send(self, code: int, body: Any) -> None:
                 raw = body.encode() if isinstance(body, str) else json.dumps(body).encode()
@@ -163,14 +173,21 @@ class FakeOpenAIServer:
                         self.close_connection = True
 
             def _wait(self, seconds: float) -> bool:
+                """Sleep `seconds` as a generation would, waking at once if the client goes away (no polling:
+                many concurrent generations must not cost the machine CPU)."""
                 end = time.monotonic() + seconds
                 while True:
                     left = end - time.monotonic()
                     if left <= 0:
                         return True
-                    if self.client_gone():
+                    try:
+                        ready, _, _ = select.select([self.request], [], [], left)
+                    except OSError:
                         return False
-                    time.sleep(min(0.01, left))
+                    if ready and self.client_gone():
+                        return False
+                    if ready:  # unexpected bytes from the client: keep generating, but do not spin on them
+                        time.sleep(min(0.01, max(0.0, end - time.monotonic())))
 
             def _chunk(self, data: bytes) -> bool:
                 try:
@@ -239,8 +256,16 @@ class FakeOpenAIServer:
         return self
 
     def stop(self) -> None:
+        """Stop serving and drop open keep-alive connections, as a server that goes down does."""
         self.httpd.shutdown()
         self.httpd.server_close()
+        with self._lock:
+            conns, self._conns = list(self._conns), set()
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def __enter__(self) -> "FakeOpenAIServer":
         return self.start()
@@ -318,12 +343,19 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m models.vlm.fake_server", description=__doc__.split("\n\n")[0])
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--delay", type=float, default=0.0, help="seconds every reply takes (a fake model's latency)")
-    p.add_argument("--responder", default=None, help="module:function answering a request body with a reply")
+    p.add_argument("--responder", default=None,
+                   help="module:function or path/to/file.py:function answering a request body with a reply")
     args = p.parse_args(argv)
     responder = None
     if args.responder:
-        mod, _, fn = args.responder.partition(":")
-        responder = getattr(importlib.import_module(mod), fn)
+        mod, _, fn = args.responder.rpartition(":")
+        if mod.endswith(".py"):
+            spec = importlib.util.spec_from_file_location(Path(mod).stem, mod)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(mod)
+        responder = getattr(module, fn)
     srv = FakeOpenAIServer(delay_s=args.delay, responder=responder, port=args.port).start()
     print(srv.base_url, flush=True)
     try:

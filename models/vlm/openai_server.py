@@ -6,8 +6,6 @@ import logging
 import time
 from typing import Any, Sequence
 
-import httpx
-
 from models.openai_client import BackendError, OpenAIClient, RequestCancelled
 from models.vlm.base import (ChatReply, ChatToolCall, ReplyCancelled, Usage, load_chat_template, parse_arguments,
                              system_into_user, text_only_messages)
@@ -44,12 +42,11 @@ class OpenAICompatibleBackend:
                  timeout_s: float = 120.0, max_retries: int = 3, retry_wait_s: float = 0.5, native_tools: bool = True,
                  response_format: str = "json_schema", stream: bool = True, pool_size: int = 16,
                  text_only: bool = False, chat_template: str | None = None, system_role: bool = True,
-                 extra_body: dict[str, Any] | None = None,
-                 transport: httpx.AsyncBaseTransport | None = None):
+                 extra_body: dict[str, Any] | None = None):
         if response_format not in ("json_schema", "json_object"):
             raise ValueError(f"response_format must be json_schema or json_object, not {response_format!r}")
         self.client = OpenAIClient(base_url, api_key, timeout_s=timeout_s, max_retries=max_retries,
-                                   retry_wait_s=retry_wait_s, pool_size=pool_size, transport=transport)
+                                   retry_wait_s=retry_wait_s, pool_size=pool_size)
         self.base_url = self.client.base_url
         self.timeout_s = timeout_s
         self.supports_native_tools = native_tools
