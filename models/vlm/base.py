@@ -24,7 +24,7 @@ from typing import Any, Iterable, Protocol, runtime_checkable
 from pydantic import BaseModel, Field
 
 from models.calls import Cancelled, report_model_call
-from models.openai_client import BackendError
+from models.openai_client import BackendError  # noqa: F401 - re-exported for the backends
 from traces.schema import DecisionMode, ModelCall
 
 log = logging.getLogger(__name__)

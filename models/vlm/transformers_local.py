@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import json
 import logging
 import os
 import shutil
