@@ -276,7 +276,8 @@ def run_with_deadline(fn: Callable[[], Any], timeout_s: float, parent: CancelSco
 # ---------------------------------------------------------------------------------------------------------------
 # Exit: no call may still run native code while the interpreter finalises.
 
-_GUARD = {"installed": False, "rc": 0, "timeout_s": 30.0}
+EXIT_WAIT_S = 5.0  # how long the atexit guard waits for running calls (cancelled model calls end far sooner)
+_GUARD = {"installed": False}
 
 
 def quiesce(timeout_s: float = 30.0) -> bool:
@@ -299,7 +300,6 @@ def exit_process(rc: int, timeout_s: float = 30.0) -> NoReturn:
     Cancels what is in flight and waits up to `timeout_s` for running calls (cancelled model calls end within a
     token or a closed connection). If a call is still running after that (an uninterruptible tool), output is
     flushed and the process ends with `os._exit(rc)`, skipping an interpreter teardown that would race with it."""
-    _GUARD["rc"] = rc
     if quiesce(timeout_s):
         sys.exit(rc)
     log.warning("%d call(s) still running after %.0fs; exiting without interpreter teardown", WORKERS.busy, timeout_s)
@@ -308,26 +308,18 @@ def exit_process(rc: int, timeout_s: float = 30.0) -> NoReturn:
 
 
 def _at_exit() -> None:
-    if WORKERS.busy == 0 and not len(_ROOTS):
+    """For library users that exit on their own (the starter kit's harness, tests): cancel and wait a little.
+    It never ends the process itself: it cannot know the exit code (front ends use `exit_process`)."""
+    if WORKERS.busy == 0 or quiesce(EXIT_WAIT_S):
         return
-    if quiesce(_GUARD["timeout_s"]):
-        return
-    print(f"glasses-rag: {WORKERS.busy} call(s) still running at exit; ending the process without interpreter "
-          "teardown", file=sys.stderr)
+    print(f"glasses-rag: {WORKERS.busy} abandoned call(s) still running at exit; if one is inside native code the "
+          "interpreter's teardown may abort", file=sys.stderr)
     _flush()
-    os._exit(_GUARD["rc"])
-
-
-def _excepthook(exc_type, exc, tb, _previous=sys.excepthook) -> None:
-    _GUARD["rc"] = 1  # an uncaught exception: the exit code the interpreter would have used
-    _previous(exc_type, exc, tb)
 
 
 def _install_exit_guard() -> None:
     """Once, with the pool's first thread: at exit (atexit runs before the interpreter is torn down, while
-    daemon threads still run) cancel and drain; a library user (the starter kit's harness) is covered too."""
-    if _GUARD["installed"]:
-        return
-    _GUARD["installed"] = True
-    atexit.register(_at_exit)
-    sys.excepthook = _excepthook
+    daemon threads still run) cancel what is open and wait for running calls."""
+    if not _GUARD["installed"]:
+        _GUARD["installed"] = True
+        atexit.register(_at_exit)

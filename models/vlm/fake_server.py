@@ -223,7 +223,7 @@ class FakeOpenAIServer:
         self.httpd = _Server(("127.0.0.1", port), Handler)
         self.port = self.httpd.server_address[1]
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
 
     # ---- scripting -------------------------------------------------------------------------------------------
 
