@@ -1,24 +1,23 @@
-"""Per-turn latency by graph node, tokens and peak memory: `python -m benchmarks.latency`.
+"""Per-turn latency by graph node, model calls and tokens, and peak memory: `python benchmarks/latency.py`.
 
 Setups measured (each over the same demo conversations, turns in order with the agent's own history):
 
 * ``rule``      the default: rule-based planner (heuristic) + embedded local demo index;
-* ``vlm-fake``  VLMPolicy over models/vlm/fake_server.py, a scripted OpenAI-compatible server on
-                127.0.0.1 that answers instantly: it measures the FRAMEWORK's overhead around a VLM
-                (prompt building, HTTP, parsing, the extra self-check calls), NOT any model's speed;
-                its token counts are estimates (request characters / 4), not a tokenizer's;
-* ``transformers`` with ``--transformers PATH`` (a local VLM / causal-LM folder);
-* ``openai``    with ``--openai URL#MODEL`` (vLLM or any OpenAI-compatible server);
-* ``--detector/--clip/--reranker`` local folders apply to every setup (default: the named heuristics).
+* ``vlm-fake``  the model policy over models/vlm/fake_server.py, a scripted OpenAI-compatible server on
+                127.0.0.1 that answers instantly: it measures the FRAMEWORK's overhead around a model
+                (prompt building, HTTP, parsing, the self-check call), NOT any model's speed; the token
+                counts it reports are estimates (request characters / 4), not a tokenizer's;
+* ``transformers`` with ``--transformers PATH`` (a local folder or a .gguf file; ``--chat-template`` for a
+                model without one, ``--text-only`` for a text model);
+* ``openai``    with ``--openai URL#MODEL`` (vLLM or any OpenAI-compatible server).
 
-Columns: time per turn in ms (mean, p50, p95, max over the measured turns). Rows: plan/policy (the
-policy's decide() calls), one row per tool (its own run time), answer (the policy's answer()),
-self_check (the self-check tool, incl. a VLM's verification calls), graph overhead (turn latency minus
-all of those) and the whole turn. Timings come from the traces (Step.policy_ms / Step.latency_ms).
-The first turn of each setup (lazy model loading) is run before measuring and reported as "cold turn".
-Memory is measured in a second pass over the same turns: tracemalloc peak (Python allocations only;
-numpy/torch buffers allocated in C are not seen) and getrusage max RSS (whole process, never goes down,
-so a later setup's figure includes the earlier ones).
+Rows: time per turn in ms (mean, p50, p95, max over the turns in which the row's component ran): plan/policy
+(the policy's decisions), one row per tool (its own run time), answer, self_check (the verdict, incl. the
+model's verification calls), graph overhead (turn latency minus all of those) and the whole turn. Model calls
+and tokens per turn are read from the traces (each model call's record: prompt and completion tokens, purpose).
+The first turn of each setup (lazy model loading) is run before measuring and reported as "cold turn". Memory
+is measured in a second pass over the same turns: tracemalloc peak (Python allocations only) and getrusage max
+RSS (whole process, never goes down, so a later setup's figure includes the earlier ones).
 """
 
 from __future__ import annotations
@@ -26,19 +25,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import resource
 import statistics
 import sys
 import time
 import tracemalloc
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+for k, v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+             "TOKENIZERS_PARALLELISM": "false", "ANONYMIZED_TELEMETRY": "False"}.items():
+    os.environ.setdefault(k, v)
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -47,76 +45,35 @@ if str(ROOT) not in sys.path:
 TASK_DATA = {1: "single_turn", 2: "single_turn", 3: "multi_turn"}
 
 
-# --------------------------------------------------------------------------------------------
-# The fake server's replies: chosen from the request, so a whole turn runs the full VLM path
-# --------------------------------------------------------------------------------------------
+def scripted_reply(body: dict) -> dict:
+    """The fake server's reply, chosen from the request, so a whole turn runs the full model path: decide ->
+    image_search (with an image), web_search once (when offered), then answer; answer: a short JSON answer;
+    verification: supported. Token counts are estimates (characters / 4, +256 per image)."""
+    from models.vlm.fake_server import FakeOpenAIServer as F
 
+    msgs = json.dumps(body.get("messages", []))
+    text = sum(len(m["content"]) if isinstance(m.get("content"), str) else
+               sum(len(p.get("text", "")) for p in m.get("content") or []) for m in body.get("messages", []))
+    est_in = max(1, text // 4) + (256 if '"image_url"' in msgs else 0)
 
-class ScriptedVLM:
-    """Stands in for FakeOpenAIServer.script: `popleft()` answers the request just received.
+    def reply(s: str) -> dict:
+        return F.text_reply(s, prompt_tokens=est_in, completion_tokens=max(1, len(s) // 4))
 
-    decide: image_search first (when an image is attached), then web_search once (when the tool is
-    offered), then answer; answer / closed-book: a short JSON answer; consistency / CoVe: supported.
-    """
-
-    def __init__(self, server):
-        self.server = server
-
-    def __bool__(self) -> bool:
-        return True
-
-    def __len__(self) -> int:
-        return 1
-
-    def clear(self) -> None:
-        pass
-
-    def extend(self, items) -> None:
-        pass
-
-    @staticmethod
-    def _text(body: dict) -> str:
-        parts = []
-        for m in body.get("messages", []):
-            c = m.get("content")
-            if isinstance(c, str):
-                parts.append(c)
-            elif isinstance(c, list):
-                parts += [p.get("text", "") for p in c if isinstance(p, dict) and p.get("type") == "text"]
-        return "\n".join(parts)
-
-    def popleft(self):
-        from models.vlm.fake_server import FakeOpenAIServer as F
-
-        body = self.server.requests[-1] if self.server.requests else {}
-        text = self._text(body)
-        has_image = "image_url" in json.dumps(body.get("messages", []))[:100000]
-        est_in = max(1, len(text) // 4) + (256 if has_image else 0)  # estimate: chars/4 (+256 per image)
-
-        def reply(s: str) -> dict:
-            return F.text_reply(s, prompt_tokens=est_in, completion_tokens=max(1, len(s) // 4))
-
-        def call(name: str, args: dict) -> dict:
-            r = F.tool_call_reply(name, args)
-            r["usage"] = {"prompt_tokens": est_in, "completion_tokens": 12}
-            return r
-
-        if "Decide the single next step" in text:
-            done = text.split("Steps already done:", 1)[-1].split("Other observations:", 1)[0]
-            offered = text.split("Available tools", 1)[-1].split("Steps already done:", 1)[0]
-            q = re.search(r"Question: (.*)", text)
-            question = q.group(1).strip() if q else "the question"
-            if has_image and "image_search(" in offered and "image_search(" not in done:
-                return call("image_search", {})
-            if "web_search(" in offered and "web_search(" not in done:
-                return call("web_search", {"query": question[:100]})
-            return reply('{"action": "answer", "rationale": "enough evidence"}')
-        if "Two answers were written" in text:
-            return reply('{"consistent": true, "reason": "same fact"}')
-        if "chain of verification" in text:
-            return reply('{"verifications": [{"question": "is the entity right?", "answer": "yes", "supported": true}], '
-                         '"supported": true, "confidence": 0.9, "reason": "the evidence states it"}')
-        return reply('{"answer": "a scripted answer", "confidence": 0.9, "entity": "scripted entity"}')
+    if "Decide the single next step" in msgs:
+        done = msgs.split("Steps already done:", 1)[-1].split("Other observations:", 1)[0]
+        offered = msgs.split("Available tools", 1)[-1].split("Steps already done:", 1)[0]
+        if '"image_url"' in msgs and "image_search(" in offered and "image_search(" not in done:
+            return reply('{"action": "call_tool", "tool": "image_search", "arguments": {}, "rationale": "identify"}')
+        if "web_search(" in offered and "web_search(" not in done:
+            return reply('{"action": "call_tool", "tool": "web_search", "arguments": {"query": "the entity"}, '
+                         '"rationale": "look it up"}')
+        return reply('{"action": "answer", "rationale": "enough evidence"}')
+    if "chain of verification" in msgs:
+        return reply('{"verifications": [{"question": "is the entity right?", "answer": "yes", "supported": true}], '
+                     '"supported": true, "confidence": 0.9, "reason": "the evidence states it"}')
+    if "Two answers were written" in msgs:
+        return reply('{"consistent": true, "reason": "same fact"}')
+    return reply('{"answer": "a scripted answer", "confidence": 0.9, "entity": "scripted entity", "rationale": "r"}')
 
 
 # --------------------------------------------------------------------------------------------
@@ -128,15 +85,15 @@ def breakdown(trace) -> dict[str, float]:
     """ms per component of one TurnTrace."""
     out: dict[str, float] = {"plan/policy": 0.0}
     for s in trace.steps:
-        if s.node in ("plan", "act") and s.policy_ms:
+        if s.node in ("plan", "tool_call") and s.policy_ms:
             out["plan/policy"] += s.policy_ms
-        if s.node == "act" and s.tool:
+        if s.node == "tool_call":
             key = f"tool:{s.tool}"
             out[key] = out.get(key, 0.0) + (s.latency_ms or 0.0)
         elif s.node == "answer":
             out["answer"] = out.get("answer", 0.0) + (s.policy_ms or 0.0)
-        elif s.node == "self_check":
-            out["self_check"] = out.get("self_check", 0.0) + (s.latency_ms or 0.0) + (s.policy_ms or 0.0)
+        elif s.node == "verdict":
+            out["self_check"] = out.get("self_check", 0.0) + (s.latency_ms or 0.0)
     out["graph overhead"] = max(0.0, trace.latency_ms - sum(out.values()))
     out["turn total"] = trace.latency_ms
     return out
@@ -149,66 +106,53 @@ def _stats(xs: list[float]) -> dict[str, float]:
             "p95": round(p95, 2), "max": round(xs[-1], 2)}
 
 
-def _usage(policy) -> tuple[int, int, int] | None:
-    u = getattr(policy, "usage", None)
-    if u is None:
-        return None
-    return int(u.input_tokens), int(u.output_tokens), len(getattr(policy, "calls", []) or [])
-
-
-def run_turns(agent, conversations, task: int) -> list[tuple[Any, tuple[int, int, int] | None]]:
-    """All turns in order (history = the agent's own answers); (trace, token delta) per turn."""
+def run_turns(agent, conversations, task: int) -> list:
+    """All turns in order (history = the agent's own answers); the traces."""
+    from crag.images import load_image, prepare
     from graph.agent import TurnInput
-    from graph.runner import prepare_image
     from tools.base import HistoryTurn
 
     out = []
     for conv in conversations:
-        image, note = prepare_image(conv)
+        image, info = prepare(*load_image(conv.image), conv.egocentric, "harness")
         history: list[HistoryTurn] = []
-        for i, turn in enumerate(conv.turns):
-            before = _usage(agent.policy)
+        for i, turn in enumerate(conv.turns if task == 3 else conv.turns[:1]):
             trace = agent.run_turn(TurnInput(task=task, session_id=conv.session_id, interaction_id=turn.interaction_id,
-                                             turn_index=i, question=turn.query, image=image, image_note=note,
+                                             turn_index=i, question=turn.query, image=image, image_info=info,
                                              history=list(history)))
-            after = _usage(agent.policy)
-            delta = None if before is None else tuple(a - b for a, b in zip(after, before))
-            out.append((trace, delta))
+            out.append(trace)
             history.append(HistoryTurn(question=turn.query, answer=trace.answer, entity=trace.entity))
-            if task != 3:
-                break
     return out
 
 
-def measure(label: str, note: str, policy_factory, args, conversations, search_factory) -> dict[str, Any]:
-    from graph.agent import Agent, AgentConfig
-    from models.resources import ModelPaths, Resources
-    from tools import load_builtin_tools
+def measure(label: str, note: str, policy: Any, args, conversations, search) -> dict[str, Any]:
+    from graph.build import build_agent
+    from graph.config import AgentConfig, BudgetConfig
+    from models.resources import ModelPaths
 
-    search = search_factory()
-    resources = Resources(search, ModelPaths(detector=args.detector, clip=args.clip, reranker=args.reranker))
     t0 = time.perf_counter()
-    policy = policy_factory(resources)
+    cfg = AgentConfig(policy=policy, budget=BudgetConfig(budget_s=args.budget),
+                      models=ModelPaths(detector=args.detector, clip=args.clip, reranker=args.reranker))
+    agent = build_agent(cfg, search=search, run_id=f"bench-{label}", task=args.task)
     load_s = time.perf_counter() - t0
-    resources.policy = policy
-    agent = Agent(policy, resources, AgentConfig(budget_s=args.budget), registry=load_builtin_tools(),
-                  run_id=f"bench-{label}", search_name=getattr(search, "name", "search"))
-    # cold turn: the first turn pays lazy loading (embedders, indexes, OCR, detectors)
-    cold = run_turns(agent, conversations[:1], args.task)[0][0]
-    # timing pass (no tracemalloc: it slows every Python allocation)
-    turns = run_turns(agent, conversations, args.task)
+    cold = run_turns(agent, conversations[:1], args.task)[0]  # the first turn pays lazy loading
+    turns = run_turns(agent, conversations, args.task)  # timing pass (tracemalloc would slow it)
     comps: dict[str, list[float]] = {}
-    for trace, _ in turns:
+    for trace in turns:
         for k, v in breakdown(trace).items():
             comps.setdefault(k, []).append(v)
+    calls = [t.tokens.calls for t in turns]
     tokens = None
-    if turns and turns[0][1] is not None:
-        ins = [d[0] for _, d in turns]
-        outs = [d[1] for _, d in turns]
-        calls = [d[2] for _, d in turns]
-        tokens = {"input_per_turn": _stats([float(x) for x in ins]), "output_per_turn": _stats([float(x) for x in outs]),
-                  "calls_per_turn": _stats([float(x) for x in calls]), "input_total": sum(ins), "output_total": sum(outs)}
-    # memory pass over the same turns
+    if any(calls):
+        by_purpose = Counter(c.purpose for t in turns for c in t.model_calls())
+        modes = Counter(c.mode for t in turns for c in t.model_calls())
+        tokens = {"calls_per_turn": _stats([float(x) for x in calls]),
+                  "prompt_per_turn": _stats([float(t.tokens.prompt_tokens) for t in turns]),
+                  "completion_per_turn": _stats([float(t.tokens.completion_tokens) for t in turns]),
+                  "prompt_total": sum(t.tokens.prompt_tokens for t in turns),
+                  "completion_total": sum(t.tokens.completion_tokens for t in turns),
+                  "calls_by_purpose": dict(by_purpose), "modes": {str(k): v for k, v in modes.items()},
+                  "cancelled": sum(c.cancelled for t in turns for c in t.model_calls())}
     tracemalloc.start()
     tracemalloc.reset_peak()
     run_turns(agent, conversations, args.task)
@@ -216,12 +160,12 @@ def measure(label: str, note: str, policy_factory, args, conversations, search_f
     tracemalloc.stop()
     rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     return {
-        "setup": label, "note": note, "policy": getattr(policy, "name", type(policy).__name__),
-        "search": agent.search_name, "task": args.task, "turns": len(turns), "policy_load_s": round(load_s, 3),
-        "cold_turn_ms": cold.latency_ms, "ms": {k: _stats(v) for k, v in comps.items()},
-        "tool_calls_per_turn": _stats([float(sum(1 for s in t.steps if s.node == "act")) for t, _ in turns]),
-        "abstained": sum(1 for t, _ in turns if t.abstained),
-        "ended_by": {e: sum(1 for t, _ in turns if t.ended_by == e) for e in {t.ended_by for t, _ in turns}},
+        "setup": label, "note": note, "policy": agent.policy_name, "search": agent.search_name, "task": args.task,
+        "turns": len(turns), "build_s": round(load_s, 3), "cold_turn_ms": cold.latency_ms,
+        "ms": {k: _stats(v) for k, v in comps.items()},
+        "tool_calls_per_turn": _stats([float(len(t.tool_calls())) for t in turns]),
+        "abstained": sum(1 for t in turns if t.abstained), "ended_by": dict(Counter(t.ended_by for t in turns)),
+        "errors": dict(Counter(k for t in turns for k in t.error_kinds())),
         "tokens": tokens, "tracemalloc_peak_mib": round(peak / 2**20, 2), "max_rss_mib": round(rss_kib / 1024, 1),
     }
 
@@ -242,7 +186,7 @@ def _order(k: str) -> tuple[int, str]:
 def format_result(r: dict[str, Any]) -> str:
     lines = [f"== {r['setup']}: {r['note']}",
              f"   policy: {r['policy']} | search: {r['search']} | task {r['task']} | {r['turns']} turn(s) | "
-             f"policy load {r['policy_load_s']:.2f}s | cold turn {r['cold_turn_ms']:.0f} ms",
+             f"agent built in {r['build_s']:.2f}s | cold turn {r['cold_turn_ms']:.0f} ms",
              f"   {'component (ms per turn*)':<28}{'turns':>6}{'mean':>10}{'p50':>10}{'p95':>10}{'max':>10}"]
     for k in sorted(r["ms"], key=_order):
         s = r["ms"][k]
@@ -250,28 +194,33 @@ def format_result(r: dict[str, Any]) -> str:
     lines.append("   * a row's statistics are over the turns in which that component ran (the 'turns' column)")
     tc = r["tool_calls_per_turn"]
     lines.append(f"   tool calls per turn: mean {tc['mean']:.1f}, max {tc['max']:.0f}; abstained {r['abstained']}/{r['turns']}; "
-                 f"ended_by {r['ended_by']}")
+                 f"ended_by {r['ended_by']}; errors {r['errors'] or 'none'}")
     t = r["tokens"]
     if t is None:
-        lines.append("   tokens: n/a (no language model in this setup)")
+        lines.append("   model: no language model in this setup")
     else:
-        lines.append(f"   tokens per turn: input mean {t['input_per_turn']['mean']:.0f} (max {t['input_per_turn']['max']:.0f}), "
-                     f"output mean {t['output_per_turn']['mean']:.0f}; model calls per turn mean {t['calls_per_turn']['mean']:.1f}; "
-                     f"total {t['input_total']} in / {t['output_total']} out")
+        lines.append(f"   model calls per turn: mean {t['calls_per_turn']['mean']:.1f} (max {t['calls_per_turn']['max']:.0f}) "
+                     f"by purpose {t['calls_by_purpose']}, modes {t['modes']}, cancelled {t['cancelled']}")
+        lines.append(f"   tokens per turn (from the traces): prompt mean {t['prompt_per_turn']['mean']:.0f} "
+                     f"(max {t['prompt_per_turn']['max']:.0f}), completion mean {t['completion_per_turn']['mean']:.0f}; "
+                     f"total {t['prompt_total']} prompt / {t['completion_total']} completion")
     lines.append(f"   memory: tracemalloc peak {r['tracemalloc_peak_mib']:.1f} MiB (Python allocations during the turns); "
                  f"max RSS {r['max_rss_mib']:.0f} MiB (process so far)")
     return "\n".join(lines)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.latency", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python benchmarks/latency.py", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--task", type=int, choices=[1, 2, 3], default=3, help="CRAG-MM task (3: multi-turn demo conversations)")
     p.add_argument("--limit", type=int, default=4, help="demo conversations to run (all their turns for task 3)")
     p.add_argument("--budget", type=float, default=10.0, help="per-turn time budget, seconds")
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
-    p.add_argument("--no-fake", action="store_true", help="skip the fake-server VLM setup")
-    p.add_argument("--transformers", type=Path, default=None, help="local transformers VLM / causal-LM folder")
+    p.add_argument("--no-fake", action="store_true", help="skip the fake-server model setup")
+    p.add_argument("--transformers", type=Path, default=None, help="local transformers folder or .gguf file")
+    p.add_argument("--chat-template", default=None, help="for --transformers: gemma, chatml, llama3 or a .jinja file")
+    p.add_argument("--text-only", action="store_true", help="for --transformers / --openai: never send the image")
+    p.add_argument("--max-tokens", type=int, default=None, help="for --transformers / --openai")
     p.add_argument("--device", default="cpu", help="device for --transformers")
     p.add_argument("--openai", default=None, help="OpenAI-compatible server as URL#MODEL, e.g. http://127.0.0.1:8000/v1#Qwen/Qwen2.5-VL-7B-Instruct")
     p.add_argument("--detector", type=Path, default=None, help="local GroundingDINO/OWLv2 folder")
@@ -286,49 +235,38 @@ def main(argv: list[str] | None = None) -> int:
     from crag.dataset import load_all
     from crag.demo import ensure_demo
     from crag.local_search import LocalSearchIndex
-    from graph.rule_planner import RuleBasedPlanner
     from models.image_embedder import make_image_embedder
+    from models.vlm import ModelConfig, model_config_from_options
 
     demo = ensure_demo(args.demo_dir)
     conversations, _ = load_all(getattr(demo, TASK_DATA[args.task]), limit=args.limit)
-    index = LocalSearchIndex(demo.root, image_embedder=make_image_embedder(args.clip))
-
-    def search_factory():
-        return index  # one index for every setup: its embeddings are built once (first setup's cold turn)
-
-    setups: list[tuple[str, str, Any]] = [
-        ("rule", "default: rule-based planner (heuristic), embedded local demo index",
-         lambda res: RuleBasedPlanner(res.text_embedder)),
-    ]
+    index = LocalSearchIndex(demo.root, image_embedder=make_image_embedder(args.clip))  # one index for every setup
+    options = {"text_only": args.text_only or None, "max_tokens": args.max_tokens}
+    setups: list[tuple[str, str, Any]] = [("rule", "default: rule-based planner (heuristic), embedded local demo index", "rule")]
     server = None
     if not args.no_fake:
-        from models.vlm import make_policy
         from models.vlm.fake_server import FakeOpenAIServer
 
-        server = FakeOpenAIServer().start()
-        server.script = ScriptedVLM(server)
-        setups.append(("vlm-fake", "VLMPolicy -> FAKE local OpenAI-compatible server (instant scripted replies): "
+        server = FakeOpenAIServer(responder=scripted_reply).start()
+        setups.append(("vlm-fake", "model policy -> FAKE local OpenAI-compatible server (instant scripted replies): "
                                    "framework overhead only, NOT model speed; tokens estimated as chars/4",
-                       lambda res: make_policy(f"openai:{server.base_url}#fake-vlm", max_retries=0)))
+                       ModelConfig(backend="openai", base_url=server.base_url, model="fake-vlm", max_retries=0)))
     if args.transformers is not None:
-        from models.vlm import make_policy
-
-        setups.append(("transformers", f"local transformers model {args.transformers} on {args.device}",
-                       lambda res: make_policy(f"transformers:{args.transformers}", device=args.device)))
+        cfg = model_config_from_options(f"transformers:{args.transformers}", device=args.device,
+                                        chat_template=args.chat_template, **options)
+        setups.append(("transformers", f"local transformers model {args.transformers} on {args.device}", cfg))
     if args.openai:
-        from models.vlm import make_policy
-
-        setups.append(("openai", f"OpenAI-compatible server {args.openai}", lambda res: make_policy(f"openai:{args.openai}")))
+        setups.append(("openai", f"OpenAI-compatible server {args.openai}",
+                       model_config_from_options(f"openai:{args.openai}", **options)))
     extras = [f"{n}={getattr(args, n)}" for n in ("detector", "clip", "reranker") if getattr(args, n)]
-    print(f"latency benchmark: task {args.task}, {len(conversations)} demo conversation(s), "
-          f"{sum(len(c.turns) if args.task == 3 else 1 for c in conversations)} turn(s) per setup, budget {args.budget}s; "
+    print(f"latency benchmark: task {args.task}, {len(conversations)} demo conversation(s), budget {args.budget}s; "
           f"local models: {', '.join(extras) or 'none (heuristic detector/CLIP/reranker)'}; "
           f"python {sys.version.split()[0]}, {os.cpu_count()} CPU(s)\n", flush=True)
     results = []
     try:
-        for label, note, factory in setups:
+        for label, note, policy in setups:
             try:
-                r = measure(label, note, factory, args, conversations, search_factory)
+                r = measure(label, note, policy, args, conversations, index)
             except Exception as e:  # noqa: BLE001 - one broken backend does not hide the others
                 print(f"== {label}: FAILED: {type(e).__name__}: {e}\n", flush=True)
                 results.append({"setup": label, "note": note, "error": f"{type(e).__name__}: {e}"})
@@ -347,4 +285,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from models.calls import exit_process
+
+    exit_process(main())

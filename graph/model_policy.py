@@ -2,29 +2,28 @@
 `graph.policy.Policy`, plus its self-check verifier.
 
 It renders the prompt templates in `prompts/vlm_*.txt` (the tool list is generated from the registry's
-schemas), sends the image when the backend takes images, and parses replies tolerantly into a `Decision` /
-`AnswerDraft`; a reply that cannot be parsed raises `PolicyReplyError` (a `policy_error` step). Every model
-request is reported as a `ModelCall` (tokens, latency, finish reason, raw reply) to the event that made it.
+schemas, enums and argument descriptions included), sends the image when the backend takes images, and parses
+replies tolerantly into a `Decision` / `AnswerDraft`; a reply that cannot be parsed raises `PolicyReplyError`
+(a `policy_error` step). Where the backend supports it, each reply is constrained to a JSON schema (for a
+decision: the allowed tools' arguments), else the tools are offered natively, else JSON is asked for in the
+text; every model request is reported as a `ModelCall` (tokens, latency, finish reason, raw reply, that mode)
+to the event that made it.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
 import string
-import time
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from graph.policy import IDK, AnswerDraft, Decision, ParallelCall, PolicyReplyError, PolicyView, is_abstention
-from models.calls import Cancelled, report_model_call
+from graph.policy import IDK, AnswerDraft, Decision, ParallelCall, PolicyReplyError, PolicyView, ToolSpec, is_abstention
 from models.vlm import ModelConfig, make_backend, parse_spec
-from models.vlm.base import ChatBackend, ChatReply, extract_json, image_to_data_url, parse_arguments
+from models.vlm.base import ChatBackend, ChatReply, complete_and_report, extract_json, image_to_data_url, parse_arguments
 from tools.base import Verdict
-from traces.schema import ModelCall
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +129,10 @@ def answer_from_text(text: str) -> AnswerDraft:
     obj = extract_json(text)
     if not obj:
         raise PolicyReplyError(f"no JSON answer in the reply: {_snippet(text) or '<empty>'}", text)
-    ans = obj.get("answer", obj.get("final_answer", obj.get("response")))
+    keys = [k for k in ("answer", "final_answer", "response") if k in obj]
+    if not keys:
+        raise PolicyReplyError(f"the reply has no answer field: {_snippet(text)}", text)
+    ans = obj[keys[0]]
     if isinstance(ans, (list, tuple)):
         ans = ", ".join(str(a) for a in ans)
     ans = "" if ans is None else str(ans).strip()
@@ -140,6 +142,70 @@ def answer_from_text(text: str) -> AnswerDraft:
     if is_abstention(ans):
         return AnswerDraft(answer=IDK, confidence=0.0, rationale=rationale, entity=str(ent) if ent else None)
     return AnswerDraft(answer=ans, confidence=conf, rationale=rationale, entity=str(ent) if ent else None)
+
+
+# --------------------------------------------------------------------------------------------
+# Reply schemas (structured output: vLLM guided decoding, llama.cpp grammars)
+# --------------------------------------------------------------------------------------------
+
+
+def _inline_refs(node: Any, defs: dict[str, Any]) -> Any:
+    """A schema with its `$ref`s to `$defs` replaced by the definitions (tool schemas are not recursive), so that
+    each tool's arguments stand alone inside the decision schema."""
+    if isinstance(node, dict):
+        if "$ref" in node and isinstance(node["$ref"], str):
+            target = defs.get(node["$ref"].rsplit("/", 1)[-1], {})
+            return _inline_refs({**target, **{k: v for k, v in node.items() if k != "$ref"}}, defs)
+        return {k: _inline_refs(v, defs) for k, v in node.items() if k != "$defs"}
+    if isinstance(node, list):
+        return [_inline_refs(v, defs) for v in node]
+    return node
+
+
+_TEXT = {"type": "string"}
+_FLAG = {"type": "boolean"}
+
+
+_SCHEMAS: dict[tuple, dict[str, Any]] = {}
+
+
+def decision_schema(tools: list[ToolSpec]) -> dict[str, Any]:
+    """The JSON schema of a next-step decision: a call of one of `tools` with arguments valid for it, or answer.
+    Built once per set of tools (a turn asks for it at every step)."""
+    key = tuple((t.name, id(t.json_schema)) for t in tools)
+    cached = _SCHEMAS.get(key)
+    if cached is None:
+        cached = _SCHEMAS[key] = _decision_schema(tools)
+    return cached
+
+
+def _decision_schema(tools: list[ToolSpec]) -> dict[str, Any]:
+    options = []
+    for t in tools:
+        params = t.json_schema["function"]["parameters"]
+        options.append({"type": "object", "additionalProperties": False,
+                        "required": ["action", "tool", "arguments", "rationale"],
+                        "properties": {"action": {"const": "call_tool"}, "tool": {"const": t.name},
+                                       "arguments": _inline_refs(params, params.get("$defs", {})),
+                                       "rationale": _TEXT, "sub_question": _TEXT, "needs_retrieval": _FLAG}})
+    options.append({"type": "object", "additionalProperties": False, "required": ["action", "rationale"],
+                    "properties": {"action": {"const": "answer"}, "rationale": _TEXT, "needs_retrieval": _FLAG}})
+    return {"name": "next_step", "schema": {"anyOf": options}}
+
+
+ANSWER_SCHEMA = {"name": "answer", "schema": {
+    "type": "object", "additionalProperties": False, "required": ["answer", "confidence", "entity", "rationale"],
+    "properties": {"answer": _TEXT, "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+                   "entity": {"anyOf": [_TEXT, {"type": "null"}]}, "rationale": _TEXT}}}
+COVE_SCHEMA = {"name": "verification", "schema": {
+    "type": "object", "additionalProperties": False, "required": ["verifications", "supported", "confidence", "reason"],
+    "properties": {"verifications": {"type": "array", "maxItems": 3, "items": {
+        "type": "object", "additionalProperties": False, "required": ["question", "answer", "supported"],
+        "properties": {"question": _TEXT, "answer": _TEXT, "supported": _FLAG}}},
+        "supported": _FLAG, "confidence": {"type": "number", "minimum": 0, "maximum": 1}, "reason": _TEXT}}}
+CONSISTENCY_SCHEMA = {"name": "consistency", "schema": {
+    "type": "object", "additionalProperties": False, "required": ["consistent", "reason"],
+    "properties": {"consistent": _FLAG, "reason": _TEXT}}}
 
 
 # --------------------------------------------------------------------------------------------
@@ -200,22 +266,39 @@ class ModelPolicy:
 
     Backend failures and unparseable replies raise: the graph records them as `policy_error` steps (and the
     answer step as "I don't know"). Each request is reported as a ModelCall to the graph event that made it.
+    `modes` are the reply constraints the policy may offer, strongest first (see ModelConfig.decision_mode);
+    the backend uses the strongest it supports.
     """
 
     def __init__(self, backend: ChatBackend, name: str | None = None, *, max_tokens: int = 512,
                  temperature: float = 0.0, native_tools: bool | None = None, max_evidence: int = 8,
-                 evidence_chars: int = 400, image_max_side: int = 1024, prompts_dir: Path | None = None):
+                 evidence_chars: int = 400, image_max_side: int = 1024, prompts_dir: Path | None = None,
+                 modes: tuple[str, ...] = ("structured", "native_tools", "json_text")):
         self.backend = backend
         self.name = name or f"vlm:{getattr(backend, 'name', type(backend).__name__)}"
         self.max_tokens = max_tokens
         self.temperature = temperature
-        self.native_tools = getattr(backend, "supports_native_tools", False) if native_tools is None else native_tools
+        if native_tools is False:
+            modes = tuple(m for m in modes if m != "native_tools")
+        elif native_tools and "native_tools" not in modes:
+            modes = ("native_tools", *modes)
+        self.modes = modes
         self.max_evidence = max_evidence
         self.evidence_chars = evidence_chars
         self.image_max_side = image_max_side
         self.prompts_dir = prompts_dir
         self.templates = {n: load_prompt(n, prompts_dir) for n in
                           ("vlm_system", "vlm_decide", "vlm_answer", "vlm_selfcheck_consistency", "vlm_cove")}
+
+    def warm_up(self) -> None:
+        """Let an in-process backend initialise before the first turn (build_agent calls this)."""
+        warm = getattr(self.backend, "warm_up", None)
+        if callable(warm):
+            warm()
+
+    @property
+    def sees_images(self) -> bool:
+        return bool(getattr(self.backend, "supports_images", True))
 
     # ---- prompt pieces ------------------------------------------------------------------
 
@@ -224,7 +307,14 @@ class ModelPolicy:
 
     @staticmethod
     def _tools_text(view: PolicyView) -> str:
-        return "\n".join(f"- {t.signature}" for t in view.tools) or "(no tools)"
+        """Each allowed tool as generated from its registry schema: signature (types, enums, bounds, defaults)
+        and one line per documented argument."""
+        lines = []
+        for t in view.tools:
+            lines.append(f"- {t.signature}")
+            props = t.json_schema.get("function", {}).get("parameters", {}).get("properties", {})
+            lines += [f"    {k}: {v['description']}" for k, v in props.items() if v.get("description")]
+        return "\n".join(lines) or "(no tools)"
 
     @staticmethod
     def _history_text(view: PolicyView) -> str:
@@ -272,7 +362,7 @@ class ModelPolicy:
         return "\n".join(parts) or "(none)"
 
     def _user(self, text: str, image: Any) -> dict:
-        if image is not None and getattr(self.backend, "supports_images", True):
+        if image is not None and self.sees_images:
             url = image_to_data_url(image, self.image_max_side)
             return {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": text}]}
         return {"role": "user", "content": text}
@@ -280,46 +370,41 @@ class ModelPolicy:
     def _messages(self, user_text: str, image: Any) -> list[dict]:
         return [{"role": "system", "content": self._render("vlm_system")}, self._user(user_text, image)]
 
+    def image_note(self, image: Any) -> str:
+        if image is None:
+            return "No image is available for this turn."
+        if not self.sees_images:
+            return ("The user's glasses took a photo, but you cannot see it (text-only model): learn what it shows "
+                    "from the tools (image search, OCR) and the evidence.")
+        return "An image from the user's smart glasses is attached."
+
     def _common(self, view: PolicyView, image: Any) -> dict[str, Any]:
         return dict(
-            task=view.task, question=view.question, history=self._history_text(view),
-            image_note="An image from the user's smart glasses is attached." if image is not None else "No image is available for this turn.",
+            task=view.task, question=view.question, history=self._history_text(view), image_note=self.image_note(image),
             done=self._done_text(view), evidence=self._evidence_text(view), observations=self._observations(view),
             remaining_steps=view.remaining_steps, remaining_s=f"{view.remaining_s:.0f}",
         )
 
-    def _complete(self, purpose: str, messages: list[dict], tools: list[dict] | None = None,
-                  max_tokens: int | None = None) -> ChatReply:
-        """One backend request, reported as a ModelCall (also when it fails or is cancelled)."""
-        t0 = time.perf_counter()
-        try:
-            reply = self.backend.complete(messages, tools=tools, max_tokens=max_tokens or self.max_tokens,
-                                          temperature=self.temperature)
-        except Exception as e:
-            report_model_call(ModelCall(purpose=purpose, model=getattr(self.backend, "name", None),
-                                        latency_ms=round((time.perf_counter() - t0) * 1000, 3),
-                                        cancelled=isinstance(e, Cancelled), error=f"{type(e).__name__}: {e}"[:500]))
-            raise
-        raw = reply.text if not reply.tool_calls else json.dumps(
-            {"content": reply.text, "tool_calls": [t.model_dump() for t in reply.tool_calls]}, ensure_ascii=False)
-        clipped, n = ModelCall.clip(raw)
-        report_model_call(ModelCall(
-            purpose=purpose, mode="native_tools" if reply.tool_calls else ("json_text" if tools is None else "text"),
-            model=reply.model or getattr(self.backend, "name", None), prompt_tokens=reply.usage.input_tokens,
-            completion_tokens=reply.usage.output_tokens, latency_ms=round(reply.latency_ms, 3),
-            finish_reason=reply.finish_reason, raw_reply=clipped, reply_chars=n))
-        return reply
+    def _complete(self, purpose: str, messages: list[dict], schema: dict | None = None,
+                  tools: list[dict] | None = None, max_tokens: int | None = None) -> ChatReply:
+        """One backend request with the constraints this policy may offer, reported as a ModelCall."""
+        return complete_and_report(
+            self.backend, purpose, messages,
+            response_schema=schema if "structured" in self.modes else None,
+            tools=tools if "native_tools" in self.modes else None,
+            max_tokens=max_tokens or self.max_tokens, temperature=self.temperature)
 
     # ---- Policy protocol ------------------------------------------------------------------
 
     def decide(self, view: PolicyView, image: Any = None) -> Decision:
         text = self._render("vlm_decide", tools=self._tools_text(view), **self._common(view, image))
-        native = [t.json_schema for t in view.tools] if (self.native_tools and view.tools) else None
-        return decision_from_reply(self._complete("decide", self._messages(text, image), tools=native))
+        tools = [t.json_schema for t in view.tools] or None
+        schema = decision_schema(view.tools) if view.tools else None
+        return decision_from_reply(self._complete("decide", self._messages(text, image), schema=schema, tools=tools))
 
     def answer(self, view: PolicyView, image: Any = None) -> AnswerDraft:
         text = self._render("vlm_answer", idk=IDK, **self._common(view, image))
-        return answer_from_text(self._complete("answer", self._messages(text, image)).text)
+        return answer_from_text(self._complete("answer", self._messages(text, image), schema=ANSWER_SCHEMA).text)
 
     # ---- self-check ------------------------------------------------------------------------
 
@@ -329,18 +414,18 @@ class ModelPolicy:
     def closed_book_answer(self, question: str, image: Any = None) -> AnswerDraft:
         """The model's answer from the image and its own knowledge only (no retrieved context)."""
         text = self._render("vlm_answer", idk=IDK, task=0, question=question, history="(none)",
-                            image_note="An image from the user's smart glasses is attached." if image is not None else "No image is available.",
-                            done="(none: answer from your own knowledge)", evidence="(none)", observations="(none)",
-                            remaining_steps=0, remaining_s="0")
-        return answer_from_text(self._complete("closed_book", self._messages(text, image)).text)
+                            image_note=self.image_note(image), done="(none: answer from your own knowledge)",
+                            evidence="(none)", observations="(none)", remaining_steps=0, remaining_s="0")
+        return answer_from_text(self._complete("closed_book", self._messages(text, image), schema=ANSWER_SCHEMA).text)
 
     def chain_of_verification(self, question: str, draft: str, evidence: list[str], image: Any = None) -> CoVeResult:
         ev = [(_clip(t, self.evidence_chars)) for t in evidence[: self.max_evidence]]
         ev_text = "\n".join(f"[{i}] {t}" for i, t in enumerate(ev, 1)) or "(none)"
-        t = self._render("vlm_cove", question=question, draft=draft, evidence=ev_text)
-        obj = extract_json(self._complete("cove", self._messages(t, image)).text)
+        t = self._render("vlm_cove", question=question, draft=draft, evidence=ev_text, image_note=self.image_note(image))
+        text = self._complete("cove", self._messages(t, image), schema=COVE_SCHEMA).text
+        obj = extract_json(text)
         if obj is None:
-            return CoVeResult(reason="unparseable verification reply")
+            raise PolicyReplyError(f"no JSON verification in the reply: {_snippet(text) or '<empty>'}", text)
         qas = [VerificationQA(question=str(q.get("question", "")), answer=str(q.get("answer", "")),
                               supported=_as_bool(q.get("supported", False)))
                for q in obj.get("verifications") or obj.get("verification") or obj.get("questions") or []
@@ -352,9 +437,11 @@ class ModelPolicy:
         if is_abstention(closed.answer):
             return ConsistencyJudgement(consistent=False, closed_book_knows=False, reason="closed-book path abstained")
         t = self._render("vlm_selfcheck_consistency", question=question, draft=draft, closed_book=closed.answer)
-        obj = extract_json(self._complete("consistency", self._messages(t, None), max_tokens=200).text) or {}
-        return ConsistencyJudgement(consistent=_as_bool(obj.get("consistent", False)),
-                                    reason=str(obj.get("reason", "") or ("unparseable judgement" if not obj else "")))
+        obj = extract_json(self._complete("consistency", self._messages(t, None), schema=CONSISTENCY_SCHEMA,
+                                          max_tokens=200).text)
+        if not obj:  # no judgement: the dual path is neutral
+            return ConsistencyJudgement(consistent=False, closed_book_knows=False, reason="unparseable judgement")
+        return ConsistencyJudgement(consistent=_as_bool(obj.get("consistent", False)), reason=str(obj.get("reason", "")))
 
 
 class ModelVerifier:
@@ -410,7 +497,7 @@ def combine_verdict(cons: ConsistencyJudgement, cove: CoVeResult, closed_answer:
     return Verdict(supported=supported, confidence=max(0.0, min(1.0, conf)), reason=reason, method=method)
 
 
-_POLICY_OPTS = {"max_evidence", "evidence_chars", "image_max_side", "prompts_dir"}
+_POLICY_OPTS = {"max_evidence", "evidence_chars", "prompts_dir"}
 
 
 def make_model_policy(spec: str | ModelConfig, **opts: Any) -> ModelPolicy:
@@ -419,8 +506,8 @@ def make_model_policy(spec: str | ModelConfig, **opts: Any) -> ModelPolicy:
     cfg = spec if isinstance(spec, ModelConfig) else parse_spec(spec)
     overrides = {k: opts.pop(k) for k in list(opts) if k in ModelConfig.model_fields and opts[k] is not None}
     if overrides:
-        cfg = cfg.model_copy(update=overrides)
+        cfg = ModelConfig.model_validate({**cfg.model_dump(exclude_unset=True), **overrides})
     policy_opts = {k: opts.pop(k) for k in list(opts) if k in _POLICY_OPTS}
     backend = make_backend(cfg, **opts)
     return ModelPolicy(backend, name=cfg.name, max_tokens=cfg.max_tokens, temperature=cfg.temperature,
-                       native_tools=cfg.native_tools, **policy_opts)
+                       image_max_side=cfg.image_max_side, modes=cfg.decision_modes(), **policy_opts)

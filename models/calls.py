@@ -8,19 +8,27 @@
   generating), a local generation stops at its next token. A turn's scope is cancelled when the turn ends,
   and an abandoned call's scope as soon as it is abandoned.
 - `collect_model_calls()` gathers the `ModelCall` records that backends report while a graph node runs.
+- At exit, `exit_process(rc)` (front ends) and the atexit guard installed with the pool's first thread cancel
+  what is still open and wait for running calls, so no abandoned call is inside native code (torch, llama.cpp,
+  onnxruntime) while the interpreter tears down: that race aborts the process ("terminate called without an
+  active exception") after the results were written.
 
 The graph opens scopes and collectors; backends only read them (`current_scope()`, `report_model_call`).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextvars
 import logging
+import os
 import queue
+import sys
 import threading
+import weakref
 from concurrent.futures import Future, wait
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NoReturn
 
 from traces.schema import ModelCall
 
@@ -45,10 +53,17 @@ class CancelScope:
         self._cancelled = False
         self._parent = parent
         self._parent_token = parent.on_cancel(self.cancel) if parent is not None else None
+        if parent is None:
+            _ROOTS.add(self)
 
     @property
     def cancelled(self) -> bool:
         return self._cancelled
+
+    @property
+    def has_hooks(self) -> bool:
+        """Some in-flight work registered a way to cancel it (a model request, a local generation)."""
+        return bool(self._hooks)
 
     def on_cancel(self, hook: Callable[[], Any]) -> int | None:
         """Run `hook` when the scope is cancelled (at once if it already is). Returns a token for `remove`."""
@@ -84,6 +99,15 @@ class CancelScope:
     def raise_if_cancelled(self) -> None:
         if self._cancelled:
             raise Cancelled("the turn ended before this call finished")
+
+
+_ROOTS: weakref.WeakSet[CancelScope] = weakref.WeakSet()  # open turn scopes, cancelled at exit
+
+
+def cancel_all() -> None:
+    """Cancel every scope still open (at exit: whatever a turn left in flight)."""
+    for s in list(_ROOTS):
+        s.cancel()
 
 
 def _run_hook(hook: Callable[[], Any]) -> None:
@@ -150,6 +174,7 @@ class WorkerPool:
                 return fut
             self._threads += 1
             n = self._threads
+        _install_exit_guard()
         threading.Thread(target=self._work, name=f"{self._name}-{n}", daemon=True).start()
         return fut
 
@@ -202,6 +227,12 @@ def _in_scope(s: CancelScope, fn: Callable[[], Any]) -> Any:
         return fn()
 
 
+# How long an abandoned call that registered a cancel hook gets to wind down (an HTTP request closes at once,
+# a local generation stops at its next token): its ModelCall record (cancelled, partial tokens) then reaches
+# the trace, and the next call does not queue behind it. Calls without a hook (a plain tool) are not waited for.
+CANCEL_GRACE_S = 0.25
+
+
 def run_many(fns: list[Callable[[], Any]], timeout_s: float, parent: CancelScope | None = None,
              inline: list[bool] | None = None) -> list[tuple[bool, Any]]:
     """Run independent calls at once, each under a child of the current scope, with one shared deadline.
@@ -213,7 +244,8 @@ def run_many(fns: list[Callable[[], Any]], timeout_s: float, parent: CancelScope
     if timeout_s <= 0:
         return [(False, CallTimeout("no time left in the turn budget")) for _ in fns]
     inline = inline or [False] * len(fns)
-    parent = parent or current_scope()
+    if parent is None:
+        parent = current_scope()
     # an inline call cannot be abandoned, so it needs no scope of its own: it runs under the parent's
     children = [parent if inline[i] and parent is not None else CancelScope(parent) for i in range(len(fns))]
     futs = {i: WORKERS.submit(_in_scope, children[i], fn) for i, fn in enumerate(fns) if not inline[i]}
@@ -228,9 +260,16 @@ def run_many(fns: list[Callable[[], Any]], timeout_s: float, parent: CancelScope
                 out[i] = (False, RuntimeError(f"{type(e).__name__} raised inside the call: {e}"))
     if futs:
         _, not_done = wait(futs.values(), timeout=timeout_s)
+        winding_down = []
         for i, fut in futs.items():
             if fut in not_done:
+                if children[i].has_hooks:
+                    winding_down.append(fut)
                 children[i].cancel()
+        if winding_down:
+            wait(winding_down, timeout=CANCEL_GRACE_S)
+        for i, fut in futs.items():
+            if fut in not_done:
                 out[i] = (False, CallTimeout(f"did not finish within {timeout_s:.2f}s"))
             elif fut.exception() is not None:
                 out[i] = (False, fut.exception())
@@ -239,6 +278,7 @@ def run_many(fns: list[Callable[[], Any]], timeout_s: float, parent: CancelScope
     for child in children:
         if child is not parent:
             child.detach()
+    return out
     return out
 
 
@@ -249,3 +289,55 @@ def run_with_deadline(fn: Callable[[], Any], timeout_s: float, parent: CancelSco
     if not ok:
         raise value
     return value
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Exit: no call may still run native code while the interpreter finalises.
+
+EXIT_WAIT_S = 5.0  # how long the atexit guard waits for running calls (cancelled model calls end far sooner)
+_GUARD = {"installed": False}
+
+
+def quiesce(timeout_s: float = 30.0) -> bool:
+    """Cancel every open scope and wait until no call runs; False when some call is still running at the end."""
+    cancel_all()
+    return WORKERS.drain(timeout_s)
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed stream must not stop the exit
+            pass
+
+
+def exit_process(rc: int, timeout_s: float = 30.0) -> NoReturn:
+    """End a front end (CLI, benchmark) with exit code `rc`, safely.
+
+    Cancels what is in flight and waits up to `timeout_s` for running calls (cancelled model calls end within a
+    token or a closed connection). If a call is still running after that (an uninterruptible tool), output is
+    flushed and the process ends with `os._exit(rc)`, skipping an interpreter teardown that would race with it."""
+    if quiesce(timeout_s):
+        sys.exit(rc)
+    log.warning("%d call(s) still running after %.0fs; exiting without interpreter teardown", WORKERS.busy, timeout_s)
+    _flush()
+    os._exit(rc)
+
+
+def _at_exit() -> None:
+    """For library users that exit on their own (the starter kit's harness, tests): cancel and wait a little.
+    It never ends the process itself: it cannot know the exit code (front ends use `exit_process`)."""
+    if WORKERS.busy == 0 or quiesce(EXIT_WAIT_S):
+        return
+    print(f"glasses-rag: {WORKERS.busy} abandoned call(s) still running at exit; if one is inside native code the "
+          "interpreter's teardown may abort", file=sys.stderr)
+    _flush()
+
+
+def _install_exit_guard() -> None:
+    """Once, with the pool's first thread: at exit (atexit runs before the interpreter is torn down, while
+    daemon threads still run) cancel what is open and wait for running calls."""
+    if not _GUARD["installed"]:
+        _GUARD["installed"] = True
+        atexit.register(_at_exit)

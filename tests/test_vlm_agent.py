@@ -47,10 +47,12 @@ def test_vlm_policy_drives_tools_and_self_check_through_the_graph():
     assert tr.tokens.calls == len(purposes)
     assert tr.answer == "SpaceX" and tr.entity == "Falcon 9"
     assert tr.policy.startswith("vlm") or "fake-vlm" in tr.policy
-    # the image went to the model as a data URL, and the tools were offered natively
+    # the image went to the model as a data URL, and the decision was constrained to the allowed tools' schema
     first = sent[0]
     assert any(part.get("type") == "image_url" and part["image_url"]["url"].startswith("data:image/")
                for m in first["messages"] if isinstance(m.get("content"), list) for part in m["content"])
-    offered = {t["function"]["name"] for t in first["tools"]}
+    options = first["response_format"]["json_schema"]["schema"]["anyOf"]
+    offered = {o["properties"]["tool"]["const"] for o in options if "tool" in o["properties"]}
     assert offered >= {"image_search", "ocr"} and "self_check" not in offered  # self-check is not a plannable tool
-    assert "web_search" not in {t["function"]["name"] for t in first["tools"]}  # task 1 allow-list
+    assert "web_search" not in offered  # task 1 allow-list
+    assert {c.mode for c in tr.model_calls()} == {"structured"}

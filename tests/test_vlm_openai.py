@@ -57,6 +57,8 @@ def _img():
 
 
 def _policy(srv, **kw) -> ModelPolicy:
+    """Native tool calls first (the server-side structured mode has its own tests in test_model_modes.py)."""
+    kw.setdefault("decision_mode", "native_tools")
     return make_model_policy(f"openai:{srv.base_url}#fake-vlm", max_retries=kw.pop("max_retries", 0), **kw)
 
 
@@ -228,8 +230,8 @@ def test_verify_dual_path_and_cove(srv):
 
     srv.reset()
     srv.push(F.text_reply("garbage"), F.text_reply("more garbage"))
-    v = dual.verify("What brand?", draft("Coca-Cola"), [], None)
-    assert not v.supported  # closed-book path failed (neutral) + unparseable CoVe -> unsupported
+    with pytest.raises(PolicyReplyError):  # an unparseable verification is an error the graph records
+        dual.verify("What brand?", draft("Coca-Cola"), [], None)
     assert dual.verify("q", draft(IDK), [], None).supported is False
 
 

@@ -2,11 +2,15 @@
 (graph.model_policy turns a backend into the agent's policy).
 
 Spec strings:
-    openai:<base_url>#<model>      an OpenAI-compatible server, e.g.
-                                   openai:http://127.0.0.1:8000/v1#Qwen/Qwen2.5-VL-7B-Instruct
+    openai:<base_url>[,<base_url>...]#<model>
+                                   an OpenAI-compatible server, e.g.
+                                   openai:http://127.0.0.1:8000/v1#Qwen/Qwen2.5-VL-7B-Instruct; several URLs are
+                                   replicas of one model, used by least outstanding requests
                                    (without #<model>, the server's first /models entry)
-    transformers:<folder>          a local Hugging Face folder (VLM or text-only causal LM)
-    llamacpp:<file.gguf>           a GGUF text-only planner (needs llama-cpp-python)
+    transformers:<folder | file.gguf>
+                                   a local Hugging Face folder (VLM or text-only causal LM), or a GGUF file
+                                   (converted once, cached; text-only)
+    llamacpp:<file.gguf>           a GGUF text-only planner in-process (needs llama-cpp-python)
     <file.json | file.toml>        a model config file (see ModelConfig)
 """
 
@@ -16,7 +20,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from models.openai_client import BackendError
 from models.vlm.base import ChatBackend, ChatReply, ChatToolCall, Usage, extract_json, image_to_data_url
@@ -30,18 +34,65 @@ class ModelConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
     backend: Literal["openai", "transformers", "llamacpp"]
-    base_url: str | None = None
+    base_url: str | None = Field(None, description="openai: the server's base URL (the first replica).")
+    replicas: list[str] = Field(default_factory=list, description="openai: more base URLs serving the same model; "
+                                "requests go to the replica with the fewest outstanding requests, and a failing "
+                                "replica is left out for a while.")
     model: str | None = None
-    path: str | None = None
+    path: str | None = Field(None, description="transformers: a local folder or a .gguf file; llamacpp: a .gguf file.")
     api_key: str | None = None
-    timeout_s: float = 120.0
-    max_retries: int = 3
-    temperature: float = 0.0
-    max_tokens: int = 512
+    name: str | None = Field(None, description="The policy's name in traces and CLI output.")
+    timeout_s: float = Field(120.0, gt=0, description="openai: seconds per request attempt.")
+    max_retries: int = Field(3, ge=0)
+    pool_size: int | None = Field(None, ge=1, description="openai: HTTP connections kept (default: from the run's "
+                                  "concurrency, models.openai_client.pool_size_for).")
+    stream: bool = Field(True, description="openai: stream replies (the connection then closes on cancel and "
+                         "llama.cpp servers stop generating); servers that reject streaming are asked without it.")
+    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    max_tokens: int = Field(512, ge=1)
+    text_only: bool = Field(False, description="Never send the image; prompts say the model cannot see it.")
+    system_role: bool = Field(True, description="False: the system text is sent at the start of the first user "
+                              "message, for chat formats without a system role (llama-cpp-python's gemma drops "
+                              "system messages).")
+    image_max_side: int = Field(1024, ge=64, description="Longest side of the image sent to the model, in pixels.")
+    decision_mode: Literal["auto", "structured", "native_tools", "json_text"] = Field(
+        "auto", description="How the next-step decision is constrained. auto: a JSON schema of the allowed tools "
+        "(response_format) where the server supports it, else native tool calls, else JSON asked for in the text.")
+    response_format: Literal["json_schema", "json_object"] = Field(
+        "json_schema", description="openai: the response_format shape the server takes for a JSON schema: "
+        "'json_schema' (OpenAI, vLLM, SGLang) or 'json_object' with a 'schema' (llama-cpp-python's server).")
+    native_tools: bool | None = Field(None, description="Offer tools natively (None: when the backend supports it). "
+                                      "False is the same as leaving native tools out of decision_mode.")
+    chat_template: str | None = Field(None, description="transformers / llamacpp: the chat template to use "
+                                      "instead of the model's own: a bundled name (gemma, chatml, llama3), a .jinja "
+                                      "file, or the template text. openai: sent as vLLM's per-request chat_template.")
+    chat_format: str | None = Field(None, description="llamacpp: a llama-cpp-python chat_format (e.g. gemma, "
+                                    "chatml); default: the GGUF's own template.")
+    n_ctx: int | None = Field(None, ge=256, description="Context size in tokens: llamacpp n_ctx (default 4096); "
+                              "transformers: longer prompts are refused with a clear error.")
+    n_threads: int | None = Field(None, ge=1, description="llamacpp / transformers: CPU threads.")
+    n_gpu_layers: int = Field(0, description="llamacpp: layers offloaded to the GPU (-1: all).")
     device: str = "cpu"
-    dtype: str | None = None
-    native_tools: bool | None = None
-    name: str | None = None
+    dtype: str | None = Field(None, description="transformers: float32, bfloat16, float16 or auto.")
+    cache_dir: str | None = Field(None, description="transformers: where a converted GGUF model is kept "
+                                  "(default ~/.cache/glasses-rag/gguf).")
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelConfig:
+        if self.backend == "openai" and not self.base_url and self.replicas:
+            self.base_url, self.replicas = self.replicas[0], self.replicas[1:]
+        return self
+
+    def base_urls(self) -> list[str]:
+        return [u for u in [self.base_url, *self.replicas] if u]
+
+    def decision_modes(self) -> tuple[str, ...]:
+        """The constraints the policy may offer, strongest first."""
+        modes = {"auto": ("structured", "native_tools", "json_text"), "structured": ("structured", "json_text"),
+                 "native_tools": ("native_tools", "json_text"), "json_text": ("json_text",)}[self.decision_mode]
+        if self.native_tools is False:
+            modes = tuple(m for m in modes if m != "native_tools")
+        return modes
 
 
 def load_model_config(path: str | Path) -> ModelConfig:
@@ -67,34 +118,62 @@ def parse_spec(spec: str) -> ModelConfig:
     kind, sep, rest = s.partition(":")
     kind = kind.lower()
     if not sep or kind not in BACKENDS or not rest:
-        raise ValueError(f"bad model spec {spec!r}: use openai:<base_url>#<model>, transformers:<folder>, "
-                         f"llamacpp:<file.gguf> or a .json/.toml config file")
+        raise ValueError(f"bad model spec {spec!r}: use openai:<base_url>[,<base_url>...]#<model>, "
+                         f"transformers:<folder or file.gguf>, llamacpp:<file.gguf> or a .json/.toml config file")
     if kind == "openai":
-        url, _, model = rest.partition("#")
-        if not url.startswith(("http://", "https://")):
-            raise ValueError(f"bad model spec {spec!r}: the base URL must start with http:// or https://")
-        return ModelConfig(backend="openai", base_url=url, model=model or None)
+        urls, _, model = rest.partition("#")
+        bases = [u.strip() for u in urls.split(",") if u.strip()]
+        if not bases or not all(u.startswith(("http://", "https://")) for u in bases):
+            raise ValueError(f"bad model spec {spec!r}: each base URL must start with http:// or https://")
+        return ModelConfig(backend="openai", base_url=bases[0], replicas=bases[1:], model=model or None)
     return ModelConfig(backend=kind, path=rest)
+
+
+def model_config_from_options(spec: str | None = None, config_file: str | Path | None = None,
+                              **options: Any) -> ModelConfig | None:
+    """What a front end's model options mean: `config_file` (or else `spec`) with the options given on the
+    command line (not None) on top. None for the rule planner ('rule' with no config file); model options
+    without a model are an error."""
+    given = {k: v for k, v in options.items() if v is not None}
+    unknown = set(given) - set(ModelConfig.model_fields)
+    if unknown:
+        raise ValueError(f"unknown model option(s): {', '.join(sorted(unknown))}")
+    if config_file is not None:
+        cfg = load_model_config(config_file)
+    elif spec is None or spec == "rule":
+        if given.keys() - {"pool_size"}:
+            raise ValueError(f"model option(s) {', '.join(sorted(given))} need a model (--model or --model-config)")
+        return None
+    else:
+        cfg = parse_spec(spec)
+    return ModelConfig.model_validate({**cfg.model_dump(exclude_unset=True), **given}) if given else cfg
 
 
 def make_backend(cfg: ModelConfig, **opts: Any) -> ChatBackend:
     if cfg.backend == "openai":
+        from models.openai_client import pool_size_for
         from models.vlm.openai_server import OpenAICompatibleBackend
 
         if not cfg.base_url:
             raise ValueError("the openai backend needs base_url")
-        return OpenAICompatibleBackend(cfg.base_url, cfg.model, api_key=cfg.api_key, timeout_s=cfg.timeout_s,
-                                       max_retries=cfg.max_retries, native_tools=cfg.native_tools is not False, **opts)
+        return OpenAICompatibleBackend(cfg.base_urls(), cfg.model, api_key=cfg.api_key, timeout_s=cfg.timeout_s,
+                                       max_retries=cfg.max_retries, native_tools=cfg.native_tools is not False,
+                                       response_format=cfg.response_format, stream=cfg.stream,
+                                       pool_size=cfg.pool_size or pool_size_for(1), text_only=cfg.text_only,
+                                       chat_template=cfg.chat_template, system_role=cfg.system_role, **opts)
     if not cfg.path:
         raise ValueError(f"the {cfg.backend} backend needs path")
     if cfg.backend == "transformers":
         from models.vlm.transformers_local import TransformersVLMBackend
 
-        return TransformersVLMBackend(cfg.path, device=cfg.device, dtype=cfg.dtype, **opts)
+        return TransformersVLMBackend(cfg.path, device=cfg.device, dtype=cfg.dtype, chat_template=cfg.chat_template,
+                                      text_only=cfg.text_only, n_ctx=cfg.n_ctx, n_threads=cfg.n_threads,
+                                      cache_dir=cfg.cache_dir, **opts)
     from models.vlm.llamacpp import LlamaCppBackend
 
-    return LlamaCppBackend(cfg.path, **opts)
+    return LlamaCppBackend(cfg.path, n_ctx=cfg.n_ctx or 4096, n_threads=cfg.n_threads, n_gpu_layers=cfg.n_gpu_layers,
+                           chat_format=cfg.chat_format, chat_template=cfg.chat_template, **opts)
 
 
 __all__ = ["BackendError", "ChatBackend", "ChatReply", "ChatToolCall", "ModelConfig", "Usage", "extract_json",
-           "image_to_data_url", "load_model_config", "make_backend", "parse_spec"]
+           "image_to_data_url", "load_model_config", "make_backend", "model_config_from_options", "parse_spec"]

@@ -1,9 +1,9 @@
-"""Chat backends: the protocol every model server or local model provides, its reply types, and tolerant
-JSON extraction from model text.
+"""Chat backends: the protocol every model server or local model provides, its reply types, the image
+encoding they share, the one way a request is reported to the trace, and tolerant JSON extraction.
 
-`ChatBackend.complete(messages, tools, max_tokens, temperature) -> ChatReply`, with OpenAI-format
-messages (images as `image_url` parts holding data URLs). The policy that drives a backend lives in
-graph/model_policy.py.
+`ChatBackend.complete(messages, tools, max_tokens, temperature, response_schema) -> ChatReply`, with
+OpenAI-format messages (images as `image_url` parts holding data URLs). The policy that drives a backend
+lives in graph/model_policy.py.
 """
 
 from __future__ import annotations
@@ -14,12 +14,18 @@ import io
 import json
 import logging
 import re
+import threading
+import time
+import weakref
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Iterable, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
-from models.openai_client import BackendError
+from models.calls import Cancelled, report_model_call
+from models.openai_client import BackendError  # noqa: F401 - re-exported for the backends
+from traces.schema import DecisionMode, ModelCall
 
 log = logging.getLogger(__name__)
 
@@ -48,23 +54,128 @@ class ChatReply(BaseModel):
     latency_ms: float = 0.0
     finish_reason: str | None = None
     model: str | None = None
+    mode: DecisionMode | None = Field(None, description="How the reply was constrained: 'structured' (JSON schema "
+                                      "enforced by the server or a grammar), 'native_tools' (tools were offered), or "
+                                      "None (plain generation; the prompt asks for JSON).")
+
+
+class ReplyCancelled(Cancelled):
+    """A generation stopped because its turn ended; `partial` is what had been generated."""
+
+    def __init__(self, message: str, partial: ChatReply | None = None):
+        super().__init__(message)
+        self.partial = partial
 
 
 @runtime_checkable
 class ChatBackend(Protocol):
     """`supports_native_tools`: whether `tools=` (OpenAI function specs) is honoured natively;
-    `supports_images`: whether image_url parts reach the model (text-only backends drop them)."""
+    `supports_structured`: whether `response_schema` can constrain the reply (JSON schema / grammar);
+    `supports_images`: whether image_url parts reach the model (text-only backends and modes drop them).
+
+    `complete` uses the strongest constraint offered that it supports: `response_schema`
+    (`{"name": ..., "schema": {...}}`) before `tools` before plain generation, and says which in
+    `ChatReply.mode`. It must stop (raise `Cancelled`) soon after `models.calls.current_scope()` is cancelled."""
 
     name: str
     supports_native_tools: bool
+    supports_structured: bool
     supports_images: bool
 
     def complete(self, messages: list[dict], tools: list[dict] | None = None, max_tokens: int = 512,
-                 temperature: float = 0.0) -> ChatReply: ...
+                 temperature: float = 0.0, response_schema: dict | None = None) -> ChatReply: ...
+
+
+def complete_and_report(backend: ChatBackend, purpose: str, messages: list[dict], *, tools: list[dict] | None = None,
+                        response_schema: dict | None = None, max_tokens: int = 512,
+                        temperature: float = 0.0) -> ChatReply:
+    """One backend request, reported as a ModelCall to the graph event that made it (also when it fails or is
+    cancelled): tokens, latency, finish reason, the raw reply (first 4 KB) and the constraint mode used."""
+    t0 = time.perf_counter()
+    name = getattr(backend, "name", type(backend).__name__)
+    try:
+        reply = backend.complete(messages, tools=tools, max_tokens=max_tokens, temperature=temperature,
+                                 response_schema=response_schema)
+    except Exception as e:
+        partial = getattr(e, "partial", None)
+        call = ModelCall(purpose=purpose, model=name, latency_ms=round((time.perf_counter() - t0) * 1000, 3),
+                         cancelled=isinstance(e, Cancelled), error=f"{type(e).__name__}: {e}"[:500])
+        if isinstance(partial, ChatReply):
+            raw, n = ModelCall.clip(_raw(partial))
+            call = call.model_copy(update=dict(mode=partial.mode or "json_text", raw_reply=raw, reply_chars=n,
+                                               prompt_tokens=partial.usage.input_tokens or None,
+                                               completion_tokens=partial.usage.output_tokens or None,
+                                               finish_reason=partial.finish_reason or "cancelled"))
+        report_model_call(call)
+        raise
+    raw, n = ModelCall.clip(_raw(reply))
+    report_model_call(ModelCall(
+        purpose=purpose, mode=reply.mode or "json_text", model=reply.model or name,
+        prompt_tokens=reply.usage.input_tokens, completion_tokens=reply.usage.output_tokens,
+        latency_ms=round(reply.latency_ms or (time.perf_counter() - t0) * 1000, 3),
+        finish_reason=reply.finish_reason, raw_reply=raw, reply_chars=n))
+    return reply
+
+
+def _raw(reply: ChatReply) -> str:
+    if not reply.tool_calls:
+        return reply.text
+    return json.dumps({"content": reply.text, "tool_calls": [t.model_dump() for t in reply.tool_calls]},
+                      ensure_ascii=False)
+
+
+# --------------------------------------------------------------------------------------------
+# Images
+# --------------------------------------------------------------------------------------------
+
+
+class _EncodedImages:
+    """Data URLs of recently encoded images, by image object and size: a turn sends the same photo to the model
+    several times (decide, answer, verification), and a 2048-px JPEG costs tens of ms to encode."""
+
+    def __init__(self, max_images: int = 256):
+        self._lock = threading.Lock()
+        self._urls: OrderedDict[tuple[int, int, int], tuple[weakref.ref, str]] = OrderedDict()
+        self._max = max_images
+
+    def get(self, image: Any, max_side: int, quality: int) -> str | None:
+        key = (id(image), max_side, quality)
+        with self._lock:
+            hit = self._urls.get(key)
+            if hit is None or hit[0]() is not image:  # an id reused by a new image is a miss
+                return None
+            self._urls.move_to_end(key)
+            return hit[1]
+
+    def put(self, image: Any, max_side: int, quality: int, url: str) -> None:
+        try:
+            ref = weakref.ref(image)
+        except TypeError:
+            return
+        with self._lock:
+            self._urls[(id(image), max_side, quality)] = (ref, url)
+            while len(self._urls) > self._max:
+                self._urls.popitem(last=False)
+
+
+ENCODED_IMAGES = _EncodedImages()
 
 
 def image_to_data_url(image: Any, max_side: int = 1024, quality: int = 90) -> str:
-    """A PIL image (or a path / raw bytes) as a `data:image/jpeg;base64,...` URL, longest side <= max_side."""
+    """A PIL image (or a path / raw bytes) as a `data:image/jpeg;base64,...` URL, longest side <= max_side.
+    A PIL image's URL is cached per size while the image lives (the image must not be changed in place)."""
+    from PIL import Image
+
+    if isinstance(image, Image.Image):
+        url = ENCODED_IMAGES.get(image, max_side, quality)
+        if url is None:
+            url = _encode(image, max_side, quality)
+            ENCODED_IMAGES.put(image, max_side, quality, url)
+        return url
+    return _encode(image, max_side, quality)
+
+
+def _encode(image: Any, max_side: int, quality: int) -> str:
     from PIL import Image
 
     if isinstance(image, (str, Path)):
@@ -101,8 +212,45 @@ def message_text(content: Any) -> str:
 
 
 def text_only_messages(messages: list[dict]) -> list[dict]:
-    """Messages with string contents only, for text-only models."""
+    """Messages with string contents only, for text-only models and chat formats that drop list contents."""
     return [{"role": m.get("role", "user"), "content": message_text(m.get("content"))} for m in messages]
+
+
+def system_into_user(messages: list[dict]) -> list[dict]:
+    """The system text moved to the start of the first user message, for chat formats without a system role
+    (llama-cpp-python's `gemma` drops system messages)."""
+    system = "\n\n".join(message_text(m.get("content")) for m in messages if m.get("role") == "system")
+    rest = [dict(m) for m in messages if m.get("role") != "system"]
+    if system:
+        first = next((i for i, m in enumerate(rest) if m.get("role") == "user"), None)
+        if first is None:
+            rest.insert(0, {"role": "user", "content": system})
+        elif isinstance(rest[first].get("content"), list):
+            rest[first]["content"] = [{"type": "text", "text": system}, *rest[first]["content"]]
+        else:
+            rest[first]["content"] = f"{system}\n\n{rest[first].get('content') or ''}"
+    return rest
+
+
+CHAT_TEMPLATES_DIR = Path(__file__).with_name("chat_templates")
+
+
+def bundled_chat_templates() -> list[str]:
+    return sorted(p.stem for p in CHAT_TEMPLATES_DIR.glob("*.jinja"))
+
+
+def load_chat_template(value: str) -> str:
+    """A chat template from a bundled name (gemma, chatml, llama3), a .jinja file, or the template text itself."""
+    if "{{" in value or "{%" in value:
+        return value
+    bundled = CHAT_TEMPLATES_DIR / f"{value}.jinja"
+    if bundled.is_file():
+        return bundled.read_text(encoding="utf-8")
+    p = Path(value).expanduser()
+    if p.is_file():
+        return p.read_text(encoding="utf-8")
+    raise ValueError(f"unknown chat template {value!r}: use a bundled one ({', '.join(bundled_chat_templates())}), "
+                     "a .jinja file or the template text")
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,39 +1,95 @@
-"""A scripted OpenAI-compatible HTTP server on 127.0.0.1, for tests and offline demos.
+"""A scripted OpenAI-compatible HTTP server on 127.0.0.1, for tests, benchmarks and offline demos.
 
     with FakeOpenAIServer() as srv:
         srv.push(FakeOpenAIServer.tool_call_reply("web_search", {"query": "x"}))
         srv.push(FakeOpenAIServer.text_reply('{"answer": "Paris", "confidence": 0.9}'))
         policy = make_policy(f"openai:{srv.base_url}#fake")
 
-Each /chat/completions request pops the next scripted reply: a dict (sent as 200 JSON),
-`("status", code, body)` or `("hang", seconds)`; with the script empty it answers an empty
-text reply. `route(marker, reply)` answers any request whose body contains `marker` with `reply`
-instead (for requests that run concurrently, whose arrival order is not fixed). Every request body
-is kept in `requests`.
+Each /chat/completions request pops the next scripted reply: a dict (sent as 200 JSON, or as SSE chunks when
+the request streams), `("status", code, body)`, `("hang", seconds)` (a generation that never ends in time) or
+`("generate", reply_or_text, seconds)` (a generation taking `seconds`, streamed piece by piece). With the script
+empty it asks `responder(body)` when one is given, else answers an empty text reply. `route(marker, reply)`
+answers any request whose body contains `marker` with `reply` instead (for requests that run concurrently, whose
+arrival order is not fixed). Every request body is kept in `requests`, its timing in `timeline`.
+
+Like a real server, it counts live generations (`live`, `max_live`) and notices a client that goes away: a
+streamed reply fails to write or the socket reads EOF between pieces, a non-streamed one polls its socket while
+it "generates". Such a generation stops and is counted in `aborted`; `wait_idle()` waits until none is live.
+`delay_s` makes every reply a generation of that length (a fake model of fixed latency). What it accepts can be
+narrowed to imitate servers: `response_formats` (vLLM takes json_schema and json_object, llama-cpp-python's
+server json_object only, and answers 422 otherwise), `tools` (a vLLM started without a tool-call parser answers
+400), `stream`. Sockets use TCP_NODELAY.
+
+`python -m models.vlm.fake_server --delay 0.3 --responder path/to/file.py:function` serves in its own process (for
+benchmarks: no GIL shared with the client) and prints its base URL.
 """
 
 from __future__ import annotations
 
+import argparse
+import importlib
+import importlib.util
 import json
+import select
+import socket
+import sys
 import threading
 import time
 from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 512  # many clients connect at once in benchmarks
+
+    def handle_error(self, request, client_address) -> None:
+        if isinstance(sys.exc_info()[1], OSError):  # a client that went away: expected, not worth a traceback
+            return
+        super().handle_error(request, client_address)
 
 
 class FakeOpenAIServer:
-    def __init__(self, models: tuple[str, ...] = ("fake-vlm",)):
+    def __init__(self, models: tuple[str, ...] = ("fake-vlm",), *, delay_s: float = 0.0,
+                 responder: Callable[[dict], Any] | None = None,
+                 response_formats: Iterable[str] = ("json_schema", "json_object"), tools: bool = True,
+                 stream: bool = True, port: int = 0):
         self.script: deque[Any] = deque()
         self.routes: list[tuple[str, Any]] = []
         self.requests: list[dict] = []
+        self.timeline: list[dict] = []
         self.models = models
-        self._lock = threading.Lock()
+        self.delay_s = delay_s
+        self.responder = responder
+        self.response_formats = set(response_formats)
+        self.accept_tools = tools
+        self.accept_stream = stream
+        self.live = 0
+        self.max_live = 0
+        self.aborted = 0
+        self.completed = 0
+        self._conns: set[socket.socket] = set()
+        self._lock = threading.Condition()
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as real servers
+
             def log_message(self, *a):  # quiet
                 pass
+
+            def setup(self):
+                super().setup()
+                self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                with outer._lock:
+                    outer._conns.add(self.request)
+
+            def finish(self):
+                with outer._lock:
+                    outer._conns.discard(self.request)
+                super().finish()
 
             def _send(self, code: int, body: Any) -> None:
                 raw = body.encode() if isinstance(body, str) else json.dumps(body).encode()
@@ -43,8 +99,17 @@ class FakeOpenAIServer:
                     self.send_header("Content-Length", str(len(raw)))
                     self.end_headers()
                     self.wfile.write(raw)
+                    self.wfile.flush()
                 except (BrokenPipeError, ConnectionResetError):
-                    pass
+                    self.close_connection = True
+
+            def client_gone(self) -> bool:
+                """The client closed its end (no request is pipelined while it waits, so readable means EOF)."""
+                try:
+                    ready, _, _ = select.select([self.request], [], [], 0)
+                    return bool(ready) and self.request.recv(1, socket.MSG_PEEK) == b""
+                except OSError:
+                    return True
 
             def do_GET(self):
                 if self.path.rstrip("/").endswith("/models"):
@@ -54,38 +119,153 @@ class FakeOpenAIServer:
 
             def do_POST(self):
                 n = int(self.headers.get("Content-Length", 0))
-                body = json.loads(self.rfile.read(n) or b"{}")
+                try:
+                    body = json.loads(self.rfile.read(n) or b"{}")
+                except ValueError:
+                    return self._send(400, {"error": "request body is not JSON"})
+                entry = {"start": time.monotonic(), "end": None, "aborted": False, "body": body}
                 with outer._lock:
                     outer.requests.append(body)
-                    raw = json.dumps(body)
-                    routed = next((i for i, (marker, _) in enumerate(outer.routes) if marker in raw), None)
-                    if routed is not None:
-                        item = outer.routes.pop(routed)[1]
-                    else:
-                        item = outer.script.popleft() if outer.script else FakeOpenAIServer.text_reply("")
-                if not self.path.rstrip("/").endswith("/chat/completions"):
-                    self._send(404, {"error": "not found"})
-                elif isinstance(item, tuple) and item[0] == "hang":
-                    time.sleep(item[1])
-                    self._send(200, FakeOpenAIServer.text_reply("too late"))
-                elif isinstance(item, tuple) and item[0] == "status":
-                    self._send(item[1], item[2])
-                else:
-                    self._send(200, item)
+                    outer.timeline.append(entry)
+                try:
+                    self._answer(body, entry)
+                finally:
+                    entry["end"] = time.monotonic()
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
+            def _answer(self, body: dict, entry: dict) -> None:
+                if not self.path.rstrip("/").endswith("/chat/completions"):
+                    return self._send(404, {"error": "not found"})
+                rejected = outer._reject(body)
+                if rejected is not None:  # before the script: a rejected request uses no scripted reply
+                    return self._send(*rejected)
+                item = outer._next(body)
+                if isinstance(item, tuple) and item[0] == "status":
+                    return self._send(item[1], item[2])
+                if isinstance(item, tuple) and item[0] == "hang":
+                    return self._generate(body, entry, FakeOpenAIServer.text_reply("too late"), float(item[1]))
+                if isinstance(item, tuple) and item[0] == "generate":
+                    reply = item[1] if isinstance(item[1], dict) else FakeOpenAIServer.text_reply(str(item[1]))
+                    return self._generate(body, entry, reply, float(item[2]))
+                return self._generate(body, entry, item, outer.delay_s)
+
+            def _generate(self, body: dict, entry: dict, reply: dict, seconds: float) -> None:
+                with outer._lock:
+                    outer.live += 1
+                    outer.max_live = max(outer.max_live, outer.live)
+                finished = False
+                try:
+                    if body.get("stream"):
+                        finished = self._stream(body, reply, seconds)
+                    else:
+                        finished = self._wait(seconds)
+                        if finished:
+                            self._send(200, reply)
+                finally:
+                    with outer._lock:
+                        outer.live -= 1
+                        if finished:
+                            outer.completed += 1
+                        else:
+                            outer.aborted += 1
+                            entry["aborted"] = True
+                        outer._lock.notify_all()
+                    if not finished:
+                        self.close_connection = True
+
+            def _wait(self, seconds: float) -> bool:
+                """Sleep `seconds` as a generation would, waking at once if the client goes away (no polling:
+                many concurrent generations must not cost the machine CPU)."""
+                end = time.monotonic() + seconds
+                while True:
+                    left = end - time.monotonic()
+                    if left <= 0:
+                        return True
+                    try:
+                        ready, _, _ = select.select([self.request], [], [], left)
+                    except OSError:
+                        return False
+                    if ready and self.client_gone():
+                        return False
+                    if ready:  # unexpected bytes from the client: keep generating, but do not spin on them
+                        time.sleep(min(0.01, max(0.0, end - time.monotonic())))
+
+            def _chunk(self, data: bytes) -> bool:
+                try:
+                    self.wfile.write(b"%X\r\n%s\r\n" % (len(data), data))
+                    self.wfile.flush()
+                    return True
+                except (BrokenPipeError, ConnectionResetError, OSError):
+                    return False
+
+            def _stream(self, body: dict, reply: dict, seconds: float) -> bool:
+                if "choices" not in reply:  # a malformed scripted reply is sent as it is
+                    if not self._wait(seconds):
+                        return False
+                    self._send(200, reply)
+                    return True
+                chunks = FakeOpenAIServer.sse_chunks(reply, include_usage=bool((body.get("stream_options") or {})
+                                                                                .get("include_usage")))
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                except (BrokenPipeError, ConnectionResetError):
+                    return False
+                pause = seconds / max(1, len(chunks))
+                for c in chunks:
+                    if pause and not self._wait(pause):
+                        return False
+                    if not self._chunk(f"data: {json.dumps(c)}\n\n".encode()) or self.client_gone():
+                        return False
+                return self._chunk(b"data: [DONE]\n\n") and self._chunk(b"")
+
+        self.httpd = _Server(("127.0.0.1", port), Handler)
         self.port = self.httpd.server_address[1]
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+
+    # ---- scripting -------------------------------------------------------------------------------------------
+
+    def _next(self, body: dict) -> Any:
+        with self._lock:
+            raw = json.dumps(body)
+            routed = next((i for i, (marker, _) in enumerate(self.routes) if marker in raw), None)
+            if routed is not None:
+                return self.routes.pop(routed)[1]
+            if self.script:
+                return self.script.popleft()
+        if self.responder is not None:
+            return self.responder(body)
+        return FakeOpenAIServer.text_reply("")
+
+    def _reject(self, body: dict) -> tuple[int, Any] | None:
+        rf = body.get("response_format")
+        if isinstance(rf, dict) and rf.get("type") not in ("text", None) and rf.get("type") not in self.response_formats:
+            return 422, {"detail": [{"type": "literal_error", "loc": ["body", "response_format", "type"],
+                                     "msg": f"Input should be one of {sorted(self.response_formats) or ['text']}"}]}
+        if body.get("tools") and not self.accept_tools:
+            return 400, {"object": "error", "message": '"auto" tool choice requires --enable-auto-tool-choice and '
+                                                       '--tool-call-parser to be set', "code": 400}
+        if body.get("stream") and not self.accept_stream:
+            return 400, {"error": "stream is not supported by this server"}
+        return None
 
     def start(self) -> "FakeOpenAIServer":
         self._thread.start()
         return self
 
     def stop(self) -> None:
+        """Stop serving and drop open keep-alive connections, as a server that goes down does."""
         self.httpd.shutdown()
         self.httpd.server_close()
+        with self._lock:
+            conns, self._conns = list(self._conns), set()
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def __enter__(self) -> "FakeOpenAIServer":
         return self.start()
@@ -107,6 +287,16 @@ class FakeOpenAIServer:
             self.script.clear()
             self.routes.clear()
             self.requests.clear()
+            self.timeline.clear()
+            self.max_live = self.live
+            self.aborted = self.completed = 0
+
+    def wait_idle(self, timeout_s: float = 5.0) -> bool:
+        """Wait until no generation is live (a closed connection is noticed within ~10 ms); False on timeout."""
+        with self._lock:
+            return self._lock.wait_for(lambda: self.live == 0, timeout=timeout_s)
+
+    # ---- replies ---------------------------------------------------------------------------------------------
 
     @staticmethod
     def text_reply(text: str, prompt_tokens: int = 10, completion_tokens: int = 5) -> dict:
@@ -122,3 +312,58 @@ class FakeOpenAIServer:
                     "role": "assistant", "content": content,
                     "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": name, "arguments": args}}]}}],
                 "usage": {"prompt_tokens": 12, "completion_tokens": 7}}
+
+    @staticmethod
+    def sse_chunks(reply: dict, include_usage: bool = True, piece: int = 8) -> list[dict]:
+        """A chat completion as the chunks a server streams: role, text pieces, tool-call deltas, finish, usage."""
+        choice = reply["choices"][0]
+        msg = choice.get("message") or {}
+        base = {"id": reply.get("id", "cmpl"), "object": "chat.completion.chunk", "model": reply.get("model")}
+
+        def chunk(delta: dict, finish: str | None = None) -> dict:
+            return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+        out = [chunk({"role": "assistant"})]
+        text = msg.get("content") or ""
+        out += [chunk({"content": text[i:i + piece]}) for i in range(0, len(text), piece)]
+        for k, tc in enumerate(msg.get("tool_calls") or []):
+            fn = tc.get("function") or {}
+            out.append(chunk({"tool_calls": [{"index": k, "id": tc.get("id"), "type": "function",
+                                              "function": {"name": fn.get("name"), "arguments": ""}}]}))
+            args = fn.get("arguments") or ""
+            out += [chunk({"tool_calls": [{"index": k, "function": {"arguments": args[i:i + piece]}}]})
+                    for i in range(0, len(args), piece)]
+        out.append(chunk({}, choice.get("finish_reason") or "stop"))
+        if include_usage and reply.get("usage"):
+            out.append({**base, "choices": [], "usage": reply["usage"]})
+        return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m models.vlm.fake_server", description=__doc__.split("\n\n")[0])
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--delay", type=float, default=0.0, help="seconds every reply takes (a fake model's latency)")
+    p.add_argument("--responder", default=None,
+                   help="module:function or path/to/file.py:function answering a request body with a reply")
+    args = p.parse_args(argv)
+    responder = None
+    if args.responder:
+        mod, _, fn = args.responder.rpartition(":")
+        if mod.endswith(".py"):
+            spec = importlib.util.spec_from_file_location(Path(mod).stem, mod)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(mod)
+        responder = getattr(module, fn)
+    srv = FakeOpenAIServer(delay_s=args.delay, responder=responder, port=args.port).start()
+    print(srv.base_url, flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        srv.stop()
+
+
+if __name__ == "__main__":
+    main()

