@@ -233,8 +233,9 @@ def name_phrases(sentence: str) -> list[NamePhrase]:
         # sentence-initial function words are not names ("The", "It", "In")
         while i <= j and toks[i].start() == _first_word_start(sentence) and toks[i].group(0).lower() in _SENTENCE_OPENERS:
             i += 1
-        while i <= j and toks[i].group(0).lower() in _NAME_LINK | {","}:
-            i += 1
+        while i <= j and (toks[i].group(0) in _NAME_LINK | {","} or (
+                toks[i].group(0).lower() in _NAME_LINK and toks[i].start() == _first_word_start(sentence))):
+            i += 1  # a name does not open with "of"/"the" (a capitalised "Of" inside a sentence is part of one)
         if i <= j:
             end = toks[j].end()
             # a lower-case head noun that closes the name ("the Sun-Earth L1 Lagrange point,")
