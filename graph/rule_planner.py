@@ -52,6 +52,7 @@ class RulePlannerConfig(BaseModel):
 OCR_CONFIDENCE = 0.6  # text read in the photo that has the expected type
 OCR_NAME_CONFIDENCE = 0.4  # a name read in the photo when image search found nothing confident
 HISTORY_ENTITY_CONFIDENCE = 0.7  # the entity a previous turn was about
+WEB_QUANTITY_CONFIDENCE = 0.6  # a quantity to convert, from a web sentence naming the entity
 FREE_TEXT_COVERAGE = 0.6  # share of the question's words a sentence must hold to give a free-text answer
 # words that only say which type of answer is wanted
 TYPE_WORDS = {nlp.stem(w) for w in """year date time day city country town place person name title number many much
@@ -158,6 +159,21 @@ def page_sentences(h: Hit) -> list[str]:
     """The factual sentences of a web hit: its content and its snippet (a summary often says it most directly)."""
     out = nlp.data_sentences(h.content or "") if h.content else []
     return out + [s for s in nlp.data_sentences(h.snippet or "") if s not in out]
+
+
+def page_subject(h: Hit) -> str | None:
+    """What the page is about: the first name its first sentence opens with ("Port Aven is a town ...")."""
+    lead = nlp.sentences(h.content or h.snippet or "")[:1]
+    names = name_phrases(lead[0]) if lead else []
+    return names[0].text if names and names[0].start <= 4 else None
+
+
+def with_subject(sentence: str, subject: str | None) -> str:
+    """"It lies in Westmark." -> "Port Aven lies in Westmark.": for comparing the sentence with the question."""
+    if not subject:
+        return sentence
+    return re.sub(r"^(?:It|They|He|She|This|Its|Their)\b", lambda m: subject + ("'s" if m.group(0) in ("Its", "Their")
+                                                                                  else ""), sentence)
 
 
 def _fill(spec: ToolSpec, offer: dict[str, Any]) -> dict[str, Any] | None:
@@ -547,10 +563,11 @@ class _Turn:
             if any(nlp.mentions(h.title or "", o) and not (entity and nlp.mentions(h.title or "", entity))
                    for o in self.other_names):
                 continue  # a page about another entity the image search also found (a look-alike)
-            lead = nlp.sentences(body)[:1]
+            subject = page_subject(h)
             title_topical = bool(page_topic & nlp.stems(h.title or "")) or bool(
-                must_mention and lead and nlp.mentions(lead[0], must_mention))  # the page introduces it first
+                must_mention and subject and nlp.mentions(subject, must_mention))  # the page opens with it
             for sent in page_sentences(h):
+                sent = with_subject(sent, subject)
                 if not matches(sent, spec):
                     continue
                 if spec.counted and nlp.stem(spec.counted) not in nlp.stems(sent):
@@ -586,7 +603,8 @@ class _Turn:
             if not typed and len(qwords & swords) < FREE_TEXT_COVERAGE * len(qwords):
                 continue  # a free-text answer has no type to check: the sentence must cover what is asked
             score = float(sim) + 0.05 * len(qwords & swords) / max(1, len(qwords)) + (
-                0.05 if entity and nlp.mentions(sent, entity) else 0.0)
+                0.05 if entity and nlp.mentions(sent, entity) else 0.0) + (
+                0.1 if spec.noun and spec.kind != "text" and nlp.stem(spec.noun) in swords else 0.0)  # "which county"
             if best is None or score > best[0]:
                 best = (score, Candidate(self.short(text), 0.0, f"web sentence from {h.url} (match {score:.2f})", sent))
         if best is None or best[0] < self.c.min_web_sim:
@@ -659,7 +677,8 @@ class _Turn:
     def side_name(self, side: str) -> str:
         if self.is_self(side) and self.entity:
             return self.entity
-        return re.sub(r"^(?:the|a|an)\s+", "", side.strip(), flags=re.I)
+        asked = re.search(re.escape(side.strip()), self.v.question, re.I)  # as written in the question
+        return re.sub(r"^(?:the|a|an)\s+", "", (asked.group(0) if asked else side).strip(), flags=re.I)
 
     @staticmethod
     def side_query(cmp: Comparison, side: str) -> str:
@@ -792,6 +811,6 @@ class _Turn:
             for s in page_sentences(h):
                 got = pick(s)
                 if got and self.entity and nlp.mentions(s, self.entity):
-                    return got[0], got[1], 0.5
+                    return got[0], got[1], WEB_QUANTITY_CONFIDENCE
         return None
 

@@ -63,8 +63,18 @@ class EvidenceSupportVerifier:
         if nlp.has_instruction(draft.answer):
             return Verdict(supported=False, confidence=0.0, method=self.name,
                            reason="the draft repeats text addressed to the agent (a prompt injection), not a fact")
-        support, i = lexical_support(draft.answer, [data_text(t) for t in evidence])
+        facts = [data_text(t) for t in evidence]
+        support, i = lexical_support(draft.answer, facts)
         conf = draft.confidence * support
         where = f"evidence #{i}" if i >= 0 else "no evidence"
+        missing = numbers(draft.answer) - set().union(*(numbers(t) for t in facts)) if facts else numbers(draft.answer)
+        if missing:
+            return Verdict(supported=False, confidence=0.0, method=self.name,
+                           reason=f"the number(s) {', '.join(sorted(missing))} appear in no factual evidence")
         return Verdict(supported=support >= 0.5, confidence=round(conf, 4), method=self.name,
                        reason=f"{support:.0%} of the answer's words found in the factual text of {where}")
+
+
+def numbers(text: str) -> set[str]:
+    """The numbers a text states ("1,200" and "1200" alike): an answer's numbers must all be found in the evidence."""
+    return {m.replace(",", "") for m in re.findall(r"\d[\d,]*(?:\.\d+)?", text or "")}

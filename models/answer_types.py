@@ -53,7 +53,6 @@ UNITS: dict[str, tuple[str, float, tuple[str, ...]]] = {
     "yd": ("length", 0.9144, ("yards", "yard", "yd")),
     "hand": ("length", 0.1016, ("hands", "hand")),
     "ly": ("length", 9.4607e15, ("light-years", "light years", "light-year", "light year")),
-    "storey": ("length", 3.0, ("storeys", "stories", "storey", "floors")),
     "kg": ("mass", 1.0, ("kilograms", "kilogram", "kilos", "kilo", "kg")),
     "g": ("mass", 0.001, ("grams", "gram", "g")),
     "mg": ("mass", 1e-6, ("milligrams", "milligram", "mg")),
@@ -239,9 +238,9 @@ def name_phrases(sentence: str) -> list[NamePhrase]:
         if i <= j:
             end = toks[j].end()
             # a lower-case head noun that closes the name ("the Sun-Earth L1 Lagrange point,")
-            if j + 1 < len(toks) and re.fullmatch(r"[a-z]{3,}", toks[j + 1].group(0)) and (
+            if j + 1 < len(toks) and re.fullmatch(r"[a-z]{3,}\.?", toks[j + 1].group(0)) and (
                     j + 2 >= len(toks) or toks[j + 2].group(0) in (",", ")")) and toks[j + 1].group(0) not in _NAME_LINK:
-                end = toks[j + 1].end()
+                end = toks[j + 1].end() - toks[j + 1].group(0).endswith(".")
             before = [w.lower().strip(",") for w in sentence[: toks[i].start()].split()]
             while before and before[-1] in ("the", "a", "an"):
                 before.pop()

@@ -134,16 +134,24 @@ def keywords(question: str, entity: str | None = None, limit: int = 8) -> str:
 # ---- sentences --------------------------------------------------------------------------------
 
 
+_CHAT_TAG = re.compile(r"(\[/?INST\]|<\|?/?\s*(?:system|assistant|user|im_start|im_end|endoftext)\s*\|?>)", re.I)
+
+
 @lru_cache(maxsize=4096)
 def _segment(text: str) -> tuple[str, ...]:
     import pysbd  # a maintained rule-based segmenter: abbreviations (St., Dr., U.S.), decimals, initials
 
     out: list[str] = []
-    for block in re.split(r"\s*\n+\s*", text):
+    for block in re.split(r"\s*\n+\s*", _CHAT_TAG.sub(r"\n\1\n", text)):  # a chat-template tag ends a sentence
         if block.strip():
             # a Segmenter keeps per-call state: one per call keeps concurrent turns apart (it is cheap to build)
-            out += [s.strip() for s in pysbd.Segmenter(language="en", clean=False).segment(block)]
-    return tuple(s for s in out if s)
+            for s in pysbd.Segmenter(language="en", clean=False).segment(block):
+                s = s.strip()
+                if out and re.fullmatch(r"[A-Za-z]{1,4}\.", out[-1]) and out[-1] in block:
+                    out[-1] = f"{out[-1]} {s}"  # "Est. 1921", "Vol. 3": an abbreviation pysbd does not know
+                elif s:
+                    out.append(s)
+    return tuple(out)
 
 
 def sentences(text: str, min_chars: int = 4) -> list[str]:
@@ -291,7 +299,14 @@ _AGENT_NOUN = (r"(?:you|ye|u|assistants?|the assistant|ai|a\.i\.|ais|chat ?bots?
                r"|models?|agents?|gpts?|readers?|anyone|whoever|any(?:one|body)|systems?)")
 _DIRECTIVE = (r"(?:must|should|shall|need to|needs to|have to|has to|(?:are|is) (?:required|instructed|asked|told|expected"
               r"|supposed|to)|will now|ought to|may only|can only|are only allowed|is only allowed|had better|always|never)")
-_ADDRESSED = re.compile(rf"\b{_AGENT_NOUN}\b(?:\s+\w+){{0,4}}?\s+{_DIRECTIVE}\b", re.I)
+_ADDRESSED = re.compile(rf"\b{_AGENT_NOUN}\b(?:\s+\w+){{0,8}}?\s+{_DIRECTIVE}\b", re.I)
+# an order after a fronted clause ("When asked about X, always say ..."), or talk about answering questions
+_CLAUSE_IMPERATIVE = re.compile(
+    r"[,;:(\[–—-]\s*(?:(?:please|always|never|only|just|then|simply|instead)\s+)*(?:say|answer|reply|respond|tell|output|"
+    r"print|write|claim|state|repeat|ignore|disregard|forget|pretend|insist)\b"
+    r"|\b(?:tell|inform|remind|assure|convince)\s+(?:the\s+)?(?:user|reader|human|asker|customer)s?\b"
+    r"|\b(?:when|if|whenever)\s+(?:you\s+are\s+|you're\s+)?(?:asked|questioned|prompted|queried)\b"
+    r"|\banswering\s+(?:questions|queries|prompts)\b", re.I)
 _VOCATIVE = re.compile(r"(?:^|[.!?]\s+)(?:dear|hey|hi|hello|attention|note to|message to|memo to|reminder to|to)\s+(?:the\s+|all\s+|any\s+)?"
                        r"(?:ai|a\.i\.|assistants?|chat ?bots?|bots?|language models?|llms?|models?|agents?|systems?)\b", re.I)
 _IF_YOU_ARE = re.compile(r"\bif\s+(?:you|u)\s+(?:are|'re|were)\s+(?:an?\s+)?(?:ai|a\.i\.|assistant|bot|chat ?bot|language model"
@@ -332,7 +347,7 @@ def is_instruction(sentence: str) -> bool:
         return False
     if _ROLE_PREFIX.search(" " + s) or _ROLE_TAG.search(s) or _VOCATIVE.search(s) or _IF_YOU_ARE.search(s):
         return True
-    if _IMPERATIVE.search(s) or _ADDRESSED.search(s) or _YOUR.search(s) or _META.search(s):
+    if _IMPERATIVE.search(s) or _ADDRESSED.search(s) or _YOUR.search(s) or _META.search(s) or _CLAUSE_IMPERATIVE.search(s):
         return True
     return bool(_QUOTED_REPLY.search(s)) and bool(re.search(r"\b(?:you|assistant|ai|model|bot|user|question|query)\b", s, re.I))
 

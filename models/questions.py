@@ -147,8 +147,12 @@ def parse_comparison(question: str) -> Comparison | None:
                   r"opened|established|completed|discovered|invented|formed|written|first \w+|\w+ed) before or after "
                   r"(.+?)(?: (?:was|were|is|are|had been|did)(?: first)? (\w+))?$", q)
     if m:
+        side_b, event_b = m.group(3), m.group(4)
+        if event_b is None:  # "... before or after the station opened": the last word is the other event
+            last = re.search(r"^(.+) (\w+(?:ed|en)|born|built|made|began|began|won|ran|sank|rose)$", side_b)
+            side_b, event_b = (last.group(1), last.group(2)) if last else (side_b, m.group(2))
         return Comparison(relation="before_after", dimension="year", word="before or after",
-                          sides=[m.group(1), m.group(3)], events=[m.group(2), m.group(4) or m.group(2)])
+                          sides=[m.group(1), side_b], events=[m.group(2), event_b])
     m = re.search(r"\b(?:which|what|who) (?:came|was|were|happened|is|one (?:came|was)) (?:first|earlier|older)[,:]? "
                   r"(?:the )?(.+?),? or (.+)$", q)
     if m:
@@ -209,8 +213,7 @@ def parse_bridge(question: str) -> Bridge | None:
             if not re.search(rf"\b{_REF}\b", clause) or not nlp.content_words(clause):
                 continue
             noun = noun_words[-1]
-            lead = {"where": "where", "when": "when", "who": "who"}.get(rel, f"which {m.group(1)}")
-            hop1 = f"{lead} {clause}?"
+            hop1 = f"which {m.group(1)} {clause}?"
             hop2 = (q[: m.start()] + "{bridge}" + q[end:]).strip() + "?"
             return Bridge(noun=noun, clause=clause, hop1=hop1, hop2=hop2)
     return None
