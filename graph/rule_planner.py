@@ -59,7 +59,10 @@ TYPE_WORDS = {nlp.stem(w) for w in """year date time day city country town place
 long tall high far old kind type sort called other else another""".split()}
 PERSON_KEYS = {"born", "occupation", "nationality", "died", "birthplace", "profession", "spouse", "birth"}
 CLASS_KEYS = ("species", "breed", "genus", "category", "type", "kind", "family", "style", "model", "make", "brand")
-_SAYS = re.compile(r"\b(?:say|says|said|written|write|read|reads|text|words|letters|printed)\b", re.I)
+# questions asking what the text in the photo says (not "what language is it written for")
+_SAYS = re.compile(r"\bwhat (?:does|do|did) (?:it|this|that|these|those|the [a-z]+) (?:say|read)\b|\bwhat(?:'s| is| are| was)"
+                   r" (?:written|printed|displayed)\b|\b(?:read|transcribe) (?:the|this|it|that|me)\b|\bwhat (?:text|words|"
+                   r"letters)\b|\bwhat (?:does|do) (?:the )?(?:text|sign|label|words?|letters|writing) (?:say|read)\b", re.I)
 _NAMES_OBJECT = re.compile(r"\b(?:this|that|these|those)\s+([a-z][a-z-]+)", re.I)
 
 
@@ -266,6 +269,8 @@ class _Turn:
             else:
                 r = nlp.resolve_references(o, self.entity, person=person, entity_is_person=self.entity_is_person)
             qtype = classify(o, has_image=self.use_image, history_entity=bool(self.history_entity))
+            if qtype == "follow_up" and self.entity and r == o and not nlp.has_pronoun(o):
+                r = f"{o.strip().rstrip('?')} of {self.entity}?"  # "who is the owner?" -> "... of Luna Bakery?"
             if i and len(nlp.content_words(o)) < 2 and parts:
                 # an elliptical part ("..., and in what year?") borrows the first part's subject and plan
                 r = f"{r} {parts[0].resolved}"
@@ -439,8 +444,8 @@ class _Turn:
         if not (self.use_image and self.v.ocr_text and _SAYS.search(part.original)):
             return None
         data = [ln for ln in self.v.ocr_text.splitlines() if ln.strip() and not nlp.is_instruction(ln)]
-        if not data:
-            return None
+        if len(re.sub(r"[^A-Za-z0-9]", "", "".join(data))) < 3:
+            return None  # a stray letter is not a reading
         return Candidate(" ".join(" ".join(data).split())[:300], 0.7, "text read in the photo")
 
     def ocr_typed(self, part: Part) -> Candidate | None:
@@ -548,7 +553,7 @@ class _Turn:
                  else nlp.stems(must_mention))
         ent_words = set(nlp.normalize(entity or "").split())
         # what is asked, less the entity and the words that only name the answer's type ("which city")
-        qwords = ({nlp.stem(w) for w in nlp.content_words(question) if w not in ent_words} - topic - TYPE_WORDS
+        qwords = (nlp.stems(" ".join(w for w in nlp.content_words(question) if w not in ent_words)) - topic - TYPE_WORDS
                   - ({nlp.stem(spec.noun or "")} if spec.kind != "text" else set()))
         cands: list[tuple[str, Hit]] = []
         for h in self.web_hits:
@@ -588,8 +593,6 @@ class _Turn:
             swords = nlp.stems(sent)
             if not swords - qwords - topic:
                 continue  # only repeats the question
-            if qwords and not qwords & swords:
-                continue  # about the entity, but not about what is asked
             if spec.kind == "yes_no":
                 text = self.yes_no(question, sent, qwords, ent_words)
             else:
@@ -598,6 +601,9 @@ class _Turn:
                 text = answer_span(sent, spec, question, avoid=[entity or "", *(avoid or []), *known])
             if not text:
                 continue
+            noun_typed = bool(spec.noun and spec.kind != "text" and nlp.stem(spec.noun) in nlp.stems(text))
+            if qwords and not qwords & swords and not noun_typed:
+                continue  # about the entity, but not about what is asked ("which lake": a lake's name will do)
             typed = spec.kind != "text" or bool(spec.noun and nlp.stem(spec.noun) in nlp.stems(
                 sent if spec.other else text))
             if not typed and len(qwords & swords) < FREE_TEXT_COVERAGE * len(qwords):

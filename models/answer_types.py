@@ -191,7 +191,7 @@ _FREQUENCY = re.compile(r"\bevery\b|\b(daily|weekly|monthly|yearly|annually|hour
 
 # a token of a proper name: capitalised, all caps, or letters mixed with digits ("STS-93", "L1", "FHL2")
 _NAME_TOKEN = re.compile(r"(?:[A-Z][\w'’&.-]*|\d+(?!st\b|nd\b|rd\b|th\b|s\b)[A-Za-z][\w-]*|[A-Za-z]+-?\d[\w-]*)")
-_NAME_LINK = {"of", "the", "de", "du", "da", "la", "le", "von", "van", "der", "del", "y", "&", "on", "upon", "for"}
+_NAME_LINK = {"of", "the", "de", "du", "da", "la", "le", "von", "van", "der", "del", "y", "&", "upon", "for"}
 _TOKEN = re.compile(r"[A-Za-z0-9][\w'’&.-]*|[,()]")
 _SENTENCE_OPENERS = {"the", "a", "an", "it", "its", "in", "on", "at", "this", "that", "these", "those", "there", "he",
                      "she", "they", "we", "you", "i", "his", "her", "their", "our", "after", "before", "during",
@@ -338,7 +338,9 @@ def expected_answer(question: str) -> AnswerSpec:
         noun = re.search(r"\b(" + _ORG_NOUNS + r")\b", q)
         return AnswerSpec(kind="name", noun=noun.group(1) if noun else None, other=other)
     m = _HEAD_NOUN.search(q)
-    noun = m.group(1).split()[-1] if m and m.group(1).split()[-1] not in ("is", "are", "was") else None
+    head = m.group(1).split() if m else []
+    head = head[: head.index("of")] if "of" in head else head  # "what family of plants" -> family
+    noun = head[-1] if head and head[-1] not in ("is", "are", "was") else None
     return AnswerSpec(kind="text", noun=noun, other=other)
 
 

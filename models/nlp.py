@@ -105,6 +105,8 @@ def stems(text: str) -> set[str]:
         out.add(stem(w))
         if "-" in w:
             out |= {stem(p) for p in w.split("-") if len(p) > 1 and p not in STOPWORDS}
+        if len(w) >= 5 and w.endswith(("er", "or")):  # agent nouns meet their verbs: owner/owned, maker/makes
+            out |= {stem(w[:-2]), stem(w[:-1])}
     return out
 
 

@@ -25,7 +25,8 @@ QUESTION_TYPES: tuple[str, ...] = QuestionType.__args__  # type: ignore[attr-def
 
 _POLITE = re.compile(
     r"^\s*(?:(?:hey|hi|hello|ok|okay|so|please|excuse me|quick question)[,!.\s]+)*"
-    r"(?:(?:can|could|would|will) you (?:please )?(?:tell me|identify|say|let me know|figure out|recognize|recognise)"
+    r"(?:(?:can|could|would|will) you (?:please )?(?=identify|recognize|recognise|name)"
+    r"|(?:can|could|would|will) you (?:please )?(?:tell me|say|let me know|figure out)"
     r"|(?:do|does) (?:you|anyone) know|tell me|i (?:want|would like|'d like) to know|i wonder|i am wondering"
     r"|i'm wondering|any idea|help me (?:identify|figure out)|please (?:tell me|identify|name))\s*[,:]?\s*", re.I)
 _LOCATIVE = re.compile(
@@ -280,6 +281,16 @@ def conversion_target(question: str) -> str | None:
 
 # ---- the question type -----------------------------------------------------------------------------
 
+_WH_TYPE = {"owner", "price", "address", "name", "age", "height", "cost", "fee", "phone", "number", "website",
+            "origin", "history", "meaning", "population", "size", "weight"}
+
+
+def is_elliptical(question: str) -> bool:
+    """A later turn that names no subject ("who is the owner?", "what is the price?"): about the conversation's
+    entity. One content word at most, none of them a name."""
+    cw = nlp.content_words(question)
+    return len(cw) <= 1 and all(w in _WH_TYPE or not w[:1].isdigit() for w in cw) and not re.search(r"\b[A-Z]", question[1:])
+
 _AGGREGATION = re.compile(r"\bhow many\b.*\b(?:did|has|have|had)\b|\bhow many\b.*\b(?:in total|altogether|combined|so far|"
                           r"in all|overall|ever)\b|\b(?:list|name) all\b|\ball the\b.*\b(?:which|that)\b", re.I)
 
@@ -298,7 +309,7 @@ def classify(question: str, *, has_image: bool, history_entity: bool = False) ->
         return "recognition"
     if parse_bridge(q) is not None and (refers or pron or history_entity):
         return "multi_hop"
-    if history_entity and pron and not refers:
+    if history_entity and not refers and (pron or is_elliptical(q)):
         return "follow_up"
     if has_image and nlp.asks_about_text(q) and (refers or not pron):
         return "text_in_image"
