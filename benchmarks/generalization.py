@@ -231,7 +231,7 @@ def print_sweep(rows: list[dict]) -> None:
             print(f"  floor {r['value']:.2f}: {r['trusted']:3d}/{r['images']} trusted, precision {r['precision']:.3f}, "
                   f"right matches kept {r['coverage_of_right']:.3f}")
         return
-    print(f"\nsweep {rows[0]['sweep']} (demo): truthfulness / hallucination per task")
+    print(f"\nsweep {rows[0]['sweep']} (demo; truth = correct - wrong, per turn)")
     for r in rows:
         print(f"  task {r['task']} {r['sweep']}={r['value']:<5g} acc {r['accuracy']:.3f} halluc {r['hallucination']:.3f} "
               f"truth {r['truthfulness']:+.3f}")
@@ -284,9 +284,11 @@ def main(argv: list[str] | None = None) -> int:
             print("sweeps need the demo content folder")
         else:
             demo = dataset_for("demo", args.data_root, args.content_root)
-            for block in (sweep_image_floor(demo), sweep_abstain(demo, judge, truncator, out_dir, args.limit),
-                          sweep_planner(demo, judge, truncator, out_dir, args.limit, "min_web_sim", [0.35, 0.45, 0.55],
-                                        (2,))):
+            blocks = [sweep_image_floor(demo), sweep_abstain(demo, judge, truncator, out_dir, args.limit)]
+            for name, values in (("min_image_score", [0.7, 0.8, 0.88, 0.95]), ("min_web_sim", [0.25, 0.35, 0.45, 0.55]),
+                                 ("min_attr_sim", [0.2, 0.35, 0.5]), ("min_free_text_coverage", [0.3, 0.6, 0.9])):
+                blocks.append(sweep_planner(demo, judge, truncator, out_dir, args.limit, name, values, (2,)))
+            for block in blocks:
                 print_sweep(block)
                 sweeps += block
     if args.json:

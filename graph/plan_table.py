@@ -23,8 +23,8 @@ DEFAULT_TABLE = Path(__file__).with_name("planner_table.yaml")
 Condition = Literal["has_image", "asks_text", "names_object", "several_parts", "entity_unsure", "entity_known",
                     "kg_lacks_answer", "ocr_lacks_answer", "web_lacks_answer", "pages_unread", "many_web_hits",
                     "no_image_evidence", "bridge_unknown", "bridge_known", "side_missing", "quantity_unknown",
-                    "quantity_known"]
-Query = Literal["part", "hop1", "hop2", "sides", "quantity"]
+                    "quantity_known", "ocr_name_unchecked"]
+Query = Literal["part", "hop1", "hop2", "sides", "quantity", "ocr_name"]
 AnswerSource = Literal["entity_name", "class_attribute", "ocr_name", "ocr_text", "ocr_typed", "kg_attribute",
                        "web_span", "facts", "compare", "bridge_hop", "count", "converted_fact"]
 

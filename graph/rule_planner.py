@@ -43,6 +43,8 @@ class RulePlannerConfig(BaseModel):
     min_attr_sim_no_overlap: float = Field(0.5, ge=0, le=1, description="... when they share none.")
     min_web_sim: float = Field(0.45, ge=0, le=1, description="Question vs web sentence similarity needed to "
                                "answer from the web.")
+    min_free_text_coverage: float = Field(0.6, ge=0, le=1, description="Share of the question's words a web "
+                                          "sentence must hold to give an answer that has no type to check.")
     max_answer_words: int = Field(40, ge=3, description="Longer free-text answers are cut (75 tokens are judged).")
     max_parts: int = Field(4, ge=1, description="A question asking more things gets only the first ones answered.")
     plan_table: Path | None = Field(None, description="Plan table file (default: graph/planner_table.yaml).")
@@ -53,7 +55,6 @@ OCR_CONFIDENCE = 0.6  # text read in the photo that has the expected type
 OCR_NAME_CONFIDENCE = 0.4  # a name read in the photo when image search found nothing confident
 HISTORY_ENTITY_CONFIDENCE = 0.7  # the entity a previous turn was about
 WEB_QUANTITY_CONFIDENCE = 0.6  # a quantity to convert, from a web sentence naming the entity
-FREE_TEXT_COVERAGE = 0.6  # share of the question's words a sentence must hold to give a free-text answer
 # words that only say which type of answer is wanted
 TYPE_WORDS = {nlp.stem(w) for w in """year date time day city country town place person name title number many much
 long tall high far old kind type sort called other else another""".split()}
@@ -319,6 +320,8 @@ class _Turn:
             return known if cond == "bridge_known" else not known
         if cond == "side_missing":
             return part is not None and bool(self.missing_sides(part))
+        if cond == "ocr_name_unchecked":
+            return self.ocr_title() is not None and self.source("ocr_name", part) is None if part else False
         if cond in ("quantity_unknown", "quantity_known"):
             known = part is not None and self.quantity(part) is not None
             return known if cond == "quantity_known" else not known
@@ -354,6 +357,9 @@ class _Turn:
         if step.query == "sides" and part is not None:
             cmp = parse_comparison(part.original)
             return [({"query": self.side_query(cmp, s)}, s) for s in self.missing_sides(part)] if cmp else []
+        if step.query == "ocr_name":
+            title = self.ocr_title()
+            return [({"query": title}, title)] if title else []
         if step.query == "quantity" and part is not None:
             target = conversion_target(part.original)
             dim = unit_dimension(target)
@@ -430,15 +436,29 @@ class _Turn:
                 return Candidate(str(val), self.entity_conf, f"KG attribute '{k}' of {hit.entity_name}")
         return None
 
+    def ocr_lines(self) -> list[str]:
+        return [ln.strip() for ln in (self.v.ocr_text or "").splitlines()
+                if len(re.sub(r"[^A-Za-z]", "", ln)) >= 2 and not nlp.is_instruction(ln)]
+
+    def ocr_title(self) -> str | None:
+        """The text the photo opens with (its first two lines), to search for."""
+        lines = self.ocr_lines()
+        return " ".join(lines[:2]) if lines else None
+
     def ocr_name(self, part: Part) -> Candidate | None:
-        if not self.v.ocr_text or (self.hit is not None and self.image_conf > 0):
+        """A name read in the photo, when image search found nothing confident, and only when a page names it too:
+        text in a photo alone does not say what the thing is (and OCR misreads). The longest run of opening lines
+        that a page names wins ("GULL POINT" + "LIGHTHOUSE")."""
+        if self.hit is not None and self.image_conf > 0:
             return None
-        lines = [ln.strip() for ln in self.v.ocr_text.splitlines() if len(re.sub(r"[^A-Za-z]", "", ln)) >= 2
-                 and not nlp.is_instruction(ln)]
-        if not lines:
-            return None
-        title = " ".join(lines[:2]) if len(lines[0].split()) == 1 and len(lines) > 1 else lines[0]
-        return Candidate(title, OCR_NAME_CONFIDENCE, "name read in the photo (no confident image match)")
+        lines = self.ocr_lines()[:3]
+        for n in range(len(lines), 0, -1):
+            title = " ".join(lines[:n])
+            page = next((h for h in self.web_hits
+                         if nlp.mentions(f"{h.title or ''}. {h.content or h.snippet}", title)), None)
+            if page is not None:
+                return Candidate(title, OCR_NAME_CONFIDENCE, f"name read in the photo, also named by {page.url}")
+        return None
 
     def ocr_text(self, part: Part) -> Candidate | None:
         if not (self.use_image and self.v.ocr_text and _SAYS.search(part.original)):
@@ -606,7 +626,7 @@ class _Turn:
                 continue  # about the entity, but not about what is asked ("which lake": a lake's name will do)
             typed = spec.kind != "text" or bool(spec.noun and nlp.stem(spec.noun) in nlp.stems(
                 sent if spec.other else text))
-            if not typed and len(qwords & swords) < FREE_TEXT_COVERAGE * len(qwords):
+            if not typed and len(qwords & swords) < self.c.min_free_text_coverage * len(qwords):
                 continue  # a free-text answer has no type to check: the sentence must cover what is asked
             score = float(sim) + 0.05 * len(qwords & swords) / max(1, len(qwords)) + (
                 0.05 if entity and nlp.mentions(sent, entity) else 0.0) + (

@@ -206,7 +206,6 @@ def parse_bridge(question: str) -> Bridge | None:
             noun_words = m.group(1).split()
             if noun_words[-1] in nlp.STOPWORDS or noun_words[0] in ("first", "last", "only", "same", "one"):
                 continue  # "the first person to ...": not a bridge
-            rel = m.group(2) if pat is _REL else ""
             end = _clause_end(q, m.end())
             if end is None:
                 continue

@@ -8,7 +8,7 @@ import sys
 import textwrap
 
 import pytest
-from PIL import Image
+from PIL import Image, ImageDraw, ImageFont
 
 from graph.agent import TurnInput
 from graph.build import build_agent
@@ -80,11 +80,19 @@ class FakeSearch:
 PHOTO = Image.new("RGB", (96, 96), (40, 90, 160))
 
 
-def ask(question, search=None, history=(), config=None, task=2):
+def ask(question, search=None, history=(), config=None, task=2, photo=PHOTO):
     agent = build_agent(config or AgentConfig(warm_up=False), search=search or FakeSearch(), task=task)
     hist = [HistoryTurn(question=q, answer=a, entity=LIGHTHOUSE) for q, a in history]
-    return agent.run_turn(TurnInput(task=task, session_id="t", interaction_id="t-0", question=question, image=PHOTO,
+    return agent.run_turn(TurnInput(task=task, session_id="t", interaction_id="t-0", question=question, image=photo,
                                     history=hist))
+
+
+def sign(*lines: str) -> Image.Image:
+    im = Image.new("RGB", (640, 360), (250, 250, 245))
+    d = ImageDraw.Draw(im)
+    for i, text in enumerate(lines):
+        d.text((40, 120 + 90 * i), text, font=ImageFont.load_default(size=64), fill=(20, 20, 90))
+    return im
 
 
 # ---- the plan table -------------------------------------------------------------------------------
@@ -154,6 +162,15 @@ def test_a_weak_image_match_means_i_dont_know():
     assert ask("Which lighthouse am I looking at?", FakeSearch(score=0.4)).answer == IDK
     floor = AgentConfig(warm_up=False, planner=RulePlannerConfig(min_image_score=0.99))
     assert ask("Which lighthouse am I looking at?", config=floor).answer == IDK
+
+
+def test_a_name_read_in_the_photo_is_given_only_when_a_page_names_it_too():
+    photo = sign("GULL POINT", "LIGHTHOUSE")
+    tr = ask("what is this?", FakeSearch(score=0.4), photo=photo)  # no confident image match
+    assert tr.answer == "GULL POINT LIGHTHOUSE", [s.tool for s in tr.tool_calls()]
+    unnamed = {k: v for k, v in PAGES.items() if k != "gull-point-lighthouse"}
+    assert ask("what is this?", FakeSearch(unnamed, score=0.4), photo=photo).answer == IDK
+    assert ask("what is this?", FakeSearch(score=0.4), photo=photo, task=1).answer == IDK  # no web to check it
 
 
 # ---- injected instructions ---------------------------------------------------------------------------
