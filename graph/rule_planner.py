@@ -59,6 +59,8 @@ WEB_QUANTITY_CONFIDENCE = 0.6  # a quantity to convert, from a web sentence nami
 TYPE_WORDS = {nlp.stem(w) for w in """year date time day city country town place person name title number many much
 long tall high far old kind type sort called other else another""".split()}
 PERSON_KEYS = {"born", "occupation", "nationality", "died", "birthplace", "profession", "spouse", "birth"}
+GENERIC_KINDS = {"kind", "type", "sort", "name", "thing", "things", "one", "picture", "photo", "image", "object", "item",
+                 "place", "building", "person", "man", "woman", "animal", "plant", "this", "that", "these", "those"}
 CLASS_KEYS = ("species", "breed", "genus", "category", "type", "kind", "family", "style", "model", "make", "brand")
 # questions asking what the text in the photo says (not "what language is it written for")
 _SAYS = re.compile(r"\bwhat (?:does|do|did) (?:it|this|that|these|those|the [a-z]+) (?:say|read)\b|\bwhat(?:'s| is| are| was)"
@@ -229,11 +231,29 @@ class _Turn:
             named = [h for h in self.kg_hits[1:] if h.score >= self.floor - 0.1 and nlp.mentions(ocr, h.entity_name)]
             if named:
                 return named[0], 0.6
-        second = next((h.score for h in self.kg_hits[1:] if h.entity_name != top.entity_name), 0.0)
+        noun = self.asked_kind()
+        if noun and noun not in self.kind_words(top):
+            # "which lighthouse is this?": a runner-up that is a lighthouse beats a top match that is not
+            fits = [h for h in self.kg_hits[1:] if h.score >= self.floor and noun in self.kind_words(h)]
+            if fits:
+                top = fits[0]
+        second = next((h.score for h in self.kg_hits if h.entity_name != top.entity_name and h.score <= top.score), 0.0)
         if top.score < self.floor or top.score - second < self.c.min_image_margin:
             return top, 0.0
         margin = min(0.2, (top.score - second) * 2)
         return top, min(1.0, 0.5 + (top.score - self.floor) / max(1e-6, 1 - self.floor) * 0.3 + margin)
+
+    def asked_kind(self) -> str | None:
+        """The stem of the kind of thing the question says is pictured ("this lighthouse", "which bird")."""
+        q = self.v.question
+        words = nlp.pointed_phrase(q).split() or [class_noun(q) or ""]
+        w = words[-1].lower()
+        return nlp.stem(w) if w and w not in GENERIC_KINDS and w not in nlp.FUNCTION_WORDS else None
+
+    @staticmethod
+    def kind_words(h: Hit) -> set[str]:
+        return nlp.stems(h.entity_name or "") | {s for k, v in (h.attributes or {}).items()
+                                                 if str(k).lower() in CLASS_KEYS for s in nlp.stems(str(v))}
 
     def _entity(self) -> tuple[str | None, float, Hit | None]:
         if self.hit is not None and self.image_conf > 0:
