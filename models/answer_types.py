@@ -443,17 +443,16 @@ def answer_span(sentence: str, spec: AnswerSpec, question: str = "", avoid: list
             qs = [q for q in qs if not YEAR.fullmatch(q.text.strip()) or spec.counted in ("years",)]
         if not qs:
             return None
-        if spec.counted:
-            best = None
+        if spec.counted:  # the number must count the noun asked about: "nine Merlin engines", "41 meters"
+            unit = unit_of(spec.counted)
             for q in qs:
-                tail = sentence[q.end:q.end + 60]
-                m = re.match(r"((?:\s+[\w-]+){0,3}?\s+)(" + re.escape(stem(spec.counted)) + r"\w*)", tail, re.I)
+                if unit and q.unit == unit:
+                    return q.text
+                m = re.match(r"((?:\s+[\w-]+){0,3}?\s+)(" + re.escape(stem(spec.counted)) + r"\w*)",
+                             sentence[q.end:q.end + 60], re.I)
                 if m:
-                    cand = sentence[q.start:q.end + m.end()].strip()
-                    if best is None:
-                        best = cand
-            if best:
-                return best
+                    return sentence[q.start:q.end + m.end()].strip()
+            return None
         q = min(qs, key=lambda q: _near(q.start, anchors))
         text = q.text
         if k == "number" and q.unit is None:
