@@ -1,0 +1,302 @@
+"""Does the default agent hold on data it was not written against? Demo, paraphrase and held-out figures side by side.
+
+    python benchmarks/generalization.py                       # sets demo, demo-paraphrase, heldout; tasks 1 2 3
+    python benchmarks/generalization.py --sets demo heldout --tasks 2 --json out.json
+    python benchmarks/generalization.py --sweep               # threshold sweeps, on the demo (the tuning set) only
+
+Each set is a content folder `crag/benchmarks/<name>/` (crag.benchmark's format); a missing folder is skipped, so
+the script runs before the paraphrase and held-out sets exist. For each set it renders the dataset and its local
+search index under `data/<name>/` (the demo's under data/demo), then runs every task with
+
+* the default agent (`build_agent(AgentConfig(...))`, the rule-based planner), and
+* the same agent with retrieval tools removed (an allow-list without the tools tagged finds_entity or
+  searches_web): the gap between the two is what retrieval adds (target: >= 0.20 truthfulness),
+
+scores each turn with the rule judge (approximate, offline) and the official counting (crag.evaluate), and prints
+per set and task: accuracy, missing, hallucination (turns judged wrong, before the multi-turn early stop; target
+<= 10%), truthfulness (turn level) and the official score (mean over conversations), then the ablation delta and
+the paraphrase delta (demo-paraphrase minus demo; target within 0.05).
+
+Generalisation discipline: thresholds are chosen with --sweep on the demo only; the other sets are for reporting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+for k, v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+             "TOKENIZERS_PARALLELISM": "false", "ANONYMIZED_TELEMETRY": "False"}.items():
+    os.environ.setdefault(k, v)
+
+CONTENT = ROOT / "crag" / "benchmarks"
+DEFAULT_SETS = ["demo", "demo-paraphrase", "heldout"]
+TASK_SPLIT = {1: "single_turn", 2: "single_turn", 3: "multi_turn"}
+RETRIEVAL_TAGS = ("finds_entity", "searches_web")
+
+
+def dataset_for(name: str, data_root: Path, content_root: Path = CONTENT) -> Any:
+    """The rendered dataset of content folder `name` (built on first use, rebuilt when the content changes)."""
+    from crag.benchmark import dataset_paths, ensure_dataset, load_content
+    from crag.demo import demo_paths
+
+    paths = demo_paths() if name == "demo" and data_root == ROOT / "data" else dataset_paths(data_root / name)
+    return ensure_dataset(load_content(content_root / name), paths)
+
+
+def agent_config(index_dir: Path, allowed: list[str] | None = None, **over: Any) -> Any:
+    from crag.search import SearchConfig
+    from graph.config import AgentConfig, ToolsConfig
+
+    return AgentConfig(search=SearchConfig(index_dir=index_dir), tools=ToolsConfig(allowed=allowed), **over)
+
+
+def without_retrieval(task: int) -> list[str]:
+    """The task's allow-list less every tool tagged finds_entity or searches_web (chosen by tag, not by name)."""
+    from tools import load_builtin_tools
+
+    return [t.name for t in load_builtin_tools().for_task(task) if not set(RETRIEVAL_TAGS) & t.tags]
+
+
+def run_one(config: Any, paths: Any, task: int, limit: int | None, judge: Any, truncator: Any,
+            run_id: str, out_dir: Path) -> tuple[Any, list[Any]]:
+    """Run one task of one dataset with one configuration; returns (EvalReport, traces' compact records)."""
+    from crag.dataset import load_conversations
+    from crag.evaluate import TurnRecord, evaluate
+    from crag.scoring import score_turn
+    from graph.build import build_agent
+    from graph.runner import run_task
+    from traces.store import TraceStore
+
+    agent = build_agent(config, run_id=run_id, task=task)
+    store = TraceStore(out_dir, run_id)
+    records: list[TurnRecord] = []
+    extra: list[dict] = []
+
+    def scorer(trace):
+        s = score_turn(trace.question, trace.answer, trace.ground_truth, judge=judge, truncator=truncator)
+        trace.score, trace.judge = s.result, s.judge
+        return trace
+
+    def keep(trace) -> None:
+        records.append(TurnRecord(session_id=trace.session_id, turn_index=trace.turn_index, answer=trace.answer,
+                                  ground_truth=trace.ground_truth, query=trace.question,
+                                  interaction_id=trace.interaction_id, labels=dict(trace.labels),
+                                  egocentric=trace.egocentric, result=trace.score, judge=trace.judge))
+        extra.append({"question": trace.question, "answer": trace.answer, "ground_truth": trace.ground_truth,
+                      "confidence": trace.confidence, "score": trace.score})
+
+    convs = load_conversations(getattr(paths, TASK_SPLIT[task]), limit=limit)
+    run_task(agent, convs, task, store, scorer=scorer, on_turn=keep, history_answer=truncator.truncate)
+    return evaluate(records, judge=judge, truncator=truncator), extra
+
+
+def figures(report: Any) -> dict[str, float]:
+    m = report.overall
+    wrong = sum(1 for t in report.turns if t.raw_result == "incorrect")
+    n = max(1, m.total)
+    return {"n": m.total, "accuracy": m.accuracy, "missing": m.missing_rate, "hallucination": wrong / n,
+            "truthfulness": m.truthfulness, "score": m.multi_turn_score}
+
+
+def print_table(rows: list[dict]) -> None:
+    head = f"{'set':16} {'task':>4} {'agent':13} {'n':>4} {'acc':>6} {'miss':>6} {'halluc':>6} {'truth':>6} {'score':>6}"
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(f"{r['set']:16} {r['task']:>4} {r['agent']:13} {r['n']:>4} {r['accuracy']:6.3f} {r['missing']:6.3f} "
+              f"{r['hallucination']:6.3f} {r['truthfulness']:6.3f} {r['score']:6.3f}")
+
+
+def deltas(rows: list[dict]) -> list[dict]:
+    """Ablation delta (default minus no retrieval) per set and task; paraphrase delta (paraphrase minus demo)."""
+    by = {(r["set"], r["task"], r["agent"]): r for r in rows}
+    out = []
+    for (s, t, a), r in by.items():
+        if a != "default":
+            continue
+        d: dict[str, Any] = {"set": s, "task": t}
+        base = by.get((s, t, "no-retrieval"))
+        if base:
+            d["ablation_truthfulness"] = r["truthfulness"] - base["truthfulness"]
+            d["ablation_score"] = r["score"] - base["score"]
+        demo = by.get(("demo", t, "default"))
+        if s == "demo-paraphrase" and demo:
+            d["paraphrase_truthfulness"] = r["truthfulness"] - demo["truthfulness"]
+            d["paraphrase_score"] = r["score"] - demo["score"]
+        d["hallucination_ok"] = r["hallucination"] <= 0.10
+        out.append(d)
+    return out
+
+
+def print_deltas(ds: list[dict]) -> None:
+    print("\nablation (default - no retrieval; target >= +0.20) and paraphrase (paraphrase - demo; target |d| <= 0.05)")
+    for d in ds:
+        parts = [f"{d['set']:16} task {d['task']}"]
+        if "ablation_truthfulness" in d:
+            parts.append(f"ablation truth {d['ablation_truthfulness']:+.3f} score {d['ablation_score']:+.3f}")
+        if "paraphrase_truthfulness" in d:
+            parts.append(f"paraphrase truth {d['paraphrase_truthfulness']:+.3f} score {d['paraphrase_score']:+.3f}")
+        parts.append("halluc <= 10%: " + ("yes" if d["hallucination_ok"] else "NO"))
+        print("  " + "; ".join(parts))
+
+
+# ---- sweeps (demo only) ------------------------------------------------------------------------------------------
+
+def sweep_abstain(paths: Any, judge: Any, truncator: Any, out_dir: Path, limit: int | None) -> list[dict]:
+    """Truthfulness / hallucination vs the self-check confidence floor (abstain_below), tasks 1 and 2.
+
+    One run with abstain_below=0 keeps every supported draft with its verified confidence; each threshold then
+    turns the answers under it into "I don't know" (the same decision the self-check node makes)."""
+    from crag.scoring import score_turn
+
+    out = []
+    for task in (1, 2):
+        _, turns = run_one(agent_config(paths.root, abstain_below=0.0), paths, task, limit, judge, truncator,
+                           f"sweep-abstain-t{task}", out_dir)
+        for thr in (0.0, 0.2, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7):
+            res = []
+            for t in turns:
+                keep = t["confidence"] is not None and t["confidence"] >= thr
+                if keep:
+                    res.append(t["score"])
+                else:
+                    res.append(score_turn(t["question"], "I don't know", t["ground_truth"], judge=judge,
+                                          truncator=truncator).result)
+            out.append(_rates("abstain_below", thr, task, res))
+    return out
+
+
+def sweep_planner(paths: Any, judge: Any, truncator: Any, out_dir: Path, limit: int | None, field: str,
+                  values: list[float], tasks: tuple[int, ...]) -> list[dict]:
+    """Truthfulness / hallucination vs one RulePlannerConfig threshold (a run per value)."""
+    from graph.rule_planner import RulePlannerConfig
+
+    out = []
+    for task in tasks:
+        for v in values:
+            cfg = agent_config(paths.root, planner=RulePlannerConfig(**{field: v}))
+            _, turns = run_one(cfg, paths, task, limit, judge, truncator, f"sweep-{field}-{v}-t{task}", out_dir)
+            out.append(_rates(field, v, task, [t["score"] for t in turns]))
+    return out
+
+
+def sweep_image_floor(paths: Any) -> list[dict]:
+    """How often the top image-KG match is the pictured entity, by its score: precision and coverage of trusting
+    matches at or above each floor (the image embedder's own floor is `match_floor`)."""
+    from crag.dataset import load_all
+    from crag.images import load_image, prepare
+    from crag.local_search import LocalSearchIndex
+
+    meta = json.loads(paths.questions_json.read_text())
+    index = LocalSearchIndex(paths.root)
+    rows = []
+    for part in (paths.single_turn, paths.multi_turn):
+        for c in load_all(part)[0]:
+            im, info = load_image(c.image)
+            im, info = prepare(im, info, c.egocentric, "harness")
+            res = index.image_search(im, k=1) if im is not None else []
+            if res and res[0]["entities"]:
+                rows.append((res[0]["score"], res[0]["entities"][0]["entity_name"] == meta[c.turns[0].interaction_id]["entity"]))
+    out = []
+    for floor in (0.70, 0.80, 0.84, 0.88, 0.90, 0.92, 0.95):
+        kept = [ok for s, ok in rows if s >= floor]
+        out.append({"sweep": "image_match_floor", "value": floor, "images": len(rows), "trusted": len(kept),
+                    "precision": sum(kept) / len(kept) if kept else 0.0,
+                    "coverage_of_right": sum(kept) / max(1, sum(ok for _, ok in rows)),
+                    "embedder": getattr(index.image_embedder, "name", "?")})
+    return out
+
+
+def _rates(name: str, value: float, task: int, results: list[str]) -> dict:
+    n = max(1, len(results))
+    c, m, w = (sum(r == k for r in results) for k in ("correct", "missing", "incorrect"))
+    return {"sweep": name, "value": value, "task": task, "n": len(results), "accuracy": c / n,
+            "hallucination": w / n, "truthfulness": (c - w) / n}
+
+
+def print_sweep(rows: list[dict]) -> None:
+    if not rows:
+        return
+    if rows[0]["sweep"] == "image_match_floor":
+        print(f"\nimage-match floor ({rows[0]['embedder']}): trusting the top match at or above the floor")
+        for r in rows:
+            print(f"  floor {r['value']:.2f}: {r['trusted']:3d}/{r['images']} trusted, precision {r['precision']:.3f}, "
+                  f"right matches kept {r['coverage_of_right']:.3f}")
+        return
+    print(f"\nsweep {rows[0]['sweep']} (demo; truth = correct - wrong, per turn)")
+    for r in rows:
+        print(f"  task {r['task']} {r['sweep']}={r['value']:<5g} acc {r['accuracy']:.3f} halluc {r['hallucination']:.3f} "
+              f"truth {r['truthfulness']:+.3f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sets", nargs="+", default=DEFAULT_SETS, help="content folder names under crag/benchmarks/")
+    p.add_argument("--tasks", nargs="+", type=int, default=[1, 2, 3], choices=[1, 2, 3])
+    p.add_argument("--limit", type=int, default=None, help="first N conversations of each task")
+    p.add_argument("--no-ablation", action="store_true", help="skip the runs without retrieval tools")
+    p.add_argument("--sweep", action="store_true", help="threshold sweeps on the demo (the tuning set)")
+    p.add_argument("--content-root", type=Path, default=CONTENT, help="folder holding the content folders")
+    p.add_argument("--data-root", type=Path, default=ROOT / "data", help="where datasets are rendered")
+    p.add_argument("--out", type=Path, default=None, help="trace folder (default: a temporary folder)")
+    p.add_argument("--json", type=Path, default=None, help="write every figure to this JSON file")
+    args = p.parse_args(argv)
+
+    import tempfile
+
+    from crag.scoring import make_judge, make_truncator
+
+    judge = make_judge("rule")
+    truncator = make_truncator(None)
+    out_dir = args.out or Path(tempfile.mkdtemp(prefix="generalization-"))
+    rows: list[dict] = []
+    skipped: list[str] = []
+    t0 = time.time()
+    for name in args.sets:
+        if not (args.content_root / name / "questions.yaml").is_file():
+            skipped.append(name)
+            continue
+        paths = dataset_for(name, args.data_root, args.content_root)
+        for task in args.tasks:
+            variants = [("default", None)] + ([] if args.no_ablation else [("no-retrieval", without_retrieval(task))])
+            for label, allowed in variants:
+                report, _ = run_one(agent_config(paths.root, allowed), paths, task, args.limit, judge, truncator,
+                                    f"{name}-t{task}-{label}", out_dir)
+                rows.append({"set": name, "task": task, "agent": label, **figures(report)})
+                print(f"  done {name} task {task} {label} ({time.time() - t0:.0f}s)", file=sys.stderr, flush=True)
+    print(f"judge: {getattr(judge, 'name', 'rule')}; policy: rule-based-planner (heuristic); traces: {out_dir}")
+    if skipped:
+        print(f"skipped (no content folder under {args.content_root}): {', '.join(skipped)}")
+    print_table(rows)
+    ds = deltas(rows)
+    print_deltas(ds)
+    sweeps: list[dict] = []
+    if args.sweep:
+        if not (args.content_root / "demo" / "questions.yaml").is_file():
+            print("sweeps need the demo content folder")
+        else:
+            demo = dataset_for("demo", args.data_root, args.content_root)
+            blocks = [sweep_image_floor(demo), sweep_abstain(demo, judge, truncator, out_dir, args.limit)]
+            for name, values in (("min_image_score", [0.7, 0.8, 0.88, 0.95]), ("min_web_sim", [0.25, 0.35, 0.45, 0.55]),
+                                 ("min_attr_sim", [0.2, 0.35, 0.5]), ("min_free_text_coverage", [0.3, 0.6, 0.9])):
+                blocks.append(sweep_planner(demo, judge, truncator, out_dir, args.limit, name, values, (2,)))
+            for block in blocks:
+                print_sweep(block)
+                sweeps += block
+    if args.json:
+        args.json.write_text(json.dumps({"rows": rows, "deltas": ds, "sweeps": sweeps, "skipped": skipped,
+                                         "judge": getattr(judge, "name", "rule")}, indent=1))
+        print(f"json: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
