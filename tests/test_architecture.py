@@ -15,8 +15,8 @@ PACKAGES = ("tools", "traces", "models", "crag", "graph", "benchmarks")
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("types", ("tools", "tools.base", "tools.registry", "traces", "traces.schema")),
     ("models", ("models",)),
-    ("library", ("tools.", "crag", "traces.store")),
-    ("agent", ("graph", "traces.")),
+    ("library", ("tools.", "crag", "traces.store", "traces.superglasses", "traces.compare")),
+    ("agent", ("graph", "traces.viewer")),
     ("front ends", ("graph.run", "crag.starter_kit", "benchmarks")),
 ]
 

@@ -84,9 +84,16 @@ def test_a_model_policy_is_offered_the_new_tool_and_its_call_runs(plugin, rocket
                              warm_up=False)
         _, tr = run(config, rocket)
         first = srv.requests[0]
-    offered = {t["function"]["name"]: t["function"] for t in first["tools"]}
-    assert offered["encyclopedia_search"]["parameters"]["required"] == ["query"]
-    assert offered["encyclopedia_search"]["parameters"]["properties"]["query"]["description"] == "search keywords"
+    # offered with its schema: as a native tool, or as a branch of the structured-output decision schema
+    if "tools" in first:
+        params = next(t["function"]["parameters"] for t in first["tools"]
+                      if t["function"]["name"] == "encyclopedia_search")
+    else:
+        branches = first["response_format"]["json_schema"]["schema"]["anyOf"]
+        params = next(b["properties"]["arguments"] for b in branches
+                      if b["properties"].get("tool", {}).get("const") == "encyclopedia_search")
+    assert params["required"] == ["query"]
+    assert params["properties"]["query"]["description"] == "search keywords"
     prompt = next(p["text"] for p in first["messages"][-1]["content"] if p["type"] == "text")
     assert "encyclopedia_search(query: string, k: integer = 3)" in prompt  # the text tool list comes from the registry
     call = next(s for s in tr.tool_calls() if s.tool == "encyclopedia_search")

@@ -512,7 +512,8 @@ def test_benchmark_superglasses_run_end_to_end_offline(tmp_path, monkeypatch, ca
     by = {lg.id: lg for lg in logs}
     assert set(by) == {"sg-0000", "sg-0001", "sg-0002", "sg-0003"}
     assert by["sg-0001"].ground_truth == "SpaceX" and by["sg-0001"].labels["difficulty"] == "Hard"
-    assert IMAGE in by["sg-0000"].tool_decision and by["sg-0000"].hops[0].sub_question == "What is the rocket?"
+    # the hop carries the sub-question the policy worked on (a recognition question is its own sub-question)
+    assert IMAGE in by["sg-0000"].tool_decision and by["sg-0000"].hops[0].sub_question == "What is this rocket?"
     # the same data given to a CRAG-MM run is named for what it is, not skipped row by row
     assert cli.main(["--task", "2", "--data", str(data), "--out", str(tmp_path / "runs"), "--no-progress"]) == 2
     assert "--benchmark superglasses" in capsys.readouterr().err
