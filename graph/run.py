@@ -110,6 +110,25 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--text-embedder", type=Path, default=None, help="local sentence-embedding folder (default: bundled all-MiniLM-L6-v2)")
     g.add_argument("--tools-module", action="append", default=[], help="import extra @tool modules (repeatable)")
     g.add_argument("--tools", default=None, help="comma-separated tools to allow (default: the task's whole allow-list)")
+    g.add_argument("--text-only", action="store_const", const=True, default=None,
+                   help="the model reads no images (text-only models; prompts say no image is shown)")
+    g.add_argument("--chat-template", default=None, help="chat template for a model without one: a name (gemma, "
+                   "chatml, llama3) or a .jinja file")
+    g.add_argument("--chat-format", default=None, help="llama.cpp chat_format (e.g. gemma, chatml)")
+    g.add_argument("--n-ctx", type=_positive_int, default=None, help="context size (llama.cpp n_ctx)")
+    g.add_argument("--image-max-side", type=_positive_int, default=None, help="longest image side sent to the model")
+    g.add_argument("--temperature", type=float, default=None, help="sampling temperature (default 0: greedy)")
+    g.add_argument("--max-tokens", type=_positive_int, default=None, help="tokens per model reply")
+    g.add_argument("--decision-mode", choices=["auto", "structured", "native_tools", "json_text"], default=None,
+                   help="how decisions are constrained: JSON-schema structured output, native tool calls or JSON "
+                        "asked for in the text; auto tries them in that order")
+    g.add_argument("--response-format", choices=["json_schema", "json_object"], default=None,
+                   help="structured-output request style: json_schema (vLLM, OpenAI) or json_object+schema "
+                        "(llama-cpp-python's server)")
+    g.add_argument("--no-stream", dest="stream", action="store_const", const=False, default=None,
+                   help="do not stream replies (streaming lets a cancelled turn close its connection at once)")
+    g.add_argument("--no-system-role", dest="system_role", action="store_const", const=False, default=None,
+                   help="fold the system prompt into the user message (chat templates without a system role)")
     g.add_argument("--self-check", choices=["on", "off"], default="on", help="verify drafts before answering")
     g.add_argument("--verify-mode", choices=["single", "dual-cove"], default="single",
                    help="model self-check: one verification round trip, or dual path + chain-of-verification")
@@ -132,7 +151,19 @@ def build_parser() -> argparse.ArgumentParser:
                         "raise it for slow VLMs)")
     g.add_argument("--image-match-floor", type=_fraction, default=None,
                    help="rule planner: image-KG similarity under which a match is not trusted (default: the image "
-                        "embedder's own floor, 0.6 without one)")
+                        "embedder's own floor: 0.88 colour-texture heuristic, 0.7 CLIP; 0.6 without one)")
+    g.add_argument("--image-match-margin", type=_fraction, default=0.0,
+                   help="rule planner: top-1 minus top-2 image similarity needed to trust a match")
+    g.add_argument("--attr-sim-floor", type=_fraction, default=0.35,
+                   help="rule planner: question vs KG attribute-name similarity needed (when they share a stem)")
+    g.add_argument("--attr-sim-floor-no-overlap", type=_fraction, default=0.5,
+                   help="rule planner: the same when they share no word stem")
+    g.add_argument("--web-sim-floor", type=_fraction, default=0.45,
+                   help="rule planner: question vs web sentence similarity needed to answer from the web")
+    g.add_argument("--free-text-coverage", type=_fraction, default=0.6,
+                   help="rule planner: share of the question's words a sentence must hold for an untyped answer")
+    g.add_argument("--plan-table", type=Path, default=None, help="rule planner: plan table file (default: the "
+                   "bundled graph/planner_table.yaml)")
     g.add_argument("--concurrency", type=_positive_int, default=1, help="conversations run at once (one turn per conversation at a time)")
     g.add_argument("--oversubscribe", action="store_true",
                    help="allow more conversations at once than CPU cores when the policy runs on this machine's CPU "
@@ -173,14 +204,18 @@ def agent_config(args: argparse.Namespace) -> Any:
     from crag.search import SearchConfig
     from graph.config import AgentConfig, BudgetConfig, ToolsConfig
     from graph.rule_planner import RulePlannerConfig
+    from models.openai_client import pool_size_for
     from models.resources import ModelPaths
-    from models.vlm import load_model_config
+    from models.vlm import model_config_from_options
 
-    policy: Any = args.model
-    if args.model_config is not None:
-        policy = load_model_config(args.model_config)
+    model = model_config_from_options(
+        args.model, args.model_config, text_only=args.text_only, chat_template=args.chat_template,
+        chat_format=args.chat_format, n_ctx=args.n_ctx, image_max_side=args.image_max_side,
+        temperature=args.temperature, max_tokens=args.max_tokens, decision_mode=args.decision_mode,
+        response_format=args.response_format, stream=args.stream, system_role=args.system_role,
+        pool_size=pool_size_for(args.concurrency))
     return AgentConfig(
-        policy=policy,
+        policy=model if model is not None else "rule",
         models=ModelPaths(text_embedder=args.text_embedder, detector=args.detector, clip=args.clip, reranker=args.reranker),
         search=SearchConfig(backend=args.search, index_dir=args.index_dir, demo_dir=args.demo_dir,
                             cragmm_image_index=args.cragmm_image_index, cragmm_web_index=args.cragmm_web_index,
@@ -188,7 +223,10 @@ def agent_config(args: argparse.Namespace) -> Any:
         tools=ToolsConfig(allowed=[t.strip() for t in args.tools.split(",")] if args.tools else None,
                           modules=args.tools_module, profile=args.benchmark),
         budget=BudgetConfig(budget_s=args.budget, max_steps=args.max_steps, answer_reserve_s=args.answer_reserve),
-        planner=RulePlannerConfig(min_image_score=args.image_match_floor),
+        planner=RulePlannerConfig(min_image_score=args.image_match_floor, min_image_margin=args.image_match_margin,
+                                  min_attr_sim=args.attr_sim_floor, min_attr_sim_no_overlap=args.attr_sim_floor_no_overlap,
+                                  min_web_sim=args.web_sim_floor, min_free_text_coverage=args.free_text_coverage,
+                                  plan_table=args.plan_table),
         abstain_below=args.abstain_below, self_check=args.self_check, verify_mode=args.verify_mode,
     )
 
@@ -465,4 +503,6 @@ def open_web_stats() -> Any:
     return sge.open_web_stats()
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from models.calls import exit_process
+
+    exit_process(main())  # cancels what is still in flight; never an abort in the interpreter's teardown
