@@ -43,6 +43,8 @@ import yaml
 from PIL import Image, ImageColor, ImageDraw, ImageFilter, ImageFont
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, field_validator, model_validator
 
+from models.nlp import IDK  # the benchmark's no-answer ground truth is the agent's abstention text
+
 # Bump when rendering or the written layout changes: it is part of the fingerprint, so folders rebuild.
 GENERATOR_VERSION = "2"
 
@@ -65,7 +67,6 @@ IMAGE_QUALITY: list[str] = list(get_args(ImageQuality))
 # image KG), web (needs web search), ocr (text in the image), general (no image needed), ...
 Kind = Literal["recognition", "kg", "web", "ocr", "multi-hop", "comparison", "aggregation", "no-answer", "general"]
 
-IDK = "I don't know"
 
 Slug = Annotated[str, Field(pattern=r"^[a-z0-9]+(-[a-z0-9]+)*$")]  # file names and URL paths
 
