@@ -36,7 +36,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args
+from typing import Annotated, Any, Literal, get_args
 
 import numpy as np
 import yaml
@@ -274,7 +274,7 @@ class SampleArrayImage(_Model):
         if self.npz_key is not None:
             with np.load(MatplotlibImage._path(self.name)) as z:
                 return np.asarray(z[self.npz_key])
-        with get_sample_data(self.name) as f:  # a file object; .gz files come decompressed
+        with get_sample_data(self.name) as f:  # type: ignore[union-attr]  # a file object; .gz files come decompressed
             return np.frombuffer(f.read(), dtype="<u2").reshape(self.raw_shape)
 
     def load(self) -> Image.Image:
@@ -290,7 +290,7 @@ class SampleArrayImage(_Model):
         return Image.fromarray((colormaps[self.cmap](a)[:, :, :3] * 255).round().astype(np.uint8))
 
 
-ImageSource = Annotated[Union[SkimageImage, SklearnImage, MatplotlibImage, SignImage, SampleArrayImage],
+ImageSource = Annotated[SkimageImage | SklearnImage | MatplotlibImage | SignImage | SampleArrayImage,
                         Field(discriminator="source")]
 
 
@@ -513,10 +513,10 @@ def _cross_check(files: dict[str, Path], c: Content) -> list[str]:
     qs = files["questions"]
     for part, rows in (("single_turn", c.single_turn), ("multi_turn", c.multi_turn)):
         for i, q in enumerate(rows):
-            e = by_slug.get(q.entity)
-            if e is None:
+            asked = by_slug.get(q.entity)
+            if asked is None:
                 errs.append(f"{qs}: {part}[{i}] {{entity: {q.entity!r}}}: no such entity in {ents}")
-            elif e.distractor:
+            elif asked.distractor:
                 errs.append(f"{qs}: {part}[{i}] {{entity: {q.entity!r}}}: a distractor entity is never asked about")
     return errs
 
@@ -545,7 +545,7 @@ def _fit(im: Image.Image, max_side: int) -> Image.Image:
     w, h = im.size
     s = max_side / max(w, h)
     if s < 1:
-        im = im.resize((max(1, round(w * s)), max(1, round(h * s))), Image.BICUBIC)
+        im = im.resize((max(1, round(w * s)), max(1, round(h * s))), Image.Resampling.BICUBIC)
     return im
 
 
@@ -631,7 +631,8 @@ def dataset_paths(root: str | Path) -> DatasetPaths:
 
 
 def _features():
-    from datasets import ClassLabel, Features, Image as HFImage, Sequence, Value
+    from datasets import ClassLabel, Features, Sequence, Value
+    from datasets import Image as HFImage
 
     return Features({
         "session_id": Value("string"),

@@ -26,8 +26,9 @@ import copy
 import hashlib
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from pathlib import Path
-from typing import Any, Callable, Hashable
+from typing import Any
 
 _MISSING = object()
 
@@ -154,7 +155,7 @@ class CachedSearch:
     def __init__(self, backend: Any, max_entries: int = 1024, max_pages: int | None = None, casefold: bool = False):
         if isinstance(backend, CachedSearch):
             backend = backend.backend
-        self.backend = backend
+        self.backend: Any = backend
         self.casefold = casefold
         self.web_cache = LRUCache(max_entries)
         self.image_cache = LRUCache(max_entries)

@@ -25,8 +25,9 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 log = logging.getLogger(__name__)
 

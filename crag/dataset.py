@@ -18,10 +18,10 @@ and safe) only when one of its turns is left to run.
 
 from __future__ import annotations
 
-import io
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -393,7 +393,7 @@ class ConversationIterator:
         self.report = report
         self.rows = rows  # rows that will be read (before malformed ones are skipped), for progress bars
 
-    def __iter__(self) -> "ConversationIterator":
+    def __iter__(self) -> ConversationIterator:
         return self
 
     def __next__(self) -> Conversation:

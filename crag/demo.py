@@ -13,8 +13,17 @@ import json
 import os
 from pathlib import Path
 
-from crag.benchmark import (DOMAINS, DYNAMISM, IDK, IMAGE_QUALITY, QUERY_CATEGORIES, Content, dataset_paths,
-                            ensure_dataset, load_content)
+from crag.benchmark import (
+    DOMAINS,
+    DYNAMISM,
+    IDK,
+    IMAGE_QUALITY,
+    QUERY_CATEGORIES,
+    Content,
+    dataset_paths,
+    ensure_dataset,
+    load_content,
+)
 from crag.benchmark import DatasetPaths as DemoPaths
 
 __all__ = ["DOMAINS", "DYNAMISM", "IDK", "IMAGE_QUALITY", "QUERY_CATEGORIES", "DEMO_CONTENT", "DEFAULT_ROOT",

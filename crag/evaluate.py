@@ -33,12 +33,11 @@ from __future__ import annotations
 
 import io
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from pydantic import BaseModel, Field
-
-from traces.store import write_atomic
 
 from crag.scoring import (
     DEFAULT_MODE,
@@ -55,6 +54,7 @@ from crag.scoring import (
     is_idk,
     score_turn,
 )
+from traces.store import write_atomic
 
 SLICE_KEYS = ("domain", "query_category", "image_quality", "dynamism", "turn_index", "egocentric")
 

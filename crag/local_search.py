@@ -286,7 +286,7 @@ class LocalSearchIndex:
         """KG attributes of an entity by exact name."""
         return self._entity_attrs.get(entity_name)
 
-    def warm_up(self) -> "LocalSearchIndex":
+    def warm_up(self) -> LocalSearchIndex:
         self.image_matrix()
         self.text_matrix()
         return self

@@ -46,7 +46,7 @@ class OpenWebConfig(BaseModel):
     gl: str = "us"
 
     @classmethod
-    def from_env(cls) -> "OpenWebConfig":
+    def from_env(cls) -> OpenWebConfig:
         env = os.environ
         raw: dict[str, Any] = {
             "serpapi_base_url": env.get(BASE_URL_ENV) or DEFAULT_BASE_URL,

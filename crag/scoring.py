@@ -390,7 +390,7 @@ def make_truncator(tokenizer: str | Path | None = None) -> Truncator:
         return WhitespaceApproxTruncator(why=why)
     if spec in _APPROX_SPECS:
         return WhitespaceApproxTruncator()
-    return TokenizerTruncator(tokenizer)
+    return TokenizerTruncator(spec)
 
 
 _DEFAULT_TRUNCATOR: Truncator | None = None
@@ -625,8 +625,8 @@ class LLMJudge:
             else:
                 verdict = parse_crag_mm_release_verdict(content)
             if verdict is not None:
-                label = ('{"accuracy": %s}' % str(verdict).lower()) if self.mode.judge_structured else \
-                    ("Result: CORRECT" if verdict else "Result: WRONG")
+                label = (f'{{"accuracy": {str(verdict).lower()}}}' if self.mode.judge_structured
+                         else ("Result: CORRECT" if verdict else "Result: WRONG"))
                 return JudgeVerdict(correct=verdict, status="ok", reason=label, raw=content)
         log.warning("LLM judge reply unparseable after %d attempt(s), counting as a hallucination: %r", attempts,
                     (content or "")[:200])

@@ -48,12 +48,13 @@ def _backend(cfg: SearchConfig, models: ModelPaths, web: bool) -> Any:
     if cfg.backend == "cragmm":
         from crag.cragmm_backend import CragMMSearch
 
-        missing = [n for n in ("cragmm_image_index", "cragmm_clip") if getattr(cfg, n) is None]
-        if missing:
-            raise ValueError("the cragmm search backend needs " + ", ".join("--" + m.replace("_", "-") for m in missing))
+        image_index, clip = cfg.cragmm_image_index, cfg.cragmm_clip
+        if image_index is None or clip is None:
+            missing = [n for n, v in (("cragmm-image-index", image_index), ("cragmm-clip", clip)) if v is None]
+            raise ValueError("the cragmm search backend needs " + ", ".join("--" + m for m in missing))
         if web and cfg.cragmm_web_index is not None and cfg.cragmm_text_model is None:
             raise ValueError("--cragmm-web-index needs --cragmm-text-model (the model that built the web index)")
-        return CragMMSearch(image_index_dir=cfg.cragmm_image_index, clip_model_dir=cfg.cragmm_clip,
+        return CragMMSearch(image_index_dir=image_index, clip_model_dir=clip,
                             web_index_dir=cfg.cragmm_web_index if web else None, text_model_dir=cfg.cragmm_text_model)
     from crag.demo import ensure_demo
     from crag.local_search import LocalSearchIndex
@@ -119,7 +120,7 @@ class OfficialPipelineSearch:
                 text_type = InputType.TEXT_QUERY
             except Exception:  # noqa: BLE001
                 text_type = None
-        if text_type is not None:
+        if text_type is not None and callable(forward) and callable(post):
             raw = self._call(lambda: post(forward({text_type: query}, k=k)))
         else:
             raw = self._call(lambda: self.pipeline(query, k=k))

@@ -37,8 +37,9 @@ from __future__ import annotations
 import io
 import json
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, Literal
 
 from pydantic import Field
 

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from pydantic import BaseModel, Field
 
-from crag.scoring import PROMPTS_DIR, MODES, LLMJudge, RuleJudge, TurnScore, make_judge, score_turn
+from crag.scoring import MODES, PROMPTS_DIR, LLMJudge, RuleJudge, TurnScore, make_judge, score_turn
 from traces.compare import CompareReport, compare, format_report, references_from_traces
 from traces.schema import TurnTrace
 from traces.store import write_json_atomic

@@ -17,16 +17,14 @@ from graph.rule_planner import RulePlannerConfig
 from models.resources import ModelPaths
 from models.vlm import ModelConfig
 
-Finite = dict(allow_inf_nan=False)
-
 
 class BudgetConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    budget_s: float = Field(10.0, gt=0, le=3600, description="Per-turn time budget in seconds (CRAG-MM: 10).", **Finite)
+    budget_s: float = Field(10.0, gt=0, le=3600, description="Per-turn time budget in seconds (CRAG-MM: 10).", allow_inf_nan=False)
     max_steps: int = Field(8, ge=0, le=64, description="Maximum tool calls per turn.")
     answer_reserve_s: float | None = Field(None, ge=0, description="Seconds kept for answer + self-check "
-                                           "(default: min(1.5, 20% of the budget); raise it for slow models).", **Finite)
+                                           "(default: min(1.5, 20% of the budget); raise it for slow models).", allow_inf_nan=False)
     max_question_chars: int = Field(2000, ge=1, description="Longer questions are cut, and the cut is noted in the trace.")
     max_answer_chars: int = Field(600, ge=20, description="Longer answers are cut (only the first 75 tokens are judged).")
     graph_recursion_limit: int = Field(200, ge=10, description="LangGraph supersteps per turn; the plan node stops "
@@ -55,7 +53,7 @@ class AgentConfig(BaseModel):
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
     planner: RulePlannerConfig = Field(default_factory=RulePlannerConfig)
     abstain_below: float = Field(0.35, ge=0, le=1, description="Self-check confidence under which the answer is "
-                                 "'I don't know'.", **Finite)
+                                 "'I don't know'.", allow_inf_nan=False)
     self_check: Literal["on", "off"] = "on"
     verify_mode: Literal["single", "dual-cove"] = Field("single", description="Model self-check: one verification "
                                                         "round trip, or dual path + chain-of-verification.")

@@ -22,7 +22,14 @@ from pydantic import BaseModel, Field, ValidationError
 
 from graph.policy import IDK, AnswerDraft, Decision, ParallelCall, PolicyReplyError, PolicyView, ToolSpec, is_abstention
 from models.vlm import ModelConfig, make_backend, parse_spec
-from models.vlm.base import ChatBackend, ChatReply, complete_and_report, extract_json, image_to_data_url, parse_arguments
+from models.vlm.base import (
+    ChatBackend,
+    ChatReply,
+    complete_and_report,
+    extract_json,
+    image_to_data_url,
+    parse_arguments,
+)
 from tools.base import Verdict
 
 log = logging.getLogger(__name__)

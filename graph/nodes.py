@@ -8,18 +8,27 @@ become events. Policy, tool and verifier calls run under the turn's deadline (mo
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from langgraph.runtime import Runtime
 from langgraph.types import Command, Overwrite
 
-from graph.policy import IDK, AnswerDraft, Decision, PolicyReplyError, StepSummary, is_abstention
+from graph.policy import IDK, AnswerDraft, Decision, StepSummary, is_abstention
 from graph.state import ActResult, AgentState, PendingCall, TurnContext
 from models.calls import CallTimeout, collect_model_calls, run_many, run_with_deadline
 from tools.base import Hit, ToolOutput, field_reducer, fold_update
 from tools.registry import ToolCall, ToolCallError, ToolUpdateError
-from traces.schema import (AnswerEvent, FinalEvent, ModelCall, PlanEvent, StepError, ToolCallEvent, TraceHit,
-                           VerdictEvent)
+from traces.schema import (
+    AnswerEvent,
+    FinalEvent,
+    ModelCall,
+    PlanEvent,
+    StepError,
+    ToolCallEvent,
+    TraceHit,
+    VerdictEvent,
+)
 
 # Supersteps a turn needs after a `plan` that routes to answering: answer, self_check, final.
 FINISH_STEPS = 3
@@ -220,12 +229,13 @@ def self_check(state: AgentState, runtime: Runtime[TurnContext]) -> dict:
         event = VerdictEvent(index=_index(state), decision="abstain",
                              reason=f"draft confidence {draft.confidence:.2f} < {ctx.abstain_below:.2f}")
         return {"steps": [event], "final_answer": IDK}
+    verifier = ctx.verifier
     t0 = time.perf_counter()
     with collect_model_calls() as calls:
         try:
             verdict = run_with_deadline(
-                lambda: ctx.verifier.verify(ctx.question, draft, _evidence_texts(state), ctx.image),
-                max(0.05, ctx.remaining_s() - 0.05), ctx.scope, inline=not blocking(ctx.verifier))
+                lambda: verifier.verify(ctx.question, draft, _evidence_texts(state), ctx.image),
+                max(0.05, ctx.remaining_s() - 0.05), ctx.scope, inline=not blocking(verifier))
         except Exception as e:  # noqa: BLE001 - a broken self-check cannot vouch for the draft
             keep = draft.confidence >= max(ctx.abstain_below, 0.5)
             event = VerdictEvent(index=_index(state), decision="keep" if keep else "abstain", latency_ms=_ms(t0),

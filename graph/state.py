@@ -10,7 +10,7 @@ from __future__ import annotations
 import operator
 import time
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from typing import Annotated, Any
 
 from langgraph.managed import RemainingSteps
@@ -63,7 +63,7 @@ class AgentState(ToolState):
     remaining_steps: RemainingSteps = 0  # LangGraph fills it: graph steps left before the recursion limit
 
 
-@lru_cache(maxsize=None)
+@cache
 def tool_spec(t: Tool) -> ToolSpec:
     """A tool as policies see it (built once per tool)."""
     return ToolSpec(name=t.name, description=t.description, signature=t.signature_text(), json_schema=t.json_schema(),
@@ -79,7 +79,7 @@ class TurnContext:
     image: Any
     history: list[HistoryTurn]
     policy: Policy
-    verifier: Verifier
+    verifier: Verifier | None  # None: self-check off
     registry: ToolRegistry
     resources: Any
     allowed: list[str] | None

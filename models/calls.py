@@ -26,9 +26,10 @@ import queue
 import sys
 import threading
 import weakref
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, wait
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, NoReturn
+from typing import Any, NoReturn
 
 from traces.schema import ModelCall
 

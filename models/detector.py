@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -127,8 +128,9 @@ class ZeroShotDetector:
 
     def __init__(self, path: str | Path, device: str = "cpu", nms_iou: float = 0.5):
         import torch
-        from models.resources import set_torch_threads
         from transformers import AutoModelForZeroShotObjectDetection, AutoProcessor
+
+        from models.resources import set_torch_threads
 
         set_torch_threads()  # one thread per call unless configured otherwise (models.resources)
 
@@ -179,10 +181,10 @@ class ZeroShotDetector:
         for (x0, y0, x1, y1), score, label in raw_boxes:
             if not np.isfinite(score) or score < threshold:
                 continue
-            c = _clip_box(x0, y0, x1, y1, w, h)
-            if c is None:
+            clipped = _clip_box(x0, y0, x1, y1, w, h)
+            if clipped is None:
                 continue
-            boxes.append(Box(x0=c[0], y0=c[1], x1=c[2], y1=c[3], label=back.get(label, label), score=float(score), method=self.name))
+            boxes.append(Box(x0=clipped[0], y0=clipped[1], x1=clipped[2], y1=clipped[3], label=back.get(label, label), score=float(score), method=self.name))
         return nms(boxes, self.nms_iou, per_label=True)[:top_k]
 
     # -- OWLv2 / OWL-ViT ----------------------------------------------------------------------
@@ -308,8 +310,8 @@ def _pad_box(x0: float, y0: float, x1: float, y1: float, w: int, h: int, pad: fl
         y1, y0 = y1 - y0, 0
     if y1 > h:
         y0, y1 = y0 - (y1 - h), h
-    c = _clip_box(x0, y0, x1, y1, w, h)
-    return c if c is not None else (0, 0, max(1, w), max(1, h))
+    clipped = _clip_box(x0, y0, x1, y1, w, h)
+    return clipped if clipped is not None else (0, 0, max(1, w), max(1, h))
 
 
 def ocr_box_crop(
@@ -418,7 +420,8 @@ def saliency_crop(image: Any, pad: float = 0.1, label: str = "salient region", m
     Method "heuristic:saliency-crop".
     """
     from skimage.filters import threshold_otsu
-    from skimage.measure import label as cc_label, regionprops
+    from skimage.measure import label as cc_label
+    from skimage.measure import regionprops
 
     w, h = _image_size(image)
     whole = Box(x0=0, y0=0, x1=max(1, w), y1=max(1, h), label=label, score=0.05, method=SALIENCY_METHOD)

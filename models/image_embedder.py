@@ -33,7 +33,7 @@ def _as_rgb_array(image: Any, max_side: int) -> np.ndarray:
     w, h = im.size
     s = max_side / max(w, h)
     if s < 1:
-        im = im.resize((max(8, round(w * s)), max(8, round(h * s))), Image.BILINEAR, reducing_gap=2.0)
+        im = im.resize((max(8, round(w * s)), max(8, round(h * s))), Image.Resampling.BILINEAR, reducing_gap=2.0)
     return np.asarray(im, dtype=np.float32) / 255.0
 
 
@@ -144,8 +144,9 @@ class ClipImageEmbedder:
 
     def __init__(self, path: str | Path, device: str = "cpu", batch_size: int = 16):
         import torch
-        from models.resources import set_torch_threads
         from transformers import CLIPImageProcessor, CLIPModel
+
+        from models.resources import set_torch_threads
 
         set_torch_threads()  # one thread per call unless configured otherwise (models.resources)
 
@@ -156,7 +157,7 @@ class ClipImageEmbedder:
         try:
             from transformers import CLIPProcessor
 
-            self.processor = CLIPProcessor.from_pretrained(self.path, local_files_only=True)
+            self.processor: Any = CLIPProcessor.from_pretrained(self.path, local_files_only=True)
         except Exception:  # a folder with only the image processor (no tokenizer) is enough
             self.processor = CLIPImageProcessor.from_pretrained(self.path, local_files_only=True)
         self.device = device

@@ -48,8 +48,9 @@ class OcrEngine:
                 return self._cache[key]
             res = self._engine(arr)
         lines: list[OcrLine] = []
-        if res is not None and res.txts:
-            for text, score, box in zip(res.txts, res.scores, res.boxes):
+        txts, scores, boxes = getattr(res, "txts", None), getattr(res, "scores", None), getattr(res, "boxes", None)
+        if txts and scores is not None and boxes is not None:
+            for text, score, box in zip(txts, scores, boxes):
                 if float(score) >= self.min_score and text.strip():
                     lines.append(OcrLine(text=text.strip(), score=float(score), box=np.asarray(box, dtype=float).tolist()))
         with self._lock:

@@ -26,9 +26,10 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any
 
 import aiohttp
 from tenacity import AsyncRetrying, RetryError, retry_if_exception_type, stop_after_attempt
@@ -85,19 +86,19 @@ class _Loop:
         try:  # uvloop, where installed, halves the loop's CPU per request; asyncio's own loop otherwise
             import uvloop
 
-            self.loop = uvloop.new_event_loop()
+            self.loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
         except ImportError:
             self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, name="glasses-http", daemon=True).start()
 
-    def run(self, make: Callable[[], Awaitable[Any]]) -> Any:
+    def run(self, make: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
         """Run `make()` on the loop and wait for it; the caller's cancel scope cancels the task (and with it the
         connection). Returns only once the task has ended, so a cancelled request's connection is closed."""
         done: Future = Future()
         holder: dict[str, asyncio.Task] = {}
 
         def start() -> None:
-            task = self.loop.create_task(make())
+            task: asyncio.Task = self.loop.create_task(make())
             holder["task"] = task
 
             def finish(t: asyncio.Task) -> None:

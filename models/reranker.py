@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol, Sequence, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -55,8 +56,9 @@ class CrossEncoderReranker:
 
     def __init__(self, path: str | Path, device: str = "cpu", max_length: int = 512, batch_size: int = 32):
         import torch
-        from models.resources import set_torch_threads
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        from models.resources import set_torch_threads
 
         set_torch_threads()  # one thread per call unless configured otherwise (models.resources)
 

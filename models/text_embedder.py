@@ -153,8 +153,9 @@ class TorchTextEmbedder(_Embedder):
     def __init__(self, path: str | Path, device: str = "cpu", max_length: int = 256):
         super().__init__()
         import torch
-        from models.resources import set_torch_threads
         from transformers import AutoModel, AutoTokenizer
+
+        from models.resources import set_torch_threads
 
         set_torch_threads()  # one thread per call unless configured otherwise (models.resources)
 

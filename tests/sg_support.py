@@ -37,7 +37,8 @@ def query_row(i: int, image_id: int | None, question: str, answer: str, subs: li
 def write_superglasses(root: Path, rows: list[dict], images: dict[int, bytes], shards: int = 2) -> Path:
     """`root/queries/test-00000-of-00001.parquet` and `root/images/test-000NN-of-0000S.parquet`, written by
     `datasets` with the dataset's features (Image() cells as {bytes, path} structs)."""
-    from datasets import Dataset, Features, Image as HFImage, Sequence, Value
+    from datasets import Dataset, Features, Sequence, Value
+    from datasets import Image as HFImage
 
     (root / "queries").mkdir(parents=True, exist_ok=True)
     (root / "images").mkdir(parents=True, exist_ok=True)
@@ -156,7 +157,7 @@ class FixtureWeb:
     def searches(self, engine: str | None = None) -> list[dict[str, Any]]:
         return [r for r in self.requests if r["path"] == "/search.json" and (engine is None or r.get("engine") == engine)]
 
-    def __enter__(self) -> "FixtureWeb":
+    def __enter__(self) -> FixtureWeb:
         self._thread.start()
         return self
 

@@ -111,8 +111,7 @@ def test_exif_orientation_is_applied_and_noted():
 
 
 def test_a_full_disk_never_leaves_a_broken_report_or_temp_files(tmp_path, monkeypatch):
-    from crag.evaluate import evaluate, write_report
-    from crag.evaluate import TurnRecord
+    from crag.evaluate import TurnRecord, evaluate, write_report
 
     report = evaluate([TurnRecord(session_id="s", turn_index=0, answer="Paris", ground_truth="Paris")])
     paths = write_report(report, tmp_path, plot=False)
@@ -252,10 +251,9 @@ def test_concurrency_is_capped_for_a_cpu_bound_policy(demo_rows, tmp_path, capsy
 
 
 def test_the_viewer_does_not_walk_the_filesystem_for_data(tmp_path):
-    from traces.viewer import build_html
-
     from traces.schema import FinalEvent, ImageInfo, TurnTrace
     from traces.store import TraceStore
+    from traces.viewer import build_html
 
     store = TraceStore(tmp_path, "run")
     store.write(TurnTrace(run_id="run", task=1, session_id="s", interaction_id="i", turn_index=0, question="q?",

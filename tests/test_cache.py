@@ -73,7 +73,7 @@ def test_name_protocol_and_forwarding():
     n = CachedSearch(NoPages())
     assert getattr(n, "get_page", None) is None and not hasattr(n, "get_page")
     with pytest.raises(AttributeError):
-        n.not_there
+        _ = n.not_there
     assert CachedSearch(c).backend is c.backend  # no double wrapping
 
 

@@ -12,8 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from crag.benchmark import (DOMAINS, DYNAMISM, IDK, IMAGE_QUALITY, QUERY_CATEGORIES, SignImage, dataset_paths,
-                            ensure_dataset, load_content)
+from crag.benchmark import (
+    DOMAINS,
+    DYNAMISM,
+    IDK,
+    IMAGE_QUALITY,
+    QUERY_CATEGORIES,
+    SignImage,
+    dataset_paths,
+    ensure_dataset,
+    load_content,
+)
 from crag.dataset import load_conversations
 from crag.demo import demo_content
 

@@ -15,11 +15,11 @@ from types import SimpleNamespace
 
 import pytest
 from PIL import Image, ImageDraw
+from support import collect, make_agent
 
 from crag.schema import Conversation, Turn
 from graph.policy import IDK, AnswerDraft, Decision, ScriptedPolicy
 from graph.policy import is_abstention as is_idk
-from support import collect, make_agent
 from tools.base import Hit, ToolContext, ToolOutput
 from tools.registry import REGISTRY, ToolRegistry, tool
 from traces.schema import TurnTrace

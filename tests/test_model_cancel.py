@@ -8,6 +8,7 @@ import time
 
 import pytest
 from PIL import Image
+from support import collect, make_agent
 
 from crag.schema import Conversation, Turn
 from graph.agent import TurnInput
@@ -16,7 +17,6 @@ from models.calls import CallTimeout, CancelScope, collect_model_calls, run_with
 from models.vlm.base import complete_and_report
 from models.vlm.fake_server import FakeOpenAIServer
 from models.vlm.openai_server import OpenAICompatibleBackend
-from support import collect, make_agent
 from traces.store import TraceStore
 
 F = FakeOpenAIServer

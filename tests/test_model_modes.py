@@ -6,12 +6,13 @@ self-check's round trips, against the local fake OpenAI-compatible server."""
 import json
 import re
 import threading
-from enum import Enum
+from enum import StrEnum
 from typing import Literal
 
 import jsonschema
 import pytest
 from PIL import Image
+from support import make_agent
 
 import models.openai_client as oc
 from graph.agent import TurnInput
@@ -22,7 +23,6 @@ from models.calls import collect_model_calls
 from models.vlm import ModelConfig, model_config_from_options, parse_spec
 from models.vlm.fake_server import FakeOpenAIServer
 from models.vlm.openai_server import OpenAICompatibleBackend
-from support import make_agent
 from tools import load_builtin_tools
 from tools.base import ToolContext, ToolOutput
 from tools.registry import ToolRegistry, tool
@@ -257,7 +257,7 @@ def test_every_prompt_example_is_json_and_the_tool_list_comes_from_the_registry(
     assert examples >= 5
 
 
-class Mode(str, Enum):
+class Mode(StrEnum):
     fast = "fast"
     slow = "slow"
 

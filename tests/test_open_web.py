@@ -5,14 +5,14 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
+from sg_support import FixtureWeb, article, organic, use_fixture_web
+from support import make_agent
 
 from crag import open_web
 from crag.serpapi import SerpApiClient, SerpApiError
 from crag.webpage import chunk_text, sentences
 from graph.agent import TurnInput
 from graph.policy import AnswerDraft, Decision, ScriptedPolicy
-from sg_support import FixtureWeb, article, organic, use_fixture_web
-from support import make_agent
 from tools import REGISTRY, load_builtin_tools
 from tools.base import Hit, ToolContext
 from tools.registry import ToolCall, ToolCallError, ToolRegistry, tool
@@ -34,7 +34,7 @@ F9 = [
 def web(tmp_path, monkeypatch):
     with FixtureWeb(image_dir=tmp_path / "img") as w:
         w.pages["f9"] = ("text/html; charset=utf-8", article("Falcon 9 - Encyclopedia", F9))
-        w.pages["big"] = ("text/html", article("Big", ["Filler sentence number %d about nothing." % i for i in range(20000)]))
+        w.pages["big"] = ("text/html", article("Big", [f"Filler sentence number {i} about nothing." for i in range(20000)]))
         w.pages["pdf"] = ("application/pdf", "%PDF-1.4")
         w.web["Falcon 9 maker"] = organic(("Falcon 9 - Encyclopedia", w.page_url("f9"), "Falcon 9 is made by SpaceX."),
                                           ("SpaceX", w.page_url("missing"), "SpaceX designs rockets."))

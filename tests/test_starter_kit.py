@@ -14,8 +14,16 @@ import pytest
 from crag.dataset import decode_image, load_all
 from crag.demo import ensure_demo
 from crag.local_search import LocalSearchIndex
-from crag.starter_kit import (IDK, GlassesRAGAgent, NullSearch, OfficialPipelineSearch, answers_match,
-                              conversation_key, history_pairs, pipeline_has_web)
+from crag.starter_kit import (
+    IDK,
+    GlassesRAGAgent,
+    NullSearch,
+    OfficialPipelineSearch,
+    answers_match,
+    conversation_key,
+    history_pairs,
+    pipeline_has_web,
+)
 from traces.schema import TurnTrace
 
 
@@ -88,7 +96,7 @@ def official_generate(agent, conversations, use_ground_truth: bool = False):
         answers = agent.batch_generate_response(queries, images, histories)
         assert isinstance(answers, list) and len(answers) == len(queries)
         batches.append((queries, histories, answers, list(agent.last_inputs), [c.session_id for c in current]))
-        for c, iid, a in zip(current, ids, answers):
+        for iid, a in zip(ids, answers):
             response_map[iid] = _truncate75(a)
         for c in reversed(current):
             next_turn[c.session_id] += 1
@@ -105,7 +113,7 @@ def test_official_loop_with_local_index(index, convs, tmp_path):
     assert len(responses) == sum(len(c.turns) for c in convs)
     assert all(isinstance(a, str) and a.strip() for a in responses.values())
     # never two turns of one conversation in one batch; history = the agent's own earlier answers
-    for queries, histories, answers, inputs, sids in batches:
+    for _queries, histories, _answers, inputs, sids in batches:
         assert len(set(sids)) == len(sids)
         assert len({inp.session_id for inp in inputs}) == len(inputs)  # the adapter told them apart too
         for h, inp in zip(histories, inputs):
@@ -130,7 +138,7 @@ def _q(path) -> str:
 def test_ground_truth_history_keeps_text_but_no_foreign_entity(index, convs):
     agent = GlassesRAGAgent(index, batch_size=4)
     _, batches = official_generate(agent, convs[:2], use_ground_truth=True)
-    for queries, histories, answers, inputs, _ in batches:
+    for _queries, histories, _answers, inputs, _ in batches:
         for h, inp in zip(histories, inputs):
             assert [(t.question, t.answer) for t in inp.history] == history_pairs(h)  # the harness's text is kept
     # a history answer the agent did not give never inherits the agent's remembered entity

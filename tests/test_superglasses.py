@@ -9,13 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from sg_support import FixtureWeb, article, organic, small_dataset, use_fixture_web
+from support import make_agent
 
 from crag import superglasses_eval as sge
 from graph.agent import TurnInput
 from graph.policy import AnswerDraft, Decision, ScriptedPolicy
 from models.vlm.fake_server import FakeOpenAIServer
-from sg_support import FixtureWeb, article, organic, small_dataset, use_fixture_web
-from support import make_agent
 from tools.base import Box, Hit, ToolContext, ToolOutput
 from tools.registry import ToolRegistry, tool
 from traces import compare as cmp

@@ -5,10 +5,10 @@ import io
 import numpy as np
 import pytest
 from PIL import Image
+from sg_support import jpeg, query_row, small_dataset, sub_q, write_superglasses
 
 from crag.images import load_image
 from crag.superglasses import load_superglasses
-from sg_support import jpeg, query_row, small_dataset, sub_q, write_superglasses
 
 
 def _load(root, **kw):

@@ -16,7 +16,8 @@ from PIL import Image
 from tools.base import Box
 from traces.schema import FinalEvent, ImageInfo, StepError, ToolCallEvent, TraceHit, TurnTrace
 from traces.store import TraceStore
-from traces.viewer import build_html, load_traces, main as viewer_main, render_run
+from traces.viewer import build_html, load_traces, render_run
+from traces.viewer import main as viewer_main
 
 CHROMIUM = Path("/usr/bin/chromium")
 EVIL = [

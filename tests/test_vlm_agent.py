@@ -1,11 +1,11 @@
 """The whole graph driven by a VLM policy over HTTP (local fake OpenAI-compatible server), real tools."""
 
 from PIL import Image
+from support import make_agent
 
 from graph.agent import TurnInput
 from graph.model_policy import make_model_policy
 from models.vlm.fake_server import FakeOpenAIServer
-from support import make_agent
 
 
 class KGSearch:

@@ -9,9 +9,8 @@ from __future__ import annotations
 import pytest
 from PIL import Image
 
-from graph.policy import PolicyView, ToolSpec
 from graph.model_policy import make_model_policy
-from graph.policy import AnswerDraft, PolicyReplyError
+from graph.policy import AnswerDraft, PolicyReplyError, PolicyView, ToolSpec
 from models.calls import collect_model_calls
 from models.vlm.base import image_to_data_url
 
@@ -63,7 +62,13 @@ def text_model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def llava_dir(tmp_path_factory):
-    from transformers import CLIPImageProcessor, CLIPVisionConfig, LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
+    from transformers import (
+        CLIPImageProcessor,
+        CLIPVisionConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+        LlavaProcessor,
+    )
 
     d = tmp_path_factory.mktemp("tiny_llava")
     torch.manual_seed(0)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from typing import Iterable
+from collections.abc import Iterable
 
 from tools.base import Box, Fact, HistoryTurn, Hit, Replace, ToolContext, ToolOutput, ToolState, Verdict
 from tools.registry import REGISTRY, Tool, ToolCall, ToolCallError, ToolRegistry, tool

@@ -9,7 +9,7 @@ in `Replace(...)` to overwrite a reduced field instead (a reranker replaces the 
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from functools import cache
 from typing import Annotated, Any, Literal, get_args, get_origin, get_type_hints
 
 from langgraph.types import Overwrite
@@ -134,7 +134,7 @@ def _field_annotation(name: str) -> Any:
     return get_type_hints(ToolState, include_extras=True)[name]
 
 
-@lru_cache(maxsize=None)
+@cache
 def field_reducer(name: str):
     """The reducer of a ToolState field (the callable in its `Annotated[...]`), or None for last-value fields."""
     ann = _field_annotation(name)
@@ -145,7 +145,7 @@ def field_reducer(name: str):
     return None
 
 
-@lru_cache(maxsize=None)
+@cache
 def field_adapter(name: str) -> TypeAdapter:
     ann = _field_annotation(name)
     return TypeAdapter(get_args(ann)[0] if get_origin(ann) is Annotated else ann)

@@ -37,7 +37,7 @@ def read_webpage(ctx: ToolContext, query: str = "", max_pages: Annotated[int, Fi
     read = {h.url for h in ctx.evidence if h.source == "web" and h.content}
     urls: list[str] = []
     for h in sorted((h for h in ctx.evidence if h.source == "web" and h.url), key=lambda h: h.score, reverse=True):
-        if h.url not in read and h.url not in urls:
+        if h.url and h.url not in read and h.url not in urls:
             urls.append(h.url)
     if not urls:
         return ToolOutput(summary="no unread web pages in the evidence", method="none")

@@ -40,8 +40,17 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from traces.store import write_json_atomic
-from traces.superglasses import (SEARCH_TOOLS, SGLog, SGObject, import_logs, information_seeking, parse_log, read_run,
-                                 sg_tool_name, to_superglasses)
+from traces.superglasses import (
+    SEARCH_TOOLS,
+    SGLog,
+    SGObject,
+    import_logs,
+    information_seeking,
+    parse_log,
+    read_run,
+    sg_tool_name,
+    to_superglasses,
+)
 
 ERROR_TYPES = ("retrieval_demand", "tool_invocation", "query_decoupling", "object_detection")
 GENERIC_LABELS = frozenset({"", "object", "main object", "the main object", "salient region", "region", "thing",
@@ -269,10 +278,10 @@ def compare(predicted: list[SGLog], reference: list[SGLog], *, embedder: Any = "
     }
     counts = {e: sum(e in t.errors for t in wrong) for e in ERROR_TYPES}
     decided = [t for t in turns if t.need_pred is not None and t.need_ref is not None]
-    conf = {"tp": sum(t.need_pred and t.need_ref for t in decided),
-            "fp": sum(t.need_pred and not t.need_ref for t in decided),
-            "fn": sum(not t.need_pred and t.need_ref for t in decided),
-            "tn": sum(not t.need_pred and not t.need_ref for t in decided)}
+    conf = {"tp": sum(bool(t.need_pred and t.need_ref) for t in decided),
+            "fp": sum(bool(t.need_pred and not t.need_ref) for t in decided),
+            "fn": sum(bool(not t.need_pred and t.need_ref) for t in decided),
+            "tn": sum(bool(not t.need_pred and not t.need_ref) for t in decided)}
     seeking: dict[str, dict[str, int]] = {}
     if vocab:
         for t in turns:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -143,7 +143,7 @@ class FinalEvent(_Event):
     cut_from_chars: int | None = Field(None, description="The answer was cut from this many characters.")
 
 
-TraceEvent = Annotated[Union[PlanEvent, ToolCallEvent, AnswerEvent, VerdictEvent, FinalEvent], Field(discriminator="node")]
+TraceEvent = Annotated[PlanEvent | ToolCallEvent | AnswerEvent | VerdictEvent | FinalEvent, Field(discriminator="node")]
 
 
 class ImageInfo(BaseModel):
@@ -162,7 +162,7 @@ class TokenTotals(BaseModel):
 
 
 class TurnTrace(BaseModel):
-    schema_version: Literal["2.0"] = SCHEMA_VERSION
+    schema_version: Literal["2.0"] = "2.0"
     run_id: str
     task: int
     session_id: str

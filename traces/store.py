@@ -8,8 +8,9 @@ import math
 import os
 import re
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from traces.schema import TurnTrace
 

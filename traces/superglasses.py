@@ -26,8 +26,9 @@ import json
 import logging
 import re
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -111,7 +112,7 @@ class SGLog(BaseModel):
 
     model_config = ConfigDict(populate_by_name=True)
 
-    format: Literal["superglasses-log/1"] = FORMAT
+    format: Literal["superglasses-log/1"] = "superglasses-log/1"
     id: str = Field(description="The SuperGlasses id (our interaction_id for rows of other datasets).")
     question: str = ""
     ground_truth: str | None = None
@@ -659,8 +660,8 @@ def parse_log(entry: Any, where: str = "entry", problems: list[str] | None = Non
     if unreadable:
         extra["unreadable_hops"] = unreadable
     for u in unmapped:
-        hop, dot, key = u.partition(".")
-        _problem(problems, f"{where}: {hop} key {key!r} not mapped; kept in the hop" if dot and hop.startswith("hop ")
+        hop_name, dot, key = u.partition(".")
+        _problem(problems, f"{where}: {hop_name} key {key!r} not mapped; kept in the hop" if dot and hop_name.startswith("hop ")
                  else f"{where}: key {u!r} not mapped; kept under extra")
     return SGLog(id=iid, question=question, ground_truth=_text(gt) if has_gt and gt is not None else None,
                  answer=_text(pred) if has_pred and pred is not None else None,

@@ -24,9 +24,10 @@ import json
 import math
 import re
 import sys
+from collections.abc import Iterable
 from html import escape
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from traces.schema import AnswerEvent, FinalEvent, PlanEvent, ToolCallEvent, TraceEvent, TurnTrace, VerdictEvent
 
@@ -259,7 +260,7 @@ def _step_html(step: TraceEvent, colour: str | None) -> str:
                             "ok" if v.supported else "bad"))
     elif isinstance(step, FinalEvent):
         body += [_kv("answer", step.answer), _kv("cut from", step.cut_from_chars and f"{step.cut_from_chars} characters")]
-    if err:
+    if step.error is not None:
         head.append(f'<span class="badge err">error: {h(step.error.kind)}</span>')
         body.append(f'<div class="error">{h(step.error.kind)}: {h(step.error.message)}</div>')
     policy_ms = getattr(step, "policy_ms", None)
@@ -373,8 +374,8 @@ def _counted(t: TurnTrace, rec: dict[str, Any] | None) -> str:
 
 
 def _metrics_table(report: dict[str, Any]) -> str:
-    sections = [("overall", report.get("overall")), ("egocentric", report.get("egocentric"))]
-    sections = [(n, m) for n, m in sections if isinstance(m, dict) and m]
+    found = [("overall", report.get("overall")), ("egocentric", report.get("egocentric"))]
+    sections: list[tuple[str, dict[str, Any]]] = [(n, m) for n, m in found if isinstance(m, dict) and m]
     if not sections:
         return ""
     head = "".join(f"<th>{h(k)}</th>" for k in METRIC_KEYS)
@@ -630,7 +631,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.run_dir.is_dir():
         print(f"error: run folder not found: {args.run_dir}", file=sys.stderr)
         return 2
-    images = {} if args.no_images else None
+    images: dict[str, Any] | None = {} if args.no_images else None
     out = render_run(args.run_dir, args.out, images=images, data=args.data)
     print(out)
     return 0

@@ -36,9 +36,10 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 
 class _Server(ThreadingHTTPServer):
@@ -251,7 +252,7 @@ class FakeOpenAIServer:
             return 400, {"error": "stream is not supported by this server"}
         return None
 
-    def start(self) -> "FakeOpenAIServer":
+    def start(self) -> FakeOpenAIServer:
         self._thread.start()
         return self
 
@@ -267,7 +268,7 @@ class FakeOpenAIServer:
             except OSError:
                 pass
 
-    def __enter__(self) -> "FakeOpenAIServer":
+    def __enter__(self) -> FakeOpenAIServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -351,6 +352,8 @@ def main(argv: list[str] | None = None) -> None:
         mod, _, fn = args.responder.rpartition(":")
         if mod.endswith(".py"):
             spec = importlib.util.spec_from_file_location(Path(mod).stem, mod)
+            if spec is None or spec.loader is None:
+                raise SystemExit(f"--responder: cannot load {mod}")
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
         else:

@@ -19,8 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from models.calls import current_scope
-from models.vlm.base import (BackendError, ChatReply, ReplyCancelled, Usage, load_chat_template, system_into_user,
-                             text_only_messages)
+from models.vlm.base import (
+    BackendError,
+    ChatReply,
+    ReplyCancelled,
+    Usage,
+    load_chat_template,
+    system_into_user,
+    text_only_messages,
+)
 
 # chat formats that have no system role
 _NO_SYSTEM_ROLE = {"gemma"}

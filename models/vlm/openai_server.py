@@ -4,11 +4,21 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from models.openai_client import BackendError, OpenAIClient, RequestCancelled
-from models.vlm.base import (ChatReply, ChatToolCall, ReplyCancelled, Usage, load_chat_template, parse_arguments,
-                             system_into_user, text_only_messages)
+from models.vlm.base import (
+    ChatReply,
+    ChatToolCall,
+    DecisionMode,
+    ReplyCancelled,
+    Usage,
+    load_chat_template,
+    parse_arguments,
+    system_into_user,
+    text_only_messages,
+)
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +98,7 @@ class OpenAICompatibleBackend:
         while True:
             payload: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": max_tokens,
                                        "temperature": temperature, **self.extra_body}
-            mode = None
+            mode: DecisionMode | None = None
             if response_schema and self.supports_structured:
                 payload["response_format"] = self._format(response_schema)
                 mode = "structured"

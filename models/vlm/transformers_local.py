@@ -31,8 +31,16 @@ from pathlib import Path
 from typing import Any
 
 from models.calls import current_scope
-from models.vlm.base import (BackendError, ChatReply, ReplyCancelled, Usage, data_url_to_image, load_chat_template,
-                             message_text, text_only_messages)
+from models.vlm.base import (
+    BackendError,
+    ChatReply,
+    ReplyCancelled,
+    Usage,
+    data_url_to_image,
+    load_chat_template,
+    message_text,
+    text_only_messages,
+)
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +204,7 @@ class TransformersVLMBackend:
                              "a .jinja file or the template text) in the model config or with --chat-template")
         limit = getattr(getattr(self.config, "text_config", self.config), "max_position_embeddings", None)
         self.n_ctx = n_ctx or limit
-        self.model.to(device)
+        self.model.to(device)  # type: ignore[arg-type]  # transformers types .to() through a decorator
         self.model.eval()
         self._forward_params = set(inspect.signature(self.model.forward).parameters)
         self._hook_layers()
