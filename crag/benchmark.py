@@ -757,3 +757,20 @@ def ensure_dataset(c: Content, p: DatasetPaths, force: bool = False) -> DatasetP
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return p
+
+
+BUNDLED = Path(__file__).resolve().parent / "benchmarks"
+
+
+def find_content(spec: str | Path) -> Path | None:
+    """The content folder `spec` names: a bundled one by name (`demo`, `demo-paraphrase`, `heldout`, ...) or
+    any folder holding a benchmark.yaml. None when `spec` is not one (e.g. a folder of parquet files)."""
+    s = str(spec)
+    if s and "/" not in s and "\\" not in s and (BUNDLED / s / FILES["info"]).is_file():
+        return BUNDLED / s
+    p = Path(s)
+    return p if (p / FILES["info"]).is_file() else None
+
+
+def bundled_names() -> list[str]:
+    return sorted(d.name for d in BUNDLED.iterdir() if (d / FILES["info"]).is_file())

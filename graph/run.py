@@ -83,8 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "the SuperGlasses judge and superglasses_report.* next to the usual files")
     g = p.add_argument_group("data")
     g.add_argument("--data", default="demo",
-                   help="'demo' (embedded benchmark, generated on first use), a local folder of CRAG-MM parquet/arrow "
-                        "files, or a dataset name found in the local Hugging Face cache, e.g. crag-mm-2025/crag-mm-multi-turn-public")
+                   help="'demo' (embedded benchmark, generated on first use), another bundled benchmark "
+                        "('demo-paraphrase', 'heldout') or a folder with a benchmark.yaml (built under data/<name>/ with "
+                        "its own search index), a local folder of CRAG-MM parquet/arrow files, or a dataset name found in "
+                        "the local Hugging Face cache, e.g. crag-mm-2025/crag-mm-multi-turn-public")
     g.add_argument("--split", default=None, help="dataset split to read (default: the only/first split found)")
     g.add_argument("--limit", type=_positive_int, default=None, help="run only the first N conversations")
     g.add_argument("--demo-dir", type=Path, default=None, help="where the demo benchmark is generated (default: data/demo)")
@@ -233,7 +235,6 @@ def agent_config(args: argparse.Namespace) -> Any:
 
 def load_data(args: argparse.Namespace):
     from crag.dataset import load_conversations
-    from crag.demo import ensure_demo
 
     if args.benchmark == "superglasses":
         from crag.superglasses import load_superglasses
@@ -244,14 +245,38 @@ def load_data(args: argparse.Namespace):
         return args.data, load_superglasses(args.data, limit=args.limit)
     from crag.superglasses import looks_like_superglasses
 
-    if args.data != "demo" and looks_like_superglasses(args.data):
+    built = build_content(args)
+    if built is not None:
+        source = getattr(built, TASK_DATA[args.task])
+    elif looks_like_superglasses(args.data):
         raise ValueError(f"{args.data} holds SuperGlasses questions: run it with --benchmark superglasses")
-    if args.data == "demo":
-        demo = ensure_demo(args.demo_dir)
-        source = getattr(demo, TASK_DATA[args.task])
     else:
         source = args.data
     return source, load_conversations(source, split=args.split, limit=args.limit)
+
+
+def build_content(args: argparse.Namespace) -> Any:
+    """`--data` naming a benchmark content folder (bundled: demo, demo-paraphrase, heldout; or a folder with a
+    benchmark.yaml): build its dataset and index once (data/<name>/ beside the demo), and search that index
+    unless --index-dir says otherwise. None for any other --data."""
+    from crag.benchmark import dataset_paths, ensure_dataset, find_content, load_content
+    from crag.demo import demo_paths, ensure_demo
+
+    if args.benchmark != "crag-mm":
+        return None
+    if getattr(args, "built_content", None) is not None:
+        return args.built_content
+    if args.data == "demo":  # the search backend defaults to the demo's index already
+        built = ensure_demo(args.demo_dir)
+    else:
+        folder = find_content(args.data)
+        if folder is None:
+            return None
+        built = ensure_dataset(load_content(folder), dataset_paths(demo_paths(args.demo_dir).root.parent / folder.name))
+        if args.index_dir is None and args.search in (None, "local"):
+            args.index_dir = built.root
+    args.built_content = built
+    return built
 
 
 def cpu_bound(config: Any) -> bool:
@@ -375,6 +400,7 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
     from graph.build import build_agent
     from traces.store import TraceStore, write_json_atomic
 
+    build_content(args)  # before the config: a benchmark content folder brings its own search index
     config = agent_config(args)
     t0 = time.time()
     source, conversations = load_data(args)  # streamed: a dataset is never held decoded in memory

@@ -87,3 +87,15 @@ def test_bad_paths_and_specs_give_a_clear_error_not_a_traceback(tmp_path, capsys
     assert "error: FileNotFoundError" in capsys.readouterr().err
     assert main(["--task", "2", "--model", "bogus:thing", "--limit", "1", "--no-progress", "--out", str(tmp_path)]) == 2
     assert "bad model spec" in capsys.readouterr().err
+
+
+def test_data_naming_a_benchmark_content_folder_builds_it_and_searches_its_own_index(tmp_path):
+    from graph.run import build_content, build_parser
+
+    args = build_parser().parse_args(["--task", "1", "--data", "demo-paraphrase", "--demo-dir", str(tmp_path / "demo")])
+    built = build_content(args)
+    assert built.root == tmp_path / "demo-paraphrase" and (built.single_turn / "validation.parquet").exists()
+    assert args.index_dir == built.root  # not the demo's index
+    # a folder of parquet files is not a content folder; an explicit --index-dir is kept
+    other = build_parser().parse_args(["--task", "1", "--data", str(built.single_turn), "--index-dir", str(tmp_path)])
+    assert build_content(other) is None and other.index_dir == tmp_path
