@@ -184,12 +184,17 @@ def harness_task() -> int | None:
 
 def agent_config(config: Any = None, *, policy: Any = None, budget_s: float | None = None, max_steps: int | None = None,
                  abstain_below: float | None = None, allowed_tools: list[str] | None = None, **paths: Any) -> Any:
-    """The adapter's keyword arguments as an AgentConfig (a given config, a JSON file of one, or the defaults the
-    CLI uses), with the keywords that were given applied on top."""
+    """The adapter's keyword arguments as an AgentConfig (a given config, a JSON file of one, a CLI run's run.json, or
+    the defaults the CLI uses), with the keywords that were given applied on top."""
     from graph.config import AgentConfig
 
     if isinstance(config, (str, Path)):
-        cfg = AgentConfig.model_validate_json(Path(config).read_text(encoding="utf-8"))
+        import json
+
+        raw = json.loads(Path(config).read_text(encoding="utf-8"))
+        if isinstance(raw, dict) and "run_fingerprint" in raw:  # a CLI run's run.json: its agent configuration
+            raw = raw.get("config")
+        cfg = AgentConfig.model_validate(raw)
     else:
         cfg = config if isinstance(config, AgentConfig) else AgentConfig()
     data = cfg.model_dump()
@@ -222,7 +227,8 @@ class GlassesRAGAgent(BaseAgent):  # type: ignore[misc,valid-type]  # the kit's 
         batch_size: what get_batch_size() returns (clipped to 1..16).
         max_workers: conversations run at once inside a batch (default: the batch size).
         trace_dir: write one JSON TurnTrace per turn under ``trace_dir/<run_id>/``.
-        max_steps, abstain_below, allowed_tools: AgentConfig fields.
+        config: an AgentConfig, a JSON file of one, or a CLI run's run.json (the exact agent of that run).
+        max_steps, abstain_below, allowed_tools: AgentConfig fields, applied on top of `config`.
         detector, clip, reranker, text_embedder: optional local model folders (models.resources.ModelPaths).
     """
 

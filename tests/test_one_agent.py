@@ -52,6 +52,8 @@ def test_the_cli_and_the_starter_kit_give_the_same_answers(tmp_path):
     assert got == cli_answers(tmp_path, 2, 6)
     run = json.loads((tmp_path / "t2" / "run.json").read_text())
     assert run["config_fingerprint"] == adapter.agent.fingerprint  # literally the same configuration
+    from_run = GlassesRAGAgent(index, task=2, config=tmp_path / "t2" / "run.json")  # a CLI run's config, reused
+    assert from_run.agent.fingerprint == run["config_fingerprint"]
     adapter3 = GlassesRAGAgent(index, task=3)
     got3 = harness_answers(adapter3, multi)
     assert got3 == cli_answers(tmp_path, 3, 1)
