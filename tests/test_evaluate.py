@@ -387,3 +387,22 @@ def test_keep_turns_false_and_empty_evaluation(tmp_path, records):
     rep = evaluate([], truncator=APPROX)
     assert rep.overall.total == 0 and rep.egocentric is None
     write_report(rep, tmp_path)
+
+
+def test_a_finished_run_is_rescored_without_rerunning_the_agent(tmp_path, capsys):
+    from crag.evaluate import main
+    from traces.schema import TurnTrace
+    from traces.store import TraceStore
+
+    store = TraceStore(tmp_path, "run")
+    base = dict(run_id="run", task=2, policy="p", search_backend="s", budget_s=10, max_steps=8, abstained=False,
+                ended_by="answer", latency_ms=1.0, score="correct", judge="rule-judge (approximate)", egocentric=True)
+    # both were judged correct by the run's judge; exact match only keeps the first
+    store.write(TurnTrace(session_id="a", interaction_id="a0", turn_index=0, question="q", answer="Paris",
+                          ground_truth="paris", **base))
+    store.write(TurnTrace(session_id="b", interaction_id="b0", turn_index=0, question="q", answer="the city of Paris",
+                          ground_truth="Paris", **base))
+    assert main([str(store.dir), "--judge", "none", "--no-plot"]) == 0
+    report = json.loads((store.dir / "rescored-kddcup2025-none" / "report.json").read_text())
+    assert report["overall"]["correct"] == 1 and report["overall"]["incorrect"] == 1
+    assert main([str(tmp_path / "missing")]) == 2 and "run folder not found" in capsys.readouterr().err
