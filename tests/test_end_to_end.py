@@ -13,17 +13,26 @@ from traces.schema import TurnTrace
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("task,limit", [(1, 4), (2, 4), (3, 2)])
-def test_cli_runs_each_task_offline_and_writes_traces_and_report(tmp_path, task, limit):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "GLASSES_DEMO_DIR": str(ROOT / "data" / "demo")}
-    cmd = [sys.executable, "-m", "graph.run", "--task", str(task), "--limit", str(limit), "--out", str(tmp_path),
-           "--run-id", f"e2e{task}", "--no-progress"]
-    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
+@pytest.mark.parametrize("task,limit,process", [(1, 4, False), (2, 4, False), (3, 2, True)])
+def test_cli_runs_each_task_offline_and_writes_traces_and_report(tmp_path, task, limit, process, capsys, monkeypatch):
+    argv = ["--task", str(task), "--limit", str(limit), "--out", str(tmp_path), "--run-id", f"e2e{task}", "--no-progress"]
+    if process:  # `python -m graph.run` itself, as a user starts it (once: a cold start costs seconds)
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+               "GLASSES_DEMO_DIR": str(ROOT / "data" / "demo")}
+        out = subprocess.run([sys.executable, "-m", "graph.run", *argv], cwd=ROOT, env=env, capture_output=True,
+                             text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        stdout = out.stdout
+    else:  # the same entry point in this process
+        from graph.run import main
+
+        monkeypatch.setenv("GLASSES_DEMO_DIR", str(ROOT / "data" / "demo"))
+        assert main(argv) == 0
+        stdout = capsys.readouterr().out
     # the heuristics in use are named in the output
-    assert "rule-based-planner (heuristic)" in out.stdout
-    assert "rule-judge (approximate)" in out.stdout
-    assert "heuristic:color-texture" in out.stdout
+    assert "rule-based-planner (heuristic)" in stdout
+    assert "rule-judge (approximate)" in stdout
+    assert "heuristic:color-texture" in stdout
     run = tmp_path / f"e2e{task}"
     traces = [TurnTrace.model_validate_json(p.read_text()) for p in sorted(run.glob("*__*.json"))]
     manifest = json.loads((run / "run.json").read_text())
@@ -41,14 +50,18 @@ def test_cli_runs_each_task_offline_and_writes_traces_and_report(tmp_path, task,
     report = json.loads((run / "report.json").read_text())
     assert report["overall"]["total"] == len(traces)
     assert (run / "truthfulness_by_slice.png").stat().st_size > 1000
-    assert "truthfulness" in out.stdout or "truth" in out.stdout
+    assert "truth" in stdout
 
 
-def test_help_documents_every_option():
-    out = subprocess.run([sys.executable, "-m", "graph.run", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0
+def test_help_documents_every_option(capsys):
+    from graph.run import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
     for opt in ("--task", "--data", "--limit", "--out", "--model", "--search", "--budget", "--run-id", "--judge", "--concurrency"):
-        assert opt in out.stdout
+        assert opt in out
 
 
 def test_a_tool_added_as_one_module_is_registered_and_offered(tmp_path, monkeypatch, capsys):
