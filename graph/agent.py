@@ -96,7 +96,9 @@ class Agent:
         steps = [s.model_copy(update={"index": i}) for i, s in enumerate(final.steps)]
         calls = [c for s in steps for c in s.model_calls]
         tokens = TokenTotals(calls=len(calls), prompt_tokens=sum(c.prompt_tokens or 0 for c in calls),
-                             completion_tokens=sum(c.completion_tokens or 0 for c in calls))
+                             completion_tokens=sum(c.completion_tokens or 0 for c in calls),
+                             calls_without_usage=sum(c.prompt_tokens is None and c.completion_tokens is None
+                                                     for c in calls))
         abstained = is_abstention(answer)
         return TurnTrace(**base, steps=steps, answer=answer, abstained=abstained,
                          confidence=None if conf is None else round(float(conf), 4),

@@ -351,8 +351,10 @@ def summary_lines(stats: Any) -> list[str]:
     errors = ", ".join(f"{k} {v}" for k, v in sorted(stats.errors.items()))
     lines.append(f"errors:  {errors} (in {stats.turns_with_errors} turn(s))" if errors else "errors:  none")
     if stats.model_calls:
+        unreported = stats.calls_without_usage
         lines.append(f"model:   {stats.model_calls} call(s), {stats.prompt_tokens} prompt + "
-                     f"{stats.completion_tokens} completion tokens")
+                     f"{stats.completion_tokens} completion tokens"
+                     + (f" ({unreported} call(s) without token counts from the backend)" if unreported else ""))
     return lines
 
 

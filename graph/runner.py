@@ -38,6 +38,7 @@ class RunStats(BaseModel):
     model_calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    calls_without_usage: int = 0
 
     def add(self, trace: TurnTrace) -> None:
         self.turns += 1
@@ -49,6 +50,7 @@ class RunStats(BaseModel):
         self.model_calls += trace.tokens.calls
         self.prompt_tokens += trace.tokens.prompt_tokens
         self.completion_tokens += trace.tokens.completion_tokens
+        self.calls_without_usage += trace.tokens.calls_without_usage
 
 
 def run_conversation(agent: Agent, conv: Conversation, task: int, store: TraceStore,

@@ -127,6 +127,26 @@ def test_stream_chunks_are_assembled(srv):
     assert (r.usage.input_tokens, r.usage.output_tokens, r.finish_reason, r.mode) == (12, 7, "tool_calls", "native_tools")
 
 
+def test_a_server_that_reports_no_usage_gives_unknown_token_counts_not_zero(srv):
+    from graph.run import summary_lines
+    from graph.runner import RunStats
+    from models.calls import collect_model_calls
+    from models.vlm.base import complete_and_report
+    from traces.schema import TokenTotals
+
+    reply = F.text_reply('{"action": "answer"}')
+    del reply["usage"]  # as llama-cpp-python's server does when streaming
+    srv.push(reply)
+    b = OpenAICompatibleBackend(srv.base_url, "fake-vlm", max_retries=0)
+    with collect_model_calls() as calls:
+        r = complete_and_report(b, "decide", MSGS)
+    assert r.usage.input_tokens is None and r.usage.output_tokens is None
+    assert calls[0].prompt_tokens is None and calls[0].completion_tokens is None
+    stats = RunStats(model_calls=1, calls_without_usage=1)
+    assert "1 call(s) without token counts" in summary_lines(stats)[-1]
+    assert TokenTotals(calls=1, calls_without_usage=1).prompt_tokens == 0
+
+
 def test_server_without_streaming_is_asked_without_it():
     with FakeOpenAIServer(stream=False) as srv:
         srv.push(F.text_reply("plain"), F.text_reply("again"))

@@ -110,6 +110,20 @@ def test_gemma_in_process_two_conversations_share_one_model(tmp_path, gemma_gguf
     assert time.monotonic() - t0 < 180
 
 
+def test_gemma_in_process_with_llama_cpp(tmp_path, gemma_gguf):
+    """The path that used to segfault (two threads in Llama.eval on one object) and abort at exit."""
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (it builds from source; see README)")
+    cfg = {"backend": "llamacpp", "path": str(gemma_gguf), "chat_format": "gemma", "text_only": True,
+           "system_role": False, "max_tokens": 16, "name": "gemma3-270m-base (llama.cpp in-process)"}
+    out, run = _run_cli(tmp_path, cfg, "--concurrency", "2")
+    _check_run(out, run, max_tokens=16)
+    (tmp_path / "short").mkdir()
+    short, run2 = _run_cli(tmp_path / "short", cfg, "--concurrency", "2", "--budget", "0.5")  # turns that run out
+    assert short.returncode == 0 and "terminate called" not in short.stderr, short.stderr[-3000:]
+    assert all(t.ended_by == "time_budget" or t.latency_ms < 2000
+               for t in (TurnTrace.model_validate_json(p.read_text()) for p in run2.glob("*__*.json")))
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -121,9 +135,10 @@ def test_gemma_through_llama_cpp_server(tmp_path, gemma_gguf):
     import httpx
 
     port = _free_port()
+    log = (tmp_path / "server.log").open("wb")  # a file, not a pipe: llama.cpp's start-up log would fill a pipe and block
     server = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(gemma_gguf), "--chat_format",
                                "gemma", "--n_ctx", "4096", "--host", "127.0.0.1", "--port", str(port),
-                               "--interrupt_requests", "false"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                               "--interrupt_requests", "false"], stdout=log, stderr=subprocess.STDOUT)
     try:
         for _ in range(240):
             try:
@@ -132,7 +147,7 @@ def test_gemma_through_llama_cpp_server(tmp_path, gemma_gguf):
             except httpx.HTTPError:
                 time.sleep(0.5)
         else:
-            pytest.fail("the llama.cpp server did not start")
+            pytest.fail("the llama.cpp server did not start: " + (tmp_path / "server.log").read_text(errors="replace")[-2000:])
         cfg = {"backend": "openai", "base_url": f"http://127.0.0.1:{port}/v1", "model": "gemma",
                "response_format": "json_object", "text_only": True, "system_role": False, "max_tokens": 24,
                "max_retries": 0,
@@ -144,3 +159,4 @@ def test_gemma_through_llama_cpp_server(tmp_path, gemma_gguf):
     finally:
         server.terminate()
         server.wait(timeout=30)
+        log.close()

@@ -159,6 +159,7 @@ class TokenTotals(BaseModel):
     calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    calls_without_usage: int = Field(0, description="Calls whose backend reported no token counts (not in the sums).")
 
 
 class TurnTrace(BaseModel):

@@ -44,8 +44,11 @@ class ChatToolCall(BaseModel):
 
 
 class Usage(BaseModel):
-    input_tokens: int = 0
-    output_tokens: int = 0
+    """Token counts of one reply; None when the backend did not report them (e.g. a server that ignores
+    stream_options.include_usage), never a made-up 0."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
 
 
 class ChatReply(BaseModel):
@@ -104,8 +107,8 @@ def complete_and_report(backend: ChatBackend, purpose: str, messages: list[dict]
         if isinstance(partial, ChatReply):
             raw, n = ModelCall.clip(_raw(partial))
             call = call.model_copy(update=dict(mode=partial.mode or "json_text", raw_reply=raw, reply_chars=n,
-                                               prompt_tokens=partial.usage.input_tokens or None,
-                                               completion_tokens=partial.usage.output_tokens or None,
+                                               prompt_tokens=partial.usage.input_tokens,
+                                               completion_tokens=partial.usage.output_tokens,
                                                finish_reason=partial.finish_reason or "cancelled"))
         report_model_call(call)
         raise

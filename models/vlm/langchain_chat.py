@@ -64,8 +64,8 @@ class BackendChatModel(BaseChatModel):
             if name in names:
                 calls.append({"name": name, "args": parse_arguments(obj.get("arguments", obj.get("args"))),
                               "id": f"call_{uuid.uuid4().hex[:12]}", "type": "tool_call"})
-        usage = {"input_tokens": reply.usage.input_tokens, "output_tokens": reply.usage.output_tokens,
-                 "total_tokens": reply.usage.input_tokens + reply.usage.output_tokens}
+        n_in, n_out = reply.usage.input_tokens or 0, reply.usage.output_tokens or 0
+        usage = {"input_tokens": n_in, "output_tokens": n_out, "total_tokens": n_in + n_out}
         msg = AIMessage(content=text, tool_calls=calls, usage_metadata=usage,
                         response_metadata={"latency_ms": reply.latency_ms, "finish_reason": reply.finish_reason,
                                            "model_name": reply.model, "mode": reply.mode})

@@ -147,5 +147,13 @@ class OpenAICompatibleBackend:
                 calls.append(ChatToolCall(name=fn["name"], arguments=parse_arguments(fn.get("arguments")), id=tc.get("id")))
         u = data.get("usage") or {}
         return ChatReply(text=content or "", tool_calls=calls,
-                         usage=Usage(input_tokens=int(u.get("prompt_tokens") or 0), output_tokens=int(u.get("completion_tokens") or 0)),
+                         usage=Usage(input_tokens=_count(u.get("prompt_tokens")), output_tokens=_count(u.get("completion_tokens"))),
                          latency_ms=latency_ms, finish_reason=choices[0].get("finish_reason"), model=data.get("model"))
+
+
+def _count(v: Any) -> int | None:
+    """A token count from a server's usage object; None when it sent none (or junk)."""
+    try:
+        return int(v) if v is not None else None
+    except (TypeError, ValueError):
+        return None
