@@ -52,7 +52,7 @@ class LlamaCppBackend:
         self.name = f"llamacpp:{p.name}"
         self.chat_format = chat_format
         self._lock = threading.Lock()
-        self.llm = Llama(model_path=str(p), n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers,
+        self.llm: Any = Llama(model_path=str(p), n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers,
                          chat_format=chat_format, verbose=False, **kwargs)
         if chat_template:
             from llama_cpp.llama_chat_format import Jinja2ChatFormatter
