@@ -42,7 +42,7 @@ class RulePlannerConfig(BaseModel):
     image_tie_margin: float = Field(0.01, ge=0, le=1, description="Image matches of other entities this close to "
                                     "the top one are look-alikes: the photo's text is read to tell them apart, and "
                                     "without it an answer must hold for all of them.")
-    min_attr_sim: float = Field(0.35, ge=0, le=1, description="Question vs KG attribute-name similarity needed "
+    min_attr_sim: float = Field(0.27, ge=0, le=1, description="Question vs KG attribute-name similarity needed "
                                 "when they share a word stem.")
     min_attr_sim_no_overlap: float = Field(0.65, ge=0, le=1, description="... when they share none (nor a "
                                            "synonym, models/nlp.py:SYNONYM_GROUPS).")
@@ -509,7 +509,8 @@ class _Turn:
             return None
         for k, val in hit.attributes.items():
             if nlp.stem(noun) == nlp.stem(str(k)) and not nlp.is_instruction_attribute(k, val):
-                return Candidate(str(val), self.entity_conf, f"KG attribute '{k}' of {hit.entity_name}")
+                value = f"{noun} {val}" if re.fullmatch(r"[\d.,]+", str(val).strip()) else str(val)  # "pier" + "3"
+                return Candidate(value, self.entity_conf, f"KG attribute '{k}' of {hit.entity_name}")
         return None
 
     def ocr_lines(self) -> list[str]:
@@ -589,9 +590,10 @@ class _Turn:
             if spec.kind == "place" and not (noun_ok or place_key):
                 continue
             # a key that shares no word (or synonym) with what is asked needs a close match on its own
-            overlap = noun_ok or place_key or bool(asked & kstems)
+            shared = bool(asked & kstems)  # a word (or synonym) of what is asked: "discovered" / "found at"
+            overlap = noun_ok or place_key or shared
             need = self.c.min_attr_sim if overlap or typed_single else self.c.min_attr_sim_no_overlap
-            score = float(sim) + (0.2 if overlap else 0.0)
+            score = float(sim) + (0.2 if shared else 0.0) + (0.1 if noun_ok or place_key else 0.0)
             if sim >= need and (best is None or score > best[1]):
                 best = (k, score)
         if best is None:
@@ -657,6 +659,10 @@ class _Turn:
         # what is asked, less the entity and the words that only name the answer's type ("which city")
         qwords = (nlp.stems(" ".join(w for w in nlp.content_words(question) if w not in ent_words)) - topic - TYPE_WORDS
                   - ({nlp.stem(spec.noun or "")} if spec.kind != "text" else set()))
+        # the words that say what is asked about, less the names in the question ("who designed Neil Armstrong's
+        # spacesuit": a sentence about Neil Armstrong that says nothing of designing or spacesuits does not answer)
+        name_words = {nlp.stem(w) for p in name_phrases(question) for w in nlp.words(p.text)}
+        asked = qwords - name_words
         cands: list[tuple[str, Hit]] = []
         for h in self.web_hits:
             body = h.content or h.snippet
@@ -704,11 +710,11 @@ class _Turn:
             if not text:
                 continue
             noun_typed = bool(spec.noun and spec.kind != "text" and nlp.stem(spec.noun) in nlp.stems(text))
-            if qwords and not qwords & swords and not noun_typed:
+            if qwords and not (asked or qwords) & swords and not noun_typed:
                 continue  # about the entity, but not about what is asked ("which lake": a lake's name will do)
             typed = spec.kind != "text" or bool(spec.noun and nlp.stem(spec.noun) in nlp.stems(
                 sent if spec.other else text))
-            if not typed and len(qwords & swords) < self.c.min_free_text_coverage * len(qwords):
+            if not typed and (not qwords or len(qwords & swords) < self.c.min_free_text_coverage * len(qwords)):
                 continue  # a free-text answer has no type to check: the sentence must cover what is asked
             score = float(sim) + 0.05 * len(qwords & swords) / max(1, len(qwords)) + (
                 0.05 if entity and nlp.mentions(sent, entity) else 0.0) + (

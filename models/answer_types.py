@@ -336,6 +336,8 @@ def head_noun(question: str) -> str | None:
         i += 1
     if i < len(toks) and toks[i] == "of" and np_ and np_[-1] in _COLLECTIVE:
         return None  # "what is a group of these animals called": the answer is not a group's name
+    if len(np_) >= 2 and np_[-1] in ("gain", "range", "limit", "level", "drop", "loss"):
+        np_.pop()  # "elevation gain", "price range": the measured thing says the type
     head = np_[-1] if np_ else None
     return None if head in _GENERIC_HEADS or (head and head.endswith("'s")) else head
 
@@ -461,6 +463,14 @@ def matches(text: str, spec: AnswerSpec | str | None, *, cased: bool = True) -> 
 
 # ---- answer spans -----------------------------------------------------------------------------------
 
+# words before a name that say it is where something is ("in Bergen", "overlooks Kunming Lake", "native to Mexico")
+_LOCATIVE = frozenset("""in at from near on to into onto overlooks overlooking across of towards toward outside inside around
+throughout within via between beside along""".split())
+_PLACE_NAME = re.compile(r"\b(?:City|Town|Village|County|State|Province|Island|Islands|Lake|River|Mountain|Mount|Bay|Park|Street|"
+                         r"Road|Avenue|Square|Harbou?r|Port|Valley|Coast|Desert|Forest|Sea|Ocean|Point|Hill|Peninsula|Republic|"
+                         r"Kingdom|Beach|Falls|Canyon|District|Airport|Station)\b")
+
+
 def _near(pos: int, anchors: list[int]) -> float:
     return min((abs(pos - a) for a in anchors), default=200)
 
@@ -479,9 +489,11 @@ def answer_span(sentence: str, spec: AnswerSpec, question: str = "", avoid: list
     fall back to the clause that best overlaps the question."""
     from models.nlp import clauses, content_words, normalize, stem, words
 
-    qwords = {w for w in content_words(question)} | {stem(w) for w in content_words(question)}
-    anchors = _anchors(sentence, qwords)
     avoid_norm = [normalize(a) for a in (avoid or []) if a]
+    avoided = {w for a in avoid_norm for w in a.split()}  # the entity's own name says nothing about where the answer is
+    qwords = {w for w in content_words(question) if w not in avoided} | {stem(w) for w in content_words(question)
+                                                                          if w not in avoided}
+    anchors = _anchors(sentence, qwords)
     k = spec.kind
     if k in ("number", "quantity", "money", "duration"):
         qs = quantities(sentence)
@@ -565,8 +577,11 @@ def answer_span(sentence: str, spec: AnswerSpec, question: str = "", avoid: list
             hi = min([i for i in (sentence.find(",", p.start), sentence.find(";", p.start)) if i >= 0] or [len(sentence)])
             score = float(len({stem(w) for w in content_words(sentence[lo:hi])} & qwords))
             score += 0.3 * (len(p.text.split()) - 1) - _near(p.start, anchors) / 200.0
-            if k == "place" and p.after in ("in", "at", "from", "near", "on", "to", "into", "overlooks", "across"):
-                score += 2
+            if k == "place":
+                if p.after in _LOCATIVE or stem(spec.noun or "-") in {stem(w) for w in words(p.text)}:
+                    score += 1 if p.after == "of" else 2  # "the capital of X" is weaker than "in X"
+                elif not _PLACE_NAME.search(p.text):
+                    continue  # a name in subject or object position is not where something is
             if k == "person" and p.after in ("by", "named", "was", "is"):
                 score += 1.5
             if k == "person" and len(p.text.split()) >= 2:
@@ -575,6 +590,10 @@ def answer_span(sentence: str, spec: AnswerSpec, question: str = "", avoid: list
                     r"\b" + re.escape(spec.noun) + r"\w*\s+(?:the\s+|of\s+)?$", sentence[: p.start], re.I)):
                 score += 3
             text = p.text
+            if k == "person":  # "created by Larry Shepp and Benjamin F. Logan": both people
+                more = re.match(r"\s*(?:,\s*|,?\s+and\s+)([A-Z][\w'.-]*(?:\s+[A-Z][\w'.-]*){0,3})", sentence[p.end:])
+                if more and len(more.group(1).split()) >= 2:
+                    text = sentence[p.start: p.end + more.end()]
             if k == "text" and spec.noun:  # "the 2012 Glenford Prize for crime fiction": the whole noun phrase
                 left = re.search(r"(?:\b(?:the|a|an)\s+)?(?:\d{4}\s+)?$", sentence[: p.start])
                 right = re.match(r"\s+(?:for|of)\s+(?:[a-z][\w-]*\s*){1,4}(?=[,.;)]|$)", sentence[p.end:])

@@ -303,18 +303,23 @@ class Bridge(BaseModel):
 
 _REF = r"(?:this|these|that|those|it|its|he|she|they|his|her|their)"
 _AUX = r"(?:is|are|was|were|has|have|had|did|does|do|will|would|can|could)"
-_REL = re.compile(r"\bthe ((?:[a-z-]+ ){0,2}[a-z-]+) (that|which|who|where|whose|when|in which|on which|from which) ")
-_REDUCED = re.compile(rf"\bthe ((?:[a-z-]+ ){{0,2}}[a-z-]+) (?={_REF}\b)")
+_REL = re.compile(r"\bthe ((?:[a-z0-9-]+ ){0,2}[a-z-]+) (that|which|who|where|whose|when|in which|on which|from which) ")
+_REDUCED = re.compile(rf"\bthe ((?:[a-z0-9-]+ ){{0,2}}[a-z-]+) (?={_REF}\b)")
+# a participle clause: "the ship named after her", "the satellite launched by this rocket in 2015"
+_PARTICIPLE = re.compile(rf"\bthe ((?:[a-z0-9-]+ ){{0,2}}[a-z-]+) (?=(?:[a-z]{{3,}}ed|built|made|named|known|found|given|taken|"
+                         rf"written|drawn|grown|held|run|sold|worn|shown|seen|won|led|kept|paid|sent|flown|chosen|driven|"
+                         rf"begun|bought|brought|caught|thrown) (?:by|after|for|in|on|from|at|with|of|to|near|into|about) "
+                         rf"(?:[a-z-]+ ){{0,2}}{_REF}\b)")
 
 
 def parse_bridge(question: str) -> Bridge | None:
     """`the <noun> (that|which|where ...)? <clause mentioning this/it>` -> hop 1 and hop 2 questions."""
     q = " ".join(nlp.expand_contractions(question).lower().strip(" ?").split())
-    for pat in (_REL, _REDUCED):
+    for pat in (_REL, _REDUCED, _PARTICIPLE):
         for m in pat.finditer(q):
             noun_words = m.group(1).split()
-            if noun_words[-1] in nlp.STOPWORDS or noun_words[0] in ("first", "last", "only", "same", "one"):
-                continue  # "the first person to ...": not a bridge
+            if noun_words[-1] in nlp.STOPWORDS | nlp.PREPOSITIONS or noun_words[0] in ("first", "last", "only", "same", "one"):
+                continue  # "the first person to ...": not a bridge; "the project behind this logo": not a clause
             end = _clause_end(q, m.end())
             if end is None:
                 continue
@@ -322,7 +327,11 @@ def parse_bridge(question: str) -> Bridge | None:
             if not re.search(rf"\b{_REF}\b", clause) or not nlp.content_words(clause):
                 continue
             noun = noun_words[-1]
-            hop1 = f"which {m.group(1)} {clause}?"
+            if pat is _PARTICIPLE:  # "which ship was named after her?"
+                clause_q = f"{'were' if noun.endswith('s') and not noun.endswith('ss') else 'was'} {clause}"
+            else:
+                clause_q = clause
+            hop1 = f"which {m.group(1)} {clause_q}?"
             hop2 = (q[: m.start()] + "{bridge}" + q[end:]).strip() + "?"
             return Bridge(noun=noun, clause=clause, hop1=hop1, hop2=hop2)
     return None
