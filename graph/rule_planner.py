@@ -44,6 +44,8 @@ class RulePlannerConfig(BaseModel):
                                     "without it an answer must hold for all of them.")
     min_attr_sim: float = Field(0.27, ge=0, le=1, description="Question vs KG attribute-name similarity needed "
                                 "when they share a word stem.")
+    min_attr_sim_shared: float = Field(0.15, ge=0, le=1, description="... when the attribute name shares a word "
+                                       "(or synonym) with what is asked, less the words naming the answer's type.")
     min_attr_sim_no_overlap: float = Field(0.65, ge=0, le=1, description="... when they share none (nor a "
                                            "synonym, models/nlp.py:SYNONYM_GROUPS).")
     min_web_sim: float = Field(0.45, ge=0, le=1, description="Question vs web sentence similarity needed to "
@@ -271,8 +273,13 @@ class _Turn:
         """The image match whose name the text in the photo shows best (its words read, those on the first line
         count extra), when one stands out; None when the text names none of them or several equally."""
         lines = [ln for ln in ocr.splitlines() if ln.strip()]
+        compact = re.sub(r"[^a-z0-9]", "", ocr.lower())  # OCR glues words ("HARWICKFERRY")
+        first_compact = re.sub(r"[^a-z0-9]", "", lines[0].lower()) if lines else ""
         first = nlp.stems(lines[0]) if lines else set()
-        have = nlp.stems(ocr)
+        first |= {nlp.stem(w) for h in self.kg_hits for w in nlp.content_words(h.entity_name or "")
+                  if len(w) >= 4 and w in first_compact}
+        have = nlp.stems(ocr) | {nlp.stem(w) for h in self.kg_hits for w in nlp.content_words(h.entity_name or "")
+                                 if len(w) >= 4 and w in compact}
         scored: dict[str, tuple[float, Hit]] = {}
         for h in self.kg_hits:
             if h.score < self.floor - 0.1 or not h.entity_name or h.entity_name in scored:
@@ -570,7 +577,8 @@ class _Turn:
         if hit is None or not hit.attributes or spec.other or spec.kind == "yes_no":
             return None
         keys = [str(k) for k, val in hit.attributes.items()
-                if matches(str(val), spec, cased=False) and not nlp.is_instruction_attribute(k, val)]
+                if matches(str(val), spec, cased=False) and not nlp.is_instruction_attribute(k, val)
+                and not (spec.kind == "number" and YEAR.fullmatch(str(val).strip()))]  # a year counts nothing
         if spec.counted:
             keys = [k for k in keys if nlp.shares_stem(spec.counted, k)]
         if not keys:
@@ -592,7 +600,8 @@ class _Turn:
             # a key that shares no word (or synonym) with what is asked needs a close match on its own
             shared = bool(asked & kstems)  # a word (or synonym) of what is asked: "discovered" / "found at"
             overlap = noun_ok or place_key or shared
-            need = self.c.min_attr_sim if overlap or typed_single else self.c.min_attr_sim_no_overlap
+            need = (self.c.min_attr_sim_shared if shared else self.c.min_attr_sim if overlap or typed_single
+                    else self.c.min_attr_sim_no_overlap)
             score = float(sim) + (0.2 if shared else 0.0) + (0.1 if noun_ok or place_key else 0.0)
             if sim >= need and (best is None or score > best[1]):
                 best = (k, score)
@@ -661,7 +670,7 @@ class _Turn:
                   - ({nlp.stem(spec.noun or "")} if spec.kind != "text" else set()))
         # the words that say what is asked about, less the names in the question ("who designed Neil Armstrong's
         # spacesuit": a sentence about Neil Armstrong that says nothing of designing or spacesuits does not answer)
-        name_words = {nlp.stem(w) for p in name_phrases(question) for w in nlp.words(p.text)}
+        name_words = {nlp.stem(w) for p in name_phrases(question) for w in re.findall(r"\b[A-Z][\w'-]*", p.text)}
         asked = qwords - name_words
         cands: list[tuple[str, Hit]] = []
         for h in self.web_hits:

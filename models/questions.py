@@ -69,9 +69,12 @@ def _lower_lead(chunk: str) -> str:
 def _invert_embedded(q: str) -> str:
     """"how tall this tower is" -> "how tall is this tower"; "where these coins were found" -> "where were ..."."""
     m = re.match(rf"^((?:(?:by|from|for|with|to|in|on|at|of) )?{_WH}(?: (?!(?:the|this|that|these|those|it|he|she|they|my|his|"
-                 rf"her|its|their|a|an)\b)[a-z-]+){{0,2}}) ({_SUBJECT}) ({_COPULA})\b(.*)$", q, re.I)
+                 rf"her|its|their|a|an|of|in|on|at|for|from|to|with|by)\b)[a-z-]+){{0,2}}) ({_SUBJECT}) ({_COPULA})\b(.*)$",
+                 q, re.I)
     if not m or re.match(rf"^{_COPULA}\b|^(?:do|does|did|can|could|will|would|has|have|had)\b", m.group(2), re.I):
         return q
+    if re.match(r"^\s+(?:the|this|that|these|those|it|he|she|they|a|an|my|his|her|its|their)\b", m.group(4), re.I):
+        return q  # "on which day of the week is this shop closed": the copula already precedes the subject
     head_words = m.group(1).split()
     if head_words[-1].lower() in nlp.COPULAS | nlp.AUXILIARIES:
         return q  # already a direct question ("what is the name ...")
