@@ -191,6 +191,17 @@ def page_subject(h: Hit) -> str | None:
     return names[0].text if names and names[0].start <= 4 else None
 
 
+def priced_thing(question: str) -> set[str]:
+    """Stems of what a price question prices ("how much is a single adult fare?" -> single, adult, fare): a sentence
+    must name all of it, so that the price of a one-way ticket does not answer for a return ticket."""
+    q = question.lower()
+    m = (re.search(r"\bhow much (?:is|are|was|were|does|do|did|would) (?:a |an |the |one )?((?:[a-z-]+ ){0,3}?[a-z-]+?)"
+                   r"(?= cost| for| of| to| at| from| in| on| here|\?|$)", q)
+         or re.search(r"\b(?:price|cost|fee|fare) of (?:a |an |the |one )?((?:[a-z-]+ ){0,3}?[a-z-]+?)"
+                      r"(?= for| of| to| at| from| in| on| here|\?|$)", q))
+    return nlp.stems(m.group(1)) if m else set()
+
+
 def with_subject(sentence: str, subject: str | None) -> str:
     """"It lies in Westmark." -> "Port Aven lies in Westmark.": for comparing the sentence with the question."""
     if not subject:
@@ -576,6 +587,9 @@ class _Turn:
         spec = part.spec
         if hit is None or not hit.attributes or spec.other or spec.kind == "yes_no":
             return None
+        owner = re.search(r"\bthe ([a-z-]+)'s?\s+[a-z]", part.original, re.I)
+        if owner and nlp.stem(owner.group(1)) not in self.topic_words(hit.entity_name, hit):
+            return None  # "which prize did the author's debut win?": about the author's book, not this record
         keys = [str(k) for k, val in hit.attributes.items()
                 if matches(str(val), spec, cased=False) and not nlp.is_instruction_attribute(k, val)
                 and not (spec.kind == "number" and YEAR.fullmatch(str(val).strip()))]  # a year counts nothing
@@ -672,6 +686,7 @@ class _Turn:
         # spacesuit": a sentence about Neil Armstrong that says nothing of designing or spacesuits does not answer)
         name_words = {nlp.stem(w) for p in name_phrases(question) for w in re.findall(r"\b[A-Z][\w'-]*", p.text)}
         asked = qwords - name_words
+        priced = (priced_thing(question) - topic - nlp.stems(entity or "")) if spec.kind == "money" else set()
         cands: list[tuple[str, Hit]] = []
         for h in self.web_hits:
             body = h.content or h.snippet
@@ -694,6 +709,8 @@ class _Turn:
                     continue
                 if spec.counted and nlp.stem(spec.counted) not in nlp.stems(sent):
                     continue  # "how many galaxies" needs a sentence about galaxies
+                if priced and not priced <= nlp.stems(sent):
+                    continue  # "how much is a return ticket": a sentence about one-way tickets does not say
                 if entity and not (title_topical or page_topic & nlp.stems(sent)):
                     continue  # not about the entity asked about
                 if entity and not must_mention and not (nlp.mentions(sent, entity) or nlp.mentions(h.title or "", entity)) \

@@ -386,6 +386,9 @@ def expected_answer(question: str) -> AnswerSpec:
     if m:
         dim = next(d for d, pat in _DIMENSION_OF if re.fullmatch(pat, m.group(1)))
         return AnswerSpec(kind="quantity", dimension=dim, other=other)
+    m = re.search(r"\bhow much ([a-z-]+) (?:does|do|did|is|are|was|were|has|have|had|can|will|would)\b", q)
+    if m and m.group(1) not in ("is", "are", "was", "were", "does", "do", "did", "money"):
+        return AnswerSpec(kind="number", counted=m.group(1), other=other)  # "how much fat does it have": fat
     if re.search(r"\bhow much\b", q):
         return AnswerSpec(kind="number", other=other)
     if noun and re.fullmatch(_PERSON_NOUNS, noun):
@@ -586,7 +589,7 @@ def answer_span(sentence: str, spec: AnswerSpec, question: str = "", avoid: list
                 score += 1.5
             if k == "person" and len(p.text.split()) >= 2:
                 score += 0.5
-            if spec.noun and (stem(spec.noun) in {stem(w) for w in words(p.text)} or re.search(
+            if spec.noun and (stem(spec.noun) == stem((words(p.text) or [""])[-1]) or re.search(
                     r"\b" + re.escape(spec.noun) + r"\w*\s+(?:the\s+|of\s+)?$", sentence[: p.start], re.I)):
                 score += 3
             text = p.text

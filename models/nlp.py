@@ -44,7 +44,8 @@ WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'’.-]*")
 _CONTRACTIONS = [(re.compile(p, re.I), r) for p, r in [
     (r"\bwhat's\b", "what is"), (r"\bwho's\b", "who is"), (r"\bwhere's\b", "where is"), (r"\bhow's\b", "how is"),
     (r"\bthat's\b", "that is"), (r"\bit's\b", "it is"), (r"\bwhat're\b", "what are"), (r"\bi'm\b", "i am"),
-    (r"\bwhen's\b", "when is"), (r"\bthere's\b", "there is"),
+    (r"\bwhen's\b", "when is"), (r"\bthere's\b", "there is"), (r"\bi'd\b", "i would"), (r"\bwhich's\b", "which is"),
+    (r"\bwho're\b", "who are"), (r"\bwhere're\b", "where are"),
 ]]
 
 

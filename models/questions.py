@@ -56,6 +56,7 @@ _IN_SITU = re.compile(rf"^(?!{_WH}\b|(?:is|are|was|were|do|does|did|can|could|wi
                       rf"((?:(?:by|from|for|with|to|in|on|at|of|into|under|near) )?(?:whom|who|what|where|when|which|how many|"
                       rf"how much)(?: [a-z-]+){{0,3}})$", re.I)
 _TOPIC = re.compile(rf"^((?:the|this|that|these|those) [^,]{{1,40}}),\s*({_WH}\b.+)$", re.I)
+_PHOTO_WORDS = {"photo", "picture", "image", "pic", "shot", "snapshot", "photograph", "frame", "scene", "view"}
 _NUMBER_OF = re.compile(r"^(?:what|which) (?:is|are|was|were) (?:the )?(?:total |approximate |exact |overall |rough )?(?:number|count|"
                         r"amount) of ([a-z-]+)\b", re.I)
 
@@ -112,8 +113,12 @@ def canonical(question: str) -> str:
     if m:  # "which trail am I on" -> "which trail is this"
         q = f"{m.group(1)}{m.group(2)} is this"
     q = _EGO_NP.sub(lambda m: f"this {m.group(1)}", q)  # "the trail I am on" -> "this trail"
-    q = _IN_PHOTO_NP.sub(lambda m: f"this {m.group(1)}" if m.group(1).lower() not in nlp.PHOTO_NOUNS else m.group(0), q)
+    q = _IN_PHOTO_NP.sub(lambda m: f"this {m.group(1)}" if m.group(1).lower() not in _PHOTO_WORDS else m.group(0), q)
     q = _invert_embedded(q)
+    # "what animal could this be" -> "what animal is this": a guess asked for is still "which one is it"
+    q = re.sub(r"^((?:what|which|who)(?: [a-z-]+){0,3}?) (?:could|might|would|may|can) (this|that|these|those|it)((?: [a-z-]+){0,2}) be$",
+               lambda m: f"{m.group(1)} {'are' if m.group(2).lower() in ('these', 'those') else 'is'} {m.group(2)}{m.group(3)}",
+               q, flags=re.I)
     m = _NUMBER_OF.match(q)
     if m:  # "what is the number of engines on ..." -> "how many engines on ..."
         q = f"how many {m.group(1)}{q[m.end():]}"
@@ -201,6 +206,9 @@ def is_recognition(question: str) -> bool:
                 i, k = i + 1, k + 1
     if deixis and not copula:
         return False  # "who owns it": a verb, not "is"
+    poss = re.search(r"\b(?:this|that|these|those) [a-z-]+'s? ([a-z- ]+)$", q)
+    if poss and poss.group(1).split()[-1] not in ("name", "names", "identity") or (poss and len(poss.group(1).split()) > 1):
+        return False  # "what is this plant's scientific name": a property of it, not which one it is
     if not (copula and deixis) and _noun_before_copula(toks):
         return True  # "which launch vehicle is this": a noun that can also be a verb ("launch") before the copula
     if not copula and len(np_) >= 2 and re.search(r"[^su]s$", np_[-1]):
