@@ -276,7 +276,7 @@ _DIMENSION_OF = [
 _PLACE_NOUNS = ("city|country|town|state|province|continent|island|lake|river|mountain|street|region|park|county|village|"
                 "ocean|sea|neighbou?rhood|district|capital|nation|place|location|area|valley|bay|coast|desert|forest|"
                 "planet|harbou?r|port|square|campus")
-_PERSON_NOUNS = ("person|people|man|woman|author|writer|poet|novelist|artist|painter|sculptor|architect|composer|"
+PERSON_NOUNS = _PERSON_NOUNS = ("person|people|man|woman|author|writer|poet|novelist|artist|painter|sculptor|architect|composer|"
                  "singer|musician|scientist|inventor|designer|founder|owner|president|king|queen|emperor|player|actor|"
                  "actress|director|astronaut|explorer|chef|engineer|leader|ruler|saint|pope|captain|pilot|commander|"
                  "manager|coach|creator|discoverer|photographer|mayor|monarch")
@@ -289,7 +289,7 @@ _OTHER = re.compile(r"\b(other|else|another|besides|apart from|except)\b", re.I)
 _NP_STOP = frozenset("""is are was were am be been do does did can could will would should shall may might must has have had
 the a an this that these those it its they them their he she his her him i you we my your our of in on at to for from by
 with about as into onto over under near after before since during until between behind above below across along around
-through toward towards against without within upon and or but if than then so not no""".split())
+through toward towards against without within upon and or but if than then so not no else""".split())
 _NP_VERBS = frozenset("""made built cost costs served serves serve make makes mean means belong belongs use uses used live
 lives grow grows need needs run runs stand stands stop stops sit sits hold holds contain contains produce produces come comes
 go goes open opens close closes show shows say says called named known located found founded won win wins""".split())
@@ -323,6 +323,8 @@ def head_noun(question: str) -> str | None:
             i += 1
         else:
             return None  # "what is this", "what is it made of"
+    while i < len(toks) and toks[i] in ("other", "another"):
+        i += 1  # "what other flavor ..." -> flavor
     if i + 1 < len(toks) and toks[i] in _GENERIC_HEADS and toks[i + 1] == "of":
         i += 2  # "what kind of flower" -> flower
     np_: list[str] = []
@@ -349,6 +351,7 @@ COMPARISON = re.compile(r"\b(\w+er|more \w+|less \w+)\b[^?]*,[^?]*\bor\b|\bbefor
 def expected_answer(question: str) -> AnswerSpec:
     """What kind of answer the question wants; the first rule that fits wins."""
     q = " ".join((question or "").lower().replace("’", "'").split())
+    q = re.sub(r"\b(what|who|where|when|how)'s\b", r"\1 is", q)
     other = bool(_OTHER.search(q))
     if _YES_NO_START.search(q) and not re.search(r"\bor\b", q):
         return AnswerSpec(kind="yes_no")

@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from models import nlp
-from models.answer_types import unit_of
+from models.answer_types import PERSON_NOUNS, unit_of
 
 QuestionType = Literal["recognition", "attribute", "web_fact", "text_in_image", "comparison", "multi_hop",
                        "aggregation", "follow_up", "conversion"]
@@ -42,6 +42,7 @@ _OPENER = re.compile(
     r"|(?:please )?(?:tell|show|give) me\b[,:]?\s*|let me know\b[,:]?\s*|i need to know\b[,:]?\s*)", re.I)
 _TRAILING = re.compile(r"(?:[,\s]+(?:please|thanks|thank you|right now|for me))+$", re.I)
 _PERSON_NP = re.compile(rf"\b(?:{_PEOPLE})\b", re.I)
+_PERSON_ROLE = re.compile(PERSON_NOUNS + "|" + _PEOPLE + "|owner|operator|builder|maker|designer|founder")
 _DET_START = re.compile(r"^(?:the|this|that|these|those|its|his|her|their|my)\b", re.I)
 _SUBJECT = r"(?:(?:the|this|that|these|those|my|his|her|its|their|a|an)\b(?: [\w'-]+){0,6}?|it|he|she|they|this|that)"
 _COPULA = r"(?:is|are|was|were)"
@@ -99,12 +100,21 @@ def canonical(question: str) -> str:
     m = _TOPIC.match(q)  # "this rocket, who makes it?" -> "who makes this rocket?"
     if m:
         q = re.sub(r"\b(it|them|they)\b", _lower_lead(m.group(1)), m.group(2), count=1, flags=re.I)
+    m = re.match(r"^(?:what|how) about\s+(.+)$", q, re.I)
+    if m:  # "what about its height?" -> "what is its height?"
+        q = m.group(1)
+        imperative = True
+    if (_DET_START.match(q) and len(q.split()) <= 4 and not re.search(rf"\b{_WH}\b", q, re.I)
+            and _PERSON_ROLE.fullmatch(q.split()[-1].lower())):
+        q = "who is " + q  # "and the architect?" -> "who is the architect?"
     m = re.match(r"^(?:identify|recogni[sz]e|name|describe)\s+(?!all\b|every\b|three\b|two\b|some\b)(.+)$", q, re.I)
     if m:  # "name this bird" -> "what is this bird"
         q = f"{'who' if _PERSON_NP.search(m.group(1)) else 'what'} is {m.group(1)}"
     elif re.match(r"^about\s+", q, re.I):  # "tell me about this building"
         q = "what is " + q.split(None, 1)[1]
-    elif imperative and _DET_START.match(q):  # "tell me the length of this trail"
+    elif _DET_START.match(q) and (imperative or not re.search(rf"\b(?:{_COPULA}|do|does|did|has|have|had|can|will|{_WH[3:-1]})\b|"
+                                                          rf"[a-z]{{3,}}ed\b", q, re.I)):
+        # "tell me the length of this trail", "its height?": a noun phrase asked as a question
         q = "what is " + q
     m = _IN_SITU.match(q)
     if m and not re.search(rf"\b{_WH}\b", m.group(1), re.I):  # "this book won what prize" -> "what prize this book won"
