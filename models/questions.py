@@ -83,6 +83,14 @@ def _invert_embedded(q: str) -> str:
     return f"{m.group(1)} {m.group(3)} {_lower_lead(m.group(2))}{m.group(4)}"
 
 
+def _has_verb(q: str) -> bool:
+    """A finite verb or a question word: the text is a clause, not a bare noun phrase."""
+    toks = nlp.words(q)
+    return bool(re.search(rf"\b(?:{_COPULA}|do|does|did|has|have|had|can|could|will|would|{_WH[3:-1]})\b|[a-z]{{3,}}ed\b", q, re.I)) or any(
+        w in nlp.PHRASE_VERBS for w in toks) or any(re.search(r"[^su]s$", w) and nxt in ("this", "that", "these", "those", "the", "it")
+                                                     for w, nxt in zip(toks, toks[1:]))
+
+
 def canonical(question: str) -> str:
     """The question in plain direct form (see above); the question itself when no shape applies."""
     raw = " ".join((question or "").split())
@@ -112,10 +120,15 @@ def canonical(question: str) -> str:
         q = f"{'who' if _PERSON_NP.search(m.group(1)) else 'what'} is {m.group(1)}"
     elif re.match(r"^about\s+", q, re.I):  # "tell me about this building"
         q = "what is " + q.split(None, 1)[1]
-    elif _DET_START.match(q) and (imperative or not re.search(rf"\b(?:{_COPULA}|do|does|did|has|have|had|can|will|{_WH[3:-1]})\b|"
-                                                          rf"[a-z]{{3,}}ed\b", q, re.I)):
+    elif _DET_START.match(q) and (imperative or not _has_verb(q)):
         # "tell me the length of this trail", "its height?": a noun phrase asked as a question
         q = "what is " + q
+    elif not _has_verb(q) and re.match(r"^[a-z][a-z-]*(?: [a-z][a-z-]*){0,2} (?:of|at|in|on|for|from) (?:this|that|these|those|"
+                                       r"the|its|it)\b", q, re.I):
+        w = q.split()
+        if re.fullmatch(r"[A-Z][a-z-]+", w[0]) and not re.match(r"[A-Z0-9]", w[1]):
+            w[0] = w[0].lower()  # capitalised only because it opens the sentence ("Bus route at this stop?")
+        q = "what is the " + " ".join(w)  # "bus route at this stop?", "calories in this drink?"
     m = _IN_SITU.match(q)
     if m and not re.search(rf"\b{_WH}\b", m.group(1), re.I):  # "this book won what prize" -> "what prize this book won"
         q = f"{m.group(2)} {_lower_lead(m.group(1))}"
