@@ -20,7 +20,8 @@ from tools.registry import CAPABILITIES
 
 DEFAULT_TABLE = Path(__file__).with_name("planner_table.yaml")
 
-Condition = Literal["has_image", "asks_text", "names_object", "several_parts", "entity_unsure", "entity_known",
+Condition = Literal["has_image", "asks_text", "names_object", "several_parts", "entity_unsure", "entity_ambiguous",
+                    "entity_known",
                     "kg_lacks_answer", "ocr_lacks_answer", "web_lacks_answer", "pages_unread", "many_web_hits",
                     "no_image_evidence", "bridge_unknown", "bridge_known", "side_missing", "quantity_unknown",
                     "quantity_known", "ocr_name_unchecked"]

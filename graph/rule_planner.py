@@ -24,7 +24,8 @@ from graph.policy import IDK, AnswerDraft, Decision, ParallelCall, PolicyView, T
 from models import nlp
 from models.answer_types import (YEAR, AnswerSpec, answer_span, expected_answer, matches, name_phrases, quantities,
                                  unit_dimension)
-from models.questions import Comparison, class_noun, classify, conversion_target, parse_bridge, parse_comparison
+from models.questions import (Comparison, canonical, class_noun, classify, conversion_target, parse_bridge,
+                              parse_comparison)
 from tools.base import Hit
 
 
@@ -38,9 +39,15 @@ class RulePlannerConfig(BaseModel):
                                           "without one).")
     min_image_margin: float = Field(0.0, ge=0, le=1, description="Top-1 minus top-2 image score (different "
                                     "entities) needed to trust a match.")
-    min_attr_sim: float = Field(0.35, ge=0, le=1, description="Question vs KG attribute-name similarity needed "
+    image_tie_margin: float = Field(0.01, ge=0, le=1, description="Image matches of other entities this close to "
+                                    "the top one are look-alikes: the photo's text is read to tell them apart, and "
+                                    "without it an answer must hold for all of them.")
+    min_attr_sim: float = Field(0.27, ge=0, le=1, description="Question vs KG attribute-name similarity needed "
                                 "when they share a word stem.")
-    min_attr_sim_no_overlap: float = Field(0.5, ge=0, le=1, description="... when they share none.")
+    min_attr_sim_shared: float = Field(0.15, ge=0, le=1, description="... when the attribute name shares a word "
+                                       "(or synonym) with what is asked, less the words naming the answer's type.")
+    min_attr_sim_no_overlap: float = Field(0.65, ge=0, le=1, description="... when they share none (nor a "
+                                           "synonym, models/nlp.py:SYNONYM_GROUPS).")
     min_web_sim: float = Field(0.45, ge=0, le=1, description="Question vs web sentence similarity needed to "
                                "answer from the web.")
     min_free_text_coverage: float = Field(0.6, ge=0, le=1, description="Share of the question's words a web "
@@ -58,6 +65,10 @@ WEB_QUANTITY_CONFIDENCE = 0.6  # a quantity to convert, from a web sentence nami
 # words that only say which type of answer is wanted
 TYPE_WORDS = {nlp.stem(w) for w in """year date time day city country town place person name title number many much
 long tall high far old kind type sort called other else another""".split()}
+# attribute names that hold a place: a "where" question is answered only from one of these (or one that names the
+# place noun asked about, or ends with a locative preposition: "found at", "native to" is in the list)
+PLACE_KEYS = {nlp.stem(w) for w in """location address city town village country region state province place site origin
+native birthplace home headquarters based lies park street island continent district neighborhood area venue""".split()}
 PERSON_KEYS = {"born", "occupation", "nationality", "died", "birthplace", "profession", "spouse", "birth"}
 GENERIC_KINDS = {"kind", "type", "sort", "name", "thing", "things", "one", "picture", "photo", "image", "object", "item",
                  "place", "building", "person", "man", "woman", "animal", "plant", "this", "that", "these", "those"}
@@ -142,6 +153,11 @@ class RuleBasedPlanner:
                 cand = t.source(source, part)
                 if cand is not None:
                     break
+            if cand is not None and t.rivals and t.depends_on_image(part) and not t.holds_for_rivals(source, part, cand):
+                return AnswerDraft(answer=IDK, confidence=0.0, entity=t.entity,
+                                   rationale=f"{part.qtype}: the photo matches {t.entity} and "
+                                             f"{', '.join(h.entity_name or '' for h in t.rivals)} equally, and the "
+                                             f"answer differs between them or cannot be checked for each")
             if cand is None:
                 return AnswerDraft(answer=IDK, confidence=0.0, entity=t.entity,
                                    rationale=f"{part.qtype}: no evidence of the expected type ({part.spec.kind}) "
@@ -175,6 +191,17 @@ def page_subject(h: Hit) -> str | None:
     return names[0].text if names and names[0].start <= 4 else None
 
 
+def priced_thing(question: str) -> set[str]:
+    """Stems of what a price question prices ("how much is a single adult fare?" -> single, adult, fare): a sentence
+    must name all of it, so that the price of a one-way ticket does not answer for a return ticket."""
+    q = question.lower()
+    m = (re.search(r"\bhow much (?:is|are|was|were|does|do|did|would) (?:a |an |the |one )?((?:[a-z-]+ ){0,3}?[a-z-]+?)"
+                   r"(?= cost| for| of| to| at| from| in| on| here|\?|$)", q)
+         or re.search(r"\b(?:price|cost|fee|fare) of (?:a |an |the |one )?((?:[a-z-]+ ){0,3}?[a-z-]+?)"
+                      r"(?= for| of| to| at| from| in| on| here|\?|$)", q))
+    return nlp.stems(m.group(1)) if m else set()
+
+
 def with_subject(sentence: str, subject: str | None) -> str:
     """"It lies in Westmark." -> "Port Aven lies in Westmark.": for comparing the sentence with the question."""
     if not subject:
@@ -200,7 +227,8 @@ class _Turn:
         self.p = planner
         self.c = planner.config
         self.v = view
-        q = view.question
+        # the question in plain direct form: "could you tell me how tall this tower is" -> "how tall is this tower?"
+        self.question = q = canonical(view.question)
         self.use_image = view.has_image and (not view.history or nlp.refers_to_image(q) or nlp.has_pronoun(q))
         self.kg_hits = sorted([h for h in view.evidence if h.source == "image_kg" and h.entity_name],
                               key=lambda h: h.score, reverse=True)
@@ -223,17 +251,19 @@ class _Turn:
 
     def _image_entity(self) -> tuple[Hit | None, float]:
         """Top image-KG entity and a 0..1 confidence from its score and its margin over the runner-up; a candidate
-        whose name is read in the photo wins over a top match whose name is not (signs, labels, covers)."""
+        whose name is read in the photo wins over a top match whose name is not (signs, labels, covers). Other
+        entities whose score ties with the top's (`image_tie_margin`) and that the text in the photo does not tell
+        apart are kept in `rivals`: answers must then hold for all of them (look-alike signs, covers, labels)."""
+        self.rivals: list[Hit] = []
         if not self.kg_hits or not self.use_image:
             return None, 0.0
         top = self.kg_hits[0]
         ocr = self.v.ocr_text or ""
-        if ocr and not nlp.mentions(ocr, top.entity_name):
-            named = [h for h in self.kg_hits[1:] if h.score >= self.floor - 0.1 and nlp.mentions(ocr, h.entity_name)]
-            if named:
-                return named[0], 0.6
+        read = self.named_in_photo(ocr) if ocr else None
+        if read is not None and read.entity_name != top.entity_name:
+            return read, 0.6
         noun = self.asked_kind()
-        if noun and noun not in self.kind_words(top):
+        if read is None and noun and noun not in self.kind_words(top):
             # "which lighthouse is this?": a runner-up that is a lighthouse beats a top match that is not
             fits = [h for h in self.kg_hits[1:] if h.score >= self.floor and noun in self.kind_words(h)]
             if fits:
@@ -241,12 +271,53 @@ class _Turn:
         second = next((h.score for h in self.kg_hits if h.entity_name != top.entity_name and h.score <= top.score), 0.0)
         if top.score < self.floor or top.score - second < self.c.min_image_margin:
             return top, 0.0
+        if read is None:
+            seen: set[str] = {top.entity_name or ""}
+            for h in self.kg_hits:
+                if h.entity_name not in seen and h.score >= self.floor and abs(top.score - h.score) <= self.c.image_tie_margin:
+                    seen.add(h.entity_name or "")
+                    self.rivals.append(h)
         margin = min(0.2, (top.score - second) * 2)
         return top, min(1.0, 0.5 + (top.score - self.floor) / max(1e-6, 1 - self.floor) * 0.3 + margin)
 
+    def named_in_photo(self, ocr: str) -> Hit | None:
+        """The image match whose name the text in the photo shows best (its words read, those on the first line
+        count extra), when one stands out; None when the text names none of them or several equally."""
+        lines = [ln for ln in ocr.splitlines() if ln.strip()]
+        compact = re.sub(r"[^a-z0-9]", "", ocr.lower())  # OCR glues words ("HARWICKFERRY")
+        first_compact = re.sub(r"[^a-z0-9]", "", lines[0].lower()) if lines else ""
+        first = nlp.stems(lines[0]) if lines else set()
+        first |= {nlp.stem(w) for h in self.kg_hits for w in nlp.content_words(h.entity_name or "")
+                  if len(w) >= 4 and w in first_compact}
+        have = nlp.stems(ocr) | {nlp.stem(w) for h in self.kg_hits for w in nlp.content_words(h.entity_name or "")
+                                 if len(w) >= 4 and w in compact}
+        scored: dict[str, tuple[float, Hit]] = {}
+        for h in self.kg_hits:
+            if h.score < self.floor - 0.1 or not h.entity_name or h.entity_name in scored:
+                continue
+            want = nlp.stems(h.entity_name)
+            if not want:
+                continue
+            cov = len(want & have) / len(want)
+            scored[h.entity_name] = (cov + 0.5 * len(want & first) / len(want) if cov >= 0.5 else 0.0, h)
+        ranked = sorted(scored.values(), key=lambda x: x[0], reverse=True)
+        if not ranked or ranked[0][0] <= 0 or (len(ranked) > 1 and ranked[0][0] - ranked[1][0] < 0.15):
+            return None
+        return ranked[0][1]
+
+    def holds_for_rivals(self, source: str, part: Part, cand: Candidate) -> bool:
+        """An answer drawn from the top match's KG record that every look-alike's record gives too."""
+        if source not in ("kg_attribute", "class_attribute"):
+            return False
+        for h in self.rivals:
+            other = self.kg_attribute(part, hit=h) if source == "kg_attribute" else None
+            if other is None or nlp.normalize(other.text) != nlp.normalize(cand.text):
+                return False
+        return True
+
     def asked_kind(self) -> str | None:
         """The stem of the kind of thing the question says is pictured ("this lighthouse", "which bird")."""
-        q = self.v.question
+        q = self.question
         words = nlp.pointed_phrase(q).split() or [class_noun(q) or ""]
         w = words[-1].lower()
         return nlp.stem(w) if w and w not in GENERIC_KINDS and w not in nlp.FUNCTION_WORDS else None
@@ -259,7 +330,7 @@ class _Turn:
     def _entity(self) -> tuple[str | None, float, Hit | None]:
         if self.hit is not None and self.image_conf > 0:
             return self.hit.entity_name, self.image_conf, self.hit
-        q = self.v.question
+        q = self.question
         if self.history_entity and (nlp.has_pronoun(q) or nlp.refers_to_image(q) or not self.use_image):
             hit = next((h for h in self.kg_hits if h.entity_name == self.history_entity), None)
             return self.history_entity, HISTORY_ENTITY_CONFIDENCE, hit
@@ -275,12 +346,12 @@ class _Turn:
     def history_person(self) -> str | None:
         """Someone an earlier answer named ("who was the first to walk on it?" -> he/she in the next turn)."""
         for h in reversed(self.v.history):
-            if expected_answer(h.question).kind == "person" and not nlp.is_abstention(h.answer) and len(h.answer.split()) <= 6:
+            if expected_answer(canonical(h.question)).kind == "person" and not nlp.is_abstention(h.answer) and len(h.answer.split()) <= 6:
                 return h.answer.strip(" .")
         return None
 
     def _parts(self) -> list[Part]:
-        q = self.v.question
+        q = self.question
         originals = nlp.split_question(q)[: self.c.max_parts]
         subs = self.v.sub_questions[: self.c.max_parts]
         person = self.history_person if nlp.PERSON_PRONOUN.search(q) and self.history_person != self.entity else None
@@ -310,7 +381,7 @@ class _Turn:
         return any(s.tool in names for s in self.v.done)
 
     def holds(self, cond: str, part: Part | None) -> bool:
-        q = part.original if part else self.v.question
+        q = part.original if part else self.question
         if cond == "has_image":
             return self.use_image
         if cond == "asks_text":
@@ -322,6 +393,8 @@ class _Turn:
             return len(self.parts) > 1 and not self.v.sub_questions
         if cond == "entity_unsure":
             return self.ran_tag("finds_entity") and self.image_conf <= 0
+        if cond == "entity_ambiguous":
+            return bool(self.rivals) and not self.ran_tag("reads_text")
         if cond == "entity_known":
             return self.entity is not None
         if cond == "kg_lacks_answer":
@@ -350,7 +423,7 @@ class _Turn:
 
     def offers(self, step: PlanStep, part: Part | None) -> list[tuple[dict[str, Any], str | None]]:
         """(arguments on offer, sub-question) for one step; several for a query per compared side."""
-        q = part.resolved if part else self.v.question
+        q = part.resolved if part else self.question
         if step.uses == "locates_object":
             return [({"target": self.target_phrase(part.original if part else q)}, None)]
         if step.uses == "decouples_query":
@@ -454,7 +527,8 @@ class _Turn:
             return None
         for k, val in hit.attributes.items():
             if nlp.stem(noun) == nlp.stem(str(k)) and not nlp.is_instruction_attribute(k, val):
-                return Candidate(str(val), self.entity_conf, f"KG attribute '{k}' of {hit.entity_name}")
+                value = f"{noun} {val}" if re.fullmatch(r"[\d.,]+", str(val).strip()) else str(val)  # "pier" + "3"
+                return Candidate(value, self.entity_conf, f"KG attribute '{k}' of {hit.entity_name}")
         return None
 
     def ocr_lines(self) -> list[str]:
@@ -513,8 +587,12 @@ class _Turn:
         spec = part.spec
         if hit is None or not hit.attributes or spec.other or spec.kind == "yes_no":
             return None
+        owner = re.search(r"\bthe ([a-z-]+)'s?\s+[a-z]", part.original, re.I)
+        if owner and nlp.stem(owner.group(1)) not in self.topic_words(hit.entity_name, hit):
+            return None  # "which prize did the author's debut win?": about the author's book, not this record
         keys = [str(k) for k, val in hit.attributes.items()
-                if matches(str(val), spec, cased=False) and not nlp.is_instruction_attribute(k, val)]
+                if matches(str(val), spec, cased=False) and not nlp.is_instruction_attribute(k, val)
+                and not (spec.kind == "number" and YEAR.fullmatch(str(val).strip()))]  # a year counts nothing
         if spec.counted:
             keys = [k for k in keys if nlp.shares_stem(spec.counted, k)]
         if not keys:
@@ -522,15 +600,23 @@ class _Turn:
         ent_words = set(nlp.normalize(hit.entity_name or "").split())
         q = " ".join(w for w in nlp.words(part.resolved) if w not in ent_words) or part.resolved
         sims = self.p.embedder.similarity(q, keys)
+        asked = nlp.stems(q) - TYPE_WORDS  # what is asked, less the words that only name the answer's type
         # a specific type (a year, a length, a price) that only one attribute holds is evidence in itself
         typed_single = len(keys) == 1 and spec.kind not in ("text", "name", "person", "place")
         best: tuple[str, float] | None = None
         for k, sim in zip(keys, sims):
-            # "which country ...?": a key that is not about countries needs a close match on its own
-            noun_ok = bool(spec.noun) and nlp.shares_stem(spec.noun, k)
-            overlap = noun_ok or (not spec.noun and nlp.shares_stem(q, k))
-            need = self.c.min_attr_sim if overlap or typed_single else self.c.min_attr_sim_no_overlap
-            score = float(sim) + (0.2 if overlap else 0.0)
+            kstems = nlp.stems(k)
+            noun_ok = bool(spec.noun) and nlp.stem(spec.noun) in kstems
+            # "where ...?", "which city ...?": the attribute must name a place ("location", "found at", "city")
+            place_key = spec.kind == "place" and bool(kstems & PLACE_KEYS or re.search(r"\b(?:at|in|on|from|near)$", k))
+            if spec.kind == "place" and not (noun_ok or place_key):
+                continue
+            # a key that shares no word (or synonym) with what is asked needs a close match on its own
+            shared = bool(asked & kstems)  # a word (or synonym) of what is asked: "discovered" / "found at"
+            overlap = noun_ok or place_key or shared
+            need = (self.c.min_attr_sim_shared if shared else self.c.min_attr_sim if overlap or typed_single
+                    else self.c.min_attr_sim_no_overlap)
+            score = float(sim) + (0.2 if shared else 0.0) + (0.1 if noun_ok or place_key else 0.0)
             if sim >= need and (best is None or score > best[1]):
                 best = (k, score)
         if best is None:
@@ -596,6 +682,11 @@ class _Turn:
         # what is asked, less the entity and the words that only name the answer's type ("which city")
         qwords = (nlp.stems(" ".join(w for w in nlp.content_words(question) if w not in ent_words)) - topic - TYPE_WORDS
                   - ({nlp.stem(spec.noun or "")} if spec.kind != "text" else set()))
+        # the words that say what is asked about, less the names in the question ("who designed Neil Armstrong's
+        # spacesuit": a sentence about Neil Armstrong that says nothing of designing or spacesuits does not answer)
+        name_words = {nlp.stem(w) for p in name_phrases(question) for w in re.findall(r"\b[A-Z][\w'-]*", p.text)}
+        asked = qwords - name_words
+        priced = (priced_thing(question) - topic - nlp.stems(entity or "")) if spec.kind == "money" else set()
         cands: list[tuple[str, Hit]] = []
         for h in self.web_hits:
             body = h.content or h.snippet
@@ -618,6 +709,8 @@ class _Turn:
                     continue
                 if spec.counted and nlp.stem(spec.counted) not in nlp.stems(sent):
                     continue  # "how many galaxies" needs a sentence about galaxies
+                if priced and not priced <= nlp.stems(sent):
+                    continue  # "how much is a return ticket": a sentence about one-way tickets does not say
                 if entity and not (title_topical or page_topic & nlp.stems(sent)):
                     continue  # not about the entity asked about
                 if entity and not must_mention and not (nlp.mentions(sent, entity) or nlp.mentions(h.title or "", entity)) \
@@ -643,11 +736,11 @@ class _Turn:
             if not text:
                 continue
             noun_typed = bool(spec.noun and spec.kind != "text" and nlp.stem(spec.noun) in nlp.stems(text))
-            if qwords and not qwords & swords and not noun_typed:
+            if qwords and not (asked or qwords) & swords and not noun_typed:
                 continue  # about the entity, but not about what is asked ("which lake": a lake's name will do)
             typed = spec.kind != "text" or bool(spec.noun and nlp.stem(spec.noun) in nlp.stems(
                 sent if spec.other else text))
-            if not typed and len(qwords & swords) < self.c.min_free_text_coverage * len(qwords):
+            if not typed and (not qwords or len(qwords & swords) < self.c.min_free_text_coverage * len(qwords)):
                 continue  # a free-text answer has no type to check: the sentence must cover what is asked
             score = float(sim) + 0.05 * len(qwords & swords) / max(1, len(qwords)) + (
                 0.05 if entity and nlp.mentions(sent, entity) else 0.0) + (
@@ -724,7 +817,7 @@ class _Turn:
     def side_name(self, side: str) -> str:
         if self.is_self(side) and self.entity:
             return self.entity
-        asked = re.search(re.escape(side.strip()), self.v.question, re.I)  # as written in the question
+        asked = re.search(re.escape(side.strip()), self.question, re.I)  # as written in the question
         return re.sub(r"^(?:the|a|an)\s+", "", (asked.group(0) if asked else side).strip(), flags=re.I)
 
     @staticmethod
@@ -766,8 +859,8 @@ class _Turn:
         """The value of the compared dimension in `text` (context: the attribute name or the sentence)."""
         if cmp.dimension == "year":
             ev = nlp.stems(event or "")
-            cues = ev | {"year", "born", "built", "found", "launch", "open", "establish", "publish", "releas",
-                         "first", "complet", "creat"} if not ev else ev
+            cues = ev or {nlp.stem(w) for w in ("year", "born", "built", "founded", "launched", "opened", "established",
+                                                "published", "released", "first", "completed", "created")}
             if not (nlp.stems(context) & cues):
                 return None
             m = YEAR.search(text)

@@ -276,7 +276,7 @@ _DIMENSION_OF = [
 _PLACE_NOUNS = ("city|country|town|state|province|continent|island|lake|river|mountain|street|region|park|county|village|"
                 "ocean|sea|neighbou?rhood|district|capital|nation|place|location|area|valley|bay|coast|desert|forest|"
                 "planet|harbou?r|port|square|campus")
-_PERSON_NOUNS = ("person|people|man|woman|author|writer|poet|novelist|artist|painter|sculptor|architect|composer|"
+PERSON_NOUNS = _PERSON_NOUNS = ("person|people|man|woman|author|writer|poet|novelist|artist|painter|sculptor|architect|composer|"
                  "singer|musician|scientist|inventor|designer|founder|owner|president|king|queen|emperor|player|actor|"
                  "actress|director|astronaut|explorer|chef|engineer|leader|ruler|saint|pope|captain|pilot|commander|"
                  "manager|coach|creator|discoverer|photographer|mayor|monarch")
@@ -285,9 +285,64 @@ _ORG_NOUNS = ("company|brand|manufacturer|maker|firm|publisher|team|agency|organ
 _YES_NO_START = re.compile(r"^\s*(?:is|are|was|were|do|does|did|can|could|will|would|should|has|have|had|may|must|isn't|"
                            r"aren't|doesn't|don't|didn't|won't|can't)\b", re.I)
 _OTHER = re.compile(r"\b(other|else|another|besides|apart from|except)\b", re.I)
-_HEAD_NOUN = re.compile(r"^\s*(?:in |on |at |from |for |to |by |of )?(?:what|which)\s+(?:kind of |type of |sort of )?"
-                        r"((?:[a-z-]+\s+){0,2}?[a-z-]+?)\s+(?:is|are|was|were|do|does|did|can|could|will|would|has|have|had|"
-                        r"should|this|that|these|those|it|they|he|she|[a-z]+(?:ed|s))\b", re.I)
+# Words that end the noun phrase after "what"/"which" (the head noun is its last word).
+_NP_STOP = frozenset("""is are was were am be been do does did can could will would should shall may might must has have had
+the a an this that these those it its they them their he she his her him i you we my your our of in on at to for from by
+with about as into onto over under near after before since during until between behind above below across along around
+through toward towards against without within upon and or but if than then so not no else""".split())
+_NP_VERBS = frozenset("""made built cost costs served serves serve make makes mean means belong belongs use uses used live
+lives grow grows need needs run runs stand stands stop stops sit sits hold holds contain contains produce produces come comes
+go goes open opens close closes show shows say says called named known located found founded won win wins""".split())
+_GENERIC_HEADS = frozenset("kind type sort variety thing things one ones".split())
+_COLLECTIVE = frozenset("group pair set piece part member herd flock pack collection".split())
+# What a head noun says about the answer: "what is the height of ..." wants a length, "which year" a year.
+_HEAD_KIND: dict[str, tuple[str, str | None]] = {
+    **{w: ("quantity", "length") for w in "height length distance depth width diameter altitude elevation wingspan "
+       "circumference radius span".split()},
+    **{w: ("quantity", "mass") for w in "weight mass".split()},
+    "speed": ("quantity", "speed"), "temperature": ("quantity", "temperature"), "area": ("quantity", "area"),
+    **{w: ("money", None) for w in "price cost fare fee admission revenue salary toll rent".split()},
+    **{w: ("number", None) for w in "number count total population amount".split()},
+    "year": ("year", None), "date": ("date", None), "day": ("weekday", None), "time": ("time", None),
+    **{w: ("duration", None) for w in "duration period lifespan".split()},
+}
+
+
+def head_noun(question: str) -> str | None:
+    """The noun the answer is an instance of: "which coat pattern does ..." -> pattern, "what is the height of
+    ..." -> height, "in which plant family ..." -> family; None when the question names none ("what is this")."""
+    q = " ".join((question or "").lower().replace("’", "'").split()).strip(" ?.!")
+    m = re.match(r"^(?:(?:in|on|at|from|for|to|by|of|with|into|under|during) )?(?:what|which)\s+(.*)$", q)
+    if not m:
+        return None
+    toks = re.findall(r"[a-z0-9][a-z0-9'-]*", m.group(1))
+    i = 0
+    if toks and toks[0] in ("is", "are", "was", "were"):  # "what is the N of ..."
+        i = 1
+        if i < len(toks) and toks[i] in ("the", "a", "an", "its", "their", "his", "her"):
+            i += 1
+        else:
+            return None  # "what is this", "what is it made of"
+    while i < len(toks) and toks[i] in ("other", "another"):
+        i += 1  # "what other flavor ..." -> flavor
+    if i + 1 < len(toks) and toks[i] in _GENERIC_HEADS and toks[i + 1] == "of":
+        i += 2  # "what kind of flower" -> flower
+    np_: list[str] = []
+    while i < len(toks) and len(np_) < 3 and toks[i] not in _NP_STOP:
+        w = toks[i]
+        if np_ and (w in _NP_VERBS or re.search(r"[a-z]{3,}(?<!e)ed$", w)):
+            break  # "which cafe served ...": the verb ends the phrase
+        if np_ and re.search(r"[^su]s$", w) and i + 1 < len(toks) and toks[i + 1] in _NP_STOP:
+            break  # "which route stops here", "what bus route serves this"
+        np_.append(w)
+        i += 1
+    if i < len(toks) and toks[i] == "of" and np_ and np_[-1] in _COLLECTIVE:
+        return None  # "what is a group of these animals called": the answer is not a group's name
+    if len(np_) >= 2 and np_[-1] in ("gain", "range", "limit", "level", "drop", "loss"):
+        np_.pop()  # "elevation gain", "price range": the measured thing says the type
+    head = np_[-1] if np_ else None
+    return None if head in _GENERIC_HEADS or (head and head.endswith("'s")) else head
+
 
 COMPARISON = re.compile(r"\b(\w+er|more \w+|less \w+)\b[^?]*,[^?]*\bor\b|\bbefore or after\b|\bhow many (?:years|days|months)"
                         r" (?:after|before|between|since)\b|\b(\w+er|more \w+|less \w+) than\b", re.I)
@@ -296,9 +351,16 @@ COMPARISON = re.compile(r"\b(\w+er|more \w+|less \w+)\b[^?]*,[^?]*\bor\b|\bbefor
 def expected_answer(question: str) -> AnswerSpec:
     """What kind of answer the question wants; the first rule that fits wins."""
     q = " ".join((question or "").lower().replace("’", "'").split())
+    q = re.sub(r"\b(what|who|where|when|how)'s\b", r"\1 is", q)
     other = bool(_OTHER.search(q))
     if _YES_NO_START.search(q) and not re.search(r"\bor\b", q):
         return AnswerSpec(kind="yes_no")
+    noun = head_noun(q)
+    if noun in _HEAD_KIND:  # "what is the height of ...", "which year ...", "what is the price of ..."
+        kind, dim = _HEAD_KIND[noun]
+        return AnswerSpec(kind=kind, dimension=dim, other=other)  # type: ignore[arg-type]
+    if re.search(r"^(?:what|how much) (?:does|do|did|will|would) .*\b(?:cost|costs|charge)$", q.strip(" ?.!")):
+        return AnswerSpec(kind="money", other=other)  # "what does a bottle of this cost?"
     if re.search(r"\bhow much\b.*\b(cost|costs|price|pay|charge|charges|fare|worth|spend|ticket|admission|fee)\b|\b(price|fare"
                  r"|cost|fee|admission)\b.*\b(of|for|is|does)\b|\bhow much (?:is|are|was|were) (?:a|an|the|one)\b", q):
         return AnswerSpec(kind="money", other=other)
@@ -322,25 +384,31 @@ def expected_answer(question: str) -> AnswerSpec:
         return AnswerSpec(kind="date", other=other)
     if re.search(r"\bhow much\b", q) and re.search(r"\bweigh", q):
         return AnswerSpec(kind="quantity", dimension="mass", other=other)
-    m = re.search(r"\bhow (tall|high|long|far|deep|wide|thick|heavy|fast|quickly|hot|cold|warm|old|big|large)\b", q)
+    # "how tall ..." opens the question (an embedded "... to measure how tall it is" does not say what is asked)
+    m = re.search(r"^(?:[a-z]+ ){0,2}?how (tall|high|long|far|deep|wide|thick|heavy|fast|quickly|hot|cold|warm|old|big|large)\b", q)
     if m:
         dim = next(d for d, pat in _DIMENSION_OF if re.fullmatch(pat, m.group(1)))
         return AnswerSpec(kind="quantity", dimension=dim, other=other)
+    m = re.search(r"\bhow much ([a-z-]+) (?:does|do|did|is|are|was|were|has|have|had|can|will|would)\b", q)
+    if m and m.group(1) not in ("is", "are", "was", "were", "does", "do", "did", "money"):
+        return AnswerSpec(kind="number", counted=m.group(1), other=other)  # "how much fat does it have": fat
     if re.search(r"\bhow much\b", q):
         return AnswerSpec(kind="number", other=other)
+    if noun and re.fullmatch(_PERSON_NOUNS, noun):
+        return AnswerSpec(kind="person", other=other)
+    if noun and re.fullmatch(_PLACE_NOUNS, noun):
+        return AnswerSpec(kind="place", noun=noun, other=other)
+    if noun and re.fullmatch(_ORG_NOUNS, noun):  # "which coffee shop ...": the name of one
+        return AnswerSpec(kind="name", noun=noun, other=other)
     if re.search(r"^\s*where\b|\bwhere (?:is|are|was|were|does|do|did|can)\b|\b(?:which|what|in which|in what) (?:(?:is|was|"
                  r"are) the )?(?:" + _PLACE_NOUNS + r")\b", q):
         noun = re.search(r"\b(" + _PLACE_NOUNS + r")\b", q)
         return AnswerSpec(kind="place", noun=noun.group(1) if noun else None, other=other)
-    if re.search(r"^\s*(?:who|whom|whose)\b|\b(?:by whom|which|what) (?:" + _PERSON_NOUNS + r")\b", q):
+    if re.search(r"^\s*(?:who|whom|whose)\b|\bby whom\b|\b(?:which|what) (?:" + _PERSON_NOUNS + r")\b", q):
         return AnswerSpec(kind="person", other=other)
     if re.search(r"\b(?:which|what) (?:" + _ORG_NOUNS + r")\b", q) or re.search(r"\bwhat is the name\b", q):
         noun = re.search(r"\b(" + _ORG_NOUNS + r")\b", q)
         return AnswerSpec(kind="name", noun=noun.group(1) if noun else None, other=other)
-    m = _HEAD_NOUN.search(q)
-    head = m.group(1).split() if m else []
-    head = head[: head.index("of")] if "of" in head else head  # "what family of plants" -> family
-    noun = head[-1] if head and head[-1] not in ("is", "are", "was") else None
     return AnswerSpec(kind="text", noun=noun, other=other)
 
 
@@ -401,6 +469,14 @@ def matches(text: str, spec: AnswerSpec | str | None, *, cased: bool = True) -> 
 
 # ---- answer spans -----------------------------------------------------------------------------------
 
+# words before a name that say it is where something is ("in Bergen", "overlooks Kunming Lake", "native to Mexico")
+_LOCATIVE = frozenset("""in at from near on to into onto overlooks overlooking across of towards toward outside inside around
+throughout within via between beside along""".split())
+_PLACE_NAME = re.compile(r"\b(?:City|Town|Village|County|State|Province|Island|Islands|Lake|River|Mountain|Mount|Bay|Park|Street|"
+                         r"Road|Avenue|Square|Harbou?r|Port|Valley|Coast|Desert|Forest|Sea|Ocean|Point|Hill|Peninsula|Republic|"
+                         r"Kingdom|Beach|Falls|Canyon|District|Airport|Station)\b")
+
+
 def _near(pos: int, anchors: list[int]) -> float:
     return min((abs(pos - a) for a in anchors), default=200)
 
@@ -419,9 +495,11 @@ def answer_span(sentence: str, spec: AnswerSpec, question: str = "", avoid: list
     fall back to the clause that best overlaps the question."""
     from models.nlp import clauses, content_words, normalize, stem, words
 
-    qwords = {w for w in content_words(question)} | {stem(w) for w in content_words(question)}
-    anchors = _anchors(sentence, qwords)
     avoid_norm = [normalize(a) for a in (avoid or []) if a]
+    avoided = {w for a in avoid_norm for w in a.split()}  # the entity's own name says nothing about where the answer is
+    qwords = {w for w in content_words(question) if w not in avoided} | {stem(w) for w in content_words(question)
+                                                                          if w not in avoided}
+    anchors = _anchors(sentence, qwords)
     k = spec.kind
     if k in ("number", "quantity", "money", "duration"):
         qs = quantities(sentence)
@@ -505,16 +583,23 @@ def answer_span(sentence: str, spec: AnswerSpec, question: str = "", avoid: list
             hi = min([i for i in (sentence.find(",", p.start), sentence.find(";", p.start)) if i >= 0] or [len(sentence)])
             score = float(len({stem(w) for w in content_words(sentence[lo:hi])} & qwords))
             score += 0.3 * (len(p.text.split()) - 1) - _near(p.start, anchors) / 200.0
-            if k == "place" and p.after in ("in", "at", "from", "near", "on", "to", "into", "overlooks", "across"):
-                score += 2
+            if k == "place":
+                if p.after in _LOCATIVE or stem(spec.noun or "-") in {stem(w) for w in words(p.text)}:
+                    score += 1 if p.after == "of" else 2  # "the capital of X" is weaker than "in X"
+                elif not _PLACE_NAME.search(p.text):
+                    continue  # a name in subject or object position is not where something is
             if k == "person" and p.after in ("by", "named", "was", "is"):
                 score += 1.5
             if k == "person" and len(p.text.split()) >= 2:
                 score += 0.5
-            if spec.noun and (stem(spec.noun) in {stem(w) for w in words(p.text)} or re.search(
+            if spec.noun and (stem(spec.noun) == stem((words(p.text) or [""])[-1]) or re.search(
                     r"\b" + re.escape(spec.noun) + r"\w*\s+(?:the\s+|of\s+)?$", sentence[: p.start], re.I)):
                 score += 3
             text = p.text
+            if k == "person":  # "created by Larry Shepp and Benjamin F. Logan": both people
+                more = re.match(r"\s*(?:,\s*|,?\s+and\s+)([A-Z][\w'.-]*(?:\s+[A-Z][\w'.-]*){0,3})", sentence[p.end:])
+                if more and len(more.group(1).split()) >= 2:
+                    text = sentence[p.start: p.end + more.end()]
             if k == "text" and spec.noun:  # "the 2012 Glenford Prize for crime fiction": the whole noun phrase
                 left = re.search(r"(?:\b(?:the|a|an)\s+)?(?:\d{4}\s+)?$", sentence[: p.start])
                 right = re.match(r"\s+(?:for|of)\s+(?:[a-z][\w-]*\s*){1,4}(?=[,.;)]|$)", sentence[p.end:])

@@ -44,7 +44,8 @@ WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'’.-]*")
 _CONTRACTIONS = [(re.compile(p, re.I), r) for p, r in [
     (r"\bwhat's\b", "what is"), (r"\bwho's\b", "who is"), (r"\bwhere's\b", "where is"), (r"\bhow's\b", "how is"),
     (r"\bthat's\b", "that is"), (r"\bit's\b", "it is"), (r"\bwhat're\b", "what are"), (r"\bi'm\b", "i am"),
-    (r"\bwhen's\b", "when is"), (r"\bthere's\b", "there is"),
+    (r"\bwhen's\b", "when is"), (r"\bthere's\b", "there is"), (r"\bi'd\b", "i would"), (r"\bwhich's\b", "which is"),
+    (r"\bwho're\b", "who are"), (r"\bwhere're\b", "where are"),
 ]]
 
 
@@ -82,20 +83,65 @@ wore:wear worn:wear went:go gone:go did:do done:do had:have has:have kept:keep s
 _STEM_LOCK = threading.Lock()
 _STEMMER = None
 
+# Words that name the same relation in questions, KG attribute names and web sentences ("who wrote" / "author",
+# "when was it established" / "founded", "famous for" / "specialty", "permitted" / "allowed"): general English,
+# one group a line; every word of a group gets the group's first word's stem, so they meet wherever stems are
+# compared. Kept small on purpose: a word joins a group only when it names the same relation in any domain.
+SYNONYM_GROUPS = [g.split() for g in """
+write writer author wrote written
+manufacture manufacturer make maker build builder produce producer
+establish found founder start since
+create creator invent inventor design designer develop developer
+locate location situate address
+famous known renowned specialty speciality signature
+allow permit permitted allowed
+cost price fare fee
+tall height high
+long length
+heavy weight weigh
+far distance
+deep depth
+wide width
+color colour
+flavor flavour taste
+native origin originate
+discover discovery find
+die death
+birth born
+publish publisher
+operate operator
+own owner
+direct director
+""".strip().splitlines()]
+_SYNONYM: dict[str, str] = {}
 
-@lru_cache(maxsize=65536)
-def stem(word: str) -> str:
-    """The Snowball (Porter 2) stem, irregular past forms first, so 'manufactures' meets 'manufacturer' and 'won'
-    meets 'win'."""
+
+def _snowball(w: str) -> str:
     global _STEMMER
-    w = word.lower()
-    w = _IRREGULAR.get(w, w)
     with _STEM_LOCK:  # a Snowball stemmer object keeps state between calls
         if _STEMMER is None:
             import snowballstemmer
 
             _STEMMER = snowballstemmer.stemmer("english")
         return _STEMMER.stemWord(w)
+
+
+@lru_cache(maxsize=65536)
+def stem(word: str) -> str:
+    """The Snowball (Porter 2) stem, irregular past forms first, so 'manufactures' meets 'manufacturer' and 'won'
+    meets 'win'; words of one SYNONYM_GROUPS line share a stem ('wrote' meets 'author')."""
+    w = word.lower()
+    w = _IRREGULAR.get(w, w)
+    if not _SYNONYM:
+        for group in SYNONYM_GROUPS:
+            head = _snowball(_IRREGULAR.get(group[0], group[0]))
+            for g in group:
+                _SYNONYM.setdefault(_snowball(g), head)
+                _SYNONYM.setdefault(g, head)
+    if w in _SYNONYM:
+        return _SYNONYM[w]
+    s = _snowball(w)
+    return _SYNONYM.get(s, s)
 
 
 def stems(text: str) -> set[str]:
@@ -238,6 +284,9 @@ def _noun_phrase_end(question: str, det_end: int, plural: bool, needs_verb: bool
     rest = question[det_end + (taken[-1].end() if taken else 0):]
     if needs_verb and not closed_by_verb and taken and (len(taken) >= 2 or not re.search(r"[A-Za-z]", rest)):
         taken = taken[:-1]
+    elif len(taken) >= 2 and re.fullmatch(r"\s+(?:for|of|about|with|from|in|on|at|to)\W*", rest) and re.search(
+            r"(?:ous|ful|ive|able|ible|al|ic|ant|ent|ary|ar|less|ish)$", taken[-1].group(1).lower()):
+        taken = taken[:-1]  # "what is this place famous for": the adjective is the predicate
     return det_end + (taken[-1].end() if taken else 0)
 
 
