@@ -22,10 +22,26 @@ from pydantic import BaseModel, Field
 from graph.plan_table import PlanStep, load_plan_table
 from graph.policy import IDK, AnswerDraft, Decision, ParallelCall, PolicyView, ToolSpec
 from models import nlp
-from models.answer_types import (YEAR, AnswerSpec, answer_span, expected_answer, matches, name_phrases, quantities,
-                                 unit_dimension)
-from models.questions import (Comparison, canonical, class_noun, classify, conversion_target, parse_bridge,
-                              parse_comparison)
+from models.answer_types import (
+    YEAR,
+    AnswerSpec,
+    answer_span,
+    expected_answer,
+    matches,
+    name_phrases,
+    quantities,
+    unit_dimension,
+)
+from models.questions import (
+    Comparison,
+    QuestionType,
+    canonical,
+    class_noun,
+    classify,
+    conversion_target,
+    parse_bridge,
+    parse_comparison,
+)
 from tools.base import Hit
 
 
@@ -84,7 +100,7 @@ _NAMES_OBJECT = re.compile(r"\b(?:this|that|these|those)\s+([a-z][a-z-]+)", re.I
 class Part:
     original: str  # as asked
     resolved: str  # with "this"/"it" replaced by the entity
-    qtype: str
+    qtype: QuestionType
     spec: AnswerSpec
     entity: str | None  # what the part is about (None for general knowledge)
 
@@ -388,7 +404,7 @@ class _Turn:
             return nlp.asks_about_text(q)
         if cond == "names_object":
             m = _NAMES_OBJECT.search(q)
-            return bool(m) and m.group(1).lower() not in nlp.FUNCTION_WORDS | nlp.PHOTO_NOUNS
+            return m is not None and m.group(1).lower() not in nlp.FUNCTION_WORDS | nlp.PHOTO_NOUNS
         if cond == "several_parts":
             return len(self.parts) > 1 and not self.v.sub_questions
         if cond == "entity_unsure":
@@ -867,6 +883,8 @@ class _Turn:
             if not m:
                 return None
             digits = re.search(r"\d+", m.group(0))
+            if not digits:
+                return None
             year = int(digits.group(0)) * (-1 if re.search(r"BC", m.group(0), re.I) else 1)
             return float(year), m.group(0)
         cue = {"length": {"height", "tall", "high", "long", "length", "metr", "meter", "stand", "tower", "rise"},
@@ -883,7 +901,7 @@ class _Turn:
         cmp = parse_comparison(part.original)
         if cmp is None:
             return []
-        events = cmp.events or [None, None]
+        events: list[str | None] = list(cmp.events) or [None, None]
         return [s for s, ev in zip(cmp.sides, events) if self.side(cmp, s, ev) is None and not (
             self.is_self(s) and self.entity is None)]
 
@@ -894,11 +912,10 @@ class _Turn:
         cmp = parse_comparison(part.original)
         if cmp is None:
             return None
-        events = cmp.events or [None, None]
-        vals = [self.side(cmp, s, ev) for s, ev in zip(cmp.sides, events)]
-        if any(v is None for v in vals):
+        events: list[str | None] = list(cmp.events) or [None, None]
+        a, b = (self.side(cmp, s, ev) for s, ev in zip(cmp.sides, events))
+        if a is None or b is None:
             return None
-        a, b = vals  # type: ignore[misc]
         if a.value == b.value:
             return None
         shown = f"{a.text} vs {b.text}"
@@ -935,11 +952,11 @@ class _Turn:
             return None
 
         def pick(text: str) -> tuple[float, str] | None:
-            qs = [q for q in quantities(text) if q.dimension == dim and q.unit != target]
-            return (qs[0].value, qs[0].unit) if len(qs) == 1 else None
+            qs = [q for q in quantities(text) if q.dimension == dim and q.unit and q.unit != target]
+            return (qs[0].value, qs[0].unit) if len(qs) == 1 and qs[0].unit else None
 
-        for h in reversed(self.v.history):
-            got = pick(h.answer) if not nlp.is_abstention(h.answer) else None
+        for turn in reversed(self.v.history):
+            got = pick(turn.answer) if not nlp.is_abstention(turn.answer) else None
             if got:
                 return got[0], got[1], 0.8
         hit = self.entity_hit

@@ -28,7 +28,7 @@ class AnswerSpec(BaseModel):
 
 # ---- numbers and units ---------------------------------------------------------------------------
 
-_SMALL = {w: i for i, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve thirteen "
+_SMALL: dict[str, float] = {w: i for i, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve thirteen "
                                      "fourteen fifteen sixteen seventeen eighteen nineteen twenty".split())}
 _SMALL.update({"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80, "ninety": 90,
                "hundred": 100, "dozen": 12, "a dozen": 12, "half": 0.5, "a hundred": 100, "a thousand": 1000})
@@ -152,11 +152,12 @@ def quantities(text: str) -> list[Quantity]:
                 end = end + rng.end() + m2.end()
         unit = dim = None
         um = _UNIT_RE.match(t[end:])
-        if _CURRENCY_BEFORE.search(t[:start]):
-            start = _CURRENCY_BEFORE.search(t[:start]).start()
+        cur_before, cur_after = _CURRENCY_BEFORE.search(t[:start]), _CURRENCY_AFTER.match(t[end:])
+        if cur_before:
+            start = cur_before.start()
             unit, dim = "$", "money"
-        elif _CURRENCY_AFTER.match(t[end:]):
-            end += _CURRENCY_AFTER.match(t[end:]).end()
+        elif cur_after:
+            end += cur_after.end()
             unit, dim = "$", "money"
         elif um:
             unit = _ALIAS[um.group(1).lower()]
@@ -402,13 +403,13 @@ def expected_answer(question: str) -> AnswerSpec:
         return AnswerSpec(kind="name", noun=noun, other=other)
     if re.search(r"^\s*where\b|\bwhere (?:is|are|was|were|does|do|did|can)\b|\b(?:which|what|in which|in what) (?:(?:is|was|"
                  r"are) the )?(?:" + _PLACE_NOUNS + r")\b", q):
-        noun = re.search(r"\b(" + _PLACE_NOUNS + r")\b", q)
-        return AnswerSpec(kind="place", noun=noun.group(1) if noun else None, other=other)
+        place = re.search(r"\b(" + _PLACE_NOUNS + r")\b", q)
+        return AnswerSpec(kind="place", noun=place.group(1) if place else None, other=other)
     if re.search(r"^\s*(?:who|whom|whose)\b|\bby whom\b|\b(?:which|what) (?:" + _PERSON_NOUNS + r")\b", q):
         return AnswerSpec(kind="person", other=other)
     if re.search(r"\b(?:which|what) (?:" + _ORG_NOUNS + r")\b", q) or re.search(r"\bwhat is the name\b", q):
-        noun = re.search(r"\b(" + _ORG_NOUNS + r")\b", q)
-        return AnswerSpec(kind="name", noun=noun.group(1) if noun else None, other=other)
+        org = re.search(r"\b(" + _ORG_NOUNS + r")\b", q)
+        return AnswerSpec(kind="name", noun=org.group(1) if org else None, other=other)
     return AnswerSpec(kind="text", noun=noun, other=other)
 
 
@@ -513,7 +514,8 @@ def answer_span(sentence: str, spec: AnswerSpec, question: str = "", avoid: list
             if spec.dimension == "frequency":
                 m = _FREQUENCY.search(sentence)
                 if m:
-                    tail = re.match(r"(?:(?!\sand\s)[^,;.]){0,30}", sentence[m.end():]).group(0)
+                    trailing = re.match(r"(?:(?!\sand\s)[^,;.]){0,30}", sentence[m.end():])
+                    tail = trailing.group(0) if trailing else ""
                     return (sentence[m.start():m.end()] + tail).strip()
                 return None
             qs = [q for q in qs if q.dimension == "time"]

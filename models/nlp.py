@@ -421,7 +421,12 @@ def is_instruction_attribute(key: str, value: str) -> bool:
 
 # ---- re-exports: answer types (models/answer_types.py) ----------------------------------------
 from models.answer_types import (  # noqa: E402  (defined there, on top of the helpers above)
-    AnswerSpec, COMPARISON, expected_answer, expected_type, matches, matches_type,
+    COMPARISON,
+    AnswerSpec,
+    expected_answer,
+    expected_type,
+    matches,
+    matches_type,
 )
 
 __all__ = [

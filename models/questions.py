@@ -212,7 +212,7 @@ def is_recognition(question: str) -> bool:
     i, n = 1, len(toks)
     if i + 1 < n and toks[i] in _CLASS and toks[i + 1] == "of":
         i += 2
-    np_ = []
+    np_: list[str] = []
     while i < n and len(np_) < 3 and _np_word(toks[i]):
         np_.append(toks[i])
         i += 1

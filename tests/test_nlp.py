@@ -8,7 +8,6 @@ from models import nlp
 from models.answer_types import AnswerSpec, answer_span, expected_answer, matches, quantities
 from models.questions import classify, conversion_target, is_recognition, parse_bridge, parse_comparison
 
-
 # ---- sentences ----------------------------------------------------------------------------------
 
 def test_sentences_keep_abbreviations_initials_and_decimals_together():
