@@ -66,6 +66,13 @@ def _fraction(text: str) -> float:
     return v
 
 
+def planner_default(field: str) -> Any:
+    """A rule-planner option's default, from RulePlannerConfig (one source for the CLI, the adapter and benchmarks)."""
+    from graph.rule_planner import RulePlannerConfig
+
+    return RulePlannerConfig.model_fields[field].default
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m graph.run",
@@ -154,16 +161,22 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--image-match-floor", type=_fraction, default=None,
                    help="rule planner: image-KG similarity under which a match is not trusted (default: the image "
                         "embedder's own floor: 0.88 colour-texture heuristic, 0.7 CLIP; 0.6 without one)")
-    g.add_argument("--image-match-margin", type=_fraction, default=0.0,
+    g.add_argument("--image-match-margin", type=_fraction, default=planner_default("min_image_margin"),
                    help="rule planner: top-1 minus top-2 image similarity needed to trust a match")
-    g.add_argument("--attr-sim-floor", type=_fraction, default=0.35,
-                   help="rule planner: question vs KG attribute-name similarity needed (when they share a stem)")
-    g.add_argument("--attr-sim-floor-no-overlap", type=_fraction, default=0.5,
+    g.add_argument("--image-tie-margin", type=_fraction, default=planner_default("image_tie_margin"),
+                   help="rule planner: other entities' image matches this close to the top one are look-alikes, told "
+                        "apart by the photo's text")
+    g.add_argument("--attr-sim-floor", type=_fraction, default=planner_default("min_attr_sim"),
+                   help="rule planner: question vs KG attribute-name similarity needed when they share a word stem ")
+    g.add_argument("--attr-sim-floor-shared", type=_fraction, default=planner_default("min_attr_sim_shared"),
+                   help="rule planner: the same when the attribute name shares a whole word or synonym with the "
+                        "question")
+    g.add_argument("--attr-sim-floor-no-overlap", type=_fraction, default=planner_default("min_attr_sim_no_overlap"),
                    help="rule planner: the same when they share no word stem")
-    g.add_argument("--web-sim-floor", type=_fraction, default=0.45,
-                   help="rule planner: question vs web sentence similarity needed to answer from the web")
-    g.add_argument("--free-text-coverage", type=_fraction, default=0.6,
-                   help="rule planner: share of the question's words a sentence must hold for an untyped answer")
+    g.add_argument("--web-sim-floor", type=_fraction, default=planner_default("min_web_sim"),
+                   help="rule planner: question vs web sentence similarity needed to answer from the web ")
+    g.add_argument("--free-text-coverage", type=_fraction, default=planner_default("min_free_text_coverage"),
+                   help="rule planner: share of the question's words a sentence must hold for an untyped answer ")
     g.add_argument("--plan-table", type=Path, default=None, help="rule planner: plan table file (default: the "
                    "bundled graph/planner_table.yaml)")
     g.add_argument("--concurrency", type=_positive_int, default=1, help="conversations run at once (one turn per conversation at a time)")
@@ -226,7 +239,9 @@ def agent_config(args: argparse.Namespace) -> Any:
                           modules=args.tools_module, profile=args.benchmark),
         budget=BudgetConfig(budget_s=args.budget, max_steps=args.max_steps, answer_reserve_s=args.answer_reserve),
         planner=RulePlannerConfig(min_image_score=args.image_match_floor, min_image_margin=args.image_match_margin,
-                                  min_attr_sim=args.attr_sim_floor, min_attr_sim_no_overlap=args.attr_sim_floor_no_overlap,
+                                  image_tie_margin=args.image_tie_margin, min_attr_sim=args.attr_sim_floor,
+                                  min_attr_sim_shared=args.attr_sim_floor_shared,
+                                  min_attr_sim_no_overlap=args.attr_sim_floor_no_overlap,
                                   min_web_sim=args.web_sim_floor, min_free_text_coverage=args.free_text_coverage,
                                   plan_table=args.plan_table),
         abstain_below=args.abstain_below, self_check=args.self_check, verify_mode=args.verify_mode,

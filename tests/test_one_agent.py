@@ -58,3 +58,16 @@ def test_the_cli_and_the_starter_kit_give_the_same_answers(tmp_path):
     got3 = harness_answers(adapter3, multi)
     assert got3 == cli_answers(tmp_path, 3, 1)
     assert {inp.task for inp in adapter3.last_inputs} == {3}  # multi-turn conversations run as task 3
+
+
+def test_the_cli_defaults_are_the_agent_config_defaults():
+    """No option means the library's default agent: the CLI does not carry its own copy of the thresholds."""
+    from graph.config import AgentConfig
+    from graph.rule_planner import RulePlannerConfig
+    from graph.run import agent_config, build_parser, resolve_benchmark
+
+    parser = build_parser()
+    config = agent_config(resolve_benchmark(parser, parser.parse_args(["--task", "2"])))
+    assert config.planner == RulePlannerConfig()
+    assert config.abstain_below == AgentConfig.model_fields["abstain_below"].default
+    assert config.budget == AgentConfig.model_fields["budget"].default_factory()  # type: ignore[misc]
