@@ -2,7 +2,7 @@
 
     python benchmarks/generalization.py                       # sets demo, demo-paraphrase, heldout; tasks 1 2 3
     python benchmarks/generalization.py --sets demo heldout --tasks 2 --json out.json
-    python benchmarks/generalization.py --sweep               # threshold sweeps, on the demo (the tuning set) only
+    python benchmarks/generalization.py --sweep               # threshold sweeps, on the tuning sets only
 
 Each set is a content folder `crag/benchmarks/<name>/` (crag.benchmark's format); a missing folder is skipped, so
 the script runs before the paraphrase and held-out sets exist. For each set it renders the dataset and its local
@@ -17,7 +17,8 @@ per set and task: accuracy, missing, hallucination (turns judged wrong, before t
 <= 10%), truthfulness (turn level) and the official score (mean over conversations), then the ablation delta and
 the paraphrase delta (demo-paraphrase minus demo; target within 0.05).
 
-Generalisation discipline: thresholds are chosen with --sweep on the demo only; the other sets are for reporting.
+Generalisation discipline: thresholds are chosen with --sweep on the tuning sets (TUNING_SETS: the demo and two
+sets written to tune the planner, tuning-rewordings and tuning-extra); demo-paraphrase and heldout are only reported.
 """
 
 from __future__ import annotations
@@ -38,8 +39,16 @@ for k, v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OF
 
 CONTENT = ROOT / "crag" / "benchmarks"
 DEFAULT_SETS = ["demo", "demo-paraphrase", "heldout"]
+TUNING_SETS = ["demo", "tuning-rewordings", "tuning-extra"]
 TASK_SPLIT = {1: "single_turn", 2: "single_turn", 3: "multi_turn"}
 RETRIEVAL_TAGS = ("finds_entity", "searches_web")
+# RulePlannerConfig thresholds swept (task 2, tuning sets pooled); the defaults sit in each list
+SWEEPS: dict[str, list[float]] = {
+    "min_image_score": [0.7, 0.8, 0.88, 0.95], "image_tie_margin": [0.0, 0.01, 0.03],
+    "min_attr_sim": [0.2, 0.27, 0.35, 0.5], "min_attr_sim_shared": [0.05, 0.15, 0.27],
+    "min_attr_sim_no_overlap": [0.5, 0.65, 0.8], "min_web_sim": [0.25, 0.35, 0.45, 0.55],
+    "min_free_text_coverage": [0.3, 0.6, 0.9],
+}
 
 
 def dataset_for(name: str, data_root: Path, content_root: Path = CONTENT) -> Any:
@@ -148,9 +157,9 @@ def print_deltas(ds: list[dict]) -> None:
         print("  " + "; ".join(parts))
 
 
-# ---- sweeps (demo only) ------------------------------------------------------------------------------------------
+# ---- sweeps (tuning sets only) ------------------------------------------------------------------------------------
 
-def sweep_abstain(paths: Any, judge: Any, truncator: Any, out_dir: Path, limit: int | None) -> list[dict]:
+def sweep_abstain(sets: list[Any], judge: Any, truncator: Any, out_dir: Path, limit: int | None) -> list[dict]:
     """Truthfulness / hallucination vs the self-check confidence floor (abstain_below), tasks 1 and 2.
 
     One run with abstain_below=0 keeps every supported draft with its verified confidence; each threshold then
@@ -159,8 +168,9 @@ def sweep_abstain(paths: Any, judge: Any, truncator: Any, out_dir: Path, limit: 
 
     out = []
     for task in (1, 2):
-        _, turns = run_one(agent_config(paths.root, abstain_below=0.0), paths, task, limit, judge, truncator,
-                           f"sweep-abstain-t{task}", out_dir)
+        turns = [t for paths in sets for t in run_one(agent_config(paths.root, abstain_below=0.0), paths, task, limit,
+                                                      judge, truncator, f"sweep-abstain-{paths.root.name}-t{task}",
+                                                      out_dir)[1]]
         for thr in (0.0, 0.2, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7):
             res = []
             for t in turns:
@@ -174,37 +184,43 @@ def sweep_abstain(paths: Any, judge: Any, truncator: Any, out_dir: Path, limit: 
     return out
 
 
-def sweep_planner(paths: Any, judge: Any, truncator: Any, out_dir: Path, limit: int | None, field: str,
+def sweep_planner(sets: list[Any], judge: Any, truncator: Any, out_dir: Path, limit: int | None, field: str,
                   values: list[float], tasks: tuple[int, ...]) -> list[dict]:
-    """Truthfulness / hallucination vs one RulePlannerConfig threshold (a run per value)."""
+    """Truthfulness / hallucination vs one RulePlannerConfig threshold (a run per value and set, pooled)."""
     from graph.rule_planner import RulePlannerConfig
 
     out = []
     for task in tasks:
         for v in values:
-            cfg = agent_config(paths.root, planner=RulePlannerConfig(**{field: v}))
-            _, turns = run_one(cfg, paths, task, limit, judge, truncator, f"sweep-{field}-{v}-t{task}", out_dir)
-            out.append(_rates(field, v, task, [t["score"] for t in turns]))
+            scores = []
+            for paths in sets:
+                cfg = agent_config(paths.root, planner=RulePlannerConfig(**{field: v}))
+                _, turns = run_one(cfg, paths, task, limit, judge, truncator,
+                                   f"sweep-{field}-{v}-{paths.root.name}-t{task}", out_dir)
+                scores += [t["score"] for t in turns]
+            out.append(_rates(field, v, task, scores))
     return out
 
 
-def sweep_image_floor(paths: Any) -> list[dict]:
+def sweep_image_floor(sets: list[Any]) -> list[dict]:
     """How often the top image-KG match is the pictured entity, by its score: precision and coverage of trusting
     matches at or above each floor (the image embedder's own floor is `match_floor`)."""
     from crag.dataset import load_all
     from crag.images import load_image, prepare
     from crag.local_search import LocalSearchIndex
 
-    meta = json.loads(paths.questions_json.read_text())
-    index = LocalSearchIndex(paths.root)
     rows = []
-    for part in (paths.single_turn, paths.multi_turn):
-        for c in load_all(part)[0]:
-            im, info = load_image(c.image)
-            im, info = prepare(im, info, c.egocentric, "harness")
-            res = index.image_search(im, k=1) if im is not None else []
-            if res and res[0]["entities"]:
-                rows.append((res[0]["score"], res[0]["entities"][0]["entity_name"] == meta[c.turns[0].interaction_id]["entity"]))
+    for paths in sets:
+        meta = json.loads(paths.questions_json.read_text())
+        index = LocalSearchIndex(paths.root)
+        for part in (paths.single_turn, paths.multi_turn):
+            for c in load_all(part)[0]:
+                im, info = load_image(c.image)
+                im, info = prepare(im, info, c.egocentric, "harness")
+                res = index.image_search(im, k=1) if im is not None else []
+                if res and res[0]["entities"]:
+                    rows.append((res[0]["score"],
+                                 res[0]["entities"][0]["entity_name"] == meta[c.turns[0].interaction_id]["entity"]))
     out = []
     for floor in (0.70, 0.80, 0.84, 0.88, 0.90, 0.92, 0.95):
         kept = [ok for s, ok in rows if s >= floor]
@@ -231,7 +247,7 @@ def print_sweep(rows: list[dict]) -> None:
             print(f"  floor {r['value']:.2f}: {r['trusted']:3d}/{r['images']} trusted, precision {r['precision']:.3f}, "
                   f"right matches kept {r['coverage_of_right']:.3f}")
         return
-    print(f"\nsweep {rows[0]['sweep']} (demo; truth = correct - wrong, per turn)")
+    print(f"\nsweep {rows[0]['sweep']} (tuning sets pooled; truth = correct - wrong, per turn)")
     for r in rows:
         print(f"  task {r['task']} {r['sweep']}={r['value']:<5g} acc {r['accuracy']:.3f} halluc {r['hallucination']:.3f} "
               f"truth {r['truthfulness']:+.3f}")
@@ -243,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tasks", nargs="+", type=int, default=[1, 2, 3], choices=[1, 2, 3])
     p.add_argument("--limit", type=int, default=None, help="first N conversations of each task")
     p.add_argument("--no-ablation", action="store_true", help="skip the runs without retrieval tools")
-    p.add_argument("--sweep", action="store_true", help="threshold sweeps on the demo (the tuning set)")
+    p.add_argument("--sweep", action="store_true", help="threshold sweeps on the tuning sets (--tune-sets)")
+    p.add_argument("--tune-sets", nargs="+", default=TUNING_SETS, help="content folders the sweeps pool")
     p.add_argument("--content-root", type=Path, default=CONTENT, help="folder holding the content folders")
     p.add_argument("--data-root", type=Path, default=ROOT / "data", help="where datasets are rendered")
     p.add_argument("--out", type=Path, default=None, help="trace folder (default: a temporary folder)")
@@ -280,14 +297,14 @@ def main(argv: list[str] | None = None) -> int:
     print_deltas(ds)
     sweeps: list[dict] = []
     if args.sweep:
-        if not (args.content_root / "demo" / "questions.yaml").is_file():
-            print("sweeps need the demo content folder")
+        tune = [dataset_for(n, args.data_root, args.content_root) for n in args.tune_sets
+                if (args.content_root / n / "questions.yaml").is_file()]
+        if not tune:
+            print("sweeps need at least one tuning content folder")
         else:
-            demo = dataset_for("demo", args.data_root, args.content_root)
-            blocks = [sweep_image_floor(demo), sweep_abstain(demo, judge, truncator, out_dir, args.limit)]
-            for name, values in (("min_image_score", [0.7, 0.8, 0.88, 0.95]), ("min_web_sim", [0.25, 0.35, 0.45, 0.55]),
-                                 ("min_attr_sim", [0.2, 0.35, 0.5]), ("min_free_text_coverage", [0.3, 0.6, 0.9])):
-                blocks.append(sweep_planner(demo, judge, truncator, out_dir, args.limit, name, values, (2,)))
+            blocks = [sweep_image_floor(tune), sweep_abstain(tune, judge, truncator, out_dir, args.limit)]
+            for name, values in SWEEPS.items():
+                blocks.append(sweep_planner(tune, judge, truncator, out_dir, args.limit, name, values, (2,)))
             for block in blocks:
                 print_sweep(block)
                 sweeps += block

@@ -276,8 +276,8 @@ class _Turn:
         top = self.kg_hits[0]
         ocr = self.v.ocr_text or ""
         read = self.named_in_photo(ocr) if ocr else None
-        if read is not None and read.entity_name != top.entity_name:
-            return read, 0.6
+        if read is not None and (read.entity_name != top.entity_name or top.score < self.floor):
+            return read, 0.6  # the photo's text names it: image and text agree (a label, a sign, a cover)
         noun = self.asked_kind()
         if read is None and noun and noun not in self.kind_words(top):
             # "which lighthouse is this?": a runner-up that is a lighthouse beats a top match that is not
