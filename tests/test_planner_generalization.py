@@ -190,3 +190,17 @@ def test_evidence_about_something_else_is_not_an_answer():
     assert ask("how much is a guided tour of this lighthouse?", search).answer == "$5"
     # a sentence about Ada Morrow that says nothing of designing or uniforms
     assert ask("who designed Ada Morrow's uniform?", search).answer == IDK
+
+
+class Unsure(LookAlikes):
+    """Both lighthouses match just under the image-match floor: the photo alone does not say which one it is."""
+
+    def image_search(self, image, k=5):
+        return [{**r, "score": r["score"] - 0.4} for r in super().image_search(image, k)]
+
+
+def test_with_no_confident_image_match_the_text_in_the_photo_names_the_entity():
+    tr = ask("who keeps this lighthouse?", Unsure(), photo=sign("GULL POINT", "LIGHTHOUSE"))
+    assert "ocr" in {s.tool for s in tr.tool_calls()}
+    assert tr.answer == "tom birch"
+    assert ask("who keeps this lighthouse?", Unsure()).answer == IDK  # no text, no trusted match
