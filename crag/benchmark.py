@@ -737,25 +737,30 @@ def _manifest_ok(p: DatasetPaths, c: Content, fp: str) -> bool:
 
 def ensure_dataset(c: Content, p: DatasetPaths, force: bool = False) -> DatasetPaths:
     """Write the dataset for `c` at `p.root` unless an up-to-date copy is there (built aside, then swapped in)."""
+    from filelock import FileLock
+
     fp = c.fingerprint()
     if not force and _manifest_ok(p, c, fp):
         return p
     p.root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{p.root.name}-build-", dir=p.root.parent))
-    try:
-        tp = dataset_paths(tmp)
-        _write(c, tp)
-        tp.manifest.write_text(json.dumps({"name": c.info.name, "version": c.info.version, "fingerprint": fp,
-                                           "n_single_turn": len(c.single_turn), "n_multi_turn": len(c.multi_turn),
-                                           "n_kg_images": len(c.entities)}, indent=1))
-        if p.root.exists():
-            if _manifest_ok(p, c, fp) and not force:  # someone else finished first
-                return p
-            shutil.rmtree(p.root, ignore_errors=True)
-        os.replace(tmp, p.root)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    # one builder at a time (two runs, or parallel test workers, asking for the same dataset): the others wait
+    # and then find it built
+    with FileLock(str(p.root.parent / f".{p.root.name}.build.lock")):
+        if not force and _manifest_ok(p, c, fp):
+            return p
+        tmp = Path(tempfile.mkdtemp(prefix=f".{p.root.name}-build-", dir=p.root.parent))
+        try:
+            tp = dataset_paths(tmp)
+            _write(c, tp)
+            tp.manifest.write_text(json.dumps({"name": c.info.name, "version": c.info.version, "fingerprint": fp,
+                                               "n_single_turn": len(c.single_turn), "n_multi_turn": len(c.multi_turn),
+                                               "n_kg_images": len(c.entities)}, indent=1))
+            if p.root.exists():
+                shutil.rmtree(p.root, ignore_errors=True)
+            os.replace(tmp, p.root)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
     return p
 
 

@@ -280,9 +280,11 @@ class TransformersVLMBackend:
         from transformers import StoppingCriteria, StoppingCriteriaList
 
         cancel = self._cancel
+        latest: dict[str, Any] = {}  # the sequence so far, for a generation interrupted mid-forward
 
         class StopWhenCancelled(StoppingCriteria):
             def __call__(self, input_ids, scores, **kw):
+                latest["ids"] = input_ids
                 return torch.full((input_ids.shape[0],), cancel.is_set(), dtype=torch.bool, device=input_ids.device)
 
         t0 = time.perf_counter()
@@ -320,9 +322,14 @@ class TransformersVLMBackend:
                 with torch.inference_mode():
                     out = self.model.generate(**inputs, **gen)
             except _Interrupted:
-                raise ReplyCancelled("the turn ended during the prompt's prefill",
-                                     ChatReply(usage=Usage(input_tokens=n_in), finish_reason="cancelled",
-                                               latency_ms=(time.perf_counter() - t0) * 1000.0, model=self.name)) from None
+                # the layer hook stopped a forward pass: in the prefill, or in a later token's step
+                done = latest["ids"][0, n_in:] if "ids" in latest else None
+                where = "during generation" if done is not None else "during the prompt's prefill"
+                raise ReplyCancelled(f"the turn ended {where}", ChatReply(
+                    text=self.tokenizer.decode(done, skip_special_tokens=True).strip() if done is not None else "",
+                    usage=Usage(input_tokens=n_in, output_tokens=int(done.shape[0]) if done is not None else None),
+                    finish_reason="cancelled", latency_ms=(time.perf_counter() - t0) * 1000.0,
+                    model=self.name)) from None
             except Exception as e:  # noqa: BLE001
                 raise BackendError(f"local generation with {self.source} failed: {type(e).__name__}: {e}") from e
             new = out[0, n_in:]
