@@ -63,7 +63,7 @@ class RulePlannerConfig(BaseModel):
     min_attr_sim_shared: float = Field(0.15, ge=0, le=1, description="... when the attribute name shares a word "
                                        "(or synonym) with what is asked, less the words naming the answer's type.")
     min_attr_sim_no_overlap: float = Field(0.65, ge=0, le=1, description="... when they share none (nor a "
-                                           "synonym, models/nlp.py:SYNONYM_GROUPS).")
+                                           "synonym, models/synonyms.yaml).")
     min_web_sim: float = Field(0.45, ge=0, le=1, description="Question vs web sentence similarity needed to "
                                "answer from the web.")
     min_free_text_coverage: float = Field(0.6, ge=0, le=1, description="Share of the question's words a web "

@@ -11,6 +11,11 @@ from __future__ import annotations
 import re
 import threading
 from functools import lru_cache
+from pathlib import Path
+from typing import Annotated
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 IDK = "I don't know"  # the agent's abstention, as the benchmark expects it
 _ABSTAIN = re.compile(
@@ -83,36 +88,18 @@ wore:wear worn:wear went:go gone:go did:do done:do had:have has:have kept:keep s
 _STEM_LOCK = threading.Lock()
 _STEMMER = None
 
-# Words that name the same relation in questions, KG attribute names and web sentences ("who wrote" / "author",
-# "when was it established" / "founded", "famous for" / "specialty", "permitted" / "allowed"): general English,
-# one group a line; every word of a group gets the group's first word's stem, so they meet wherever stems are
-# compared. Kept small on purpose: a word joins a group only when it names the same relation in any domain.
-SYNONYM_GROUPS = [g.split() for g in """
-write writer author wrote written
-manufacture manufacturer make maker build builder produce producer
-establish found founder start since
-create creator invent inventor design designer develop developer
-locate location situate address
-famous known renowned specialty speciality signature
-allow permit permitted allowed
-cost price fare fee
-tall height high
-long length
-heavy weight weigh
-far distance
-deep depth
-wide width
-color colour
-flavor flavour taste
-native origin originate
-discover discovery find
-die death
-birth born
-publish publisher
-operate operator
-own owner
-direct director
-""".strip().splitlines()]
+class SynonymGroups(BaseModel):
+    """models/synonyms.yaml: groups of words naming one relation (lower case, two words or more each)."""
+
+    model_config = ConfigDict(extra="forbid")
+    groups: list[Annotated[list[Annotated[str, StringConstraints(pattern=r"^[a-z]+$")]], Field(min_length=2)]]
+
+
+def _synonym_groups() -> list[list[str]]:
+    text = Path(__file__).with_name("synonyms.yaml").read_text(encoding="utf-8")
+    return SynonymGroups.model_validate(yaml.safe_load(text)).groups
+
+
 _SYNONYM: dict[str, str] = {}
 
 
@@ -129,11 +116,11 @@ def _snowball(w: str) -> str:
 @lru_cache(maxsize=65536)
 def stem(word: str) -> str:
     """The Snowball (Porter 2) stem, irregular past forms first, so 'manufactures' meets 'manufacturer' and 'won'
-    meets 'win'; words of one SYNONYM_GROUPS line share a stem ('wrote' meets 'author')."""
+    meets 'win'; words of one group of models/synonyms.yaml share a stem ('wrote' meets 'author')."""
     w = word.lower()
     w = _IRREGULAR.get(w, w)
     if not _SYNONYM:
-        for group in SYNONYM_GROUPS:
+        for group in _synonym_groups():
             head = _snowball(_IRREGULAR.get(group[0], group[0]))
             for g in group:
                 _SYNONYM.setdefault(_snowball(g), head)

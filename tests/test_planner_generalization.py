@@ -94,6 +94,19 @@ def test_relation_synonyms_meet_and_found_is_not_founded():
     assert nlp.stem("found") != nlp.stem("founded")
 
 
+def test_synonym_groups_are_validated_data():
+    from pydantic import ValidationError
+
+    from models.nlp import SynonymGroups, _synonym_groups
+
+    groups = _synonym_groups()
+    assert ["write", "writer", "author", "wrote", "written"] in groups
+    assert nlp.stem("wrote") == nlp.stem("author") and nlp.stem("specialty") == nlp.stem("famous")
+    for bad in ({"groups": [["alone"]]}, {"groups": [["Author", "writer"]]}, {"group": []}):
+        with pytest.raises(ValidationError):
+            SynonymGroups.model_validate(bad)
+
+
 def test_participle_and_numbered_bridges():
     b = parse_bridge(canonical("where is the ship named after her based?"))
     assert (b.noun, b.hop1, b.hop2) == ("ship", "which ship was named after her?", "where is {bridge} based?")
