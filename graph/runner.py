@@ -8,10 +8,11 @@ and dropped: a long run keeps only what its caller keeps (compact scoring record
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from pydantic import BaseModel, Field
 
@@ -104,7 +105,7 @@ def run_task(agent: Agent, conversations: Iterable[Conversation], task: int, sto
     """Runs every conversation; returns the run's statistics. `on_turn` gets each finished trace (new or resumed).
 
     One conversation failing never loses the others' finished traces. Conversations are consumed lazily, at
-    most `concurrency + 1` in flight, so a whole dataset never sits decoded in memory."""
+    most `concurrency + max(1, concurrency // 8)` in flight, so a whole dataset never sits decoded in memory."""
     stats = RunStats()
     lock = threading.Lock()
     stop = threading.Event()
@@ -127,6 +128,15 @@ def run_task(agent: Agent, conversations: Iterable[Conversation], task: int, sto
             progress(len(c.turns))
 
     seen: dict[str, int] = {}
+    # finished conversations arrive on a queue (O(1) per completion, unlike wait() over every pending future);
+    # a few queued beyond the workers so a worker never idles while this thread waits for the GIL to refill it
+    finished: queue.SimpleQueue[Future] = queue.SimpleQueue()
+    in_flight = workers + max(1, workers // 8)
+
+    def collect_next() -> None:
+        fut = finished.get()
+        collect(fut, pending.pop(fut))
+
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="conversation") as pool:
         pending: dict[Future, Conversation] = {}
         try:
@@ -138,16 +148,14 @@ def run_task(agent: Agent, conversations: Iterable[Conversation], task: int, sto
                     c = c.model_copy(update={"session_id": new_id})
                 seen.setdefault(c.session_id, 1)
                 stats.conversations += 1
-                pending[pool.submit(run_conversation, agent, c, task, store, scorer, stop, image_prep,
-                                    history_answer, turn_done, fingerprint)] = c
-                if len(pending) > workers:
-                    done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                    for fut in done:
-                        collect(fut, pending.pop(fut))
+                fut = pool.submit(run_conversation, agent, c, task, store, scorer, stop, image_prep, history_answer,
+                                  turn_done, fingerprint)
+                pending[fut] = c
+                fut.add_done_callback(finished.put)
+                if len(pending) >= in_flight:
+                    collect_next()
             while pending:
-                done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in done:
-                    collect(fut, pending.pop(fut))
+                collect_next()
         except BaseException:
             # Ctrl-C: queued conversations are cancelled and running ones stop after their current turn
             # (whose trace is written whole); without this the pool would still run every queued one.

@@ -198,3 +198,29 @@ def test_answer_reserve_keeps_time_for_a_slow_answer_step():
     assert not any(s.error for s in tr.steps if s.node == "answer")
     tr = run(SlowAnswer([call("sleepy", seconds=30)]), budget_s=2.0)  # default reserve 0.4 s: the answer times out
     assert next(s for s in tr.steps if s.node == "answer").error.kind == "timeout"
+
+
+def test_conversations_are_pulled_lazily_a_few_ahead_of_the_workers(tmp_path):
+    """A dataset is never decoded whole: the runner pulls at most concurrency + max(1, concurrency // 8)
+    conversations ahead of the finished ones, and every one of them runs."""
+    from support import make_agent
+
+    from crag.schema import Conversation, Turn
+    from graph.runner import run_task
+    from traces.store import TraceStore
+
+    pulled, finished, ahead = [0], [0], []
+
+    def conversations():
+        for i in range(40):
+            pulled[0] += 1
+            ahead.append(pulled[0] - finished[0])
+            yield Conversation(session_id=f"lazy-{i}", turns=[Turn(interaction_id=f"lazy-{i}", query="what is this?")],
+                               answers=["x"])
+
+    def done(_trace):
+        finished[0] += 1
+
+    stats = run_task(make_agent(), conversations(), 2, TraceStore(tmp_path, "lazy"), concurrency=8, on_turn=done)
+    assert stats.turns == 40 and finished[0] == 40
+    assert max(ahead) <= 8 + 1
