@@ -28,6 +28,7 @@ import json
 import os
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -78,8 +79,8 @@ def run_one(config: Any, paths: Any, task: int, limit: int | None, judge: Any, t
             run_id: str, out_dir: Path) -> tuple[Any, list[Any]]:
     """Run one task of one dataset with one configuration; returns (EvalReport, traces' compact records)."""
     from crag.dataset import load_conversations
-    from crag.evaluate import TurnRecord, evaluate
-    from crag.scoring import score_turn
+    from crag.evaluate import TurnRecord, evaluate, record_from_trace
+    from crag.scoring import score_trace
     from graph.build import build_agent
     from graph.runner import run_task
     from traces.store import TraceStore
@@ -89,21 +90,14 @@ def run_one(config: Any, paths: Any, task: int, limit: int | None, judge: Any, t
     records: list[TurnRecord] = []
     extra: list[dict] = []
 
-    def scorer(trace):
-        s = score_turn(trace.question, trace.answer, trace.ground_truth, judge=judge, truncator=truncator)
-        trace.score, trace.judge = s.result, s.judge
-        return trace
-
     def keep(trace) -> None:
-        records.append(TurnRecord(session_id=trace.session_id, turn_index=trace.turn_index, answer=trace.answer,
-                                  ground_truth=trace.ground_truth, query=trace.question,
-                                  interaction_id=trace.interaction_id, labels=dict(trace.labels),
-                                  egocentric=trace.egocentric, result=trace.score, judge=trace.judge))
+        records.append(record_from_trace(trace))
         extra.append({"question": trace.question, "answer": trace.answer, "ground_truth": trace.ground_truth,
                       "confidence": trace.confidence, "score": trace.score})
 
     convs = load_conversations(getattr(paths, TASK_SPLIT[task]), limit=limit)
-    run_task(agent, convs, task, store, scorer=scorer, on_turn=keep, history_answer=truncator.truncate)
+    run_task(agent, convs, task, store, scorer=partial(score_trace, judge=judge, truncator=truncator), on_turn=keep,
+             history_answer=truncator.truncate)
     return evaluate(records, judge=judge, truncator=truncator), extra
 
 

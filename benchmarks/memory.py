@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import gc
 import tempfile
+from functools import partial
 from pathlib import Path
 
 from benchmarks.startup import make_rows
@@ -41,8 +42,8 @@ def rss_kib() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     from crag.dataset import load_conversations
-    from crag.evaluate import TurnRecord, evaluate
-    from crag.scoring import RuleJudge, make_truncator, score_turn
+    from crag.evaluate import TurnRecord, evaluate, record_from_trace
+    from crag.scoring import RuleJudge, make_truncator, score_trace
     from crag.search import SearchConfig
     from graph.build import build_agent
     from graph.config import AgentConfig
@@ -61,20 +62,13 @@ def main(argv: list[str] | None = None) -> int:
         marks: dict[str, int] = {}
         warm = max(1, args.turns // 4)  # bounded caches (embeddings, search, OCR) fill up first
 
-        def scorer(trace):
-            s = score_turn(trace.question, trace.answer, trace.ground_truth, judge=judge, truncator=truncator)
-            trace.score, trace.judge = s.result, s.judge
-            return trace
-
         def keep(trace) -> None:
-            records.append(TurnRecord(session_id=trace.session_id, turn_index=trace.turn_index, answer=trace.answer,
-                                      ground_truth=trace.ground_truth, query=trace.question,
-                                      interaction_id=trace.interaction_id, labels=dict(trace.labels),
-                                      egocentric=trace.egocentric, result=trace.score, judge=trace.judge))
+            records.append(record_from_trace(trace))
             if len(records) in (warm, args.turns):
                 marks["warm" if len(records) == warm else "last"] = rss_kib()
 
-        run_task(agent, load_conversations(data), 2, store, scorer=scorer, on_turn=keep,
+        run_task(agent, load_conversations(data), 2, store, scorer=partial(score_trace, judge=judge, truncator=truncator),
+                 on_turn=keep,
                  history_answer=truncator.truncate)
         report = evaluate(records, judge=judge, truncator=truncator)
         end = rss_kib()

@@ -29,6 +29,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from crag.schema import plain
+
 log = logging.getLogger(__name__)
 
 IMAGE_COLLECTION = "image_embeddings"
@@ -67,20 +69,6 @@ def _require_dir(path: str | Path | None, what: str) -> str:
     if path is None or not Path(path).is_dir():
         raise FileNotFoundError(f"{what} folder not found: {path}")
     return str(Path(path).resolve())
-
-
-def _plain(v: Any) -> Any:
-    """numpy scalars -> python, recursively."""
-    if isinstance(v, dict):
-        return {k: _plain(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
-    if hasattr(v, "item") and callable(v.item):
-        try:
-            return v.item()
-        except Exception:
-            return v
-    return v
 
 
 class CragMMSearch:
@@ -145,7 +133,7 @@ class CragMMSearch:
                 "score": float(r["score"]),
                 "url": r["url"],
                 "entities": [
-                    {"entity_name": e["entity_name"], "entity_attributes": _plain(e.get("entity_attributes"))}
+                    {"entity_name": e["entity_name"], "entity_attributes": plain(e.get("entity_attributes"))}
                     for e in r["entities"]
                 ],
             }

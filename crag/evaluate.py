@@ -144,18 +144,24 @@ def iter_records_from_traces(traces: Iterable[Any], egocentric: dict[str, bool] 
     """Like :func:`records_from_traces`, lazily: one compact record per trace, nothing else kept."""
     egocentric = egocentric or {}
     for t in traces:
-        yield TurnRecord(
-            session_id=t.session_id,
-            turn_index=t.turn_index,
-            answer=t.answer or "",
-            ground_truth=t.ground_truth,
-            query=getattr(t, "question", "") or "",
-            interaction_id=getattr(t, "interaction_id", None),
-            labels=dict(t.labels or {}),
-            egocentric=egocentric.get(t.session_id, getattr(t, "egocentric", None)),
-            result=t.score,
-            judge=t.judge,
-        )
+        yield record_from_trace(t, egocentric.get(t.session_id))
+
+
+def record_from_trace(t: Any, egocentric: bool | None = None) -> TurnRecord:
+    """One finished (scored) turn trace as the compact record the report is computed from; ``egocentric``
+    overrides the trace's own flag."""
+    return TurnRecord(
+        session_id=t.session_id,
+        turn_index=t.turn_index,
+        answer=t.answer or "",
+        ground_truth=t.ground_truth,
+        query=getattr(t, "question", "") or "",
+        interaction_id=getattr(t, "interaction_id", None),
+        labels=dict(t.labels or {}),
+        egocentric=egocentric if egocentric is not None else getattr(t, "egocentric", None),
+        result=t.score,
+        judge=t.judge,
+    )
 
 
 def early_stop_index(is_correct: Sequence[bool]) -> int | None:

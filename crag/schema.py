@@ -12,6 +12,20 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field
 
 
+def plain(v: Any) -> Any:
+    """Arrow / numpy values (scalars, nested in dicts and lists) as JSON-able Python values; dict keys as str."""
+    if isinstance(v, dict):
+        return {str(k): plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [plain(x) for x in v]
+    if hasattr(v, "item") and callable(v.item):
+        try:
+            return v.item()
+        except Exception:  # noqa: BLE001 - an array of several values stays as it is
+            return v
+    return v
+
+
 class ImageEntity(BaseModel):
     entity_name: str
     entity_attributes: dict[str, Any] | None = None

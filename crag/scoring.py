@@ -888,3 +888,12 @@ def score_turn(
     return TurnScore(result=flags_label(correct, False), is_correct=correct,
                      judge=getattr(judge, "name", type(judge).__name__), judge_status=verdict.status,
                      reason=verdict.reason, **base)
+
+
+def score_trace(trace: Any, judge: Judge | None = None, truncator: Truncator | None = None,
+                mode: str | ScoringMode = DEFAULT_MODE) -> Any:
+    """Score a finished turn trace in place (``score``, ``judge``) with :func:`score_turn`; returns the trace, so
+    it serves as ``run_task``'s ``scorer``."""
+    s = score_turn(trace.question, trace.answer, trace.ground_truth, judge=judge, truncator=truncator, mode=mode)
+    trace.score, trace.judge = s.result, s.judge
+    return trace

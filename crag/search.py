@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from crag.schema import plain
 from models.resources import ModelPaths
 
 
@@ -64,19 +65,6 @@ def _backend(cfg: SearchConfig, models: ModelPaths, web: bool) -> Any:
     return LocalSearchIndex(root, image_embedder=make_image_embedder(models.clip), text_embedder_path=models.text_embedder)
 
 
-def _plain(v: Any) -> Any:
-    if isinstance(v, dict):
-        return {str(k): _plain(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
-    if hasattr(v, "item") and callable(v.item):
-        try:
-            return v.item()
-        except Exception:  # noqa: BLE001
-            return v
-    return v
-
-
 class OfficialPipelineSearch:
     """crag.schema.SearchBackend over a callable with the official calling convention.
 
@@ -103,8 +91,8 @@ class OfficialPipelineSearch:
 
     def image_search(self, image: Any, k: int = 5) -> list[dict[str, Any]]:
         raw = self._call(lambda: self.pipeline(image, k=k)) or []
-        return [{"index": _plain(r.get("index")), "score": float(r.get("score", 0.0)), "url": r.get("url") or "",
-                 "entities": [{"entity_name": e.get("entity_name"), "entity_attributes": _plain(e.get("entity_attributes"))}
+        return [{"index": plain(r.get("index")), "score": float(r.get("score", 0.0)), "url": r.get("url") or "",
+                 "entities": [{"entity_name": e.get("entity_name"), "entity_attributes": plain(e.get("entity_attributes"))}
                               for e in (r.get("entities") or []) if isinstance(e, dict)]}
                 for r in raw if isinstance(r, dict)]
 
@@ -124,7 +112,7 @@ class OfficialPipelineSearch:
             raw = self._call(lambda: post(forward({text_type: query}, k=k)))
         else:
             raw = self._call(lambda: self.pipeline(query, k=k))
-        return [{"index": _plain(r.get("index")), "score": float(r.get("score", 0.0)), "page_name": r.get("page_name") or "",
+        return [{"index": plain(r.get("index")), "score": float(r.get("score", 0.0)), "page_name": r.get("page_name") or "",
                  "page_snippet": r.get("page_snippet") or "", "page_url": r.get("page_url") or ""}
                 for r in (raw or []) if isinstance(r, dict)]
 

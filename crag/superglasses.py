@@ -44,7 +44,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from crag.dataset import ConversationIterator, LoadReport, find_cached_dataset, find_files
-from crag.schema import Conversation, Turn
+from crag.schema import Conversation, Turn, plain
 
 DATASET_ID = "xandery/SuperGlasses"
 ALIASES = {"superglasses", "super-glasses", DATASET_ID.lower()}
@@ -212,20 +212,6 @@ def _lenient_if_truncated(cell: Any) -> tuple[Any, bool]:
 # rows -> conversations
 
 
-def _plain(v: Any) -> Any:
-    """Arrow/numpy values as JSON-able Python values."""
-    if isinstance(v, dict):
-        return {str(k): _plain(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
-    if hasattr(v, "item") and callable(v.item):
-        try:
-            return v.item()
-        except (ValueError, TypeError):
-            return v
-    return v
-
-
 def _text(v: Any) -> str | None:
     if v is None:
         return None
@@ -237,7 +223,7 @@ def _text(v: Any) -> str | None:
 
 def row_labels(row: dict[str, Any]) -> dict[str, Any]:
     """Every column of a queries row except id/question/answer/image, as JSON-able values (`category` as a list)."""
-    labels = {k: _plain(v) for k, v in row.items() if k not in TURN_COLUMNS}
+    labels = {k: plain(v) for k, v in row.items() if k not in TURN_COLUMNS}
     cat = labels.get("category")
     if isinstance(cat, str):  # a single category written as a string
         labels["category"] = [cat]

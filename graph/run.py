@@ -395,11 +395,11 @@ class Scoring:
 
     def __call__(self, trace: Any) -> Any:
         from crag import superglasses_eval as sge
-        from crag.scoring import score_turn
+        from crag.scoring import score_trace
 
-        s = (sge.score_superglasses(trace.question, trace.answer, trace.ground_truth, self.judge) if self.superglasses
-             else score_turn(trace.question, trace.answer, trace.ground_truth, judge=self.judge,
-                             truncator=self.truncator, mode=self.mode))
+        if not self.superglasses:
+            return score_trace(trace, judge=self.judge, truncator=self.truncator, mode=self.mode)
+        s = sge.score_superglasses(trace.question, trace.answer, trace.ground_truth, self.judge)
         trace.score, trace.judge = s.result, s.judge
         return trace
 
@@ -490,16 +490,13 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
 def run_and_collect(args: argparse.Namespace, agent: Any, conversations: Any, store: Any, scoring: Scoring,
                     concurrency: int) -> tuple[Any, list[Any]]:
     """Run every conversation; keep one compact scoring record per turn (the traces themselves are dropped)."""
-    from crag.evaluate import TurnRecord
+    from crag.evaluate import TurnRecord, record_from_trace
     from graph.runner import run_task
 
     records: list[TurnRecord] = []
 
     def keep_record(trace: Any) -> None:
-        records.append(TurnRecord(session_id=trace.session_id, turn_index=trace.turn_index, answer=trace.answer,
-                                  ground_truth=trace.ground_truth, query=trace.question,
-                                  interaction_id=trace.interaction_id, labels=dict(trace.labels),
-                                  egocentric=trace.egocentric, result=trace.score, judge=trace.judge))
+        records.append(record_from_trace(trace))
 
     bar = None
     if not args.no_progress:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from PIL import Image, ImageDraw, ImageFont
+
 from crag.search import NullSearch
 from graph.build import build_agent
 from graph.config import AgentConfig, BudgetConfig
@@ -28,3 +30,12 @@ def collect(agent: Any, convs: list, task: int, store: Any, **kw: Any) -> tuple[
         order.setdefault(c.session_id, len(order))
     got.sort(key=lambda t: (order.get(t.session_id.split("~")[0], 10**9), t.session_id, t.turn_index))
     return got, stats
+
+
+def sign(*lines: str) -> Image.Image:
+    """A photo of a sign: each line in large dark letters on a light board (what OCR reads)."""
+    im = Image.new("RGB", (640, 360), (250, 250, 245))
+    d = ImageDraw.Draw(im)
+    for i, text in enumerate(lines):
+        d.text((40, 120 + 90 * i), text, font=ImageFont.load_default(size=64), fill=(20, 20, 90))
+    return im

@@ -23,12 +23,6 @@ F = FakeOpenAIServer
 MSGS = [{"role": "user", "content": "hi"}]
 
 
-@pytest.fixture()
-def srv():
-    with FakeOpenAIServer() as s:
-        yield s
-
-
 @pytest.mark.parametrize("stream", [True, False])
 def test_abandoned_request_is_closed_and_the_server_stops(srv, stream):
     srv.push(("generate", "x" * 400, 5.0))

@@ -31,12 +31,6 @@ F = FakeOpenAIServer
 MSGS = [{"role": "user", "content": "hi"}]
 
 
-@pytest.fixture()
-def srv():
-    with FakeOpenAIServer() as s:
-        yield s
-
-
 def _view(task: int = 1, **kw) -> PolicyView:
     tools = [tool_spec(t) for t in load_builtin_tools().for_task(task)]
     base = dict(task=task, question="What brand is this bottle?", has_image=True, tools=tools, remaining_steps=4,

@@ -8,7 +8,8 @@ import sys
 import textwrap
 
 import pytest
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image
+from support import sign
 
 from graph.agent import TurnInput
 from graph.build import build_agent
@@ -89,14 +90,6 @@ def ask(question, search=None, history=(), config=None, task=2, photo=PHOTO):
     hist = [HistoryTurn(question=q, answer=a, entity=LIGHTHOUSE) for q, a in history]
     return agent.run_turn(TurnInput(task=task, session_id="t", interaction_id="t-0", question=question, image=photo,
                                     history=hist))
-
-
-def sign(*lines: str) -> Image.Image:
-    im = Image.new("RGB", (640, 360), (250, 250, 245))
-    d = ImageDraw.Draw(im)
-    for i, text in enumerate(lines):
-        d.text((40, 120 + 90 * i), text, font=ImageFont.load_default(size=64), fill=(20, 20, 90))
-    return im
 
 
 # ---- the plan table -------------------------------------------------------------------------------

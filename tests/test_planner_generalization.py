@@ -6,7 +6,8 @@ Content and wording here are written for these tests (not the demo's, not any be
 from __future__ import annotations
 
 import pytest
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image
+from support import sign
 
 from graph.agent import TurnInput
 from graph.build import build_agent
@@ -161,14 +162,6 @@ class LookAlikes:
 
     def get_page(self, url):
         return PAGES[url.rsplit("/", 1)[-1]][1]
-
-
-def sign(*lines: str) -> Image.Image:
-    im = Image.new("RGB", (640, 360), (250, 250, 245))
-    d = ImageDraw.Draw(im)
-    for i, text in enumerate(lines):
-        d.text((40, 120 + 90 * i), text, font=ImageFont.load_default(size=64), fill=(20, 20, 90))
-    return im
 
 
 BLANK = Image.new("RGB", (96, 96), (40, 90, 160))

@@ -216,3 +216,11 @@ class ToolContext(ToolState):
             return self.image
         c = self.crop
         return self.image.crop((c.x0, c.y0, c.x1, c.y1))
+
+
+def search_query(query: str) -> str:
+    """A search tool's query on one line, at most 512 characters; an empty one is an error (the step records it)."""
+    query = " ".join(query.split())[:512]
+    if not query:
+        raise ValueError("empty search query")
+    return query

@@ -2,7 +2,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from tools.base import Hit, ToolContext, ToolOutput
+from tools.base import Hit, ToolContext, ToolOutput, search_query
 from tools.registry import tool
 
 
@@ -22,9 +22,7 @@ def google_search(ctx: ToolContext, query: str, k: Annotated[int, Field(ge=1, le
     """
     from crag.open_web import get_open_web
 
-    query = " ".join(query.split())[:512]
-    if not query:
-        raise ValueError("empty search query")
+    query = search_query(query)
     web = get_open_web()
     results, cached = web.web_search(query, k=k)
     hits = [Hit(source="web", score=rank_score(r.get("position") or 0), url=r.get("url"), title=r.get("title"),

@@ -2,7 +2,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from tools.base import Hit, ToolContext, ToolOutput
+from tools.base import Hit, ToolContext, ToolOutput, search_query
 from tools.registry import tool
 
 
@@ -14,9 +14,7 @@ def web_search(ctx: ToolContext, query: str, k: Annotated[int, Field(ge=1, le=50
         query: search keywords, e.g. the entity name plus what is asked about it
         k: how many pages
     """
-    query = " ".join(query.split())[:512]
-    if not query:
-        raise ValueError("empty search query")
+    query = search_query(query)
     search = ctx.resources.search
     get_page = getattr(search, "get_page", None)
     hits = []
