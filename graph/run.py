@@ -66,11 +66,16 @@ def _fraction(text: str) -> float:
     return v
 
 
-def planner_default(field: str) -> Any:
-    """A rule-planner option's default, from RulePlannerConfig (one source for the CLI, the adapter and benchmarks)."""
+def library_default(section: str, field: str) -> Any:
+    """The default of an AgentConfig field ("agent"), of its "budget" or of its "planner" section: options that
+    mirror the library take their defaults from it, so no option means the library's default agent."""
+    from pydantic import BaseModel
+
+    from graph.config import AgentConfig, BudgetConfig
     from graph.rule_planner import RulePlannerConfig
 
-    return RulePlannerConfig.model_fields[field].default
+    sections: dict[str, type[BaseModel]] = {"agent": AgentConfig, "budget": BudgetConfig, "planner": RulePlannerConfig}
+    return sections[section].model_fields[field].default
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -152,30 +157,32 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--cragmm-clip", type=Path, default=None, help="local CLIP folder used by the official image search")
     g.add_argument("--cragmm-text-model", type=Path, default=None, help="local text-embedding folder used by the official web search")
     g = p.add_argument_group("budget and thresholds")
-    g.add_argument("--budget", type=_finite_seconds, default=10.0, help="seconds per turn (CRAG-MM: 10)")
-    g.add_argument("--max-steps", type=_non_negative_int, default=8, help="tool calls per turn")
-    g.add_argument("--abstain-below", type=_fraction, default=0.35, help="self-check confidence under which the answer is 'I don't know'")
+    g.add_argument("--budget", type=_finite_seconds, default=library_default("budget", "budget_s"),
+                   help="seconds per turn (CRAG-MM: 10)")
+    g.add_argument("--max-steps", type=_non_negative_int, default=library_default("budget", "max_steps"), help="tool calls per turn")
+    g.add_argument("--abstain-below", type=_fraction, default=library_default("agent", "abstain_below"),
+                   help="self-check confidence under which the answer is 'I don't know'")
     g.add_argument("--answer-reserve", type=_non_negative_seconds, default=None,
                    help="seconds of the budget kept for answer + self-check (default: min(1.5, 20%% of --budget); "
                         "raise it for slow VLMs)")
     g.add_argument("--image-match-floor", type=_fraction, default=None,
                    help="rule planner: image-KG similarity under which a match is not trusted (default: the image "
                         "embedder's own floor: 0.88 colour-texture heuristic, 0.7 CLIP; 0.6 without one)")
-    g.add_argument("--image-match-margin", type=_fraction, default=planner_default("min_image_margin"),
+    g.add_argument("--image-match-margin", type=_fraction, default=library_default("planner", "min_image_margin"),
                    help="rule planner: top-1 minus top-2 image similarity needed to trust a match")
-    g.add_argument("--image-tie-margin", type=_fraction, default=planner_default("image_tie_margin"),
+    g.add_argument("--image-tie-margin", type=_fraction, default=library_default("planner", "image_tie_margin"),
                    help="rule planner: other entities' image matches this close to the top one are look-alikes, told "
                         "apart by the photo's text")
-    g.add_argument("--attr-sim-floor", type=_fraction, default=planner_default("min_attr_sim"),
+    g.add_argument("--attr-sim-floor", type=_fraction, default=library_default("planner", "min_attr_sim"),
                    help="rule planner: question vs KG attribute-name similarity needed when they share a word stem ")
-    g.add_argument("--attr-sim-floor-shared", type=_fraction, default=planner_default("min_attr_sim_shared"),
+    g.add_argument("--attr-sim-floor-shared", type=_fraction, default=library_default("planner", "min_attr_sim_shared"),
                    help="rule planner: the same when the attribute name shares a whole word or synonym with the "
                         "question")
-    g.add_argument("--attr-sim-floor-no-overlap", type=_fraction, default=planner_default("min_attr_sim_no_overlap"),
+    g.add_argument("--attr-sim-floor-no-overlap", type=_fraction, default=library_default("planner", "min_attr_sim_no_overlap"),
                    help="rule planner: the same when they share no word stem")
-    g.add_argument("--web-sim-floor", type=_fraction, default=planner_default("min_web_sim"),
+    g.add_argument("--web-sim-floor", type=_fraction, default=library_default("planner", "min_web_sim"),
                    help="rule planner: question vs web sentence similarity needed to answer from the web ")
-    g.add_argument("--free-text-coverage", type=_fraction, default=planner_default("min_free_text_coverage"),
+    g.add_argument("--free-text-coverage", type=_fraction, default=library_default("planner", "min_free_text_coverage"),
                    help="rule planner: share of the question's words a sentence must hold for an untyped answer ")
     g.add_argument("--plan-table", type=Path, default=None, help="rule planner: plan table file (default: the "
                    "bundled graph/planner_table.yaml)")
