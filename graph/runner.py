@@ -129,7 +129,8 @@ def run_task(agent: Agent, conversations: Iterable[Conversation], task: int, sto
 
     seen: dict[str, int] = {}
     # finished conversations arrive on a queue (O(1) per completion, unlike wait() over every pending future);
-    # a few queued beyond the workers so a worker never idles while this thread waits for the GIL to refill it
+    # a few are queued beyond the workers, so a freed worker finds the next one waiting instead of waiting for
+    # this thread to submit it
     finished: queue.SimpleQueue[Future] = queue.SimpleQueue()
     in_flight = workers + max(1, workers // 8)
 
