@@ -181,7 +181,7 @@ def sweep_abstain(sets: list[Any], judge: Any, truncator: Any, out_dir: Path, li
 def sweep_planner(sets: list[Any], judge: Any, truncator: Any, out_dir: Path, limit: int | None, field: str,
                   values: list[float], tasks: tuple[int, ...]) -> list[dict]:
     """Truthfulness / hallucination vs one RulePlannerConfig threshold (a run per value and set, pooled)."""
-    from graph.rule_planner import RulePlannerConfig
+    from graph.planner.rule_planner import RulePlannerConfig
 
     out = []
     for task in tasks:

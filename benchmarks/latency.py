@@ -3,7 +3,7 @@
 Setups measured (each over the same demo conversations, turns in order with the agent's own history):
 
 * ``rule``      the default: rule-based planner (heuristic) + embedded local demo index;
-* ``vlm-fake``  the model policy over models/vlm/fake_server.py, a scripted OpenAI-compatible server on
+* ``vlm-fake``  the model policy over testing/fake_model_server.py, a scripted OpenAI-compatible server on
                 127.0.0.1 that answers instantly: it measures the FRAMEWORK's overhead around a model
                 (prompt building, HTTP, parsing, the self-check call), NOT any model's speed; the token
                 counts it reports are estimates (request characters / 4), not a tokenizer's;
@@ -49,7 +49,7 @@ def scripted_reply(body: dict) -> dict:
     """The fake server's reply, chosen from the request, so a whole turn runs the full model path: decide ->
     image_search (with an image), web_search once (when offered), then answer; answer: a short JSON answer;
     verification: supported. Token counts are estimates (characters / 4, +256 per image)."""
-    from models.vlm.fake_server import FakeOpenAIServer as F
+    from testing.fake_model_server import FakeOpenAIServer as F
 
     msgs = json.dumps(body.get("messages", []))
     text = sum(len(m["content"]) if isinstance(m.get("content"), str) else
@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     setups: list[tuple[str, str, Any]] = [("rule", "default: rule-based planner (heuristic), embedded local demo index", "rule")]
     server = None
     if not args.no_fake:
-        from models.vlm.fake_server import FakeOpenAIServer
+        from testing.fake_model_server import FakeOpenAIServer
 
         server = FakeOpenAIServer(responder=scripted_reply).start()
         setups.append(("vlm-fake", "model policy -> FAKE local OpenAI-compatible server (instant scripted replies): "
@@ -285,6 +285,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from models.calls import exit_process
+    from core.calls import exit_process
 
     exit_process(main())

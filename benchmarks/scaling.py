@@ -1,6 +1,6 @@
 """Turns per second against a model server of fixed latency, by concurrency: `python benchmarks/scaling.py`.
 
-The model is the fake OpenAI-compatible server (models/vlm/fake_server.py) in its own process (no GIL shared with
+The model is the fake OpenAI-compatible server (testing/fake_model_server.py) in its own process (no GIL shared with
 the agent), answering every request after `--delay` seconds (300 ms by default) with scripted replies: decide ->
 web_search, decide -> answer, answer, self-check (one chain-of-verification round trip). So a turn is
 `round trips x delay` of model time, and the ideal rate at concurrency c is
@@ -39,7 +39,7 @@ TARGET = 0.85
 
 def respond(body: dict) -> dict:
     """The fake model's reply to one request (runs in the server process)."""
-    from models.vlm.fake_server import FakeOpenAIServer as F
+    from testing.fake_model_server import FakeOpenAIServer as F
 
     text = json.dumps(body.get("messages", []))
     if "Decide the single next step" in text:
@@ -57,7 +57,7 @@ def respond(body: dict) -> dict:
 
 def start_server(delay: float) -> tuple[subprocess.Popen, str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "models.vlm.fake_server", "--delay", str(delay), "--responder",
+    proc = subprocess.Popen([sys.executable, "-m", "testing.fake_model_server", "--delay", str(delay), "--responder",
                              f"{Path(__file__).resolve()}:respond"], stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     url = proc.stdout.readline().strip()
     if not url.startswith("http"):
@@ -163,6 +163,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from models.calls import exit_process
+    from core.calls import exit_process
 
     exit_process(main())

@@ -43,7 +43,7 @@ import yaml
 from PIL import Image, ImageColor, ImageDraw, ImageFilter, ImageFont
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, field_validator, model_validator
 
-from models.nlp import IDK  # the benchmark's no-answer ground truth is the agent's abstention text
+from text.nlp import IDK  # the benchmark's no-answer ground truth is the agent's abstention text
 
 # Bump when rendering or the written layout changes: it is part of the fingerprint, so folders rebuild.
 GENERATOR_VERSION = "2"

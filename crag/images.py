@@ -20,7 +20,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Literal
 
-from traces.schema import ImageInfo
+from core.types import ImageInfo
 
 EGOCENTRIC_SIZE = (960, 1280)  # (width, height), as the official iterators call image.resize((960, 1280))
 MAX_SIDE = 2048

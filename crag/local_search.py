@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from traces.store import write_atomic
+from core.files import write_atomic
 
 log = logging.getLogger(__name__)
 

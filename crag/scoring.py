@@ -236,8 +236,8 @@ def official_tokenizer() -> OfficialTokenizer:
     global _OFFICIAL
     with _LOCK:
         if _OFFICIAL is None:
-            from models.resources import cache_dir
-            from traces.store import write_atomic
+            from core.files import write_atomic
+            from models.threads import cache_dir
 
             res = package_tokenizer_file()
             raw = res.read_bytes()

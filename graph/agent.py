@@ -11,11 +11,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.calls import CancelScope, scope
 from graph.config import AgentConfig
+from graph.flow import build_graph
 from graph.policy import IDK, Policy, is_abstention
 from graph.state import AgentState, TurnContext
 from graph.verify import Verifier
-from models.calls import CancelScope, scope
 from tools.base import HistoryTurn
 from tools.registry import ToolRegistry
 from traces.schema import FinalEvent, ImageInfo, StepError, TokenTotals, TurnTrace
@@ -40,8 +41,6 @@ class Agent:
 
     def __init__(self, policy: Policy, resources: Any, config: AgentConfig, registry: ToolRegistry,
                  verifier: Verifier | None, llm: Any = None, run_id: str | None = None):
-        from graph.build import build_graph
-
         self.policy = policy
         self.resources = resources
         self.config = config

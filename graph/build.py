@@ -1,9 +1,6 @@
-"""The LangGraph graph of one turn, and `build_agent`: the one place an agent is wired from its configuration.
+"""`build_agent`: the one place an agent is wired from its configuration.
 
-    START -> plan --(tool call)--> act -> observe --> plan ...
-               \\--(answer / step limit / time budget)--> answer -> self_check -> final -> END
-
-The CLI (graph/run.py), the starter-kit adapter (crag/starter_kit.py), the benchmarks and the tests all
+The CLI (graph/run.py), the starter-kit adapter (graph/starter_kit.py), the benchmarks and the tests all
 build their agent with `build_agent(AgentConfig)`, so the same question gets the same answer everywhere.
 """
 
@@ -12,39 +9,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from langgraph.graph import END, START, StateGraph
-
-from graph import nodes
 from graph.agent import Agent
 from graph.config import AgentConfig
-from graph.state import AgentState, TurnContext
 from tools.registry import ToolRegistry
 
 log = logging.getLogger(__name__)
-
-_COMPILED = None
-
-
-def build_graph():
-    """The compiled graph; it holds no per-turn data (that travels as the run context), so it is built once."""
-    global _COMPILED
-    if _COMPILED is None:
-        g = StateGraph(AgentState, context_schema=TurnContext)
-        g.add_node("plan", nodes.plan, destinations=("act", "answer"))
-        g.add_node("act", nodes.act)
-        g.add_node("observe", nodes.observe)
-        g.add_node("answer", nodes.answer)
-        g.add_node("self_check", nodes.self_check)
-        g.add_node("final", nodes.final)
-        g.add_edge(START, "plan")
-        g.add_edge("act", "observe")
-        g.add_edge("observe", "plan")
-        g.add_edge("answer", "self_check")
-        g.add_edge("self_check", "final")
-        g.add_edge("final", END)
-        _COMPILED = g.compile()
-    return _COMPILED
-
 
 def load_tools(config: AgentConfig) -> ToolRegistry:
     from tools import load_builtin_tools, load_tool_modules
@@ -57,7 +26,7 @@ def load_tools(config: AgentConfig) -> ToolRegistry:
 def make_policy(config: AgentConfig, resources: Any) -> Any:
     """The rule-based planner (image-match floor from the config, else the search backend's), or a model policy."""
     if config.policy == "rule":
-        from graph.rule_planner import RuleBasedPlanner
+        from graph.planner.rule_planner import RuleBasedPlanner
 
         planner = config.planner
         if planner.min_image_score is None:

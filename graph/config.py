@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from crag.search import SearchConfig
-from graph.rule_planner import RulePlannerConfig
+from graph.planner.rule_planner import RulePlannerConfig
 from models.resources import ModelPaths
 from models.vlm import ModelConfig
 

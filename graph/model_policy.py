@@ -472,7 +472,7 @@ class ModelVerifier:
             conf = cove.confidence if cove.supported else min(cove.confidence, 0.3)
             return Verdict(supported=cove.supported and conf >= 0.5, confidence=conf, method=self.name,
                            reason=f"cove: {'supported' if cove.supported else 'unsupported'}, {_clip(cove.reason, 200)}")
-        from models.calls import run_many
+        from core.calls import run_many
 
         (ok_c, closed), (ok_v, cove) = run_many([lambda: p.closed_book_answer(question, image),
                                                  lambda: p.chain_of_verification(question, draft.answer, evidence, image)],

@@ -2,7 +2,7 @@
 
 Every node reads the per-turn `TurnContext` from LangGraph's run context and returns a partial state
 update with one typed trace event. Nothing here raises on bad model output or a failing tool: errors
-become events. Policy, tool and verifier calls run under the turn's deadline (models.calls).
+become events. Policy, tool and verifier calls run under the turn's deadline (core.calls).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 from langgraph.runtime import Runtime
 from langgraph.types import Command, Overwrite
 
+from core.calls import CallTimeout, collect_model_calls, run_many, run_with_deadline
 from graph.policy import IDK, AnswerDraft, Decision, StepSummary, is_abstention
 from graph.state import ActResult, AgentState, PendingCall, TurnContext
-from models.calls import CallTimeout, collect_model_calls, run_many, run_with_deadline
 from tools.base import Hit, ToolOutput, field_reducer, fold_update
 from tools.registry import ToolCall, ToolCallError, ToolUpdateError
 from traces.schema import (

@@ -3,7 +3,7 @@
 A policy sees a `PolicyView` (question, history, tool specs, what was observed so far, what budget is
 left) and returns a `Decision` (call a tool, or answer) or an `AnswerDraft`. A reply it cannot turn into
 either is a `PolicyReplyError`, recorded as a `policy_error` step. Implementations: the embedded rule-based
-planner (graph/rule_planner.py, a heuristic that needs no weights) and the model policy
+planner (graph/planner/rule_planner.py, a heuristic that needs no weights) and the model policy
 (graph/model_policy.py, over any models.vlm backend).
 """
 
@@ -13,7 +13,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
-from models.nlp import IDK, is_abstention  # noqa: F401 - the agent's one abstention text and rule, re-exported
+from text.nlp import IDK, is_abstention  # noqa: F401 - the agent's one abstention text and rule, re-exported
 from tools.base import Box, Fact, HistoryTurn, Hit
 
 

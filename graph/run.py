@@ -72,7 +72,7 @@ def library_default(section: str, field: str) -> Any:
     from pydantic import BaseModel
 
     from graph.config import AgentConfig, BudgetConfig
-    from graph.rule_planner import RulePlannerConfig
+    from graph.planner.rule_planner import RulePlannerConfig
 
     sections: dict[str, type[BaseModel]] = {"agent": AgentConfig, "budget": BudgetConfig, "planner": RulePlannerConfig}
     return sections[section].model_fields[field].default
@@ -185,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--free-text-coverage", type=_fraction, default=library_default("planner", "min_free_text_coverage"),
                    help="rule planner: share of the question's words a sentence must hold for an untyped answer ")
     g.add_argument("--plan-table", type=Path, default=None, help="rule planner: plan table file (default: the "
-                   "bundled graph/planner_table.yaml)")
+                   "bundled graph/planner/planner_table.yaml)")
     g.add_argument("--concurrency", type=_positive_int, default=1, help="conversations run at once (one turn per conversation at a time)")
     g.add_argument("--oversubscribe", action="store_true",
                    help="allow more conversations at once than CPU cores when the policy runs on this machine's CPU "
@@ -225,7 +225,7 @@ def agent_config(args: argparse.Namespace) -> Any:
     """The command line as an AgentConfig (the only place the CLI decides anything about the agent)."""
     from crag.search import SearchConfig
     from graph.config import AgentConfig, BudgetConfig, ToolsConfig
-    from graph.rule_planner import RulePlannerConfig
+    from graph.planner.rule_planner import RulePlannerConfig
     from models.openai_client import pool_size_for
     from models.resources import ModelPaths
     from models.vlm import model_config_from_options
@@ -384,8 +384,8 @@ class Scoring:
     """How the run's turns are scored: the benchmark's judge, the 75-token truncation, the official mode."""
 
     def __init__(self, args: argparse.Namespace):
-        from crag import superglasses_eval as sge
         from crag.scoring import make_judge, make_truncator
+        from traces import superglasses_eval as sge
 
         self.superglasses = args.benchmark == "superglasses"
         self.mode = args.scoring_mode
@@ -401,8 +401,8 @@ class Scoring:
         return f"{self.judge_name}; scoring: {self.mode}; truncation: {self.truncator.name}"
 
     def __call__(self, trace: Any) -> Any:
-        from crag import superglasses_eval as sge
         from crag.scoring import score_trace
+        from traces import superglasses_eval as sge
 
         if not self.superglasses:
             return score_trace(trace, judge=self.judge, truncator=self.truncator, mode=self.mode)
@@ -530,7 +530,7 @@ def write_reports(args: argparse.Namespace, scoring: Scoring, records: list[Any]
     files = write_report(report, store.dir, plot=False)  # the chart comes after the summary, not before
     if not scoring.superglasses:
         return report, files, format_table(report)
-    from crag import superglasses_eval as sge
+    from traces import superglasses_eval as sge
     from traces.superglasses import read_run
 
     sg_report, sg_logs = sge.evaluate_superglasses(read_run(store.dir), scoring.judge_name)
@@ -539,17 +539,17 @@ def write_reports(args: argparse.Namespace, scoring: Scoring, records: list[Any]
 
 
 def open_web_line() -> str:
-    from crag import superglasses_eval as sge
+    from traces import superglasses_eval as sge
 
     return sge.open_web_line()
 
 
 def open_web_stats() -> Any:
-    from crag import superglasses_eval as sge
+    from traces import superglasses_eval as sge
 
     return sge.open_web_stats()
 
 if __name__ == "__main__":
-    from models.calls import exit_process
+    from core.calls import exit_process
 
     exit_process(main())  # cancels what is still in flight; never an abort in the interpreter's teardown

@@ -16,9 +16,9 @@ from typing import Annotated, Any
 from langgraph.managed import RemainingSteps
 from pydantic import Field, SkipValidation
 
+from core.calls import CancelScope
 from graph.policy import AnswerDraft, Policy, PolicyView, StepSummary, ToolSpec
 from graph.verify import Verifier
-from models.calls import CancelScope
 from tools.base import HistoryTurn, ToolContext, ToolOutput, ToolState, Verdict
 from tools.registry import Tool, ToolCall, ToolRegistry
 from traces.schema import EndReason, ModelCall, StepError, TraceEvent

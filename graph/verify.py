@@ -11,7 +11,7 @@ import re
 from typing import Any, Protocol, runtime_checkable
 
 from graph.policy import AnswerDraft
-from models import nlp
+from text import nlp
 from tools.base import Verdict
 
 

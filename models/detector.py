@@ -11,7 +11,7 @@ Heuristics, used when no detector folder is configured, say so in their `method`
 * `ocr_box_crop`   -> "heuristic:ocr-box"       (box around OCR text quadrilaterals)
 * `saliency_crop`  -> "heuristic:saliency-crop" (spectral-residual + colour-contrast saliency)
 
-Every function returns `tools.base.Box` objects in pixel coordinates of the ORIGINAL image,
+Every function returns `core.types.Box` objects in pixel coordinates of the ORIGINAL image,
 clipped to it and never empty (x1 > x0, y1 > y0).
 """
 
@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from tools.base import Box
+from core.types import Box
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ class ZeroShotDetector:
         import torch
         from transformers import AutoModelForZeroShotObjectDetection, AutoProcessor
 
-        from models.resources import set_torch_threads
+        from models.threads import set_torch_threads
 
         set_torch_threads()  # one thread per call unless configured otherwise (models.resources)
 

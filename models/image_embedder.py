@@ -146,7 +146,7 @@ class ClipImageEmbedder:
         import torch
         from transformers import CLIPImageProcessor, CLIPModel
 
-        from models.resources import set_torch_threads
+        from models.threads import set_torch_threads
 
         set_torch_threads()  # one thread per call unless configured otherwise (models.resources)
 

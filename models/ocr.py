@@ -22,7 +22,7 @@ class OcrEngine:
     def __init__(self, min_score: float = 0.5, cache_size: int = 64, threads: int | None = None):
         from rapidocr import RapidOCR
 
-        from models.resources import cpu_threads
+        from models.threads import cpu_threads
 
         threads = threads or cpu_threads()
         # rapidocr logs every model file it loads at INFO; keep run output readable. One onnxruntime thread by

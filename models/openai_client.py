@@ -6,7 +6,7 @@ errors, timeouts, 429 and 5xx; any other 4xx is a `BackendError` at once, with t
 
 Requests run on one asyncio event loop in a daemon thread (aiohttp, whose client costs a fraction of the CPU per
 request that httpx's does: what limits how many conversations one process can drive), whatever thread asks. That
-is what makes cancellation real: when the caller's `models.calls` scope is cancelled (its turn ended), the
+is what makes cancellation real: when the caller's `core.calls` scope is cancelled (its turn ended), the
 request's task is cancelled and the unfinished response's connection is closed, so vLLM and llama.cpp servers stop
 generating (vLLM aborts on disconnect for streamed and non-streamed requests; llama-cpp-python's server only for
 streamed ones, hence `chat(..., stream=True)`, which assembles the SSE chunks into an ordinary completion).
@@ -34,7 +34,7 @@ from typing import Any
 import aiohttp
 from tenacity import AsyncRetrying, RetryError, retry_if_exception_type, stop_after_attempt
 
-from models.calls import Cancelled, current_scope
+from core.calls import Cancelled, current_scope
 
 log = logging.getLogger(__name__)
 

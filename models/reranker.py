@@ -58,7 +58,7 @@ class CrossEncoderReranker:
         import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-        from models.resources import set_torch_threads
+        from models.threads import set_torch_threads
 
         set_torch_threads()  # one thread per call unless configured otherwise (models.resources)
 

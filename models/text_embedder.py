@@ -155,7 +155,7 @@ class TorchTextEmbedder(_Embedder):
         import torch
         from transformers import AutoModel, AutoTokenizer
 
-        from models.resources import set_torch_threads
+        from models.threads import set_torch_threads
 
         set_torch_threads()  # one thread per call unless configured otherwise (models.resources)
 

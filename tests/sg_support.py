@@ -175,7 +175,7 @@ def organic(*results: tuple[str, str, str]) -> dict:
 
 def use_fixture_web(monkeypatch, web: FixtureWeb, cache_dir: Path, image_dir: Path | None = None) -> None:
     """Point the open-web tools at the fixture server (key, base URL, cache, image hosting) for one test."""
-    from crag.open_web import reset_open_web
+    from web.open_web import reset_open_web
 
     monkeypatch.setenv("SERPAPI_API_KEY", web.key)
     monkeypatch.setenv("SERPAPI_BASE_URL", web.base_url)

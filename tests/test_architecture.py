@@ -1,36 +1,32 @@
-"""Imports flow one way: shared types <- models <- tools and data <- the agent <- front ends.
+"""Imports flow one way, package by package and file by file, with no cycle.
 
-Checked on the source (every import statement, also those inside functions), so a lazy import that goes the wrong
-way fails here too."""
+Layers, bottom to top: shared types (`core`) <- text utilities (`text`) <- outside services (`web`) <- models
+(`models`) <- tools (`tools`) <- search and data (`crag`) <- traces (`traces`) <- the agent (`graph`) <- front
+ends (`benchmarks`, the test doubles in `testing`; inside the agent package the CLI `graph.run` and the starter-kit
+adapter `graph.starter_kit`, which no library module imports). Checked on the source, every import statement
+included (also those inside functions), so a lazy import that goes the wrong way, or closes a cycle, fails here.
+"""
 
 from __future__ import annotations
 
 import ast
+from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("tools", "traces", "models", "crag", "graph", "benchmarks")
-
-# (layer, modules): a module may import modules of its own layer or a lower one; nothing imports a front end.
-LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("types", ("tools", "tools.base", "tools.registry", "traces", "traces.schema")),
-    ("models", ("models",)),
-    ("library", ("tools.", "crag", "traces.store", "traces.superglasses", "traces.compare")),
-    ("agent", ("graph", "traces.viewer")),
-    ("front ends", ("graph.run", "crag.starter_kit", "benchmarks")),
+LAYERS: list[tuple[str, ...]] = [
+    ("core",), ("text",), ("web",), ("models",), ("tools",), ("crag",), ("traces",), ("graph",),
+    ("benchmarks", "testing"),
 ]
+PACKAGES = tuple(p for layer in LAYERS for p in layer)
+FRONT_END_MODULES = ("graph.run", "graph.starter_kit")
 
 
-def layer_of(module: str) -> int:
-    best, best_len = -1, -1
-    for i, (_, prefixes) in enumerate(LAYERS):
-        for p in prefixes:
-            hit = module == p or (module.startswith(p) if p.endswith(".") else module.startswith(p + "."))
-            if hit and len(p) > best_len:
-                best, best_len = i, len(p)
-    return best
+def package_layer(package: str) -> int:
+    return next(i for i, layer in enumerate(LAYERS) if package in layer)
 
 
+@cache
 def modules() -> dict[str, Path]:
     out = {}
     for pkg in PACKAGES:
@@ -41,7 +37,7 @@ def modules() -> dict[str, Path]:
     return out
 
 
-def imports(path: Path) -> set[str]:
+def _named(path: Path) -> set[str]:
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
@@ -52,22 +48,85 @@ def imports(path: Path) -> set[str]:
     return {m for m in found if m.split(".")[0] in PACKAGES}
 
 
-def test_every_module_has_a_layer():
-    assert all(layer_of(m) >= 0 for m in modules()), [m for m in modules() if layer_of(m) < 0]
-
-
-def test_imports_flow_one_way():
+@cache
+def imports(module: str) -> frozenset[str]:
+    """The project modules `module` imports ("from tools.base import Hit" names tools.base, not tools.base.Hit)."""
     known = modules()
+    out = set()
+    for target in _named(known[module]):
+        while target not in known and "." in target:
+            target = target.rsplit(".", 1)[0]
+        if target in known and target != module:
+            out.add(target)
+    return frozenset(out)
+
+
+def test_every_package_has_a_layer():
+    tops = {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file()}
+    assert tops <= set(PACKAGES), sorted(tops - set(PACKAGES))
+
+
+def test_packages_import_only_their_own_layer_or_lower():
     bad = []
-    for mod, path in sorted(known.items()):
-        mine = layer_of(mod)
-        for target in imports(path):
-            # "from tools.base import Hit" names the module tools.base and the attribute tools.base.Hit
-            while target not in known and "." in target:
-                target = target.rsplit(".", 1)[0]
-            theirs = layer_of(target)
-            if target == mod or theirs < 0:
-                continue
-            if theirs > mine or (LAYERS[theirs][0] == "front ends" and not mod.startswith("benchmarks")):
-                bad.append(f"{mod} ({LAYERS[mine][0]}) imports {target} ({LAYERS[theirs][0]})")
+    for mod in sorted(modules()):
+        mine = package_layer(mod.split(".")[0])
+        for target in imports(mod):
+            if package_layer(target.split(".")[0]) > mine:
+                bad.append(f"{mod} imports {target}")
     assert not bad, "\n".join(bad)
+
+
+def test_no_library_module_imports_a_front_end():
+    bad = [f"{mod} imports {t}" for mod in sorted(modules()) if not mod.startswith(("benchmarks", "testing"))
+           for t in imports(mod) if t in FRONT_END_MODULES and mod not in FRONT_END_MODULES]
+    assert not bad, "\n".join(bad)
+
+
+def _cycles(graph: dict[str, frozenset[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one node (Tarjan), i.e. the import cycles."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle_between_files_lazy_imports_included():
+    assert not _cycles({m: imports(m) for m in modules()})
+
+
+def test_no_import_cycle_between_packages():
+    graph: dict[str, set[str]] = {}
+    for mod in modules():
+        graph.setdefault(mod.split(".")[0], set()).update(t.split(".")[0] for t in imports(mod))
+    assert not _cycles({k: frozenset(v - {k}) for k, v in graph.items()})
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": frozenset({"b"}), "b": frozenset({"a"}), "c": frozenset()}) == [["a", "b"]]

@@ -27,7 +27,7 @@ from crag.evaluate import (
     write_report,
 )
 from crag.scoring import JudgeVerdict, LLMJudge, RuleJudge, WhitespaceApproxTruncator, make_truncator
-from models.vlm.fake_server import FakeOpenAIServer
+from testing.fake_model_server import FakeOpenAIServer
 
 MODES = ("kddcup2025", "crag-mm-release")
 APPROX = WhitespaceApproxTruncator()
@@ -390,7 +390,7 @@ def test_keep_turns_false_and_empty_evaluation(tmp_path, records):
 
 
 def test_a_finished_run_is_rescored_without_rerunning_the_agent(tmp_path, capsys):
-    from crag.evaluate import main
+    from traces.rescore import main
     from traces.schema import TurnTrace
     from traces.store import TraceStore
 

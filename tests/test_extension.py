@@ -13,7 +13,7 @@ from crag.demo import ensure_demo
 from graph.agent import TurnInput
 from graph.build import build_agent
 from graph.config import AgentConfig, ToolsConfig
-from models.vlm.fake_server import FakeOpenAIServer
+from testing.fake_model_server import FakeOpenAIServer
 from tools import REGISTRY
 
 PLUGIN = textwrap.dedent('''

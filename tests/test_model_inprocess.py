@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from models.calls import CallTimeout, CancelScope, collect_model_calls, run_with_deadline, scope
+from core.calls import CallTimeout, CancelScope, collect_model_calls, run_with_deadline, scope
 from models.vlm.base import ReplyCancelled, complete_and_report
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -239,7 +239,7 @@ def test_exit_waits_for_running_calls_or_ends_without_teardown():
     # a call still running at exit finishes before the interpreter tears down (atexit guard), output intact
     r = _python("""
         import time
-        from models.calls import CallTimeout, CancelScope, run_with_deadline
+        from core.calls import CallTimeout, CancelScope, run_with_deadline
         def slow():
             time.sleep(0.8)
             print("call finished", flush=True)
@@ -251,7 +251,7 @@ def test_exit_waits_for_running_calls_or_ends_without_teardown():
     assert r.returncode == 0 and r.stdout.split() == ["abandoned", "call", "finished"], r.stderr
     # exit_process: the given exit code, at once when nothing runs
     r = _python("""
-        from models.calls import exit_process
+        from core.calls import exit_process
         print("done")
         exit_process(3)
     """)
@@ -260,7 +260,7 @@ def test_exit_waits_for_running_calls_or_ends_without_teardown():
     t0 = time.monotonic()
     r = _python("""
         import time
-        from models.calls import CallTimeout, CancelScope, exit_process, run_with_deadline
+        from core.calls import CallTimeout, CancelScope, exit_process, run_with_deadline
         try:
             run_with_deadline(lambda: time.sleep(30), 0.1, CancelScope())
         except CallTimeout:

@@ -15,14 +15,14 @@ from PIL import Image
 from support import make_agent
 
 import models.openai_client as oc
+from core.calls import collect_model_calls
 from graph.agent import TurnInput
 from graph.model_policy import PROMPTS_DIR, ModelPolicy, decision_schema, make_model_policy
 from graph.policy import PolicyView
 from graph.state import tool_spec
-from models.calls import collect_model_calls
 from models.vlm import ModelConfig, model_config_from_options, parse_spec
-from models.vlm.fake_server import FakeOpenAIServer
 from models.vlm.openai_server import OpenAICompatibleBackend
+from testing.fake_model_server import FakeOpenAIServer
 from tools import load_builtin_tools
 from tools.base import ToolContext, ToolOutput
 from tools.registry import ToolRegistry, tool
@@ -122,9 +122,9 @@ def test_stream_chunks_are_assembled(srv):
 
 
 def test_a_server_that_reports_no_usage_gives_unknown_token_counts_not_zero(srv):
+    from core.calls import collect_model_calls
     from graph.run import summary_lines
     from graph.runner import RunStats
-    from models.calls import collect_model_calls
     from models.vlm.base import complete_and_report
     from traces.schema import TokenTotals
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from models import nlp
-from models.answer_types import AnswerSpec, answer_span, expected_answer, matches, quantities
-from models.questions import classify, conversion_target, is_recognition, parse_bridge, parse_comparison
+from graph.planner.answer_types import AnswerSpec, answer_span, expected_answer, matches, quantities
+from graph.planner.questions import classify, conversion_target, is_recognition, parse_bridge, parse_comparison
+from text import nlp
 
 # ---- sentences ----------------------------------------------------------------------------------
 

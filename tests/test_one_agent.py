@@ -9,8 +9,8 @@ from crag.dataset import decode_image, load_all
 from crag.demo import ensure_demo
 from crag.local_search import LocalSearchIndex
 from crag.scoring import make_truncator
-from crag.starter_kit import GlassesRAGAgent
 from graph.run import main
+from graph.starter_kit import GlassesRAGAgent
 
 
 def harness_image(conv):
@@ -63,7 +63,7 @@ def test_the_cli_and_the_starter_kit_give_the_same_answers(tmp_path):
 def test_the_cli_defaults_are_the_agent_config_defaults():
     """No option means the library's default agent: the CLI does not carry its own copy of the thresholds."""
     from graph.config import AgentConfig
-    from graph.rule_planner import RulePlannerConfig
+    from graph.planner.rule_planner import RulePlannerConfig
     from graph.run import agent_config, build_parser, resolve_benchmark
 
     parser = build_parser()

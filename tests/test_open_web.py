@@ -8,14 +8,14 @@ from PIL import Image
 from sg_support import FixtureWeb, article, organic, use_fixture_web
 from support import make_agent
 
-from crag import open_web
-from crag.serpapi import SerpApiClient, SerpApiError
-from crag.webpage import chunk_text, sentences
 from graph.agent import TurnInput
 from graph.policy import AnswerDraft, Decision, ScriptedPolicy
 from tools import REGISTRY, load_builtin_tools
 from tools.base import Hit, ToolContext
 from tools.registry import ToolCall, ToolCallError, ToolRegistry, tool
+from web import open_web
+from web.serpapi import SerpApiClient, SerpApiError
+from web.webpage import chunk_text, sentences
 
 load_builtin_tools()
 google_search = REGISTRY.get("google_search").fn
@@ -121,7 +121,7 @@ def test_page_reader_extracts_main_text_chunks_and_caches(web):
 
 
 def test_page_reader_bounds_the_download(web, monkeypatch):
-    from crag.webpage import read_page
+    from web.webpage import read_page
 
     page = read_page(web.page_url("big"), open_web.get_open_web().http, max_bytes=20_000)
     assert page.truncated and page.error is None and len(page.text) < 20_000

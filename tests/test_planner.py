@@ -14,11 +14,11 @@ from support import sign
 from graph.agent import TurnInput
 from graph.build import build_agent
 from graph.config import AgentConfig, ToolsConfig
-from graph.plan_table import PlanTable, load_plan_table
+from graph.planner.plan_table import PlanTable, load_plan_table
+from graph.planner.questions import QUESTION_TYPES
+from graph.planner.rule_planner import RuleBasedPlanner, RulePlannerConfig
 from graph.policy import IDK, PolicyView
-from graph.rule_planner import RuleBasedPlanner, RulePlannerConfig
 from graph.state import tool_spec
-from models.questions import QUESTION_TYPES
 from tools import REGISTRY, load_builtin_tools
 from tools.base import HistoryTurn
 

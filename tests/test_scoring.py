@@ -24,7 +24,7 @@ from crag.scoring import (
     render_user_prompt,
     score_turn,
 )
-from models.vlm.fake_server import FakeOpenAIServer
+from testing.fake_model_server import FakeOpenAIServer
 
 # The starter kit's judge system message, copied from local_evaluation.py @ 6e1acbee (get_system_message).
 KDD_SYSTEM = (

@@ -14,7 +14,7 @@ import pytest
 from crag.dataset import decode_image, load_all
 from crag.demo import ensure_demo
 from crag.local_search import LocalSearchIndex
-from crag.starter_kit import (
+from graph.starter_kit import (
     IDK,
     GlassesRAGAgent,
     NullSearch,

@@ -12,14 +12,14 @@ import pytest
 from sg_support import FixtureWeb, article, organic, small_dataset, use_fixture_web
 from support import make_agent
 
-from crag import superglasses_eval as sge
 from graph.agent import TurnInput
 from graph.policy import AnswerDraft, Decision, ScriptedPolicy
-from models.vlm.fake_server import FakeOpenAIServer
+from testing.fake_model_server import FakeOpenAIServer
 from tools.base import Box, Hit, ToolContext, ToolOutput
 from tools.registry import ToolRegistry, tool
 from traces import compare as cmp
 from traces import superglasses as sg
+from traces import superglasses_eval as sge
 from traces.schema import StepError, ToolCallEvent, TraceHit, TurnTrace
 from traces.store import TraceStore
 from traces.superglasses import IMAGE, NONE, TEXT, SGHop, SGLog, SGObject

@@ -5,7 +5,7 @@ from support import make_agent
 
 from graph.agent import TurnInput
 from graph.model_policy import make_model_policy
-from models.vlm.fake_server import FakeOpenAIServer
+from testing.fake_model_server import FakeOpenAIServer
 
 
 class KGSearch:

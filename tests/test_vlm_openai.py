@@ -10,12 +10,12 @@ import time
 import pytest
 from PIL import Image
 
+from core.calls import collect_model_calls
 from graph.model_policy import ModelPolicy, make_model_policy
 from graph.policy import IDK, Policy, PolicyReplyError, PolicyView, StepSummary, ToolSpec
-from models.calls import collect_model_calls
 from models.vlm import BackendError, load_model_config, parse_spec
-from models.vlm.fake_server import FakeOpenAIServer
 from models.vlm.openai_server import OpenAICompatibleBackend
+from testing.fake_model_server import FakeOpenAIServer
 from tools.base import Hit
 
 F = FakeOpenAIServer

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 from PIL import Image
 
+from core.calls import collect_model_calls
 from graph.model_policy import make_model_policy
 from graph.policy import AnswerDraft, PolicyReplyError, PolicyView, ToolSpec
-from models.calls import collect_model_calls
 from models.vlm.base import image_to_data_url
 
 torch = pytest.importorskip("torch")

@@ -8,95 +8,15 @@ in `Replace(...)` to overwrite a reduced field instead (a reranker replaces the 
 
 from __future__ import annotations
 
-import math
 from functools import cache
-from typing import Annotated, Any, Literal, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, get_args, get_origin, get_type_hints
 
 from langgraph.types import Overwrite
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from core.types import Box, Fact, HistoryTurn, Hit, Verdict, finite_score  # noqa: F401 - the tool contract
 
 Replace = Overwrite  # LangGraph's own marker: bypass the field's reducer and write the value as is
-
-
-def finite_score(v: Any) -> Any:
-    """Non-finite scores (NaN, inf from a junk backend or model) become 0.0: JSON has no NaN, and a
-    NaN written as null would make the trace unreadable."""
-    return 0.0 if isinstance(v, float) and not math.isfinite(v) else v
-
-
-class Box(BaseModel):
-    """A detected region, in pixels of the image the agent saw."""
-
-    x0: int
-    y0: int
-    x1: int
-    y1: int
-    label: str = ""
-    score: float = 0.0
-    method: str = ""
-
-    _finite_score = field_validator("score")(finite_score)
-
-    def area(self) -> int:
-        return max(0, self.x1 - self.x0) * max(0, self.y1 - self.y0)
-
-
-class Hit(BaseModel):
-    """One retrieved item, from the image KG or the web, in a form every tool and the trace share."""
-
-    source: Literal["image_kg", "web"]
-    score: float
-    snippet: str = ""
-    url: str | None = None
-    title: str | None = None
-    entity_name: str | None = None
-    attributes: dict[str, Any] | None = None
-    content: str | None = Field(None, description="Full page text, when the backend can provide it.")
-    query: str | None = None
-    rerank_score: float | None = None
-
-    _finite_scores = field_validator("score", "rerank_score")(finite_score)
-
-    def key(self) -> tuple:
-        return (self.source, self.url, self.entity_name, self.snippet)
-
-    def text(self) -> str:
-        """Flat text for embedding, reranking and support checks."""
-        if self.source == "image_kg":
-            attrs = "; ".join(f"{k}: {v}" for k, v in (self.attributes or {}).items())
-            return f"{self.entity_name}. {attrs}".strip()
-        return f"{self.title or ''}. {self.content or self.snippet}".strip()
-
-
-class Fact(BaseModel):
-    """A short result that is neither a search hit nor image text, e.g. a unit conversion.
-
-    Facts reach the answer step: policies may answer from them."""
-
-    text: str
-    source: str = Field(description="The tool that produced it.")
-    value: str | None = Field(None, description="The answer-ready part of the fact, when the tool knows it.")
-    about: str | None = Field(None, description="What the fact is about (an entity or a sub-question).")
-    confidence: float = Field(1.0, ge=0.0, le=1.0)
-
-
-class Verdict(BaseModel):
-    """The self-check's judgement of a draft answer."""
-
-    supported: bool
-    confidence: float
-    reason: str
-    method: str = ""
-
-    _finite_confidence = field_validator("confidence")(finite_score)
-
-
-class HistoryTurn(BaseModel):
-    """An earlier turn of the same conversation, as the agent itself answered it."""
-
-    question: str
-    answer: str
-    entity: str | None = None
 
 
 def merge_hits(old: list[Hit], new: list[Hit]) -> list[Hit]:

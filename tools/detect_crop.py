@@ -1,4 +1,4 @@
-from models import nlp
+from text import nlp
 from tools.base import ToolContext, ToolOutput
 from tools.registry import tool
 

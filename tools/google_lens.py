@@ -17,7 +17,7 @@ def google_lens(ctx: ToolContext, use_crop: bool = True, refine: str = "",
         refine: optional words that narrow the image search (Google Lens `q`)
         k: how many visual matches
     """
-    from crag.open_web import get_open_web
+    from web.open_web import get_open_web
 
     if ctx.image is None:
         raise ValueError("this turn has no usable image to search with")

@@ -20,7 +20,7 @@ def google_search(ctx: ToolContext, query: str, k: Annotated[int, Field(ge=1, le
         query: search keywords, e.g. the entity name plus what is asked about it
         k: how many pages
     """
-    from crag.open_web import get_open_web
+    from web.open_web import get_open_web
 
     query = search_query(query)
     web = get_open_web()

@@ -11,8 +11,8 @@ import string
 from pathlib import Path
 from typing import Any
 
-from models import nlp
-from models.calls import Cancelled
+from core.calls import Cancelled
+from text import nlp
 from tools.base import ToolContext, ToolOutput
 from tools.registry import tool
 

@@ -19,11 +19,18 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from tools.base import Box, Fact, Verdict
+from core.types import (  # noqa: F401 - ModelCall, ImageInfo and DecisionMode are part of the trace schema
+    RAW_REPLY_LIMIT,
+    Box,
+    DecisionMode,
+    Fact,
+    ImageInfo,
+    ModelCall,
+    Verdict,
+)
 
 SCHEMA_VERSION = "2.0"
 SCHEMA_FILE = Path(__file__).with_name("turn_trace.schema.json")
-RAW_REPLY_LIMIT = 4096  # characters of a model's raw reply kept per call
 
 ErrorKind = Literal[
     "unknown_tool",  # the policy named a tool the registry does not have
@@ -38,34 +45,11 @@ ErrorKind = Literal[
     "bad_input",  # the turn's input was unusable (e.g. an empty question)
 ]
 EndReason = Literal["answer", "step_limit", "time_budget", "error"]
-DecisionMode = Literal["structured", "native_tools", "json_text", "text"]
 
 
 class StepError(BaseModel):
     kind: ErrorKind
     message: str
-
-
-class ModelCall(BaseModel):
-    """One request to a language model, as the backend saw it."""
-
-    purpose: str = Field(description="decide | answer | verify | closed_book | consistency | cove | decouple | ...")
-    mode: DecisionMode | None = Field(None, description="How the reply was constrained: structured output (JSON "
-                                      "schema), native tool calls, JSON asked for in the text, or free text.")
-    model: str | None = None
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    latency_ms: float = 0.0
-    finish_reason: str | None = None
-    raw_reply: str = Field("", description=f"The reply as received (text or tool calls as JSON), first "
-                                           f"{RAW_REPLY_LIMIT} characters.")
-    reply_chars: int = Field(0, description="Length of the whole raw reply.")
-    cancelled: bool = Field(False, description="The request was cancelled (turn ended) before it finished.")
-    error: str | None = None
-
-    @classmethod
-    def clip(cls, raw: str) -> tuple[str, int]:
-        return raw[:RAW_REPLY_LIMIT], len(raw)
 
 
 class TraceHit(BaseModel):
@@ -144,15 +128,6 @@ class FinalEvent(_Event):
 
 
 TraceEvent = Annotated[PlanEvent | ToolCallEvent | AnswerEvent | VerdictEvent | FinalEvent, Field(discriminator="node")]
-
-
-class ImageInfo(BaseModel):
-    """What the agent saw: sizes before and after preparation, and why there is no image when there is none."""
-
-    original_size: tuple[int, int] | None = None
-    size: tuple[int, int] | None = Field(None, description="Width and height the agent saw; boxes are in these pixels.")
-    transforms: list[str] = Field(default_factory=list, description="e.g. 'exif-transpose', 'resized to 960x1280'.")
-    note: str | None = Field(None, description="Why the image is absent or unusable, if it is.")
 
 
 class TokenTotals(BaseModel):

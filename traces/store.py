@@ -3,56 +3,14 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import math
-import os
 import re
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from core.files import TMP_SUFFIX, remove_stale_tmp, write_atomic, write_json_atomic  # noqa: F401 - re-exported
 from traces.schema import TurnTrace
-
-TMP_SUFFIX = ".tmp"
-
-
-def write_atomic(path: str | Path, data: str | bytes) -> Path:
-    """Write `data` to `path` atomically: a temp file in the same folder, fsync, `os.replace`. A reader sees the
-    old file or the new one, never a part; a failed write (disk full) leaves the old file as it was and no
-    temp file behind."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-    try:
-        mode = path.stat().st_mode & 0o777  # keep the permissions of the file it replaces
-    except FileNotFoundError:
-        mode = 0o644  # mkstemp makes 0600; outputs are meant to be read
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TMP_SUFFIX)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as f:
-            f.write(raw)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def write_json_atomic(path: str | Path, data: Any) -> Path:
-    return write_atomic(path, data if isinstance(data, str) else json.dumps(data, indent=2, ensure_ascii=False))
-
-
-def remove_stale_tmp(folder: str | Path) -> int:
-    """Delete temp files a killed writer left in `folder` (call it while holding the folder's lock)."""
-    n = 0
-    for p in Path(folder).glob(f".*{TMP_SUFFIX}"):
-        p.unlink(missing_ok=True)
-        n += 1
-    return n
 
 
 def _clean(value: Any, nonfinite: Any) -> Any:

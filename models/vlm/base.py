@@ -24,9 +24,9 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
-from models.calls import Cancelled, report_model_call
+from core.calls import Cancelled, report_model_call
+from core.types import DecisionMode, ModelCall
 from models.openai_client import BackendError  # noqa: F401 - re-exported for the backends
-from traces.schema import DecisionMode, ModelCall
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class ChatBackend(Protocol):
 
     `complete` uses the strongest constraint offered that it supports: `response_schema`
     (`{"name": ..., "schema": {...}}`) before `tools` before plain generation, and says which in
-    `ChatReply.mode`. It must stop (raise `Cancelled`) soon after `models.calls.current_scope()` is cancelled."""
+    `ChatReply.mode`. It must stop (raise `Cancelled`) soon after `core.calls.current_scope()` is cancelled."""
 
     name: str
     supports_native_tools: bool

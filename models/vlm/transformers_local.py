@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from models.calls import current_scope
+from core.calls import current_scope
 from models.vlm.base import (
     BackendError,
     ChatReply,

@@ -25,10 +25,10 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, Field
 
-from crag.cache import image_key
-from crag.serpapi import BASE_URL_ENV, DEFAULT_BASE_URL, KEY_ENV, SerpApiClient, SerpApiError, lens_results, web_results
-from crag.web_cache import WebCache
-from crag.webpage import MAX_PAGE_BYTES, Page, page_from_cache, read_page
+from core.hashing import image_key
+from web.serpapi import BASE_URL_ENV, DEFAULT_BASE_URL, KEY_ENV, SerpApiClient, SerpApiError, lens_results, web_results
+from web.web_cache import WebCache
+from web.webpage import MAX_PAGE_BYTES, Page, page_from_cache, read_page
 
 DEFAULT_CACHE_DIR = Path("~/.cache/glasses-rag/web")
 

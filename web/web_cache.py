@@ -5,7 +5,7 @@ url -> parsed page content. This is that cache on disk (`diskcache`, SQLite-back
 processes), under one folder:
 
 - level 1, `searches/`: (engine, normalised request parameters) -> the parsed results (urls, titles, snippets);
-- level 2, `pages/`: url (fragment dropped) -> the parsed page (clean text and chunks, see crag.webpage).
+- level 2, `pages/`: url (fragment dropped) -> the parsed page (clean text and chunks, see web.webpage).
 
 Failures are never cached: a search that raised or a page that could not be fetched is tried again next time.
 

@@ -483,7 +483,7 @@ def _near(pos: int, anchors: list[int]) -> float:
 
 
 def _anchors(sentence: str, question_words: set[str]) -> list[int]:
-    from models.nlp import stem
+    from text.nlp import stem
 
     return [m.start() for m in re.finditer(r"[A-Za-z0-9][\w-]*", sentence)
             if m.group(0).lower() in question_words or stem(m.group(0)) in question_words]
@@ -494,7 +494,7 @@ def answer_span(sentence: str, spec: AnswerSpec, question: str = "", avoid: list
 
     `avoid`: names that cannot be the answer (the entity asked about, the question's own names). Free-text kinds
     fall back to the clause that best overlaps the question."""
-    from models.nlp import clauses, content_words, normalize, stem, words
+    from text.nlp import clauses, content_words, normalize, stem, words
 
     avoid_norm = [normalize(a) for a in (avoid or []) if a]
     avoided = {w for a in avoid_norm for w in a.split()}  # the entity's own name says nothing about where the answer is

@@ -14,7 +14,7 @@ facebookresearch/CRAG-MM release calls the same method with extra keyword argume
 
 In a starter-kit checkout, point ``agents/user_config.py`` at this class, e.g.::
 
-    from crag.starter_kit import GlassesRAGAgent as UserAgent
+    from graph.starter_kit import GlassesRAGAgent as UserAgent
 
 `search_pipeline` may be the official ``UnifiedSearchPipeline`` (or any callable with its calling
 convention: ``pipe(image, k=5)`` / ``pipe(text, k=5)`` returning the official result dicts), any of
@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from crag.search import NullSearch, OfficialPipelineSearch, as_search_backend, pipeline_has_web
-from models.nlp import IDK
+from text.nlp import IDK
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Question shapes (rule-based, no model): which kind of question this is, and its parts.
 
-`classify` names the question type that picks a row of the planner's plan table (graph/planner_table.yaml):
+`classify` names the question type that picks a row of the planner's plan table (graph/planner/planner_table.yaml):
 recognition, attribute (of the pictured entity), web_fact, text_in_image, comparison, multi_hop, aggregation,
 follow_up, conversion. `parse_comparison`, `parse_bridge` and `conversion_target` take comparisons, multi-hop
 questions and unit conversions apart. Rules describe sentence shapes (a relative clause around "this", "which
@@ -14,8 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from models import nlp
-from models.answer_types import PERSON_NOUNS, unit_of
+from graph.planner.answer_types import PERSON_NOUNS, unit_of
+from text import nlp
 
 QuestionType = Literal["recognition", "attribute", "web_fact", "text_in_image", "comparison", "multi_hop",
                        "aggregation", "follow_up", "conversion"]
@@ -447,7 +447,7 @@ _AGGREGATION = re.compile(r"\bhow many\b.*\b(?:did|has|have|had)\b|\bhow many\b.
 
 
 def classify(question: str, *, has_image: bool, history_entity: bool = False) -> QuestionType:
-    """The plan-table row for a question (see graph/planner_table.yaml)."""
+    """The plan-table row for a question (see graph/planner/planner_table.yaml)."""
     q = question or ""
     refers = has_image and nlp.refers_to_image(q)
     pron = nlp.has_pronoun(q)

@@ -1,11 +1,11 @@
 """The embedded default policy: a rule-based planner (a heuristic, named as such everywhere).
 
-It needs no GPU and no VLM weights. It reads the question's type (models/questions.py), looks the type up in the
-plan table (graph/planner_table.yaml: question type -> tool capabilities in order, and the answer sources to try),
+It needs no GPU and no VLM weights. It reads the question's type (graph/planner/questions.py), looks the type up in the
+plan table (graph/planner/planner_table.yaml: question type -> tool capabilities in order, and the answer sources to try),
 and calls tools through their capability tags, never by name. The answer step enforces the answer type the
-question expects (person, place, year, number with unit, yes/no, name; models/answer_types.py), cuts the short
+question expects (person, place, year, number with unit, yes/no, name; graph/planner/answer_types.py), cuts the short
 answer span out of the evidence, answers comparisons and multi-hop questions only when every hop is supported,
-never takes an answer from retrieved text that gives instructions (models/nlp.py:is_instruction), and abstains
+never takes an answer from retrieved text that gives instructions (text/nlp.py:is_instruction), and abstains
 when the evidence is weak: a wrong answer costs more than "I don't know".
 """
 
@@ -19,10 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from graph.plan_table import PlanStep, load_plan_table
-from graph.policy import IDK, AnswerDraft, Decision, ParallelCall, PolicyView, ToolSpec
-from models import nlp
-from models.answer_types import (
+from graph.planner.answer_types import (
     YEAR,
     AnswerSpec,
     answer_span,
@@ -32,7 +29,8 @@ from models.answer_types import (
     quantities,
     unit_dimension,
 )
-from models.questions import (
+from graph.planner.plan_table import PlanStep, load_plan_table
+from graph.planner.questions import (
     Comparison,
     QuestionType,
     canonical,
@@ -42,6 +40,8 @@ from models.questions import (
     parse_bridge,
     parse_comparison,
 )
+from graph.policy import IDK, AnswerDraft, Decision, ParallelCall, PolicyView, ToolSpec
+from text import nlp
 from tools.base import Hit
 
 
@@ -63,14 +63,14 @@ class RulePlannerConfig(BaseModel):
     min_attr_sim_shared: float = Field(0.15, ge=0, le=1, description="... when the attribute name shares a word "
                                        "(or synonym) with what is asked, less the words naming the answer's type.")
     min_attr_sim_no_overlap: float = Field(0.65, ge=0, le=1, description="... when they share none (nor a "
-                                           "synonym, models/synonyms.yaml).")
+                                           "synonym, text/synonyms.yaml).")
     min_web_sim: float = Field(0.45, ge=0, le=1, description="Question vs web sentence similarity needed to "
                                "answer from the web.")
     min_free_text_coverage: float = Field(0.6, ge=0, le=1, description="Share of the question's words a web "
                                           "sentence must hold to give an answer that has no type to check.")
     max_answer_words: int = Field(40, ge=3, description="Longer free-text answers are cut (75 tokens are judged).")
     max_parts: int = Field(4, ge=1, description="A question asking more things gets only the first ones answered.")
-    plan_table: Path | None = Field(None, description="Plan table file (default: graph/planner_table.yaml).")
+    plan_table: Path | None = Field(None, description="Plan table file (default: graph/planner/planner_table.yaml).")
 
 
 # confidence of answers that do not come with a similarity score

@@ -31,7 +31,7 @@ from concurrent.futures import Future, wait
 from contextlib import contextmanager
 from typing import Any, NoReturn
 
-from traces.schema import ModelCall
+from core.types import ModelCall
 
 log = logging.getLogger(__name__)
 

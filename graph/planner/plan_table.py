@@ -1,6 +1,6 @@
 """The rule-based planner's plan table: question type -> ordered tool capabilities and answer sources.
 
-The table is data (graph/planner_table.yaml), validated here: every step names a capability tag the planner
+The table is data (graph/planner/planner_table.yaml), validated here: every step names a capability tag the planner
 understands (tools/registry.py:CAPABILITIES), every condition, query and answer source is one the planner
 implements, and every question type has a row. `load_plan_table()` reads the bundled table; a different file can
 be passed (RulePlannerConfig.plan_table).
@@ -15,7 +15,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from models.questions import QUESTION_TYPES
+from graph.planner.questions import QUESTION_TYPES
 from tools.registry import CAPABILITIES
 
 DEFAULT_TABLE = Path(__file__).with_name("planner_table.yaml")
@@ -76,7 +76,7 @@ class PlanTable(BaseModel):
 
 @lru_cache(maxsize=8)
 def load_plan_table(path: str | Path | None = None) -> PlanTable:
-    """The plan table at `path` (default: the bundled graph/planner_table.yaml), validated."""
+    """The plan table at `path` (default: the bundled graph/planner/planner_table.yaml), validated."""
     p = Path(path) if path else DEFAULT_TABLE
     try:
         raw = yaml.safe_load(p.read_text(encoding="utf-8"))

@@ -90,7 +90,7 @@ def score_superglasses(question: str, answer: str | None, ground_truth: str, jud
 
 def open_web_line() -> str:
     """One line for the run header: where the open-web tools search and cache, and whether a key is set."""
-    from crag.open_web import OpenWebConfig
+    from web.open_web import OpenWebConfig
 
     c = OpenWebConfig.from_env()
     key = "set" if os.environ.get(c.key_env) else f"NOT SET ({c.key_env}): searches will fail as tool errors"
@@ -100,7 +100,7 @@ def open_web_line() -> str:
 
 def open_web_stats() -> dict[str, Any] | None:
     """The disk cache's hit/miss counts of this process (None when no open-web tool ran)."""
-    from crag import open_web
+    from web import open_web
 
     return open_web.current_stats()
 

@@ -20,7 +20,7 @@ narrowed to imitate servers: `response_formats` (vLLM takes json_schema and json
 server json_object only, and answers 422 otherwise), `tools` (a vLLM started without a tool-call parser answers
 400), `stream`. Sockets use TCP_NODELAY.
 
-`python -m models.vlm.fake_server --delay 0.3 --responder path/to/file.py:function` serves in its own process (for
+`python -m testing.fake_model_server --delay 0.3 --responder path/to/file.py:function` serves in its own process (for
 benchmarks: no GIL shared with the client) and prints its base URL.
 """
 
@@ -341,7 +341,7 @@ class FakeOpenAIServer:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m models.vlm.fake_server", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m testing.fake_model_server", description=__doc__.split("\n\n")[0])
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--delay", type=float, default=0.0, help="seconds every reply takes (a fake model's latency)")
     p.add_argument("--responder", default=None,

@@ -2,7 +2,7 @@
 structural test for text that gives instructions instead of facts (prompt injection).
 
 Shared by the rule-based planner, the heuristic verifier and the heuristic tools; named heuristics everywhere
-they show. Answer types, quantities and answer spans live in models/answer_types.py (re-exported here).
+they show. Answer types, quantities and answer spans live in graph/planner/answer_types.py (re-exported here).
 Rules are written for kinds of questions and sentences, never for one benchmark's wording.
 """
 
@@ -89,7 +89,7 @@ _STEM_LOCK = threading.Lock()
 _STEMMER = None
 
 class SynonymGroups(BaseModel):
-    """models/synonyms.yaml: groups of words naming one relation (lower case, two words or more each)."""
+    """text/synonyms.yaml: groups of words naming one relation (lower case, two words or more each)."""
 
     model_config = ConfigDict(extra="forbid")
     groups: list[Annotated[list[Annotated[str, StringConstraints(pattern=r"^[a-z]+$")]], Field(min_length=2)]]
@@ -116,7 +116,7 @@ def _snowball(w: str) -> str:
 @lru_cache(maxsize=65536)
 def stem(word: str) -> str:
     """The Snowball (Porter 2) stem, irregular past forms first, so 'manufactures' meets 'manufacturer' and 'won'
-    meets 'win'; words of one group of models/synonyms.yaml share a stem ('wrote' meets 'author')."""
+    meets 'win'; words of one group of text/synonyms.yaml share a stem ('wrote' meets 'author')."""
     w = word.lower()
     w = _IRREGULAR.get(w, w)
     if not _SYNONYM:
@@ -406,20 +406,9 @@ def is_instruction_attribute(key: str, value: str) -> bool:
     return bool(_META_KEYS.match(str(key))) or has_instruction(str(value))
 
 
-# ---- re-exports: answer types (models/answer_types.py) ----------------------------------------
-from models.answer_types import (  # noqa: E402  (defined there, on top of the helpers above)
-    COMPARISON,
-    AnswerSpec,
-    expected_answer,
-    expected_type,
-    matches,
-    matches_type,
-)
-
 __all__ = [
     "IDK", "is_abstention", "STOPWORDS", "words", "content_words", "normalize", "stem", "stems", "shares_stem",
     "mentions", "keywords", "sentences", "clauses", "refers_to_image", "has_pronoun", "asks_about_text",
     "split_question", "resolve_references", "pointed_phrase", "NOUN_PHRASE_STOP", "expand_contractions", "is_instruction",
-    "has_instruction", "data_sentences", "is_instruction_attribute", "AnswerSpec", "COMPARISON", "expected_answer",
-    "expected_type", "matches", "matches_type", "PERSON_PRONOUN", "DEICTIC", "PRONOUN", "TEXT_CUES",
+    "has_instruction", "data_sentences", "is_instruction_attribute", "PERSON_PRONOUN", "DEICTIC", "PRONOUN", "TEXT_CUES",
 ]

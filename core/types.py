@@ -1,0 +1,125 @@
+"""Values every layer shares: what a search returns (Hit), a detected region (Box), a tool's short result (Fact),
+the self-check's judgement (Verdict), an earlier turn (HistoryTurn), what the agent saw of the image (ImageInfo)
+and one language-model request (ModelCall). Nothing here imports another package of the project."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, field_validator
+
+RAW_REPLY_LIMIT = 4096  # characters of a model's raw reply kept per call
+DecisionMode = Literal["structured", "json_object", "native_tools", "json_text", "text"]
+
+
+def finite_score(v: Any) -> Any:
+    """Non-finite scores (NaN, inf from a junk backend or model) become 0.0: JSON has no NaN, and a
+    NaN written as null would make the trace unreadable."""
+    return 0.0 if isinstance(v, float) and not math.isfinite(v) else v
+
+
+class Box(BaseModel):
+    """A detected region, in pixels of the image the agent saw."""
+
+    x0: int
+    y0: int
+    x1: int
+    y1: int
+    label: str = ""
+    score: float = 0.0
+    method: str = ""
+
+    _finite_score = field_validator("score")(finite_score)
+
+    def area(self) -> int:
+        return max(0, self.x1 - self.x0) * max(0, self.y1 - self.y0)
+
+
+class Hit(BaseModel):
+    """One retrieved item, from the image KG or the web, in a form every tool and the trace share."""
+
+    source: Literal["image_kg", "web"]
+    score: float
+    snippet: str = ""
+    url: str | None = None
+    title: str | None = None
+    entity_name: str | None = None
+    attributes: dict[str, Any] | None = None
+    content: str | None = Field(None, description="Full page text, when the backend can provide it.")
+    query: str | None = None
+    rerank_score: float | None = None
+
+    _finite_scores = field_validator("score", "rerank_score")(finite_score)
+
+    def key(self) -> tuple:
+        return (self.source, self.url, self.entity_name, self.snippet)
+
+    def text(self) -> str:
+        """Flat text for embedding, reranking and support checks."""
+        if self.source == "image_kg":
+            attrs = "; ".join(f"{k}: {v}" for k, v in (self.attributes or {}).items())
+            return f"{self.entity_name}. {attrs}".strip()
+        return f"{self.title or ''}. {self.content or self.snippet}".strip()
+
+
+class Fact(BaseModel):
+    """A short result that is neither a search hit nor image text, e.g. a unit conversion.
+
+    Facts reach the answer step: policies may answer from them."""
+
+    text: str
+    source: str = Field(description="The tool that produced it.")
+    value: str | None = Field(None, description="The answer-ready part of the fact, when the tool knows it.")
+    about: str | None = Field(None, description="What the fact is about (an entity or a sub-question).")
+    confidence: float = Field(1.0, ge=0.0, le=1.0)
+
+
+class Verdict(BaseModel):
+    """The self-check's judgement of a draft answer."""
+
+    supported: bool
+    confidence: float
+    reason: str
+    method: str = ""
+
+    _finite_confidence = field_validator("confidence")(finite_score)
+
+
+class HistoryTurn(BaseModel):
+    """An earlier turn of the same conversation, as the agent itself answered it."""
+
+    question: str
+    answer: str
+    entity: str | None = None
+
+
+class ImageInfo(BaseModel):
+    """What the agent saw: sizes before and after preparation, and why there is no image when there is none."""
+
+    original_size: tuple[int, int] | None = None
+    size: tuple[int, int] | None = Field(None, description="Width and height the agent saw; boxes are in these pixels.")
+    transforms: list[str] = Field(default_factory=list, description="e.g. 'exif-transpose', 'resized to 960x1280'.")
+    note: str | None = Field(None, description="Why the image is absent or unusable, if it is.")
+
+
+class ModelCall(BaseModel):
+    """One request to a language model, as the backend saw it."""
+
+    purpose: str = Field(description="decide | answer | verify | closed_book | consistency | cove | decouple | ...")
+    mode: DecisionMode | None = Field(None, description="How the reply was constrained: structured output (JSON "
+                                      "schema), native tool calls, JSON asked for in the text, or free text.")
+    model: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    latency_ms: float = 0.0
+    finish_reason: str | None = None
+    raw_reply: str = Field("", description=f"The reply as received (text or tool calls as JSON), first "
+                                           f"{RAW_REPLY_LIMIT} characters.")
+    reply_chars: int = Field(0, description="Length of the whole raw reply.")
+    cancelled: bool = Field(False, description="The request was cancelled (turn ended) before it finished.")
+    error: str | None = None
+
+    @classmethod
+    def clip(cls, raw: str) -> tuple[str, int]:
+        return raw[:RAW_REPLY_LIMIT], len(raw)
