@@ -7,9 +7,10 @@ machine).
         public.serp = huge_results(1_000_000)                 # a SerpApi reply of a million results
 
 Routes: `/secret` (an internal admin page: "The admin password of Ssrfa is hunter2."), `/redirect?to=URL` (302),
-`/trickle` (an HTML page sent 1 byte per second), `/stall` (headers, then nothing), `/bomb?kb=N` (N KB of
+`/loop` (302 to itself), `/trickle` (an HTML page sent 1 byte per second), `/stall` (headers, then nothing), `/bomb?kb=N` (N KB of
 `<p>a</p>`: cheap to send, slow to parse), `/pages/<name>` (what `pages` holds), `/search.json` (what `serp`
-says: a dict sent as JSON, bytes, an iterator of byte chunks streamed, or "trickle"). Every request is recorded in
+says: a dict sent as JSON, bytes, an iterator of byte chunks streamed, "trickle" or "stall"; a callable of the
+request's parameters returning one of those). Every request is recorded in
 `requests`; a client that goes away during a slow reply is recorded in `disconnects` with the time it went.
 """
 
@@ -193,12 +194,18 @@ def _redirect(web: HostileWeb, h: BaseHTTPRequestHandler, params: dict[str, str]
     send(h, int(params.get("code", "302")), b"", "text/html", {"Location": params.get("to", "/")})
 
 
+def _loop(web: HostileWeb, h: BaseHTTPRequestHandler, params: dict[str, str]) -> None:
+    send(h, 302, b"", "text/html", {"Location": "/loop"})
+
+
 def _secret(web: HostileWeb, h: BaseHTTPRequestHandler, params: dict[str, str]) -> None:
     send(h, 200, SECRET_PAGE.encode(), "text/html; charset=utf-8")
 
 
 def _search(web: HostileWeb, h: BaseHTTPRequestHandler, params: dict[str, str]) -> None:
     reply = web.serp(params) if callable(web.serp) else web.serp
+    if reply == "stall":
+        return _stall(web, h, params)
     if reply == "trickle":
         return stream(web, h, "/search.json", "application/json", _ticks(b'{"organic_results": [', b" "), 1.0)
     if isinstance(reply, dict):
@@ -209,7 +216,7 @@ def _search(web: HostileWeb, h: BaseHTTPRequestHandler, params: dict[str, str]) 
 
 
 ROUTES: dict[str, Callable[[HostileWeb, BaseHTTPRequestHandler, dict[str, str]], None]] = {
-    "/trickle": _trickle, "/stall": _stall, "/bomb": _bomb, "/redirect": _redirect, "/secret": _secret,
+    "/trickle": _trickle, "/stall": _stall, "/bomb": _bomb, "/redirect": _redirect, "/loop": _loop, "/secret": _secret,
     "/search.json": _search,
 }
 

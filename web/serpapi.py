@@ -87,6 +87,15 @@ class SerpApiClient:
             return r.status_code, body
 
     def _send(self, params: dict[str, Any]) -> dict:
+        try:
+            return self._request(params)
+        except (SerpApiError, _Retryable) as e:  # a server may echo the key in its error text
+            key = str(params.get("api_key") or "")
+            if key and key in str(e):
+                raise type(e)(str(e).replace(key, "***")) from None
+            raise
+
+    def _request(self, params: dict[str, Any]) -> dict:
         url = f"{self.base_url}/search.json"
         try:
             status, body = self._get(url, params)

@@ -82,7 +82,7 @@ def read_page(url: str, client: httpx.Client, extractor: Extractor, config: WebC
         got = fetch(url, client, config.max_page_bytes, config.timeout_s, config.max_redirects)
     except RefusedURL as e:
         return Page(url=url, error=str(e)[:500])
-    except (httpx.HTTPError, ValueError, UnicodeError) as e:
+    except (httpx.HTTPError, httpx.InvalidURL, ValueError, UnicodeError) as e:
         return Page(url=url, error=f"{type(e).__name__}: {e}"[:500])
     body = got.body[:config.max_html_bytes]
     truncated = got.truncated or len(got.body) > len(body)
