@@ -69,7 +69,7 @@ class HostileWeb:
         port = self.server.server_address[1]
         self.base_url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
         self.port = port
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
     def url(self, path: str, **params: Any) -> str:
         return f"{self.base_url}{path}" + (f"?{urlencode(params)}" if params else "")
