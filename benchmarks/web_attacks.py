@@ -151,6 +151,35 @@ def attack_key_in_logs(public: Any, internal: Any, v6: Any) -> str:
     return f"key in log {text.count(KEY)} time(s) ({len(text.splitlines())} log lines)"
 
 
+def extraction_overhead(repeat: int = 20) -> dict[str, Any]:
+    """Text extraction of ordinary pages in this process vs in the worker process (cold start, then warm)."""
+    from web.extraction import Extractor
+    from web.page_text import page_text
+
+    sentences = [f"Sentence number {i} tells the reader something about the harbour of Ssrfa." for i in range(1500)]
+    pages = {"small_2kb": "<html><body><article>" + "".join(f"<p>{s}</p>" for s in sentences[:20]) + "</article></body></html>",
+             "article_120kb": "<html><body><article>" + "".join(f"<p>{s}</p>" for s in sentences) + "</article></body></html>"}
+    out: dict[str, Any] = {}
+    ex = Extractor(1)
+    t0 = time.perf_counter()
+    ex.run(pages["small_2kb"], None, 60)
+    out["worker_cold_start_ms"] = round(1000 * (time.perf_counter() - t0), 1)
+    for name, html in pages.items():
+        page_text(html)  # warm the in-process imports
+        t0 = time.perf_counter()
+        for _ in range(repeat):
+            page_text(html)
+        inproc = (time.perf_counter() - t0) / repeat
+        t0 = time.perf_counter()
+        for _ in range(repeat):
+            ex.run(html, None, 60)
+        worker = (time.perf_counter() - t0) / repeat
+        out[name] = {"in_process_ms": round(1000 * inproc, 2), "worker_ms": round(1000 * worker, 2),
+                     "overhead_ms": round(1000 * (worker - inproc), 2)}
+    ex.close()
+    return out
+
+
 ATTACKS = {name[len("attack_"):]: fn for name, fn in globals().items() if name.startswith("attack_")}
 
 
@@ -205,7 +234,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", nargs="*", choices=sorted(ATTACKS), help="attacks to run (default: all)")
     p.add_argument("--limit", type=float, default=LIMIT_S, help="wall-clock limit per attack (s)")
     p.add_argument("--json", type=Path, help="also write the results here")
+    p.add_argument("--overhead", action="store_true", help="only measure the extraction worker's overhead")
     args = p.parse_args(argv)
+    if args.overhead:
+        print(json.dumps(extraction_overhead(), indent=2))
+        return 0
     if args.one:
         run_one(args.one)
         return 0

@@ -48,7 +48,7 @@ def test_values_are_json_behind_a_header_that_records_the_key(tmp_path):
     with sqlite3.connect(tmp_path / DB_NAME) as db:
         rows = db.execute("SELECT level, header, value FROM entries ORDER BY level").fetchall()
     assert [r[0] for r in rows] == ["pages", "searches"]
-    for level, header, value in rows:
+    for _level, header, value in rows:
         h = json.loads(header)
         assert h["format"] == FORMAT and h["sha256"] == hashlib.sha256(value).hexdigest()
         assert isinstance(json.loads(value), dict) and value[:1] != b"\x80"  # JSON, not a pickle
@@ -147,19 +147,19 @@ def test_caps_are_configurable_and_oversized_values_are_not_stored(tmp_path, mon
     monkeypatch.setenv("GLASSES_WEB_CACHE_MAX_MB", "2")
     monkeypatch.setenv("GLASSES_WEB_CACHE_MAX_ENTRY_KB", "64")
     config = WebConfig.from_env()
-    assert config.cache_max_bytes == 2_000_000 and config.cache_max_entry_bytes == 65_536
+    assert config.cache_max_bytes == 2 * 2**20 and config.cache_max_entry_bytes == 65_536
     cache = WebCache(tmp_path, config.cache_max_bytes, config.cache_max_entry_bytes)
     big = {"results": [{"snippet": "w" * 5_000_000}]}  # the audit stored a 200 MB snippet whole
     assert cache.search("google", {"q": "big"}, lambda: big) == (big, False)
     assert cache.search("google", {"q": "big"}, lambda: {"results": []}) == ({"results": []}, False)
     assert cache.stats()["searches"]["not_stored_oversize"] == 1
-    for i in range(50):  # 50 x ~60 KB = 3 MB into a 2 MB level: the least recently used go
+    for i in range(50):  # 50 x ~60 KB = 3 MB into a 2 MiB level: the least recently used go
         cache.page(f"https://example.org/{i}", lambda i=i: {"url": str(i), "text": "p" * 60_000})
         if i >= 1:
             cache.page("https://example.org/0", lambda: 1 / 0)  # kept in use
     with sqlite3.connect(cache.path) as db:
         total = db.execute("SELECT SUM(size) FROM entries WHERE level='pages'").fetchone()[0]
-    assert total <= 2_000_000 and cache.page("https://example.org/0", lambda: 1 / 0)[1]
+    assert total <= 2 * 2**20 and cache.page("https://example.org/0", lambda: 1 / 0)[1]
     assert not cache.page("https://example.org/1", lambda: {"url": "1", "text": "again"})[1]
     with pytest.raises(ValueError, match="GLASSES_WEB_CACHE_MAX_MB"):
         WebConfig.from_env({"GLASSES_WEB_CACHE_MAX_MB": "lots"})

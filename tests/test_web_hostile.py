@@ -434,3 +434,14 @@ def test_search_results_and_notes_come_back_from_the_cache(servers, make_web, mo
     reply, cached = web.web_search("a", k=3)
     again, cached_again = web.web_search("a", k=3)
     assert again.notes and not cached and cached_again and again == reply and json.loads(again.model_dump_json())["results"][0]["url"]
+
+
+def test_the_run_header_names_the_fetch_policy(monkeypatch):
+    from traces.superglasses_eval import open_web_line
+
+    monkeypatch.delenv("GLASSES_WEB_ALLOW", raising=False)
+    assert "pages: public addresses only, 15s per request" in open_web_line()
+    monkeypatch.setenv("GLASSES_WEB_ALLOW", "127.0.0.1,10.0.0.0/8")
+    assert "public addresses only + GLASSES_WEB_ALLOW 127.0.0.1,10.0.0.0/8" in open_web_line()
+    monkeypatch.setenv("GLASSES_WEB_ALLOW", "not a host/99")
+    assert open_web_line().startswith("open-web settings invalid: GLASSES_WEB_ALLOW='not a host/99'")

@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 DEFAULT_CACHE_DIR = Path("~/.cache/glasses-rag/web")
 DEFAULT_BASE_URL = "https://serpapi.com"
 KEY_ENV = "SERPAPI_API_KEY"
-MB = 1_000_000
+MB = 2**20  # sizes from the environment are in KiB and MiB
 
 
 class WebConfig(BaseModel):
@@ -35,6 +35,8 @@ class WebConfig(BaseModel):
     extract_timeout_s: float = Field(10.0, gt=0, le=120, description="Seconds the text extraction of one page may "
                                                                      "take; its worker process is killed after.")
     extract_workers: int = Field(2, ge=1, le=16, description="Text-extraction worker processes at most.")
+    extract_memory_bytes: int = Field(2048 * MB, ge=256 * MB, description="Address-space cap of each "
+                                                                                "extraction worker process.")
     serp_max_bytes: int = Field(8 * MB, ge=1024, description="Bytes of one search reply; a larger reply is an error.")
     serp_max_items: int = Field(100, ge=1, le=1000, description="Items of a reply list that are read.")
     cache_dir: Path = DEFAULT_CACHE_DIR
@@ -99,6 +101,7 @@ ENV: dict[str, tuple[str, float | None]] = {
     "max_html_bytes": ("GLASSES_WEB_MAX_HTML_KB", 1024),
     "extract_timeout_s": ("GLASSES_WEB_EXTRACT_TIMEOUT", 1),
     "extract_workers": ("GLASSES_WEB_EXTRACT_WORKERS", 1),
+    "extract_memory_bytes": ("GLASSES_WEB_EXTRACT_MEMORY_MB", MB),
     "serp_max_bytes": ("GLASSES_SEARCH_MAX_KB", 1024),
     "cache_dir": ("GLASSES_WEB_CACHE", None),
     "cache_max_bytes": ("GLASSES_WEB_CACHE_MAX_MB", MB),

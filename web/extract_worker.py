@@ -3,7 +3,7 @@
 Reads length-prefixed JSON jobs `{"body", "url", "chunk_words", "timeout_s"}` on stdin and answers each with
 `{"title", "text", "chunks"}` or `{"error"}` on the stdout it was started with (anything a library prints goes to
 stderr instead). It ends at EOF (its parent went away). Its own limits back up the parent's, which kills it at the
-deadline: an alarm per job (`timeout_s` + 1 s) and an address-space cap (`GLASSES_EXTRACT_MEMORY_MB`, default 2048).
+deadline: an alarm per job (`timeout_s` + 1 s) and an address-space cap (MEMORY_ENV, in MB; default 2048).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import sys
 from typing import Any, BinaryIO
 
 HEADER = struct.Struct(">I")
+MEMORY_ENV = "GLASSES_WEB_EXTRACT_MEMORY_MB"
 
 
 def read_frame(stream: BinaryIO) -> bytes | None:
@@ -51,7 +52,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> int:
-    limit = int(os.environ.get("GLASSES_EXTRACT_MEMORY_MB", "2048")) * 2**20
+    limit = int(float(os.environ.get(MEMORY_ENV, "2048")) * 2**20)
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # a library's print() must not corrupt a reply

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from core.calls import CancelScope, current_scope
-from web.extract_worker import HEADER
+from web.extract_worker import HEADER, MEMORY_ENV
 
 POLL_S = 0.1
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])  # the worker imports `web` from the same checkout
@@ -49,8 +49,9 @@ class _Limit:
 
 
 class _Worker:
-    def __init__(self) -> None:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")]))}
+    def __init__(self, memory_bytes: int) -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")])),
+               MEMORY_ENV: str(memory_bytes / 2**20)}
         self.proc = subprocess.Popen([sys.executable, "-m", "web.extract_worker"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, close_fds=True)
         _LIVE.add(self)
@@ -110,8 +111,9 @@ def _kill_all() -> None:
 class Extractor:
     """At most `max_workers` extraction processes; `run` blocks in slices and honours the turn's cancel scope."""
 
-    def __init__(self, max_workers: int = 2):
+    def __init__(self, max_workers: int = 2, memory_bytes: int = 2048 * 2**20):
         self.max_workers = max_workers
+        self.memory_bytes = memory_bytes
         self._idle: list[_Worker] = []
         self._started = 0
         self._cond = threading.Condition()
@@ -131,7 +133,7 @@ class Extractor:
                     break
                 self._cond.wait(limit.slice())
         try:
-            return _Worker()
+            return _Worker(self.memory_bytes)
         except BaseException:
             self._release(None)
             raise

@@ -37,7 +37,7 @@ class OpenWeb:
                                          headers={"User-Agent": USER_AGENT})
         self.serp = SerpApiClient(c.serpapi_base_url, key_env=c.key_env, timeout_s=c.timeout_s,
                                   max_retries=c.max_retries, max_bytes=c.serp_max_bytes)
-        self.extractor = Extractor(c.extract_workers)
+        self.extractor = Extractor(c.extract_workers, c.extract_memory_bytes)
         self.cache = WebCache(c.cache_dir, c.cache_max_bytes, c.cache_max_entry_bytes)
 
     @property
