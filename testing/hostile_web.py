@@ -7,7 +7,8 @@ machine).
         public.serp = huge_results(1_000_000)                 # a SerpApi reply of a million results
 
 Routes: `/secret` (an internal admin page: "The admin password of Ssrfa is hunter2."), `/redirect?to=URL` (302),
-`/loop` (302 to itself), `/trickle` (an HTML page sent 1 byte per second), `/stall` (headers, then nothing), `/bomb?kb=N` (N KB of
+`/loop` (302 to itself), `/endless` (HTML that never ends, sent fast), `/gzip-bomb?mb=N` (N MiB of zeros
+gzip-compressed, `encoding=` to claim another Content-Encoding), `/trickle` (an HTML page sent 1 byte per second), `/stall` (headers, then nothing), `/bomb?kb=N` (N KB of
 `<p>a</p>`: cheap to send, slow to parse), `/pages/<name>` (what `pages` holds), `/search.json` (what `serp`
 says: a dict sent as JSON, bytes, an iterator of byte chunks streamed, "trickle" or "stall"; a callable of the
 request's parameters returning one of those). Every request is recorded in
@@ -19,9 +20,11 @@ from __future__ import annotations
 import json
 import select
 import socket
+import ssl
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -57,17 +60,21 @@ def client_gone(sock: socket.socket) -> bool:
 
 
 class HostileWeb:
-    def __init__(self, host: str = "127.0.0.1"):
+    def __init__(self, host: str = "127.0.0.1", ssl_context: ssl.SSLContext | None = None):
         self.host = host
         self.pages: dict[str, tuple[str, bytes]] = {}
         self.serp: Any = {"search_metadata": {"status": "Success"}, "organic_results": []}
+        self.serp_status = 200  # the status of /search.json replies sent whole
         self.requests: list[dict[str, Any]] = []
         self.disconnects: list[tuple[str, float]] = []
         self._lock = threading.Lock()
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.server = _Server((host, 0), self._handler(), family)
+        if ssl_context is not None:  # HTTPS: the handshake runs as each connection is accepted
+            self.server.socket = ssl_context.wrap_socket(self.server.socket, server_side=True)
         port = self.server.server_address[1]
-        self.base_url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        scheme = "https" if ssl_context is not None else "http"
+        self.base_url = f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
         self.port = port
         self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
@@ -190,6 +197,18 @@ def _bomb(web: HostileWeb, h: BaseHTTPRequestHandler, params: dict[str, str]) ->
     send(h, 200, bomb_html(int(params.get("kb", "2048"))), "text/html")
 
 
+def _endless(web: HostileWeb, h: BaseHTTPRequestHandler, params: dict[str, str]) -> None:
+    stream(web, h, "/endless", "text/html", _ticks(b"<html><body>", b"<p>a</p>" * 8192))
+
+
+def _gzip_bomb(web: HostileWeb, h: BaseHTTPRequestHandler, params: dict[str, str]) -> None:
+    """`mb` megabytes of zeros, gzip-compressed to about a thousandth of that."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)  # gzip, fed a MiB at a time
+    block = bytes(2**20)
+    body = b"".join(packer.compress(block) for _ in range(int(params.get("mb", "100")))) + packer.flush()
+    send(h, 200, body, params.get("ctype", "text/html"), {"Content-Encoding": params.get("encoding", "gzip")})
+
+
 def _redirect(web: HostileWeb, h: BaseHTTPRequestHandler, params: dict[str, str]) -> None:
     send(h, int(params.get("code", "302")), b"", "text/html", {"Location": params.get("to", "/")})
 
@@ -209,14 +228,14 @@ def _search(web: HostileWeb, h: BaseHTTPRequestHandler, params: dict[str, str]) 
     if reply == "trickle":
         return stream(web, h, "/search.json", "application/json", _ticks(b'{"organic_results": [', b" "), 1.0)
     if isinstance(reply, dict):
-        return send(h, 200, json.dumps(reply).encode(), "application/json")
+        return send(h, web.serp_status, json.dumps(reply).encode(), "application/json")
     if isinstance(reply, bytes):
-        return send(h, 200, reply, "application/json")
+        return send(h, web.serp_status, reply, "application/json")
     stream(web, h, "/search.json", "application/json", reply)
 
 
 ROUTES: dict[str, Callable[[HostileWeb, BaseHTTPRequestHandler, dict[str, str]], None]] = {
-    "/trickle": _trickle, "/stall": _stall, "/bomb": _bomb, "/redirect": _redirect, "/loop": _loop, "/secret": _secret,
+    "/trickle": _trickle, "/stall": _stall, "/bomb": _bomb, "/redirect": _redirect, "/loop": _loop, "/endless": _endless, "/gzip-bomb": _gzip_bomb, "/secret": _secret,
     "/search.json": _search,
 }
 

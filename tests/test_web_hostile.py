@@ -7,6 +7,8 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
+import socket
+import ssl
 import subprocess
 import sys
 import textwrap
@@ -14,6 +16,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 from support import make_agent
@@ -25,9 +28,10 @@ from testing.hostile_web import HostileWeb, huge_results, huge_snippet
 from web import open_web
 from web.config import WebConfig
 from web.fetch_policy import FetchPolicy, RefusedURL
-from web.guarded_http import tcp_connect
+from web.guarded_http import guarded_client, tcp_connect
 from web.open_web import OpenWeb
 from web.serpapi import SerpApiClient, SerpApiError, web_results
+from web.webpage import fetch
 
 ROOT = Path(__file__).resolve().parents[1]
 PUBLIC_IP = "93.184.215.14"  # stands for a public address; the fake network routes it to a loopback server
@@ -445,3 +449,119 @@ def test_the_run_header_names_the_fetch_policy(monkeypatch):
     assert "public addresses only + GLASSES_WEB_ALLOW 127.0.0.1,10.0.0.0/8" in open_web_line()
     monkeypatch.setenv("GLASSES_WEB_ALLOW", "not a host/99")
     assert open_web_line().startswith("open-web settings invalid: GLASSES_WEB_ALLOW='not a host/99'")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# HTTPS through the guarded transport
+
+
+@pytest.fixture(scope="module")
+def tls():
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("site.example").configure_cert(server)
+    client = ssl.create_default_context()
+    ca.configure_trust(client)
+    return server, client
+
+
+def test_https_keeps_the_host_name_for_sni_and_the_certificate_check(tls):
+    server_ctx, client_ctx = tls
+    with HostileWeb("127.0.0.1", ssl_context=server_ctx) as site:
+        site.pages["public"] = ("text/html", b"<p>The harbour of Ssrfa.</p>")
+        dns = FakeDNS({"site.example": [[PUBLIC_IP]], "other.example": [[PUBLIC_IP]]})
+        client = guarded_client(FetchPolicy(), timeout_s=3, resolver=dns, connector=FakeNetwork({PUBLIC_IP: "127.0.0.1"}),
+                                verify=client_ctx)
+        got = fetch(f"https://site.example:{site.port}/pages/public", client, 100_000, 3.0)
+        assert b"harbour" in got.body and site.requests[0]["host"] == f"site.example:{site.port}"
+        with pytest.raises(httpx.ConnectError, match="certificate|hostname|TLS"):
+            fetch(f"https://other.example:{site.port}/pages/public", client, 100_000, 3.0)  # cert is for site.example
+        client.close()
+
+
+def test_a_tls_handshake_that_never_comes_is_cut_at_the_deadline(tls):
+    _, client_ctx = tls
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # the kernel accepts the TCP connection; nobody ever speaks TLS
+    port = silent.getsockname()[1]
+    client = guarded_client(FetchPolicy.from_allow(["127.0.0.1"]), timeout_s=1.0, connector=loopback_only,
+                            verify=client_ctx)
+    t0 = time.monotonic()
+    with pytest.raises(httpx.TimeoutException, match="total deadline of 1s"):
+        fetch(f"https://127.0.0.1:{port}/", client, 1000, 1.0)
+    assert time.monotonic() - t0 < 1.5
+    client.close()
+    silent.close()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# what the audit found holding already, kept by tests
+
+
+def test_endless_and_inflating_pages_are_cut_at_the_download_bound(servers, make_web):
+    public, _, _ = servers
+    web = make_web(allow=["127.0.0.1"], max_page_bytes=256 * 1024)
+    tracemalloc.start()
+    try:
+        endless, _ = web.read(public.url("/endless"))
+        bomb, _ = web.read(public.url("/gzip-bomb", mb=100))  # 100 MiB of zeros in ~100 KB
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert endless.truncated and endless.error is None and endless.text.startswith("a")
+    assert bomb.truncated and bomb.error == "no main text found"
+    assert peak < 8 * 2**20, f"peak {peak / 2**20:.1f} MiB"  # httpx's own decoder inflates 64 KB reads whole
+    other = web.read(public.url("/gzip-bomb", mb=1, encoding="br"))[0]
+    assert "DecodingError: unsupported content encoding 'br'" in other.error
+
+
+def test_other_schemes_and_non_pages_are_refused(servers, make_web):
+    public, _, _ = servers
+    public.pages["bin"] = ("application/octet-stream", b"\x7fELF" + bytes(1000))
+    web = make_web(allow=["127.0.0.1"])
+    for url in ("file:///etc/passwd", "gopher://127.0.0.1:70/_GET", "ftp://example.org/x", "javascript:alert(1)",
+                "data:text/html,<p>hi</p>"):
+        assert "not an http(s) url" in web.read(url)[0].error
+    assert web.read(public.url("/pages/bin"))[0].error == "ValueError: not a web page (application/octet-stream)"
+
+
+@pytest.mark.parametrize("reply,expect", [(("status", 429), "gave up after 2 attempts"),
+                                          (("raw", b"<html>rate limited</html>"), "non-JSON"),
+                                          (("raw", b"[1, 2]"), "not an object")])
+def test_search_api_rate_limits_and_junk_are_clear_errors(servers, reply, expect):
+    public, _, _ = servers
+    kind, value = reply
+    public.serp = value if kind == "raw" else (lambda p: {"error": "Too many requests"})
+    if kind == "status":
+        public.serp_status = value
+    client = SerpApiClient(public.base_url, api_key=KEY, max_retries=1, retry_wait_s=0.01)
+    with pytest.raises(SerpApiError, match=expect):
+        client.google("x")
+    client.close()
+
+
+TWO_WRITERS = textwrap.dedent("""
+    import sys
+    from web.web_cache import WebCache
+    cache = WebCache(sys.argv[1])
+    me = sys.argv[2]
+    for i in range(150):
+        cache.page(f"https://example.org/{me}/{i}", lambda: {"url": me, "text": "x" * 500})
+        cache.page(f"https://example.org/shared/{i % 10}", lambda: {"url": "shared", "text": me})
+    print(cache.stats()["pages"]["entries"])
+""")
+
+
+def test_two_processes_share_one_cache(tmp_path):
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT)}
+    procs = [subprocess.Popen([sys.executable, "-c", TWO_WRITERS, str(tmp_path), name], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env) for name in ("a", "b")]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1][-1000:] for o in outs]
+    from web.web_cache import WebCache
+
+    cache = WebCache(tmp_path)
+    assert cache.stats()["pages"]["entries"] == 310
+    assert not list(tmp_path.glob("*.damaged-*"))

@@ -27,6 +27,7 @@ import select
 import socket
 import ssl
 import time
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -233,18 +234,47 @@ class GuardedTransport(httpx.HTTPTransport):
 
 
 def guarded_client(policy: FetchPolicy | None, *, timeout_s: float, resolver: Resolver = system_resolver,
-                   connector: Connector = tcp_connect, headers: dict[str, str] | None = None) -> httpx.Client:
+                   connector: Connector = tcp_connect, headers: dict[str, str] | None = None,
+                   verify: bool | ssl.SSLContext = True) -> httpx.Client:
     """An httpx.Client over a GuardedTransport; redirects are not followed (callers follow them hop by hop)."""
-    transport = GuardedTransport(GuardedBackend(policy, resolver, connector))
-    return httpx.Client(transport=transport, trust_env=False, follow_redirects=False,
-                        timeout=httpx.Timeout(timeout_s), headers=headers)
+    transport = GuardedTransport(GuardedBackend(policy, resolver, connector), verify=verify)
+    return httpx.Client(transport=transport, trust_env=False, follow_redirects=False, timeout=httpx.Timeout(timeout_s),
+                        headers={"Accept-Encoding": ACCEPT_ENCODING, **(headers or {})})
+
+
+ACCEPT_ENCODING = "gzip, deflate"  # the encodings `read_body` decodes with a bound on its output
+
+
+def _decoder(response: httpx.Response) -> Any:
+    enc = response.headers.get("content-encoding", "").strip().lower()
+    if enc in ("", "identity"):
+        return None
+    if enc in ("gzip", "x-gzip"):
+        return zlib.decompressobj(16 + zlib.MAX_WBITS)
+    if enc == "deflate":
+        return zlib.decompressobj()
+    raise httpx.DecodingError(f"unsupported content encoding {enc[:50]!r}")
 
 
 def read_body(response: httpx.Response, max_bytes: int) -> tuple[bytes, bool]:
-    """(at most `max_bytes` of the decoded body, whether more was left unread)."""
+    """(at most `max_bytes` of the decoded body, whether more was left unread). The body is decompressed here
+    with a bound on each step's output, so a gzip bomb costs at most `max_bytes` of memory (httpx's own decoder
+    would inflate a whole 64 KB read at once)."""
+    decoder = _decoder(response)
     buf = bytearray()
-    for part in response.iter_bytes():
-        buf += part
-        if len(buf) > max_bytes:
-            return bytes(buf[:max_bytes]), True
+    try:
+        for raw in response.iter_raw():
+            while raw:
+                if decoder is None:
+                    part, raw = raw, b""
+                else:
+                    part = decoder.decompress(raw, max_bytes + 1 - len(buf))
+                    raw = decoder.unconsumed_tail
+                buf += part
+                if len(buf) > max_bytes:
+                    return bytes(buf[:max_bytes]), True
+                if decoder is not None and not part:
+                    break
+    except zlib.error as e:
+        raise httpx.DecodingError(f"damaged {response.headers.get('content-encoding')} body: {e}") from e
     return bytes(buf), False

@@ -12,6 +12,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
+CONTROL = dict.fromkeys(c for c in range(32) if chr(c) not in "\t\n\r")  # C0 controls (NUL, ...) are never text
 MAX_TEXT_CHARS = 200_000  # text kept per page: a huge page is cut before sentence splitting
 CHUNK_WORDS = 120
 
@@ -80,6 +81,7 @@ def extract(html: str, url: str | None = None) -> tuple[str, str]:
 
 def page_text(body: str, url: str | None = None, chunk_words: int = CHUNK_WORDS) -> dict[str, Any]:
     """{title, text, chunks} of a reply body: HTML through trafilatura, anything else as plain text lines."""
+    body = body.translate(CONTROL)
     if body.lstrip()[:1] == "<":
         title, text = extract(body, url)
     else:

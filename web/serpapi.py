@@ -103,6 +103,8 @@ class SerpApiClient:
             raise _Retryable(f"timed out waiting for {url}: {e}") from e
         except httpx.TransportError as e:
             raise _Retryable(f"cannot reach {url}: {type(e).__name__}: {e}") from e
+        except httpx.HTTPError as e:  # e.g. a body that cannot be decoded
+            raise SerpApiError(f"unusable reply from {url}: {type(e).__name__}: {e}") from e
         text = body[:300].decode("utf-8", errors="replace")
         if status >= 500 or status == 429:
             raise _Retryable(f"search API error {status} from {url}: {redact(text)}")
