@@ -416,14 +416,13 @@ def test_a_malformed_item_is_skipped_with_a_note_naming_it(servers, monkeypatch,
     assert [n.split(" skipped")[0] for n in got.notes[2:]] == [f"organic_results[{i}]" for i in (2, 3, 4, 5)]
     from sg_support import FixtureWeb, use_fixture_web
 
-    from tools import REGISTRY, load_builtin_tools
+    from tools import default_registry
     from tools.base import ToolContext
 
-    load_builtin_tools()
     with FixtureWeb() as fixture:
         fixture.web["bad item"] = data
         use_fixture_web(monkeypatch, fixture, tmp_path / "cache")
-        out = REGISTRY.get("google_search").fn(ToolContext(task=2, question="q"), query="bad item")
+        out = default_registry().get("google_search").fn(ToolContext(task=2, question="q"), query="bad item")
         open_web.reset_open_web()
     assert [h.url for h in out.update["evidence"]] == ["https://example.org/good"]
     assert "organic_results[0] skipped: position" in out.summary
