@@ -565,6 +565,25 @@ JS = """
 """
 
 
+def _run_images(run: dict[str, Any], traces: list[TurnTrace], sessions: list[str], images: dict[str, Any] | None,
+                data: str | None, problems: list[str]) -> dict[str, Any]:
+    """session_id -> image: those given, then the rest from `data` or run.json's "data" (read as the run's
+    benchmark: CRAG-MM or SuperGlasses)."""
+    imgs: dict[str, Any] = dict(images or {})
+    need = [s for s in sessions if imgs.get(s) is None and any(t.has_image for t in traces if t.session_id == s)]
+    # images given and no data: the caller chose the images; otherwise read `data` or run.json's "data"
+    source = data if data is not None else (run.get("data") if images is None else None)
+    if need and source:
+        benchmark = run.get("benchmark") if isinstance(run.get("benchmark"), str) else None
+        loaded, note = load_images(str(source), need, _split_from_argv(run.get("argv")), benchmark)
+        imgs.update({k: v for k, v in loaded.items() if imgs.get(k) is None})
+        if note:
+            problems.append(note)
+    elif need and images is None:
+        problems.append("no dataset given (run.json has no 'data'; pass --data): images are shown as placeholders")
+    return imgs
+
+
 def build_html(run_dir: Path, images: dict[str, Any] | None = None, data: str | None = None) -> str:
     """The whole page as a string (see `render_run`)."""
     run_dir = Path(run_dir)
@@ -595,18 +614,7 @@ def build_html(run_dir: Path, images: dict[str, Any] | None = None, data: str | 
     for t in traces:
         if t.session_id not in sessions:
             sessions.append(t.session_id)
-    imgs: dict[str, Any] = dict(images or {})
-    need = [s for s in sessions if imgs.get(s) is None and any(t.has_image for t in traces if t.session_id == s)]
-    # images given and no data: the caller chose the images; otherwise read `data` or run.json's "data"
-    source = data if data is not None else (run.get("data") if images is None else None)
-    if need and source:
-        benchmark = run.get("benchmark") if isinstance(run.get("benchmark"), str) else None
-        loaded, note = load_images(str(source), need, _split_from_argv(run.get("argv")), benchmark)
-        imgs.update({k: v for k, v in loaded.items() if imgs.get(k) is None})
-        if note:
-            problems.append(note)
-    elif need and images is None:
-        problems.append("no dataset given (run.json has no 'data'; pass --data): images are shown as placeholders")
+    imgs = _run_images(run, traces, sessions, images, data, problems)
 
     style_imgs, conv_html = [], []
     counts: dict[str, int] = {}
