@@ -233,21 +233,29 @@ def build_cragmm_index(
     Returns ``{"image_index": path, "web_index": path | absent}``.
     """
     import torch
-    from cragmm_search.image_search_mock_api.image_search import extract_features as image_features
-    from cragmm_search.web_search_mock_api.api.web_search import extract_features as text_features
-    from transformers import AutoModel, AutoTokenizer, CLIPModel, CLIPProcessor
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     device = torch.device("cpu")
-    paths: dict[str, Path] = {}
+    paths = {"image_index": _write_image_index(out / "image_index", image_items, clip_path, device)}
+    web_items = list(web_items or [])
+    if web_items:
+        if text_model_path is None:
+            raise ValueError("web_items given without text_model_path")
+        paths["web_index"] = _write_web_index(out / "web_index", web_items, text_model_path, device, batch_size)
+    return paths
+
+
+def _write_image_index(folder: Path, items: Iterable[dict[str, Any]], clip_path: str | Path, device: Any) -> Path:
+    """The image collection: one CLIP image embedding per item, with its URL, entity names and their info."""
+    from cragmm_search.image_search_mock_api.image_search import extract_features as image_features
+    from transformers import CLIPModel, CLIPProcessor
 
     clip = CLIPModel.from_pretrained(str(clip_path)).to(device).eval()
     processor = CLIPProcessor.from_pretrained(str(clip_path))
-    img_dir = out / "image_index"
-    col = _fresh_collection(img_dir, IMAGE_COLLECTION)
+    col = _fresh_collection(folder, IMAGE_COLLECTION)
     embs, metas = [], []
-    for item in image_items:
+    for item in items:
         emb = image_features(clip, processor, _load_image(item["image"]), device=device)[0]
         names, info = _entities_and_info(item)
         embs.append(emb.astype("float32").tolist())
@@ -259,31 +267,32 @@ def build_cragmm_index(
             }
         )
     _add_batched(col, [str(j) for j in range(len(embs))], embs, metas)
-    paths["image_index"] = img_dir
+    return folder
 
-    web_items = list(web_items or [])
-    if web_items:
-        if text_model_path is None:
-            raise ValueError("web_items given without text_model_path")
-        model = AutoModel.from_pretrained(str(text_model_path)).to(device).eval()
-        tok = AutoTokenizer.from_pretrained(str(text_model_path))
-        web_dir = out / "web_index"
-        wcol = _fresh_collection(web_dir, WEB_COLLECTION)
-        seen: set[str] = set()
-        ids, wembs, wmetas = [], [], []
-        for item in web_items:
-            url = item["page_url"]
-            if url in seen:
-                continue
-            seen.add(url)
-            fields = _web_fields(item)
-            meta = {"page_name": item.get("page_name", ""), "page_snippet": item.get("page_snippet", ""), "page_url": url}
-            for start in range(0, len(fields), batch_size):
-                feats = text_features(model, tok, fields[start : start + batch_size], device=device)
-                for j, f in enumerate(feats):
-                    ids.append(f"{url}_chunk_{start + j}")
-                    wembs.append(f.astype("float32").tolist())
-                    wmetas.append(meta)
-        _add_batched(wcol, ids, wembs, wmetas)
-        paths["web_index"] = web_dir
-    return paths
+
+def _write_web_index(folder: Path, items: list[dict[str, Any]], text_model_path: str | Path, device: Any,
+                     batch_size: int) -> Path:
+    """The web collection: each page (the first of a URL) as chunks (`_web_fields`), one text embedding each."""
+    from cragmm_search.web_search_mock_api.api.web_search import extract_features as text_features
+    from transformers import AutoModel, AutoTokenizer
+
+    model = AutoModel.from_pretrained(str(text_model_path)).to(device).eval()
+    tok = AutoTokenizer.from_pretrained(str(text_model_path))
+    col = _fresh_collection(folder, WEB_COLLECTION)
+    seen: set[str] = set()
+    ids, embs, metas = [], [], []
+    for item in items:
+        url = item["page_url"]
+        if url in seen:
+            continue
+        seen.add(url)
+        fields = _web_fields(item)
+        meta = {"page_name": item.get("page_name", ""), "page_snippet": item.get("page_snippet", ""), "page_url": url}
+        for start in range(0, len(fields), batch_size):
+            feats = text_features(model, tok, fields[start : start + batch_size], device=device)
+            for j, f in enumerate(feats):
+                ids.append(f"{url}_chunk_{start + j}")
+                embs.append(f.astype("float32").tolist())
+                metas.append(meta)
+    _add_batched(col, ids, embs, metas)
+    return folder

@@ -267,12 +267,14 @@ def row_to_conversation(row: dict[str, Any], n: int, report: SuperGlassesLoadRep
     return Conversation(session_id=sid, turns=[turn], answers=answers, egocentric=True)
 
 
+# (row number, the row without its image, where its own `image` cell is: (file, row group, offset) or None)
+_QueryRow = tuple[int, dict[str, Any], tuple[Path, int, int] | None]
+
+
 def load_superglasses(path_or_name: str | Path, limit: int | None = None, use_image_no: UseImageNo = "image",
                       report: SuperGlassesLoadReport | None = None) -> ConversationIterator:
     """Iterate SuperGlasses rows as Conversations (see the module docstring). Files are located and the queries
     read eagerly, so a missing dataset raises FileNotFoundError here; images are read while iterating."""
-    import pyarrow.parquet as pq
-
     report = report if report is not None else SuperGlassesLoadReport()
     root = _root(path_or_name)
     report.source = str(path_or_name)
@@ -280,9 +282,16 @@ def load_superglasses(path_or_name: str | Path, limit: int | None = None, use_im
     qfiles, ifiles = classify_files(root)
     report.queries_files = [str(f) for f in qfiles]
     report.images_files = [str(f) for f in ifiles]
-    base = root if root.is_dir() else root.parent
+    rows = _read_queries(qfiles, limit, report)
+    images = _Images(_locations(ifiles, "image_id"), root if root.is_dir() else root.parent)
+    return ConversationIterator(_conversations(rows, images, use_image_no, report), report, rows=len(rows))
 
-    rows: list[tuple[int, dict[str, Any], tuple[Path, int, int] | None]] = []  # (n, row without image, own image)
+
+def _read_queries(qfiles: list[Path], limit: int | None, report: SuperGlassesLoadReport) -> list[_QueryRow]:
+    """The first `limit` queries rows, in dataset order, without their images; every file's columns reported."""
+    import pyarrow.parquet as pq
+
+    rows: list[_QueryRow] = []
     for f in qfiles:
         pf = pq.ParquetFile(f)
         names = pf.schema_arrow.names
@@ -296,54 +305,77 @@ def load_superglasses(path_or_name: str | Path, limit: int | None = None, use_im
                 if limit is not None and len(rows) >= limit:
                     break
                 rows.append((len(rows), r, (f, g, i) if "image" in names else None))
-    images = _locations(ifiles, "image_id")
+    return rows
 
-    def where(item: tuple[int, dict[str, Any], Any]) -> tuple:
-        loc = images.get(_int_or_none(item[1].get("image_id")))
+
+class _Images:
+    """Where the rows' pictures are read: the images config (joined on image_id), else the row's own cell."""
+
+    def __init__(self, locations: dict[Any, tuple[Path, int, int]], base: Path):
+        self.locations = locations
+        self.base = base
+        self.joined, self.own = _RowGroups("image"), _RowGroups("image")
+
+    def location(self, row: dict[str, Any]) -> tuple[Path, int, int] | None:
+        return self.locations.get(_int_or_none(row.get("image_id")))
+
+    def reading_order(self, item: _QueryRow) -> tuple:
+        """Rows without a joined image first (they read no image file), then by where the image lies."""
+        loc = self.location(item[1])
         if loc is None:
-            return (0, "", 0, 0, item[0])  # no joined image: first (they read no image file)
+            return (0, "", 0, 0, item[0])
         return (1, str(loc[0]), loc[1], loc[2], item[0])
 
-    def gen() -> Iterator[Conversation]:
-        image_groups, own_groups = _RowGroups("image"), _RowGroups("image")
-        for n, row, own in sorted(rows, key=where):
-            try:
-                conv = row_to_conversation(row, n, report)
-            except Exception as e:  # noqa: BLE001 - one bad row never stops the run
-                report.skip(f"row {n}", f"{type(e).__name__}: {e}")
-                continue
-            labels = conv.turns[0].labels
-            yes = use_image_yes(labels)
-            if not yes:
-                report.use_image_no += 1
-                if use_image_no == "skip":
-                    report.skip(f"row {n} ({conv.session_id})", "use_image is 'No' and use_image_no='skip'")
-                    continue
-            cell = None
-            loc = images.get(_int_or_none(row.get("image_id")))
-            try:
-                if loc is not None:
-                    cell = _image_cell(image_groups.get(*loc), base)
-                    report.images_joined += cell is not None
-                if cell is None and own is not None:
-                    cell = _image_cell(own_groups.get(*own), base)
-            except Exception as e:  # noqa: BLE001 - an unreadable shard: the row runs without its image
-                conv.image_error = f"image unreadable: {type(e).__name__}: {e}"[:300]
-            if not yes and use_image_no == "no-image":
-                cell = None
-                conv.image_error = "use_image is 'No': run without the image (use_image_no='no-image')"
-            elif cell is None and conv.image_error is None:
-                conv.image_error = f"no image for image_id {row.get('image_id')!r} in the images config"
-            if cell is None:
-                report.image_errors += 1
-                report.messages.append(f"row {n} ({conv.session_id}): {conv.image_error}")
-            else:
-                cell, lenient = _lenient_if_truncated(cell)
-                if lenient:
-                    report.truncated_images += 1
-                    report.messages.append(f"row {n} ({conv.session_id}): truncated JPEG decoded leniently")
-            conv.image = cell
-            report.loaded += 1
-            yield conv
+    def cell(self, row: dict[str, Any], own: tuple[Path, int, int] | None, report: SuperGlassesLoadReport) -> Any:
+        """The row's picture (see `_image_cell`), or None; raises when a shard cannot be read."""
+        cell = None
+        loc = self.location(row)
+        if loc is not None:
+            cell = _image_cell(self.joined.get(*loc), self.base)
+            report.images_joined += cell is not None
+        if cell is None and own is not None:
+            cell = _image_cell(self.own.get(*own), self.base)
+        return cell
 
-    return ConversationIterator(gen(), report, rows=len(rows))
+
+def _conversations(rows: list[_QueryRow], images: _Images, use_image_no: UseImageNo,
+                   report: SuperGlassesLoadReport) -> Iterator[Conversation]:
+    for n, row, own in sorted(rows, key=images.reading_order):
+        try:
+            conv = row_to_conversation(row, n, report)
+        except Exception as e:  # noqa: BLE001 - one bad row never stops the run
+            report.skip(f"row {n}", f"{type(e).__name__}: {e}")
+            continue
+        use_image = use_image_yes(conv.turns[0].labels)
+        if not use_image:
+            report.use_image_no += 1
+            if use_image_no == "skip":
+                report.skip(f"row {n} ({conv.session_id})", "use_image is 'No' and use_image_no='skip'")
+                continue
+        try:
+            cell = images.cell(row, own, report)
+        except Exception as e:  # noqa: BLE001 - an unreadable shard: the row runs without its image
+            cell = None
+            conv.image_error = f"image unreadable: {type(e).__name__}: {e}"[:300]
+        _attach_image(conv, n, row, cell, not use_image and use_image_no == "no-image", report)
+        report.loaded += 1
+        yield conv
+
+
+def _attach_image(conv: Conversation, n: int, row: dict[str, Any], cell: Any, without_image: bool,
+                  report: SuperGlassesLoadReport) -> None:
+    """Gives the conversation its picture (a truncated JPEG decoded leniently), or says why it has none."""
+    if without_image:
+        cell = None
+        conv.image_error = "use_image is 'No': run without the image (use_image_no='no-image')"
+    elif cell is None and conv.image_error is None:
+        conv.image_error = f"no image for image_id {row.get('image_id')!r} in the images config"
+    if cell is None:
+        report.image_errors += 1
+        report.messages.append(f"row {n} ({conv.session_id}): {conv.image_error}")
+    else:
+        cell, lenient = _lenient_if_truncated(cell)
+        if lenient:
+            report.truncated_images += 1
+            report.messages.append(f"row {n} ({conv.session_id}): truncated JPEG decoded leniently")
+    conv.image = cell

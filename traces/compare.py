@@ -218,6 +218,26 @@ def _similarity(emb: Any):
     return cosine
 
 
+class _SubQuestionMatcher:
+    """Matches sub-questions by MiniLM cosine; when the embedder fails at run time, by token F1 from then on."""
+
+    def __init__(self, embedder: Any):
+        self.embedder = _load_embedder(embedder)
+        self.sim = _similarity(self.embedder)
+
+    @property
+    def method(self) -> Literal["minilm", "token_f1"]:
+        return "minilm" if self.embedder is not None else "token_f1"
+
+    def match(self, pred: list[str], ref: list[str]) -> list[tuple[str, str, float]]:
+        try:
+            return match_sub_questions(pred, ref, self.sim)
+        except Exception:  # noqa: BLE001 - an embedder failing at run time: token F1 from here on
+            self.embedder = None
+            self.sim = _similarity(None)
+            return match_sub_questions(pred, ref, self.sim)
+
+
 def compare(predicted: list[SGLog], reference: list[SGLog], *, embedder: Any = "auto", sim_threshold: float = 0.5,
             iou_threshold: float = 0.5, tool_vocabulary: set[str] | None = None) -> CompareReport:
     """Compare our logs with annotated ones. `embedder`: "auto" (MiniLM, token F1 when it cannot load), None
@@ -225,70 +245,14 @@ def compare(predicted: list[SGLog], reference: list[SGLog], *, embedder: Any = "
     compared (default: SuperGlasses' Image Search and Text Search)."""
     dups: list[str] = []
     pred, ref = _index(predicted, dups), _index(reference, dups)
-    ids = [i for i in ref if i in pred]
     vocab = set(SEARCH_TOOLS) if tool_vocabulary is None else {sg_tool_name(t) for t in tool_vocabulary}
-    emb = _load_embedder(embedder)
-    sim = _similarity(emb)
-    method: Literal["minilm", "token_f1"] = "minilm" if emb is not None else "token_f1"
-
-    turns: list[TurnComparison] = []
-    for i in ids:
-        p, r = pred[i], ref[i]
-        sp, sr = p.search_tools(vocab), r.search_tools(vocab)
-        agree = jac = None
-        if vocab:
-            agree = sp == sr
-            jac = len(sp & sr) / len(sp | sr) if sp | sr else 1.0
-        qp, qr = [h.sub_question for h in p.hops], [h.sub_question for h in r.hops]
-        try:
-            pairs = match_sub_questions(qp, qr, sim)
-        except Exception:  # noqa: BLE001 - an embedder failing at run time: token F1 from here on
-            emb, method = None, "token_f1"
-            sim = _similarity(None)
-            pairs = match_sub_questions(qp, qr, sim)
-        subq = _mean([s for _, _, s in pairs])
-        obj_err, overlap = object_error(p.detected_object, r.detected_object, iou_threshold)
-        errs: list[str] = []
-        if p.accuracy is False:
-            if p.need_retrieval is not None and r.need_retrieval is not None and p.need_retrieval != r.need_retrieval:
-                errs.append("retrieval_demand")
-            if p.need_retrieval and r.need_retrieval and vocab and sp != sr:
-                errs.append("tool_invocation")
-            if len(r.hops) >= 2 and (len(p.hops) != len(r.hops) or (subq is not None and subq < sim_threshold)):
-                errs.append("query_decoupling")
-            if obj_err:
-                errs.append("object_detection")
-        labels = None
-        if p.detected_object is not None or r.detected_object is not None:
-            labels = (p.detected_object.label if p.detected_object else "",
-                      r.detected_object.label if r.detected_object else "")
-        turns.append(TurnComparison(
-            id=i, accuracy=p.accuracy, tools_pred=sorted(sp), tools_ref=sorted(sr),
-            seeking_pred=information_seeking(sp), seeking_ref=information_seeking(sr), tool_agree=agree,
-            tool_jaccard=None if jac is None else round(jac, 6), need_pred=p.need_retrieval, need_ref=r.need_retrieval,
-            hops_pred=len(p.hops), hops_ref=len(r.hops), subq_similarity=subq, subq_pairs=pairs, object_iou=overlap,
-            object_labels=labels, errors=errs))
-
+    matcher = _SubQuestionMatcher(embedder)
+    thresholds = {"sim_threshold": sim_threshold, "iou_threshold": iou_threshold}
+    turns = [_compare_turn(pred[i], ref[i], vocab, matcher, thresholds) for i in ref if i in pred]
     wrong = [t for t in turns if t.accuracy is False]
-    base = {
-        "retrieval_demand": sum(t.need_pred is not None and t.need_ref is not None for t in wrong),
-        "tool_invocation": sum(bool(t.need_pred and t.need_ref) for t in wrong) if vocab else 0,
-        "query_decoupling": sum(t.hops_ref >= 2 for t in wrong),
-        "object_detection": sum(_has_object(ref[t.id]) for t in wrong),
-    }
-    counts = {e: sum(e in t.errors for t in wrong) for e in ERROR_TYPES}
     decided = [t for t in turns if t.need_pred is not None and t.need_ref is not None]
-    conf = {"tp": sum(bool(t.need_pred and t.need_ref) for t in decided),
-            "fp": sum(bool(t.need_pred and not t.need_ref) for t in decided),
-            "fn": sum(bool(not t.need_pred and t.need_ref) for t in decided),
-            "tn": sum(bool(not t.need_pred and not t.need_ref) for t in decided)}
-    seeking: dict[str, dict[str, int]] = {}
-    if vocab:
-        for t in turns:
-            row = seeking.setdefault(t.seeking_ref, {})
-            row[t.seeking_pred] = row.get(t.seeking_pred, 0) + 1
-    hopped = [t for t in turns if t.hops_pred and t.hops_ref]
-    diffs = [t.hops_pred - t.hops_ref for t in hopped]
+    hop_diffs = [t.hops_pred - t.hops_ref for t in turns if t.hops_pred and t.hops_ref]
+    counts = {e: sum(e in t.errors for t in wrong) for e in ERROR_TYPES}
     return CompareReport(
         n_predicted=len(pred), n_reference=len(ref), n_matched=len(turns),
         n_judged=sum(t.accuracy is not None for t in turns), n_wrong=len(wrong),
@@ -296,16 +260,84 @@ def compare(predicted: list[SGLog], reference: list[SGLog], *, embedder: Any = "
         duplicates=dups, tool_vocabulary=sorted(vocab),
         tool_choice_agreement=_mean([float(t.tool_agree) for t in turns if t.tool_agree is not None]),
         tool_jaccard=_mean([t.tool_jaccard for t in turns if t.tool_jaccard is not None]),
-        seeking_confusion=seeking,
-        retrieval_agreement=_mean([float(t.need_pred == t.need_ref) for t in decided]), retrieval_confusion=conf,
-        hop_mae=_mean([float(abs(d)) for d in diffs]), hop_bias=_mean([float(d) for d in diffs]),
-        hop_exact=_mean([float(d == 0) for d in diffs]), hop_turns=len(hopped),
+        seeking_confusion=_seeking_confusion(turns) if vocab else {},
+        retrieval_agreement=_mean([float(t.need_pred == t.need_ref) for t in decided]),
+        retrieval_confusion=_retrieval_confusion(decided),
+        hop_mae=_mean([float(abs(d)) for d in hop_diffs]), hop_bias=_mean([float(d) for d in hop_diffs]),
+        hop_exact=_mean([float(d == 0) for d in hop_diffs]), hop_turns=len(hop_diffs),
         subq_similarity=_mean([t.subq_similarity for t in turns if t.subq_similarity is not None]),
-        subq_turns=sum(t.subq_similarity is not None for t in turns), similarity_method=method,
-        error_counts=counts, error_base=base,
+        subq_turns=sum(t.subq_similarity is not None for t in turns), similarity_method=matcher.method,
+        error_counts=counts, error_base=_error_base(wrong, ref, vocab),
         error_share_of_wrong={e: (c / len(wrong) if wrong else None) for e, c in counts.items()},
-        wrong_with_error=sum(bool(t.errors) for t in wrong),
-        thresholds={"sim_threshold": sim_threshold, "iou_threshold": iou_threshold}, turns=turns)
+        wrong_with_error=sum(bool(t.errors) for t in wrong), thresholds=thresholds, turns=turns)
+
+
+def _compare_turn(p: SGLog, r: SGLog, vocab: set[str], matcher: _SubQuestionMatcher,
+                  thresholds: dict[str, float]) -> TurnComparison:
+    """One question: ours (`p`) against the annotation (`r`)."""
+    sp, sr = p.search_tools(vocab), r.search_tools(vocab)
+    agree = jac = None
+    if vocab:
+        agree = sp == sr
+        jac = len(sp & sr) / len(sp | sr) if sp | sr else 1.0
+    pairs = matcher.match([h.sub_question for h in p.hops], [h.sub_question for h in r.hops])
+    subq = _mean([s for _, _, s in pairs])
+    obj_err, overlap = object_error(p.detected_object, r.detected_object, thresholds["iou_threshold"])
+    errs: list[str] = []
+    if p.accuracy is False:
+        errs = _error_types(p, r, bool(vocab) and sp != sr, subq, obj_err, thresholds["sim_threshold"])
+    labels = None
+    if p.detected_object is not None or r.detected_object is not None:
+        labels = (p.detected_object.label if p.detected_object else "",
+                  r.detected_object.label if r.detected_object else "")
+    return TurnComparison(
+        id=p.id, accuracy=p.accuracy, tools_pred=sorted(sp), tools_ref=sorted(sr),
+        seeking_pred=information_seeking(sp), seeking_ref=information_seeking(sr), tool_agree=agree,
+        tool_jaccard=None if jac is None else round(jac, 6), need_pred=p.need_retrieval, need_ref=r.need_retrieval,
+        hops_pred=len(p.hops), hops_ref=len(r.hops), subq_similarity=subq, subq_pairs=pairs, object_iou=overlap,
+        object_labels=labels, errors=errs)
+
+
+def _error_types(p: SGLog, r: SGLog, tools_differ: bool, subq: float | None, obj_err: bool,
+                 sim_threshold: float) -> list[str]:
+    """The error types of a wrong answer (see the module docstring)."""
+    errs: list[str] = []
+    if p.need_retrieval is not None and r.need_retrieval is not None and p.need_retrieval != r.need_retrieval:
+        errs.append("retrieval_demand")
+    if p.need_retrieval and r.need_retrieval and tools_differ:
+        errs.append("tool_invocation")
+    if len(r.hops) >= 2 and (len(p.hops) != len(r.hops) or (subq is not None and subq < sim_threshold)):
+        errs.append("query_decoupling")
+    if obj_err:
+        errs.append("object_detection")
+    return errs
+
+
+def _error_base(wrong: list[TurnComparison], ref: dict[str, SGLog], vocab: set[str]) -> dict[str, int]:
+    """Per error type, the wrong answers for which its rule can apply."""
+    return {
+        "retrieval_demand": sum(t.need_pred is not None and t.need_ref is not None for t in wrong),
+        "tool_invocation": sum(bool(t.need_pred and t.need_ref) for t in wrong) if vocab else 0,
+        "query_decoupling": sum(t.hops_ref >= 2 for t in wrong),
+        "object_detection": sum(_has_object(ref[t.id]) for t in wrong),
+    }
+
+
+def _retrieval_confusion(decided: list[TurnComparison]) -> dict[str, int]:
+    """tp/fp/fn/tn of need_retrieval, the annotation as the truth."""
+    return {"tp": sum(bool(t.need_pred and t.need_ref) for t in decided),
+            "fp": sum(bool(t.need_pred and not t.need_ref) for t in decided),
+            "fn": sum(bool(not t.need_pred and t.need_ref) for t in decided),
+            "tn": sum(bool(not t.need_pred and not t.need_ref) for t in decided)}
+
+
+def _seeking_confusion(turns: list[TurnComparison]) -> dict[str, dict[str, int]]:
+    """Annotated information-seeking type -> ours -> questions."""
+    seeking: dict[str, dict[str, int]] = {}
+    for t in turns:
+        row = seeking.setdefault(t.seeking_ref, {})
+        row[t.seeking_pred] = row.get(t.seeking_pred, 0) + 1
+    return seeking
 
 
 def _has_object(lg: SGLog) -> bool:

@@ -27,6 +27,7 @@ import logging
 import re
 import sys
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -491,12 +492,7 @@ def _hop_from(v: Any, question: str, where: str, problems: list[str] | None, unm
         snip = next((first[k] for k in ("snippet", "text", "content", "title") if k in first), None)
     if isinstance(url, (list, tuple)):
         url = url[0] if url else None
-    extra: dict[str, Any] = {}
-    for k, (orig, x) in d.items():
-        if k not in used:
-            extra[orig] = x
-            if k not in _HOP_OWN_EXTRAS:
-                unmapped.append(f"{name}.{orig}")
+    extra = _unmapped_keys(d, used, unmapped, f"{name}.", _HOP_OWN_EXTRAS)
     if len(tools) > 1:
         extra["more_tools"] = [n for n, _ in tools[1:]]
         _problem(problems, f"{where}: names {len(tools)} tools ({', '.join(n for n, _ in tools)}); a SuperGlasses "
@@ -533,6 +529,25 @@ def _layout(d: dict[str, tuple[str, Any]]) -> Layout:
     return "other"
 
 
+@dataclass
+class _Entry:
+    """One log entry being read: its keys (squashed -> (original key, value)), those mapped so far, and what
+    could not be mapped (hop keys as "hop N.key"; whole hops that could not be read)."""
+
+    keys: dict[str, tuple[str, Any]]
+    where: str
+    problems: list[str] | None
+    used: set[str] = field(default_factory=set)
+    unmapped: list[str] = field(default_factory=list)
+    unreadable_hops: list[Any] = field(default_factory=list)
+
+    def pick(self, names: tuple[str, ...]) -> tuple[bool, Any]:
+        return _pick(self.keys, names, self.used)
+
+    def problem(self, msg: str) -> None:
+        _problem(self.problems, f"{self.where}: {msg}")
+
+
 def parse_log(entry: Any, where: str = "entry", problems: list[str] | None = None) -> SGLog | None:
     """One log entry in any known layout -> SGLog, or None (reported) when it cannot be read.
 
@@ -544,87 +559,131 @@ def parse_log(entry: Any, where: str = "entry", problems: list[str] | None = Non
     if isinstance(entry, dict) and entry.get("format") == FORMAT:
         try:
             return SGLog.model_validate(entry)  # our own export: lossless
-        except ValidationError as e:
-            _problem(problems, f"{where}: marked {FORMAT} but not valid ({e.errors()[0].get('msg')}); read tolerantly")
+        except ValidationError as err:
+            _problem(problems, f"{where}: marked {FORMAT} but not valid ({err.errors()[0].get('msg')}); read tolerantly")
     if not isinstance(entry, dict):
         _problem(problems, f"{where}: not a JSON object ({type(entry).__name__})")
         return None
-    d = {squash(k): (k, v) for k, v in entry.items()}
-    layout = _layout(d)
-    used: set[str] = set(k for k in _IGNORED if k in d)
-    iid = _text(_pick(d, _ID, used)[1])
+    keys = {squash(k): (k, v) for k, v in entry.items()}
+    e = _Entry(keys, where, problems, used={k for k in _IGNORED if k in keys})
+    iid = _text(e.pick(_ID)[1])
     if not iid:
-        _problem(problems, f"{where}: no id")
+        e.problem("no id")
         return None
-    where = f"{where} ({iid})"
-    question = _text(_pick(d, _QUESTION, used)[1])
-    has_gt, gt = _pick(d, _GT, used)
-    has_pred, pred = _pick(d, _PRED, used)
-    if "answer" in d:
-        used.add("answer")
+    e.where = f"{where} ({iid})"
+    return _read_entry(e, iid)
+
+
+def _read_entry(e: _Entry, iid: str) -> SGLog:
+    """The SGLog of an entry with an id; the keys are picked in this order (a key is mapped at most once)."""
+    layout = _layout(e.keys)
+    question = _text(e.pick(_QUESTION)[1])
+    ground_truth, answer = _answers(e, layout)
+    has_acc, acc = e.pick(_ACCURACY)
+    labels = _entry_labels(e)
+    hops, hops_given = _entry_hops(e, question, labels)
+    decision, need = _entry_decision(e, hops, hops_given)
+    has_obj, obj_raw = e.pick(_OBJECT)
+    hop_count = labels.get("hops")
+    if isinstance(hop_count, int) and hops and hop_count != len(hops):
+        e.problem(f"hops = {hop_count} but {len(hops)} sub-question(s) are given")
+    extra = _entry_extra(e)
+    return SGLog(id=iid, question=question, ground_truth=ground_truth, answer=answer,
+                 accuracy=_bool(acc) if has_acc else None, labels=labels, need_retrieval=need, tool_decision=decision,
+                 detected_object=_object(obj_raw) if has_obj else None, hops=hops, source=layout, extra=extra,
+                 unmapped=e.unmapped)
+
+
+def _answers(e: _Entry, layout: Layout) -> tuple[str | None, str | None]:
+    """(ground truth, the model's answer); a bare `answer` is the ground truth unless the layout or a ground-truth
+    key says it is the model's."""
+    has_gt, gt = e.pick(_GT)
+    has_pred, pred = e.pick(_PRED)
+    if "answer" in e.keys:
+        answer = e.keys["answer"][1]
         if not has_gt and layout != "superlens":
-            has_gt, gt = True, d["answer"][1]
+            has_gt, gt = True, answer
+            e.used.add("answer")
         elif not has_pred:
-            has_pred, pred = True, d["answer"][1]
-        else:
-            used.discard("answer")
-    has_acc, acc = _pick(d, _ACCURACY, used)
+            has_pred, pred = True, answer
+            e.used.add("answer")
+    return (_text(gt) if has_gt and gt is not None else None, _text(pred) if has_pred and pred is not None else None)
+
+
+def _entry_labels(e: _Entry) -> dict[str, Any]:
+    """The dataset labels: a `labels` dict, then the label columns (category, domain, ...); `category` as a list."""
     labels: dict[str, Any] = {}
-    if "labels" in d and isinstance(d["labels"][1], dict):
-        used.add("labels")
-        labels.update(d["labels"][1])
+    if "labels" in e.keys and isinstance(e.keys["labels"][1], dict):
+        e.used.add("labels")
+        labels.update(e.keys["labels"][1])
     for k, name in _LABELS.items():
-        if k in d and k not in used:
-            used.add(k)
-            labels[name] = d[k][1]
+        if k in e.keys and k not in e.used:
+            e.used.add(k)
+            labels[name] = e.keys[k][1]
     if isinstance(labels.get("category"), str):
         labels["category"] = [labels["category"]]
+    return labels
 
-    # hops: a list (HF `sub_questions`, the paper's, ours), "Hop N" keys, or one hop's fields on the entry itself
+
+def _entry_hops(e: _Entry, question: str, labels: dict[str, Any]) -> tuple[list[SGHop], bool]:
+    """(the hops, whether the entry gives a hop list): a list (HF `sub_questions`, the paper's, ours), "Hop N"
+    keys, or one hop's fields on the entry itself."""
+    raw_hops = _raw_hops(e, labels)
     hops: list[SGHop] = []
-    unmapped: list[str] = []
-    unreadable: list[Any] = []
-    raw_hops: list[Any] | None = None
+    for i, h in enumerate(raw_hops or []):
+        hop = _hop_from(h, question, f"{e.where} hop {i + 1}", e.problems, e.unmapped, f"hop {i + 1}")
+        if hop is None:
+            e.problem(f"hop {i + 1} unreadable ({type(h).__name__}); kept under extra.unreadable_hops")
+            e.unreadable_hops.append(h)
+        else:
+            hops.append(hop)
+    if not hops:
+        flat = _flat_hop(e, question)
+        if flat is not None:
+            hops.append(flat)
+    return hops, raw_hops is not None
+
+
+def _raw_hops(e: _Entry, labels: dict[str, Any]) -> list[Any] | None:
+    """The entry's hop list as given (None when it has none); a numeric `hops` is the annotated count (a label)."""
     for k in _HOPS:
-        if k not in d or k in used:
+        if k not in e.keys or k in e.used:
             continue
-        val = _loads(d[k][1])
+        val = _loads(e.keys[k][1])
         if k == "hops" and (isinstance(val, int) or (isinstance(val, str) and val.strip().isdigit())):
-            used.add(k)
+            e.used.add(k)
             labels["hops"] = int(val)  # the annotated hop count, not a list
         elif isinstance(val, (list, dict)) or val is None:
-            used.add(k)
-            raw_hops = [val] if isinstance(val, dict) else (val or [])
-            break
+            e.used.add(k)
+            return [val] if isinstance(val, dict) else (val or [])
         else:
-            _problem(problems, f"{where}: {d[k][0]} is a {type(val).__name__}, not a list of hops")
-    numbered = sorted(((int(m.group(1)), k) for k in d if (m := _HOP_N.match(k))), key=lambda x: x[0])
-    if raw_hops is None and numbered:
-        raw_hops = []
-        for _, k in numbered:
-            used.add(k)
-            raw_hops.append(d[k][1])
-    for i, h in enumerate(raw_hops or []):
-        hop = _hop_from(h, question, f"{where} hop {i + 1}", problems, unmapped, f"hop {i + 1}")
-        if hop is None:
-            _problem(problems, f"{where}: hop {i + 1} unreadable ({type(h).__name__}); kept under extra.unreadable_hops")
-            unreadable.append(h)
-        else:
-            hops.append(hop)
-    flat_keys = [k for names in _HOP_KEYS[1:] for k in names if k in d and k not in used and k not in _TOOLS]
-    if not hops and flat_keys:  # the paper's layout with one hop's fields on the entry itself
-        flat = {d[k][0]: d[k][1] for k in flat_keys}
-        for k in ("subquestion", "subquery"):
-            if k in d:
-                flat[d[k][0]] = d[k][1]
-                used.add(k)
-        hop = _hop_from(flat, question, f"{where} hop 1", problems, [])
-        if hop is not None:
-            hops.append(hop)
-            used.update(flat_keys)
+            e.problem(f"{e.keys[k][0]} is a {type(val).__name__}, not a list of hops")
+    numbered = sorted(((int(m.group(1)), k) for k in e.keys if (m := _HOP_N.match(k))), key=lambda x: x[0])
+    if not numbered:
+        return None
+    e.used.update(k for _, k in numbered)
+    return [e.keys[k][1] for _, k in numbered]
 
-    # decisions
-    has_tools, tools_raw = _pick(d, _TOOLS, used)
+
+def _flat_hop(e: _Entry, question: str) -> SGHop | None:
+    """The paper's layout with one hop's fields on the entry itself."""
+    flat_keys = [k for names in _HOP_KEYS[1:] for k in names if k in e.keys and k not in e.used and k not in _TOOLS]
+    if not flat_keys:
+        return None
+    flat = {e.keys[k][0]: e.keys[k][1] for k in flat_keys}
+    for k in ("subquestion", "subquery"):
+        if k in e.keys:
+            flat[e.keys[k][0]] = e.keys[k][1]
+            e.used.add(k)
+    hop = _hop_from(flat, question, f"{e.where} hop 1", e.problems, [])
+    if hop is not None:
+        e.used.update(flat_keys)
+    return hop
+
+
+def _entry_decision(e: _Entry, hops: list[SGHop], hops_given: bool) -> tuple[list[str], bool | None]:
+    """(the search tools decided, in order, less those declined; need_retrieval, from the tools when not given)."""
+    has_tools, tools_raw = e.pick(_TOOLS)
     decided: list[str] = []
     declined: list[str] = []
     if has_tools:
@@ -632,42 +691,44 @@ def parse_log(entry: Any, where: str = "entry", problems: list[str] | None = Non
             decided, declined = _decisions(tools_raw)
         else:
             decided = [n for n, _ in tools_in(tools_raw)]
-    has_need, need_raw = _pick(d, _NEED, used)
+    has_need, need_raw = e.pick(_NEED)
     need = _bool(need_raw) if has_need else None
     if has_need and need is None and need_raw is not None:
-        _problem(problems, f"{where}: need_retrieval {need_raw!r} unreadable; taken from the tools")
-    has_obj, obj_raw = _pick(d, _OBJECT, used)
-
+        e.problem(f"need_retrieval {need_raw!r} unreadable; taken from the tools")
     hop_tools = [h.tool_used for h in hops if h.uses_tool]
-    decision: list[str] = []
-    for t in [*decided, *hop_tools]:
-        if t != NONE and t not in decision and t not in declined:
-            decision.append(t)
-    if need is None and (has_tools or raw_hops is not None or numbered or hops):
+    decision = list(dict.fromkeys(t for t in [*decided, *hop_tools] if t != NONE and t not in declined))
+    if need is None and (has_tools or hops_given or hops):
         need = bool(decision)
-    hop_count = labels.get("hops")
-    if isinstance(hop_count, int) and hops and hop_count != len(hops):
-        _problem(problems, f"{where}: hops = {hop_count} but {len(hops)} sub-question(s) are given")
+    return decision, need
 
-    extra = {}
-    if "extra" in d and isinstance(d["extra"][1], dict) and "extra" not in used:
-        used.add("extra")
-        extra.update(d["extra"][1])
-    for k, (orig, v) in d.items():
-        if k not in used:
-            extra[orig] = v
-            unmapped.append(orig)
-    if unreadable:
-        extra["unreadable_hops"] = unreadable
-    for u in unmapped:
+
+def _entry_extra(e: _Entry) -> dict[str, Any]:
+    """The entry's `extra` dict plus every key not mapped (each reported), and the hops that could not be read."""
+    extra: dict[str, Any] = {}
+    if "extra" in e.keys and isinstance(e.keys["extra"][1], dict) and "extra" not in e.used:
+        e.used.add("extra")
+        extra.update(e.keys["extra"][1])
+    extra.update(_unmapped_keys(e.keys, e.used, e.unmapped))
+    if e.unreadable_hops:
+        extra["unreadable_hops"] = e.unreadable_hops
+    for u in e.unmapped:
         hop_name, dot, key = u.partition(".")
-        _problem(problems, f"{where}: {hop_name} key {key!r} not mapped; kept in the hop" if dot and hop_name.startswith("hop ")
-                 else f"{where}: key {u!r} not mapped; kept under extra")
-    return SGLog(id=iid, question=question, ground_truth=_text(gt) if has_gt and gt is not None else None,
-                 answer=_text(pred) if has_pred and pred is not None else None,
-                 accuracy=_bool(acc) if has_acc else None, labels=labels, need_retrieval=need, tool_decision=decision,
-                 detected_object=_object(obj_raw) if has_obj else None, hops=hops, source=layout, extra=extra,
-                 unmapped=unmapped)
+        e.problem(f"{hop_name} key {key!r} not mapped; kept in the hop" if dot and hop_name.startswith("hop ")
+                  else f"key {u!r} not mapped; kept under extra")
+    return extra
+
+
+def _unmapped_keys(keys: dict[str, tuple[str, Any]], used: set[str], unmapped: list[str], prefix: str = "",
+                   unreported: Iterable[str] = ()) -> dict[str, Any]:
+    """The keys not used, under their original names; each named in `unmapped` (after `prefix`) unless
+    `unreported`."""
+    out: dict[str, Any] = {}
+    for k, (orig, x) in keys.items():
+        if k not in used:
+            out[orig] = x
+            if k not in unreported:
+                unmapped.append(f"{prefix}{orig}")
+    return out
 
 
 def _problem(problems: list[str] | None, msg: str) -> None:

@@ -24,6 +24,7 @@ import json
 import math
 import re
 import sys
+from collections import Counter
 from collections.abc import Iterable
 from html import escape
 from pathlib import Path
@@ -590,70 +591,76 @@ def build_html(run_dir: Path, images: dict[str, Any] | None = None, data: str | 
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run folder not found: {run_dir}")
     problems: list[str] = []
-    run, err = _read_json(run_dir / "run.json")
-    if err:
-        problems.append(f"run.json unreadable: {err}")
-    if not isinstance(run, dict):
-        run = {}
-    report, err = _read_json(run_dir / "report.json")
-    if err:
-        problems.append(f"report.json unreadable: {err}")
-    sg_report, err = _read_json(run_dir / "superglasses_report.json")
-    if err:
-        problems.append(f"superglasses_report.json unreadable: {err}")
-    if not isinstance(sg_report, dict):
-        sg_report = None
+    run = _json_file(run_dir, "run.json", problems)
+    run = run if isinstance(run, dict) else {}
+    report = _json_file(run_dir, "report.json", problems)
+    report = report if isinstance(report, dict) else None
+    sg_report = _json_file(run_dir, "superglasses_report.json", problems)
+    sg_report = sg_report if isinstance(sg_report, dict) else None
     traces, skipped = load_traces(run_dir)
+    sessions = list(dict.fromkeys(t.session_id for t in traces))
+    imgs = _run_images(run, traces, sessions, images, data, problems)
+    counted = _counted_turns(report)
+    style_imgs, conv_html = [], []
+    for n, sid in enumerate(sessions):
+        style, section = _conversation_html(n, sid, [t for t in traces if t.session_id == sid], imgs.get(sid), counted)
+        if style is not None:
+            style_imgs.append(style)
+        conv_html.append(section)
+    if not conv_html:
+        conv_html.append('<div id="empty">no readable turn traces in this run folder</div>')
+    counts = Counter(_score_of(t) for t in traces)
+    tools = sorted({x for t in traces for x in _turn_tools(t)})
+    return _page(f"Run {run.get('run_id') or run_dir.name}", "\n".join(style_imgs),
+                 _header_html(run_dir, run, report, traces, problems, skipped, sg_report) + "\n"
+                 + _controls(tools, counts) + "\n" + f'<main>{"".join(conv_html)}</main>')
+
+
+def _json_file(run_dir: Path, name: str, problems: list[str]) -> Any:
+    """The JSON in `run_dir/name` (None when absent); an unreadable file is noted in `problems`."""
+    data, err = _read_json(run_dir / name)
+    if err:
+        problems.append(f"{name} unreadable: {err}")
+    return data
+
+
+def _counted_turns(report: dict[str, Any] | None) -> dict[tuple[str, int], dict[str, Any]]:
+    """(session_id, turn_index) -> the report's record of that turn."""
     counted: dict[tuple[str, int], dict[str, Any]] = {}
-    if isinstance(report, dict) and isinstance(report.get("turns"), list):
+    if report is not None and isinstance(report.get("turns"), list):
         for rec in report["turns"]:
             if isinstance(rec, dict) and isinstance(rec.get("turn_index"), int):
                 counted[(str(rec.get("session_id")), rec["turn_index"])] = rec
+    return counted
 
-    sessions: list[str] = []
-    for t in traces:
-        if t.session_id not in sessions:
-            sessions.append(t.session_id)
-    imgs = _run_images(run, traces, sessions, images, data, problems)
 
-    style_imgs, conv_html = [], []
-    counts: dict[str, int] = {}
-    all_tools: list[str] = []
-    for n, sid in enumerate(sessions):
-        turns = [t for t in traces if t.session_id == sid]
-        thumb, why = make_thumb(imgs.get(sid), next((t.image.size for t in turns if t.image.size), None))
-        if thumb is None and why is None and any(t.has_image for t in turns):
-            why = "image not found for this conversation"
-        cls = f"img-{n}"
-        if thumb is not None:
-            style_imgs.append(f".{cls}{{background-image:url({thumb.data_url})}}")
-        body = []
-        for t in turns:
-            counts[_score_of(t)] = counts.get(_score_of(t), 0) + 1
-            for x in _turn_tools(t):
-                if x not in all_tools:
-                    all_tools.append(x)
-            body.append(_turn_html(t, thumb, cls, why, counted.get((t.session_id, t.turn_index))))
-        conv_html.append(f'<section class="conv" id="conv-{n}" data-session="{h(sid)}"><h2>Conversation '
-                         f'{h(sid)} <span class="muted">{len(turns)} turn(s)</span></h2>{"".join(body)}</section>')
-    if not conv_html:
-        conv_html.append('<div id="empty">no readable turn traces in this run folder</div>')
+def _conversation_html(n: int, sid: str, turns: list[TurnTrace], image: Any,
+                       counted: dict[tuple[str, int], dict[str, Any]]) -> tuple[str | None, str]:
+    """(the CSS rule of the conversation's thumbnail, or None without one; the conversation's section)."""
+    thumb, why = make_thumb(image, next((t.image.size for t in turns if t.image.size), None))
+    if thumb is None and why is None and any(t.has_image for t in turns):
+        why = "image not found for this conversation"
+    cls = f"img-{n}"
+    style = f".{cls}{{background-image:url({thumb.data_url})}}" if thumb is not None else None
+    body = "".join(_turn_html(t, thumb, cls, why, counted.get((t.session_id, t.turn_index))) for t in turns)
+    return style, (f'<section class="conv" id="conv-{n}" data-session="{h(sid)}"><h2>Conversation '
+                   f'{h(sid)} <span class="muted">{len(turns)} turn(s)</span></h2>{body}</section>')
 
+
+def _page(title: str, style: str, body: str) -> str:
+    """The HTML document, with a content security policy that allows only inline data and this page's script."""
     script_hash = base64.b64encode(hashlib.sha256(JS.encode("utf-8")).digest()).decode("ascii")
     csp = (f"default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'sha256-{script_hash}'; "
            "base-uri 'none'; form-action 'none'")
-    title = f"Run {run.get('run_id') or run_dir.name}"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="{h(csp)}">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{h(title)}</title>
 <style>{CSS}
-{chr(10).join(style_imgs)}</style></head>
+{style}</style></head>
 <body data-ready="0">
-{_header_html(run_dir, run, report if isinstance(report, dict) else None, traces, problems, skipped, sg_report)}
-{_controls(sorted(all_tools), counts)}
-<main>{"".join(conv_html)}</main>
+{body}
 <script>{JS}</script>
 </body></html>
 """
