@@ -68,6 +68,11 @@ class AgentConfig(BaseModel):
 
     def fingerprint(self) -> str:
         """A short hash of everything that changes what the agent answers."""
-        # no preset hashes as before presets existed: run folders made then still resume
+        # no preset hashes as before presets existed (run folders made then still resume); a preset counts with
+        # its file's content
         dump = self.model_dump_json(exclude={"preset"} if self.preset is None else None)
+        if self.preset is not None:
+            from graph.presets import preset_digest
+
+            dump += preset_digest(self.preset)
         return hashlib.sha256(dump.encode()).hexdigest()[:16]

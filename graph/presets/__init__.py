@@ -49,6 +49,18 @@ def load_preset(spec: str | Path) -> Preset:
         raise ValueError(f"preset file {path} is not a valid preset: {e}") from None
 
 
+def preset_digest(spec: str | Path) -> str:
+    """A short hash of the preset's file content (part of AgentConfig.fingerprint: an edited preset is another
+    configuration, so a resumed run never mixes its traces with the old ones)."""
+    import hashlib
+
+    path = Path(spec) if Path(spec).suffix in (".yaml", ".yml") else PRESETS_DIR / f"{spec}.yaml"
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    except OSError:
+        return "missing"
+
+
 @dataclass
 class PresetBuild:
     """A configuration with its preset applied, and how to make the preset's policy and self-check.

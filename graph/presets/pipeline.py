@@ -104,7 +104,8 @@ def step_calls(step: Step, spec: ToolSpec, view: PolicyView, route: Route) -> li
     props = spec.json_schema.get("function", {}).get("parameters", {}).get("properties", {})
     subs: list[str | None] = [None]
     if step.for_each_sub_question:  # each asked once (the decoupler may repeat one)
-        subs = [sq for sq in dict.fromkeys(view.sub_questions or [view.question])][: step.max_calls]
+        asked: list[str] = view.sub_questions or [view.question]
+        subs = list[str | None](dict.fromkeys(asked))[: step.max_calls]
     calls = []
     for sq in subs:
         args = {}
