@@ -95,15 +95,15 @@ class Variant(BaseModel):
     allowed: list[str] | None = None
 
 
-def variants(preset_spec: str, task: int, profile: str, root: Path) -> list[Variant]:
+def variants(preset_spec: str, task: int, tools_config: Any, root: Path) -> list[Variant]:
     """The full preset, then: no retrieval; each module off (a preset file beside the runs); each tool removed."""
     import yaml
 
     from graph.presets import RETRIEVAL_TAGS, load_preset
-    from tools import load_builtin_tools
+    from tools import default_registry
 
     preset = load_preset(preset_spec)
-    tools = load_builtin_tools().for_task(task, preset.tools, profile)
+    tools = default_registry(tools_config.modules).for_task(task, preset.tools, tools_config.profile)
     names = [t.name for t in tools]
     module_of = {t: s.module for s in preset.steps for t in s.tools}
     out = [Variant(group="", label="full", title=f"{preset.name} (full)", preset=preset_spec, allowed=names)]
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         base = base_config(args).model_copy(update={"preset": mine.preset})
         root = Path(args.out) / bench_id(f"ablate-{Path(mine.preset).stem}", args, base)
-        todo = variants(mine.preset, args.task, base.tools.profile, root)
+        todo = variants(mine.preset, args.task, base.tools, root)
         scoring = run.Scoring(args)
     except (ValueError, FileNotFoundError, ImportError, OSError) as e:
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
