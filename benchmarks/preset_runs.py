@@ -102,16 +102,20 @@ def summarize(label: str, preset: str | None, policy: str, run_dir: Path, report
               figures: list[dict[str, float]], seconds: float) -> Row:
     m = report.overall
     lat = np.array([f["latency_ms"] for f in figures], dtype=float)
+    flags = question_flags(report)
+    # turns judged wrong (the official `hallucination` = total - correct - missing goes below zero when an exact
+    # match of an "I don't know" ground truth counts as both correct and missing)
+    wrong = sum(not c and not miss for c, miss in flags.values()) / max(1, len(flags))
 
     def mean(key: str) -> float:
         return float(np.mean([f[key] for f in figures])) if figures else 0.0
 
     return Row(label=label, preset=preset, policy=policy, run_dir=str(run_dir), n=m.total,
-               truthfulness=m.truthfulness, accuracy=m.accuracy, hallucination=m.hallucination_rate,
-               missing=m.missing_rate, latency_p50_ms=float(np.percentile(lat, 50)) if lat.size else 0.0,
+               truthfulness=m.truthfulness, accuracy=m.accuracy, hallucination=wrong, missing=m.missing_rate,
+               latency_p50_ms=float(np.percentile(lat, 50)) if lat.size else 0.0,
                latency_p95_ms=float(np.percentile(lat, 95)) if lat.size else 0.0,
                tool_calls_per_turn=mean("tool_calls"), model_calls_per_turn=mean("model_calls"),
-               tokens_per_turn=mean("tokens"), seconds=round(seconds, 1), flags=question_flags(report))
+               tokens_per_turn=mean("tokens"), seconds=round(seconds, 1), flags=flags)
 
 
 def run_row(args: argparse.Namespace, label: str, config: Any, root: Path, scoring: Any, concurrency: int,

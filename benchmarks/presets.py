@@ -7,9 +7,10 @@
 Every other option is graph.run's (data, search, model, budget, judge, --limit, --concurrency, --out, --run-id).
 Each preset runs as an ordinary run folder under `<--out>/<bench id>/<preset>` (traces, run.json, report.json:
 the viewer, traces.compare and the SuperGlasses export read them as any run); the same command again resumes.
-Presets run one after the other, each at the run's concurrency, so their latencies are comparable. Per preset:
-truthfulness, accuracy, hallucination and missing rates (the official counting of the scoring mode), latency
-per turn (p50, p95), and tool calls, model calls and tokens per turn.
+Presets run one after the other, each in a fresh process at the run's concurrency, so their latencies are
+comparable (--same-process is faster, but later presets then find caches filled). Per preset:
+truthfulness, accuracy and missing rate as the scoring mode counts them officially, hallucination as the share of
+turns judged wrong, latency per turn (p50, p95), and tool calls, model calls and tokens per turn.
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ def own_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", type=Path, default=None, help="where the figures go (default: <bench folder>/presets.json)")
     p.add_argument("--png", type=Path, default=None, help="the chart (default: <bench folder>/presets.png)")
     p.add_argument("--no-chart", action="store_true", help="no PNG chart")
+    p.add_argument("--same-process", action="store_true",
+                   help="run every preset in this process (faster; but a preset then finds the models and per-text "
+                        "caches the ones before it filled, so latencies are not comparable)")
+    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # one preset, for the parent process
     return p
 
 
@@ -96,8 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     from graph import run
     from graph.presets import load_preset
 
+    argv = list(sys.argv[1:] if argv is None else argv)
     mine, args = parse(argv, own_parser())
-    names = [n.strip() for n in mine.presets.split(",") if n.strip()]
+    names = [mine.worker] if mine.worker else [n.strip() for n in mine.presets.split(",") if n.strip()]
     try:
         for n in names:
             load_preset(n)  # a typo fails here, before anything runs
@@ -107,31 +113,76 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
     root = Path(args.out) / bench_id("presets", args, base)
-    print(f"task {args.task} on {args.data}: presets {', '.join(names)}; judge {scoring.describe()}; folder {root}",
-          flush=True)
+    if mine.worker:  # one preset, in this (fresh) process: its row goes to stdout for the parent
+        row = one_preset(args, base, mine.worker, root, scoring)
+        print(ROW_MARK + row.model_dump_json())
+        return 1 if row.error else 0
+    print(f"task {args.task} on {args.data}: presets {', '.join(names)}; judge {scoring.describe()}; folder {root}"
+          + ("" if mine.same_process else "; each preset in its own process"), flush=True)
     rows = []
     for name in names:
-        config = base.model_copy(update={"preset": name})
-        concurrency, _ = concurrency_for(args, config)
-        label = Path(name).stem
-        try:
-            rows.append(run_row(args, label, config, root, scoring, concurrency))
-        except (run.RunRefused, ValueError, OSError) as e:
-            rows.append(Row(label=label, preset=name, error=f"{type(e).__name__}: {e}"))
-        print(f"  {label}: done ({rows[-1].seconds:.0f} s)" if not rows[-1].error else f"  {label}: {rows[-1].error}",
+        row = one_preset(args, base, name, root, scoring) if mine.same_process else isolated(argv, name)
+        rows.append(row)
+        print(f"  {row.label}: done ({row.seconds:.0f} s)" if not row.error else f"  {row.label}: {row.error}",
               flush=True)
     print()
     print(table(rows))
     out = mine.json or root / "presets.json"
     write_json(out, {"task": args.task, "data": str(args.data), "benchmark": args.benchmark,
-                     "judge": scoring.judge_name, "argv": sys.argv[1:] if argv is None else argv,
-                     "presets": [r.model_dump() for r in rows]})
+                     "judge": scoring.judge_name, "argv": argv, "presets": [r.model_dump() for r in rows]})
     files = [str(out)]
     if not mine.no_chart and any(not r.error for r in rows):
         files.append(str(chart(rows, mine.png or root / "presets.png", f"task {args.task} on {args.data}; "
                                                                           f"{scoring.judge_name}")))
     print("\nwrote " + ", ".join(files))
     return 1 if any(r.error for r in rows) else 0
+
+
+ROW_MARK = "PRESET-ROW "
+
+
+def one_preset(args: argparse.Namespace, base: Any, name: str, root: Path, scoring: Any) -> Row:
+    from graph import run
+
+    config = base.model_copy(update={"preset": name})
+    concurrency, _ = concurrency_for(args, config)
+    try:
+        return run_row(args, Path(name).stem, config, root, scoring, concurrency)
+    except (run.RunRefused, ValueError, OSError) as e:
+        return Row(label=Path(name).stem, preset=name, error=f"{type(e).__name__}: {e}")
+
+
+def isolated(argv: list[str], name: str) -> Row:
+    """One preset in a fresh process, so that no preset finds models loaded or per-text caches (the shared text
+    embedder's) filled by the one before it: every preset starts as cold as the first."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, "-m", "benchmarks.presets", *strip_presets_options(argv), "--worker", name]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)}
+    done = subprocess.run(cmd, cwd=root, env=env, stdout=subprocess.PIPE, text=True)
+    found = [line[len(ROW_MARK):] for line in done.stdout.splitlines() if line.startswith(ROW_MARK)]
+    if not found:
+        return Row(label=Path(name).stem, preset=name, error=f"the preset's process ended with code {done.returncode} "
+                   "and no result (its error is above)")
+    return Row.model_validate_json(found[-1])
+
+
+def strip_presets_options(argv: list[str]) -> list[str]:
+    """The command line without this script's own options (the worker gets graph.run's ones)."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        name = a.split("=", 1)[0]
+        if name in ("--presets", "--json", "--png"):
+            skip = "=" not in a
+            continue
+        if name in ("--no-chart", "--same-process"):
+            continue
+        out.append(a)
+    return out
 
 
 def write_json(path: Path, data: Any) -> None:

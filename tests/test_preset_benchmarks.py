@@ -73,23 +73,25 @@ def test_presets_command_runs_side_by_side_and_resumes(tmp_path, demo_env, capsy
     from benchmarks.presets import main
     from traces.viewer import render_run
 
-    argv = ["--task", "2", "--limit", "2", "--presets", "rule,superlens,no-retrieval", "--out", str(tmp_path),
+    argv = ["--task", "2", "--limit", "2", "--presets", "superlens,no-retrieval", "--out", str(tmp_path),
             "--run-id", "bench", "--no-progress"]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    for name in ("rule", "superlens", "no-retrieval"):
+    for name in ("superlens", "no-retrieval"):
         assert f"\n{name} " in out  # a table row
         traces = _traces(tmp_path / "bench" / name)
         assert len(traces) == 2 and all(t.policy.startswith(f"preset:{name}") and t.score for t in traces)
     assert "offline stand-ins" in out and "p50 ms" in out and "tokens/t" in out
+    assert "each preset in its own process" in out
     figures = json.loads((tmp_path / "bench" / "presets.json").read_text())
     rows = {r["label"]: r for r in figures["presets"]}
     assert rows["no-retrieval"]["accuracy"] == 0.0 and rows["no-retrieval"]["tool_calls_per_turn"] == 0.0
     assert rows["superlens"]["n"] == 2 and rows["superlens"]["tool_calls_per_turn"] > 0
-    assert rows["rule"]["latency_p95_ms"] >= rows["rule"]["latency_p50_ms"] > 0
+    assert rows["superlens"]["latency_p95_ms"] >= rows["superlens"]["latency_p50_ms"] > 0
     assert (tmp_path / "bench" / "presets.png").stat().st_size > 1000
     assert render_run(tmp_path / "bench" / "superlens", images={}).stat().st_size > 1000  # the viewer reads it
-    assert main(argv) == 0  # the same command again: every turn is read back, none redone
+    # again, in one process this time: every turn is read back, none redone
+    assert main([*argv, "--same-process"]) == 0
     run = json.loads((tmp_path / "bench" / "superlens" / "run.json").read_text())
     assert run["turns"] == run["resumed_turns"] == 2
 
@@ -122,3 +124,20 @@ def test_ablate_command_prints_a_table_4_style_table(tmp_path, demo_env, capsys)
     assert main(argv) == 0  # resumed: the rows' turns are read back
     run = json.loads((tmp_path / "abl" / "full" / "run.json").read_text())
     assert run["turns"] == run["resumed_turns"] == 2
+
+
+def test_presets_command_counts_model_calls_and_tokens_with_a_model(tmp_path, demo_env, capsys):
+    from test_presets import Model
+
+    from benchmarks.presets import main
+    from testing.fake_model_server import FakeOpenAIServer
+
+    with FakeOpenAIServer(responder=Model()) as srv:  # every reply: 10 prompt + 5 completion tokens
+        assert main(["--task", "2", "--limit", "1", "--presets", "superlens,unsw-verify", "--out", str(tmp_path),
+                     "--run-id", "m", "--no-progress", "--model", f"openai:{srv.base_url}#fake-vlm",
+                     "--budget", "30", "--no-chart", "--same-process"]) == 0
+    rows = {r["label"]: r for r in json.loads((tmp_path / "m" / "presets.json").read_text())["presets"]}
+    # superlens: demand router, search router, decoupler, answer; unsw: router, summary, answer + 3 to verify
+    assert rows["superlens"]["model_calls_per_turn"] == 4 and rows["superlens"]["tokens_per_turn"] == 60
+    assert rows["unsw-verify"]["model_calls_per_turn"] == 6 and rows["unsw-verify"]["tokens_per_turn"] == 90
+    assert "offline stand-ins" not in capsys.readouterr().out

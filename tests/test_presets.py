@@ -279,3 +279,30 @@ def test_eurecom_idk_filter_turns_idk_variants_into_i_dont_know():
     assert not check.verify("q", AnswerDraft(answer="Sorry, I don't know the answer.", confidence=0.9), []).supported
     kept = check.verify("q", AnswerDraft(answer="The Falcon 9 is built by SpaceX.", confidence=0.9), [])
     assert kept.supported and kept.confidence == 0.9
+
+
+def test_superlens_on_superglasses_uses_the_open_web_lenses_and_reads_the_pages(tmp_path, monkeypatch):
+    from sg_support import FixtureWeb, article, organic, use_fixture_web
+
+    from crag.search import NullSearch
+    from graph.config import ToolsConfig
+    from web import open_web
+
+    with FixtureWeb(image_dir=tmp_path / "img") as w, F(responder=Model()) as srv:
+        w.pages["f9"] = ("text/html; charset=utf-8", article("Falcon 9", [
+            "Falcon 9 is a reusable rocket.", "It is manufactured by SpaceX in Hawthorne, California."]))
+        w.web["Who manufactures the Falcon 9?"] = organic(("Falcon 9", w.page_url("f9"), "Falcon 9 by SpaceX."))
+        w.lens = {"search_metadata": {"status": "Success"},
+                  "knowledge_graph": [{"title": "Falcon 9", "subtitle": "Rocket", "link": w.page_url("f9")}]}
+        use_fixture_web(monkeypatch, w, tmp_path / "cache", tmp_path / "img")
+        config = AgentConfig(preset="superlens", policy=f"openai:{srv.base_url}#fake-vlm", warm_up=False,
+                             tools=ToolsConfig(profile="superglasses"), budget=BudgetConfig(budget_s=30))
+        tr = build_agent(config, search=NullSearch(), run_id="sg").run_turn(turn())
+        open_web.reset_open_web()
+    assert rounds(tr) == [["detect_crop", "query_decoupler"], ["google_lens", "google_search"], ["read_webpage"],
+                          ["reranker"]]
+    assert not tr.error_kinds() and tr.answer == "SpaceX"
+    read = next(s for s in tr.tool_calls() if s.tool == "read_webpage")
+    assert read.arguments["max_pages"] == 10 and any("Hawthorne" in (r.snippet or "") for r in read.results)
+    log = to_superglasses(tr)
+    assert log.tool_decision == ["Image Search", "Text Search"]
