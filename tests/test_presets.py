@@ -85,9 +85,10 @@ class Model:
         for marker, reply in self.replies.items():
             if marker in text:
                 return F.text_reply(json.dumps(reply))
-        if "Decide the single next step" in text:  # the model loop: one image search, then answer
+        if "Decide the next step" in text:  # the model loop: one image search, then answer in the same reply
             done = "image_search({" in text
-            return F.text_reply(json.dumps({"action": "answer", "rationale": "found"} if done else
+            return F.text_reply(json.dumps({"action": "answer", "answer": "SpaceX", "confidence": 0.9,
+                                            "entity": "Falcon 9", "rationale": "found"} if done else
                                            {"action": "call_tool", "tool": "image_search", "arguments": {},
                                             "rationale": "look it up"}))
         return F.text_reply('{"answer": "SpaceX", "confidence": 0.9, "entity": "Falcon 9", "rationale": "KG"}')
@@ -154,7 +155,7 @@ def test_each_preset_answers_a_turn_offline_with_named_stand_ins(name):
 
 
 EXPECTED_CALLS = {
-    "react": ["answer", "cove", "decide", "decide"],
+    "react": ["cove", "decide", "decide"],  # the second decision carries the answer
     "rule": [],
     "mmrag-baseline": ["answer", "decouple"],
     "superlens": ["answer", "decouple", "superlens-demand", "superlens-search"],
@@ -306,3 +307,19 @@ def test_superlens_on_superglasses_uses_the_open_web_lenses_and_reads_the_pages(
     assert read.arguments["max_pages"] == 10 and any("Hawthorne" in (r.snippet or "") for r in read.results)
     log = to_superglasses(tr)
     assert log.tool_decision == ["Image Search", "Text Search"]
+
+
+def test_mmrag_baseline_keeps_image_hits_under_0_75_out_of_the_answer_context():
+    class TwoMatches(KG):
+        def image_search(self, image, k=5):
+            return [*super().image_search(image, k), {"index": 1, "score": 0.5, "url": "https://kg/1", "entities": [
+                {"entity_name": "Saturn V", "entity_attributes": {"manufacturer": "Boeing"}}]}]
+
+    with F(responder=Model()) as srv:
+        config = AgentConfig(preset="mmrag-baseline", policy=f"openai:{srv.base_url}#fake-vlm", warm_up=False,
+                             budget=BudgetConfig(budget_s=30))
+        tr = build_agent(config, search=TwoMatches(), run_id="t").run_turn(turn())
+        bodies = [json.dumps(r) for r in srv.requests]
+    assert {h.entity_name for h in tr.tool_calls()[0].results} == {"Falcon 9", "Saturn V"}  # both were found
+    answer = next(b for b in bodies if "No more tool calls" in b)
+    assert "Falcon 9" in answer and "Saturn V" not in answer  # CRAG-MM Appendix C.1: similarity >= 0.75 only

@@ -19,6 +19,7 @@ from graph.policy import IDK, AnswerDraft, Decision, ParallelCall, PolicyView, T
 from graph.presets.routers import ROUTERS, Route, run_router
 from graph.presets.schema import Condition, Preset, Step
 from text import nlp
+from tools.base import Hit
 
 
 class TurnRoutes:
@@ -169,13 +170,16 @@ class PipelinePolicy:
             return Decision(action="call_tool", tool=first.tool, arguments=first.arguments, parallel=calls[1:],
                             sub_question=first.sub_question, needs_retrieval=route.retrieve,
                             rationale=f"{said}{self.preset.name}: {' + '.join(why)}")
-        if route.direct is not None:
+        direct = None
+        if route.direct is not None and not view.done:  # the answer came with the routing: no second request
             reason = "answered directly by the demand-adaptive answerer (no retrieval needed)"
+            direct = route.direct.model_copy(update={"rationale": f"demand-adaptive answerer: {route.direct.rationale}"})
         elif not route.retrieve:
             reason = "the router needs no retrieval"
         else:
-            reason = "the preset's steps are done"
-        return Decision(action="answer", rationale=f"{said}{self.preset.name}: {reason}", needs_retrieval=route.retrieve)
+            reason = "the preset's steps are done" if self.tool_steps else "no tools: the answer comes from the image"
+        return Decision(action="answer", rationale=f"{said}{self.preset.name}: {reason}", needs_retrieval=route.retrieve,
+                        answer=direct)
 
     def next_calls(self, view: PolicyView, route: Route) -> tuple[list[ParallelCall], list[str]]:
         """The first step not yet done (and the steps running with it); the calls the trace holds count as done."""
@@ -209,8 +213,7 @@ class PipelinePolicy:
             return AnswerDraft(answer=IDK, confidence=0.0, rationale=f"real-time question and no evidence scores "
                                f"{floor:g} or more (UNSW Algorithm 1, line 1)")
         if spec.min_image_score is not None:
-            kept = [h for h in view.evidence if h.source != "image_kg" or h.score >= spec.min_image_score]
-            view = view.model_copy(update={"evidence": kept})
+            view = without_weak_image_hits(view, spec.min_image_score)
         draft = self.answerer.answer(view, image)
         if not isinstance(draft, AnswerDraft):
             draft = AnswerDraft.model_validate(draft)
@@ -220,3 +223,24 @@ class PipelinePolicy:
 def best_score(view: PolicyView) -> float:
     """The best retrieval score of the evidence (the reranker's when it ran), 0 without evidence."""
     return max((h.rerank_score if h.rerank_score is not None else h.score for h in view.evidence), default=0.0)
+
+
+def without_weak_image_hits(view: PolicyView, floor: float) -> PolicyView:
+    """The turn with the image-search hits under `floor` left out, from the evidence and from each call's result
+    (what a model's transcript shows), as a baseline that thresholds its image-search context does."""
+
+    def keep(hits: Any) -> Any:
+        if not isinstance(hits, list):
+            return hits
+        return [h for h in hits if not isinstance(h, Hit) or h.source != "image_kg" or h.score >= floor]
+
+    done = []
+    for s in view.done:
+        hits = s.update.get("evidence")
+        kept = keep(hits)
+        if isinstance(hits, list) and len(kept) < len(hits):  # the call's own listing named the dropped ones too
+            s = s.model_copy(update={"update": {**s.update, "evidence": kept}, "summary": (
+                f"{len(kept)} of {len(hits)} results kept (image-search similarity >= {floor:g}): "
+                + ", ".join(h.entity_name or h.title or "" for h in kept))})
+        done.append(s)
+    return view.model_copy(update={"evidence": keep(view.evidence), "done": done})

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from graph.policy import IDK, AnswerDraft, is_abstention
+from graph.policy import IDK, AnswerDraft, PolicyView, is_abstention
 from graph.verify import EvidenceSupportVerifier
 from text import nlp
 from tools.base import Verdict
@@ -30,31 +30,36 @@ class StandInVerifier(EvidenceSupportVerifier):
 class UnswVerifier:
     """UNSW (003) §3.3-3.4 and Algorithm 1: the non-RAG answer is generated beside the RAG draft, a judge says
     whether the two are consistent, chain-of-verification scores the draft (S_CoV); the draft is kept only when
-    consistent and S_CoV >= tau_low with retrieved context, or >= tau_high without. Uses the model policy's
-    closed-book answer, consistency and CoV requests."""
+    consistent and S_CoV >= tau_low with retrieved context, or >= tau_high without. The three requests are the
+    model self-check's own (graph/model_verify.py: closed-book answer, consistency judge, CoV)."""
 
     blocking = True
 
     def __init__(self, policy: Any, tau_low: float = 0.9, tau_high: float = 1.0):
-        self.policy = policy
+        from graph.model_verify import ModelVerifier
+
+        self.checks = ModelVerifier(policy, "dual-cove")
         self.tau_low = tau_low
         self.tau_high = tau_high
         self.name = f"unsw-algorithm-1 (dual path + consistency + CoV; tau_low {tau_low:g}, tau_high {tau_high:g})"
 
-    def verify(self, question: str, draft: AnswerDraft, evidence: list[str], image: Any = None) -> Verdict:
+    def verify(self, question: str, draft: AnswerDraft, evidence: list[str], image: Any = None,
+               view: PolicyView | None = None) -> Verdict:
         from core.calls import run_many
+        from graph.model_verify import _view_without_steps
 
         if is_abstention(draft.answer):
             return Verdict(supported=False, confidence=0.0, reason="the draft abstains", method=self.name)
-        p = self.policy
-        (ok_c, closed), (ok_v, cove) = run_many([lambda: p.closed_book_answer(question, image),
-                                                 lambda: p.chain_of_verification(question, draft.answer, evidence,
-                                                                                 image)], timeout_s=3600)
+        c = self.checks
+        turn = view or _view_without_steps(question, evidence)
+        (ok_c, closed), (ok_v, cove) = run_many([lambda: c.closed_book_answer(turn, image),
+                                                 lambda: c.chain_of_verification(turn, draft.answer, image)],
+                                                timeout_s=3600)
         if not ok_v:
             raise cove
         if not ok_c:
             closed = AnswerDraft(answer=IDK, confidence=0.0, rationale=f"the non-RAG path failed: {closed}")
-        consistent = p.consistency(question, draft.answer, closed).consistent
+        consistent = c.consistency(question, draft.answer, closed).consistent
         return algorithm_1(bool(evidence), consistent, cove.confidence, self.tau_low, self.tau_high, closed.answer,
                            self.name)
 
@@ -82,7 +87,8 @@ class IdkVariantVerifier:
         self.threshold = threshold
         self.name = f"idk-variant-filter (threshold {threshold:g})"
 
-    def verify(self, question: str, draft: AnswerDraft, evidence: list[str], image: Any = None) -> Verdict:
+    def verify(self, question: str, draft: AnswerDraft, evidence: list[str], image: Any = None,
+               view: PolicyView | None = None) -> Verdict:
         embedder = self._embedder() if callable(self._embedder) and not hasattr(self._embedder, "similarity") \
             else self._embedder
         first = next(iter(nlp.sentences(draft.answer, min_chars=1)), draft.answer)
