@@ -4,6 +4,7 @@ its paper's order of steps, read back from the trace's tool_call events; UNSW's 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from PIL import Image
@@ -22,6 +23,7 @@ from traces.store import dump_trace
 from traces.superglasses import to_superglasses
 
 PRESETS = preset_names()
+ROOT = Path(__file__).resolve().parents[1]
 QUESTION = "who manufactures this rocket?"
 
 
@@ -114,6 +116,7 @@ def test_bundled_presets_are_valid_and_cite_their_papers():
         assert p.name == name and p.paper and p.verification.follows
         assert all(s.follows and s.module for s in p.steps)
         assert name in describe(p)
+        assert all((ROOT / "prompts" / f"{prompt}.txt").is_file() for prompt in p.prompts), p.prompts
     lens = load_preset("superlens")
     rerank = next(s for s in lens.steps if s.id == "rerank")
     assert rerank.args["min_score"] == 0.6 and rerank.args["image_weight"] == 0.4 and rerank.args["top_k"] == 10
