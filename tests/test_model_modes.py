@@ -355,7 +355,7 @@ def test_self_check_round_trips_beyond_the_answer(mode, waves, calls):
                                 '"rationale": "r"}')
         return F.text_reply('{"answer": "SpaceX", "confidence": 0.9, "entity": "Falcon 9", "rationale": "r"}')
 
-    with FakeOpenAIServer(delay_s=0.25, responder=respond) as srv:
+    with FakeOpenAIServer(delay_s=0.5, responder=respond) as srv:
         agent = make_agent(_policy(srv), budget_s=20, verify_mode=mode)
         tr = agent.run_turn(TurnInput(task=1, session_id="s", interaction_id="i", question="Who makes this?"))
         timeline = list(srv.timeline)

@@ -22,8 +22,8 @@ class WebConfig(BaseModel):
     serpapi_base_url: str = Field(DEFAULT_BASE_URL, description="A SerpApi-compatible server (operator-configured: "
                                                                 "not subject to the fetch policy).")
     key_env: str = Field(KEY_ENV, description="The environment variable that holds the SerpApi key.")
-    hl: str = "en"
-    gl: str = "us"
+    hl: str = Field("en", description="Search language (SerpApi hl).")
+    gl: str = Field("us", description="Search country (SerpApi gl).")
     allow: list[str] = Field(default_factory=list, description="Hosts or networks (CIDR) the page reader may reach "
                              "although they are loopback, private, link-local, ...: for tests and intranets.")
     timeout_s: float = Field(15.0, gt=0, le=120, description="Total seconds per request: connect, every redirect "
@@ -39,11 +39,13 @@ class WebConfig(BaseModel):
                                                                                 "extraction worker process.")
     serp_max_bytes: int = Field(8 * MB, ge=1024, description="Bytes of one search reply; a larger reply is an error.")
     serp_max_items: int = Field(100, ge=1, le=1000, description="Items of a reply list that are read.")
-    cache_dir: Path = DEFAULT_CACHE_DIR
+    cache_dir: Path = Field(DEFAULT_CACHE_DIR, description="Folder of the two-level web cache (search replies, "
+                                                         "pages).")
     cache_max_bytes: int = Field(1024 * MB, ge=MB, description="Bytes per cache level; the oldest entries go first.")
     cache_max_entry_bytes: int = Field(4 * MB, ge=1024, description="A larger value is not stored.")
-    image_dir: Path | None = None
-    image_base_url: str | None = None
+    image_dir: Path | None = Field(None, description="Folder where Google Lens images are published (Lens needs a "
+                                   "public image URL; without it Lens is off).")
+    image_base_url: str | None = Field(None, description="The public URL at which image_dir is served.")
     image_max_age_s: float = Field(24 * 3600.0, gt=0, description="Published Lens images older than this are deleted.")
     image_dir_max_bytes: int = Field(200 * MB, ge=MB, description="Published Lens images beyond this total are "
                                                                   "deleted, oldest first.")
