@@ -133,6 +133,9 @@ def test_unknown_and_malformed_presets_are_clear_errors(tmp_path):
         load_preset(bad)
     with pytest.raises(ValueError, match="does not exist"):
         load_preset(tmp_path / "missing.yaml")
+    (tmp_path / "folder.yaml").mkdir()
+    with pytest.raises(ValueError, match="cannot be read"):
+        load_preset(tmp_path / "folder.yaml")
 
 
 @pytest.mark.parametrize("name", PRESETS)

@@ -45,6 +45,8 @@ def load_preset(spec: str | Path) -> Preset:
         return Preset.model_validate(data)
     except FileNotFoundError:
         raise ValueError(f"preset file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"preset file {path} cannot be read: {e}") from None
     except (yaml.YAMLError, ValidationError) as e:
         raise ValueError(f"preset file {path} is not a valid preset: {e}") from None
 
