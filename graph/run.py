@@ -158,6 +158,11 @@ def build_content(args: argparse.Namespace) -> Any:
 
 def cpu_bound(config: Any) -> bool:
     """Does the policy run on this machine's CPU (the rule planner and its local models, in-process models)?"""
+    if config.preset:
+        from graph.presets import load_preset
+
+        if load_preset(config.preset).policy == "rule":  # the rule planner decides, whatever model is configured
+            return True
     backend = getattr(config.policy, "backend", None)
     if backend is None and isinstance(config.policy, str):
         backend = "rule" if config.policy == "rule" else config.policy.partition(":")[0]
@@ -368,7 +373,8 @@ def _run_claimed(args: argparse.Namespace, argv: list[str] | None, config: Any, 
     t0 = time.time()
     concurrency, capped = effective_concurrency(args, config)
     agent = build_agent(config, run_id=store.dir.name, task=args.task)  # models loaded and indexes built here
-    tools = [t.name for t in agent.registry.for_task(args.task, config.tools.allowed, config.tools.profile)]
+    used = agent.config  # with the preset applied
+    tools = [t.name for t in agent.registry.for_task(args.task, used.tools.allowed, used.tools.profile)]
     print("\n".join(header_lines(args, agent, scoring, source, getattr(conversations, "rows", None), tools,
                                  store.dir, f"{concurrency}{capped}", time.time() - t0)), flush=True)
     manifest = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from graph.policy import IDK, AnswerDraft, PolicyView, is_abstention
+from graph.policy import AnswerDraft, PolicyView, is_abstention
 from graph.verify import EvidenceSupportVerifier
 from text import nlp
 from tools.base import Verdict
@@ -45,21 +45,13 @@ class UnswVerifier:
 
     def verify(self, question: str, draft: AnswerDraft, evidence: list[str], image: Any = None,
                view: PolicyView | None = None) -> Verdict:
-        from core.calls import run_many
         from graph.model_verify import _view_without_steps
 
         if is_abstention(draft.answer):
             return Verdict(supported=False, confidence=0.0, reason="the draft abstains", method=self.name)
-        c = self.checks
         turn = view or _view_without_steps(question, evidence)
-        (ok_c, closed), (ok_v, cove) = run_many([lambda: c.closed_book_answer(turn, image),
-                                                 lambda: c.chain_of_verification(turn, draft.answer, image)],
-                                                timeout_s=3600)
-        if not ok_v:
-            raise cove
-        if not ok_c:
-            closed = AnswerDraft(answer=IDK, confidence=0.0, rationale=f"the non-RAG path failed: {closed}")
-        consistent = c.consistency(question, draft.answer, closed).consistent
+        closed, cove, judgement = self.checks.dual_path(question, turn, draft.answer, image)
+        consistent = judgement.consistent
         return algorithm_1(bool(evidence), consistent, cove.confidence, self.tau_low, self.tau_high, closed.answer,
                            self.name)
 
