@@ -57,9 +57,11 @@ def build_agent(config: AgentConfig | None = None, *, search: Any = None, policy
     without web search."""
     from crag.cache import CachedSearch
     from crag.search import as_search_backend, make_search
+    from graph.presets import PresetBuild
     from models.resources import Resources, limit_cpu_threads
 
-    config = config or AgentConfig()
+    preset = PresetBuild.of(config or AgentConfig())  # the preset's tools, self-check and thresholds applied
+    config = preset.config
     limit_cpu_threads(config.cpu_threads)
     registry = registry or load_tools(config)
     if search is None:
@@ -69,8 +71,8 @@ def build_agent(config: AgentConfig | None = None, *, search: Any = None, policy
         if config.search.cache and not isinstance(backend, CachedSearch):
             backend = CachedSearch(backend, max_entries=config.search.cache_entries)
     resources = Resources(backend, config.models)
-    policy = policy if policy is not None else make_policy(config, resources)
-    verifier = make_verifier(config, policy)
+    policy = policy if policy is not None else preset.policy(resources, make_policy)
+    verifier = preset.verifier(policy, resources, make_verifier)
     agent = Agent(policy, resources, config, registry, verifier, llm=getattr(policy, "backend", None), run_id=run_id)
     if config.warm_up:
         resources.warm_up()

@@ -44,6 +44,11 @@ class ToolsConfig(BaseModel):
 class AgentConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
+    preset: str | None = Field(None, description="A published agent design to run: react, rule, mmrag-baseline, "
+                               "superlens, unsw-verify, eurecom, no-retrieval (python -m graph.presets describes "
+                               "them), or the path of a preset YAML file. It sets the tools, their order, the "
+                               "self-check and its thresholds; steps that need a model use --model, and run as "
+                               "named heuristic stand-ins without one.")
     policy: str | ModelConfig = Field("rule", description="'rule' (the embedded rule-based planner, a heuristic), a "
                                       "model spec string (openai:<url>#<model>, transformers:<folder>, "
                                       "llamacpp:<file.gguf>) or a ModelConfig.")
@@ -64,4 +69,11 @@ class AgentConfig(BaseModel):
 
     def fingerprint(self) -> str:
         """A short hash of everything that changes what the agent answers."""
-        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
+        # no preset hashes as before presets existed (run folders made then still resume); a preset counts with
+        # its file's content
+        dump = self.model_dump_json(exclude={"preset"} if self.preset is None else None)
+        if self.preset is not None:
+            from graph.presets import preset_digest
+
+            dump += preset_digest(self.preset)
+        return hashlib.sha256(dump.encode()).hexdigest()[:16]

@@ -128,15 +128,21 @@ class ModelVerifier:
             conf = cove.confidence if cove.supported else min(cove.confidence, 0.3)
             return Verdict(supported=cove.supported and conf >= 0.5, confidence=conf, method=self.name,
                            reason=f"cove: {'supported' if cove.supported else 'unsupported'}, {clip(cove.reason, 200)}")
+        closed, cove, cons = self.dual_path(question, view, draft.answer, image)
+        return combine_verdict(cons, cove, closed.answer, self.name)
+
+    def dual_path(self, question: str, view: PolicyView, draft: str, image: Any = None
+                  ) -> tuple[AnswerDraft, CoVeResult, ConsistencyJudgement]:
+        """The closed-book answer and the chain of verification (run together), then their consistency judgement.
+        A failed verification raises; a failed closed-book path counts as "I don't know" (neutral)."""
         (ok_c, closed), (ok_v, cove) = run_many([lambda: self.closed_book_answer(view, image),
-                                                 lambda: self.chain_of_verification(view, draft.answer, image)],
+                                                 lambda: self.chain_of_verification(view, draft, image)],
                                                 timeout_s=3600)
         if not ok_v:
             raise cove
         if not ok_c:
             closed = AnswerDraft(answer=IDK, confidence=0.0, rationale=f"closed-book path failed: {closed}")
-        cons = self.consistency(question, draft.answer, closed)
-        return combine_verdict(cons, cove, closed.answer, self.name)
+        return closed, cove, self.consistency(question, draft, closed)
 
 
 def combine_verdict(cons: ConsistencyJudgement, cove: CoVeResult, closed_answer: str, method: str) -> Verdict:

@@ -64,6 +64,7 @@ class CrossEncoderReranker:
 
         self.path = Path(path)
         self.name = f"cross-encoder:{self.path.name}"
+        self.calibrated = True  # relevance probabilities in [0, 1]: a fixed score floor means the same everywhere
         self.device = device
         self.max_length = max_length
         self.batch_size = batch_size
@@ -114,6 +115,7 @@ class EmbeddingReranker:
     """Fallback reranker: cosine similarity from a `models.text_embedder.TextEmbedder` (MiniLM)."""
 
     name = EMBEDDING_METHOD
+    calibrated = False  # cosine similarities: a fixed floor set for a cross-encoder's scale does not carry over
 
     def __init__(self, text_embedder: Any):
         self.text_embedder = text_embedder

@@ -425,16 +425,21 @@ def test_llm_judge_sends_the_superglasses_prompt_and_reads_accuracy_json():
     with FakeOpenAIServer() as srv:
         srv.push(FakeOpenAIServer.text_reply('{"accuracy": true}'), FakeOpenAIServer.text_reply('{"accuracy": false}'))
         judge = sge.make_superglasses_judge(f"openai:{srv.base_url}#qwen")
-        assert judge.name == "llm-judge:qwen (SuperGlasses prompt, approximate wording)"
+        assert judge.name == "llm-judge:qwen (SuperGlasses prompt)"  # Fig. 16's exact text: not approximate
         ok = sge.score_superglasses("who makes it?", "It is built by SpaceX, " + "very " * 100 + "famous.", "SpaceX",
                                     judge)
         bad = sge.score_superglasses("who makes it?", "Boeing", "SpaceX", judge)
         body = srv.requests[0]
     assert ok.result == "correct" and not ok.truncated and bad.result == "incorrect"
     system, user = body["messages"][0]["content"], body["messages"][1]["content"]
-    assert '{"accuracy": true}' in system and not system.startswith("#") and "APPROXIMATE" not in system
-    assert user == "Question: who makes it?\nGround truth: SpaceX\nResponse: It is built by SpaceX, " + "very " * 100 + \
-        "famous.\n"
+    # Figure 16 of the paper, word for word (the note lines above the text are not sent)
+    assert system == "You are an expert evaluator of question-answering systems.\n"
+    assert user.startswith('General Reasoning Guidelines: "Your task is to determine if a prediction correctly '
+                           'answers a question based on the ground truth."\n\nRules:\n\n1. The prediction is correct '
+                           'if it captures all the key information from the ground truth.\n')
+    assert "\"Output a JSON object with a single field 'accuracy' whose value is true or false.\"" in user
+    assert user.endswith("Question: who makes it?, Ground Truth: SpaceX, Prediction: It is built by SpaceX, "
+                         + "very " * 100 + "famous.\n")
     assert body["response_format"]["json_schema"]["schema"]["required"] == ["accuracy"]
     assert sge.score_superglasses("q", "I don't know", "SpaceX", judge).result == "missing"
     rule = sge.make_superglasses_judge("rule")

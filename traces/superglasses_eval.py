@@ -3,8 +3,8 @@
 - Judge. The paper judges each answer with an LLM that replies `{"accuracy": true|false}` (its Fig. 16).
   `make_superglasses_judge("openai:<url>#<model>")` sends prompts/judge_superglasses_*.txt to any
   OpenAI-compatible server through the project's one client (crag.scoring.LLMJudge: JSON-schema response
-  format, retries, an unusable reply counted as wrong). The prompt wording is APPROXIMATE: Fig. 16 could not
-  be read offline (prompts/README_superglasses_judge.md says how to drop in the exact text). `"rule"` is the
+  format, retries, an unusable reply counted as wrong). The prompt is the exact text of Fig. 16
+  (prompts/README_superglasses_judge.md says where it comes from). `"rule"` is the
   offline "superglasses rule judge (approximate)" (crag.scoring.RuleJudge's matching rules); it is not the
   paper's metric. SuperGlasses scores accuracy only: the whole answer is judged (no 75-token cut), and
   "I don't know" is not correct (it is listed as `missing`).
@@ -33,14 +33,14 @@ from traces.schema import TurnTrace
 from traces.store import write_json_atomic
 from traces.superglasses import SGLog, information_seeking, parse_log, to_superglasses, write_logs
 
-# Set to True once prompts/judge_superglasses_*.txt hold the exact text of the paper's Fig. 16.
-SUPERGLASSES_PROMPT_VERIFIED = False
+# prompts/judge_superglasses_*.txt hold the exact text of the paper's Fig. 16 (Appendix E.1).
+SUPERGLASSES_PROMPT_VERIFIED = True
 SYSTEM_PROMPT = "judge_superglasses_system.txt"
 USER_PROMPT = "judge_superglasses_user.txt"
 SUPERGLASSES_JUDGE = replace(
     MODES["kddcup2025"], name="superglasses",
     reproduces="SuperGlasses (arXiv 2602.22683) LLM judge replying {\"accuracy\": true|false} (Fig. 16); "
-               + ("prompt text checked" if SUPERGLASSES_PROMPT_VERIFIED else "prompt wording approximate"),
+               + ("prompt text of Fig. 16" if SUPERGLASSES_PROMPT_VERIFIED else "prompt wording approximate"),
     judge_model="Qwen2.5-32B-Instruct", judge_system_prompt=SYSTEM_PROMPT, judge_user_prompt=USER_PROMPT,
     judge_temperature=0.0, unparseable_verdict="no verdict: counted as wrong")
 SLICES = ("difficulty", "hops", "hop_group", "information_seeking", "domain", "category", "dynamism", "glasses",

@@ -1,0 +1,94 @@
+"""Self-checks the presets bring: UNSW's Algorithm 1 over dual-path generation and chain-of-verification, EURECOM's
+"I don't know"-variant filter, and the named stand-in used when a model self-check has no model offline."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from graph.policy import AnswerDraft, PolicyView, is_abstention
+from graph.verify import EvidenceSupportVerifier
+from text import nlp
+from tools.base import Verdict
+
+# The "I don't know" variants EURECOM's answer filter compares a reply with (002, Appendix A), quoted for fidelity.
+IDK_VARIANTS = (
+    "I don't know the answer", "I don't know", "Sorry, I don't know", "I don't have the correct answer",
+    "I am not sure about the answer", "I am not able to provide", "There is no information available",
+    "I cannot answer that", "I cannot provide information about individuals",
+    "I cannot provide information or guidance",
+    "I cannot provide information that could be used to identify the person in the image",
+)
+
+
+class StandInVerifier(EvidenceSupportVerifier):
+    """The heuristic evidence-support self-check, named as the stand-in for the model self-check it replaces."""
+
+    def __init__(self, replaces: str):
+        self.name = f"heuristic:evidence-support (stand-in for {replaces})"
+
+
+class UnswVerifier:
+    """UNSW (003) §3.3-3.4 and Algorithm 1: the non-RAG answer is generated beside the RAG draft, a judge says
+    whether the two are consistent, chain-of-verification scores the draft (S_CoV); the draft is kept only when
+    consistent and S_CoV >= tau_low with retrieved context, or >= tau_high without. The three requests are the
+    model self-check's own (graph/model_verify.py: closed-book answer, consistency judge, CoV)."""
+
+    blocking = True
+
+    def __init__(self, policy: Any, tau_low: float = 0.9, tau_high: float = 1.0):
+        from graph.model_verify import ModelVerifier
+
+        self.checks = ModelVerifier(policy, "dual-cove")
+        self.tau_low = tau_low
+        self.tau_high = tau_high
+        self.name = f"unsw-algorithm-1 (dual path + consistency + CoV; tau_low {tau_low:g}, tau_high {tau_high:g})"
+
+    def verify(self, question: str, draft: AnswerDraft, evidence: list[str], image: Any = None,
+               view: PolicyView | None = None) -> Verdict:
+        from graph.model_verify import _view_without_steps
+
+        if is_abstention(draft.answer):
+            return Verdict(supported=False, confidence=0.0, reason="the draft abstains", method=self.name)
+        turn = view or _view_without_steps(question, evidence)
+        closed, cove, judgement = self.checks.dual_path(question, turn, draft.answer, image)
+        consistent = judgement.consistent
+        return algorithm_1(bool(evidence), consistent, cove.confidence, self.tau_low, self.tau_high, closed.answer,
+                           self.name)
+
+
+def algorithm_1(has_context: bool, consistent: bool, s_cov: float, tau_low: float, tau_high: float,
+                closed_answer: str, method: str) -> Verdict:
+    """Algorithm 1's lines 2-9 (line 1, the real-time rule, runs in the answer step)."""
+    need = tau_low if has_context else tau_high
+    keep = consistent and s_cov >= need
+    ctx = "with retrieved context" if has_context else "without context"
+    reason = (f"{ctx}: the RAG and non-RAG answers are {'consistent' if consistent else 'not consistent'} "
+              f"(non-RAG said {closed_answer[:80]!r}); CoV confidence {s_cov:.2f} "
+              f"{'>=' if s_cov >= need else '<'} {need:g}")
+    return Verdict(supported=keep, confidence=round(s_cov, 4), reason=reason, method=method)
+
+
+class IdkVariantVerifier:
+    """EURECOM (002) §2.5: the answer's first sentence is embedded and compared with the "I don't know" variants;
+    at `threshold` similarity or more the answer becomes "I don't know". Otherwise the draft stands as written."""
+
+    blocking = True
+
+    def __init__(self, embedder: Any, threshold: float = 0.7):
+        self._embedder = embedder
+        self.threshold = threshold
+        self.name = f"idk-variant-filter (threshold {threshold:g})"
+
+    def verify(self, question: str, draft: AnswerDraft, evidence: list[str], image: Any = None,
+               view: PolicyView | None = None) -> Verdict:
+        embedder = self._embedder() if callable(self._embedder) and not hasattr(self._embedder, "similarity") \
+            else self._embedder
+        first = next(iter(nlp.sentences(draft.answer, min_chars=1)), draft.answer)
+        best = float(max(embedder.similarity(first, list(IDK_VARIANTS)), default=0.0))
+        model = getattr(embedder, "name", type(embedder).__name__)
+        if best >= self.threshold:
+            return Verdict(supported=False, confidence=0.0, method=f"{self.name}, {model}",
+                           reason=f"the first sentence resembles an 'I don't know' variant ({best:.2f} >= "
+                                  f"{self.threshold:g})")
+        return Verdict(supported=True, confidence=draft.confidence, method=f"{self.name}, {model}",
+                       reason=f"not an 'I don't know' variant (best similarity {best:.2f})")
