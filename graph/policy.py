@@ -31,6 +31,9 @@ class ToolSpec(BaseModel):
     signature: str
     json_schema: dict[str, Any]
     tags: list[str] = Field(default_factory=list)
+    capabilities: tuple[Any, ...] = Field((), exclude=True, description="The tool's tools.capability.Capability "
+                                          "objects (planners use their hooks).")
+    inputs: dict[str, str] = Field(default_factory=dict, description="Planner slot -> the tool's argument name.")
 
 
 class StepSummary(BaseModel):
@@ -68,6 +71,13 @@ class PolicyView(BaseModel):
         return sum(1 for s in self.done if s.tool == tool)
 
 
+class AnswerDraft(BaseModel):
+    answer: str
+    confidence: float = Field(ge=0.0, le=1.0)
+    rationale: str = ""
+    entity: str | None = Field(None, description="The entity the answer is about, carried to later turns.")
+
+
 class ParallelCall(BaseModel):
     tool: str
     arguments: dict[str, Any] = Field(default_factory=dict)
@@ -83,13 +93,8 @@ class Decision(BaseModel):
     sub_question: str | None = None
     needs_retrieval: bool | None = None
     rationale: str = ""
-
-
-class AnswerDraft(BaseModel):
-    answer: str
-    confidence: float = Field(ge=0.0, le=1.0)
-    rationale: str = ""
-    entity: str | None = Field(None, description="The entity the answer is about, carried to later turns.")
+    answer: AnswerDraft | None = Field(None, description="With action 'answer': the answer itself, when the reply "
+                                       "that decided also wrote it (one round trip instead of two).")
 
 
 @runtime_checkable
