@@ -146,6 +146,10 @@ class _Loop:
 _LOOP: _Loop | None = None
 _LOOP_LOCK = threading.Lock()
 _CLIENTS: weakref.WeakSet[OpenAIClient] = weakref.WeakSet()
+# Every open aiohttp session, held here until it is closed on the loop. A session reachable only from a dropped
+# client would be finalised by the garbage collector in whatever thread it runs, and aiohttp's connector then
+# closes its transports there: off the loop's thread, which crashes uvloop (a segfault, seen in the tests).
+_OPEN_SESSIONS: set[aiohttp.ClientSession] = set()
 
 
 def _event_loop() -> _Loop:
@@ -161,6 +165,18 @@ def _close_all() -> None:
     """At exit: close every client's connections (an unclosed aiohttp session complains when collected)."""
     for client in list(_CLIENTS):
         client.close()
+    for session in list(_OPEN_SESSIONS):  # those of clients dropped without close()
+        try:
+            _event_loop().run(lambda s=session: _close_session(s))  # type: ignore[misc]
+        except Exception as e:  # noqa: BLE001 - closing is best effort
+            log.debug("closing an HTTP session failed: %s", e)
+
+
+async def _close_session(session: aiohttp.ClientSession) -> None:
+    try:
+        await session.close()
+    finally:
+        _OPEN_SESSIONS.discard(session)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -283,13 +299,14 @@ class OpenAIClient:
             self._session = aiohttp.ClientSession(
                 connector=connector, headers=self._headers,
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=min(10.0, self.timeout_s)))
+            _OPEN_SESSIONS.add(self._session)
         return self._session
 
     def __del__(self) -> None:
         session = self._session
         if session is not None and not session.closed and _LOOP is not None:  # dropped without close(): close it
             try:
-                _LOOP.loop.call_soon_threadsafe(lambda: _LOOP.loop.create_task(session.close()))
+                _LOOP.loop.call_soon_threadsafe(lambda: _LOOP.loop.create_task(_close_session(session)))
             except RuntimeError:  # the loop is gone (interpreter exit)
                 pass
 
@@ -297,7 +314,7 @@ class OpenAIClient:
         session, self._session = self._session, None
         if session is not None and not session.closed:
             try:
-                _event_loop().run(session.close)
+                _event_loop().run(lambda: _close_session(session))
             except Exception as e:  # noqa: BLE001 - closing is best effort
                 log.debug("closing the HTTP client failed: %s", e)
 

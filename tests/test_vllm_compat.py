@@ -23,7 +23,7 @@ from models.vlm.base import complete_and_report
 from models.vlm.openai_server import OpenAICompatibleBackend, StreamedToolCallLost
 from testing.fake_model_server import FakeOpenAIServer
 from testing.vllm_emulation import VllmBehaviour
-from tools import load_builtin_tools
+from tools import default_registry
 
 F = FakeOpenAIServer
 MSGS = [{"role": "user", "content": "hi"}]
@@ -210,7 +210,7 @@ EVERYTHING = json.dumps({"action": "answer", "rationale": "r", "answer": "SpaceX
 
 
 def _view() -> PolicyView:
-    tools = [tool_spec(t) for t in load_builtin_tools().for_task(1)]
+    tools = [tool_spec(t) for t in default_registry().for_task(1)]
     return PolicyView(task=1, question="Who makes this rocket?", has_image=True, tools=tools, remaining_steps=4,
                       remaining_s=30.0)
 
@@ -367,3 +367,25 @@ def test_a_three_turn_conversation_through_the_agent_uses_one_replica():
     calls: list[ModelCall] = [c for t in traces for c in t.model_calls()]
     assert len(calls) >= 6 and sorted(_replica_of([a, b])) == [0, len(calls)]
     assert requests_per_replica(calls) == {calls[0].replica: len(calls)}
+
+
+# ---- transport ------------------------------------------------------------------------------------------------
+
+
+def test_a_dropped_client_has_its_connections_closed_on_the_event_loop(srv, caplog):
+    import gc
+
+    srv.push(F.text_reply("ok"))
+    b = _backend(srv)
+    b.complete(MSGS)
+    session = b.client._session
+    assert session in oc._OPEN_SESSIONS  # held by the module, so no finalizer closes it off the loop's thread
+    with caplog.at_level(logging.ERROR):
+        del b
+        gc.collect()
+        deadline = time.monotonic() + 5
+        while session in oc._OPEN_SESSIONS and time.monotonic() < deadline:
+            time.sleep(0.01)
+        gc.collect()
+    assert session.closed and session not in oc._OPEN_SESSIONS
+    assert not [r for r in caplog.records if "Unclosed" in r.getMessage()]
