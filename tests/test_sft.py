@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from PIL import Image
-from support import make_agent
+from support import KGSearch, make_agent
 
 from graph.agent import TurnInput
 from graph.model_policy import make_model_policy
@@ -17,16 +17,6 @@ from traces.superglasses import SGHop, SGLog
 
 F = FakeOpenAIServer
 
-
-class KGSearch:
-    name = "fixed-kg"
-
-    def image_search(self, image, k=5):
-        return [{"index": 0, "score": 0.95, "url": "https://kg/0", "entities": [
-            {"entity_name": "Falcon 9", "entity_attributes": {"manufacturer": "SpaceX"}}]}]
-
-    def web_search(self, query, k=5):
-        return []
 
 
 def _turn_replies(answer: str) -> list[dict]:
