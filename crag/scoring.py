@@ -63,8 +63,8 @@ log = logging.getLogger(__name__)
 MAX_RESPONSE_LENGTH_IN_TOKENS = 75
 MAX_EVAL_TOKENS = 1024
 # The judge's sampling when its mode sets none: OpenAI's API defaults, which are also vLLM's neutral values
-# (top_k -1 = off; top_k, min_p and repetition_penalty are not OpenAI's and are dropped after it rejects them)
-JUDGE_SAMPLING = {"temperature": 1.0, "top_p": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "top_k": -1,
+# (top_k 0 = off; top_k, min_p and repetition_penalty are not OpenAI's and are dropped after it rejects them)
+JUDGE_SAMPLING = {"temperature": 1.0, "top_p": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "top_k": 0,
                   "min_p": 0.0, "repetition_penalty": 1.0}
 MAX_API_RETRIES = 3
 PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"

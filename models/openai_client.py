@@ -21,7 +21,8 @@ in flight, and a key whose replica went down is moved for good.
 Optional sampling fields that a server rejects by name (`top_k`, `min_p`, `repetition_penalty` are vLLM's,
 SGLang's and llama-cpp-python's, and OpenAI's API answers 400 "Unrecognized request argument supplied: top_k";
 its reasoning models refuse `top_p` and the penalties) are dropped from then on, with one warning, and the
-request is sent again; likewise `max_tokens` becomes `max_completion_tokens` for a server that asks for it.
+request is sent again; likewise `max_tokens` becomes `max_completion_tokens` for a server that asks for it, and
+`top_k` 0 ("off" for vLLM and llama.cpp) becomes -1 for one that takes only that (SGLang).
 """
 
 from __future__ import annotations
@@ -289,6 +290,7 @@ class OpenAIClient:
         self._affinity: OrderedDict[str, Replica] = OrderedDict()
         self.dropped: set[str] = set()  # OPTIONAL_SAMPLING fields the server rejected: no longer sent
         self.max_completion_tokens = False  # the server wants max_completion_tokens, not max_tokens
+        self.top_k_off = 0  # what "no top-k" is on this server: 0 (vLLM, llama.cpp), or -1 once it asks (SGLang)
         _CLIENTS.add(self)
 
     def _http(self) -> aiohttp.ClientSession:
@@ -471,6 +473,8 @@ class OpenAIClient:
 
     def _adapted(self, payload: dict[str, Any]) -> dict[str, Any]:
         body = {k: v for k, v in payload.items() if k not in self.dropped}
+        if body.get("top_k") == 0:
+            body["top_k"] = self.top_k_off
         if self.max_completion_tokens and "max_tokens" in body:
             body["max_completion_tokens"] = body.pop("max_tokens")
         return body
@@ -480,6 +484,10 @@ class OpenAIClient:
         msg = str(e).lower()
         if e.status not in (400, 422):
             return False
+        if body.get("top_k") == 0 and "top_k" in msg and "-1" in msg:  # "top_k must be -1 (disable) or at least 1"
+            log.warning("%s takes -1, not 0, for no top-k; sending that from now on: %s", self.base_url, e)
+            self.top_k_off = -1
+            return True
         if "max_tokens" in body and "max_completion_tokens" in msg:
             log.warning("%s asks for max_completion_tokens instead of max_tokens; sending that from now on: %s",
                         self.base_url, e)

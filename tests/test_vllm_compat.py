@@ -251,19 +251,28 @@ def test_the_llm_judge_sends_explicit_sampling():
         expected_t = 1.0 if mode == "kddcup2025" else 0.0  # the official code's (API default / 0)
         assert eff["temperature"] == expected_t and eff["repetition_penalty"] == 1.0
         assert eff["presence_penalty"] == 0.0 and eff["frequency_penalty"] == 0.0 and eff["min_p"] == 0.0
-        assert body["top_p"] == 1.0 and body["top_k"] == -1 and body["max_tokens"] > 0
+        assert body["top_p"] == 1.0 and body["top_k"] == 0 and body["max_tokens"] > 0
 
 
 def test_sampling_fields_outside_openais_api_are_dropped_once_a_server_rejects_them(caplog):
     with FakeOpenAIServer(reject_fields=("top_k", "min_p", "repetition_penalty")) as srv, \
             caplog.at_level(logging.WARNING):
         srv.push(F.text_reply("one"), F.text_reply("two"))
-        b = _backend(srv, sampling={"top_p": 1.0, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0})
+        b = _backend(srv, sampling={"top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0})
         assert b.complete(MSGS).text == "one" and b.complete(MSGS).text == "two"
     first, *served = srv.requests
-    assert first["top_k"] == -1 and len(served) == 2  # one 400, then without all three extensions
+    assert first["top_k"] == 0 and len(served) == 2  # one 400, then without all three extensions
     assert all(not {"top_k", "min_p", "repetition_penalty"} & set(r) and r["top_p"] == 1.0 for r in served)
     assert len([r for r in caplog.records if "does not take the sampling field" in r.message]) == 1
+
+
+def test_a_server_whose_no_top_k_is_minus_one_gets_that():
+    with FakeOpenAIServer() as srv:
+        srv.push(("status", 400, {"object": "error", "message": "top_k must be -1 (disable) or at least 1, got 0."}),
+                 F.text_reply("one"), F.text_reply("two"))
+        b = _backend(srv, sampling={"top_k": 0})
+        assert b.complete(MSGS).text == "one" and b.complete(MSGS).text == "two"
+    assert [r["top_k"] for r in srv.requests] == [0, -1, -1]
 
 
 # ---- 6. replica affinity ------------------------------------------------------------------------------------------

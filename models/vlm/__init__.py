@@ -56,8 +56,8 @@ class ModelConfig(BaseModel):
     # default `--generation-config auto` fills none of them from the model's generation_config.json. The
     # defaults are the neutral values (with temperature 0: greedy decoding); see docs/vllm.md.
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(-1, ge=-1, description="-1: off (vLLM, SGLang; llama.cpp takes <= 0 as off). Not in "
-                       "OpenAI's API: dropped after a server rejects it.")
+    top_k: int = Field(0, ge=-1, description="0: off (vLLM, llama.cpp; sent as -1 to a server that asks for "
+                       "that, as SGLang does). Not in OpenAI's API: dropped after a server rejects it.")
     min_p: float = Field(0.0, ge=0.0, le=1.0, description="Not in OpenAI's API: dropped after a server rejects it.")
     repetition_penalty: float = Field(1.0, gt=0.0, le=2.0, description="1.0: off. Not in OpenAI's API: dropped "
                                       "after a server rejects it.")
