@@ -161,7 +161,7 @@ class OpenAICompatibleBackend:
                     partial.mode, partial.finish_reason, partial.replica = mode, "cancelled", meta.get("replica")
                 raise ReplyCancelled(str(e), partial) from None
             except BackendError as e:
-                if not self._fall_back(e, mode):
+                if not self._fall_back(e, payload, mode):
                     raise
                 continue
             reply = self.parse_response(data, (time.perf_counter() - t0) * 1000.0)
@@ -172,15 +172,16 @@ class OpenAICompatibleBackend:
                     self._check_streamed_tools(reply, tools or [])
             return reply
 
-    def _fall_back(self, e: BackendError, mode: DecisionMode | None) -> bool:
+    def _fall_back(self, e: BackendError, payload: dict[str, Any], mode: DecisionMode | None) -> bool:
         """Whether the rejection `e` names a request feature this server lacks; if so it is left out from now on
         (and the request is sent again)."""
-        if "chat_template" in self.extra_body and _rejected(e, "chat_template"):
-            log.warning("%s refused the per-request chat_template (vLLM 0.11+ takes one only when started with "
-                        "--trust-request-chat-template). Start vLLM with that flag, or drop chat_template from "
-                        "the model config (give it to vLLM as --chat-template instead); continuing without it, "
-                        "so the server's own template renders the prompts: %s", self.base_url, e)
-            self.extra_body.pop("chat_template")
+        if "chat_template" in payload and _rejected(e, "chat_template"):
+            self.extra_body.pop("chat_template", None)  # (a concurrent request may have dropped it already)
+            self._warn_once("chat_template", "%s refused the per-request chat_template (vLLM 0.11+ takes one only "
+                            "when started with --trust-request-chat-template). Start vLLM with that flag, or drop "
+                            "chat_template from the model config (give it to vLLM as --chat-template instead); "
+                            "continuing without it, so the server's own template renders the prompts: %s",
+                            self.base_url, e)
         elif mode in ("structured", "json_object") and _rejected(e, "structured"):
             log.warning("%s rejected response_format %s; trying native tools / JSON in text: %s",
                         self.base_url, self.response_format, e)
