@@ -40,6 +40,8 @@ def make_search(cfg: SearchConfig, models: ModelPaths | None = None, web: bool =
     from crag.cache import CachedSearch
 
     backend = _backend(cfg, models or ModelPaths(), web)
+    if isinstance(backend, NullSearch):  # nothing to cache (a header saying "cached(none)" misleads)
+        return backend
     return CachedSearch(backend, max_entries=cfg.cache_entries) if cfg.cache else backend
 
 

@@ -54,7 +54,8 @@ class AgentConfig(BaseModel):
     planner: RulePlannerConfig = Field(default_factory=RulePlannerConfig)
     abstain_below: float = Field(0.35, ge=0, le=1, description="Self-check confidence under which the answer is "
                                  "'I don't know'.", allow_inf_nan=False)
-    self_check: Literal["on", "off"] = "on"
+    self_check: Literal["on", "off"] = Field("on", description="Verify each draft before answering (the model's "
+                                             "self-check with a model policy, else the heuristic evidence check).")
     verify_mode: Literal["single", "dual-cove"] = Field("single", description="Model self-check: one verification "
                                                         "round trip, or dual path + chain-of-verification.")
     warm_up: bool = Field(True, description="Load models and build indexes before the first turn.")

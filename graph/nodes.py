@@ -196,10 +196,12 @@ def tools(state: AgentState, runtime: Runtime[TurnContext]) -> list[Command]:
     _one_overwrite_per_field(results)
     out: list[Command] = []
     for i, res in enumerate(results):
-        summary = StepSummary.model_construct(tool=res.pending.call.tool, arguments=res.pending.call.arguments,
-                                              summary=res.output.summary if res.output else "",
-                                              error=f"{res.error.kind}: {res.error.message}" if res.error else None)
         update: dict[str, Any] = dict(res.output.update) if res.output is not None else {}
+        summary = StepSummary.model_construct(
+            tool=res.pending.call.tool, arguments=res.pending.call.arguments,
+            summary=res.output.summary if res.output else "", parallel_with=res.pending.parallel_with,
+            error=f"{res.error.kind}: {res.error.message}" if res.error else None,
+            update={k: v.value if isinstance(v, Overwrite) else v for k, v in update.items()})
         update.update(steps=[_tool_event(ctx, _index(state, i), res)], done=[summary])
         out.append(Command(update=update))
     closing: dict[str, Any] = {"pending": None}
@@ -256,7 +258,7 @@ def self_check(state: AgentState, runtime: Runtime[TurnContext]) -> dict:
     with collect_model_calls() as calls:
         try:
             verdict = run_with_deadline(
-                lambda: verifier.verify(ctx.question, draft, _evidence_texts(state), ctx.image),
+                lambda: verifier.verify(ctx.question, draft, _evidence_texts(state), ctx.image, view=ctx.view(state)),
                 max(0.05, ctx.remaining_s() - 0.05), ctx.scope, inline=not blocking(verifier))
         except Exception as e:  # noqa: BLE001 - a broken self-check cannot vouch for the draft
             keep = draft.confidence >= max(ctx.abstain_below, 0.5)

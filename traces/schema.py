@@ -215,8 +215,23 @@ class FinalEvent(_Event):
 TraceEvent = Annotated[PlanEvent | ToolCallEvent | AnswerEvent | VerdictEvent | FinalEvent, Field(discriminator="node")]
 
 
+def sequential_rounds(calls: list[ModelCall]) -> int:
+    """How many model calls ran one after another: calls whose times overlap ran concurrently and count once
+    (the turn's critical path in round trips). Calls without a start time count one each."""
+    spans = sorted((c.started_at, c.started_at + c.latency_ms / 1000) for c in calls if c.started_at is not None)
+    rounds, end = 0, None
+    for start, stop in spans:
+        if end is None or start >= end:
+            rounds, end = rounds + 1, stop
+        else:
+            end = max(end, stop)
+    return rounds + sum(c.started_at is None for c in calls)
+
+
 class TokenTotals(BaseModel):
     calls: int = 0
+    sequential_calls: int = Field(0, description="Model calls on the turn's critical path: concurrent ones count "
+                                  "once.")
     prompt_tokens: int = 0
     completion_tokens: int = 0
     calls_without_usage: int = Field(0, description="Calls whose backend reported no token counts (not in the sums).")
