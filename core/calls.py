@@ -30,9 +30,8 @@ import queue
 import sys
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, wait
-from contextlib import contextmanager
 from typing import Any, NoReturn
 
 from core.types import ModelCall
@@ -131,38 +130,55 @@ def current_scope() -> CancelScope | None:
     return _SCOPE.get()
 
 
-@contextmanager
-def scope(s: CancelScope) -> Iterator[CancelScope]:
-    token = _SCOPE.set(s)
-    try:
-        yield s
-    finally:
-        _SCOPE.reset(token)
+class scope:  # noqa: N801 - used as a function: `with scope(s):`
+    """Make `s` the current cancel scope inside the block (a class, not @contextmanager: it runs at every step)."""
+
+    __slots__ = ("_scope", "_token")
+
+    def __init__(self, s: CancelScope):
+        self._scope = s
+
+    def __enter__(self) -> CancelScope:
+        self._token = _SCOPE.set(self._scope)
+        return self._scope
+
+    def __exit__(self, *exc: Any) -> None:
+        _SCOPE.reset(self._token)
 
 
-@contextmanager
-def affinity(key: str | None) -> Iterator[str | None]:
+class affinity:  # noqa: N801 - used as a function: `with affinity(session_id):`
     """Calls made inside belong together (one conversation): replicas of a model serve them on one replica
     while it is up and not saturated (models/openai_client.py). None: no affinity (least outstanding)."""
-    token = _AFFINITY.set(key)
-    try:
-        yield key
-    finally:
-        _AFFINITY.reset(token)
+
+    __slots__ = ("_key", "_token")
+
+    def __init__(self, key: str | None):
+        self._key = key
+
+    def __enter__(self) -> str | None:
+        self._token = _AFFINITY.set(self._key)
+        return self._key
+
+    def __exit__(self, *exc: Any) -> None:
+        _AFFINITY.reset(self._token)
 
 
 def current_affinity() -> str | None:
     return _AFFINITY.get()
 
 
-@contextmanager
-def collect_model_calls() -> Iterator[list[ModelCall]]:
-    calls: list[ModelCall] = []
-    token = _CALLS.set(calls)
-    try:
-        yield calls
-    finally:
-        _CALLS.reset(token)
+class collect_model_calls:  # noqa: N801 - used as a function: `with collect_model_calls() as calls:`
+    """Gather the ModelCall records that backends report inside the block."""
+
+    __slots__ = ("_calls", "_token")
+
+    def __enter__(self) -> list[ModelCall]:
+        self._calls: list[ModelCall] = []
+        self._token = _CALLS.set(self._calls)
+        return self._calls
+
+    def __exit__(self, *exc: Any) -> None:
+        _CALLS.reset(self._token)
 
 
 def report_model_call(call: ModelCall) -> None:
@@ -248,6 +264,16 @@ def _in_scope(s: CancelScope, fn: Callable[[], Any]) -> Any:
         return fn()
 
 
+def _run_inline(s: CancelScope, fn: Callable[[], Any]) -> tuple[bool, Any]:
+    """(ok, result or exception) of a call run in the caller's thread."""
+    try:
+        return True, _in_scope(s, fn)
+    except Exception as e:  # noqa: BLE001 - handed to the caller like a worker's exception
+        return False, e
+    except BaseException as e:  # noqa: BLE001 - sys.exit() inside a call must not end the run
+        return False, RuntimeError(f"{type(e).__name__} raised inside the call: {e}")
+
+
 # How long an abandoned call that registered a cancel hook gets to wind down (an HTTP request closes at once,
 # a local generation stops at its next token): its ModelCall record (cancelled, partial tokens) then reaches
 # the trace, and the next call does not queue behind it. Calls without a hook (a plain tool) are not waited for.
@@ -267,18 +293,15 @@ def run_many(fns: list[Callable[[], Any]], timeout_s: float, parent: CancelScope
     inline = inline or [False] * len(fns)
     if parent is None:
         parent = current_scope()
+    if parent is not None and all(inline):  # quick local work only: no thread, no child scope, no future
+        return [_run_inline(parent, fn) for fn in fns]
     # an inline call cannot be abandoned, so it needs no scope of its own: it runs under the parent's
     children = [parent if inline[i] and parent is not None else CancelScope(parent) for i in range(len(fns))]
     futs = {i: WORKERS.submit(_in_scope, children[i], fn) for i, fn in enumerate(fns) if not inline[i]}
     out: list[tuple[bool, Any]] = [(False, None)] * len(fns)
     for i, fn in enumerate(fns):
         if inline[i]:
-            try:
-                out[i] = (True, _in_scope(children[i], fn))
-            except Exception as e:  # noqa: BLE001 - handed to the caller like a worker's exception
-                out[i] = (False, e)
-            except BaseException as e:  # noqa: BLE001 - sys.exit() inside a call must not end the run
-                out[i] = (False, RuntimeError(f"{type(e).__name__} raised inside the call: {e}"))
+            out[i] = _run_inline(children[i], fn)
     if futs:
         _, not_done = wait(futs.values(), timeout=timeout_s)
         winding_down = []

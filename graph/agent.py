@@ -92,7 +92,7 @@ class Agent:
             ctx.scope.cancel()  # whatever is still in flight for this turn (abandoned calls) is cancelled now
         answer = final.final_answer or IDK
         conf = final.verdict.confidence if final.verdict else (final.draft.confidence if final.draft else None)
-        steps = [s.model_copy(update={"index": i}) for i, s in enumerate(final.steps)]
+        steps = [s if s.index == i else s.model_copy(update={"index": i}) for i, s in enumerate(final.steps)]
         calls = [c for s in steps for c in s.model_calls]
         tokens = TokenTotals(calls=len(calls), sequential_calls=sequential_rounds(calls),
                              prompt_tokens=sum(c.prompt_tokens or 0 for c in calls),

@@ -307,78 +307,98 @@ def effective_concurrency(args: argparse.Namespace, config: Any) -> tuple[int, s
     return args.concurrency, ""
 
 
+def header_lines(args: argparse.Namespace, agent: Any, scoring: Scoring, source: Any, rows: Any, tools: list[str],
+                 traces: Path, concurrency: str, warm_s: float) -> list[str]:
+    """What the run is made of: every component by name (heuristic stand-ins say so in their names)."""
+    sg = scoring.superglasses
+    verifier = getattr(agent.verifier, "name", "off") if agent.verifier is not None else "off"
+    return [
+        ("SuperGlasses (single-turn, image + open web)" if sg else f"task {args.task} ({TASK_TEXT[args.task]})")
+        + f" on {source}: {rows if rows is not None else '?'} conversation(s)",
+        f"policy: {agent.policy_name}",
+        f"search: {search_line(agent, sg)}",
+        f"tools:  {', '.join(tools)}",
+        f"self-check: {verifier}",
+        f"judge:  {scoring.describe()}",
+        *([f"web:    {open_web_line()}"] if sg else []),
+        f"traces: {traces}",
+        f"concurrency: {concurrency}",
+        f"warm-up: {warm_s:.1f}s (models loaded, indexes built)",
+    ]
+
+
+def closing_lines(stats: Any, budget_s: float, conversations: Any) -> list[str]:
+    """Warnings after the report: turns lost to the budget, failed conversations, skipped rows."""
+    lines = []
+    by_budget = stats.ended_by.get("time_budget", 0)
+    if stats.turns and by_budget / stats.turns > 0.1:
+        lines.append(f"warning: {by_budget} of {stats.turns} turn(s) ran out of their {budget_s:g}s budget; answers "
+                     "were lost to time, not to the questions (lower --concurrency, raise --budget or use a faster "
+                     "model)")
+    if stats.failed_conversations:
+        lines.append(f"failed:  {stats.failed_conversations} conversation(s) raised (see log); the others were kept")
+    skipped = getattr(getattr(conversations, "report", None), "skipped", 0)
+    if skipped:
+        lines.append(f"data:    {skipped} malformed row(s) skipped; reasons in run.json")
+    return lines
+
+
 def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
-    from graph.build import build_agent
-    from traces.store import TraceStore, write_json_atomic
+    from traces.store import TraceStore
 
     build_content(args)  # before the config: a benchmark content folder brings its own search index
     config = agent_config(args)
-    t0 = time.time()
     source, conversations = load_data(args)  # streamed: a dataset is never held decoded in memory
     scoring = Scoring(args)
-    sg = scoring.superglasses
-    run_id = args.run_id or f"{'superglasses' if sg else f'task{args.task}'}-{time.strftime('%Y%m%d-%H%M%S')}"
-    store = TraceStore(args.out, run_id)
+    kind = "superglasses" if scoring.superglasses else f"task{args.task}"
+    store = TraceStore(args.out, args.run_id or f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}")
     fingerprint = run_fingerprint(args, config, source)
     lock = claim_run_folder(store, fingerprint, args.resume_anyway)
     try:
-        concurrency, capped = effective_concurrency(args, config)
-        t_warm = time.time()
-        agent = build_agent(config, run_id=run_id, task=args.task)  # models loaded and indexes built here
-        warm_s = time.time() - t_warm
-        tools = [t.name for t in agent.registry.for_task(args.task, config.tools.allowed, config.tools.profile)]
-        rows = getattr(conversations, "rows", None)
-        verifier = getattr(agent.verifier, "name", "off") if agent.verifier is not None else "off"
-        print("\n".join([
-            ("SuperGlasses (single-turn, image + open web)" if sg else f"task {args.task} ({TASK_TEXT[args.task]})")
-            + f" on {source}: {rows if rows is not None else '?'} conversation(s)",
-            f"policy: {agent.policy_name}",
-            f"search: {search_line(agent, sg)}",
-            f"tools:  {', '.join(tools)}",
-            f"self-check: {verifier}",
-            f"judge:  {scoring.describe()}",
-            *([f"web:    {open_web_line()}"] if sg else []),
-            f"traces: {store.dir}",
-            f"concurrency: {concurrency}{capped}",
-            f"warm-up: {warm_s:.1f}s (models loaded, indexes built)",
-        ]), flush=True)
-        manifest = {
-            "run_id": run_id, "benchmark": args.benchmark, "task": args.task, "data": str(source),
-            "policy": agent.policy_name, "search": agent.search_name, "judge": scoring.judge_name,
-            "scoring_mode": args.scoring_mode, "truncation": scoring.truncator.name, "tools": tools,
-            "budget_s": config.budget.budget_s, "max_steps": config.budget.max_steps, "concurrency": concurrency,
-            "config": config.model_dump(mode="json"), "config_fingerprint": agent.fingerprint,
-            "run_fingerprint": fingerprint, "argv": sys.argv[1:] if argv is None else argv, "status": "running",
-        }
-        write_json_atomic(store.dir / "run.json", manifest)  # written first: a resumed run checks it
-        stats, records = run_and_collect(args, agent, conversations, store, scoring, concurrency)
-        report, files, text = write_reports(args, scoring, records, store)
-        write_json_atomic(store.dir / "run.json", {
-            **manifest, "status": "finished", "stats": stats.model_dump(), "turns": stats.turns,
-            "resumed_turns": stats.resumed_turns, "failed_conversations": stats.failed_conversations,
-            "search_cache": agent.resources.search.stats() if hasattr(agent.resources.search, "stats") else None,
-            "web_cache": open_web_stats() if sg else None, "seconds": round(time.time() - t0, 2),
-            "load_report": conversations.report.model_dump() if hasattr(conversations, "report") else None,
-        })
-        print("\n".join(summary_lines(stats)))  # first: how the turns ended is what a newcomer must not miss
-        print(text)
-        by_budget = stats.ended_by.get("time_budget", 0)
-        if stats.turns and by_budget / stats.turns > 0.1:
-            print(f"warning: {by_budget} of {stats.turns} turn(s) ran out of their {config.budget.budget_s:g}s budget; answers "
-                  "were lost to time, not to the questions (lower --concurrency, raise --budget or use a faster model)")
-        if stats.failed_conversations:
-            print(f"failed:  {stats.failed_conversations} conversation(s) raised (see log); the others were kept")
-        skipped = getattr(getattr(conversations, "report", None), "skipped", 0)
-        if skipped:
-            print(f"data:    {skipped} malformed row(s) skipped; reasons in run.json")
-        if not args.no_plot:
-            from crag.evaluate import plot_report
-
-            files["plot"] = plot_report(report, store.dir / "truthfulness_by_slice.png")  # after the summary
-        print("report: " + ", ".join(str(p) for p in files.values()))
-        return 0 if not stats.failed_conversations else 1
+        return _run_claimed(args, argv, config, source, conversations, scoring, store, fingerprint)
     finally:
         lock.release()  # also on Ctrl-C: the folder is free for the resume
+
+
+def _run_claimed(args: argparse.Namespace, argv: list[str] | None, config: Any, source: Any, conversations: Any,
+                 scoring: Scoring, store: Any, fingerprint: str) -> int:
+    from graph.build import build_agent
+    from traces.store import write_json_atomic
+
+    t0 = time.time()
+    concurrency, capped = effective_concurrency(args, config)
+    agent = build_agent(config, run_id=store.dir.name, task=args.task)  # models loaded and indexes built here
+    tools = [t.name for t in agent.registry.for_task(args.task, config.tools.allowed, config.tools.profile)]
+    print("\n".join(header_lines(args, agent, scoring, source, getattr(conversations, "rows", None), tools,
+                                 store.dir, f"{concurrency}{capped}", time.time() - t0)), flush=True)
+    manifest = {
+        "run_id": store.dir.name, "benchmark": args.benchmark, "task": args.task, "data": str(source),
+        "policy": agent.policy_name, "search": agent.search_name, "judge": scoring.judge_name,
+        "scoring_mode": args.scoring_mode, "truncation": scoring.truncator.name, "tools": tools,
+        "budget_s": config.budget.budget_s, "max_steps": config.budget.max_steps, "concurrency": concurrency,
+        "config": config.model_dump(mode="json"), "config_fingerprint": agent.fingerprint,
+        "run_fingerprint": fingerprint, "argv": sys.argv[1:] if argv is None else argv, "status": "running",
+    }
+    write_json_atomic(store.dir / "run.json", manifest)  # written first: a resumed run checks it
+    stats, records = run_and_collect(args, agent, conversations, store, scoring, concurrency)
+    report, files, text = write_reports(args, scoring, records, store)
+    write_json_atomic(store.dir / "run.json", {
+        **manifest, "status": "finished", "stats": stats.model_dump(), "turns": stats.turns,
+        "resumed_turns": stats.resumed_turns, "failed_conversations": stats.failed_conversations,
+        "search_cache": agent.resources.search.stats() if hasattr(agent.resources.search, "stats") else None,
+        "web_cache": open_web_stats() if scoring.superglasses else None, "seconds": round(time.time() - t0, 2),
+        "load_report": conversations.report.model_dump() if hasattr(conversations, "report") else None,
+    })
+    print("\n".join(summary_lines(stats)))  # first: how the turns ended is what a newcomer must not miss
+    print(text)
+    for line in closing_lines(stats, config.budget.budget_s, conversations):
+        print(line)
+    if not args.no_plot:
+        from crag.evaluate import plot_report
+
+        files["plot"] = plot_report(report, store.dir / "truthfulness_by_slice.png")  # after the summary
+    print("report: " + ", ".join(str(p) for p in files.values()))
+    return 0 if not stats.failed_conversations else 1
 
 
 def run_and_collect(args: argparse.Namespace, agent: Any, conversations: Any, store: Any, scoring: Scoring,

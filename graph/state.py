@@ -113,13 +113,13 @@ class TurnContext:
         return [tool_spec(t) for t in self.tools()]
 
     def tool_context(self, state: AgentState) -> ToolContext:
-        return ToolContext.model_construct(
+        return ToolContext(
             task=self.task, question=self.question, image=self.image, history=self.history, evidence=state.evidence,
             crop=state.crop, ocr_text=state.ocr_text, sub_questions=state.sub_questions, facts=state.facts,
             resources=self.resources, llm=self.llm)
 
     def view(self, state: AgentState) -> PolicyView:
-        return PolicyView.model_construct(
+        return PolicyView(
             task=self.task, question=self.question, history=self.history, has_image=self.image is not None,
             tools=self.tool_specs(), done=state.done, evidence=state.evidence, crop=state.crop,
             ocr_text=state.ocr_text, sub_questions=state.sub_questions, facts=state.facts,

@@ -355,7 +355,7 @@ def test_self_check_round_trips_beyond_the_answer(mode, waves, calls):
                                 '"rationale": "r"}')
         return F.text_reply('{"answer": "SpaceX", "confidence": 0.9, "entity": "Falcon 9", "rationale": "r"}')
 
-    with FakeOpenAIServer(delay_s=0.25, responder=respond) as srv:
+    with FakeOpenAIServer(delay_s=0.5, responder=respond) as srv:
         agent = make_agent(_policy(srv), budget_s=20, verify_mode=mode)
         tr = agent.run_turn(TurnInput(task=1, session_id="s", interaction_id="i", question="Who makes this?"))
         timeline = list(srv.timeline)
@@ -363,3 +363,32 @@ def test_self_check_round_trips_beyond_the_answer(mode, waves, calls):
     assert sorted(c.purpose for c in verdict.model_calls) == sorted(calls) and verdict.decision == "keep"
     assert tr.answer == "SpaceX" and not any(e.model_calls for e in tr.steps if e.node == "answer")
     assert _waves(timeline) == waves == tr.tokens.sequential_calls
+
+
+def test_prompts_within_a_turn_share_their_prefix():
+    """Each request of a turn begins with the previous one's prompt (system text, tools, photo, question, earlier
+    calls), so a server's prefix cache can reuse it; what changes comes last."""
+    from traces.model_calls import turn_prefix_shares
+
+    def respond(body: dict):
+        text = json.dumps(body)
+        if "chain of verification" in text:
+            return F.text_reply('{"verifications": [], "supported": true, "confidence": 0.9, "reason": "r"}')
+        calls = sum(m["role"] == "assistant" for m in body["messages"])
+        if calls < 2:
+            tool = ["ocr", "image_search"][calls]
+            return F.text_reply(json.dumps({"action": "call_tool", "tool": tool, "arguments": {}, "rationale": "r"}))
+        return F.text_reply('{"action": "answer", "answer": "Pepsi", "confidence": 0.9, "entity": null, '
+                            '"rationale": "r"}')
+
+    with FakeOpenAIServer(responder=respond) as srv:
+        agent = make_agent(_policy(srv), budget_s=20)
+        tr = agent.run_turn(TurnInput(task=1, session_id="s", interaction_id="i", question="What brand is this?",
+                                      image=Image.new("RGB", (64, 64), (200, 30, 30))))
+        bodies = [r["messages"] for r in srv.requests]
+    assert [c.purpose for c in tr.model_calls()] == ["decide", "decide", "decide", "cove"]
+    assert tr.tokens.sequential_calls == 4  # two tools: decide, decide, decide+answer, self-check
+    for before, after in zip(bodies, bodies[1:]):
+        assert after[: len(before) - 1] == before[:-1]  # every message but the last instruction is kept as it was
+    shares = turn_prefix_shares(tr)
+    assert len(shares) == 3 and min(shares) >= 0.6 and sum(shares) / len(shares) >= 0.8

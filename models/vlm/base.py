@@ -131,16 +131,6 @@ def prompt_blocks(units: str | list[int], size: int) -> list[str]:
     return out
 
 
-def shared_prefix(previous: list[str], current: list[str]) -> float:
-    """The share of `current`'s blocks that repeat `previous`'s from the start (0 when `current` has none)."""
-    n = 0
-    for a, b in zip(previous, current):
-        if a != b:
-            break
-        n += 1
-    return n / len(current) if current else 0.0
-
-
 def _blocks(backend: Any, messages: list[dict], reply: ChatReply | None) -> tuple[list[str], str]:
     ids = getattr(reply, "prompt_ids", None) if reply is not None else None
     if ids:
