@@ -8,6 +8,10 @@
   generating), a local generation stops at its next token. A turn's scope is cancelled when the turn ends,
   and an abandoned call's scope as soon as it is abandoned.
 - `collect_model_calls()` gathers the `ModelCall` records that backends report while a graph node runs.
+- `with affinity(key):` names what the calls inside belong to (a conversation): a client with several replicas
+  of one model keeps them on one replica, whose prefix cache then already holds the photo and the system prompt.
+  Like the scope, it reaches the worker threads of `run_many` / `run_with_deadline` (each call runs in a copy
+  of the submitting thread's context).
 - At exit, `exit_process(rc)` (front ends) and the atexit guard installed with the pool's first thread cancel
   what is still open and wait for running calls, so no abandoned call is inside native code (torch, llama.cpp,
   onnxruntime) while the interpreter tears down: that race aborts the process ("terminate called without an
@@ -119,6 +123,7 @@ def _run_hook(hook: Callable[[], Any]) -> None:
 
 _SCOPE: contextvars.ContextVar[CancelScope | None] = contextvars.ContextVar("glasses_cancel_scope", default=None)
 _CALLS: contextvars.ContextVar[list[ModelCall] | None] = contextvars.ContextVar("glasses_model_calls", default=None)
+_AFFINITY: contextvars.ContextVar[str | None] = contextvars.ContextVar("glasses_affinity", default=None)
 
 
 def current_scope() -> CancelScope | None:
@@ -139,6 +144,27 @@ class scope:  # noqa: N801 - used as a function: `with scope(s):`
 
     def __exit__(self, *exc: Any) -> None:
         _SCOPE.reset(self._token)
+
+
+class affinity:  # noqa: N801 - used as a function: `with affinity(session_id):`
+    """Calls made inside belong together (one conversation): replicas of a model serve them on one replica
+    while it is up and not saturated (models/openai_client.py). None: no affinity (least outstanding)."""
+
+    __slots__ = ("_key", "_token")
+
+    def __init__(self, key: str | None):
+        self._key = key
+
+    def __enter__(self) -> str | None:
+        self._token = _AFFINITY.set(self._key)
+        return self._key
+
+    def __exit__(self, *exc: Any) -> None:
+        _AFFINITY.reset(self._token)
+
+
+def current_affinity() -> str | None:
+    return _AFFINITY.get()
 
 
 class collect_model_calls:  # noqa: N801 - used as a function: `with collect_model_calls() as calls:`
@@ -296,7 +322,6 @@ def run_many(fns: list[Callable[[], Any]], timeout_s: float, parent: CancelScope
     for child in children:
         if child is not parent:
             child.detach()
-    return out
     return out
 
 

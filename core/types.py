@@ -5,6 +5,8 @@ and one language-model request (ModelCall). Nothing here imports another package
 from __future__ import annotations
 
 import math
+from collections import Counter
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
@@ -119,6 +121,8 @@ class ModelCall(BaseModel):
     reply_chars: int = Field(0, description="Length of the whole raw reply.")
     cancelled: bool = Field(False, description="The request was cancelled (turn ended) before it finished.")
     error: str | None = None
+    replica: str | None = Field(None, description="The server (base URL) that answered, when the model is served "
+                                "by several replicas or over HTTP; None for in-process models.")
     started_at: float | None = Field(None, description="When the request was sent (epoch seconds): calls that overlap "
                                      "ran concurrently; the others are on the turn's critical path one after another.")
     prompt_blocks: list[str] = Field(default_factory=list, description="Chained hashes of the prompt's blocks (as a "
@@ -130,3 +134,10 @@ class ModelCall(BaseModel):
     @classmethod
     def clip(cls, raw: str) -> tuple[str, int]:
         return raw[:RAW_REPLY_LIMIT], len(raw)
+
+
+def requests_per_replica(calls: Iterable[ModelCall]) -> dict[str, int]:
+    """How many model requests each replica served (calls without a replica, in-process ones, left out), most
+    first: e.g. over every `model_calls` of a run's traces, for its summary."""
+    counts = Counter(c.replica for c in calls if c.replica)
+    return dict(counts.most_common())

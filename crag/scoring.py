@@ -62,6 +62,10 @@ log = logging.getLogger(__name__)
 
 MAX_RESPONSE_LENGTH_IN_TOKENS = 75
 MAX_EVAL_TOKENS = 1024
+# The judge's sampling when its mode sets none: OpenAI's API defaults, which are also vLLM's neutral values
+# (top_k 0 = off; top_k, min_p and repetition_penalty are not OpenAI's and are dropped after it rejects them)
+JUDGE_SAMPLING = {"temperature": 1.0, "top_p": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "top_k": 0,
+                  "min_p": 0.0, "repetition_penalty": 1.0}
 MAX_API_RETRIES = 3
 PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
 
@@ -544,8 +548,8 @@ class LLMJudge:
     All HTTP goes through :class:`models.openai_client.OpenAIClient` (``max_attempts`` tries in all on
     connection errors, timeouts, 429 and 5xx, exponential back-off; other 4xx fail at once).
     ``kddcup2025``: the starter kit's 3-rule system prompt, user text ``Question/Ground truth/
-    Prediction``, ``response_format`` = the ``{"accuracy": bool}`` JSON schema, no temperature or
-    max_tokens (API defaults, as officially); a reply that does not parse is asked again
+    Prediction``, ``response_format`` = the ``{"accuracy": bool}`` JSON schema, the API's default sampling
+    sent explicitly (officially none is sent; see ``payload``); a reply that does not parse is asked again
     (``MAX_API_RETRIES`` = 3 attempts in all, as the official loop retries the parse error); a refusal
     or an empty reply is no verdict.  ``crag-mm-release``: the long "Result: CORRECT/WRONG" prompt,
     temperature 0, max_tokens 1024, WRONG checked first, an unparseable reply is not asked again.
@@ -585,11 +589,15 @@ class LLMJudge:
         ]
 
     def payload(self, query: str, ground_truth: str, response: str) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.model, "messages": self.messages(query, ground_truth, response)}
+        """Every sampling value explicit (JUDGE_SAMPLING): a vLLM-served judge would otherwise take what the
+        request leaves out from the model's generation_config.json. A mode that officially sends no temperature
+        gets the API default it relied on (1.0), and no max_tokens becomes MAX_EVAL_TOKENS (a cap that only a
+        runaway reply reaches; a {"accuracy": bool} verdict is a few tokens)."""
+        body: dict[str, Any] = {"model": self.model, "messages": self.messages(query, ground_truth, response),
+                                **JUDGE_SAMPLING}
         if self.temperature is not None:
             body["temperature"] = self.temperature
-        if self.max_tokens is not None:
-            body["max_tokens"] = self.max_tokens
+        body["max_tokens"] = self.max_tokens if self.max_tokens is not None else MAX_EVAL_TOKENS
         if self.mode.judge_structured:
             body["response_format"] = KDDCUP2025_RESPONSE_FORMAT
         return body

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.calls import CancelScope, scope
+from core.calls import CancelScope, affinity, scope
 from graph.config import AgentConfig
 from graph.flow import build_graph
 from graph.policy import IDK, Policy, is_abstention
@@ -79,7 +79,7 @@ class Agent:
                           profile=self.config.tools.profile)
         t0 = time.perf_counter()
         try:
-            with scope(ctx.scope):
+            with scope(ctx.scope), affinity(inp.session_id):  # one conversation stays on one model replica
                 out = self.graph.invoke(AgentState(), context=ctx,
                                         config={"recursion_limit": b.graph_recursion_limit})
             final = out if isinstance(out, AgentState) else AgentState.model_validate(out)

@@ -12,7 +12,17 @@ generating (vLLM aborts on disconnect for streamed and non-streamed requests; ll
 streamed ones, hence `chat(..., stream=True)`, which assembles the SSE chunks into an ordinary completion).
 
 Several base URLs (replicas of one model) are used by least outstanding requests; a replica that fails to
-connect or answers 5xx is taken out for a cool-down (doubling, up to a minute) and tried again after it.
+connect or answers 5xx is taken out for a cool-down (doubling, up to a minute) and tried again after it. Requests
+made under `core.calls.affinity(key)` (a conversation) stay on the replica the key first went to, so its prefix
+cache (vLLM's automatic prefix caching, its multimodal input cache) already holds the photo and the system
+prompt; they go elsewhere (least outstanding) only while that replica is down or has `max_outstanding` requests
+in flight, and a key whose replica went down is moved for good.
+
+Optional sampling fields that a server rejects by name (`top_k`, `min_p`, `repetition_penalty` are vLLM's,
+SGLang's and llama-cpp-python's, and OpenAI's API answers 400 "Unrecognized request argument supplied: top_k";
+its reasoning models refuse `top_p` and the penalties) are dropped from then on, with one warning, and the
+request is sent again; likewise `max_tokens` becomes `max_completion_tokens` for a server that asks for it, and
+`top_k` 0 ("off" for vLLM and llama.cpp) becomes -1 for one that takes only that (SGLang).
 """
 
 from __future__ import annotations
@@ -23,9 +33,11 @@ import itertools
 import json
 import logging
 import os
+import re
 import threading
 import time
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -34,11 +46,15 @@ from typing import Any
 import aiohttp
 from tenacity import AsyncRetrying, RetryError, retry_if_exception_type, stop_after_attempt
 
-from core.calls import Cancelled, current_scope
+from core.calls import Cancelled, current_affinity, current_scope
 
 log = logging.getLogger(__name__)
 
 COOLDOWN_S = (1.0, 60.0)  # first and longest time a failed replica is left out
+AFFINITY_KEYS = 4096  # conversations whose replica is remembered (least recently used forgotten first)
+# Sampling fields a request may go without, when a server does not take them (see the module docstring)
+EXTENSION_SAMPLING = ("top_k", "min_p", "repetition_penalty")  # beyond OpenAI's API (vLLM, SGLang, llama.cpp)
+OPTIONAL_SAMPLING = (*EXTENSION_SAMPLING, "top_p", "presence_penalty", "frequency_penalty", "seed")
 
 
 class BackendError(RuntimeError):
@@ -131,6 +147,10 @@ class _Loop:
 _LOOP: _Loop | None = None
 _LOOP_LOCK = threading.Lock()
 _CLIENTS: weakref.WeakSet[OpenAIClient] = weakref.WeakSet()
+# Every open aiohttp session, held here until it is closed on the loop. A session reachable only from a dropped
+# client would be finalised by the garbage collector in whatever thread it runs, and aiohttp's connector then
+# closes its transports there: off the loop's thread, which crashes uvloop (a segfault, seen in the tests).
+_OPEN_SESSIONS: set[aiohttp.ClientSession] = set()
 
 
 def _event_loop() -> _Loop:
@@ -146,6 +166,18 @@ def _close_all() -> None:
     """At exit: close every client's connections (an unclosed aiohttp session complains when collected)."""
     for client in list(_CLIENTS):
         client.close()
+    for session in list(_OPEN_SESSIONS):  # those of clients dropped without close()
+        try:
+            _event_loop().run(lambda s=session: _close_session(s))  # type: ignore[misc]
+        except Exception as e:  # noqa: BLE001 - closing is best effort
+            log.debug("closing an HTTP session failed: %s", e)
+
+
+async def _close_session(session: aiohttp.ClientSession) -> None:
+    try:
+        await session.close()
+    finally:
+        _OPEN_SESSIONS.discard(session)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -189,15 +221,37 @@ class _Stream:
             if isinstance(delta.get("content"), str):
                 self.text.append(delta["content"])
             for tc in delta.get("tool_calls") or []:
-                slot = self.calls.setdefault(int(tc.get("index", len(self.calls))),
-                                             {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
-                slot["id"] = tc.get("id") or slot["id"]
-                fn = tc.get("function") or {}
-                slot["function"]["name"] += fn.get("name") or ""
-                args = fn.get("arguments")
-                slot["function"]["arguments"] += args if isinstance(args, str) else (json.dumps(args) if args else "")
+                if isinstance(tc, dict):
+                    self._add_call_delta(tc)
             if choice.get("finish_reason"):
                 self.finish = choice["finish_reason"]
+
+    def _add_call_delta(self, tc: dict) -> None:
+        """One `delta.tool_calls[i]`: the first names the call (vLLM sends id, type and the whole name, pythonic
+        parsers the first arguments too), later ones carry pieces of `function.arguments`."""
+        fn: dict = tc["function"] if isinstance(tc.get("function"), dict) else {}
+        slot = self.calls.setdefault(self._call_index(tc, fn), {"id": None, "type": "function",
+                                                                "function": {"name": "", "arguments": ""}})
+        slot["id"] = tc.get("id") or slot["id"]
+        name = fn.get("name")
+        if isinstance(name, str) and name != slot["function"]["name"]:  # some servers repeat the whole name
+            slot["function"]["name"] += name
+        args = fn.get("arguments")
+        slot["function"]["arguments"] += args if isinstance(args, str) else (json.dumps(args) if args else "")
+
+    def _call_index(self, tc: dict, fn: dict) -> int:
+        """The delta's `index`; a server that leaves it out continues the last call unless the delta starts a
+        new one (a new id, or a name while the last call already has one)."""
+        index = tc.get("index")
+        if isinstance(index, int) and not isinstance(index, bool):
+            return index
+        if not self.calls:
+            return 0
+        last = max(self.calls)
+        slot = self.calls[last]
+        new_id = tc.get("id") and slot["id"] and tc.get("id") != slot["id"]
+        new_name = fn.get("name") and slot["function"]["name"] and fn.get("name") != slot["function"]["name"]
+        return last + 1 if new_id or new_name else last
 
     def completion(self) -> dict:
         msg: dict[str, Any] = {"role": self.role, "content": "".join(self.text)}
@@ -211,8 +265,11 @@ class _Stream:
 
 
 class OpenAIClient:
+    """`max_outstanding`: requests in flight on a replica past which a conversation's requests (see
+    `core.calls.affinity`) go to the least busy replica instead of staying on theirs."""
+
     def __init__(self, base_url: str | Sequence[str], api_key: str | None = None, *, timeout_s: float = 60.0,
-                 max_retries: int = 3, retry_wait_s: float = 0.5, pool_size: int = 16):
+                 max_retries: int = 3, retry_wait_s: float = 0.5, pool_size: int = 16, max_outstanding: int = 64):
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
         if not urls:
             raise ValueError("no base URL given")
@@ -229,6 +286,11 @@ class OpenAIClient:
         self._session: aiohttp.ClientSession | None = None
         self._lock = threading.Lock()
         self._turn = itertools.count()
+        self.max_outstanding = max(1, int(max_outstanding))
+        self._affinity: OrderedDict[str, Replica] = OrderedDict()
+        self.dropped: set[str] = set()  # OPTIONAL_SAMPLING fields the server rejected: no longer sent
+        self.max_completion_tokens = False  # the server wants max_completion_tokens, not max_tokens
+        self.top_k_off = 0  # what "no top-k" is on this server: 0 (vLLM, llama.cpp), or -1 once it asks (SGLang)
         _CLIENTS.add(self)
 
     def _http(self) -> aiohttp.ClientSession:
@@ -239,13 +301,14 @@ class OpenAIClient:
             self._session = aiohttp.ClientSession(
                 connector=connector, headers=self._headers,
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=min(10.0, self.timeout_s)))
+            _OPEN_SESSIONS.add(self._session)
         return self._session
 
     def __del__(self) -> None:
         session = self._session
         if session is not None and not session.closed and _LOOP is not None:  # dropped without close(): close it
             try:
-                _LOOP.loop.call_soon_threadsafe(lambda: _LOOP.loop.create_task(session.close()))
+                _LOOP.loop.call_soon_threadsafe(lambda: _LOOP.loop.create_task(_close_session(session)))
             except RuntimeError:  # the loop is gone (interpreter exit)
                 pass
 
@@ -253,26 +316,40 @@ class OpenAIClient:
         session, self._session = self._session, None
         if session is not None and not session.closed:
             try:
-                _event_loop().run(session.close)
+                _event_loop().run(lambda: _close_session(session))
             except Exception as e:  # noqa: BLE001 - closing is best effort
                 log.debug("closing the HTTP client failed: %s", e)
 
     # ---- replicas ------------------------------------------------------------------------------------------
 
-    def _pick(self) -> Replica:
-        """The healthy replica with the fewest outstanding requests (ties in turn); if none is healthy, the one
-        whose cool-down ends first."""
+    def _pick(self, key: str | None = None) -> Replica:
+        """The replica for one request: the one `key` (a conversation) is on while it is up and has fewer than
+        `max_outstanding` requests in flight; else the healthy replica with the fewest outstanding requests
+        (ties in turn), which a new or moved key then stays on; if none is healthy, the one whose cool-down
+        ends first."""
         now = time.monotonic()
         with self._lock:
-            up = [r for r in self.replicas if r.up(now)]
-            if up:
-                least = min(r.outstanding for r in up)
-                ties = [r for r in up if r.outstanding == least]
-                r = ties[next(self._turn) % len(ties)]
+            home = self._affinity.get(key) if key is not None else None
+            if home is not None and home.up(now) and home.outstanding < self.max_outstanding:
+                r = home
             else:
-                r = min(self.replicas, key=lambda x: x.down_until)
+                r = self._least_outstanding(now)
+                if key is not None and (home is None or not home.up(now)):  # saturation is passing: key stays
+                    self._affinity[key] = r
+            if key is not None and key in self._affinity:
+                self._affinity.move_to_end(key)
+                while len(self._affinity) > AFFINITY_KEYS:
+                    self._affinity.popitem(last=False)
             r.outstanding += 1
             return r
+
+    def _least_outstanding(self, now: float) -> Replica:
+        up = [r for r in self.replicas if r.up(now)]
+        if not up:
+            return min(self.replicas, key=lambda x: x.down_until)
+        least = min(r.outstanding for r in up)
+        ties = [r for r in up if r.outstanding == least]
+        return ties[next(self._turn) % len(ties)]
 
     def _release(self, r: Replica, failed: bool) -> None:
         with self._lock:
@@ -294,8 +371,10 @@ class OpenAIClient:
 
     # ---- requests ------------------------------------------------------------------------------------------
 
-    async def _send(self, method: str, path: str, payload: dict | None, stream: bool, acc: _Stream | None) -> dict:
-        r = self._pick()
+    async def _send(self, method: str, path: str, payload: dict | None, stream: bool, acc: _Stream | None,
+                    key: str | None, meta: dict[str, Any]) -> dict:
+        r = self._pick(key)
+        meta["replica"] = r.base_url
         url = f"{r.base_url}{path}"
         failed = False
         try:
@@ -359,14 +438,16 @@ class OpenAIClient:
             return 0.0
         return min(30.0, self.retry_wait_s * 2 ** (state.attempt_number - 1))
 
-    async def _request(self, method: str, path: str, payload: dict | None, stream: bool, acc: _Stream | None) -> dict:
+    async def _request(self, method: str, path: str, payload: dict | None, stream: bool, acc: _Stream | None,
+                       key: str | None = None, meta: dict[str, Any] | None = None) -> dict:
         attempts = self.max_retries + len(self.replicas)  # each extra replica is worth one more try
         retrying = AsyncRetrying(stop=stop_after_attempt(attempts), wait=self._wait,
                                  retry=retry_if_exception_type(_Retryable), reraise=False)
         try:
             async for attempt in retrying:
                 with attempt:
-                    return await self._send(method, path, payload, stream, acc)
+                    return await self._send(method, path, payload, stream, acc, key,
+                                            meta if meta is not None else {})
         except RetryError as e:
             last = e.last_attempt.exception()
             raise BackendError(f"{last} (gave up after {attempts} attempts)") from last
@@ -375,15 +456,62 @@ class OpenAIClient:
     def request(self, method: str, path: str, payload: dict | None = None) -> dict:
         return _event_loop().run(lambda: self._request(method, path, payload, False, None))
 
-    def chat(self, payload: dict[str, Any], stream: bool = False) -> dict:
+    def chat(self, payload: dict[str, Any], stream: bool = False, meta: dict[str, Any] | None = None) -> dict:
         """POST /chat/completions; the parsed JSON reply. With `stream`, the request streams (`stream: true`,
-        usage asked for in the last chunk) and the chunks are assembled into the same shape of reply."""
+        usage asked for in the last chunk) and the chunks are assembled into the same shape of reply. The
+        caller's `core.calls.affinity` chooses the replica; `meta["replica"]` says which one answered."""
+        meta = meta if meta is not None else {}
+        key = current_affinity()  # read here: the request itself runs on the event loop's thread
+        for _ in range(len(OPTIONAL_SAMPLING) + 1):  # each rejection teaches one adaptation at most
+            body = self._adapted(payload)
+            try:
+                return self._chat(body, stream, key, meta)
+            except BackendError as e:
+                if not self._adapt_to(e, body):
+                    raise
+        return self._chat(self._adapted(payload), stream, key, meta)
+
+    def _adapted(self, payload: dict[str, Any]) -> dict[str, Any]:
+        body = {k: v for k, v in payload.items() if k not in self.dropped}
+        if body.get("top_k") == 0:
+            body["top_k"] = self.top_k_off
+        if self.max_completion_tokens and "max_tokens" in body:
+            body["max_completion_tokens"] = body.pop("max_tokens")
+        return body
+
+    def _adapt_to(self, e: BackendError, body: dict[str, Any]) -> bool:
+        """Learn from a 400/422 that names a field this server does not take; False when it names none."""
+        msg = str(e).lower()
+        if e.status not in (400, 422):
+            return False
+        if body.get("top_k") == 0 and "top_k" in msg and "-1" in msg:  # "top_k must be -1 (disable) or at least 1"
+            log.warning("%s takes -1, not 0, for no top-k; sending that from now on: %s", self.base_url, e)
+            self.top_k_off = -1
+            return True
+        if "max_tokens" in body and "max_completion_tokens" in msg:
+            log.warning("%s asks for max_completion_tokens instead of max_tokens; sending that from now on: %s",
+                        self.base_url, e)
+            self.max_completion_tokens = True
+            return True
+        if not any(w in msg for w in _UNKNOWN_FIELD_WORDS):
+            return False  # e.g. a value out of range is the config's error, not a field the server lacks
+        named = [k for k in OPTIONAL_SAMPLING if k in body and re.search(rf"\b{k}\b", msg)]
+        if not named:
+            return False
+        if set(named) & set(EXTENSION_SAMPLING):  # a server without one of vLLM's extensions lacks them all
+            named = list(dict.fromkeys([*named, *(k for k in EXTENSION_SAMPLING if k in body)]))
+        log.warning("%s does not take the sampling field(s) %s; sending requests without them from now on: %s",
+                    self.base_url, ", ".join(named), e)
+        self.dropped.update(named)
+        return True
+
+    def _chat(self, payload: dict[str, Any], stream: bool, key: str | None, meta: dict[str, Any]) -> dict:
         if not stream:
-            return self.request("POST", "/chat/completions", payload)
+            return _event_loop().run(lambda: self._request("POST", "/chat/completions", payload, False, None, key, meta))
         body = {**payload, "stream": True, "stream_options": {"include_usage": True}}
         acc = _Stream()
         try:
-            return _event_loop().run(lambda: self._request("POST", "/chat/completions", body, True, acc))
+            return _event_loop().run(lambda: self._request("POST", "/chat/completions", body, True, acc, key, meta))
         except RequestCancelled as e:
             e.partial = acc.completion()  # what had arrived when the turn ended, for the trace
             raise
@@ -391,6 +519,12 @@ class OpenAIClient:
     def models(self) -> list[str]:
         data = self.request("GET", "/models")
         return [m["id"] for m in data.get("data", []) if isinstance(m, dict) and m.get("id")]
+
+
+# How servers say a request field is unknown: OpenAI "Unrecognized request argument supplied: top_k", pydantic
+# "Extra inputs are not permitted", others "unknown field" / "unexpected keyword" / "not supported"
+_UNKNOWN_FIELD_WORDS = ("unrecogni", "unknown", "unexpected", "not supported", "unsupported", "extra input",
+                        "not permitted", "not allowed")
 
 
 def reply_text(data: dict[str, Any]) -> str:

@@ -18,7 +18,11 @@ it "generates". Such a generation stops and is counted in `aborted`; `wait_idle(
 `delay_s` makes every reply a generation of that length (a fake model of fixed latency). What it accepts can be
 narrowed to imitate servers: `response_formats` (vLLM takes json_schema and json_object, llama-cpp-python's
 server json_object only, and answers 422 otherwise), `tools` (a vLLM started without a tool-call parser answers
-400), `stream`. Sockets use TCP_NODELAY.
+400), `stream`, `reject_fields` (OpenAI's API answers 400 "Unrecognized request argument supplied: top_k").
+`vllm=VllmBehaviour(...)` (testing/vllm_emulation.py) makes it behave as vLLM does: a scripted text reply is
+what the model generated and goes through the chosen tool-call parser (streamed: with its hold-back), a
+per-request chat_template is refused unless trusted, and `effective[i]` holds the sampling values vLLM would run
+request i with (its generation_config filling what the request left out). Sockets use TCP_NODELAY.
 
 `python -m testing.fake_model_server --delay 0.3 --responder path/to/file.py:function` serves in its own process (for
 benchmarks: no GIL shared with the client) and prints its base URL.
@@ -41,6 +45,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from testing.vllm_emulation import VllmBehaviour
+
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
@@ -56,7 +62,8 @@ class FakeOpenAIServer:
     def __init__(self, models: tuple[str, ...] = ("fake-vlm",), *, delay_s: float = 0.0,
                  responder: Callable[[dict], Any] | None = None,
                  response_formats: Iterable[str] = ("json_schema", "json_object"), tools: bool = True,
-                 stream: bool = True, port: int = 0):
+                 stream: bool = True, port: int = 0, vllm: VllmBehaviour | None = None,
+                 reject_fields: Iterable[str] = ()):
         self.script: deque[Any] = deque()
         self.routes: list[tuple[str, Any]] = []
         self.requests: list[dict] = []
@@ -67,6 +74,9 @@ class FakeOpenAIServer:
         self.response_formats = set(response_formats)
         self.accept_tools = tools
         self.accept_stream = stream
+        self.vllm = vllm
+        self.reject_fields = tuple(reject_fields)
+        self.effective: list[dict] = []  # with `vllm`: the sampling values each accepted request ran with
         self.live = 0
         self.max_live = 0
         self.aborted = 0
@@ -139,6 +149,9 @@ class FakeOpenAIServer:
                 rejected = outer._reject(body)
                 if rejected is not None:  # before the script: a rejected request uses no scripted reply
                     return self._send(*rejected)
+                if outer.vllm is not None:
+                    with outer._lock:
+                        outer.effective.append(outer.vllm.effective_sampling(body))
                 item = outer._next(body)
                 if isinstance(item, tuple) and item[0] == "status":
                     return self._send(item[1], item[2])
@@ -160,7 +173,8 @@ class FakeOpenAIServer:
                     else:
                         finished = self._wait(seconds)
                         if finished:
-                            self._send(200, reply)
+                            vllm = outer.vllm
+                            self._send(200, vllm.complete(body, reply) if vllm and vllm.parses(body, reply) else reply)
                 finally:
                     with outer._lock:
                         outer.live -= 1
@@ -204,8 +218,11 @@ class FakeOpenAIServer:
                         return False
                     self._send(200, reply)
                     return True
-                chunks = FakeOpenAIServer.sse_chunks(reply, include_usage=bool((body.get("stream_options") or {})
-                                                                                .get("include_usage")))
+                include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+                if outer.vllm is not None and outer.vllm.parses(body, reply):
+                    chunks = outer.vllm.stream(body, reply, include_usage)
+                else:
+                    chunks = FakeOpenAIServer.sse_chunks(reply, include_usage=include_usage)
                 try:
                     self.send_response(200)
                     self.send_header("Content-Type", "text/event-stream")
@@ -250,7 +267,11 @@ class FakeOpenAIServer:
                                                        '--tool-call-parser to be set', "code": 400}
         if body.get("stream") and not self.accept_stream:
             return 400, {"error": "stream is not supported by this server"}
-        return None
+        unknown = [k for k in self.reject_fields if k in body]
+        if unknown:
+            return 400, {"error": {"message": f"Unrecognized request argument supplied: {unknown[0]}",
+                                   "type": "invalid_request_error", "param": None, "code": None}}
+        return self.vllm.reject(body) if self.vllm is not None else None
 
     def start(self) -> FakeOpenAIServer:
         self._thread.start()
@@ -289,6 +310,7 @@ class FakeOpenAIServer:
             self.routes.clear()
             self.requests.clear()
             self.timeline.clear()
+            self.effective.clear()
             self.max_live = self.live
             self.aborted = self.completed = 0
 

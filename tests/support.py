@@ -39,3 +39,16 @@ def sign(*lines: str) -> Image.Image:
     for i, text in enumerate(lines):
         d.text((40, 120 + 90 * i), text, font=ImageFont.load_default(size=64), fill=(20, 20, 90))
     return im
+
+
+class KGSearch:
+    """A search backend whose image search always finds Falcon 9 (made by SpaceX) and whose web search finds nothing."""
+
+    name = "fixed-kg"
+
+    def image_search(self, image, k=5):
+        return [{"index": 0, "score": 0.95, "url": "https://kg/0", "entities": [
+            {"entity_name": "Falcon 9", "entity_attributes": {"manufacturer": "SpaceX"}}]}]
+
+    def web_search(self, query, k=5):
+        return []

@@ -149,7 +149,8 @@ def test_gemma_through_llama_cpp_server(tmp_path, gemma_gguf):
         else:
             pytest.fail("the llama.cpp server did not start: " + (tmp_path / "server.log").read_text(errors="replace")[-2000:])
         cfg = {"backend": "openai", "base_url": f"http://127.0.0.1:{port}/v1", "model": "gemma",
-               "response_format": "json_object", "text_only": True, "system_role": False, "max_tokens": 24,
+               "response_format": "json_object", "json_object_enforced": True, "text_only": True,
+               "system_role": False, "max_tokens": 24,
                "max_retries": 0,
                "name": "gemma3-270m-base (llama.cpp server)"}
         out, run = _run_cli(tmp_path, cfg, "--concurrency", "2")

@@ -403,7 +403,9 @@ def test_kddcup2025_judge_request_and_verdict(server):
     (body,) = server.requests
     assert body["model"] == "fake-judge"
     assert body["response_format"] == KDDCUP2025_RESPONSE_FORMAT
-    assert "temperature" not in body and "max_tokens" not in body  # API defaults, as the starter kit
+    # the starter kit sends no sampling (API defaults): they are sent explicitly, so a vLLM judge's
+    # generation_config.json fills none of them
+    assert body["temperature"] == 1.0 and body["top_p"] == 1.0 and body["max_tokens"] == 1024
     assert body["messages"] == [
         {"role": "system", "content": KDD_SYSTEM},
         {"role": "user", "content": "Question: what tower is this?\nGround truth: It's the Eiffel Tower\n"

@@ -1,22 +1,11 @@
 """The whole graph driven by a VLM policy over HTTP (local fake OpenAI-compatible server), real tools."""
 
 from PIL import Image
-from support import make_agent
+from support import KGSearch, make_agent
 
 from graph.agent import TurnInput
 from graph.model_policy import make_model_policy
 from testing.fake_model_server import FakeOpenAIServer
-
-
-class KGSearch:
-    name = "fixed-kg"
-
-    def image_search(self, image, k=5):
-        return [{"index": 0, "score": 0.95, "url": "https://kg/0", "entities": [
-            {"entity_name": "Falcon 9", "entity_attributes": {"manufacturer": "SpaceX"}}]}]
-
-    def web_search(self, query, k=5):
-        return []
 
 
 def test_vlm_policy_drives_tools_and_self_check_through_the_graph():

@@ -5,8 +5,8 @@ Spec strings:
     openai:<base_url>[,<base_url>...]#<model>
                                    an OpenAI-compatible server, e.g.
                                    openai:http://127.0.0.1:8000/v1#Qwen/Qwen2.5-VL-7B-Instruct; several URLs are
-                                   replicas of one model, used by least outstanding requests
-                                   (without #<model>, the server's first /models entry)
+                                   replicas of one model: a conversation stays on one, new ones go to the
+                                   least busy (without #<model>, the server's first /models entry)
     transformers:<folder | file.gguf>
                                    a local Hugging Face folder (VLM or text-only causal LM), or a GGUF file
                                    (converted once, cached; text-only)
@@ -36,8 +36,10 @@ class ModelConfig(BaseModel):
     backend: Literal["openai", "transformers", "llamacpp"]
     base_url: str | None = Field(None, description="openai: the server's base URL (the first replica).")
     replicas: list[str] = Field(default_factory=list, description="openai: more base URLs serving the same model; "
-                                "requests go to the replica with the fewest outstanding requests, and a failing "
-                                "replica is left out for a while.")
+                                "a conversation's requests stay on one replica (its prefix cache holds the photo) "
+                                "unless it is down or has max_outstanding requests in flight, new conversations go "
+                                "to the one with the fewest outstanding requests, and a failing replica is left "
+                                "out for a while.")
     model: str | None = None
     path: str | None = Field(None, description="transformers: a local folder or a .gguf file; llamacpp: a .gguf file.")
     api_key: str | None = None
@@ -50,6 +52,18 @@ class ModelConfig(BaseModel):
                          "llama.cpp servers stop generating); servers that reject streaming are asked without it.")
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     max_tokens: int = Field(512, ge=1)
+    # Sampling sent explicitly with every request (decision, answer, self-check, decoupler), so that vLLM's
+    # default `--generation-config auto` fills none of them from the model's generation_config.json. The
+    # defaults are the neutral values (with temperature 0: greedy decoding); see docs/vllm.md.
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=-1, description="0: off (vLLM, llama.cpp; sent as -1 to a server that asks for "
+                       "that, as SGLang does). Not in OpenAI's API: dropped after a server rejects it.")
+    min_p: float = Field(0.0, ge=0.0, le=1.0, description="Not in OpenAI's API: dropped after a server rejects it.")
+    repetition_penalty: float = Field(1.0, gt=0.0, le=2.0, description="1.0: off. Not in OpenAI's API: dropped "
+                                      "after a server rejects it.")
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    seed: int | None = Field(None, description="Sampling seed (only matters with temperature > 0).")
     text_only: bool = Field(False, description="Never send the image; prompts say the model cannot see it.")
     system_role: bool = Field(True, description="False: the system text is sent at the start of the first user "
                               "message, for chat formats without a system role (llama-cpp-python's gemma drops "
@@ -61,6 +75,15 @@ class ModelConfig(BaseModel):
     response_format: Literal["json_schema", "json_object"] = Field(
         "json_schema", description="openai: the response_format shape the server takes for a JSON schema: "
         "'json_schema' (OpenAI, vLLM, SGLang) or 'json_object' with a 'schema' (llama-cpp-python's server).")
+    json_object_enforced: bool = Field(False, description="openai: the server enforces the 'schema' of a "
+                                       "json_object response_format (llama-cpp-python's server does; vLLM and SGLang "
+                                       "ignore it and only make the reply some JSON object). False: such calls are "
+                                       "recorded as mode 'json_object', not 'structured'.")
+    tool_choice: Literal["auto", "required"] = Field(
+        "auto", description="openai: the tool_choice sent with native tools. 'required' makes vLLM constrain the "
+        "reply to a tool call (guided decoding), so no text is left for its parser to miss.")
+    max_outstanding: int = Field(64, ge=1, description="openai: requests in flight on one replica past which a "
+                                 "conversation's requests leave their replica for the least busy one.")
     native_tools: bool | None = Field(None, description="Offer tools natively (None: when the backend supports it). "
                                       "False is the same as leaving native tools out of decision_mode.")
     chat_template: str | None = Field(None, description="transformers / llamacpp: the chat template to use "
@@ -85,6 +108,11 @@ class ModelConfig(BaseModel):
 
     def base_urls(self) -> list[str]:
         return [u for u in [self.base_url, *self.replicas] if u]
+
+    def sampling(self) -> dict[str, Any]:
+        """The request fields every call sends besides temperature and max_tokens (see the fields above)."""
+        fields = ("top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "seed")
+        return {k: getattr(self, k) for k in fields if getattr(self, k) is not None}
 
     def decision_modes(self) -> tuple[str, ...]:
         """The constraints the policy may offer, strongest first."""
@@ -160,7 +188,10 @@ def make_backend(cfg: ModelConfig, **opts: Any) -> ChatBackend:
                                        max_retries=cfg.max_retries, native_tools=cfg.native_tools is not False,
                                        response_format=cfg.response_format, stream=cfg.stream,
                                        pool_size=cfg.pool_size or pool_size_for(1), text_only=cfg.text_only,
-                                       chat_template=cfg.chat_template, system_role=cfg.system_role, **opts)
+                                       chat_template=cfg.chat_template, system_role=cfg.system_role,
+                                       sampling=cfg.sampling(), tool_choice=cfg.tool_choice,
+                                       json_object_enforced=cfg.json_object_enforced,
+                                       max_outstanding=cfg.max_outstanding, **opts)
     if not cfg.path:
         raise ValueError(f"the {cfg.backend} backend needs path")
     if cfg.backend == "transformers":

@@ -62,8 +62,10 @@ class ChatReply(BaseModel):
     prompt_ids: list[int] | None = Field(None, exclude=True, description="The prompt's token ids, when the backend "
                                          "tokenized it locally (prefix measurements).")
     mode: DecisionMode | None = Field(None, description="How the reply was constrained: 'structured' (JSON schema "
-                                      "enforced by the server or a grammar), 'native_tools' (tools were offered), or "
-                                      "None (plain generation; the prompt asks for JSON).")
+                                      "enforced by the server or a grammar), 'json_object' (some JSON object: the "
+                                      "server ignores the schema), 'native_tools' (tools were offered), or None "
+                                      "(plain generation; the prompt asks for JSON).")
+    replica: str | None = Field(None, description="The server (base URL) that answered, for HTTP backends.")
 
 
 class ReplyCancelled(Cancelled):
@@ -159,7 +161,8 @@ def complete_and_report(backend: ChatBackend, purpose: str, messages: list[dict]
             call = call.model_copy(update=dict(mode=partial.mode or "json_text", raw_reply=raw, reply_chars=n,
                                                prompt_tokens=partial.usage.input_tokens,
                                                completion_tokens=partial.usage.output_tokens,
-                                               finish_reason=partial.finish_reason or "cancelled"))
+                                               finish_reason=partial.finish_reason or "cancelled",
+                                               replica=partial.replica))
         report_model_call(call)
         raise
     raw, n = ModelCall.clip(_raw(reply))
@@ -169,7 +172,7 @@ def complete_and_report(backend: ChatBackend, purpose: str, messages: list[dict]
         prompt_tokens=reply.usage.input_tokens, completion_tokens=reply.usage.output_tokens,
         latency_ms=round(reply.latency_ms or (time.perf_counter() - t0) * 1000, 3),
         finish_reason=reply.finish_reason, raw_reply=raw, reply_chars=n, started_at=started, prompt_blocks=blocks,
-        block_unit=unit))
+        block_unit=unit, replica=reply.replica))
     return reply
 
 
@@ -317,17 +320,25 @@ _FENCE = re.compile(r"```(?:json|JSON|javascript|python)?\s*(.*?)```", re.S)
 _TRAILING_COMMA = re.compile(r",\s*([}\]])")
 
 
-def _balanced_objects(text: str) -> Iterable[str]:
+def balanced_objects(text: str) -> Iterable[str]:
     yield from _balanced_scan(text, quotes=True)
     yield from _balanced_scan(text, quotes=False)
+
+
+# Bounds on the brace scan, so a hostile reply ("{" * 30000) costs milliseconds, not minutes: at most this many
+# opening braces are tried per pass, and an object is looked for within this many characters of its brace.
+MAX_OBJECT_STARTS = 64
+MAX_OBJECT_CHARS = 16_384
 
 
 def _balanced_scan(text: str, quotes: bool) -> Iterable[str]:
     """Every balanced {...} substring, in order of its opening brace (strings in ' or " respected).
     An object left open at the end of the text is yielded closed (a truncated reply)."""
-    n = len(text)
     start = text.find("{")
-    while start != -1:
+    for _ in range(MAX_OBJECT_STARTS):
+        if start == -1:
+            return
+        n = min(len(text), start + MAX_OBJECT_CHARS)
         depth, quote, esc, i = 0, None, False, start
         stack: list[str] = []
         end = -1
@@ -359,7 +370,7 @@ def _balanced_scan(text: str, quotes: bool) -> Iterable[str]:
             i += 1
         if end != -1:
             yield text[start:end + 1]
-        elif stack and quote is None:
+        elif stack and quote is None and n == len(text):
             yield text[start:] + "".join(reversed(stack))
         start = text.find("{", start + 1)
 
@@ -394,15 +405,17 @@ def _single_to_double(s: str) -> str:
     return "".join(out)
 
 
-def _loads_lenient(s: str) -> Any:
+def loads_lenient(s: str) -> Any:
+    """JSON, or the sloppy JSON models write (trailing commas, single quotes, Python literals, unquoted keys);
+    None when nothing parses (deep nesting included)."""
     try:
         return json.loads(s)
-    except (json.JSONDecodeError, ValueError):
+    except (ValueError, RecursionError):
         pass
     fixed = _TRAILING_COMMA.sub(r"\1", s)
     try:
         return json.loads(fixed)
-    except (json.JSONDecodeError, ValueError):
+    except (ValueError, RecursionError):
         pass
     # Python-literal style: single quotes, True/False/None (json's true/false/null mapped first)
     py = re.sub(r"\btrue\b", "True", fixed)
@@ -414,13 +427,13 @@ def _loads_lenient(s: str) -> Any:
         pass
     try:
         return json.loads(_TRAILING_COMMA.sub(r"\1", _single_to_double(s)))
-    except (json.JSONDecodeError, ValueError):
+    except (ValueError, RecursionError):
         pass
     # unquoted keys: {action: "answer"}
     quoted = re.sub(r"([{,]\s*)([A-Za-z_][A-Za-z0-9_]*)\s*:", r'\1"\2":', fixed)
     try:
         return json.loads(quoted)
-    except (json.JSONDecodeError, ValueError):
+    except (ValueError, RecursionError):
         return None
 
 
@@ -434,8 +447,8 @@ def extract_json(text: str | None) -> dict[str, Any] | None:
         return None
     candidates: list[str] = [m.group(1) for m in _FENCE.finditer(text)] + [text]
     for chunk in candidates:
-        for obj in _balanced_objects(chunk):
-            val = _loads_lenient(obj)
+        for obj in balanced_objects(chunk):
+            val = loads_lenient(obj)
             if isinstance(val, dict) and val:
                 return val
     return None
@@ -448,7 +461,7 @@ def parse_arguments(raw: Any) -> dict[str, Any]:
     if isinstance(raw, dict):
         return raw
     if isinstance(raw, str):
-        val = _loads_lenient(raw.strip())
+        val = loads_lenient(raw.strip())
         if isinstance(val, dict):
             return val
         return extract_json(raw) or {}

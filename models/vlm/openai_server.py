@@ -1,4 +1,7 @@
-"""A ChatBackend over any OpenAI-compatible /chat/completions server (vLLM, llama.cpp server, SGLang, ...)."""
+"""A ChatBackend over any OpenAI-compatible /chat/completions server (vLLM, llama.cpp server, SGLang, ...).
+
+What vLLM does with each request field, and so what this backend sends, is written up in docs/vllm.md.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from models.vlm.base import (
     system_into_user,
     text_only_messages,
 )
+from models.vlm.tool_parsers import tool_calls_from_text
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +31,9 @@ _REJECTS = {
     "structured": ("response_format", "json_schema", "json_object", "guided", "grammar", "structured"),
     "native_tools": ("tool",),
     "stream": ("stream",),
+    # vLLM >= 0.11 without --trust-request-chat-template: "Chat template is passed with request, but
+    # --trust-request-chat-template is not set. Refused request with untrusted chat template."
+    "chat_template": ("trust-request-chat-template", "untrusted chat template"),
 }
 
 
@@ -35,28 +42,44 @@ def _rejected(e: BackendError, feature: str) -> bool:
     return e.status in (400, 422) and any(w in msg for w in _REJECTS[feature])
 
 
+class StreamedToolCallLost(BackendError):
+    """A streamed reply to a request with tools lost what the model wrote: vLLM's tool-call parser held it
+    back (the reply came back empty) or dropped a call's arguments. `partial` is the reply as it arrived."""
+
+    def __init__(self, message: str, partial: ChatReply):
+        super().__init__(message)
+        self.partial = partial
+
+
 class OpenAICompatibleBackend:
     """POST {base_url}/chat/completions, streamed, with the strongest constraint the server takes.
 
     A decision is constrained by `response_format` (the JSON schema of the allowed tools: vLLM's guided
     decoding, llama-cpp-python's grammar) when the policy offers a schema; a server that rejects it (400/422)
-    is asked with native `tools` (tool_choice="auto"), and one that rejects those (vLLM started without
-    `--enable-auto-tool-choice --tool-call-parser ...`) with neither: the prompt asks for JSON either way.
-    What a server rejected is remembered, so later requests go straight to what works; `ChatReply.mode` says
-    which was used. The same goes for streaming. Retries (tenacity) on connection errors, timeouts, 5xx and
-    429 are the client's. Cancelling the caller's scope closes the connection (see models/openai_client.py).
-    `model=None` asks the server's /models for the first model it serves.
+    is asked with native `tools` (`tool_choice`, "auto" by default), and one that rejects those (vLLM started
+    without `--enable-auto-tool-choice --tool-call-parser ...`) with neither: the prompt asks for JSON either
+    way. What a server rejected is remembered, so later requests go straight to what works; `ChatReply.mode`
+    says which was used ('json_object' when the schema rode in a json_object response_format that the server
+    does not enforce). The same goes for streaming, and for a per-request `chat_template` that the server
+    refuses. Every request carries explicit sampling values (`sampling`), so a server's generation_config.json
+    fills none of them. Tool calls that a server left in the text are parsed (models/vlm/tool_parsers.py).
+    Retries (tenacity) on connection errors, timeouts, 5xx and 429 are the client's. Cancelling the caller's
+    scope closes the connection (see models/openai_client.py). `model=None` asks the server's /models for the
+    first model it serves.
     """
 
     def __init__(self, base_url: str | Sequence[str], model: str | None = None, api_key: str | None = None,
                  timeout_s: float = 120.0, max_retries: int = 3, retry_wait_s: float = 0.5, native_tools: bool = True,
                  response_format: str = "json_schema", stream: bool = True, pool_size: int = 16,
                  text_only: bool = False, chat_template: str | None = None, system_role: bool = True,
-                 extra_body: dict[str, Any] | None = None):
+                 extra_body: dict[str, Any] | None = None, sampling: dict[str, Any] | None = None,
+                 tool_choice: str = "auto", json_object_enforced: bool = False, max_outstanding: int = 64):
         if response_format not in ("json_schema", "json_object"):
             raise ValueError(f"response_format must be json_schema or json_object, not {response_format!r}")
+        if tool_choice not in ("auto", "required"):
+            raise ValueError(f"tool_choice must be auto or required, not {tool_choice!r}")
         self.client = OpenAIClient(base_url, api_key, timeout_s=timeout_s, max_retries=max_retries,
-                                   retry_wait_s=retry_wait_s, pool_size=pool_size)
+                                   retry_wait_s=retry_wait_s, pool_size=pool_size, max_outstanding=max_outstanding)
         self.base_url = self.client.base_url
         self.timeout_s = timeout_s
         self.supports_native_tools = native_tools
@@ -65,10 +88,15 @@ class OpenAICompatibleBackend:
         self.text_only = text_only
         self.system_role = system_role
         self.stream = stream
+        self.stream_tools = True  # off once a streamed reply to a request with tools lost the model's text
         self.response_format = response_format
+        self.json_object_enforced = json_object_enforced
+        self.tool_choice = tool_choice
+        self.sampling = dict(sampling or {})
         self.extra_body = dict(extra_body or {})
         if chat_template:
             self.extra_body["chat_template"] = load_chat_template(chat_template)  # vLLM's per-request field
+        self._warned: set[str] = set()
         self.model = model or self._first_model()
         self.name = f"openai:{self.model}"
 
@@ -81,10 +109,36 @@ class OpenAICompatibleBackend:
             raise BackendError(f"{self.base_url}/models lists no model; give one as openai:<base_url>#<model>")
         return ids[0]
 
-    def _format(self, schema: dict) -> dict:
-        if self.response_format == "json_object":  # llama-cpp-python: a grammar from the schema
-            return {"type": "json_object", "schema": schema["schema"]}
-        return {"type": "json_schema", "json_schema": {"name": schema.get("name", "reply"), "schema": schema["schema"]}}
+    def _warn_once(self, what: str, message: str, *args: Any) -> None:
+        if what not in self._warned:
+            self._warned.add(what)
+            log.warning(message, *args)
+
+    def _format(self, schema: dict) -> tuple[dict, DecisionMode]:
+        if self.response_format == "json_object":
+            if self.json_object_enforced:  # llama-cpp-python's server builds a grammar from the schema
+                return {"type": "json_object", "schema": schema["schema"]}, "structured"
+            self._warn_once("json_object", "%s: response_format json_object carries the JSON schema in 'schema', "
+                            "which vLLM and SGLang ignore (they only make the reply some JSON object); the trace "
+                            "records such calls as mode 'json_object'. llama-cpp-python's server does enforce it: "
+                            "set json_object_enforced: true in the model config for such a server, or use "
+                            "response_format json_schema with vLLM.", self.base_url)
+            return {"type": "json_object", "schema": schema["schema"]}, "json_object"
+        name = schema.get("name", "reply")
+        return {"type": "json_schema", "json_schema": {"name": name, "schema": schema["schema"]}}, "structured"
+
+    def _payload(self, messages: list[dict], tools: list[dict] | None, max_tokens: int, temperature: float,
+                 response_schema: dict | None) -> tuple[dict[str, Any], DecisionMode | None]:
+        payload: dict[str, Any] = {"model": self.model, "messages": messages, **self.sampling,
+                                   "max_tokens": max_tokens, "temperature": temperature, **self.extra_body}
+        mode: DecisionMode | None = None
+        if response_schema and self.supports_structured:
+            payload["response_format"], mode = self._format(response_schema)
+        elif tools and self.supports_native_tools:
+            payload["tools"] = tools
+            payload["tool_choice"] = self.tool_choice
+            mode = "native_tools"
+        return payload, mode
 
     # ---- ChatBackend ------------------------------------------------------------------------
 
@@ -96,40 +150,63 @@ class OpenAICompatibleBackend:
             messages = text_only_messages(messages)
         t0 = time.perf_counter()
         while True:
-            payload: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": max_tokens,
-                                       "temperature": temperature, **self.extra_body}
-            mode: DecisionMode | None = None
-            if response_schema and self.supports_structured:
-                payload["response_format"] = self._format(response_schema)
-                mode = "structured"
-            elif tools and self.supports_native_tools:
-                payload["tools"] = tools
-                payload["tool_choice"] = "auto"
-                mode = "native_tools"
+            payload, mode = self._payload(messages, tools, max_tokens, temperature, response_schema)
+            stream = self.stream and (mode != "native_tools" or self.stream_tools)
+            meta: dict[str, Any] = {}
             try:
-                data = self.client.chat(payload, stream=self.stream)
+                data = self.client.chat(payload, stream=stream, meta=meta)
             except RequestCancelled as e:
                 partial = self.parse_response(e.partial, (time.perf_counter() - t0) * 1000.0) if e.partial else None
                 if partial is not None:
-                    partial.mode, partial.finish_reason = mode, "cancelled"
+                    partial.mode, partial.finish_reason, partial.replica = mode, "cancelled", meta.get("replica")
                 raise ReplyCancelled(str(e), partial) from None
             except BackendError as e:
-                if mode == "structured" and _rejected(e, "structured"):
-                    log.warning("%s rejected response_format %s; trying native tools / JSON in text: %s",
-                                self.base_url, self.response_format, e)
-                    self.supports_structured = False
-                elif mode == "native_tools" and _rejected(e, "native_tools"):
-                    log.warning("%s rejected native tools; falling back to JSON in text: %s", self.base_url, e)
-                    self.supports_native_tools = False
-                elif self.stream and _rejected(e, "stream"):
-                    log.warning("%s rejected streaming; asking without it: %s", self.base_url, e)
-                    self.stream = False
-                else:
+                if not self._fall_back(e, payload, mode):
                     raise
                 continue
             reply = self.parse_response(data, (time.perf_counter() - t0) * 1000.0)
-            reply.mode = mode
+            reply.mode, reply.replica = mode, meta.get("replica")
+            if mode == "native_tools":
+                reply = with_text_tool_calls(reply)
+                if stream:
+                    self._check_streamed_tools(reply, tools or [])
             return reply
+
+    def _fall_back(self, e: BackendError, payload: dict[str, Any], mode: DecisionMode | None) -> bool:
+        """Whether the rejection `e` names a request feature this server lacks; if so it is left out from now on
+        (and the request is sent again)."""
+        if "chat_template" in payload and _rejected(e, "chat_template"):
+            self.extra_body.pop("chat_template", None)  # (a concurrent request may have dropped it already)
+            self._warn_once("chat_template", "%s refused the per-request chat_template (vLLM 0.11+ takes one only "
+                            "when started with --trust-request-chat-template). Start vLLM with that flag, or drop "
+                            "chat_template from the model config (give it to vLLM as --chat-template instead); "
+                            "continuing without it, so the server's own template renders the prompts: %s",
+                            self.base_url, e)
+        elif mode in ("structured", "json_object") and _rejected(e, "structured"):
+            log.warning("%s rejected response_format %s; trying native tools / JSON in text: %s",
+                        self.base_url, self.response_format, e)
+            self.supports_structured = False
+        elif mode == "native_tools" and _rejected(e, "native_tools"):
+            log.warning("%s rejected native tools; falling back to JSON in text: %s", self.base_url, e)
+            self.supports_native_tools = False
+        elif self.stream and _rejected(e, "stream"):
+            log.warning("%s rejected streaming; asking without it: %s", self.base_url, e)
+            self.stream = False
+        else:
+            return False
+        return True
+
+    def _check_streamed_tools(self, reply: ChatReply, tools: list[dict]) -> None:
+        """Raise StreamedToolCallLost when vLLM's streaming tool-call parser swallowed the model's text: an empty
+        reply although tokens were generated (the hold-back), or a call whose required arguments never came.
+        Requests with tools are then no longer streamed on this backend."""
+        problem = _held_back(reply) or _arguments_lost(reply, tools)
+        if problem is None:
+            return
+        self.stream_tools = False
+        msg = f"{problem} Requests with tools are no longer streamed here (unstreamed, vLLM returns such text)."
+        log.warning("%s: %s", reply.replica or self.base_url, msg)
+        raise StreamedToolCallLost(msg, reply)
 
     @staticmethod
     def parse_response(data: dict, latency_ms: float = 0.0) -> ChatReply:
@@ -149,6 +226,47 @@ class OpenAICompatibleBackend:
         return ChatReply(text=content or "", tool_calls=calls,
                          usage=Usage(input_tokens=_count(u.get("prompt_tokens")), output_tokens=_count(u.get("completion_tokens"))),
                          latency_ms=latency_ms, finish_reason=choices[0].get("finish_reason"), model=data.get("model"))
+
+
+def with_text_tool_calls(reply: ChatReply) -> ChatReply:
+    """`reply` with the tool calls written in its text (hermes, llama3_json, pythonic) as `tool_calls`, when
+    the server returned none (its parser failed, or it has none)."""
+    if reply.tool_calls or not reply.text:
+        return reply
+    calls, rest = tool_calls_from_text(reply.text)
+    return reply.model_copy(update={"tool_calls": calls, "text": rest}) if calls else reply
+
+
+def _held_back(reply: ChatReply) -> str | None:
+    if reply.tool_calls or reply.text.strip():
+        return None
+    tokens = reply.usage.output_tokens
+    if tokens is not None and tokens <= 1:
+        return None  # nothing was generated: an empty reply, not a swallowed one
+    generated = "?" if tokens is None else str(tokens)
+    return (f"Streamed reply to a request with tools arrived empty (finish {reply.finish_reason!r}, {generated} "
+            "tokens generated): vLLM's tool-call parser most likely held it back. It withholds streamed text that "
+            "starts like a call ({, <tool_call>, [) until a function name appears, and never sends text that names "
+            "none, e.g. a bare {\"action\": ...} object.")
+
+
+def _arguments_lost(reply: ChatReply, tools: list[dict]) -> str | None:
+    for call in reply.tool_calls:
+        required = _required_arguments(tools, call.name)
+        if not call.arguments and required:
+            return (f"The streamed call {call.name}() arrived without its required arguments "
+                    f"({', '.join(required)}): vLLM's hermes parser streams only an 'arguments' key, so a call "
+                    "written with 'parameters' loses them.")
+    return None
+
+
+def _required_arguments(tools: list[dict], name: str) -> list[str]:
+    for t in tools:
+        fn = t.get("function") if isinstance(t, dict) else None
+        if isinstance(fn, dict) and fn.get("name") == name:
+            required = (fn.get("parameters") or {}).get("required") or []
+            return [str(r) for r in required] if isinstance(required, list) else []
+    return []
 
 
 def _count(v: Any) -> int | None:
