@@ -70,9 +70,9 @@ def agent_config(index_dir: Path, allowed: list[str] | None = None, **over: Any)
 
 def without_retrieval(task: int) -> list[str]:
     """The task's allow-list less every tool tagged finds_entity or searches_web (chosen by tag, not by name)."""
-    from tools import load_builtin_tools
+    from tools import default_registry
 
-    return [t.name for t in load_builtin_tools().for_task(task) if not set(RETRIEVAL_TAGS) & t.tags]
+    return [t.name for t in default_registry().for_task(task) if not set(RETRIEVAL_TAGS) & t.tags]
 
 
 def run_one(config: Any, paths: Any, task: int, limit: int | None, judge: Any, truncator: Any,

@@ -62,7 +62,8 @@ def raw_graph(steps: int):
 def our_agent(steps: int):
     reg = ToolRegistry()
 
-    @tool(registry=reg, blocking=False)
+    @reg.register
+    @tool(blocking=False)
     def noop(ctx: ToolContext, x: int = 0) -> ToolOutput:
         """Does nothing.
 

@@ -16,11 +16,10 @@ from tools.registry import ToolRegistry
 log = logging.getLogger(__name__)
 
 def load_tools(config: AgentConfig) -> ToolRegistry:
-    from tools import load_builtin_tools, load_tool_modules
+    """The agent's tools: the built-in ones plus those of `config.tools.modules`, passed explicitly."""
+    from tools import default_registry
 
-    registry = load_builtin_tools()
-    load_tool_modules(config.tools.modules)
-    return registry
+    return default_registry(config.tools.modules)
 
 
 def make_policy(config: AgentConfig, resources: Any) -> Any:

@@ -151,13 +151,16 @@ def _trace_hits(hits: list[Hit]) -> list[TraceHit]:
     ]
 
 
-def _tool_event(index: int, res: ActResult) -> ToolCallEvent:
+def _tool_event(ctx: TurnContext, index: int, res: ActResult) -> ToolCallEvent:
     p, out = res.pending, res.output
     fields: dict[str, Any] = dict(
         index=index, tool=p.call.tool, arguments=p.call.arguments, sub_question=p.sub_question,
         needs_retrieval=p.needs_retrieval, rationale=p.rationale or None, parallel_with=p.parallel_with,
         policy_ms=p.policy_ms, latency_ms=res.latency_ms, error=res.error,
         model_calls=[*p.model_calls, *res.model_calls])
+    tool = ctx.registry.get(p.call.tool)
+    if tool is not None:
+        fields.update(capabilities=[c.name for c in tool.capabilities], search=tool.search)
     if out is not None:
         u = {k: (v.value if isinstance(v, Overwrite) else v) for k, v in out.update.items()}
         fields.update(method=out.method or None, summary=out.summary[:2000], search_keywords=out.keywords,
@@ -176,7 +179,7 @@ def observe(state: AgentState, runtime: Runtime[TurnContext]) -> dict:
     done: list[StepSummary] = []
     values: dict[str, Any] = {}
     for res in state.last:
-        events.append(_tool_event(_index(state, len(events)), res))
+        events.append(_tool_event(runtime.context, _index(state, len(events)), res))
         done.append(StepSummary.model_construct(tool=res.pending.call.tool, arguments=res.pending.call.arguments,
                                                 summary=res.output.summary if res.output else "",
                                                 error=f"{res.error.kind}: {res.error.message}" if res.error else None))

@@ -31,6 +31,9 @@ class ToolSpec(BaseModel):
     signature: str
     json_schema: dict[str, Any]
     tags: list[str] = Field(default_factory=list)
+    capabilities: tuple[Any, ...] = Field((), exclude=True, description="The tool's tools.capability.Capability "
+                                          "objects (planners use their hooks).")
+    inputs: dict[str, str] = Field(default_factory=dict, description="Planner slot -> the tool's argument name.")
 
 
 class StepSummary(BaseModel):

@@ -67,7 +67,7 @@ class AgentState(ToolState):
 def tool_spec(t: Tool) -> ToolSpec:
     """A tool as policies see it (built once per tool)."""
     return ToolSpec(name=t.name, description=t.description, signature=t.signature_text(), json_schema=t.json_schema(),
-                    tags=sorted(t.tags))
+                    tags=sorted(t.tags), capabilities=t.capabilities, inputs=t.inputs)
 
 
 @dataclass

@@ -233,10 +233,10 @@ def test_identical_to_the_uncached_demo_index():
 def test_cached_backend_through_the_web_search_tool():
     from crag.local_search import make_demo_search
     from models.resources import Resources
-    from tools import load_builtin_tools
+    from tools import default_registry
     from tools.base import ToolContext
 
-    reg = load_builtin_tools()
+    reg = default_registry()
     base = make_demo_search()
     t = reg.get("web_search")
     outs = []

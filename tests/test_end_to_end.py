@@ -76,15 +76,15 @@ def test_a_tool_added_as_one_module_is_registered_and_offered(tmp_path, monkeypa
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     from graph.run import main
-    from tools import REGISTRY
+    from tools import default_registry
 
     try:
         rc = main(["--task", "2", "--limit", "1", "--tools-module", "my_weather_tool", "--out", str(tmp_path / "runs"),
                    "--run-id", "plugin", "--no-progress"])
-        spec = REGISTRY.get("weather").json_schema()["function"]
-        task1 = {t.name for t in REGISTRY.for_task(1)}
-    finally:  # leave no plugin behind for other tests
-        REGISTRY.unregister("weather")
+        registry = default_registry(["my_weather_tool"])
+        spec = registry.get("weather").json_schema()["function"]
+        task1 = {t.name for t in registry.for_task(1)}
+    finally:  # leave no plugin module behind for other tests
         sys.modules.pop("my_weather_tool", None)
     assert rc == 0
     header = capsys.readouterr().out

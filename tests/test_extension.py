@@ -14,7 +14,6 @@ from graph.agent import TurnInput
 from graph.build import build_agent
 from graph.config import AgentConfig, ToolsConfig
 from testing.fake_model_server import FakeOpenAIServer
-from tools import REGISTRY
 
 PLUGIN = textwrap.dedent('''
     """A second web search, written as a user would: one file, one decorated function."""
@@ -46,7 +45,6 @@ def plugin(tmp_path, monkeypatch):
     (tmp_path / "encyclopedia_plugin.py").write_text(PLUGIN)
     monkeypatch.syspath_prepend(str(tmp_path))
     yield "encyclopedia_plugin"
-    REGISTRY.unregister("encyclopedia_search")
     sys.modules.pop("encyclopedia_plugin", None)
 
 

@@ -17,7 +17,8 @@ from traces.schema import TurnTrace
 reg = ToolRegistry()
 
 
-@tool(registry=reg, writes={"evidence"})
+@reg.register
+@tool(writes={"evidence"})
 def lookup(ctx: ToolContext, query: str, k: int = 2) -> ToolOutput:
     """Return k fake hits for the query.
 
@@ -30,19 +31,22 @@ def lookup(ctx: ToolContext, query: str, k: int = 2) -> ToolOutput:
                                            for i in range(k)]})
 
 
-@tool(registry=reg, tasks={2, 3})
+@reg.register
+@tool(tasks={2, 3})
 def web_only(ctx: ToolContext) -> ToolOutput:
     """Only allowed in tasks 2 and 3."""
     return ToolOutput(summary="web")
 
 
-@tool(registry=reg)
+@reg.register
+@tool()
 def boom(ctx: ToolContext) -> ToolOutput:
     """Always raises."""
     raise RuntimeError("kaboom")
 
 
-@tool(registry=reg)
+@reg.register
+@tool()
 def sleepy(ctx: ToolContext, seconds: float = 30.0) -> ToolOutput:
     """Hangs for a long time."""
     time.sleep(seconds)
@@ -155,7 +159,8 @@ def test_tool_schema_comes_from_signature_and_docstring():
     assert fn["name"] == "lookup" and fn["parameters"]["required"] == ["query"]
     assert fn["parameters"]["properties"]["query"]["description"] == "what to look up"
     with pytest.raises(TypeError):
-        @tool(registry=ToolRegistry())
+        @ToolRegistry().register
+        @tool()
         def undocumented(x: int) -> ToolOutput:
             return ToolOutput(summary="")
 

@@ -20,8 +20,9 @@ from support import collect, make_agent
 from crag.schema import Conversation, Turn
 from graph.policy import IDK, AnswerDraft, Decision, ScriptedPolicy
 from graph.policy import is_abstention as is_idk
+from tools import default_registry
 from tools.base import Hit, ToolContext, ToolOutput
-from tools.registry import REGISTRY, ToolRegistry, tool
+from tools.registry import ToolRegistry, tool
 from traces.schema import TurnTrace
 from traces.store import TraceStore
 
@@ -41,9 +42,9 @@ def env():
     from models.image_embedder import make_image_embedder
     from models.ocr import OcrEngine
     from models.text_embedder import get_text_embedder
-    from tools import load_builtin_tools
+    from tools import default_registry
 
-    reg = load_builtin_tools()
+    reg = default_registry()
     demo = ensure_demo()
     search = LocalSearchIndex(demo.root, image_embedder=make_image_embedder(None)).warm_up()
     get_text_embedder().embed(["warm up"])  # model loading must not eat a timed turn's budget
@@ -497,28 +498,30 @@ def test_policy_that_misbehaves(env, tmp_path, kind):
 
 
 def hostile_registry() -> ToolRegistry:
-    reg = ToolRegistry()
-    for n in REGISTRY.names():
-        reg.register(REGISTRY.get(n))
+    reg = default_registry()
 
-    @tool(registry=reg)
+    @reg.register
+    @tool()
     def explode(ctx: ToolContext) -> ToolOutput:
         """Always raises."""
         raise RuntimeError("tool exploded")
 
-    @tool(registry=reg)
+    @reg.register
+    @tool()
     def wrong_return(ctx: ToolContext) -> ToolOutput:
         """Returns something that is not a ToolOutput."""
         return {"summary": "a dict"}  # type: ignore[return-value]
 
-    @tool(registry=reg, writes={"evidence"})
+    @reg.register
+    @tool(writes={"evidence"})
     def nan_hits(ctx: ToolContext) -> ToolOutput:
         """Returns hits with non-finite scores."""
         return ToolOutput(summary="nan", update={"evidence": [Hit(source="web", score=float("nan"), url="u",
                                                                   snippet="Falcon 9 has nine engines.",
                                                                   rerank_score=float("inf"))]})
 
-    @tool(registry=reg)
+    @reg.register
+    @tool()
     def exits(ctx: ToolContext) -> ToolOutput:
         """Calls sys.exit from inside a tool."""
         raise SystemExit(3)

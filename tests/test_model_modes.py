@@ -23,7 +23,7 @@ from graph.state import tool_spec
 from models.vlm import ModelConfig, model_config_from_options, parse_spec
 from models.vlm.openai_server import OpenAICompatibleBackend
 from testing.fake_model_server import FakeOpenAIServer
-from tools import load_builtin_tools
+from tools import default_registry
 from tools.base import ToolContext, ToolOutput
 from tools.registry import ToolRegistry, tool
 
@@ -32,7 +32,7 @@ MSGS = [{"role": "user", "content": "hi"}]
 
 
 def _view(task: int = 1, **kw) -> PolicyView:
-    tools = [tool_spec(t) for t in load_builtin_tools().for_task(task)]
+    tools = [tool_spec(t) for t in default_registry().for_task(task)]
     base = dict(task=task, question="What brand is this bottle?", has_image=True, tools=tools, remaining_steps=4,
                 remaining_s=30.0)
     return PolicyView(**{**base, **kw})
@@ -54,7 +54,7 @@ def test_decision_is_constrained_to_the_allowed_tools_schema(srv):
     assert rf["type"] == "json_schema" and rf["json_schema"]["name"] == "next_step" and "tools" not in srv.requests[0]
     schema = rf["json_schema"]["schema"]
     tools = {o["properties"]["tool"]["const"] for o in schema["anyOf"] if "tool" in o["properties"]}
-    assert tools == {t.name for t in load_builtin_tools().for_task(1)} and "web_search" not in tools
+    assert tools == {t.name for t in default_registry().for_task(1)} and "web_search" not in tools
     ok = [{"action": "call_tool", "tool": "ocr", "arguments": {"region": "crop"}, "rationale": "r"},
           {"action": "call_tool", "tool": "image_search", "arguments": {"k": 3}, "rationale": "r"},
           {"action": "answer", "rationale": "enough"}]
@@ -243,7 +243,8 @@ def test_image_is_encoded_once_per_turn_and_size(srv, monkeypatch):
 def test_every_prompt_example_is_json_and_the_tool_list_comes_from_the_registry(srv):
     reg = ToolRegistry()
 
-    @tool(registry=reg, tags={"reads_text"})
+    @reg.register
+    @tool(tags={"looks_up_weather"})
     def weather_lookup(ctx: ToolContext, city: str, unit: Literal["celsius", "fahrenheit"] = "celsius") -> ToolOutput:
         """Look up today's weather.
 
@@ -279,7 +280,8 @@ class Mode(StrEnum):
 def test_decision_schema_inlines_enum_definitions():
     reg = ToolRegistry()
 
-    @tool(registry=reg)
+    @reg.register
+    @tool()
     def scan(mode: Mode = Mode.fast) -> ToolOutput:
         """Scan."""
         return ToolOutput(summary="")

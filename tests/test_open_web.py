@@ -10,14 +10,14 @@ from support import make_agent
 
 from graph.agent import TurnInput
 from graph.policy import AnswerDraft, Decision, ScriptedPolicy
-from tools import REGISTRY, load_builtin_tools
+from tools import default_registry
 from tools.base import Hit, ToolContext
 from tools.registry import ToolCall, ToolCallError, ToolRegistry, tool
 from web import open_web
 from web.serpapi import SerpApiClient, SerpApiError
 from web.webpage import chunk_text, sentences
 
-load_builtin_tools()
+REGISTRY = default_registry()
 google_search = REGISTRY.get("google_search").fn
 google_lens = REGISTRY.get("google_lens").fn
 read_webpage = REGISTRY.get("read_webpage").fn
@@ -177,11 +177,13 @@ def test_profiles_separate_crag_mm_and_superglasses_tools():
 def test_profile_declaration_and_cache_key():
     reg = ToolRegistry()
 
-    @tool(registry=reg)
+    @reg.register
+    @tool()
     def plain(ctx: ToolContext) -> None:
         """A CRAG-MM tool by default."""
 
-    @tool(registry=reg, profiles={"superglasses"})
+    @reg.register
+    @tool(profiles={"superglasses"})
     def sg_only(ctx: ToolContext) -> None:
         """Only for SuperGlasses."""
 
@@ -192,9 +194,9 @@ def test_profile_declaration_and_cache_key():
         """Declared for a profile that does not exist."""
 
     with pytest.raises(TypeError, match="profiles must be a non-empty subset"):
-        tool(registry=reg, profiles={"kddcup"})(other)
+        tool(profiles={"kddcup"})(other)
     with pytest.raises(TypeError, match="profiles must be a non-empty subset"):
-        tool(registry=reg, profiles=())(other)
+        tool(profiles=())(other)
 
 
 def test_a_crag_mm_agent_never_runs_open_web_tools():

@@ -19,7 +19,7 @@ from graph.planner.questions import QUESTION_TYPES
 from graph.planner.rule_planner import RuleBasedPlanner, RulePlannerConfig
 from graph.policy import IDK, PolicyView
 from graph.state import tool_spec
-from tools import REGISTRY, load_builtin_tools
+from tools import default_registry
 from tools.base import HistoryTurn
 
 LIGHTHOUSE = "Harbor Lighthouse"
@@ -111,8 +111,7 @@ def test_a_bad_plan_table_is_a_clear_error(tmp_path):
 
 
 def test_tools_are_chosen_by_capability_tag_not_by_name():
-    load_builtin_tools()
-    spec = tool_spec(REGISTRY.get("image_search")).model_copy(update={"name": "my_own_finder"})
+    spec = tool_spec(default_registry().get("image_search")).model_copy(update={"name": "my_own_finder"})
     view = PolicyView(task=2, question="which bird is this?", has_image=True, tools=[spec],
                       remaining_steps=8, remaining_s=10.0)
     from models.text_embedder import get_text_embedder
@@ -238,7 +237,6 @@ def converter(tmp_path, monkeypatch):
     (tmp_path / "converter_plugin.py").write_text(CONVERTER)
     monkeypatch.syspath_prepend(str(tmp_path))
     yield "converter_plugin"
-    REGISTRY.unregister("test_unit_converter")
     sys.modules.pop("converter_plugin", None)
 
 

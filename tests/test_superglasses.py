@@ -91,7 +91,8 @@ def test_decoupled_sub_questions_without_search_are_tool_less_hops():
 reg = ToolRegistry()
 
 
-@tool(registry=reg, writes={"crop"})
+@reg.register
+@tool(writes={"crop"})
 def detect_crop(ctx: ToolContext, target: str = "") -> ToolOutput:
     """Fake detector.
 
@@ -101,7 +102,8 @@ def detect_crop(ctx: ToolContext, target: str = "") -> ToolOutput:
     return ToolOutput(summary="box", update={"crop": Box(x0=1, y0=2, x1=30, y1=40, label="rocket", score=0.7)})
 
 
-@tool(registry=reg, writes={"evidence"})
+@reg.register
+@tool(writes={"evidence"})
 def image_search(ctx: ToolContext, k: int = 2) -> ToolOutput:
     """Fake image search.
 
@@ -112,7 +114,8 @@ def image_search(ctx: ToolContext, k: int = 2) -> ToolOutput:
                                                              entity_name="Falcon 9", snippet="maker: SpaceX")]})
 
 
-@tool(registry=reg, writes={"evidence"})
+@reg.register
+@tool(writes={"evidence"})
 def web_search(ctx: ToolContext, query: str, k: int = 2) -> ToolOutput:
     """Fake web search.
 

@@ -4,9 +4,9 @@ import pytest
 from PIL import Image, ImageDraw
 
 from models.resources import ModelPaths, Resources
-from tools import REGISTRY, HistoryTurn, Hit, Replace, ToolCall, ToolContext, load_builtin_tools
+from tools import HistoryTurn, Hit, Replace, ToolCall, ToolContext, default_registry
 
-load_builtin_tools()
+REGISTRY = default_registry()
 
 
 class RecordingSearch:

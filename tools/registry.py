@@ -19,27 +19,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from tools.base import WRITABLE_FIELDS, ToolContext, ToolOutput, check_update
+from tools.capability import Capability, SearchKind, resolve, search_kind
 
 ALL_TASKS = frozenset({1, 2, 3})
 # Benchmark profiles: a run offers only the tools of its profile (graph.config.ToolsConfig.profile), so a
 # CRAG-MM run never sees the open-web tools a SuperGlasses run uses. A tool without `profiles` is CRAG-MM's.
 DEFAULT_PROFILE = "crag-mm"
 PROFILES = frozenset({"crag-mm", "superglasses"})
-
-# Capability tags the default planner understands, and the argument names it fills for each (a tool's
-# other arguments keep their defaults). A tool may carry other tags: model policies still see it.
-CAPABILITIES: dict[str, str] = {
-    "finds_entity": "identifies the pictured entity (writes evidence: image-KG or open-web hits); planner passes nothing",
-    "locates_object": "finds the object the question points at (writes crop); planner passes `target`",
-    "reads_text": "reads text in the photo (writes ocr_text); planner passes nothing",
-    "decouples_query": "splits the question into stand-alone sub-questions (writes sub_questions); planner passes "
-                       "`question`, `entity`",
-    "searches_web": "searches web pages (writes evidence); planner passes `query`",
-    "reads_page": "fetches and cleans the pages of the evidence (writes evidence); planner passes `query`",
-    "reranks": "reorders and prunes the evidence (replaces evidence); planner passes `query`",
-    "converts_units": "converts a quantity to another unit (writes facts); planner passes `value`, `from_unit`, "
-                      "`to_unit`",
-}
 
 ErrorKind = Literal["unknown_tool", "not_allowed", "bad_arguments"]
 
@@ -92,6 +78,8 @@ class Tool:
     arg_docs: dict[str, str] = field(default_factory=dict)
     blocking: bool = True  # False: quick local work, run in the graph's thread (no hand-off to a worker)
     profiles: frozenset[str] = frozenset({DEFAULT_PROFILE})
+    capabilities: tuple[Capability, ...] = ()
+    inputs: dict[str, str] = field(default_factory=dict)  # planner slot -> this tool's argument name
     schema: dict[str, Any] = field(init=False, repr=False, compare=False)
     signature: str = field(init=False, repr=False, compare=False)
 
@@ -124,6 +112,14 @@ class Tool:
                 text += f" = {json.dumps(prop.get('default'))}"
             parts.append(text)
         return f"{self.name}({', '.join(parts)}) - {self.description}"
+
+    @property
+    def search(self) -> SearchKind | None:
+        """The SuperGlasses hop kind of its calls ("image", "text"), from its capabilities."""
+        return search_kind(self.capabilities)
+
+    def has(self, capability: str) -> bool:
+        return any(c.name == capability for c in self.capabilities)
 
     def signature_text(self) -> str:
         """One line for text prompts: name(arg: type = default) - description (enums and bounds included)."""
@@ -165,25 +161,47 @@ def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
 
 
 class ToolRegistry:
-    def __init__(self) -> None:
+    """The tools of one agent, passed explicitly (`build_agent` builds it from the configuration): names are
+    unique, and the capability objects its tools carry are the ones planners see."""
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
         self._by_task: dict[tuple[int, tuple[str, ...] | None, str], list[Tool]] = {}
+        for t in tools:
+            self.add(t)
 
-    def register(self, t: Tool) -> None:
-        if t.name in self._tools and self._tools[t.name].fn is not t.fn:
-            raise ValueError(f"a tool named {t.name!r} is already registered")
+    def add(self, t: Tool) -> None:
+        known = self._tools.get(t.name)
+        if known is not None and known is not t:
+            raise ValueError(f"two tools are named {t.name!r} ({known.fn.__module__} and {t.fn.__module__})")
         self._tools[t.name] = t
         self._by_task.clear()
 
-    def unregister(self, name: str) -> None:
-        self._tools.pop(name, None)
-        self._by_task.clear()
+    def register(self, fn: Callable) -> Callable:
+        """Add an @tool function; returns it, so it can decorate one: `@registry.register` above `@tool(...)`."""
+        self.add(tool_of(fn))
+        return fn
+
+    def without(self, names: Iterable[str]) -> ToolRegistry:
+        """A new registry without these tools (ablations, tests)."""
+        drop = set(names)
+        return ToolRegistry(t for n, t in self._tools.items() if n not in drop)
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
 
     def names(self) -> list[str]:
         return sorted(self._tools)
+
+    def __iter__(self):
+        return iter(self._tools[n] for n in sorted(self._tools))
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def capabilities(self) -> dict[str, Capability]:
+        """Every capability object the tools carry, by name."""
+        return {c.name: c for t in self for c in t.capabilities}
 
     def for_task(self, task: int, only: Iterable[str] | None = None, profile: str = DEFAULT_PROFILE) -> list[Tool]:
         """The task's allow-list: tools declared for the task and the benchmark profile, optionally narrowed to
@@ -217,15 +235,36 @@ class ToolRegistry:
         return t, args
 
 
-REGISTRY = ToolRegistry()
-_TAG = re.compile(r"^[a-z][a-z0-9_]*$")
+def _planner_inputs(name: str, params: list[inspect.Parameter], caps: tuple[Capability, ...],
+                    inputs: dict[str, str]) -> dict[str, str]:
+    """slot -> argument: each capability input goes to the argument `inputs` maps it to, else the argument of the
+    same name. A required argument no slot reaches would make planners unable to call the tool: an error here."""
+    arg_names = {p.name for p in params}
+    bad = {a for a in inputs if a not in arg_names}
+    if bad:
+        raise TypeError(f"tool {name}: inputs names {sorted(bad)}, which are not its arguments")
+    slots = {s for c in caps for s in c.inputs}
+    by_slot = {slot: arg for arg, slot in inputs.items()}
+    by_slot.update({a: a for a in arg_names if a in slots and a not in inputs and a not in by_slot})
+    unknown = set(by_slot) - slots
+    if unknown:
+        raise TypeError(f"tool {name}: inputs map to {sorted(unknown)}, which none of its capabilities passes "
+                        f"(they pass: {', '.join(sorted(slots)) or 'nothing'})")
+    if caps:
+        reached = set(by_slot.values())
+        required = [p.name for p in params if p.default is inspect.Parameter.empty and p.name not in reached]
+        if required:
+            raise TypeError(f"tool {name}: required argument(s) {required} get no value from its capabilities "
+                            f"({', '.join(c.name for c in caps)} pass {', '.join(sorted(slots)) or 'nothing'}): give "
+                            f"them defaults, or map them with inputs={{argument: slot}}")
+    return by_slot
 
 
 def tool(fn: Callable | None = None, *, name: str | None = None, tasks: Iterable[int] = ALL_TASKS,
-         tags: Iterable[str] = (), writes: Iterable[str] = (), profiles: Iterable[str] = (DEFAULT_PROFILE,),
-         blocking: bool = True,
-         registry: ToolRegistry | None = None):
-    """Register a function as a tool.
+         tags: Iterable[str | Capability] = (), writes: Iterable[str] = (),
+         profiles: Iterable[str] = (DEFAULT_PROFILE,), blocking: bool = True, inputs: dict[str, str] | None = None):
+    """Make a function a tool: `fn.__tool__` is its `Tool`. Nothing is registered anywhere; an agent gets its
+    tools explicitly (`ToolRegistry([...])`, built by `build_agent` from the configuration).
 
     Usage::
 
@@ -233,44 +272,67 @@ def tool(fn: Callable | None = None, *, name: str | None = None, tasks: Iterable
         def web_search(ctx: ToolContext, query: str, k: int = 5) -> ToolOutput:
             \"\"\"Search the web for pages about `query`.\"\"\"
 
-    `writes` names the `ToolState` fields the tool's `ToolOutput.update` may touch; `tags` are capability
-    tags (see `CAPABILITIES`) through which the default planner picks tools; `profiles` are the benchmark
-    profiles (see `PROFILES`) whose runs offer the tool (default: CRAG-MM only). `blocking=False` declares a tool
-    that does quick local work and never waits on I/O or a model: it then runs in the graph's own thread, saving a
-    thread hand-off per call, but it cannot be abandoned at the time budget like a blocking tool.
+    `writes` names the `ToolState` fields the tool's `ToolOutput.update` may touch; `tags` are capability names
+    (the built-in ones in `tools.capability.BUILTIN`) or `Capability` objects (a new capability declared next to
+    the tool), through which planners pick tools; `inputs` maps the tool's argument names to the planner slots
+    of its capabilities when they differ (`{"q": "query"}`); `profiles` are the benchmark profiles (see
+    `PROFILES`) whose runs offer the tool (default: CRAG-MM only). `blocking=False` declares a tool that does quick
+    local work and never waits on I/O or a model: it then runs in the graph's own thread, saving a thread hand-off
+    per call, but it cannot be abandoned at the time budget like a blocking tool.
     """
 
     def wrap(f: Callable) -> Callable:
-        sig = inspect.signature(f)
-        params = list(sig.parameters.values())
-        wants_ctx = bool(params) and params[0].name == "ctx"
-        fields: dict[str, Any] = {}
-        for p in params[1:] if wants_ctx else params:
-            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                raise TypeError(f"tool {f.__name__}: *args/**kwargs are not allowed")
-            if p.annotation is inspect.Parameter.empty:
-                raise TypeError(f"tool {f.__name__}: argument {p.name!r} needs a type annotation")
-            fields[p.name] = (p.annotation, ... if p.default is inspect.Parameter.empty else p.default)
-        tool_name = name or f.__name__
-        if not f.__doc__:
-            raise TypeError(f"tool {tool_name}: a docstring is required (it is the model's description)")
-        bad = set(writes) - WRITABLE_FIELDS
-        if bad:
-            raise TypeError(f"tool {tool_name}: writes={sorted(bad)} are not state fields a tool may write "
-                            f"({', '.join(sorted(WRITABLE_FIELDS))})")
-        bad_tags = [t for t in tags if not _TAG.match(t)]
-        if bad_tags:
-            raise TypeError(f"tool {tool_name}: tags must be snake_case words, not {bad_tags}")
-        bad_profiles = set(profiles) - PROFILES
-        if bad_profiles or not set(profiles):
-            raise TypeError(f"tool {tool_name}: profiles must be a non-empty subset of {sorted(PROFILES)}, "
-                            f"not {sorted(bad_profiles) or 'empty'}")
-        summary, arg_docs = _parse_docstring(f.__doc__)
-        model = create_model(f"{tool_name}_args", __config__=ConfigDict(extra="forbid"), **fields)
-        t = Tool(tool_name, summary, f, model, frozenset(tasks), frozenset(tags), frozenset(writes), wants_ctx, arg_docs,
-                 blocking, frozenset(profiles))
-        (registry or REGISTRY).register(t)
-        f.__tool__ = t  # type: ignore[attr-defined]
+        f.__tool__ = make_tool(f, name=name, tasks=tasks, tags=tags, writes=writes, profiles=profiles,  # type: ignore[attr-defined]
+                               blocking=blocking, inputs=inputs or {})
         return f
 
     return wrap(fn) if fn is not None else wrap
+
+
+def _arguments(tool_name: str, params: list[inspect.Parameter]) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    for p in params:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise TypeError(f"tool {tool_name}: *args/**kwargs are not allowed")
+        if p.annotation is inspect.Parameter.empty:
+            raise TypeError(f"tool {tool_name}: argument {p.name!r} needs a type annotation")
+        fields[p.name] = (p.annotation, ... if p.default is inspect.Parameter.empty else p.default)
+    return fields
+
+
+def make_tool(f: Callable, *, name: str | None, tasks: Iterable[int], tags: Iterable[str | Capability],
+              writes: Iterable[str], profiles: Iterable[str], blocking: bool, inputs: dict[str, str]) -> Tool:
+    params = list(inspect.signature(f).parameters.values())
+    wants_ctx = bool(params) and params[0].name == "ctx"
+    params = params[1:] if wants_ctx else params
+    tool_name = name or f.__name__
+    fields = _arguments(tool_name, params)
+    if not f.__doc__:
+        raise TypeError(f"tool {tool_name}: a docstring is required (it is the model's description)")
+    bad = set(writes) - WRITABLE_FIELDS
+    if bad:
+        raise TypeError(f"tool {tool_name}: writes={sorted(bad)} are not state fields a tool may write "
+                        f"({', '.join(sorted(WRITABLE_FIELDS))})")
+    try:
+        tag_names, caps = resolve(tags)
+    except ValueError as e:
+        raise TypeError(f"tool {tool_name}: {e}") from None
+    bad_profiles = set(profiles) - PROFILES
+    if bad_profiles or not set(profiles):
+        raise TypeError(f"tool {tool_name}: profiles must be a non-empty subset of {sorted(PROFILES)}, "
+                        f"not {sorted(bad_profiles) or 'empty'}")
+    slots = _planner_inputs(tool_name, params, caps, inputs)
+    summary, arg_docs = _parse_docstring(f.__doc__)
+    model = create_model(f"{tool_name}_args", __config__=ConfigDict(extra="forbid"), **fields)
+    return Tool(tool_name, summary, f, model, frozenset(tasks), tag_names, frozenset(writes), wants_ctx, arg_docs,
+                blocking, frozenset(profiles), caps, slots)
+
+
+def tool_of(fn: Callable) -> Tool:
+    """The Tool of an @tool function (or a Tool itself)."""
+    if isinstance(fn, Tool):
+        return fn
+    t = getattr(fn, "__tool__", None)
+    if not isinstance(t, Tool):
+        raise TypeError(f"{fn!r} is not an @tool function")
+    return t

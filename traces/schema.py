@@ -84,6 +84,9 @@ class ToolCallEvent(_Event):
     node: Literal["tool_call"] = "tool_call"
     tool: str
     arguments: dict[str, Any] = Field(default_factory=dict)
+    capabilities: list[str] = Field(default_factory=list, description="The tool's capability names.")
+    search: Literal["image", "text"] | None = Field(None, description="The SuperGlasses hop kind of the call, from "
+                                                    "the tool's capabilities (image search / text search).")
     sub_question: str | None = Field(None, description="The part of the question this call addresses.")
     search_keywords: str | None = None
     needs_retrieval: bool | None = None

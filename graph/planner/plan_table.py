@@ -1,7 +1,7 @@
 """The rule-based planner's plan table: question type -> ordered tool capabilities and answer sources.
 
 The table is data (graph/planner/planner_table.yaml), validated here: every step names a capability tag the planner
-understands (tools/registry.py:CAPABILITIES), every condition, query and answer source is one the planner
+understands (tools/capability.py:BUILTIN), every condition, query and answer source is one the planner
 implements, and every question type has a row. `load_plan_table()` reads the bundled table; a different file can
 be passed (RulePlannerConfig.plan_table).
 """
@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from graph.planner.questions import QUESTION_TYPES
-from tools.registry import CAPABILITIES
+from tools.capability import BUILTIN as CAPABILITIES
 
 DEFAULT_TABLE = Path(__file__).with_name("planner_table.yaml")
 

@@ -227,13 +227,12 @@ def with_subject(sentence: str, subject: str | None) -> str:
 
 
 def _fill(spec: ToolSpec, offer: dict[str, Any]) -> dict[str, Any] | None:
-    """The arguments the planner can give this tool: offered values for the parameters it has; None when a
-    required parameter is not on offer (the planner cannot call it; a model policy still can)."""
-    params = spec.json_schema["function"]["parameters"]
-    props, required = params.get("properties", {}), set(params.get("required", []))
-    if not required <= offer.keys():
-        return None
-    return {k: v for k, v in offer.items() if k in props}
+    """The arguments the planner gives this tool: each offered slot under the argument name the tool maps it to;
+    None when a required argument stays empty (the registry refuses such tools at declaration, so only a tool
+    spec built by hand gets here)."""
+    args = {spec.inputs[slot]: v for slot, v in offer.items() if slot in spec.inputs}
+    required = set(spec.json_schema["function"]["parameters"].get("required", []))
+    return args if required <= args.keys() else None
 
 
 class _Turn:
