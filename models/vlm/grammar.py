@@ -8,7 +8,7 @@ unusable reply). JSON is generated compact (no free whitespace between tokens): 
 its token budget on blank lines.
 
 One `SchemaGrammars` per tokenizer: xgrammar's view of the vocabulary is built once (about 1.5 s for Gemma's
-262k tokens, so `prepare()` runs at warm-up), and each schema is compiled once, cached by its canonical JSON.
+262k tokens, so `prepare()` runs at warm-up), and each schema is compiled once, cached by its JSON text.
 """
 
 from __future__ import annotations
@@ -82,7 +82,8 @@ class SchemaGrammars:
 
     def compiled(self, schema: dict[str, Any]) -> Any:
         """The compiled grammar of a JSON schema (the `schema` part of a response_schema)."""
-        key = json.dumps(schema, sort_keys=True, ensure_ascii=False)
+        # not sort_keys: the order of an object's properties is the order in which the grammar has them written
+        key = json.dumps(schema, ensure_ascii=False)
         with self._lock:
             hit = self._cache.get(key)
             if hit is not None:
