@@ -119,6 +119,13 @@ class ModelCall(BaseModel):
     reply_chars: int = Field(0, description="Length of the whole raw reply.")
     cancelled: bool = Field(False, description="The request was cancelled (turn ended) before it finished.")
     error: str | None = None
+    started_at: float | None = Field(None, description="When the request was sent (epoch seconds): calls that overlap "
+                                     "ran concurrently; the others are on the turn's critical path one after another.")
+    prompt_blocks: list[str] = Field(default_factory=list, description="Chained hashes of the prompt's blocks (as a "
+                                     "server's prefix cache keys them): how much of a prompt repeats the previous "
+                                     "one's.")
+    block_unit: Literal["tokens", "chars"] | None = Field(None, description="What a block counts: tokens of the "
+                                                          "backend's own tokenizer when it is local, else characters.")
 
     @classmethod
     def clip(cls, raw: str) -> tuple[str, int]:

@@ -34,6 +34,8 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
@@ -650,11 +652,27 @@ def _features():
     })
 
 
+@contextmanager
+def quiet_datasets() -> Iterator[None]:
+    """No `datasets` progress bars ("Creating parquet from Arrow format") inside; the library's setting is restored
+    after (it is process-wide: a caller's own choice is kept)."""
+    import datasets
+
+    was_disabled = datasets.are_progress_bars_disabled()
+    datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if not was_disabled:
+            datasets.enable_progress_bars()
+
+
 def _write_parquet(rows: list[dict], folder: Path) -> None:
     from datasets import Dataset
 
     folder.mkdir(parents=True, exist_ok=True)
-    Dataset.from_list(rows, features=_features()).to_parquet(str(folder / "validation.parquet"))
+    with quiet_datasets():
+        Dataset.from_list(rows, features=_features()).to_parquet(str(folder / "validation.parquet"))
 
 
 def _render(e: Entity) -> Image.Image:

@@ -19,7 +19,7 @@ from graph.state import AgentState, TurnContext
 from graph.verify import Verifier
 from tools.base import HistoryTurn
 from tools.registry import ToolRegistry
-from traces.schema import FinalEvent, ImageInfo, StepError, TokenTotals, TurnTrace
+from traces.schema import FinalEvent, ImageInfo, StepError, TokenTotals, TurnTrace, sequential_rounds
 
 
 class TurnInput(BaseModel):
@@ -94,7 +94,8 @@ class Agent:
         conf = final.verdict.confidence if final.verdict else (final.draft.confidence if final.draft else None)
         steps = [s.model_copy(update={"index": i}) for i, s in enumerate(final.steps)]
         calls = [c for s in steps for c in s.model_calls]
-        tokens = TokenTotals(calls=len(calls), prompt_tokens=sum(c.prompt_tokens or 0 for c in calls),
+        tokens = TokenTotals(calls=len(calls), sequential_calls=sequential_rounds(calls),
+                             prompt_tokens=sum(c.prompt_tokens or 0 for c in calls),
                              completion_tokens=sum(c.completion_tokens or 0 for c in calls),
                              calls_without_usage=sum(c.prompt_tokens is None and c.completion_tokens is None
                                                      for c in calls))

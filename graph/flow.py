@@ -1,7 +1,10 @@
 """The LangGraph graph of one turn:
 
-    START -> plan --(tool call)--> act -> observe --> plan ...
+    START -> plan --(tool calls)--> tools --> plan ...
                \\--(answer / step limit / time budget)--> answer -> self_check -> final -> END
+
+As in LangGraph's prebuilt agent: the policy node decides, the tools node runs what it chose (independent calls
+together) and hands each call's state update back to LangGraph, whose reducers fold them in.
 """
 
 from __future__ import annotations
@@ -19,15 +22,13 @@ def build_graph():
     global _COMPILED
     if _COMPILED is None:
         g = StateGraph(AgentState, context_schema=TurnContext)
-        g.add_node("plan", nodes.plan, destinations=("act", "answer"))
-        g.add_node("act", nodes.act)
-        g.add_node("observe", nodes.observe)
+        g.add_node("plan", nodes.plan, destinations=("tools", "answer"))
+        g.add_node("tools", nodes.tools)
         g.add_node("answer", nodes.answer)
         g.add_node("self_check", nodes.self_check)
         g.add_node("final", nodes.final)
         g.add_edge(START, "plan")
-        g.add_edge("act", "observe")
-        g.add_edge("observe", "plan")
+        g.add_edge("tools", "plan")
         g.add_edge("answer", "self_check")
         g.add_edge("self_check", "final")
         g.add_edge("final", END)

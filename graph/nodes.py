@@ -1,4 +1,4 @@
-"""Graph nodes: plan -> act -> observe -> ... -> answer -> self_check -> final.
+"""Graph nodes: plan -> tools -> plan -> ... -> answer -> self_check -> final.
 
 Every node reads the per-turn `TurnContext` from LangGraph's run context and returns a partial state
 update with one typed trace event. Nothing here raises on bad model output or a failing tool: errors
@@ -17,7 +17,7 @@ from langgraph.types import Command, Overwrite
 from core.calls import CallTimeout, collect_model_calls, run_many, run_with_deadline
 from graph.policy import IDK, AnswerDraft, Decision, StepSummary, is_abstention
 from graph.state import ActResult, AgentState, PendingCall, TurnContext
-from tools.base import Hit, ToolOutput, field_reducer, fold_update
+from tools.base import ToolOutput, field_adapter
 from tools.registry import ToolCall, ToolCallError, ToolUpdateError
 from traces.schema import (
     AnswerEvent,
@@ -26,14 +26,14 @@ from traces.schema import (
     PlanEvent,
     StepError,
     ToolCallEvent,
-    TraceHit,
     VerdictEvent,
+    trace_form,
 )
 
 # Supersteps a turn needs after a `plan` that routes to answering: answer, self_check, final.
 FINISH_STEPS = 3
-# ... and one more tool round (act, observe, plan) before that.
-TOOL_ROUND_STEPS = 3
+# ... and one more tool round (tools, plan) before that.
+TOOL_ROUND_STEPS = 2
 
 
 def _ms(t0: float) -> float:
@@ -55,7 +55,7 @@ def _stop(state: AgentState, reason: str, text: str, **event: Any) -> Command:
 
 
 def plan(state: AgentState, runtime: Runtime[TurnContext]) -> Command:
-    """Ask the policy for the next step; route to `act` with the call(s) it chose, or to `answer`. (The route is
+    """Ask the policy for the next step; route to `tools` with the call(s) it chose, or to `answer`. (The route is
     decided here, with the state update, so LangGraph need not re-read the whole state to evaluate an edge.)"""
     ctx = runtime.context
     if len(state.done) >= ctx.max_steps:
@@ -80,8 +80,11 @@ def plan(state: AgentState, runtime: Runtime[TurnContext]) -> Command:
                          error=_error("policy_error", e), policy_ms=_ms(t0), model_calls=calls)
     if decision.action == "answer" or not decision.tool:
         event = PlanEvent(index=_index(state), decision="answer", reason=decision.rationale,
-                          needs_retrieval=decision.needs_retrieval, policy_ms=_ms(t0), model_calls=calls)
-        return Command(goto="answer", update={"steps": [event], "pending": None, "ended_by": "answer"})
+                          needs_retrieval=decision.needs_retrieval, policy_ms=_ms(t0), model_calls=calls,
+                          answer_included=decision.answer is not None)
+        # a decision that carries its answer saves the answer step's round trip
+        return Command(goto="answer", update={"steps": [event], "pending": None, "ended_by": "answer",
+                                              "draft": decision.answer})
     room = ctx.max_steps - len(state.done) - 1  # parallel calls count against the step limit too
     extra = [PendingCall(call=ToolCall(tool=p.tool, arguments=p.arguments or {}), sub_question=p.sub_question,
                          needs_retrieval=decision.needs_retrieval, rationale=f"in parallel with {decision.tool}",
@@ -90,7 +93,7 @@ def plan(state: AgentState, runtime: Runtime[TurnContext]) -> Command:
     pending = PendingCall(call=ToolCall(tool=decision.tool, arguments=decision.arguments or {}), parallel=extra,
                           sub_question=decision.sub_question, needs_retrieval=decision.needs_retrieval,
                           rationale=decision.rationale, policy_ms=_ms(t0), model_calls=calls)
-    return Command(goto="act", update={"pending": pending, "last": None})
+    return Command(goto="tools", update={"pending": pending})
 
 
 def blocking(obj: Any) -> bool:
@@ -98,8 +101,8 @@ def blocking(obj: Any) -> bool:
     return getattr(obj, "blocking", True) is not False
 
 
-def _tool_call(ctx: TurnContext, state: AgentState, pending: PendingCall
-               ) -> tuple[ActResult | None, Callable[[], Any], bool]:
+def _prepare(ctx: TurnContext, state: AgentState, pending: PendingCall
+             ) -> tuple[ActResult | None, Callable[[], Any], bool]:
     """A validated call as a function to run (and whether it blocks), or the refusal as a finished result."""
     call = pending.call
     try:
@@ -117,38 +120,37 @@ def _tool_call(ctx: TurnContext, state: AgentState, pending: PendingCall
     return None, run, tool.blocking
 
 
-def act(state: AgentState, runtime: Runtime[TurnContext]) -> dict:
-    """Run the chosen call, and any independent calls chosen with it, concurrently, under the turn's deadline."""
-    ctx = runtime.context
-    assert state.pending is not None
-    calls = [state.pending, *state.pending.parallel]
-    prepared = [_tool_call(ctx, state, p) for p in calls]
+def _outcome(pending: PendingCall, ok: bool, value: Any, t0: float) -> ActResult:
+    if ok:
+        out, ms, model_calls = value
+        return ActResult(pending=pending, output=out, latency_ms=ms, model_calls=model_calls)
+    if isinstance(value, CallTimeout):
+        return ActResult(pending=pending, error=_error("timeout", f"{pending.call.tool}: {value}"), latency_ms=_ms(t0))
+    kind = "bad_update" if isinstance(value, ToolUpdateError) else "tool_exception"
+    return ActResult(pending=pending, error=_error(kind, value if kind == "tool_exception" else str(value)),
+                     latency_ms=_ms(t0))
+
+
+def _run_calls(ctx: TurnContext, state: AgentState, calls: list[PendingCall]) -> list[ActResult]:
+    """Run the calls concurrently under the turn's deadline; one result per call, in call order."""
+    prepared = [_prepare(ctx, state, p) for p in calls]
     to_run = [(i, fn, blocks) for i, (refused, fn, blocks) in enumerate(prepared) if refused is None]
     t0 = time.perf_counter()
     outcomes = run_many([fn for _, fn, _ in to_run], ctx.remaining_s() - ctx.reserve_s(), ctx.scope,
                         [not blocks for _, _, blocks in to_run]) if to_run else []
     results: list[ActResult] = [r for r, _, _ in prepared]  # type: ignore[misc]
     for (i, _, _), (ok, value) in zip(to_run, outcomes):
-        p = calls[i]
-        if ok:
-            out, ms, model_calls = value
-            results[i] = ActResult(pending=p, output=out, latency_ms=ms, model_calls=model_calls)
-        elif isinstance(value, CallTimeout):
-            results[i] = ActResult(pending=p, error=_error("timeout", f"{p.call.tool}: {value}"), latency_ms=_ms(t0))
-        elif isinstance(value, ToolUpdateError):
-            results[i] = ActResult(pending=p, error=_error("bad_update", str(value)), latency_ms=_ms(t0))
-        else:
-            results[i] = ActResult(pending=p, error=_error("tool_exception", value), latency_ms=_ms(t0))
-    return {"last": results}
+        results[i] = _outcome(calls[i], ok, value, t0)
+    return results
 
 
-def _trace_hits(hits: list[Hit]) -> list[TraceHit]:
-    return [
-        TraceHit(source=h.source, score=round(float(h.score), 4), url=h.url, title=h.title, entity_name=h.entity_name,
-                 snippet=(h.content or h.snippet or h.text())[:300],
-                 rerank_score=None if h.rerank_score is None else round(float(h.rerank_score), 4))
-        for h in hits
-    ]
+def _update_in_trace_form(update: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """A checked tool update as the trace keeps it (JSON, texts clipped), and the fields it overwrote."""
+    form: dict[str, Any] = {}
+    for name, value in update.items():
+        raw = value.value if isinstance(value, Overwrite) else value
+        form[name] = trace_form(field_adapter(name).dump_python(raw, mode="json"))
+    return form, sorted(k for k, v in update.items() if isinstance(v, Overwrite))
 
 
 def _tool_event(ctx: TurnContext, index: int, res: ActResult) -> ToolCallEvent:
@@ -162,41 +164,60 @@ def _tool_event(ctx: TurnContext, index: int, res: ActResult) -> ToolCallEvent:
     if tool is not None:
         fields.update(capabilities=[c.name for c in tool.capabilities], search=tool.search)
     if out is not None:
-        u = {k: (v.value if isinstance(v, Overwrite) else v) for k, v in out.update.items()}
+        update, replaced = _update_in_trace_form(out.update)
         fields.update(method=out.method or None, summary=out.summary[:2000], search_keywords=out.keywords,
-                      wrote=sorted(u), results=_trace_hits(u.get("evidence") or []), detected_box=u.get("crop"),
-                      ocr_text=u.get("ocr_text"), sub_questions=list(u.get("sub_questions") or []),
-                      facts=list(u.get("facts") or []))
-    # every value above is already typed (validated by the registry, the tool's update check or built here)
-    return ToolCallEvent.model_construct(**fields)
+                      update=update, replaced=replaced)
+    return ToolCallEvent.model_construct(**fields)  # every value is typed already (checked or built here)
 
 
-def observe(state: AgentState, runtime: Runtime[TurnContext]) -> dict:
-    """Fold each tool's update into the state, in call order (reducers as LangGraph applies them), and record
-    one event per call."""
-    assert state.last is not None
-    events: list[ToolCallEvent] = []
-    done: list[StepSummary] = []
-    values: dict[str, Any] = {}
-    for res in state.last:
-        events.append(_tool_event(runtime.context, _index(state, len(events)), res))
-        done.append(StepSummary.model_construct(tool=res.pending.call.tool, arguments=res.pending.call.arguments,
-                                                summary=res.output.summary if res.output else "",
-                                                error=f"{res.error.kind}: {res.error.message}" if res.error else None))
-        if res.output is not None and res.output.update:
-            for name in res.output.update:
-                values.setdefault(name, getattr(state, name))
-            fold_update(values, res.output.update)
-    # The fold already applied each field's reducer to the current value: write the results as they are.
-    update: dict[str, Any] = {k: (Overwrite(v) if field_reducer(k) else v) for k, v in values.items()}
-    update.update(steps=events, done=done, pending=None, last=None)
-    if any(r.error is not None and r.error.kind == "timeout" for r in state.last):
-        update["ended_by"] = "time_budget"
-    return update
+def _one_overwrite_per_field(results: list[ActResult]) -> None:
+    """LangGraph takes one Overwrite of a field per step: a second call replacing the same field in the same round
+    keeps its event but not its update (a `bad_update` error says so)."""
+    seen: set[str] = set()
+    for res in results:
+        out = res.output
+        if out is None:
+            continue
+        twice = [k for k, v in out.update.items() if isinstance(v, Overwrite) and k in seen]
+        seen |= {k for k, v in out.update.items() if isinstance(v, Overwrite)}
+        if twice:
+            res.error = _error("bad_update", f"{res.pending.call.tool} replaced {', '.join(twice)}, which another "
+                               "call of the same round already replaced; its update was dropped")
+            res.output = out.model_copy(update={"update": {}})
+
+
+def tools(state: AgentState, runtime: Runtime[TurnContext]) -> list[Command]:
+    """Run the chosen call and those chosen with it, concurrently, under the turn's deadline. Each call's update
+    goes back to LangGraph as its own Command, in call order, with its trace event: LangGraph's reducers fold them
+    into the state."""
+    ctx = runtime.context
+    assert state.pending is not None
+    results = _run_calls(ctx, state, [state.pending, *state.pending.parallel])
+    _one_overwrite_per_field(results)
+    out: list[Command] = []
+    for i, res in enumerate(results):
+        update: dict[str, Any] = dict(res.output.update) if res.output is not None else {}
+        summary = StepSummary.model_construct(
+            tool=res.pending.call.tool, arguments=res.pending.call.arguments,
+            summary=res.output.summary if res.output else "", parallel_with=res.pending.parallel_with,
+            error=f"{res.error.kind}: {res.error.message}" if res.error else None,
+            update={k: v.value if isinstance(v, Overwrite) else v for k, v in update.items()})
+        update.update(steps=[_tool_event(ctx, _index(state, i), res)], done=[summary])
+        out.append(Command(update=update))
+    closing: dict[str, Any] = {"pending": None}
+    if any(r.error is not None and r.error.kind == "timeout" for r in results):
+        closing["ended_by"] = "time_budget"
+    out.append(Command(update=closing))
+    return out
 
 
 def answer(state: AgentState, runtime: Runtime[TurnContext]) -> dict:
+    """The draft: the one the deciding reply carried, else a separate answer request to the policy."""
     ctx = runtime.context
+    if state.draft is not None:
+        d = state.draft
+        return {"steps": [AnswerEvent(index=_index(state), answer=d.answer, confidence=d.confidence, entity=d.entity,
+                                      rationale=d.rationale or None, from_decision=True)]}
     t0 = time.perf_counter()
     error = None
     with collect_model_calls() as calls:
@@ -237,7 +258,7 @@ def self_check(state: AgentState, runtime: Runtime[TurnContext]) -> dict:
     with collect_model_calls() as calls:
         try:
             verdict = run_with_deadline(
-                lambda: verifier.verify(ctx.question, draft, _evidence_texts(state), ctx.image),
+                lambda: verifier.verify(ctx.question, draft, _evidence_texts(state), ctx.image, view=ctx.view(state)),
                 max(0.05, ctx.remaining_s() - 0.05), ctx.scope, inline=not blocking(verifier))
         except Exception as e:  # noqa: BLE001 - a broken self-check cannot vouch for the draft
             keep = draft.confidence >= max(ctx.abstain_below, 0.5)

@@ -43,6 +43,9 @@ class StepSummary(BaseModel):
     arguments: dict[str, Any] = Field(default_factory=dict)
     summary: str = ""
     error: str | None = None
+    update: dict[str, Any] = Field(default_factory=dict, description="What the call wrote into the state (typed "
+                                   "values), for policies that show each result where it came.")
+    parallel_with: str | None = Field(None, description="The call this one was decided together with.")
 
 
 class PolicyView(BaseModel):
@@ -71,6 +74,13 @@ class PolicyView(BaseModel):
         return sum(1 for s in self.done if s.tool == tool)
 
 
+class AnswerDraft(BaseModel):
+    answer: str
+    confidence: float = Field(ge=0.0, le=1.0)
+    rationale: str = ""
+    entity: str | None = Field(None, description="The entity the answer is about, carried to later turns.")
+
+
 class ParallelCall(BaseModel):
     tool: str
     arguments: dict[str, Any] = Field(default_factory=dict)
@@ -86,13 +96,8 @@ class Decision(BaseModel):
     sub_question: str | None = None
     needs_retrieval: bool | None = None
     rationale: str = ""
-
-
-class AnswerDraft(BaseModel):
-    answer: str
-    confidence: float = Field(ge=0.0, le=1.0)
-    rationale: str = ""
-    entity: str | None = Field(None, description="The entity the answer is about, carried to later turns.")
+    answer: AnswerDraft | None = Field(None, description="With action 'answer': the answer itself, when the reply "
+                                       "that decided also wrote it (one round trip instead of two).")
 
 
 @runtime_checkable

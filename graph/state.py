@@ -1,8 +1,9 @@
 """The typed LangGraph state of one turn, and the per-turn context that is not state (image, models, clock).
 
 `AgentState` extends the tools' `ToolState` (evidence, crop, OCR text, sub-questions, facts: what tools
-write, with LangGraph reducers) with what the graph itself keeps. `TurnContext` travels as LangGraph's
-run context (`context_schema`): nodes read it from `runtime.context`.
+write) with what the graph itself keeps. Every field that several steps add to has its reducer in its
+`Annotated[...]`, and LangGraph applies it to what nodes return: nothing here folds updates by hand.
+`TurnContext` travels as LangGraph's run context (`context_schema`): nodes read it from `runtime.context`.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class PendingCall:
 
 @dataclass
 class ActResult:
-    """What `act` hands to `observe`: the output or the error, with timing."""
+    """One call's output or error, with timing (inside the `tools` node)."""
 
     pending: PendingCall
     output: ToolOutput | None = None
@@ -55,7 +56,6 @@ class AgentState(ToolState):
     steps: Annotated[SkipValidation[list[TraceEvent]], operator.add] = Field(default_factory=list)
     done: Annotated[SkipValidation[list[StepSummary]], operator.add] = Field(default_factory=list)
     pending: SkipValidation[PendingCall | None] = None
-    last: SkipValidation[list[ActResult] | None] = None
     draft: AnswerDraft | None = None
     verdict: Verdict | None = None
     final_answer: str | None = None

@@ -19,7 +19,11 @@ from tools.base import Verdict
 class Verifier(Protocol):
     name: str
 
-    def verify(self, question: str, draft: AnswerDraft, evidence: list[str], image: Any = None) -> Verdict: ...
+    def verify(self, question: str, draft: AnswerDraft, evidence: list[str], image: Any = None,
+               view: Any = None) -> Verdict:
+        """`view` is the turn as the policy saw it (graph.policy.PolicyView), for verifiers that reuse the turn's
+        transcript; others read `evidence`."""
+        ...
 
 
 def data_text(text: str) -> str:
@@ -60,7 +64,8 @@ class EvidenceSupportVerifier:
     name = "heuristic:evidence-support"
     blocking = False  # word overlap only: runs in the graph's thread
 
-    def verify(self, question: str, draft: AnswerDraft, evidence: list[str], image: Any = None) -> Verdict:
+    def verify(self, question: str, draft: AnswerDraft, evidence: list[str], image: Any = None,
+               view: Any = None) -> Verdict:
         if nlp.has_instruction(draft.answer):
             return Verdict(supported=False, confidence=0.0, method=self.name,
                            reason="the draft repeats text addressed to the agent (a prompt injection), not a fact")

@@ -181,6 +181,7 @@ def use_fixture_web(monkeypatch, web: FixtureWeb, cache_dir: Path, image_dir: Pa
     monkeypatch.setenv("SERPAPI_BASE_URL", web.base_url)
     monkeypatch.setenv("GLASSES_WEB_CACHE", str(cache_dir))
     monkeypatch.setenv("GLASSES_WEB_TIMEOUT", "5")
+    monkeypatch.setenv("GLASSES_WEB_ALLOW", "127.0.0.1")  # the fixture server is on loopback, which is refused by default
     if image_dir is not None:
         monkeypatch.setenv("GLASSES_IMAGE_DIR", str(image_dir))
         monkeypatch.setenv("GLASSES_IMAGE_BASE_URL", f"{web.base_url}/images")

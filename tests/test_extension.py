@@ -92,8 +92,8 @@ def test_a_model_policy_is_offered_the_new_tool_and_its_call_runs(plugin, rocket
                       if b["properties"].get("tool", {}).get("const") == "encyclopedia_search")
     assert params["required"] == ["query"]
     assert params["properties"]["query"]["description"] == "search keywords"
-    prompt = next(p["text"] for p in first["messages"][-1]["content"] if p["type"] == "text")
-    assert "encyclopedia_search(query: string, k: integer = 3)" in prompt  # the text tool list comes from the registry
+    system = first["messages"][0]["content"]
+    assert "encyclopedia_search(query: string, k: integer = 3)" in system  # the text tool list comes from the registry
     call = next(s for s in tr.tool_calls() if s.tool == "encyclopedia_search")
     assert call.error is None and call.results[0].snippet.endswith("Of Course I Still Love You.")
     assert tr.answer == ANSWER

@@ -578,7 +578,7 @@ def test_self_check_verifier_that_raises(env, tmp_path):
         def verifier(self, mode):
             return self
 
-        def verify(self, question, draft, texts, image):
+        def verify(self, question, draft, texts, image, view=None):
             raise RuntimeError("verifier crashed")
 
     pol = Verifier([call("web_search", query="falcon 9 engines")], AnswerDraft(answer="nine Merlin engines", confidence=0.4))

@@ -57,11 +57,12 @@ def test_decision_is_constrained_to_the_allowed_tools_schema(srv):
     assert tools == {t.name for t in default_registry().for_task(1)} and "web_search" not in tools
     ok = [{"action": "call_tool", "tool": "ocr", "arguments": {"region": "crop"}, "rationale": "r"},
           {"action": "call_tool", "tool": "image_search", "arguments": {"k": 3}, "rationale": "r"},
-          {"action": "answer", "rationale": "enough"}]
+          {"action": "answer", "answer": "Pepsi", "confidence": 0.7, "entity": None, "rationale": "enough"}]
     bad = [{"action": "call_tool", "tool": "ocr", "arguments": {"region": "sky"}, "rationale": "r"},  # not in the enum
            {"action": "call_tool", "tool": "image_search", "arguments": {"k": 0}, "rationale": "r"},  # below the bound
            {"action": "call_tool", "tool": "web_search", "arguments": {"query": "q"}, "rationale": "r"},  # not allowed
-           {"action": "call_tool", "tool": "ocr", "arguments": {"zoom": 2}, "rationale": "r"}]  # unknown argument
+           {"action": "call_tool", "tool": "ocr", "arguments": {"zoom": 2}, "rationale": "r"},  # unknown argument
+           {"action": "answer", "rationale": "enough"}]  # an answer decision carries the answer
     for obj in ok:
         jsonschema.validate(obj, schema)
     for obj in bad:
@@ -79,23 +80,32 @@ def test_llama_cpp_server_shape_of_response_format(srv):
 
 
 def test_fallback_structured_then_native_tools_then_json_text_is_remembered():
+    """A rejected constraint is not offered again; each request's prompt asks for the reply shape that request is
+    constrained to (a native-tools request never asks for a bare JSON object)."""
+    answer = '{"action": "answer", "answer": "x", "confidence": 0.5, "entity": null, "rationale": "r"}'
     with FakeOpenAIServer(response_formats=(), tools=False) as srv:  # a server that takes neither
-        srv.push(F.text_reply('{"action": "answer", "rationale": "r"}'))
+        srv.push(F.text_reply(answer), F.text_reply("I would call ocr."), F.text_reply(answer))
         p = _policy(srv)
         with collect_model_calls() as calls:
             assert p.decide(_view(), None).action == "answer"
-        first, second, third = srv.requests
-        assert "response_format" in first and "tools" in second and "response_format" not in second
-        assert "tools" not in third and "response_format" not in third
-        assert calls[0].mode == "json_text"
+            assert p.decide(_view(), None).action == "answer"
+        structured, plain1, native, plain2, plain3 = srv.requests
+        assert "response_format" in structured and not {"tools", "response_format"} & plain1.keys()
+        assert "tools" in native and "final_answer" in native["messages"][0]["content"]
+        # the fallback reply to the native prompt could not be read: asked again with the JSON prompt
+        assert plain2["messages"] == native["messages"] and not {"tools", "response_format"} & plain2.keys()
+        assert not {"tools", "response_format"} & plain3.keys() and '"action"' in plain3["messages"][0]["content"]
+        assert [c.mode for c in calls] == ["json_text", "json_text", "json_text"]
         srv.reset()
-        srv.push(F.text_reply('{"action": "answer"}'))
+        srv.push(F.text_reply(answer))
         p.decide(_view(), None)
-        assert len(srv.requests) == 1 and "tools" not in srv.requests[0]  # remembered: straight to what works
+        assert len(srv.requests) == 1 and not {"tools", "response_format"} & srv.requests[0].keys()  # remembered
     with FakeOpenAIServer(response_formats=()) as srv:  # tools but no response_format (e.g. an old server)
-        srv.push(F.tool_call_reply("ocr", {}))
+        srv.push(F.text_reply(answer), F.tool_call_reply("ocr", {}))
+        p = _policy(srv)
+        p.decide(_view(), None)
         with collect_model_calls() as calls:
-            assert _policy(srv).decide(_view(), None).tool == "ocr"
+            assert p.decide(_view(), None).tool == "ocr"
         assert calls[0].mode == "native_tools"
 
 
@@ -258,11 +268,10 @@ def test_every_prompt_example_is_json_and_the_tool_list_comes_from_the_registry(
                       remaining_steps=3, remaining_s=9.0)
     srv.push(F.text_reply('{"action": "answer"}'))
     _policy(srv).decide(view, None)
-    text = srv.requests[0]["messages"][-1]["content"]
-    assert 'weather_lookup(city: string, unit: "celsius" | "fahrenheit" = "celsius") - Look up today\'s weather.' in text
-    assert "city: the city name" in text and "unit: the temperature unit" in text
-    system = srv.requests[0]["messages"][0]["content"]
-    assert "self-check" not in system.lower() and "weather_lookup" not in system
+    system = srv.requests[0]["messages"][0]["content"]  # the tool list is part of the turn's stable prefix
+    assert 'weather_lookup(city: string, unit: "celsius" | "fahrenheit" = "celsius") - Look up today\'s weather.' in system
+    assert "city: the city name" in system and "unit: the temperature unit" in system
+    assert "self-check" not in system.lower() and "weather_lookup" not in srv.requests[0]["messages"][-1]["content"]
     examples = 0
     for p in PROMPTS_DIR.glob("vlm_*.txt"):
         for line in p.read_text().splitlines():
@@ -327,20 +336,23 @@ def _waves(timeline: list[dict]) -> int:
     return waves
 
 
-@pytest.mark.parametrize("mode,extra_waves,calls", [("single", 1, ["cove"]),
-                                                     ("dual-cove", 2, ["closed_book", "cove", "consistency"])])
-def test_self_check_round_trips_beyond_the_answer(mode, extra_waves, calls):
+@pytest.mark.parametrize("mode,waves,calls", [("single", 2, ["cove"]),
+                                               ("dual-cove", 3, ["closed_book", "cove", "consistency"])])
+def test_self_check_round_trips_beyond_the_answer(mode, waves, calls):
+    """The decision carries the answer (no answer request); the self-check adds one round trip (single) or two
+    (dual-cove: the closed-book answer and the verification run together, then the consistency judgement)."""
     cove = ('{"verifications": [{"question": "q", "answer": "a", "supported": true}], "supported": true, '
             '"confidence": 0.9, "reason": "r"}')
 
     def respond(body: dict):
         text = json.dumps(body)
-        if "Decide the single next step" in text:
-            return F.text_reply('{"action": "answer", "rationale": "r"}')
         if "chain of verification" in text:
             return F.text_reply(cove)
         if "Closed-book answer" in text:
             return F.text_reply('{"consistent": true, "reason": "same"}')
+        if "Decide the next step" in text:
+            return F.text_reply('{"action": "answer", "answer": "SpaceX", "confidence": 0.9, "entity": "Falcon 9", '
+                                '"rationale": "r"}')
         return F.text_reply('{"answer": "SpaceX", "confidence": 0.9, "entity": "Falcon 9", "rationale": "r"}')
 
     with FakeOpenAIServer(delay_s=0.25, responder=respond) as srv:
@@ -349,6 +361,5 @@ def test_self_check_round_trips_beyond_the_answer(mode, extra_waves, calls):
         timeline = list(srv.timeline)
     verdict = next(e for e in tr.steps if e.node == "verdict")
     assert sorted(c.purpose for c in verdict.model_calls) == sorted(calls) and verdict.decision == "keep"
-    answer_end = max(e["end"] for e in timeline if "Write the final answer" in json.dumps(e["body"])
-                     and "own knowledge" not in json.dumps(e["body"]))
-    assert _waves([e for e in timeline if e["start"] >= answer_end]) == extra_waves
+    assert tr.answer == "SpaceX" and not any(e.model_calls for e in tr.steps if e.node == "answer")
+    assert _waves(timeline) == waves == tr.tokens.sequential_calls

@@ -14,8 +14,8 @@ from tools import default_registry
 from tools.base import Hit, ToolContext
 from tools.registry import ToolCall, ToolCallError, ToolRegistry, tool
 from web import open_web
+from web.page_text import chunk_text, sentences
 from web.serpapi import SerpApiClient, SerpApiError
-from web.webpage import chunk_text, sentences
 
 REGISTRY = default_registry()
 google_search = REGISTRY.get("google_search").fn
@@ -123,9 +123,11 @@ def test_page_reader_extracts_main_text_chunks_and_caches(web):
 def test_page_reader_bounds_the_download(web, monkeypatch):
     from web.webpage import read_page
 
-    page = read_page(web.page_url("big"), open_web.get_open_web().http, max_bytes=20_000)
+    ow = open_web.get_open_web()
+    config = ow.config.model_copy(update={"max_page_bytes": 20_000})
+    page = read_page(web.page_url("big"), ow.pages_http, ow.extractor, config)
     assert page.truncated and page.error is None and len(page.text) < 20_000
-    assert read_page("file:///etc/passwd", open_web.get_open_web().http).error.startswith("ValueError")
+    assert read_page("file:///etc/passwd", ow.pages_http, ow.extractor, ow.config).error.startswith("ValueError")
 
 
 def test_sentence_chunks_respect_abbreviations_and_the_word_bound():

@@ -71,15 +71,18 @@ def test_policy_protocol_and_native_tool_call_with_image(srv):
     assert d.action == "call_tool" and d.tool == "web_search" and d.arguments == {"query": "red bottle brand"}
     req = srv.requests[0]
     assert req["model"] == "fake-vlm" and req["tool_choice"] == "auto"
-    assert [t["function"]["name"] for t in req["tools"]] == ["web_search", "ocr"]
+    assert [t["function"]["name"] for t in req["tools"]] == ["web_search", "ocr", "final_answer"]
     user = req["messages"][-1]["content"]
     img_parts = [c for c in user if c["type"] == "image_url"]
     assert len(img_parts) == 1 and img_parts[0]["image_url"]["url"].startswith("data:image/jpeg;base64,")
     im = Image.open(io.BytesIO(base64.b64decode(img_parts[0]["image_url"]["url"].split(",", 1)[1])))
     assert max(im.size) == 1024  # downscaled
     text = next(c["text"] for c in user if c["type"] == "text")
-    assert "web_search(query: str)" in text and "What brand is this bottle?" in text  # text tool list always
-    assert req["messages"][0]["role"] == "system"
+    system = req["messages"][0]
+    assert system["role"] == "system" and "What brand is this bottle?" in text
+    assert "web_search(query: str)" in system["content"]  # the text tool list always, in the stable prefix
+    # native tool calls are asked for natively: no bare {"action": ...} object that vLLM's tool parsers hold back
+    assert '"action"' not in system["content"] and "final_answer" in system["content"]
     assert calls[0].prompt_tokens == 12 and calls[0].purpose == "decide" and calls[0].mode == "native_tools"
 
 
@@ -113,16 +116,23 @@ def test_malformed_http_payload_raises_for_the_graph_to_record(srv):
 
 
 def test_history_done_evidence_in_prompt(srv):
-    srv.push(F.text_reply('{"action": "answer", "rationale": "enough"}'))
-    v = _view(done=[StepSummary(tool="web_search", arguments={"query": "q1"}, summary="found 3 pages"),
-                    StepSummary(tool="ocr", error="no text engine")],
-              evidence=[Hit(source="web", score=1.0, title="Coca-Cola", snippet="x" * 5000, url="http://e/1")],
-              ocr_text="COCA COLA")
+    srv.push(F.text_reply('{"action": "answer", "answer": "Coca-Cola", "confidence": 0.8, "entity": null, '
+                          '"rationale": "enough"}'))
+    hit = Hit(source="web", score=1.0, title="Coca-Cola", snippet="x" * 5000, url="http://e/1")
+    v = _view(done=[StepSummary(tool="web_search", arguments={"query": "q1"}, summary="found 3 pages",
+                                update={"evidence": [hit]}),
+                    StepSummary(tool="ocr", error="no text engine", update={}),
+                    StepSummary(tool="ocr", arguments={"region": "crop"}, summary="read", update={"ocr_text": "COCA COLA"})])
     d = _policy(srv, evidence_chars=100).decide(v, None)
-    assert d.action == "answer" and d.rationale == "enough"
-    text = srv.requests[0]["messages"][-1]["content"]
-    assert "web_search" in text and "found 3 pages" in text and "ERROR: no text engine" in text
-    assert "COCA COLA" in text and "x" * 200 not in text  # evidence truncated
+    assert d.action == "answer" and d.rationale == "enough" and d.answer.answer == "Coca-Cola"
+    messages = srv.requests[0]["messages"]
+    # each finished call as the model's native call, then its result as the tool's message
+    calls = [m["tool_calls"][0]["function"] for m in messages if m["role"] == "assistant"]
+    assert [c["name"] for c in calls] == ["web_search", "ocr", "ocr"] and json.loads(calls[0]["arguments"]) == {"query": "q1"}
+    results = [m["content"] for m in messages if m["role"] == "tool"]
+    assert "found 3 pages" in results[0] and "ERROR: no text engine" in results[1] and "COCA COLA" in results[2]
+    assert "x" * 200 not in results[0]  # evidence truncated
+    assert messages[-1]["role"] == "user" and messages[-1]["content"].endswith("Decide the next step.\n")
 
 
 def test_answer_parsing(srv):
@@ -159,7 +169,7 @@ def test_native_tools_rejected_falls_back_to_text(srv):
              F.text_reply('{"action": "call_tool", "tool": "ocr"}'))
     p = _policy(srv)
     d = p.decide(_view(), None)
-    assert d.tool == "ocr" and "tools" in srv.requests[0] and "tools" not in srv.requests[1]
+    assert d.tool == "ocr" and "tools" in srv.requests[0] and "tools" not in srv.requests[1] and len(srv.requests) == 2
     assert p.backend.supports_native_tools is False
 
 

@@ -110,11 +110,15 @@ def test_answers():
 
 
 def test_prompts_exist_and_render():
-    for name in ("vlm_system", "vlm_decide", "vlm_answer", "vlm_selfcheck_consistency", "vlm_cove"):
+    from graph.model_prompts import TEMPLATES
+
+    for name in TEMPLATES:
         t = load_prompt(name)
         assert t.template.strip()
-    text = load_prompt("vlm_answer").safe_substitute(idk=IDK, question="Q?")
-    assert "Q?" in text and IDK in text and "$idk" not in text
+    text = load_prompt("vlm_answer").safe_substitute(idk=IDK)
+    assert IDK in text and "$idk" not in text
+    turn = load_prompt("vlm_turn").safe_substitute(question="Q?", task=2, history="(none)", image_note="")
+    assert "Q?" in turn and "$" not in turn
 
 
 def test_image_to_data_url_modes():

@@ -2,8 +2,10 @@
 
 A tool reads a `ToolContext` and returns a `ToolOutput` whose `update` names the `ToolState` fields it
 adds to, the way LangGraph's `Command(update=...)` does: keys are state fields, values are checked
-against the field's type, and fields with a reducer (evidence, facts) are merged by it. Wrap a value
-in `Replace(...)` to overwrite a reduced field instead (a reranker replaces the evidence).
+against the field's type, and LangGraph folds them into the state with each field's reducer (the callable
+in its `Annotated[...]`: evidence merged by item, facts appended, single values replaced). Wrap a value
+in `Replace(...)` (LangGraph's `Overwrite`) to overwrite a merged field instead (a reranker replaces the
+evidence). A new state field is one line here: its type, its reducer and its description.
 """
 
 from __future__ import annotations
@@ -37,6 +39,12 @@ def append(old: list, new: list) -> list:
     return [*old, *new] if new else old
 
 
+def latest(old: Any, new: Any) -> Any:
+    """Reducer of single-valued fields: the later write wins (two tools writing one field in the same round are
+    applied in call order, as LangGraph applies a node's writes)."""
+    return new
+
+
 class ToolState(BaseModel):
     """The part of the agent state that tools read and write. A tool declares which of these fields it
     writes (`@tool(writes={...})`); anything else it returns is refused as a `bad_update` error."""
@@ -44,25 +52,16 @@ class ToolState(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     evidence: Annotated[list[Hit], merge_hits] = Field(default_factory=list, description="Search hits, merged by item.")
-    crop: Box | None = Field(None, description="The region of interest; later searches and OCR may use it.")
-    ocr_text: str | None = Field(None, description="Text read in the image.")
-    sub_questions: list[str] = Field(default_factory=list, description="Stand-alone sub-questions of the question.")
+    crop: Annotated[Box | None, latest] = Field(None, description="The region of interest; later searches and OCR "
+                                                "may use it.")
+    ocr_text: Annotated[str | None, latest] = Field(None, description="Text read in the image.")
+    sub_questions: Annotated[list[str], latest] = Field(default_factory=list, description="Stand-alone "
+                                                        "sub-questions of the question.")
     facts: Annotated[list[Fact], append] = Field(default_factory=list, description="Other results, appended.")
 
 
 def _field_annotation(name: str) -> Any:
     return get_type_hints(ToolState, include_extras=True)[name]
-
-
-@cache
-def field_reducer(name: str):
-    """The reducer of a ToolState field (the callable in its `Annotated[...]`), or None for last-value fields."""
-    ann = _field_annotation(name)
-    if get_origin(ann) is Annotated:
-        for meta in reversed(get_args(ann)[1:]):
-            if callable(meta):
-                return meta
-    return None
 
 
 @cache
@@ -92,17 +91,6 @@ def check_update(update: dict[str, Any], allowed: frozenset[str] | set[str]) -> 
             raise ValueError(f"value for {name!r} does not fit the state field: {e}") from None
         out[name] = Overwrite(checked) if replace else checked
     return out
-
-
-def fold_update(values: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
-    """Apply a checked update to `values` (field -> current value) with each field's reducer; returns `values`."""
-    for name, value in update.items():
-        reducer = field_reducer(name)
-        if isinstance(value, Overwrite) or reducer is None:
-            values[name] = value.value if isinstance(value, Overwrite) else value
-        else:
-            values[name] = reducer(values.get(name) or [], value)
-    return values
 
 
 class ToolOutput(BaseModel):

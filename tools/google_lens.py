@@ -3,7 +3,7 @@ from typing import Annotated
 from pydantic import Field
 
 from tools.base import Hit, ToolContext, ToolOutput
-from tools.google_search import rank_score
+from tools.google_search import rank_score, with_notes
 from tools.registry import tool
 
 
@@ -23,9 +23,9 @@ def google_lens(ctx: ToolContext, use_crop: bool = True, refine: str = "",
         raise ValueError("this turn has no usable image to search with")
     image = ctx.focus_image() if use_crop else ctx.image
     refine = " ".join(refine.split())[:256]
-    results, cached = get_open_web().lens_search(image, k=k, refine=refine)
+    reply, cached = get_open_web().lens_search(image, k=k, refine=refine)
     hits = []
-    for r in results:
+    for r in reply.results:
         if r.get("kind") == "entity":  # Google's knowledge-graph entity for the image
             hits.append(Hit(source="image_kg", score=rank_score(0), url=r.get("url"), entity_name=r.get("title"),
                             attributes={"description": r["snippet"]} if r.get("snippet") else None,
@@ -33,6 +33,6 @@ def google_lens(ctx: ToolContext, use_crop: bool = True, refine: str = "",
         else:
             hits.append(Hit(source="web", score=rank_score(r.get("position") or 0), url=r.get("url"),
                             title=r.get("title"), snippet=" - ".join(x for x in (r.get("title"), r.get("source")) if x)))
-    summary = "; ".join(h.entity_name or h.title or "" for h in hits) or "no visual match"
+    summary = ("; ".join(h.entity_name or h.title or "" for h in hits) or "no visual match") + with_notes(reply.notes)
     return ToolOutput(summary=summary, update={"evidence": hits}, keywords=refine or None,
                       method="serpapi:google_lens" + (" (cached)" if cached else ""))

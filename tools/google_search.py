@@ -6,6 +6,11 @@ from tools.base import Hit, ToolContext, ToolOutput, search_query
 from tools.registry import tool
 
 
+def with_notes(notes: list[str]) -> str:
+    """The skipped-item notes of a search reply, for the tool's summary (empty when there are none)."""
+    return f" (reply notes: {'; '.join(notes[:5])}{'; ...' if len(notes) > 5 else ''})" if notes else ""
+
+
 def rank_score(position: int) -> float:
     """SerpApi gives ranks, not similarities: the score of a result is 1 / rank (an answer box or knowledge-graph
     entry, rank 0, scores 1)."""
@@ -24,9 +29,9 @@ def google_search(ctx: ToolContext, query: str, k: Annotated[int, Field(ge=1, le
 
     query = search_query(query)
     web = get_open_web()
-    results, cached = web.web_search(query, k=k)
+    reply, cached = web.web_search(query, k=k)
     hits = [Hit(source="web", score=rank_score(r.get("position") or 0), url=r.get("url"), title=r.get("title"),
-                snippet=r.get("snippet") or "", query=query) for r in results]
-    summary = "; ".join(f"{h.title} <{h.url}>" for h in hits[:k]) or "no pages found"
+                snippet=r.get("snippet") or "", query=query) for r in reply.results]
+    summary = "; ".join([f"{h.title} <{h.url}>" for h in hits[:k]] or ["no pages found"]) + with_notes(reply.notes)
     return ToolOutput(summary=summary, update={"evidence": hits}, keywords=query,
                       method="serpapi:google" + (" (cached)" if cached else ""))

@@ -3,17 +3,20 @@
 `TurnTrace.steps` is a list of events discriminated by `node`:
 
 - `plan`: the policy decided to answer, or the turn was stopped (step limit, time budget, policy failure);
-- `tool_call`: one tool call (a SuperGlasses hop for search tools): arguments, sub-question, keywords, what it
-  wrote to the state (results, box, OCR text, sub-questions, facts), timings, error;
+- `tool_call`: one tool call (a SuperGlasses hop for search tools): arguments, sub-question, keywords, its state
+  update as `{field: value}` (the fields of tools.base.ToolState: evidence, crop, OCR text, sub-questions,
+  facts, and any field added there later), timings, error;
 - `answer`: the draft answer; `verdict`: the self-check's verdict and keep/abstain; `final`: what was returned.
 
-Every event carries the model calls made while it ran (tokens, latency, finish reason, raw reply). Traces
-written by schema 1.0 (a flat `Step` for every node) load through `upgrade_v1`.
+Every event carries a UTC timestamp and the model calls made while it ran (tokens, latency, finish reason, raw
+reply). Traces written by schema 1.0 (a flat `Step` for every node) load through `upgrade_v1`; schema 2.0 tool
+events (one column per state field) load through `ToolCallEvent`'s own upgrade.
 """
 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -29,7 +32,9 @@ from core.types import (  # noqa: F401 - ModelCall, ImageInfo and DecisionMode a
     Verdict,
 )
 
-SCHEMA_VERSION = "2.0"
+SCHEMA_VERSION = "3.0"
+TRACE_TEXT_LIMIT = 600  # characters of any one text kept in a trace update (page text, KG attribute)
+TRACE_LIST_LIMIT = 100  # items of any one list kept in a trace update
 SCHEMA_FILE = Path(__file__).with_name("turn_trace.schema.json")
 
 ErrorKind = Literal[
@@ -62,8 +67,35 @@ class TraceHit(BaseModel):
     rerank_score: float | None = None
 
 
+def trace_form(value: Any) -> Any:
+    """A JSON value as a trace keeps it: long texts clipped, long lists cut (the state itself is not changed)."""
+    if isinstance(value, str):
+        return value if len(value) <= TRACE_TEXT_LIMIT else value[:TRACE_TEXT_LIMIT] + "..."
+    if isinstance(value, dict):
+        return {k: trace_form(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [trace_form(v) for v in value[:TRACE_LIST_LIMIT]]
+    return value
+
+
+def _plain(value: Any) -> Any:
+    """Models inside a value as their JSON dicts (an update given with typed values)."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
 class _Event(BaseModel):
     index: int = 0
+    timestamp: datetime = Field(default_factory=_now, description="When the event was recorded (UTC).")
     error: StepError | None = None
     model_calls: list[ModelCall] = Field(default_factory=list)
 
@@ -78,8 +110,13 @@ class PlanEvent(_Event):
     policy_ms: float | None = None
 
 
+_V2_COLUMNS = {"results": "evidence", "detected_box": "crop", "ocr_text": "ocr_text",
+               "sub_questions": "sub_questions", "facts": "facts"}
+
+
 class ToolCallEvent(_Event):
-    """One tool call: a SuperGlasses hop when the tool searches."""
+    """One tool call: a SuperGlasses hop when the tool searches. `update` is what the call wrote into the state,
+    `{field: value}` in JSON form (texts clipped); the properties below read the usual fields out of it."""
 
     node: Literal["tool_call"] = "tool_call"
     tool: str
@@ -94,14 +131,57 @@ class ToolCallEvent(_Event):
     parallel_with: str | None = Field(None, description="The tool this call ran alongside, when decided together.")
     method: str | None = Field(None, description="Implementation that ran, e.g. 'rapidocr', 'heuristic:saliency-crop'.")
     summary: str | None = None
-    wrote: list[str] = Field(default_factory=list, description="State fields the call updated.")
-    results: list[TraceHit] = Field(default_factory=list)
-    detected_box: Box | None = None
-    ocr_text: str | None = None
-    sub_questions: list[str] = Field(default_factory=list)
-    facts: list[Fact] = Field(default_factory=list)
+    update: dict[str, Any] = Field(default_factory=dict, description="State field -> the value the call wrote.")
+    replaced: list[str] = Field(default_factory=list, description="Fields the call overwrote instead of merging.")
     policy_ms: float | None = Field(None, description="Time the policy took to decide this call.")
     latency_ms: float = Field(0.0, description="Time the tool itself took.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_v2_columns(cls, data: Any) -> Any:
+        """Schema 2.0 kept one column per state field (results, detected_box, ...): fold them into `update`."""
+        if not isinstance(data, dict) or not any(k in data for k in (*_V2_COLUMNS, "wrote")):
+            return data
+        data = dict(data)
+        update = dict(data.get("update") or {})
+        for column, field in _V2_COLUMNS.items():
+            value = data.pop(column, None)
+            if value not in (None, [], ""):
+                update.setdefault(field, value)
+        data.pop("wrote", None)
+        data["update"] = _plain(update)
+        return data
+
+    @property
+    def wrote(self) -> list[str]:
+        return sorted(self.update)
+
+    @property
+    def results(self) -> list[TraceHit]:
+        out = []
+        for h in self.update.get("evidence") or []:
+            if isinstance(h, dict):
+                text = h.get("content") or h.get("snippet") or ""
+                out.append(TraceHit.model_validate({**h, "snippet": str(text)[:300]}))
+        return out
+
+    @property
+    def detected_box(self) -> Box | None:
+        box = self.update.get("crop")
+        return Box.model_validate(box) if isinstance(box, dict) else None
+
+    @property
+    def ocr_text(self) -> str | None:
+        text = self.update.get("ocr_text")
+        return text if isinstance(text, str) else None
+
+    @property
+    def sub_questions(self) -> list[str]:
+        return [str(s) for s in self.update.get("sub_questions") or []]
+
+    @property
+    def facts(self) -> list[Fact]:
+        return [Fact.model_validate(f) for f in self.update.get("facts") or [] if isinstance(f, dict)]
 
 
 class AnswerEvent(_Event):
@@ -110,6 +190,8 @@ class AnswerEvent(_Event):
     confidence: float | None = None
     rationale: str | None = None
     entity: str | None = None
+    from_decision: bool = Field(False, description="Taken from the deciding reply (its model call is on the plan "
+                                "event), not asked for separately.")
     policy_ms: float | None = None
 
 
@@ -133,15 +215,30 @@ class FinalEvent(_Event):
 TraceEvent = Annotated[PlanEvent | ToolCallEvent | AnswerEvent | VerdictEvent | FinalEvent, Field(discriminator="node")]
 
 
+def sequential_rounds(calls: list[ModelCall]) -> int:
+    """How many model calls ran one after another: calls whose times overlap ran concurrently and count once
+    (the turn's critical path in round trips). Calls without a start time count one each."""
+    spans = sorted((c.started_at, c.started_at + c.latency_ms / 1000) for c in calls if c.started_at is not None)
+    rounds, end = 0, None
+    for start, stop in spans:
+        if end is None or start >= end:
+            rounds, end = rounds + 1, stop
+        else:
+            end = max(end, stop)
+    return rounds + sum(c.started_at is None for c in calls)
+
+
 class TokenTotals(BaseModel):
     calls: int = 0
+    sequential_calls: int = Field(0, description="Model calls on the turn's critical path: concurrent ones count "
+                                  "once.")
     prompt_tokens: int = 0
     completion_tokens: int = 0
     calls_without_usage: int = Field(0, description="Calls whose backend reported no token counts (not in the sums).")
 
 
 class TurnTrace(BaseModel):
-    schema_version: Literal["2.0"] = "2.0"
+    schema_version: Literal["3.0"] = "3.0"
     run_id: str
     task: int
     session_id: str
@@ -186,8 +283,12 @@ class TurnTrace(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _upgrade(cls, data: Any) -> Any:
-        if isinstance(data, dict) and str(data.get("schema_version", "")).startswith("1"):
-            return upgrade_v1(data)
+        if not isinstance(data, dict):
+            return data
+        if str(data.get("schema_version", "")).startswith("1"):
+            data = upgrade_v1(data)
+        if data.get("schema_version") == "2.0":  # events upgrade themselves (ToolCallEvent._from_v2_columns)
+            data = {**data, "schema_version": SCHEMA_VERSION}
         return data
 
 

@@ -6,6 +6,7 @@ import hashlib
 import math
 import re
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,8 @@ def _clean(value: Any, nonfinite: Any) -> Any:
         return {str(_clean(k, nonfinite)): _clean(v, nonfinite) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
         return [_clean(v, nonfinite) for v in value]
+    if isinstance(value, datetime):  # event timestamps
+        return value.isoformat()
     return _clean(repr(value)[:2000], nonfinite)
 
 

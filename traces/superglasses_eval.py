@@ -89,13 +89,19 @@ def score_superglasses(question: str, answer: str | None, ground_truth: str, jud
 
 
 def open_web_line() -> str:
-    """One line for the run header: where the open-web tools search and cache, and whether a key is set."""
-    from web.open_web import OpenWebConfig
+    """One line for the run header: where the open-web tools search and cache, whether a key is set, and what the
+    page reader may reach."""
+    from web.config import WebConfig
 
-    c = OpenWebConfig.from_env()
+    try:
+        c = WebConfig.from_env()
+    except ValueError as e:
+        return f"open-web settings invalid: {e} (open-web tools will fail)"
     key = "set" if os.environ.get(c.key_env) else f"NOT SET ({c.key_env}): searches will fail as tool errors"
     lens = "on" if c.image_dir and c.image_base_url else "off (GLASSES_IMAGE_DIR / GLASSES_IMAGE_BASE_URL unset)"
-    return f"SerpApi-compatible API at {c.serpapi_base_url}, key {key}; Google Lens {lens}; cache {c.cache_dir}"
+    reach = "public addresses only" + (f" + GLASSES_WEB_ALLOW {','.join(c.allow)}" if c.allow else "")
+    return (f"SerpApi-compatible API at {c.serpapi_base_url}, key {key}; Google Lens {lens}; pages: {reach}, "
+            f"{c.timeout_s:g}s per request; cache {c.cache_dir}")
 
 
 def open_web_stats() -> dict[str, Any] | None:

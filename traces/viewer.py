@@ -86,16 +86,28 @@ def _split_from_argv(argv: Any) -> str | None:
     return None
 
 
-def load_images(data: str, session_ids: Iterable[str], split: str | None = None) -> tuple[dict[str, Any], str | None]:
+def _conversations(data: str, split: str | None, benchmark: str | None) -> Iterable[Any]:
+    """The run's conversations: SuperGlasses rows for a SuperGlasses run (or data in that layout), else CRAG-MM."""
+    from crag.superglasses import load_superglasses, looks_like_superglasses
+
+    if benchmark == "superglasses" or (benchmark is None and looks_like_superglasses(data)):
+        return load_superglasses(data)
+    from crag.dataset import load_conversations
+
+    return load_conversations(data, split=split)
+
+
+def load_images(data: str, session_ids: Iterable[str], split: str | None = None,
+                benchmark: str | None = None) -> tuple[dict[str, Any], str | None]:
     """session_id -> PIL image from the dataset, reading rows only until every wanted session is found."""
     want = set(session_ids)
     found: dict[str, Any] = {}
     if not want:
         return found, None
     try:
-        from crag.dataset import decode_image, load_conversations
+        from crag.dataset import decode_image
 
-        for conv in load_conversations(data, split=split):
+        for conv in _conversations(data, split, benchmark):
             if conv.session_id in want and conv.session_id not in found:
                 found[conv.session_id] = decode_image(conv.image)[0]
                 if len(found) == len(want):
@@ -394,19 +406,47 @@ def _metrics_table(report: dict[str, Any]) -> str:
         if srows:
             slices = (f'<details class="slices"><summary>metrics by slice</summary><table class="metrics"><thead><tr>'
                       f'<th>slice</th><th>value</th>{head}</tr></thead><tbody>{"".join(srows)}</tbody></table></details>')
-    notes = report.get("notes")
-    notes_html = ""
-    if isinstance(notes, list) and notes:
-        notes_html = "<ul class='notes'>" + "".join(f"<li>{h(n)}</li>" for n in notes) + "</ul>"
     return (f'<table class="metrics"><thead><tr><th></th>{head}</tr></thead><tbody>{rows}</tbody></table>'
-            f"{slices}{notes_html}")
+            f"{slices}{_notes(report)}")
+
+
+def _notes(report: dict[str, Any]) -> str:
+    notes = report.get("notes")
+    if isinstance(notes, list) and notes:
+        return "<ul class='notes'>" + "".join(f"<li>{h(n)}</li>" for n in notes) + "</ul>"
+    return ""
+
+
+SG_KEYS = ("n", "correct", "missing", "accuracy")
+
+
+def _sg_row(label: str, value: str, m: Any) -> str:
+    cells = "".join(f"<td class='num'>{_fmt_num(m.get(k))}</td>" for k in SG_KEYS) if isinstance(m, dict) else ""
+    return f"<tr><th>{h(label)}</th><th>{h(value)}</th>{cells}</tr>"
+
+
+def _superglasses_table(rep: dict[str, Any]) -> str:
+    """superglasses_report.json: accuracy overall and by slice (the paper's tables), the judge, the notes."""
+    head = "<th></th><th></th>" + "".join(f"<th>{h(k)}</th>" for k in SG_KEYS)
+    rows = _sg_row("SuperGlasses accuracy", "overall", rep.get("overall"))
+    srows = []
+    for dim, vals in (rep.get("slices") or {}).items() if isinstance(rep.get("slices"), dict) else []:
+        for val, m in vals.items() if isinstance(vals, dict) else []:
+            srows.append(_sg_row(dim, val, m))
+    slices = (f'<details class="slices"><summary>accuracy by slice</summary><table class="metrics"><thead><tr>{head}'
+              f'</tr></thead><tbody>{"".join(srows)}</tbody></table></details>') if srows else ""
+    judge = f"<div class='muted'>judge: {h(rep.get('judge'))}; {h(rep.get('judge_note'))}"
+    judge += f"; {h(rep['unscored'])} question(s) not scored</div>" if rep.get("unscored") else "</div>"
+    return (f'<table class="metrics"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>{judge}{slices}'
+            f"{_notes(rep)}")
 
 
 def _header_html(run_dir: Path, run: dict[str, Any], report: dict[str, Any] | None, traces: list[TurnTrace],
-                 problems: list[str], skipped: list[tuple[str, str]]) -> str:
+                 problems: list[str], skipped: list[tuple[str, str]], sg_report: dict[str, Any] | None = None) -> str:
     first = traces[0] if traces else None
     fields = [
         ("run", run.get("run_id") or (first.run_id if first else run_dir.name)),
+        ("benchmark", run.get("benchmark")),
         ("task", run.get("task", first.task if first else None)),
         ("policy", run.get("policy", first.policy if first else None)),
         ("search", run.get("search", first.search_backend if first else None)),
@@ -423,7 +463,12 @@ def _header_html(run_dir: Path, run: dict[str, Any], report: dict[str, Any] | No
         ("seconds", run.get("seconds")),
     ]
     kv = "".join(_kv(k, v) for k, v in fields)
-    metrics = _metrics_table(report) if isinstance(report, dict) else '<div class="muted">no report.json</div>'
+    if sg_report is not None:
+        metrics = _superglasses_table(sg_report)
+    elif run.get("benchmark") == "superglasses":
+        metrics = '<div class="muted">no superglasses_report.json</div>'
+    else:
+        metrics = _metrics_table(report) if isinstance(report, dict) else '<div class="muted">no report.json</div>'
     probs = "".join(f'<div class="warn">{h(p)}</div>' for p in problems)
     skip = ""
     if skipped:
@@ -520,6 +565,25 @@ JS = """
 """
 
 
+def _run_images(run: dict[str, Any], traces: list[TurnTrace], sessions: list[str], images: dict[str, Any] | None,
+                data: str | None, problems: list[str]) -> dict[str, Any]:
+    """session_id -> image: those given, then the rest from `data` or run.json's "data" (read as the run's
+    benchmark: CRAG-MM or SuperGlasses)."""
+    imgs: dict[str, Any] = dict(images or {})
+    need = [s for s in sessions if imgs.get(s) is None and any(t.has_image for t in traces if t.session_id == s)]
+    # images given and no data: the caller chose the images; otherwise read `data` or run.json's "data"
+    source = data if data is not None else (run.get("data") if images is None else None)
+    if need and source:
+        benchmark = run.get("benchmark") if isinstance(run.get("benchmark"), str) else None
+        loaded, note = load_images(str(source), need, _split_from_argv(run.get("argv")), benchmark)
+        imgs.update({k: v for k, v in loaded.items() if imgs.get(k) is None})
+        if note:
+            problems.append(note)
+    elif need and images is None:
+        problems.append("no dataset given (run.json has no 'data'; pass --data): images are shown as placeholders")
+    return imgs
+
+
 def build_html(run_dir: Path, images: dict[str, Any] | None = None, data: str | None = None) -> str:
     """The whole page as a string (see `render_run`)."""
     run_dir = Path(run_dir)
@@ -534,6 +598,11 @@ def build_html(run_dir: Path, images: dict[str, Any] | None = None, data: str | 
     report, err = _read_json(run_dir / "report.json")
     if err:
         problems.append(f"report.json unreadable: {err}")
+    sg_report, err = _read_json(run_dir / "superglasses_report.json")
+    if err:
+        problems.append(f"superglasses_report.json unreadable: {err}")
+    if not isinstance(sg_report, dict):
+        sg_report = None
     traces, skipped = load_traces(run_dir)
     counted: dict[tuple[str, int], dict[str, Any]] = {}
     if isinstance(report, dict) and isinstance(report.get("turns"), list):
@@ -545,17 +614,7 @@ def build_html(run_dir: Path, images: dict[str, Any] | None = None, data: str | 
     for t in traces:
         if t.session_id not in sessions:
             sessions.append(t.session_id)
-    imgs: dict[str, Any] = dict(images or {})
-    need = [s for s in sessions if imgs.get(s) is None and any(t.has_image for t in traces if t.session_id == s)]
-    # images given and no data: the caller chose the images; otherwise read `data` or run.json's "data"
-    source = data if data is not None else (run.get("data") if images is None else None)
-    if need and source:
-        loaded, note = load_images(str(source), need, _split_from_argv(run.get("argv")))
-        imgs.update({k: v for k, v in loaded.items() if imgs.get(k) is None})
-        if note:
-            problems.append(note)
-    elif need and images is None:
-        problems.append("no dataset given (run.json has no 'data'; pass --data): images are shown as placeholders")
+    imgs = _run_images(run, traces, sessions, images, data, problems)
 
     style_imgs, conv_html = [], []
     counts: dict[str, int] = {}
@@ -592,7 +651,7 @@ def build_html(run_dir: Path, images: dict[str, Any] | None = None, data: str | 
 <style>{CSS}
 {chr(10).join(style_imgs)}</style></head>
 <body data-ready="0">
-{_header_html(run_dir, run, report if isinstance(report, dict) else None, traces, problems, skipped)}
+{_header_html(run_dir, run, report if isinstance(report, dict) else None, traces, problems, skipped, sg_report)}
 {_controls(sorted(all_tools), counts)}
 <main>{"".join(conv_html)}</main>
 <script>{JS}</script>

@@ -1,28 +1,32 @@
-"""The web page reader: fetch a page (bounded size and time), extract its main text, split it into chunks.
+"""The web page reader: fetch a page under the fetch policy, a byte bound and a total deadline, extract its main
+text in a worker process under a time limit, split it into chunks.
 
 SuperLens' web page reader "extracts and cleans the raw HTML" of retrieved pages before reranking. Here:
-- fetching: httpx, http(s) only, redirects followed, at most `max_bytes` read (the rest is never downloaded),
-  only HTML / XHTML / plain-text replies, a timeout on every request;
-- extraction: trafilatura (main content without navigation, footers and comments; tables kept);
-- chunking: sentences from pysbd (a rule-based sentence boundary detector that knows abbreviations and
-  decimals), packed into chunks of at most `chunk_words` words; a paragraph never shares a chunk with the
-  next one unless both fit.
+- fetching (`fetch`): http(s) only, through a guarded client (web.guarded_http: every connection vetted by the
+  fetch policy, one total deadline for connect, every redirect hop and every read, stopped when the turn ends);
+  redirects followed hop by hop (at most `max_redirects`, each hop's scheme checked and its connection vetted);
+  at most `max_bytes` read (the rest is never downloaded); only HTML / XHTML / plain-text replies;
+- extraction (`read_page`): at most `max_html_bytes` of the body handed to trafilatura + pysbd (web.page_text) in
+  a worker process that is killed at `extract_timeout_s` (web.extraction).
 """
 
 from __future__ import annotations
 
-import re
-from functools import lru_cache
 from typing import Any
+from urllib.parse import urljoin, urlsplit
 
 import httpx
 from pydantic import BaseModel, Field
 
-MAX_PAGE_BYTES = 2_000_000
-MAX_TEXT_CHARS = 200_000  # text kept per page: a huge page is cut before sentence splitting
-CHUNK_WORDS = 120
-USER_AGENT = "glasses-rag-reader/0.1"
+from web.config import WebConfig
+from web.extraction import ExtractionTimeout, Extractor
+from web.fetch_policy import RefusedURL
+from web.guarded_http import deadline, read_body
+from web.page_text import CHUNK_WORDS
+
+USER_AGENT = "glasses-rag-reader/0.2"
 TEXT_TYPES = ("text/html", "application/xhtml+xml", "text/plain")
+REDIRECTS = (301, 302, 303, 307, 308)
 
 
 class Page(BaseModel):
@@ -33,108 +37,66 @@ class Page(BaseModel):
     title: str = ""
     text: str = ""
     chunks: list[str] = Field(default_factory=list)
-    truncated: bool = Field(False, description="The download stopped at the size bound.")
+    truncated: bool = Field(False, description="The download or the HTML handed to the extractor was cut at its bound.")
     method: str = "trafilatura+pysbd"
     error: str | None = None
 
 
-@lru_cache(maxsize=1)
-def _segmenter():
-    import pysbd
-
-    return pysbd.Segmenter(language="en", clean=False)
-
-
-def sentences(text: str) -> list[str]:
-    """Sentences of one paragraph (pysbd)."""
-    text = " ".join(text.split())
-    if not text:
-        return []
-    return [s.strip() for s in _segmenter().segment(text) if s.strip()]
+class Fetched(BaseModel):
+    body: bytes
+    encoding: str
+    final_url: str
+    truncated: bool
 
 
-def chunk_text(text: str, chunk_words: int = CHUNK_WORDS) -> list[str]:
-    """Paragraphs (lines) -> sentences -> chunks of at most `chunk_words` words (a longer sentence is a chunk
-    of its own, cut at the bound)."""
-    chunks: list[str] = []
-    cur: list[str] = []
-    n = 0
-
-    def flush() -> None:
-        nonlocal cur, n
-        if cur:
-            chunks.append(" ".join(cur))
-        cur, n = [], 0
-
-    for para in text.split("\n"):
-        for sent in sentences(para):
-            words = sent.split()
-            if len(words) > chunk_words:
-                flush()
-                for i in range(0, len(words), chunk_words):
-                    chunks.append(" ".join(words[i:i + chunk_words]))
-                continue
-            if n + len(words) > chunk_words:
-                flush()
-            cur.append(sent)
-            n += len(words)
-    flush()
-    return chunks
-
-
-def extract(html: str, url: str | None = None) -> tuple[str, str]:
-    """(title, main text) of an HTML document with trafilatura; repeated lines are dropped (trafilatura can
-    emit a short document twice)."""
-    import trafilatura
-
-    text = trafilatura.extract(html, url=url, include_comments=False, include_tables=True, output_format="txt") or ""
-    meta = trafilatura.extract_metadata(html, default_url=url)
-    title = (getattr(meta, "title", None) or "") if meta is not None else ""
-    seen: set[str] = set()
-    lines = []
-    for line in text.splitlines():
-        key = line.strip()
-        if key and key not in seen:
-            seen.add(key)
-            lines.append(key)
-    return " ".join(title.split()), "\n".join(lines)[:MAX_TEXT_CHARS]
-
-
-def fetch(url: str, client: httpx.Client, max_bytes: int = MAX_PAGE_BYTES) -> tuple[str, str, bool]:
-    """(text of the reply, final url, truncated). Raises ValueError for a scheme or content type it will not read
-    and httpx errors for network failures."""
-    if not re.match(r"^https?://", url, re.I):
+def check_scheme(url: str) -> None:
+    if urlsplit(url).scheme.lower() not in ("http", "https"):
         raise ValueError(f"not an http(s) url: {url[:200]}")
-    with client.stream("GET", url, follow_redirects=True, headers={"User-Agent": USER_AGENT}) as r:
-        r.raise_for_status()
-        ctype = r.headers.get("content-type", "").split(";")[0].strip().lower()
-        if ctype and ctype not in TEXT_TYPES:
-            raise ValueError(f"not a web page ({ctype})")
-        buf = bytearray()
-        truncated = False
-        for part in r.iter_bytes():
-            buf += part
-            if len(buf) >= max_bytes:
-                truncated = True
-                del buf[max_bytes:]
-                break
-        encoding = r.encoding or "utf-8"
-        return bytes(buf).decode(encoding, errors="replace"), str(r.url), truncated
 
 
-def read_page(url: str, client: httpx.Client, max_bytes: int = MAX_PAGE_BYTES, chunk_words: int = CHUNK_WORDS) -> Page:
-    """Fetch, extract and chunk one page. Never raises: failures come back as a Page with `error`."""
+def fetch(url: str, client: httpx.Client, max_bytes: int, timeout_s: float, max_redirects: int = 5) -> Fetched:
+    """The reply body (at most `max_bytes`), following redirects hop by hop, all within `timeout_s`. Raises
+    ValueError (scheme, content type, too many redirects), RefusedURL (fetch policy), httpx errors (network,
+    deadline) and core.calls.Cancelled (the turn ended)."""
+    with deadline(timeout_s):
+        for _ in range(max_redirects + 1):
+            check_scheme(url)
+            with client.stream("GET", url, headers={"User-Agent": USER_AGENT}) as r:
+                if r.status_code in REDIRECTS and r.headers.get("location"):
+                    url = urljoin(str(r.url), r.headers["location"])
+                    continue
+                r.raise_for_status()
+                ctype = r.headers.get("content-type", "").split(";")[0].strip().lower()
+                if ctype and ctype not in TEXT_TYPES:
+                    raise ValueError(f"not a web page ({ctype})")
+                body, truncated = read_body(r, max_bytes)
+                return Fetched(body=body, encoding=r.encoding or "utf-8", final_url=str(r.url), truncated=truncated)
+    raise ValueError(f"more than {max_redirects} redirects")
+
+
+def read_page(url: str, client: httpx.Client, extractor: Extractor, config: WebConfig,
+              chunk_words: int = CHUNK_WORDS) -> Page:
+    """Fetch, extract and chunk one page. Failures come back as a Page with `error`; only the turn's end
+    (core.calls.Cancelled) is raised."""
     try:
-        raw, final, truncated = fetch(url, client, max_bytes)
-    except (httpx.HTTPError, ValueError, UnicodeError) as e:
+        got = fetch(url, client, config.max_page_bytes, config.timeout_s, config.max_redirects)
+    except RefusedURL as e:
+        return Page(url=url, error=str(e)[:500])
+    except (httpx.HTTPError, httpx.InvalidURL, ValueError, UnicodeError) as e:
         return Page(url=url, error=f"{type(e).__name__}: {e}"[:500])
-    if raw.lstrip()[:1] == "<":
-        title, text = extract(raw, final)
-    else:  # plain text
-        title, text = "", "\n".join(line.strip() for line in raw.splitlines() if line.strip())[:MAX_TEXT_CHARS]
-    if not text:
-        return Page(url=url, final_url=final, title=title, truncated=truncated, error="no main text found")
-    return Page(url=url, final_url=final, title=title, text=text, chunks=chunk_text(text, chunk_words),
+    body = got.body[:config.max_html_bytes]
+    truncated = got.truncated or len(got.body) > len(body)
+    try:
+        parsed = extractor.run(body.decode(got.encoding, errors="replace"), got.final_url, config.extract_timeout_s,
+                               chunk_words)
+    except (ExtractionTimeout, LookupError, RuntimeError, OSError) as e:  # LookupError: an unknown encoding
+        return Page(url=url, final_url=got.final_url, truncated=truncated, error=f"{type(e).__name__}: {e}"[:500])
+    if parsed.get("error"):
+        return Page(url=url, final_url=got.final_url, truncated=truncated, error=f"extraction failed: {parsed['error']}")
+    if not parsed.get("text"):
+        return Page(url=url, final_url=got.final_url, title=parsed.get("title", ""), truncated=truncated,
+                    error="no main text found")
+    return Page(url=url, final_url=got.final_url, title=parsed["title"], text=parsed["text"], chunks=parsed["chunks"],
                 truncated=truncated)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import hashlib
 import io
 import json
 import logging
@@ -58,6 +59,8 @@ class ChatReply(BaseModel):
     latency_ms: float = 0.0
     finish_reason: str | None = None
     model: str | None = None
+    prompt_ids: list[int] | None = Field(None, exclude=True, description="The prompt's token ids, when the backend "
+                                         "tokenized it locally (prefix measurements).")
     mode: DecisionMode | None = Field(None, description="How the reply was constrained: 'structured' (JSON schema "
                                       "enforced by the server or a grammar), 'native_tools' (tools were offered), or "
                                       "None (plain generation; the prompt asks for JSON).")
@@ -90,20 +93,77 @@ class ChatBackend(Protocol):
                  temperature: float = 0.0, response_schema: dict | None = None) -> ChatReply: ...
 
 
+TOKEN_BLOCK = 16  # tokens per block, as vLLM's prefix cache
+CHAR_BLOCK = 64  # characters per block when no tokenizer is at hand
+
+
+def prompt_text(messages: list[dict]) -> str:
+    """A request's messages as one string, roughly as a chat template lays them out (images as placeholders)."""
+    parts = []
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, list):
+            content = "".join(p.get("text", "") if p.get("type") == "text" else f"<image:{_image_digest(p)}>"
+                              for p in content if isinstance(p, dict))
+        calls = json.dumps(m.get("tool_calls"), sort_keys=True) if m.get("tool_calls") else ""
+        parts.append(f"<{m.get('role')}>{content or ''}{calls}</{m.get('role')}>")
+    return "".join(parts)
+
+
+def _image_digest(part: dict) -> str:
+    url = part.get("image_url")
+    url = url.get("url") if isinstance(url, dict) else url
+    return hashlib.blake2b(str(url).encode(), digest_size=4).hexdigest()
+
+
+def prompt_blocks(units: str | list[int], size: int) -> list[str]:
+    """Chained hashes of the full blocks of a prompt (text or token ids): block i's hash covers blocks 0..i, so two
+    prompts share exactly the leading blocks whose hashes agree (how vLLM keys its prefix cache)."""
+    out: list[str] = []
+    h = b""
+    for start in range(0, len(units) - size + 1, size):
+        block = units[start:start + size]
+        data = block.encode() if isinstance(block, str) else b",".join(str(x).encode() for x in block)
+        h = hashlib.blake2b(h + data, digest_size=6).digest()
+        out.append(h.hex())
+    return out
+
+
+def shared_prefix(previous: list[str], current: list[str]) -> float:
+    """The share of `current`'s blocks that repeat `previous`'s from the start (0 when `current` has none)."""
+    n = 0
+    for a, b in zip(previous, current):
+        if a != b:
+            break
+        n += 1
+    return n / len(current) if current else 0.0
+
+
+def _blocks(backend: Any, messages: list[dict], reply: ChatReply | None) -> tuple[list[str], str]:
+    ids = getattr(reply, "prompt_ids", None) if reply is not None else None
+    if ids:
+        return prompt_blocks(list(ids), TOKEN_BLOCK), "tokens"
+    return prompt_blocks(prompt_text(messages), CHAR_BLOCK), "chars"
+
+
 def complete_and_report(backend: ChatBackend, purpose: str, messages: list[dict], *, tools: list[dict] | None = None,
                         response_schema: dict | None = None, max_tokens: int = 512,
                         temperature: float = 0.0) -> ChatReply:
     """One backend request, reported as a ModelCall to the graph event that made it (also when it fails or is
-    cancelled): tokens, latency, finish reason, the raw reply (first 4 KB) and the constraint mode used."""
+    cancelled): tokens, latency, finish reason, the raw reply (first 4 KB), the constraint mode used, when it was
+    sent and the prompt's block hashes (how much of it repeats the previous request's)."""
     t0 = time.perf_counter()
+    started = time.time()
     name = getattr(backend, "name", type(backend).__name__)
     try:
         reply = backend.complete(messages, tools=tools, max_tokens=max_tokens, temperature=temperature,
                                  response_schema=response_schema)
     except Exception as e:
         partial = getattr(e, "partial", None)
+        blocks, unit = _blocks(backend, messages, partial if isinstance(partial, ChatReply) else None)
         call = ModelCall(purpose=purpose, model=name, latency_ms=round((time.perf_counter() - t0) * 1000, 3),
-                         cancelled=isinstance(e, Cancelled), error=f"{type(e).__name__}: {e}"[:500])
+                         cancelled=isinstance(e, Cancelled), error=f"{type(e).__name__}: {e}"[:500],
+                         started_at=started, prompt_blocks=blocks, block_unit=unit)
         if isinstance(partial, ChatReply):
             raw, n = ModelCall.clip(_raw(partial))
             call = call.model_copy(update=dict(mode=partial.mode or "json_text", raw_reply=raw, reply_chars=n,
@@ -113,11 +173,13 @@ def complete_and_report(backend: ChatBackend, purpose: str, messages: list[dict]
         report_model_call(call)
         raise
     raw, n = ModelCall.clip(_raw(reply))
+    blocks, unit = _blocks(backend, messages, reply)
     report_model_call(ModelCall(
         purpose=purpose, mode=reply.mode or "json_text", model=reply.model or name,
         prompt_tokens=reply.usage.input_tokens, completion_tokens=reply.usage.output_tokens,
         latency_ms=round(reply.latency_ms or (time.perf_counter() - t0) * 1000, 3),
-        finish_reason=reply.finish_reason, raw_reply=raw, reply_chars=n))
+        finish_reason=reply.finish_reason, raw_reply=raw, reply_chars=n, started_at=started, prompt_blocks=blocks,
+        block_unit=unit))
     return reply
 
 

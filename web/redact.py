@@ -1,0 +1,44 @@
+"""Secrets never reach a log: `redact()` blanks the values of key-like URL parameters (api_key, key, token, ...),
+and `install_log_redaction()` puts a filter doing that on the loggers that print URLs (httpx's "HTTP Request:"
+line at INFO, httpcore's debug lines, this package's own), so no log level shows the SerpApi key.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+SECRET_PARAMS = ("api_key", "apikey", "key", "token", "access_token", "auth", "password", "secret", "signature", "sig")
+_PATTERN = re.compile(r"(?i)\b(" + "|".join(map(re.escape, SECRET_PARAMS)) + r")(=|%3D)([^&\s\"'<>#]+)")
+LOGGERS = ("httpx", "httpcore", "httpcore.connection", "httpcore.http11", "httpcore.http2", "httpcore.proxy",
+           "httpcore.socks", "web", "web.open_web", "web.serpapi", "web.webpage", "web.web_cache", "web.lens_images")
+
+
+def redact(text: str) -> str:
+    """`text` with the value of every secret-like `name=value` URL parameter replaced by ***."""
+    return _PATTERN.sub(lambda m: f"{m.group(1)}{m.group(2)}***", text)
+
+
+class RedactFilter(logging.Filter):
+    """Rewrites a record's message with `redact` (its arguments are formatted first: httpx passes the URL as one)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a malformed record is left for logging to report
+            return True
+        clean = redact(message)
+        if clean != message:
+            record.msg, record.args = clean, ()
+        return True
+
+
+_FILTER = RedactFilter()
+
+
+def install_log_redaction() -> None:
+    """Idempotent: one RedactFilter on each logger that may print a request URL."""
+    for name in LOGGERS:
+        logger = logging.getLogger(name)
+        if _FILTER not in logger.filters:
+            logger.addFilter(_FILTER)
