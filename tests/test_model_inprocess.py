@@ -92,6 +92,22 @@ def test_a_timed_out_generation_stops_within_a_token_and_frees_the_model(tiny_ba
     assert r.usage.output_tokens == 3 and r.finish_reason == "length"
 
 
+def test_a_constrained_generation_stops_on_cancellation_too(tiny_backend):
+    long_text = {"name": "long", "schema": {"type": "object", "required": ["t"],
+                                            "properties": {"t": {"type": "string", "minLength": 5000}}}}
+    tiny_backend.complete(MSGS, max_tokens=1, response_schema=long_text)  # the grammar is compiled outside the timing
+    with collect_model_calls() as calls, pytest.raises(CallTimeout):
+        run_with_deadline(lambda: complete_and_report(tiny_backend, "decide", MSGS, max_tokens=6000,
+                                                      response_schema=long_text), 0.5, CancelScope())
+    deadline = time.monotonic() + 5.0
+    while tiny_backend._lock.locked() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not tiny_backend._lock.locked()
+    (call,) = calls
+    assert call.cancelled and call.mode == "structured" and call.raw_reply.startswith('{"t": "')
+    assert 0 < (call.completion_tokens or 0) < 6000
+
+
 def test_a_cancelled_turn_stops_during_prefill_and_while_waiting(tiny_backend):
     s = CancelScope()
     s.cancel()
