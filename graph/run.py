@@ -377,6 +377,8 @@ def summary_lines(stats: Any) -> list[str]:
         lines.append(f"model:   {stats.model_calls} call(s), {stats.prompt_tokens} prompt + "
                      f"{stats.completion_tokens} completion tokens"
                      + (f" ({unreported} call(s) without token counts from the backend)" if unreported else ""))
+        if stats.loop.decisions or stats.loop.decisions_cancelled:
+            lines.append(f"loop:    {stats.loop.summary()}")
     return lines
 
 

@@ -20,6 +20,7 @@ from crag.images import ImagePrep, load_image, prepare
 from crag.schema import Conversation
 from graph.agent import Agent, TurnInput
 from tools.base import HistoryTurn
+from traces.model_loop import LoopStats
 from traces.schema import TurnTrace
 from traces.store import TraceStore
 
@@ -40,9 +41,11 @@ class RunStats(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     calls_without_usage: int = 0
+    loop: LoopStats = Field(default_factory=LoopStats, description="A model policy's decisions and tool calls.")
 
     def add(self, trace: TurnTrace) -> None:
         self.turns += 1
+        self.loop.add(trace)
         self.ended_by[trace.ended_by] = self.ended_by.get(trace.ended_by, 0) + 1
         kinds = Counter(trace.error_kinds())
         for k, n in kinds.items():

@@ -384,6 +384,7 @@ class TransformersVLMBackend:
             except Exception as e:  # noqa: BLE001
                 raise BackendError(f"local generation with {self.source} failed: {type(e).__name__}: {e}") from e
             reply = self._reply(out[0, n_in:], n_in, max_tokens, gen, t0, mode)
+            reply.prompt_ids = inputs["input_ids"][0].tolist()  # the trace's prefix measurement, in tokens
             if cancel.is_set():
                 raise ReplyCancelled("the turn ended during generation",
                                      reply.model_copy(update={"finish_reason": "cancelled"}))
