@@ -274,3 +274,31 @@ def test_tiny_llava_structured_reply(llava_dir):
     r = b.complete(msgs, response_schema=BOUNDED, max_tokens=300)
     jsonschema.validate(json.loads(r.text), BOUNDED["schema"])
     assert r.mode == "structured" and r.finish_reason == "stop"
+
+
+def test_no_mistral_regex_warning_for_a_large_non_mistral_vocabulary(tmp_path, capfd):
+    """transformers 4.57.3+ warns of "an incorrect regex pattern" (a Mistral tokenizer's) for any local folder it
+    saved with more than 100k tokens, whatever the model; the backend says it is not a Mistral tokenizer."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import AutoTokenizer, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    from models.vlm.transformers_local import TransformersVLMBackend
+
+    vocab = {t: i for i, t in enumerate(SPECIALS)}
+    vocab.update({f"w{i}": len(SPECIALS) + i for i in range(100_001)})
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
+    fast.chat_template = CHAT
+    cfg = _llama_config(len(vocab))
+    cfg.hidden_size, cfg.intermediate_size = 8, 16
+    LlamaForCausalLM(cfg).save_pretrained(tmp_path)
+    fast.save_pretrained(tmp_path)
+    capfd.readouterr()
+    AutoTokenizer.from_pretrained(tmp_path)  # without the option: the check misfires (this transformers has it)
+    misfires = "incorrect regex pattern" in capfd.readouterr().err
+    TransformersVLMBackend(tmp_path)
+    assert "incorrect regex pattern" not in capfd.readouterr().err
+    import transformers
+
+    assert misfires or not transformers.__version__.startswith("4.57."), "the check no longer misfires"
