@@ -17,7 +17,16 @@ model's verification calls), graph overhead (turn latency minus all of those) an
 and tokens per turn are read from the traces (each model call's record: prompt and completion tokens, purpose).
 The first turn of each setup (lazy model loading) is run before measuring and reported as "cold turn". Memory
 is measured in a second pass over the same turns: tracemalloc peak (Python allocations only) and getrusage max
-RSS (whole process, never goes down, so a later setup's figure includes the earlier ones).
+RSS (whole process, never goes down, so a later setup's figure includes the earlier ones). `--once` runs the
+turns once (no cold turn, no memory pass): for a real model on a CPU, where a turn takes tens of seconds.
+
+For a model policy it also prints whether the model drives the loop (traces/model_loop.py): the share of its
+finished decisions that parsed, the tool calls that ran per turn, the answers given after a tool's result;
+seconds per decision, tokens per call, model calls per turn on the critical path, finish reasons and modes.
+The real-model figures in README come from:
+
+    python -m benchmarks.latency --no-fake --no-rule --once --task 1 2 3 --limit 8 --transformers $GGUF \
+        --chat-template gemma --text-only --max-tokens 96 --budget 60 --answer-reserve 20 --self-check off
 """
 
 from __future__ import annotations
@@ -47,31 +56,31 @@ TASK_DATA = {1: "single_turn", 2: "single_turn", 3: "multi_turn"}
 
 def scripted_reply(body: dict) -> dict:
     """The fake server's reply, chosen from the request, so a whole turn runs the full model path: decide ->
-    image_search (with an image), web_search once (when offered), then answer; answer: a short JSON answer;
+    image_search (with an image), web_search once (when offered), then the answer inside the decision;
     verification: supported. Token counts are estimates (characters / 4, +256 per image)."""
+    from models.vlm.base import message_text
     from testing.fake_model_server import FakeOpenAIServer as F
 
-    msgs = json.dumps(body.get("messages", []))
-    text = sum(len(m["content"]) if isinstance(m.get("content"), str) else
-               sum(len(p.get("text", "")) for p in m.get("content") or []) for m in body.get("messages", []))
-    est_in = max(1, text // 4) + (256 if '"image_url"' in msgs else 0)
+    msgs = body.get("messages", [])
+    texts = [message_text(m.get("content")) for m in msgs]
+    has_image = '"image_url"' in json.dumps(msgs)
+    est_in = max(1, sum(len(t) for t in texts) // 4) + (256 if has_image else 0)
 
     def reply(s: str) -> dict:
         return F.text_reply(s, prompt_tokens=est_in, completion_tokens=max(1, len(s) // 4))
 
-    if "Decide the single next step" in msgs:
-        done = msgs.split("Steps already done:", 1)[-1].split("Other observations:", 1)[0]
-        offered = msgs.split("Available tools", 1)[-1].split("Steps already done:", 1)[0]
-        if '"image_url"' in msgs and "image_search(" in offered and "image_search(" not in done:
-            return reply('{"action": "call_tool", "tool": "image_search", "arguments": {}, "rationale": "identify"}')
-        if "web_search(" in offered and "web_search(" not in done:
-            return reply('{"action": "call_tool", "tool": "web_search", "arguments": {"query": "the entity"}, '
-                         '"rationale": "look it up"}')
-        return reply('{"action": "answer", "rationale": "enough evidence"}')
-    if "chain of verification" in msgs:
+    last, system = (texts[-1] if texts else ""), (texts[0] if texts else "")
+    if "Decide the next step" in last:
+        done = " ".join(t for m, t in zip(msgs, texts) if m.get("role") == "assistant")
+        for tool, args in (("image_search", "{}"), ("web_search", '{"query": "the entity"}')):
+            if f"{tool}(" in system and f'"{tool}"' not in done and (tool != "image_search" or has_image):
+                return reply(f'{{"action": "call_tool", "tool": "{tool}", "arguments": {args}, "rationale": "look"}}')
+        return reply('{"action": "answer", "answer": "a scripted answer", "confidence": 0.9, '
+                     '"entity": "scripted entity", "rationale": "enough evidence"}')
+    if "chain of verification" in last:
         return reply('{"verifications": [{"question": "is the entity right?", "answer": "yes", "supported": true}], '
                      '"supported": true, "confidence": 0.9, "reason": "the evidence states it"}')
-    if "Two answers were written" in msgs:
+    if "Two answers were written" in last:
         return reply('{"consistent": true, "reason": "same fact"}')
     return reply('{"answer": "a scripted answer", "confidence": 0.9, "entity": "scripted entity", "rationale": "r"}')
 
@@ -106,14 +115,16 @@ def _stats(xs: list[float]) -> dict[str, float]:
             "p95": round(p95, 2), "max": round(xs[-1], 2)}
 
 
-def run_turns(agent, conversations, task: int) -> list:
-    """All turns in order (history = the agent's own answers); the traces."""
+def run_turns(agent, conversations, task: int | None = None) -> list:
+    """All turns in order (history = the agent's own answers); the traces. `conversations` are (task,
+    conversation) pairs, or conversations of `task`."""
     from crag.images import load_image, prepare
     from graph.agent import TurnInput
     from tools.base import HistoryTurn
 
     out = []
-    for conv in conversations:
+    for item in conversations:
+        task, conv = item if isinstance(item, tuple) else (task, item)
         image, info = prepare(*load_image(conv.image), conv.egocentric, "harness")
         history: list[HistoryTurn] = []
         for i, turn in enumerate(conv.turns if task == 3 else conv.turns[:1]):
@@ -125,48 +136,83 @@ def run_turns(agent, conversations, task: int) -> list:
     return out
 
 
+def token_figures(turns: list) -> dict[str, Any] | None:
+    """Model calls and tokens per turn, from the traces; None when no model was called."""
+    calls = [t.tokens.calls for t in turns]
+    if not any(calls):
+        return None
+    by_purpose = Counter(c.purpose for t in turns for c in t.model_calls())
+    modes = Counter(c.mode for t in turns for c in t.model_calls())
+    return {"calls_per_turn": _stats([float(x) for x in calls]),
+            "prompt_per_turn": _stats([float(t.tokens.prompt_tokens) for t in turns]),
+            "completion_per_turn": _stats([float(t.tokens.completion_tokens) for t in turns]),
+            "prompt_total": sum(t.tokens.prompt_tokens for t in turns),
+            "completion_total": sum(t.tokens.completion_tokens for t in turns),
+            "calls_by_purpose": dict(by_purpose), "modes": {str(k): v for k, v in modes.items()},
+            "cancelled": sum(c.cancelled for t in turns for c in t.model_calls())}
+
+
+def loop_figures(turns: list) -> dict[str, Any] | None:
+    """Whether the model drove the loop (traces/model_loop.py), and what its decisions cost: seconds per finished
+    decision, tokens per finished call, model calls per turn on the critical path, finish reasons."""
+    from traces.model_loop import LoopStats
+
+    loop = LoopStats()
+    for t in turns:
+        loop.add(t)
+    if not (loop.decisions or loop.decisions_cancelled):
+        return None
+    done = [c for t in turns for c in t.model_calls() if not c.cancelled and c.error is None]
+    decide = [c for c in done if c.purpose == "decide"]
+    return {"loop": loop.model_dump(), "summary": loop.summary(), "parse_rate": loop.parse_rate,
+            "tool_calls_ok_per_turn": round(loop.tool_calls_ok / max(1, loop.turns), 2),
+            "s_per_decision": _stats([c.latency_ms / 1000 for c in decide]) if decide else None,
+            "prompt_tokens_per_call": _stats([float(c.prompt_tokens or 0) for c in done]) if done else None,
+            "completion_tokens_per_call": _stats([float(c.completion_tokens or 0) for c in done]) if done else None,
+            "critical_path_calls_per_turn": _stats([float(t.tokens.sequential_calls) for t in turns]),
+            "finish_reasons": dict(Counter(str(c.finish_reason) for t in turns for c in t.model_calls()))}
+
+
+def _memory_pass(agent, conversations) -> float:
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    run_turns(agent, conversations)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return round(peak / 2**20, 2)
+
+
 def measure(label: str, note: str, policy: Any, args, conversations, search) -> dict[str, Any]:
+    """One setup over `conversations` ((task, conversation) pairs)."""
     from graph.build import build_agent
     from graph.config import AgentConfig, BudgetConfig
     from models.resources import ModelPaths
 
     t0 = time.perf_counter()
-    cfg = AgentConfig(policy=policy, budget=BudgetConfig(budget_s=args.budget),
+    cfg = AgentConfig(policy=policy, self_check=args.self_check,
+                      budget=BudgetConfig(budget_s=args.budget, answer_reserve_s=args.answer_reserve,
+                                          **({"max_steps": args.max_steps} if args.max_steps is not None else {})),
                       models=ModelPaths(detector=args.detector, clip=args.clip, reranker=args.reranker))
-    agent = build_agent(cfg, search=search, run_id=f"bench-{label}", task=args.task)
+    tasks = sorted({task for task, _ in conversations})
+    agent = build_agent(cfg, search=search, run_id=f"bench-{label}", task=tasks[0] if len(tasks) == 1 else None)
     load_s = time.perf_counter() - t0
-    cold = run_turns(agent, conversations[:1], args.task)[0]  # the first turn pays lazy loading
-    turns = run_turns(agent, conversations, args.task)  # timing pass (tracemalloc would slow it)
+    cold = None if args.once else run_turns(agent, conversations[:1])[0]  # the first turn pays lazy loading
+    turns = run_turns(agent, conversations)  # timing pass (tracemalloc would slow it)
     comps: dict[str, list[float]] = {}
     for trace in turns:
         for k, v in breakdown(trace).items():
             comps.setdefault(k, []).append(v)
-    calls = [t.tokens.calls for t in turns]
-    tokens = None
-    if any(calls):
-        by_purpose = Counter(c.purpose for t in turns for c in t.model_calls())
-        modes = Counter(c.mode for t in turns for c in t.model_calls())
-        tokens = {"calls_per_turn": _stats([float(x) for x in calls]),
-                  "prompt_per_turn": _stats([float(t.tokens.prompt_tokens) for t in turns]),
-                  "completion_per_turn": _stats([float(t.tokens.completion_tokens) for t in turns]),
-                  "prompt_total": sum(t.tokens.prompt_tokens for t in turns),
-                  "completion_total": sum(t.tokens.completion_tokens for t in turns),
-                  "calls_by_purpose": dict(by_purpose), "modes": {str(k): v for k, v in modes.items()},
-                  "cancelled": sum(c.cancelled for t in turns for c in t.model_calls())}
-    tracemalloc.start()
-    tracemalloc.reset_peak()
-    run_turns(agent, conversations, args.task)
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
+    peak = None if args.once else _memory_pass(agent, conversations)
     rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     return {
-        "setup": label, "note": note, "policy": agent.policy_name, "search": agent.search_name, "task": args.task,
-        "turns": len(turns), "build_s": round(load_s, 3), "cold_turn_ms": cold.latency_ms,
+        "setup": label, "note": note, "policy": agent.policy_name, "search": agent.search_name, "task": tasks,
+        "turns": len(turns), "build_s": round(load_s, 3), "cold_turn_ms": cold.latency_ms if cold else None,
         "ms": {k: _stats(v) for k, v in comps.items()},
         "tool_calls_per_turn": _stats([float(len(t.tool_calls())) for t in turns]),
         "abstained": sum(1 for t in turns if t.abstained), "ended_by": dict(Counter(t.ended_by for t in turns)),
         "errors": dict(Counter(k for t in turns for k in t.error_kinds())),
-        "tokens": tokens, "tracemalloc_peak_mib": round(peak / 2**20, 2), "max_rss_mib": round(rss_kib / 1024, 1),
+        "tokens": token_figures(turns), "model_loop": loop_figures(turns),
+        "tracemalloc_peak_mib": peak, "max_rss_mib": round(rss_kib / 1024, 1),
     }
 
 
@@ -184,9 +230,10 @@ def _order(k: str) -> tuple[int, str]:
 
 
 def format_result(r: dict[str, Any]) -> str:
+    cold = f"cold turn {r['cold_turn_ms']:.0f} ms" if r["cold_turn_ms"] is not None else "one pass (--once)"
     lines = [f"== {r['setup']}: {r['note']}",
              f"   policy: {r['policy']} | search: {r['search']} | task {r['task']} | {r['turns']} turn(s) | "
-             f"agent built in {r['build_s']:.2f}s | cold turn {r['cold_turn_ms']:.0f} ms",
+             f"agent built in {r['build_s']:.2f}s | {cold}",
              f"   {'component (ms per turn*)':<28}{'turns':>6}{'mean':>10}{'p50':>10}{'p95':>10}{'max':>10}"]
     for k in sorted(r["ms"], key=_order):
         s = r["ms"][k]
@@ -195,26 +242,54 @@ def format_result(r: dict[str, Any]) -> str:
     tc = r["tool_calls_per_turn"]
     lines.append(f"   tool calls per turn: mean {tc['mean']:.1f}, max {tc['max']:.0f}; abstained {r['abstained']}/{r['turns']}; "
                  f"ended_by {r['ended_by']}; errors {r['errors'] or 'none'}")
-    t = r["tokens"]
-    if t is None:
-        lines.append("   model: no language model in this setup")
-    else:
-        lines.append(f"   model calls per turn: mean {t['calls_per_turn']['mean']:.1f} (max {t['calls_per_turn']['max']:.0f}) "
-                     f"by purpose {t['calls_by_purpose']}, modes {t['modes']}, cancelled {t['cancelled']}")
-        lines.append(f"   tokens per turn (from the traces): prompt mean {t['prompt_per_turn']['mean']:.0f} "
-                     f"(max {t['prompt_per_turn']['max']:.0f}), completion mean {t['completion_per_turn']['mean']:.0f}; "
-                     f"total {t['prompt_total']} prompt / {t['completion_total']} completion")
-    lines.append(f"   memory: tracemalloc peak {r['tracemalloc_peak_mib']:.1f} MiB (Python allocations during the turns); "
-                 f"max RSS {r['max_rss_mib']:.0f} MiB (process so far)")
+    lines += _model_lines(r["tokens"]) + _loop_lines(r.get("model_loop"))
+    memory = (f"tracemalloc peak {r['tracemalloc_peak_mib']:.1f} MiB (Python allocations during the turns); "
+              if r["tracemalloc_peak_mib"] is not None else "")
+    lines.append(f"   memory: {memory}max RSS {r['max_rss_mib']:.0f} MiB (process so far)")
     return "\n".join(lines)
+
+
+def _model_lines(t: dict[str, Any] | None) -> list[str]:
+    if t is None:
+        return ["   model: no language model in this setup"]
+    return [f"   model calls per turn: mean {t['calls_per_turn']['mean']:.1f} (max {t['calls_per_turn']['max']:.0f}) "
+            f"by purpose {t['calls_by_purpose']}, modes {t['modes']}, cancelled {t['cancelled']}",
+            f"   tokens per turn (from the traces): prompt mean {t['prompt_per_turn']['mean']:.0f} "
+            f"(max {t['prompt_per_turn']['max']:.0f}), completion mean {t['completion_per_turn']['mean']:.0f}; "
+            f"total {t['prompt_total']} prompt / {t['completion_total']} completion"]
+
+
+def _loop_lines(m: dict[str, Any] | None) -> list[str]:
+    if m is None:
+        return []
+    rate = "n/a" if m["parse_rate"] is None else f"{100 * m['parse_rate']:.1f}%"
+
+    def stat(name: str, unit: str, fmt: str = ".0f") -> str:
+        s = m[name]
+        return "n/a" if s is None else (f"mean {s['mean']:{fmt}}{unit}, p50 {s['p50']:{fmt}}{unit}, "
+                                        f"p95 {s['p95']:{fmt}}{unit} (n={s['n']})")
+
+    return [f"   model loop: {m['summary']}",
+            f"   decision parse rate {rate}; tool calls run per turn {m['tool_calls_ok_per_turn']:.2f}; "
+            f"model calls per turn on the critical path: mean {m['critical_path_calls_per_turn']['mean']:.1f}",
+            f"   seconds per decision: {stat('s_per_decision', ' s', '.1f')}",
+            f"   tokens per call: prompt {stat('prompt_tokens_per_call', '')}; completion "
+            f"{stat('completion_tokens_per_call', '')}; finish reasons {m['finish_reasons']}"]
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python benchmarks/latency.py", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--task", type=int, choices=[1, 2, 3], default=3, help="CRAG-MM task (3: multi-turn demo conversations)")
-    p.add_argument("--limit", type=int, default=4, help="demo conversations to run (all their turns for task 3)")
+    p.add_argument("--task", type=int, choices=[1, 2, 3], nargs="+", default=[3],
+                   help="CRAG-MM task(s), run one after another (3: multi-turn demo conversations)")
+    p.add_argument("--limit", type=int, default=4, help="demo conversations to run per task (all their turns for task 3)")
     p.add_argument("--budget", type=float, default=10.0, help="per-turn time budget, seconds")
+    p.add_argument("--answer-reserve", type=float, default=None, help="seconds of the budget kept for the answer "
+                   "(default: the library's); raise it for a slow model")
+    p.add_argument("--max-steps", type=int, default=None, help="tool calls per turn (default: the library's)")
+    p.add_argument("--self-check", choices=["on", "off"], default="on")
+    p.add_argument("--once", action="store_true", help="run the turns once: no cold turn, no memory pass (slow models)")
+    p.add_argument("--no-rule", action="store_true", help="skip the rule-based planner setup")
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     p.add_argument("--no-fake", action="store_true", help="skip the fake-server model setup")
     p.add_argument("--transformers", type=Path, default=None, help="local transformers folder or .gguf file")
@@ -239,10 +314,13 @@ def main(argv: list[str] | None = None) -> int:
     from models.vlm import ModelConfig, model_config_from_options
 
     demo = ensure_demo(args.demo_dir)
-    conversations, _ = load_all(getattr(demo, TASK_DATA[args.task]), limit=args.limit)
+    conversations = [(task, conv) for task in args.task
+                     for conv in load_all(getattr(demo, TASK_DATA[task]), limit=args.limit)[0]]
     index = LocalSearchIndex(demo.root, image_embedder=make_image_embedder(args.clip))  # one index for every setup
     options = {"text_only": args.text_only or None, "max_tokens": args.max_tokens}
-    setups: list[tuple[str, str, Any]] = [("rule", "default: rule-based planner (heuristic), embedded local demo index", "rule")]
+    setups: list[tuple[str, str, Any]] = []
+    if not args.no_rule:
+        setups.append(("rule", "default: rule-based planner (heuristic), embedded local demo index", "rule"))
     server = None
     if not args.no_fake:
         from testing.fake_model_server import FakeOpenAIServer

@@ -257,16 +257,15 @@ def summary_lines(stats: Any) -> list[str]:
 
 
 def model_lines(stats: Any) -> list[str]:
-    """Model calls per turn (and on the critical path), decisions parsed, tokens, requests per replica."""
+    """Model calls per turn (and on the critical path), the loop's decisions and tool calls, requests per replica."""
     n = max(1, stats.turns)
     unreported = stats.calls_without_usage
     lines = [f"model:   {stats.model_calls} call(s): {stats.model_calls / n:.2f} per turn, "
              f"{stats.sequential_calls / n:.2f} one after another; {stats.prompt_tokens} prompt + "
              f"{stats.completion_tokens} completion tokens"
              + (f" ({unreported} call(s) without token counts from the backend)" if unreported else "")]
-    if stats.decisions:
-        parsed = stats.decisions - stats.decisions_unparsed
-        lines.append(f"decided: {parsed} of {stats.decisions} decision(s) parsed ({parsed / stats.decisions:.0%})")
+    if stats.loop.decisions or stats.loop.decisions_cancelled:
+        lines.append(f"loop:    {stats.loop.summary()}")
     if stats.replicas:
         lines.append("replicas: " + ", ".join(f"{k} {v}" for k, v in sorted(stats.replicas.items())))
     return lines

@@ -20,6 +20,7 @@ from crag.images import ImagePrep, load_image, prepare
 from crag.schema import Conversation
 from graph.agent import Agent, TurnInput
 from tools.base import HistoryTurn
+from traces.model_loop import LoopStats
 from traces.schema import TurnTrace
 from traces.store import TraceStore
 
@@ -39,15 +40,15 @@ class RunStats(BaseModel):
     tool_calls: int = 0
     model_calls: int = 0
     sequential_calls: int = Field(0, description="Model calls on the turns' critical paths (concurrent ones once).")
-    decisions: int = Field(0, description="Model requests that decided a step (purpose 'decide').")
-    decisions_unparsed: int = Field(0, description="Decisions that ended as a policy_error (reply not usable).")
     prompt_tokens: int = 0
     completion_tokens: int = 0
     calls_without_usage: int = 0
     replicas: dict[str, int] = Field(default_factory=dict, description="Model requests per server replica.")
+    loop: LoopStats = Field(default_factory=LoopStats, description="A model policy's decisions and tool calls.")
 
     def add(self, trace: TurnTrace) -> None:
         self.turns += 1
+        self.loop.add(trace)
         self.ended_by[trace.ended_by] = self.ended_by.get(trace.ended_by, 0) + 1
         kinds = Counter(trace.error_kinds())
         for k, n in kinds.items():
@@ -59,14 +60,10 @@ class RunStats(BaseModel):
         self.prompt_tokens += trace.tokens.prompt_tokens
         self.completion_tokens += trace.tokens.completion_tokens
         self.calls_without_usage += trace.tokens.calls_without_usage
-        self._add_calls(trace)
+        self._add_replicas(trace)
 
-    def _add_calls(self, trace: TurnTrace) -> None:
+    def _add_replicas(self, trace: TurnTrace) -> None:
         for step in trace.steps:
-            decided = [c for c in step.model_calls if c.purpose == "decide"]
-            self.decisions += len(decided)
-            if decided and step.error is not None and step.error.kind == "policy_error":
-                self.decisions_unparsed += 1
             for c in step.model_calls:
                 replica = getattr(c, "replica", None)
                 if replica:

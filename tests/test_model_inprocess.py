@@ -6,6 +6,7 @@ llama-cpp-python is optional (an sdist that needs a compiler), so its backend is
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -92,6 +93,22 @@ def test_a_timed_out_generation_stops_within_a_token_and_frees_the_model(tiny_ba
     assert r.usage.output_tokens == 3 and r.finish_reason == "length"
 
 
+def test_a_constrained_generation_stops_on_cancellation_too(tiny_backend):
+    long_text = {"name": "long", "schema": {"type": "object", "required": ["t"],
+                                            "properties": {"t": {"type": "string", "minLength": 5000}}}}
+    tiny_backend.complete(MSGS, max_tokens=1, response_schema=long_text)  # the grammar is compiled outside the timing
+    with collect_model_calls() as calls, pytest.raises(CallTimeout):
+        run_with_deadline(lambda: complete_and_report(tiny_backend, "decide", MSGS, max_tokens=6000,
+                                                      response_schema=long_text), 0.5, CancelScope())
+    deadline = time.monotonic() + 5.0
+    while tiny_backend._lock.locked() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not tiny_backend._lock.locked()
+    (call,) = calls
+    assert call.cancelled and call.mode == "structured" and call.raw_reply.startswith('{"t": "')
+    assert 0 < (call.completion_tokens or 0) < 6000
+
+
 def test_a_cancelled_turn_stops_during_prefill_and_while_waiting(tiny_backend):
     s = CancelScope()
     s.cancel()
@@ -175,10 +192,24 @@ class _FakeLlama:
         return gen()
 
 
+class _FakeGrammar:
+    """llama-cpp-python's LlamaGrammar.from_json_schema: GBNF from a schema, or an exception for what it cannot convert."""
+
+    def __init__(self, schema: dict):
+        self.schema = schema
+
+    @classmethod
+    def from_json_schema(cls, schema: str, verbose: bool = True):
+        if "unconvertible" in schema:
+            raise ValueError("Unrecognized schema")
+        return cls(json.loads(schema))
+
+
 @pytest.fixture()
 def fake_llama_cpp(monkeypatch, tmp_path):
     mod = types.ModuleType("llama_cpp")
     mod.Llama = _FakeLlama
+    mod.LlamaGrammar = _FakeGrammar
     monkeypatch.setitem(sys.modules, "llama_cpp", mod)
     f = tmp_path / "m.gguf"
     f.write_bytes(b"GGUF")
@@ -216,14 +247,21 @@ def test_llamacpp_serialises_cancels_and_flattens(fake_llama_cpp):
     time.sleep(0.1)
     assert llm.evaluated == n < 100 and not llm.busy
     assert calls[0].cancelled and calls[0].raw_reply.startswith("{")
-    # the decision schema becomes a grammar through response_format json_object
+    # the decision schema becomes llama.cpp's grammar, converted once per schema
     from graph.policy import ToolSpec
 
     spec = ToolSpec(name="ocr", description="d", signature="ocr()", json_schema={
         "type": "function", "function": {"name": "ocr", "parameters": {"type": "object", "properties": {}}}})
-    r = b.complete(MSGS, max_tokens=2, response_schema=decision_schema([spec]))
-    assert llm.calls[-1]["response_format"]["type"] == "json_object" and "anyOf" in llm.calls[-1]["response_format"]["schema"]
+    schema = decision_schema([spec])
+    r = b.complete(MSGS, max_tokens=2, response_schema=schema)
+    grammar = llm.calls[-1]["grammar"]
+    assert grammar.schema == schema["schema"] and "response_format" not in llm.calls[-1]
     assert r.mode == "structured" and r.usage.output_tokens == 2 and r.usage.input_tokens == 30
+    b.complete(MSGS, max_tokens=2, response_schema=decision_schema([spec]))
+    assert llm.calls[-1]["grammar"] is grammar
+    # a schema the converter rejects is generated without a grammar, and the reply says so
+    r = b.complete(MSGS, max_tokens=2, response_schema={"name": "x", "schema": {"type": "unconvertible"}})
+    assert "grammar" not in llm.calls[-1] and r.mode is None
 
 
 # ---- exit -----------------------------------------------------------------------------------------------------

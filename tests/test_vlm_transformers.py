@@ -6,6 +6,8 @@ generate -> decode path runs, and that the policy turns junk into a graceful Dec
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from PIL import Image
 
@@ -149,3 +151,154 @@ def test_missing_folder():
 
     with pytest.raises(FileNotFoundError):
         TransformersVLMBackend("/nonexistent/model/folder")
+
+
+# ---- constrained decoding (xgrammar) ----------------------------------------------------------------------------
+
+MSGS = [{"role": "system", "content": "reply in JSON"}, {"role": "user", "content": "decide"}]
+# every value bounded: even a random model reaches the grammar's end in a few dozen byte tokens
+BOUNDED = {"name": "bounded", "schema": {"anyOf": [
+    {"type": "object", "additionalProperties": False, "required": ["action", "k", "region", "where"],
+     "properties": {"action": {"const": "call_tool"}, "k": {"type": "integer", "minimum": 1, "maximum": 9},
+                    "region": {"enum": ["image", "crop"]}, "flag": {"type": "boolean"},
+                    "where": {"type": "object", "additionalProperties": False, "required": ["x"],
+                              "properties": {"x": {"type": "integer", "minimum": 0, "maximum": 3}}}}},
+    {"type": "object", "additionalProperties": False, "required": ["action", "entity"],
+     "properties": {"action": {"const": "answer"}, "entity": {"anyOf": [{"enum": ["a", "b"]}, {"type": "null"}]}}}]}}
+
+
+@pytest.fixture(scope="module")
+def text_backend(text_model_dir):
+    from models.vlm.transformers_local import TransformersVLMBackend
+
+    return TransformersVLMBackend(text_model_dir)
+
+
+def test_structured_reply_is_schema_valid_json_ending_at_the_grammar_end(text_backend):
+    import jsonschema
+
+    from models.vlm.base import complete_and_report
+
+    assert text_backend.supports_structured
+    with collect_model_calls() as calls:
+        r = complete_and_report(text_backend, "decide", MSGS, response_schema=BOUNDED, max_tokens=300)
+    jsonschema.validate(json.loads(r.text), BOUNDED["schema"])
+    assert r.mode == "structured" and r.finish_reason == "stop" and r.usage.output_tokens < 300
+    assert calls[0].mode == "structured" and calls[0].raw_reply == r.text
+    # the same schema again is not compiled again; another one is
+    n = text_backend.grammars.compiles
+    text_backend.complete(MSGS, response_schema=json.loads(json.dumps(BOUNDED)), max_tokens=300)
+    assert text_backend.grammars.compiles == n
+    other = {"name": "flag", "schema": {"type": "object", "required": ["ok"], "properties": {"ok": {"type": "boolean"}}}}
+    assert json.loads(text_backend.complete(MSGS, response_schema=other, max_tokens=50).text)["ok"] in (True, False)
+    assert text_backend.grammars.compiles == n + 1
+
+
+def test_a_constrained_reply_cut_by_max_tokens_says_length_and_is_a_policy_error(text_model_dir, text_backend):
+    r = text_backend.complete(MSGS, response_schema=BOUNDED, max_tokens=4)
+    assert r.finish_reason == "length" and r.usage.output_tokens == 4 and r.mode == "structured"
+    assert r.text.startswith("{") and not r.text.endswith("}")
+    p = make_model_policy(f"transformers:{text_model_dir}", max_tokens=3)
+    with collect_model_calls() as calls, pytest.raises(PolicyReplyError):
+        p.decide(_view(), None)
+    assert calls[0].finish_reason == "length" and calls[0].mode == "structured"
+
+
+def test_the_decision_schema_features_are_enforced_by_the_grammar(text_backend):
+    """anyOf over const branches, enums, integer and number bounds, additionalProperties false, nested objects,
+    string-or-null: the schema features the decision and answer schemas use."""
+    import xgrammar as xgr
+
+    from graph.model_replies import ANSWER_SCHEMA, decision_schema
+    from graph.state import tool_spec
+    from tools import builtin_tools
+
+    decision = decision_schema([tool_spec(t) for t in builtin_tools() if t.name in ("ocr", "image_search", "reranker")])
+
+    def accepts(schema: dict, text: str) -> bool:
+        m = xgr.GrammarMatcher(text_backend.grammars.compiled(schema["schema"]))
+        return m.accept_string(text) and m.is_completed()
+
+    call = '{"action": "call_tool", "tool": "%s", "arguments": %s, "rationale": "r"}'
+    assert accepts(decision, call % ("ocr", '{"region": "crop"}'))
+    assert accepts(decision, call % ("image_search", '{"k": 50}'))
+    assert accepts(decision, call % ("reranker", '{"lam": 2.5}'))
+    assert accepts(decision, '{"action": "answer", "answer": "x", "confidence": 0.5, "entity": null, "rationale": "r"}')
+    for bad in (call % ("ocr", '{"region": "nope"}'), call % ("web_search", "{}"), call % ("image_search", '{"k": 51}'),
+                call % ("reranker", '{"lam": 100.5}'), call % ("ocr", '{"extra": 1}'),
+                '{"action": "answer", "answer": "x", "confidence": 1.5, "entity": null, "rationale": "r"}',
+                '{"action": "answer", "tool": "ocr", "rationale": "r"}'):
+        assert not accepts(decision, bad), bad
+    assert accepts(ANSWER_SCHEMA, '{"answer": "x", "confidence": 1, "entity": "e", "rationale": "r"}')
+
+
+def test_policy_decisions_from_the_transformers_backend_are_structured(text_model_dir):
+    p = make_model_policy(f"transformers:{text_model_dir}", max_tokens=400)
+    with collect_model_calls() as calls:
+        try:  # a random model may ramble inside a free string until max_tokens: then "length", never junk
+            d = p.decide(_view(), None)
+            assert d.action in ("answer", "call_tool") and (d.tool in (None, "ocr"))
+        except PolicyReplyError:
+            assert calls[-1].finish_reason == "length"
+    assert calls[0].mode == "structured"
+
+
+def test_without_xgrammar_replies_are_free_and_reported_so(text_model_dir, monkeypatch):
+    import models.vlm.transformers_local as tl
+
+    monkeypatch.setattr(tl, "xgrammar_available", lambda: False)
+    b = tl.TransformersVLMBackend(text_model_dir)
+    assert not b.supports_structured and b.grammars is None
+    from models.vlm.base import complete_and_report
+
+    with collect_model_calls() as calls:
+        r = complete_and_report(b, "decide", MSGS, response_schema=BOUNDED, max_tokens=5)
+    assert r.mode is None and calls[0].mode == "json_text"
+
+
+def test_stop_tokens_include_the_chat_templates_turn_end():
+    from models.vlm.grammar import stop_token_ids
+
+    tok = _tokenizer()
+    assert stop_token_ids(tok) == [tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")]
+
+
+def test_tiny_llava_structured_reply(llava_dir):
+    import jsonschema
+
+    from models.vlm.transformers_local import TransformersVLMBackend
+
+    b = TransformersVLMBackend(llava_dir, device="cpu", dtype="float32")
+    url = image_to_data_url(Image.new("RGB", (64, 48), (1, 2, 3)))
+    msgs = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "what?"}]}]
+    r = b.complete(msgs, response_schema=BOUNDED, max_tokens=300)
+    jsonschema.validate(json.loads(r.text), BOUNDED["schema"])
+    assert r.mode == "structured" and r.finish_reason == "stop"
+
+
+def test_no_mistral_regex_warning_for_a_large_non_mistral_vocabulary(tmp_path, capfd):
+    """transformers 4.57.3+ warns of "an incorrect regex pattern" (a Mistral tokenizer's) for any local folder it
+    saved with more than 100k tokens, whatever the model; the backend says it is not a Mistral tokenizer."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import AutoTokenizer, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    from models.vlm.transformers_local import TransformersVLMBackend
+
+    vocab = {t: i for i, t in enumerate(SPECIALS)}
+    vocab.update({f"w{i}": len(SPECIALS) + i for i in range(100_001)})
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
+    fast.chat_template = CHAT
+    cfg = _llama_config(len(vocab))
+    cfg.hidden_size, cfg.intermediate_size = 8, 16
+    LlamaForCausalLM(cfg).save_pretrained(tmp_path)
+    fast.save_pretrained(tmp_path)
+    capfd.readouterr()
+    AutoTokenizer.from_pretrained(tmp_path)  # without the option: the check misfires (this transformers has it)
+    misfires = "incorrect regex pattern" in capfd.readouterr().err
+    TransformersVLMBackend(tmp_path)
+    assert "incorrect regex pattern" not in capfd.readouterr().err
+    import transformers
+
+    assert misfires or not transformers.__version__.startswith("4.57."), "the check no longer misfires"

@@ -7,12 +7,21 @@ so an abandoned generation frees the model within one token (the prompt's prefil
 
 Images are dropped and messages are sent with string contents: llama-cpp-python's chat formats read string
 contents only (`gemma` drops a list content's text and every system message, so the system text is moved into
-the first user message for it). The decision is constrained with a grammar built from its JSON schema
-(`response_format={"type": "json_object", "schema": ...}`).
+the first user message for it).
+
+A call with a `response_schema` is constrained by llama.cpp's own grammar sampler, with the GBNF grammar that
+llama-cpp-python builds from the JSON schema (`LlamaGrammar.from_json_schema`, once per schema). It is built
+here rather than through `response_format`, which silently falls back to "any JSON" when a schema does not
+convert: a schema that does not convert is generated without a grammar, said in a warning, and the reply's mode
+says so (json_text). The converter (llama-cpp-python 0.3.x) enforces the structure, consts, enums, required and
+additional properties, but not numeric bounds (minimum/maximum): those are checked where the reply is used (the
+tool's argument validation, the confidence's clamp).
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import threading
 import time
 from pathlib import Path
@@ -28,6 +37,8 @@ from models.vlm.base import (
     system_into_user,
     text_only_messages,
 )
+
+log = logging.getLogger(__name__)
 
 # chat formats that have no system role
 _NO_SYSTEM_ROLE = {"gemma"}
@@ -52,6 +63,7 @@ class LlamaCppBackend:
         self.name = f"llamacpp:{p.name}"
         self.chat_format = chat_format
         self._lock = threading.Lock()
+        self._grammars: dict[str, Any] = {}  # schema JSON -> LlamaGrammar (None: the schema does not convert)
         self.llm: Any = Llama(model_path=str(p), n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers,
                          chat_format=chat_format, verbose=False, **kwargs)
         if chat_template:
@@ -67,6 +79,20 @@ class LlamaCppBackend:
             messages = system_into_user(messages)
         return text_only_messages(messages)
 
+    def _grammar(self, schema: dict) -> Any:
+        """The grammar of a JSON schema, converted once per schema; None when llama-cpp-python cannot convert it."""
+        key = json.dumps(schema, ensure_ascii=False)  # key order kept: it is the order the grammar writes them
+        if key not in self._grammars:
+            from llama_cpp import LlamaGrammar
+
+            try:
+                self._grammars[key] = LlamaGrammar.from_json_schema(key, verbose=False)
+            except Exception as e:  # noqa: BLE001 - the converter raises plain exceptions on unsupported features
+                log.warning("llama.cpp cannot turn this JSON schema into a grammar (%s: %s); generating without one",
+                            type(e).__name__, e)
+                self._grammars[key] = None
+        return self._grammars[key]
+
     def warm_up(self) -> None:
         self.complete([{"role": "user", "content": "Hello"}], max_tokens=1)
 
@@ -81,7 +107,9 @@ class LlamaCppBackend:
         scope = current_scope()
         kw: dict[str, Any] = {}
         if response_schema:
-            kw["response_format"] = {"type": "json_object", "schema": response_schema["schema"]}
+            grammar = self._grammar(response_schema["schema"])
+            if grammar is not None:
+                kw["grammar"] = grammar
         self._acquire(scope)
         text: list[str] = []
         finish = None
@@ -109,7 +137,7 @@ class LlamaCppBackend:
             self._lock.release()
         reply = ChatReply(text="".join(text), usage=Usage(input_tokens=n_in, output_tokens=n_out), finish_reason=finish,
                           latency_ms=(time.perf_counter() - t0) * 1000.0, model=self.name,
-                          mode="structured" if response_schema else None)
+                          mode="structured" if "grammar" in kw else None)
         if scope is not None and scope.cancelled:
             raise ReplyCancelled("the turn ended during generation", reply.model_copy(update={"finish_reason": "cancelled"}))
         return reply

@@ -14,8 +14,10 @@ cache folder, keyed by the file's SHA-256, so later loads take a second instead 
 
 One generation at a time per model object (a lock); a generation stops within one decoder layer
 when its turn's cancel scope is cancelled (forward pre-hooks), and at the latest before the next
-token (a StoppingCriteria). Decoding is greedy unless temperature > 0. Tools go through the
-policy's text JSON protocol.
+token (a StoppingCriteria). Decoding is greedy unless temperature > 0. A call with a
+`response_schema` is constrained to that JSON schema by a grammar (models/vlm/grammar.py, xgrammar):
+the reply's mode is then "structured". Tools go through the policy's JSON protocol (the decision
+schema lists the allowed tools and their arguments).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from core.calls import current_scope
+from core.types import DecisionMode
 from models.vlm.base import (
     BackendError,
     ChatReply,
@@ -41,6 +44,7 @@ from models.vlm.base import (
     message_text,
     text_only_messages,
 )
+from models.vlm.grammar import SchemaGrammars, stop_token_ids, xgrammar_available
 
 log = logging.getLogger(__name__)
 
@@ -140,13 +144,28 @@ def repair_gemma_tokenizer(tok: Any, gguf_path: Path) -> None:
     backend.add_tokens([AddedToken(p, normalized=False, special=False) for p, t in zip(pieces, types) if t == 4])
 
 
+# model types for which transformers' "incorrect regex pattern" check is meant (see tokenizer_options)
+_MISTRAL_TYPES = {"mistral", "mistral3", "voxtral", "ministral", "pixtral"}
+
+
+def tokenizer_options(model_type: str) -> dict[str, Any]:
+    """Keywords for loading a tokenizer or processor from a local folder.
+
+    transformers 4.57.3 to 4.57.x warn that a local tokenizer has "an incorrect regex pattern" (a Mistral one) for
+    every folder saved by those versions whose vocabulary exceeds 100k tokens, whatever the model: the check
+    skips non-Mistral model types only for folders saved by 4.57.2 or older. Gemma's 262k vocabulary (a GGUF
+    converted here) trips it, and the Mistral pre-tokenizer fix would be wrong for it. Saying
+    `fix_mistral_regex=False` for the model types that are not Mistral's is what silences it; Mistral folders
+    keep transformers' own check."""
+    return {} if model_type in _MISTRAL_TYPES else {"fix_mistral_regex": False}
+
+
 class _Interrupted(Exception):
     """Raised inside the model's forward pass when the generation's turn was cancelled."""
 
 
 class TransformersVLMBackend:
     supports_native_tools = False
-    supports_structured = False
 
     def __init__(self, path: str | Path, device: str = "cpu", dtype: Any = None, trust_remote_code: bool = False,
                  max_image_side: int | None = None, chat_template: str | None = None, text_only: bool = False,
@@ -176,12 +195,28 @@ class TransformersVLMBackend:
         self.model_type = self.config.model_type
         self.is_vision = is_vision_config(self.config)
         self.supports_images = self.is_vision and not text_only
-        torch_dtype = _resolve_dtype(dtype, device)
+        self._load(p, _resolve_dtype(dtype, device), kw)
+        own = getattr(self.processor or self.tokenizer, "chat_template", None) or getattr(self.tokenizer, "chat_template", None)
+        self.chat_template = load_chat_template(chat_template) if chat_template else None
+        if self.chat_template is None and not own:
+            raise ValueError(f"the model {self.source} has no chat template: set chat_template (gemma, chatml, llama3, "
+                             "a .jinja file or the template text) in the model config or with --chat-template")
+        limit = getattr(getattr(self.config, "text_config", self.config), "max_position_embeddings", None)
+        self.n_ctx = n_ctx or limit
+        self.model.to(device)  # type: ignore[arg-type]  # transformers types .to() through a decorator
+        self.model.eval()
+        self._forward_params = set(inspect.signature(self.model.forward).parameters)
+        self._hook_layers()
+        self.grammars = self._grammars()
+        self.supports_structured = self.grammars is not None
+
+    def _load(self, p: Path, torch_dtype: Any, kw: dict) -> None:
+        tok_kw = {**kw, **tokenizer_options(self.model_type)}
         if self.is_vision:
             from transformers import AutoModelForImageTextToText, AutoProcessor
 
             try:
-                self.processor = AutoProcessor.from_pretrained(p, **kw)
+                self.processor = AutoProcessor.from_pretrained(p, **tok_kw)
             except ImportError as e:  # e.g. Qwen2-VL's video processor needs torchvision
                 if "torchvision" not in str(e).lower():
                     raise
@@ -195,19 +230,18 @@ class TransformersVLMBackend:
             from transformers import AutoModelForCausalLM, AutoTokenizer
 
             self.processor = None
-            self.tokenizer = AutoTokenizer.from_pretrained(p, **kw)
+            self.tokenizer = AutoTokenizer.from_pretrained(p, **tok_kw)
             self.model = AutoModelForCausalLM.from_pretrained(p, dtype=torch_dtype, **kw)
-        own = getattr(self.processor or self.tokenizer, "chat_template", None) or getattr(self.tokenizer, "chat_template", None)
-        self.chat_template = load_chat_template(chat_template) if chat_template else None
-        if self.chat_template is None and not own:
-            raise ValueError(f"the model {self.source} has no chat template: set chat_template (gemma, chatml, llama3, "
-                             "a .jinja file or the template text) in the model config or with --chat-template")
-        limit = getattr(getattr(self.config, "text_config", self.config), "max_position_embeddings", None)
-        self.n_ctx = n_ctx or limit
-        self.model.to(device)  # type: ignore[arg-type]  # transformers types .to() through a decorator
-        self.model.eval()
-        self._forward_params = set(inspect.signature(self.model.forward).parameters)
-        self._hook_layers()
+
+    def _grammars(self) -> SchemaGrammars | None:
+        """The schema grammars of this model's tokenizer, or None (and a warning) without xgrammar: replies are then
+        generated freely and reported as such (mode json_text)."""
+        if not xgrammar_available():
+            log.warning("xgrammar is not installed: %s generates without a JSON-schema grammar", self.name)
+            return None
+        head = self.model.get_output_embeddings()
+        vocab = int(head.weight.shape[0]) if head is not None else len(self.tokenizer)
+        return SchemaGrammars(self.tokenizer, vocab, stop_token_ids(self.tokenizer, self.model.generation_config))
 
     def _hook_layers(self) -> None:
         """A pre-hook on every repeated block (decoder layers, vision blocks): a cancelled generation stops
@@ -265,7 +299,9 @@ class TransformersVLMBackend:
 
     def warm_up(self) -> None:
         """One tiny generation: the first one in a process pays kernel initialisation (seconds on a CPU), which
-        must not come out of the first turn's budget."""
+        must not come out of the first turn's budget; so does the grammar engine's view of the vocabulary."""
+        if self.grammars is not None:
+            self.grammars.prepare()
         self.complete([{"role": "user", "content": "Hello"}], max_tokens=1)
 
     def _acquire(self, scope) -> None:
@@ -273,6 +309,41 @@ class TransformersVLMBackend:
         while not self._lock.acquire(timeout=0.05):
             if scope is not None and scope.cancelled:
                 raise ReplyCancelled("the turn ended while waiting for the model (another generation held it)")
+
+    def _inputs(self, messages: list[dict], max_tokens: int):
+        import torch
+
+        try:
+            inputs = self._vision_inputs(messages) if self.is_vision else self._text_inputs(messages)
+        except Exception as e:  # noqa: BLE001 - a template that rejects the messages
+            raise BackendError(f"the chat template of {self.source.name} failed: {type(e).__name__}: {e}") from e
+        n_in = int(inputs["input_ids"].shape[1])
+        if self.n_ctx and n_in + max_tokens > self.n_ctx:
+            raise BackendError(f"the prompt has {n_in} tokens; with max_tokens {max_tokens} it exceeds the context "
+                               f"size of {self.n_ctx} (n_ctx)")
+        inputs = inputs.to(self.device)
+        if "token_type_ids" in inputs and "token_type_ids" not in self._forward_params:
+            inputs.pop("token_type_ids")
+        if self.is_vision and "pixel_values" in inputs and self.model.dtype != torch.float32:
+            inputs["pixel_values"] = inputs["pixel_values"].to(self.model.dtype)
+        return inputs, n_in
+
+    def _generation_options(self, max_tokens: int, temperature: float, schema: dict | None, stopping: Any) -> dict:
+        """generate() keywords: sampling, padding, and for a schema its grammar and the tokens that end it."""
+        gen: dict[str, Any] = {"max_new_tokens": max_tokens, "stopping_criteria": stopping}
+        if temperature and temperature > 0:
+            gen.update(do_sample=True, temperature=float(temperature))
+        else:
+            gen.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        pad = getattr(self.tokenizer, "pad_token_id", None)
+        if pad is None:
+            pad = getattr(self.tokenizer, "eos_token_id", None)
+        if pad is not None:
+            gen["pad_token_id"] = pad
+        if schema is not None and self.grammars is not None:
+            gen["logits_processor"] = [self.grammars.logits_processor(schema)]
+            gen["eos_token_id"] = self.grammars.stop_ids  # after the grammar's end only these are allowed
+        return gen
 
     def complete(self, messages: list[dict], tools: list[dict] | None = None, max_tokens: int = 512,
                  temperature: float = 0.0, response_schema: dict | None = None) -> ChatReply:
@@ -289,35 +360,15 @@ class TransformersVLMBackend:
 
         t0 = time.perf_counter()
         scope = current_scope()
+        schema = response_schema["schema"] if response_schema and self.grammars is not None else None
+        mode: DecisionMode | None = "structured" if schema is not None else None
         self._acquire(scope)
         token = None
         try:
             cancel.clear()
             token = scope.on_cancel(cancel.set) if scope is not None else None
-            try:
-                inputs = self._vision_inputs(messages) if self.is_vision else self._text_inputs(messages)
-            except Exception as e:  # noqa: BLE001 - a template that rejects the messages
-                raise BackendError(f"the chat template of {self.source.name} failed: {type(e).__name__}: {e}") from e
-            n_in = int(inputs["input_ids"].shape[1])
-            if self.n_ctx and n_in + max_tokens > self.n_ctx:
-                raise BackendError(f"the prompt has {n_in} tokens; with max_tokens {max_tokens} it exceeds the context "
-                                   f"size of {self.n_ctx} (n_ctx)")
-            inputs = inputs.to(self.device)
-            if "token_type_ids" in inputs and "token_type_ids" not in self._forward_params:
-                inputs.pop("token_type_ids")
-            if self.is_vision and "pixel_values" in inputs and self.model.dtype != torch.float32:
-                inputs["pixel_values"] = inputs["pixel_values"].to(self.model.dtype)
-            gen: dict[str, Any] = {"max_new_tokens": max_tokens,
-                                   "stopping_criteria": StoppingCriteriaList([StopWhenCancelled()])}
-            if temperature and temperature > 0:
-                gen.update(do_sample=True, temperature=float(temperature))
-            else:
-                gen.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-            pad = getattr(self.tokenizer, "pad_token_id", None)
-            if pad is None:
-                pad = getattr(self.tokenizer, "eos_token_id", None)
-            if pad is not None:
-                gen["pad_token_id"] = pad
+            inputs, n_in = self._inputs(messages, max_tokens)
+            gen = self._generation_options(max_tokens, temperature, schema, StoppingCriteriaList([StopWhenCancelled()]))
             try:
                 with torch.inference_mode():
                     out = self.model.generate(**inputs, **gen)
@@ -329,16 +380,11 @@ class TransformersVLMBackend:
                     text=self.tokenizer.decode(done, skip_special_tokens=True).strip() if done is not None else "",
                     usage=Usage(input_tokens=n_in, output_tokens=int(done.shape[0]) if done is not None else None),
                     finish_reason="cancelled", latency_ms=(time.perf_counter() - t0) * 1000.0,
-                    model=self.name)) from None
+                    model=self.name, mode=mode)) from None
             except Exception as e:  # noqa: BLE001
                 raise BackendError(f"local generation with {self.source} failed: {type(e).__name__}: {e}") from e
-            new = out[0, n_in:]
-            text = self.tokenizer.decode(new, skip_special_tokens=True).strip()
-            n_out = int(new.shape[0])
-            eos = self.tokenizer.eos_token_id
-            finish = "stop" if (n_out and int(new[-1]) == eos) or n_out < max_tokens else "length"
-            reply = ChatReply(text=text, usage=Usage(input_tokens=n_in, output_tokens=n_out), finish_reason=finish,
-                              latency_ms=(time.perf_counter() - t0) * 1000.0, model=self.name)
+            reply = self._reply(out[0, n_in:], n_in, max_tokens, gen, t0, mode)
+            reply.prompt_ids = inputs["input_ids"][0].tolist()  # the trace's prefix measurement, in tokens
             if cancel.is_set():
                 raise ReplyCancelled("the turn ended during generation",
                                      reply.model_copy(update={"finish_reason": "cancelled"}))
@@ -347,6 +393,19 @@ class TransformersVLMBackend:
             if scope is not None:
                 scope.remove(token)
             self._lock.release()
+
+    def _reply(self, new: Any, n_in: int, max_tokens: int, gen: dict, t0: float,
+               mode: DecisionMode | None) -> ChatReply:
+        """The reply of a finished generation. "stop" when it ended on a stop token (for a schema: the grammar was
+        complete) or before max_tokens; "length" when max_tokens cut it (a constrained reply is then unfinished
+        JSON, and the caller records it as unusable)."""
+        stops = gen.get("eos_token_id") or [self.tokenizer.eos_token_id]
+        n_out = int(new.shape[0])
+        ended = bool(n_out) and int(new[-1]) in stops
+        finish = "stop" if ended or n_out < max_tokens else "length"
+        text = self.tokenizer.decode(new, skip_special_tokens=True).strip()
+        return ChatReply(text=text, usage=Usage(input_tokens=n_in, output_tokens=n_out), finish_reason=finish,
+                         latency_ms=(time.perf_counter() - t0) * 1000.0, model=self.name, mode=mode)
 
 
 __all__ = ["TransformersVLMBackend", "converted_gguf", "is_vision_config", "message_text"]
