@@ -9,6 +9,7 @@ command-line options into an `AgentConfig` and a run; `graph.build.build_agent` 
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import math
 import os
@@ -187,6 +188,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--plan-table", type=Path, default=None, help="rule planner: plan table file (default: the "
                    "bundled graph/planner/planner_table.yaml)")
     g.add_argument("--concurrency", type=_positive_int, default=1, help="conversations run at once (one turn per conversation at a time)")
+    g.add_argument("--workers", type=_positive_int, default=1,
+                   help="worker processes, each running --concurrency conversations with its own agent (an "
+                        "in-process model is loaded once per worker), all writing into the one run folder (same "
+                        "resume and report); lets a CPU-bound policy (the rule planner, an in-process model) use "
+                        "more than one core")
     g.add_argument("--oversubscribe", action="store_true",
                    help="allow more conversations at once than CPU cores when the policy runs on this machine's CPU "
                         "(by default concurrency is capped at the core count there: turns would lose their budget)")
@@ -411,11 +417,23 @@ class Scoring:
         return trace
 
 
+SCORING_OPTIONS = ("benchmark", "scoring_mode", "judge", "judge_api_key_env", "tokenizer")
+
+
+def worker_scoring(options: dict[str, Any]) -> tuple[Scoring, Any]:
+    """Scoring as each worker process builds it (graph.workers.WorkerSpec.scoring): the scorer, and the
+    truncation later turns see of an answer."""
+    scoring = Scoring(argparse.Namespace(**options))
+    return scoring, scoring.truncator.truncate
+
+
 def effective_concurrency(args: argparse.Namespace, config: Any) -> tuple[int, str]:
     """--concurrency, capped at the core count for a CPU-bound policy (turns would lose their budget otherwise)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = max(1, cores // args.workers)  # each worker process runs --concurrency conversations
     if args.concurrency > cores and cpu_bound(config) and not args.oversubscribe:
-        return cores, (f" (capped from {args.concurrency}: the policy runs on this machine's {cores} CPU core(s); "
+        per = " per worker process" if args.workers > 1 else ""
+        return cores, (f" (capped from {args.concurrency}: the policy runs on this machine's {cores} CPU core(s){per}; "
                        "--oversubscribe to lift it)")
     return args.concurrency, ""
 
@@ -452,14 +470,14 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
             f"judge:  {scoring.describe()}",
             *([f"web:    {open_web_line()}"] if sg else []),
             f"traces: {store.dir}",
-            f"concurrency: {concurrency}{capped}",
+            f"concurrency: {concurrency}{capped}" + (f" in each of {args.workers} worker processes" if args.workers > 1 else ""),
             f"warm-up: {warm_s:.1f}s (models loaded, indexes built)",
         ]), flush=True)
         manifest = {
             "run_id": run_id, "benchmark": args.benchmark, "task": args.task, "data": str(source),
             "policy": agent.policy_name, "search": agent.search_name, "judge": scoring.judge_name,
             "scoring_mode": args.scoring_mode, "truncation": scoring.truncator.name, "tools": tools,
-            "budget_s": args.budget, "max_steps": args.max_steps, "concurrency": concurrency,
+            "budget_s": args.budget, "max_steps": args.max_steps, "concurrency": concurrency, "workers": args.workers,
             "config": config.model_dump(mode="json"), "config_fingerprint": agent.fingerprint,
             "run_fingerprint": fingerprint, "argv": sys.argv[1:] if argv is None else argv, "status": "running",
         }
@@ -511,10 +529,20 @@ def run_and_collect(args: argparse.Namespace, agent: Any, conversations: Any, st
 
         bar = tqdm(total=getattr(conversations, "rows", None), unit="conversation", file=sys.stderr)
     try:
-        stats = run_task(agent, conversations, args.task, store, scorer=scoring, concurrency=concurrency,
-                         progress=(lambda n: bar.update(1)) if bar else None, on_turn=keep_record,
-                         image_prep=args.image_prep, history_answer=scoring.truncator.truncate,
-                         fingerprint=None if args.resume_anyway else agent.fingerprint)
+        progress = (lambda n: bar.update(1)) if bar else None
+        fingerprint = None if args.resume_anyway else agent.fingerprint
+        if args.workers > 1:
+            from graph.workers import WorkerSpec, run_task_in_workers
+
+            spec = WorkerSpec(config=agent.config, task=args.task, out=store.dir.parent, run_id=agent.run_id,
+                              concurrency=concurrency, image_prep=args.image_prep, fingerprint=fingerprint,
+                              scoring=functools.partial(worker_scoring, {k: getattr(args, k) for k in SCORING_OPTIONS}),
+                              summarize=record_from_trace)
+            stats = run_task_in_workers(spec, conversations, args.workers, progress=progress, on_record=records.append)
+        else:
+            stats = run_task(agent, conversations, args.task, store, scorer=scoring, concurrency=concurrency,
+                             progress=progress, on_turn=keep_record, image_prep=args.image_prep,
+                             history_answer=scoring.truncator.truncate, fingerprint=fingerprint)
     finally:
         if bar:
             bar.close()

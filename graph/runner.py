@@ -11,7 +11,7 @@ import logging
 import queue
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from pydantic import BaseModel, Field
@@ -40,6 +40,24 @@ class RunStats(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     calls_without_usage: int = 0
+
+    @classmethod
+    def of_turn(cls, trace: TurnTrace, resumed: bool) -> RunStats:
+        """One finished turn's share of the statistics (what a worker process sends back with each turn)."""
+        stats = cls()
+        stats.add(trace)
+        stats.resumed_turns = int(resumed)
+        return stats
+
+    def merge(self, other: RunStats) -> None:
+        """Adds another part of the run (a turn, a worker's share) to this one."""
+        for name, value in other:
+            if isinstance(value, dict):
+                mine = getattr(self, name)
+                for k, n in value.items():
+                    mine[k] = mine.get(k, 0) + n
+            else:
+                setattr(self, name, getattr(self, name) + value)
 
     def add(self, trace: TurnTrace) -> None:
         self.turns += 1
@@ -97,6 +115,25 @@ def run_conversation(agent: Agent, conv: Conversation, task: int, store: TraceSt
         history.append(HistoryTurn(question=turn.query or "", answer=shown, entity=trace.entity))
 
 
+def in_flight_limit(concurrency: int) -> int:
+    """Conversations handed to `concurrency` threads at once: a few beyond them, so a freed thread finds the next
+    one waiting, and never the whole dataset decoded in memory."""
+    return max(1, concurrency) + max(1, concurrency // 8)
+
+
+def distinct_session_ids(conversations: Iterable[Conversation]) -> Iterator[Conversation]:
+    """The conversations, a repeated session id renamed `<id>~<n>` so both keep their own traces."""
+    seen: dict[str, int] = {}
+    for c in conversations:
+        if c.session_id in seen:
+            seen[c.session_id] += 1
+            new_id = f"{c.session_id}~{seen[c.session_id]}"
+            log.warning("session id %r repeats; running this conversation as %r", c.session_id, new_id)
+            c = c.model_copy(update={"session_id": new_id})
+        seen.setdefault(c.session_id, 1)
+        yield c
+
+
 def run_task(agent: Agent, conversations: Iterable[Conversation], task: int, store: TraceStore,
              scorer: Callable[[TurnTrace], TurnTrace] | None = None, concurrency: int = 1,
              progress: Callable[[int], None] | None = None, on_turn: Callable[[TurnTrace], None] | None = None,
@@ -113,8 +150,7 @@ def run_task(agent: Agent, conversations: Iterable[Conversation], task: int, sto
 
     def turn_done(trace: TurnTrace, resumed: bool) -> None:
         with lock:
-            stats.add(trace)
-            stats.resumed_turns += resumed
+            stats.merge(RunStats.of_turn(trace, resumed))
             if on_turn is not None:
                 on_turn(trace)
 
@@ -127,12 +163,11 @@ def run_task(agent: Agent, conversations: Iterable[Conversation], task: int, sto
         if progress:
             progress(len(c.turns))
 
-    seen: dict[str, int] = {}
     # finished conversations arrive on a queue (O(1) per completion, unlike wait() over every pending future);
     # a few are queued beyond the workers, so a freed worker finds the next one waiting instead of waiting for
     # this thread to submit it
     finished: queue.SimpleQueue[Future] = queue.SimpleQueue()
-    in_flight = workers + max(1, workers // 8)
+    in_flight = in_flight_limit(workers)
 
     def collect_next() -> None:
         fut = finished.get()
@@ -141,13 +176,7 @@ def run_task(agent: Agent, conversations: Iterable[Conversation], task: int, sto
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="conversation") as pool:
         pending: dict[Future, Conversation] = {}
         try:
-            for c in conversations:
-                if c.session_id in seen:  # a dataset with a repeated id: keep both conversations apart
-                    seen[c.session_id] += 1
-                    new_id = f"{c.session_id}~{seen[c.session_id]}"
-                    log.warning("session id %r repeats; running this conversation as %r", c.session_id, new_id)
-                    c = c.model_copy(update={"session_id": new_id})
-                seen.setdefault(c.session_id, 1)
+            for c in distinct_session_ids(conversations):
                 stats.conversations += 1
                 fut = pool.submit(run_conversation, agent, c, task, store, scorer, stop, image_prep, history_answer,
                                   turn_done, fingerprint)
