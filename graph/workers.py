@@ -3,7 +3,7 @@
 Each worker process builds its own agent from the picklable `AgentConfig` with `build_agent` (an in-process
 model is loaded once per worker) and runs the conversations it is handed on its own `concurrency` threads with
 `graph.runner.run_conversation`, writing traces into the same run folder. The parent, which holds the run
-folder's lock, streams conversations out (at most `in_flight_limit(concurrency)` per worker, so a dataset is
+folder's lock, streams conversations out (at most `concurrency` per worker, so a dataset is
 never decoded whole), gets back one compact record and one `RunStats` share per finished turn, and writes the
 report exactly as a one-process run of the same data would.
 
@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from crag.images import ImagePrep
 from crag.schema import Conversation
 from graph.config import AgentConfig
-from graph.runner import RunStats, distinct_session_ids, in_flight_limit, run_conversation
+from graph.runner import RunStats, distinct_session_ids, run_conversation
 from traces.schema import TurnTrace
 
 log = logging.getLogger(__name__)
@@ -189,6 +189,10 @@ class WorkerPool:
             raise
         return self
 
+    @property
+    def pids(self) -> list[int]:
+        return [w.process.pid for w in self.workers if w.process.pid is not None]
+
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         self.close(stop=exc_type is not None)
 
@@ -231,10 +235,11 @@ class WorkerPool:
         return self._stats
 
     def _dispatch(self, source: Iterator[Conversation]) -> bool:
-        """Hands out conversations, least busy live worker first, while one has room; False once none are left."""
-        limit = in_flight_limit(self.spec.concurrency)
+        """Hands out conversations to workers with a free thread, least busy first; False once none are left.
+        A worker gets no more than it can start at once: a conversation queued in one worker behind its running
+        ones could wait a whole turn while another worker has a thread free (the run's last wave)."""
         while True:
-            room = [w for w in self.workers if w.alive and len(w.in_flight) < limit]
+            room = [w for w in self.workers if w.alive and len(w.in_flight) < self.spec.concurrency]
             if not room:
                 return True
             conv = next(source, None)
