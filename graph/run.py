@@ -9,6 +9,7 @@ command-line options into an `AgentConfig` and a run; `graph.build.build_agent` 
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import sys
@@ -302,12 +303,24 @@ class Scoring:
         return trace
 
 
+SCORING_OPTIONS = ("benchmark", "scoring_mode", "judge", "judge_api_key_env", "tokenizer")
+
+
+def worker_scoring(options: dict[str, Any]) -> tuple[Scoring, Any]:
+    """Scoring as each worker process builds it (graph.workers.WorkerSpec.scoring): the scorer, and the
+    truncation later turns see of an answer."""
+    scoring = Scoring(argparse.Namespace(**options))
+    return scoring, scoring.truncator.truncate
+
+
 def effective_concurrency(args: argparse.Namespace, config: Any) -> tuple[int, str]:
     """--concurrency, capped at the core count for a CPU-bound policy (turns would lose their budget otherwise)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = max(1, cores // args.workers)  # each worker process runs --concurrency conversations
     if args.concurrency > cores and cpu_bound(config) and not args.oversubscribe:
-        return cores, (f" (capped from {args.concurrency}: the policy runs on this machine's {cores} CPU core(s); "
-                       "--oversubscribe to lift it)")
+        per = " per worker process" if args.workers > 1 else ""
+        return cores, (f" (capped from {args.concurrency}: the policy runs on this machine's {cores} CPU core(s)"
+                       f"{per}; --oversubscribe to lift it)")
     return args.concurrency, ""
 
 
@@ -326,7 +339,7 @@ def header_lines(args: argparse.Namespace, agent: Any, scoring: Scoring, source:
         f"judge:  {scoring.describe()}",
         *([f"web:    {open_web_line()}"] if sg else []),
         f"traces: {traces}",
-        f"concurrency: {concurrency}",
+        f"concurrency: {concurrency}" + (f" in each of {args.workers} worker processes" if args.workers > 1 else ""),
         f"warm-up: {warm_s:.1f}s (models loaded, indexes built)",
     ]
 
@@ -381,7 +394,7 @@ def _run_claimed(args: argparse.Namespace, argv: list[str] | None, config: Any, 
         "policy": agent.policy_name, "search": agent.search_name, "judge": scoring.judge_name,
         "scoring_mode": args.scoring_mode, "truncation": scoring.truncator.name, "tools": tools,
         "budget_s": config.budget.budget_s, "max_steps": config.budget.max_steps, "concurrency": concurrency,
-        "config": config.model_dump(mode="json"), "config_fingerprint": agent.fingerprint,
+        "workers": args.workers, "config": config.model_dump(mode="json"), "config_fingerprint": agent.fingerprint,
         "run_fingerprint": fingerprint, "argv": sys.argv[1:] if argv is None else argv, "status": "running",
     }
     write_json_atomic(store.dir / "run.json", manifest)  # written first: a resumed run checks it
@@ -423,14 +436,32 @@ def run_and_collect(args: argparse.Namespace, agent: Any, conversations: Any, st
 
         bar = tqdm(total=getattr(conversations, "rows", None), unit="conversation", file=sys.stderr)
     try:
-        stats = run_task(agent, conversations, args.task, store, scorer=scoring, concurrency=concurrency,
-                         progress=(lambda n: bar.update(1)) if bar else None, on_turn=keep_record,
-                         image_prep=args.image_prep, history_answer=scoring.truncator.truncate,
-                         fingerprint=None if args.resume_anyway else agent.fingerprint)
+        progress = (lambda n: bar.update(1)) if bar else None
+        fingerprint = None if args.resume_anyway else agent.fingerprint
+        if args.workers > 1:
+            stats = _run_in_workers(args, agent, conversations, store, concurrency, progress, fingerprint,
+                                    records.append)
+        else:
+            stats = run_task(agent, conversations, args.task, store, scorer=scoring, concurrency=concurrency,
+                             progress=progress, on_turn=keep_record, image_prep=args.image_prep,
+                             history_answer=scoring.truncator.truncate, fingerprint=fingerprint)
     finally:
         if bar:
             bar.close()
     return stats, records
+
+
+def _run_in_workers(args: argparse.Namespace, agent: Any, conversations: Any, store: Any, concurrency: int,
+                    progress: Any, fingerprint: str | None, on_record: Any) -> Any:
+    """The same run in `--workers` processes, each building its own agent and scoring from picklable options."""
+    from crag.evaluate import record_from_trace
+    from graph.workers import WorkerSpec, run_task_in_workers
+
+    spec = WorkerSpec(config=agent.config, task=args.task, out=store.dir.parent, run_id=agent.run_id,
+                      concurrency=concurrency, image_prep=args.image_prep, fingerprint=fingerprint,
+                      scoring=functools.partial(worker_scoring, {k: getattr(args, k) for k in SCORING_OPTIONS}),
+                      summarize=record_from_trace)
+    return run_task_in_workers(spec, conversations, args.workers, progress=progress, on_record=on_record)
 
 
 def write_reports(args: argparse.Namespace, scoring: Scoring, records: list[Any], store: Any

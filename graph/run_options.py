@@ -48,6 +48,10 @@ class RunOptions(BaseModel):
                                            "command-line model options override it).")
     concurrency: PositiveInt = Field(1, description="Conversations run at once (one turn per conversation at a "
                                      "time).")
+    workers: PositiveInt = Field(1, description="Worker processes, each running --concurrency conversations with "
+                                 "its own agent (an in-process model is loaded once per worker), all writing into "
+                                 "the one run folder (same resume and report); lets a CPU-bound policy (the rule "
+                                 "planner, an in-process model) use more than one core.")
     oversubscribe: bool = Field(False, description="Allow more conversations at once than CPU cores when the policy "
                                 "runs on this machine's CPU (by default concurrency is capped at the core count "
                                 "there: turns would lose their budget).")
@@ -78,7 +82,8 @@ _RUN = [
     Option("--out", "run.out", OUTPUT), Option("--run-id", "run.run_id", OUTPUT),
     Option("--resume-anyway", "run.resume_anyway", OUTPUT, "flag"),
     Option("--no-progress", "run.no_progress", OUTPUT, "flag"),
-    Option("--concurrency", "run.concurrency", BUDGET), Option("--oversubscribe", "run.oversubscribe", BUDGET, "flag"),
+    Option("--concurrency", "run.concurrency", BUDGET), Option("--workers", "run.workers", BUDGET),
+    Option("--oversubscribe", "run.oversubscribe", BUDGET, "flag"),
     Option("--judge", "run.judge", SCORING), Option("--judge-api-key-env", "run.judge_api_key_env", SCORING),
     Option("--scoring-mode", "run.scoring_mode", SCORING), Option("--tokenizer", "run.tokenizer", SCORING),
     Option("--no-plot", "run.no_plot", SCORING, "flag"),

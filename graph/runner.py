@@ -11,7 +11,7 @@ import logging
 import queue
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from pydantic import BaseModel, Field
@@ -46,6 +46,18 @@ class RunStats(BaseModel):
     replicas: dict[str, int] = Field(default_factory=dict, description="Model requests per server replica.")
     loop: LoopStats = Field(default_factory=LoopStats, description="A model policy's decisions and tool calls.")
 
+    @classmethod
+    def of_turn(cls, trace: TurnTrace, resumed: bool) -> RunStats:
+        """One finished turn's share of the statistics (what a worker process sends back with each turn)."""
+        stats = cls()
+        stats.add(trace)
+        stats.resumed_turns = int(resumed)
+        return stats
+
+    def merge(self, other: RunStats) -> None:
+        """Adds another part of the run (a turn, a worker's share) to this one."""
+        add_counts(self, other)
+
     def add(self, trace: TurnTrace) -> None:
         self.turns += 1
         self.loop.add(trace)
@@ -68,6 +80,19 @@ class RunStats(BaseModel):
                 replica = getattr(c, "replica", None)
                 if replica:
                     self.replicas[replica] = self.replicas.get(replica, 0) + 1
+
+
+def add_counts(target: BaseModel, other: BaseModel) -> None:
+    """Adds every count of `other` into `target`: numbers, per-key dicts of numbers, nested count models."""
+    for name, value in other:
+        mine = getattr(target, name)
+        if isinstance(value, BaseModel):
+            add_counts(mine, value)
+        elif isinstance(value, dict):
+            for k, n in value.items():
+                mine[k] = mine.get(k, 0) + n
+        else:
+            setattr(target, name, mine + value)
 
 
 def run_conversation(agent: Agent, conv: Conversation, task: int, store: TraceStore,
@@ -113,6 +138,25 @@ def run_conversation(agent: Agent, conv: Conversation, task: int, store: TraceSt
         history.append(HistoryTurn(question=turn.query or "", answer=shown, entity=trace.entity))
 
 
+def in_flight_limit(concurrency: int) -> int:
+    """Conversations handed to `concurrency` threads at once: a few beyond them, so a freed thread finds the next
+    one waiting, and never the whole dataset decoded in memory."""
+    return max(1, concurrency) + max(1, concurrency // 8)
+
+
+def distinct_session_ids(conversations: Iterable[Conversation]) -> Iterator[Conversation]:
+    """The conversations, a repeated session id renamed `<id>~<n>` so both keep their own traces."""
+    seen: dict[str, int] = {}
+    for c in conversations:
+        if c.session_id in seen:
+            seen[c.session_id] += 1
+            new_id = f"{c.session_id}~{seen[c.session_id]}"
+            log.warning("session id %r repeats; running this conversation as %r", c.session_id, new_id)
+            c = c.model_copy(update={"session_id": new_id})
+        seen.setdefault(c.session_id, 1)
+        yield c
+
+
 def run_task(agent: Agent, conversations: Iterable[Conversation], task: int, store: TraceStore,
              scorer: Callable[[TurnTrace], TurnTrace] | None = None, concurrency: int = 1,
              progress: Callable[[int], None] | None = None, on_turn: Callable[[TurnTrace], None] | None = None,
@@ -129,8 +173,7 @@ def run_task(agent: Agent, conversations: Iterable[Conversation], task: int, sto
 
     def turn_done(trace: TurnTrace, resumed: bool) -> None:
         with lock:
-            stats.add(trace)
-            stats.resumed_turns += resumed
+            stats.merge(RunStats.of_turn(trace, resumed))
             if on_turn is not None:
                 on_turn(trace)
 
@@ -143,12 +186,11 @@ def run_task(agent: Agent, conversations: Iterable[Conversation], task: int, sto
         if progress:
             progress(len(c.turns))
 
-    seen: dict[str, int] = {}
     # finished conversations arrive on a queue (O(1) per completion, unlike wait() over every pending future);
     # a few are queued beyond the workers, so a freed worker finds the next one waiting instead of waiting for
     # this thread to submit it
     finished: queue.SimpleQueue[Future] = queue.SimpleQueue()
-    in_flight = workers + max(1, workers // 8)
+    in_flight = in_flight_limit(workers)
 
     def collect_next() -> None:
         fut = finished.get()
@@ -157,13 +199,7 @@ def run_task(agent: Agent, conversations: Iterable[Conversation], task: int, sto
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="conversation") as pool:
         pending: dict[Future, Conversation] = {}
         try:
-            for c in conversations:
-                if c.session_id in seen:  # a dataset with a repeated id: keep both conversations apart
-                    seen[c.session_id] += 1
-                    new_id = f"{c.session_id}~{seen[c.session_id]}"
-                    log.warning("session id %r repeats; running this conversation as %r", c.session_id, new_id)
-                    c = c.model_copy(update={"session_id": new_id})
-                seen.setdefault(c.session_id, 1)
+            for c in distinct_session_ids(conversations):
                 stats.conversations += 1
                 fut = pool.submit(run_conversation, agent, c, task, store, scorer, stop, image_prep, history_answer,
                                   turn_done, fingerprint)

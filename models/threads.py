@@ -21,7 +21,8 @@ def limit_cpu_threads(n: int = 1) -> None:
     """Threads each local model call may use (BLAS in numpy, torch). One by default: concurrent turns then run side
     by side on the cores instead of each fanning out over all of them and thrashing (on a busy 2-core machine a
     MiniLM query took 131-732 ms with the default threads, 18-24 ms with one)."""
-    from threadpoolctl import threadpool_limits
+    import numpy  # noqa: F401 - threadpoolctl limits only loaded libraries: load numpy's BLAS first (a fresh
+    from threadpoolctl import threadpool_limits  # worker process builds its agent before anything imported numpy)
 
     _CPU_THREADS["n"] = n
     threadpool_limits(limits=n, user_api="blas")

@@ -230,11 +230,14 @@ class FakeOpenAIServer:
                     self.end_headers()
                 except (BrokenPipeError, ConnectionResetError):
                     return False
-                pause = seconds / max(1, len(chunks))
-                for c in chunks:
-                    if pause and not self._wait(pause):
+                # each chunk is due at a fixed time from the start, not after a pause from the previous one: late
+                # wake-ups on a busy machine must not stretch every reply past `seconds`
+                start, step = time.monotonic(), seconds / max(1, len(chunks))
+                for i, c in enumerate(chunks):
+                    left = start + (i + 1) * step - time.monotonic()
+                    if not (self._wait(left) if left > 0 else not self.client_gone()):
                         return False
-                    if not self._chunk(f"data: {json.dumps(c)}\n\n".encode()) or self.client_gone():
+                    if not self._chunk(f"data: {json.dumps(c)}\n\n".encode()):
                         return False
                 return self._chunk(b"data: [DONE]\n\n") and self._chunk(b"")
 
@@ -247,7 +250,7 @@ class FakeOpenAIServer:
 
     def _next(self, body: dict) -> Any:
         with self._lock:
-            raw = json.dumps(body)
+            raw = json.dumps(body) if self.routes else ""
             routed = next((i for i, (marker, _) in enumerate(self.routes) if marker in raw), None)
             if routed is not None:
                 return self.routes.pop(routed)[1]
