@@ -85,6 +85,7 @@ def test_relations_with_another_preposition_and_labels_read_in_the_photo():
     assert not relation_clash("fibre", "what is this jumper made of?")
     assert relation_clash("The drink is made in Kessington.", "what is it made from?")
     assert not relation_clash("It is made from oats, made in Kessington.", "what is it made from?")
+    assert not relation_clash("distance from earth", "what is the distance between this and earth?")  # not a verb
     assert label_like("ROUTE 42 HARBOR LINE") and label_like("Region-based segmentation")
     assert not label_like("ambiguously as either object or background. Here,")
 

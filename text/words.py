@@ -53,7 +53,8 @@ class SynonymGroups(BaseModel):
     groups: list[Annotated[list[Annotated[str, StringConstraints(pattern=r"^[a-z]+$")]], Field(min_length=2)]]
 
 
-def load_word_lists(path: Path = _HERE / "words.yaml") -> WordLists:
+def load_word_lists(path: Path | None = None) -> WordLists:
+    path = path or _HERE / "words.yaml"
     return WordLists.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
 
 
@@ -69,7 +70,7 @@ AUXILIARIES = _LISTS.auxiliaries
 COPULAS = _LISTS.copulas
 PHRASE_VERBS = _LISTS.phrase_verbs
 PHOTO_NOUNS = _LISTS.photo_nouns
-_IRREGULAR = _LISTS.irregular_past
+IRREGULAR_PAST = _IRREGULAR = _LISTS.irregular_past
 
 WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'’.-]*")
 _CONTRACTIONS = [(re.compile(p, re.I), r) for p, r in [

@@ -172,7 +172,8 @@ def _by_noun_class(q: str, noun: str | None) -> AnswerSpec | None:
 
 
 def _seller(q: str, noun: str | None) -> AnswerSpec | None:
-    if re.search(r"\bwhere (?:can|could|do|does|should|would|might) (?:i|we|you|one|people) (?:buy|get|purchase|order|"
+    if re.search(r"\bwhere(?: in [a-z]+(?: [a-z]+)?)? (?:can|could|do|does|should|would|might) (?:i|we|you|one|people) "
+                 r"(?:buy|get|purchase|order|"
                  r"rent|hire|eat|try)\b", q):
         return AnswerSpec(kind="name")  # "where can I buy one?": a seller's name, not a street
     return None

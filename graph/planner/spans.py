@@ -15,6 +15,7 @@ from text.words import content_words, normalize, stem, words
 # words before a name that say it is where something is ("in Bergen", "overlooks Kunming Lake", "native to Mexico")
 _LOCATIVE = frozenset("""in at from near on to into onto overlooks overlooking across of towards toward outside inside around
 throughout within via between beside along""".split())
+_ASKS_NAME = re.compile(r"\b(?:called|named)\s*\??$", re.I)
 _PLACE_NAME = re.compile(r"\b(?:City|Town|Village|County|State|Province|Island|Islands|Lake|River|Mountain|Mount|Bay|Park|Street|"
                          r"Road|Avenue|Square|Harbou?r|Port|Valley|Coast|Desert|Forest|Sea|Ocean|Point|Hill|Peninsula|Republic|"
                          r"Kingdom|Beach|Falls|Canyon|District|Airport|Station)\b")
@@ -197,11 +198,17 @@ def _name_span(c: _Context) -> str | None:
     return None
 
 
+def _called(c: _Context) -> str | None:
+    """"... is called X"."""
+    m = re.search(r"\b(?:is|are|was|were)\s+(?:called|known as|named|termed)\s+([^,;.]+)", c.sentence, re.I)
+    return m.group(1).strip() if m else None
+
+
 def _free_text_span(c: _Context) -> str | None:
     """"... is called X", else the clause that best overlaps the question."""
-    m = re.search(r"\b(?:is|are|was|were)\s+(?:called|known as|named|termed)\s+([^,;.]+)", c.sentence, re.I)
-    if m:
-        return m.group(1).strip()
+    called = _called(c)
+    if called:
+        return called
     best, best_score = None, -1.0
     for cl in clauses(c.sentence):
         score = len({stem(w) for w in content_words(cl)} & c.qwords) - 0.01 * len(cl.split())
@@ -230,4 +237,6 @@ def answer_span(sentence: str, spec: AnswerSpec, question: str = "", avoid: list
         named = _name_span(c)
         if named is not None:
             return named
+        if _ASKS_NAME.search(question):  # "what is the sequel called?": a name, not a clause
+            return _called(c)
     return _free_text_span(c)

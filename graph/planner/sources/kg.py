@@ -37,13 +37,14 @@ def _key_score(turn: Turn, spec: AnswerSpec, key: str, sim: float, asked: set[st
     if spec.kind == "place" and not (noun_ok or place_key):
         return None
     # a key that shares no word (or synonym) with what is asked needs a close match on its own
-    shared = bool(asked & kstems)  # a word (or synonym) of what is asked: "discovered" / "found at"
+    # every word of the name is asked (the head noun included: "name" for "what is its name?")
+    exact = bool(kstems) and kstems <= asked | {nlp.stem(spec.noun or "-")}
+    shared = bool(asked & kstems) or exact  # a word (or synonym) of what is asked: "discovered" / "found at"
     c = turn.c
     need = (c.min_attr_sim_shared if shared else c.min_attr_sim if noun_ok or place_key or typed_single
             else c.min_attr_sim_no_overlap)
     if sim < need:
         return None
-    exact = bool(kstems) and kstems <= asked | {nlp.stem(spec.noun or "-")}
     return sim + (0.2 if shared else 0.0) + (0.1 if noun_ok or place_key else 0.0) + (0.1 if exact else 0.0)
 
 
