@@ -31,39 +31,31 @@ SLOTS: dict[str, SlotFn] = {}
 QUERIES: dict[str, QueryFn] = {}
 
 
-def _register(table: dict[str, Any], kind: str, name: str, value: Any) -> None:
-    if name in table:
-        raise ValueError(f"two planner {kind}s are named {name!r}")
-    table[name] = value
+def _registrar(table: dict[str, Any], kind: str, name: str, entry: Callable[[Any], Any] = lambda fn: fn) -> Callable:
+    """A decorator that records `entry(fn)` under `name` (a name registered twice is an error) and returns fn."""
+    def wrap(fn: Any) -> Any:
+        if name in table:
+            raise ValueError(f"two planner {kind}s are named {name!r}")
+        table[name] = entry(fn)
+        return fn
+    return wrap
 
 
 def source(name: str, *, final: bool = True, checked: bool = True) -> Callable[[SourceFn], SourceFn]:
     """Register an answer source: fn(turn, part) -> Candidate | None."""
-    def wrap(fn: SourceFn) -> SourceFn:
-        _register(SOURCES, "answer source", name, Source(name, fn, final, checked))
-        return fn
-    return wrap
+    return _registrar(SOURCES, "answer source", name, lambda fn: Source(name, fn, final, checked))
 
 
 def condition(name: str) -> Callable[[ConditionFn], ConditionFn]:
     """Register a plan condition: fn(turn, part or None) -> bool."""
-    def wrap(fn: ConditionFn) -> ConditionFn:
-        _register(CONDITIONS, "condition", name, fn)
-        return fn
-    return wrap
+    return _registrar(CONDITIONS, "condition", name)
 
 
 def slot(name: str) -> Callable[[SlotFn], SlotFn]:
     """Register a slot provider: fn(turn, part or None, query kind) -> the values on offer for that slot."""
-    def wrap(fn: SlotFn) -> SlotFn:
-        _register(SLOTS, "slot", name, fn)
-        return fn
-    return wrap
+    return _registrar(SLOTS, "slot", name)
 
 
 def query(name: str) -> Callable[[QueryFn], QueryFn]:
     """Register a query kind (what the `query` slot holds for a plan step): fn(turn, part or None) -> queries."""
-    def wrap(fn: QueryFn) -> QueryFn:
-        _register(QUERIES, "query kind", name, fn)
-        return fn
-    return wrap
+    return _registrar(QUERIES, "query kind", name)
