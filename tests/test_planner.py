@@ -110,6 +110,25 @@ def test_a_bad_plan_table_is_a_clear_error(tmp_path):
         load_plan_table(tmp_path / "t.yaml")
 
 
+def test_plan_table_names_are_checked_against_the_planners_registries():
+    raw = load_plan_table().model_dump()
+    raw["types"]["attribute"]["answer"].append("crystal_ball")
+    with pytest.raises(ValueError, match="unknown answer source 'crystal_ball'"):
+        PlanTable.model_validate(raw)
+    raw = load_plan_table().model_dump()
+    raw["types"]["attribute"]["answer"] = ["bridge"]  # registered, but an intermediate result (hop 1), not an answer
+    with pytest.raises(ValueError, match="unknown answer source 'bridge'"):
+        PlanTable.model_validate(raw)
+    raw = load_plan_table().model_dump()
+    raw["types"]["attribute"]["steps"][0]["when"] = ["moon_is_full"]
+    with pytest.raises(ValueError, match="unknown plan condition 'moon_is_full'"):
+        PlanTable.model_validate(raw)
+    raw = load_plan_table().model_dump()
+    raw["types"]["attribute"]["steps"][-1]["query"] = "telepathy"
+    with pytest.raises(ValueError, match="unknown query kind 'telepathy'"):
+        PlanTable.model_validate(raw)
+
+
 def test_tools_are_chosen_by_capability_tag_not_by_name():
     spec = tool_spec(default_registry().get("image_search")).model_copy(update={"name": "my_own_finder"})
     view = PolicyView(task=2, question="which bird is this?", has_image=True, tools=[spec],

@@ -42,8 +42,9 @@ FORMAT = "superglasses-log/1"
 IMAGE, TEXT, NONE = "Image Search", "Text Search", "None"
 SEARCH_TOOLS = (IMAGE, TEXT)  # the SuperGlasses tool vocabulary
 
-# Our tool names -> SuperGlasses names. The two searches are SuperGlasses' tools; the others are recorded as
-# `other_tools` (SuperGlasses does not annotate them).
+# Our tool names -> SuperGlasses names, for traces written before calls recorded their hop kind (`search`, from the
+# tool's capabilities): a call's `search` decides first (see `hop_tool`). The two searches are SuperGlasses' tools;
+# the others are recorded as `other_tools` (SuperGlasses does not annotate them).
 TOOL_NAMES: dict[str, str] = {
     "image_search": IMAGE, "google_lens": IMAGE,
     "web_search": TEXT, "google_search": TEXT,
@@ -81,6 +82,16 @@ def sg_tool_name(tool: str) -> str:
     if squash(t) in {squash(x) for x in _NO_TOOL}:
         return NONE
     return _TOOL_ALIASES.get(squash(t), t)
+
+
+def hop_tool(step: ToolCallEvent) -> str:
+    """The SuperGlasses name of a call's tool: "Image Search" / "Text Search" from the hop kind its capabilities give
+    (`step.search`), so that a search tool added in one file is exported as one; else by name (older traces)."""
+    if step.search == "image":
+        return IMAGE
+    if step.search == "text":
+        return TEXT
+    return sg_tool_name(step.tool)
 
 
 class SGObject(BaseModel):
@@ -169,7 +180,7 @@ def trace_hops(trace: TurnTrace) -> list[SGHop]:
     for s in trace.tool_calls():
         if not _dispatched(s):
             continue
-        name = sg_tool_name(s.tool)
+        name = hop_tool(s)
         if name not in SEARCH_TOOLS:
             for q in s.sub_questions:  # a decoupler's sub-questions: hops without a tool until one is searched
                 if q.strip() and find(q, None) is None:
@@ -214,12 +225,12 @@ def to_superglasses(trace: TurnTrace) -> SGLog:
     hops = trace_hops(trace)
     decision: list[str] = []
     for s in used:
-        name = sg_tool_name(s.tool)
+        name = hop_tool(s)
         if name in SEARCH_TOOLS and name not in decision:
             decision.append(name)
     obj = None
     for s in used:
-        if s.detected_box is not None and sg_tool_name(s.tool) == "Object Detection":
+        if s.detected_box is not None and hop_tool(s) == "Object Detection":
             b = s.detected_box
             obj = SGObject(label=b.label, box=[b.x0, b.y0, b.x1, b.y1], score=b.score, method=b.method)
     # the runner also sets the CRAG-MM label names; for a SuperGlasses row `query_category` only repeats `category`
@@ -230,12 +241,12 @@ def to_superglasses(trace: TurnTrace) -> SGLog:
         id=str(trace.labels.get("sg_id") or trace.interaction_id), question=trace.question,
         ground_truth=trace.ground_truth, answer=trace.answer,
         accuracy=None if trace.score is None else trace.score == "correct", labels=labels,
-        need_retrieval=any(sg_tool_name(s.tool) in SEARCH_TOOLS for s in calls), tool_decision=decision,
+        need_retrieval=any(hop_tool(s) in SEARCH_TOOLS for s in calls), tool_decision=decision,
         detected_object=obj, hops=hops, source="export",
         extra={"run_id": trace.run_id, "session_id": trace.session_id, "interaction_id": trace.interaction_id,
                "turn_index": trace.turn_index, "task": trace.task, "policy": trace.policy, "score": trace.score,
                "judge": trace.judge, "abstained": trace.abstained,
-               "other_tools": [sg_tool_name(s.tool) for s in used if sg_tool_name(s.tool) not in SEARCH_TOOLS],
+               "other_tools": [hop_tool(s) for s in used if hop_tool(s) not in SEARCH_TOOLS],
                "tool_errors": [{"step_index": s.index, "tool": s.tool, "kind": s.error.kind} for s in calls if s.error]},
     )
 

@@ -1,8 +1,9 @@
 """The rule-based planner's plan table: question type -> ordered tool capabilities and answer sources.
 
-The table is data (graph/planner/planner_table.yaml), validated here: every step names a capability tag the planner
-understands (tools/capability.py:BUILTIN), every condition, query and answer source is one the planner
-implements, and every question type has a row. `load_plan_table()` reads the bundled table; a different file can
+The table is data (graph/planner/planner_table.yaml), validated here: every step names a capability the planner
+fills the inputs of (tools/capability.py:BUILTIN), every condition, query kind and answer source is one registered
+by name in the planner (graph/planner/registry.py: conditions.py, slots.py, sources/), and every question type has
+a row. `load_plan_table()` reads the bundled table; a different file can
 be passed (RulePlannerConfig.plan_table).
 """
 
@@ -10,33 +11,48 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from graph.planner import conditions, slots, sources  # noqa: F401 - importing them registers their names
 from graph.planner.questions import QUESTION_TYPES
+from graph.planner.registry import CONDITIONS, QUERIES, SOURCES
 from tools.capability import BUILTIN as CAPABILITIES
 
 DEFAULT_TABLE = Path(__file__).with_name("planner_table.yaml")
 
-Condition = Literal["has_image", "asks_text", "names_object", "several_parts", "entity_unsure", "entity_ambiguous",
-                    "entity_known",
-                    "kg_lacks_answer", "ocr_lacks_answer", "web_lacks_answer", "pages_unread", "many_web_hits",
-                    "no_image_evidence", "bridge_unknown", "bridge_known", "side_missing", "quantity_unknown",
-                    "quantity_known", "ocr_name_unchecked"]
-Query = Literal["part", "hop1", "hop2", "sides", "quantity", "ocr_name"]
-AnswerSource = Literal["entity_name", "class_attribute", "ocr_name", "ocr_text", "ocr_typed", "kg_attribute",
-                       "web_span", "facts", "compare", "bridge_hop", "count", "converted_fact"]
+
+
+def _registered(kind: str, table: dict, name: str, allowed: set[str] | None = None) -> str:
+    names = set(table) if allowed is None else allowed
+    if name not in names:
+        raise ValueError(f"unknown {kind} {name!r}; the planner has {', '.join(sorted(names))}")
+    return name
+
+
+def answer_sources() -> set[str]:
+    """The sources a plan row may answer from (registered as final)."""
+    return {n for n, s in SOURCES.items() if s.final}
 
 
 class PlanStep(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     uses: str = Field(description="A capability tag; every allowed tool with it is called.")
-    when: list[Condition] = Field(default_factory=list, description="All must hold for the step to be due.")
+    when: list[str] = Field(default_factory=list, description="All must hold for the step to be due.")
     with_previous: bool = Field(False, description="Runs in the same round as the step before it (independent calls).")
-    query: Query | None = Field(None, description="What the planner passes as `query` to the tool.")
+    query: str | None = Field(None, description="What the planner passes as `query` to the tool (a query kind).")
+
+    @field_validator("when")
+    @classmethod
+    def _known_conditions(cls, v: list[str]) -> list[str]:
+        return [_registered("plan condition", CONDITIONS, c) for c in v]
+
+    @field_validator("query")
+    @classmethod
+    def _known_query(cls, v: str | None) -> str | None:
+        return None if v is None else _registered("query kind", QUERIES, v)
 
     @field_validator("uses")
     @classmethod
@@ -51,7 +67,12 @@ class QuestionPlan(BaseModel):
 
     description: str
     steps: list[PlanStep]
-    answer: list[AnswerSource] = Field(min_length=1)
+    answer: list[str] = Field(min_length=1)
+
+    @field_validator("answer")
+    @classmethod
+    def _known_sources(cls, v: list[str]) -> list[str]:
+        return [_registered("answer source", SOURCES, a, answer_sources()) for a in v]
 
 
 class PlanTable(BaseModel):
