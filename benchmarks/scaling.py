@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -200,8 +201,8 @@ def measure_all(args: argparse.Namespace) -> list[dict]:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for c in args.concurrency:
-                runs = [lambda: run_one_process(url, c, args.rounds * c, Path(tmp), not args.no_stream),
-                        lambda: run_workers(url, c, args.workers, args.rounds * c, Path(tmp), not args.no_stream)]
+                runs = [partial(run_one_process, url, c, args.rounds * c, Path(tmp), not args.no_stream),
+                        partial(run_workers, url, c, args.workers, args.rounds * c, Path(tmp), not args.no_stream)]
                 for run in runs if args.workers > 1 else runs[:1]:
                     s0 = sum(server.cpu_times()[:2])
                     load = os.getloadavg()[0]

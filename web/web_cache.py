@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urldefrag
 
+from filelock import FileLock
 from pydantic import BaseModel, ValidationError
 
 from core.files import write_atomic
@@ -46,6 +47,7 @@ DB_NAME = "web-cache.sqlite"
 LEVELS = ("searches", "pages")
 DEFAULT_MAX_BYTES = 2**30
 DEFAULT_MAX_ENTRY_BYTES = 4 * 2**20
+OPEN_LOCK_TIMEOUT_S = 30.0
 CORRUPT_CODES = (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
 SCHEMA = """CREATE TABLE IF NOT EXISTS entries (level TEXT NOT NULL, id TEXT NOT NULL, header TEXT NOT NULL,
 value BLOB NOT NULL, size INTEGER NOT NULL, used REAL NOT NULL, PRIMARY KEY (level, id));
@@ -138,14 +140,17 @@ class WebCache:
             self._connect()
 
     def _connect(self) -> None:
-        db = sqlite3.connect(self.path, timeout=2.0, check_same_thread=False, isolation_level=None)
-        try:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.executescript(SCHEMA)
-        except BaseException:
-            db.close()
-            raise
-        self._db, self._inode = db, os.stat(self.path).st_ino
+        # Switching to WAL takes an exclusive lock that SQLite does not wait for (no busy handler): two processes
+        # opening one new file at once would see "database is locked", so openings take turns.
+        with FileLock(f"{self.path}.open.lock", timeout=OPEN_LOCK_TIMEOUT_S):
+            db = sqlite3.connect(self.path, timeout=2.0, check_same_thread=False, isolation_level=None)
+            try:
+                db.execute("PRAGMA journal_mode=WAL")
+                db.executescript(SCHEMA)
+            except BaseException:
+                db.close()
+                raise
+            self._db, self._inode = db, os.stat(self.path).st_ino
 
     def _quarantine(self, error: Exception) -> None:
         """Move a damaged database file aside (unless another process already did) and start a fresh one."""
