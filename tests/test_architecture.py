@@ -130,3 +130,32 @@ def test_no_import_cycle_between_packages():
 
 def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": frozenset({"b"}), "b": frozenset({"a"}), "c": frozenset()}) == [["a", "b"]]
+
+
+LIBRARY = ("core", "text", "web", "models", "tools", "crag", "traces", "graph")
+MAX_FUNCTION_LINES, MAX_CLASS_LINES = 60, 300
+
+
+def oversized(source: str, where: str) -> list[str]:
+    """Functions over MAX_FUNCTION_LINES and classes over MAX_CLASS_LINES lines (decorators and docstrings count)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        limit = (MAX_FUNCTION_LINES if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 else MAX_CLASS_LINES if isinstance(node, ast.ClassDef) else None)
+        if limit is not None and (n := node.end_lineno - node.lineno + 1) > limit:  # type: ignore[operator]
+            found.append(f"{where}:{node.lineno} {node.name} ({n} lines)")  # type: ignore[attr-defined]
+    return found
+
+
+def test_no_library_function_over_60_lines_nor_class_over_300():
+    found = [hit for pkg in LIBRARY for f in sorted((ROOT / pkg).rglob("*.py"))
+             for hit in oversized(f.read_text(encoding="utf-8"), str(f.relative_to(ROOT)))]
+    assert not found, found
+
+
+def test_the_size_check_finds_a_long_function_and_a_long_class():
+    long_function = "def f():\n" + "    x = 1\n" * MAX_FUNCTION_LINES
+    long_class = "class C:\n" + "    x = 1\n" * MAX_CLASS_LINES
+    assert oversized(long_function, "a.py") == ["a.py:1 f (61 lines)"]
+    assert oversized(long_class, "b.py") == ["b.py:1 C (301 lines)"]
+    assert oversized("def g():\n" + "    x = 1\n" * (MAX_FUNCTION_LINES - 1), "c.py") == []
