@@ -44,9 +44,13 @@ def turn_prefix_shares(trace: TurnTrace) -> list[PrefixShare]:
     previous call's prompt covers, and how much of the previous prompt was kept as its prefix."""
     calls = sorted((c for c in trace.model_calls() if c.started_at is not None and c.prompt_blocks),
                    key=lambda c: c.started_at or 0.0)
-    return [PrefixShare(purpose=b.purpose, share=shared_prefix(a.prompt_blocks, b.prompt_blocks),
-                        kept=shared_blocks(a.prompt_blocks, b.prompt_blocks) / len(a.prompt_blocks))
-            for a, b in zip(calls, calls[1:])]
+    out = []
+    for a, b in zip(calls, calls[1:]):
+        if a.block_unit != b.block_unit:  # token blocks and character blocks cannot be compared
+            continue
+        out.append(PrefixShare(purpose=b.purpose, share=shared_prefix(a.prompt_blocks, b.prompt_blocks),
+                               kept=shared_blocks(a.prompt_blocks, b.prompt_blocks) / len(a.prompt_blocks)))
+    return out
 
 
 class PrefixReuse(BaseModel):
