@@ -155,6 +155,7 @@ def token_figures(turns: list) -> dict[str, Any] | None:
 def loop_figures(turns: list) -> dict[str, Any] | None:
     """Whether the model drove the loop (traces/model_loop.py), and what its decisions cost: seconds per finished
     decision, tokens per finished call, model calls per turn on the critical path, finish reasons."""
+    from traces.model_calls import critical_path_by_tools, prefix_reuse
     from traces.model_loop import LoopStats
 
     loop = LoopStats()
@@ -170,6 +171,8 @@ def loop_figures(turns: list) -> dict[str, Any] | None:
             "prompt_tokens_per_call": _stats([float(c.prompt_tokens or 0) for c in done]) if done else None,
             "completion_tokens_per_call": _stats([float(c.completion_tokens or 0) for c in done]) if done else None,
             "critical_path_calls_per_turn": _stats([float(t.tokens.sequential_calls) for t in turns]),
+            "critical_path_by_tool_calls": critical_path_by_tools(turns),
+            "prefix_reuse": prefix_reuse(turns).model_dump(),
             "finish_reasons": dict(Counter(str(c.finish_reason) for t in turns for c in t.model_calls()))}
 
 
@@ -260,6 +263,8 @@ def _model_lines(t: dict[str, Any] | None) -> list[str]:
 
 
 def _loop_lines(m: dict[str, Any] | None) -> list[str]:
+    from traces.model_calls import PrefixReuse, format_prefix_reuse
+
     if m is None:
         return []
     rate = "n/a" if m["parse_rate"] is None else f"{100 * m['parse_rate']:.1f}%"
@@ -269,9 +274,12 @@ def _loop_lines(m: dict[str, Any] | None) -> list[str]:
         return "n/a" if s is None else (f"mean {s['mean']:{fmt}}{unit}, p50 {s['p50']:{fmt}}{unit}, "
                                         f"p95 {s['p95']:{fmt}}{unit} (n={s['n']})")
 
+    by_tools = ", ".join(f"{n} tool call(s): {v:.1f}" for n, v in m["critical_path_by_tool_calls"].items())
     return [f"   model loop: {m['summary']}",
-            f"   decision parse rate {rate}; tool calls run per turn {m['tool_calls_ok_per_turn']:.2f}; "
-            f"model calls per turn on the critical path: mean {m['critical_path_calls_per_turn']['mean']:.1f}",
+            f"   decision parse rate {rate}; tool calls run per turn {m['tool_calls_ok_per_turn']:.2f}",
+            f"   model calls per turn on the critical path: mean {m['critical_path_calls_per_turn']['mean']:.1f}; "
+            f"by tools used: {by_tools} (target: <= 3 with one tool, <= 4 with two)",
+            f"   {format_prefix_reuse(PrefixReuse.model_validate(m['prefix_reuse']))}",
             f"   seconds per decision: {stat('s_per_decision', ' s', '.1f')}",
             f"   tokens per call: prompt {stat('prompt_tokens_per_call', '')}; completion "
             f"{stat('completion_tokens_per_call', '')}; finish reasons {m['finish_reasons']}"]

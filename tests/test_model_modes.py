@@ -390,5 +390,7 @@ def test_prompts_within_a_turn_share_their_prefix():
     assert tr.tokens.sequential_calls == 4  # two tools: decide, decide, decide+answer, self-check
     for before, after in zip(bodies, bodies[1:]):
         assert after[: len(before) - 1] == before[:-1]  # every message but the last instruction is kept as it was
-    shares = turn_prefix_shares(tr)
+    reuse = turn_prefix_shares(tr)
+    shares = [s.share for s in reuse]
     assert len(shares) == 3 and min(shares) >= 0.6 and sum(shares) / len(shares) >= 0.8
+    assert min(s.kept for s in reuse) >= 0.9  # only the previous call's final instruction is not kept
