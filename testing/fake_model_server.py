@@ -233,11 +233,12 @@ class FakeOpenAIServer:
                 # each chunk is due at a fixed time from the start, not after a pause from the previous one: late
                 # wake-ups on a busy machine must not stretch every reply past `seconds`
                 start, step = time.monotonic(), seconds / max(1, len(chunks))
-                for i, c in enumerate(chunks):
+                events = [f"data: {json.dumps(c)}\n\n".encode() for c in chunks]  # encoded before the clock runs
+                for i, event in enumerate(events):
                     left = start + (i + 1) * step - time.monotonic()
                     if not (self._wait(left) if left > 0 else not self.client_gone()):
                         return False
-                    if not self._chunk(f"data: {json.dumps(c)}\n\n".encode()):
+                    if not self._chunk(event):
                         return False
                 return self._chunk(b"data: [DONE]\n\n") and self._chunk(b"")
 
