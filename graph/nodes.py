@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 from langgraph.runtime import Runtime
@@ -18,7 +19,7 @@ from core.calls import CallTimeout, collect_model_calls, run_many, run_with_dead
 from graph.policy import IDK, AnswerDraft, Decision, StepSummary, is_abstention
 from graph.state import ActResult, AgentState, PendingCall, TurnContext
 from tools.base import ToolOutput, field_adapter
-from tools.registry import ToolCall, ToolCallError, ToolUpdateError
+from tools.registry import Tool, ToolCall, ToolCallError, ToolUpdateError
 from traces.schema import (
     AnswerEvent,
     FinalEvent,
@@ -89,7 +90,7 @@ def plan(state: AgentState, runtime: Runtime[TurnContext]) -> Command:
     extra = [PendingCall(call=ToolCall(tool=p.tool, arguments=p.arguments or {}), sub_question=p.sub_question,
                          needs_retrieval=decision.needs_retrieval, rationale=f"in parallel with {decision.tool}",
                          parallel_with=decision.tool)
-             for p in decision.parallel[: max(0, room)]]
+             for p in decision.parallel[: max(0, room)]] if decision.parallel else []
     pending = PendingCall(call=ToolCall(tool=decision.tool, arguments=decision.arguments or {}), parallel=extra,
                           sub_question=decision.sub_question, needs_retrieval=decision.needs_retrieval,
                           rationale=decision.rationale, policy_ms=_ms(t0), model_calls=calls)
@@ -144,8 +145,16 @@ def _run_calls(ctx: TurnContext, state: AgentState, calls: list[PendingCall]) ->
     return results
 
 
+@cache
+def _tool_labels(tool: Tool) -> tuple[tuple[str, ...], str | None]:
+    """A tool's capability names and SuperGlasses hop kind, as its trace events carry them (once per tool)."""
+    return tuple(c.name for c in tool.capabilities), tool.search
+
+
 def _update_in_trace_form(update: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """A checked tool update as the trace keeps it (JSON, texts clipped), and the fields it overwrote."""
+    if not update:
+        return {}, []
     form: dict[str, Any] = {}
     for name, value in update.items():
         raw = value.value if isinstance(value, Overwrite) else value
@@ -162,7 +171,7 @@ def _tool_event(ctx: TurnContext, index: int, res: ActResult) -> ToolCallEvent:
         model_calls=[*p.model_calls, *res.model_calls])
     tool = ctx.registry.get(p.call.tool)
     if tool is not None:
-        fields.update(capabilities=[c.name for c in tool.capabilities], search=tool.search)
+        fields["capabilities"], fields["search"] = _tool_labels(tool)
     if out is not None:
         update, replaced = _update_in_trace_form(out.update)
         fields.update(method=out.method or None, summary=out.summary[:2000], search_keywords=out.keywords,
@@ -173,6 +182,8 @@ def _tool_event(ctx: TurnContext, index: int, res: ActResult) -> ToolCallEvent:
 def _one_overwrite_per_field(results: list[ActResult]) -> None:
     """LangGraph takes one Overwrite of a field per step: a second call replacing the same field in the same round
     keeps its event but not its update (a `bad_update` error says so)."""
+    if len(results) < 2:
+        return
     seen: set[str] = set()
     for res in results:
         out = res.output
@@ -186,7 +197,7 @@ def _one_overwrite_per_field(results: list[ActResult]) -> None:
             res.output = out.model_copy(update={"update": {}})
 
 
-def tools(state: AgentState, runtime: Runtime[TurnContext]) -> list[Command]:
+def tools(state: AgentState, runtime: Runtime[TurnContext]) -> Command | list[Command]:
     """Run the chosen call and those chosen with it, concurrently, under the turn's deadline. Each call's update
     goes back to LangGraph as its own Command, in call order, with its trace event: LangGraph's reducers fold them
     into the state."""
@@ -206,7 +217,7 @@ def tools(state: AgentState, runtime: Runtime[TurnContext]) -> list[Command]:
         out.append(Command(update=update))
     if any(r.error is not None and r.error.kind == "timeout" for r in results):
         out.append(Command(update={"ended_by": "time_budget"}))
-    return out
+    return out[0] if len(out) == 1 else out  # (one Command is the same write, and LangGraph reads it sooner)
 
 
 def answer(state: AgentState, runtime: Runtime[TurnContext]) -> dict:
