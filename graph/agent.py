@@ -21,7 +21,9 @@ from tools.base import HistoryTurn
 from tools.registry import ToolRegistry
 from traces.schema import FinalEvent, ImageInfo, StepError, TokenTotals, TurnTrace, sequential_rounds
 
-# The state fields the trace is built from: the graph streams only these out after each step, not the whole state.
+# The state fields the trace is built from: the graph streams only these out after each step, not the whole state,
+# and (invoke's version="v2") only the values, not also each step's updates, which version 1 maps to look for
+# interrupts (this graph raises none).
 TURN_OUTCOME = ["steps", "draft", "verdict", "final_answer", "ended_by"]
 
 
@@ -83,8 +85,8 @@ class Agent:
         t0 = time.perf_counter()
         try:
             with scope(ctx.scope), affinity(inp.session_id):  # one conversation stays on one model replica
-                out = self.graph.invoke(AgentState(), context=ctx, output_keys=TURN_OUTCOME,
-                                        config={"recursion_limit": b.graph_recursion_limit})
+                out = self.graph.invoke(AgentState(), context=ctx, output_keys=TURN_OUTCOME, version="v2",
+                                        config={"recursion_limit": b.graph_recursion_limit}).value
             final = out if isinstance(out, AgentState) else AgentState.model_validate(out)
         except (Exception, SystemExit) as e:  # noqa: BLE001 - a turn never crashes the run (sys.exit in a tool included)
             msg = f"{type(e).__name__}: {e}"[:2000]
