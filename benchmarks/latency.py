@@ -138,6 +138,8 @@ def run_turns(agent, conversations, task: int | None = None) -> list:
 
 def token_figures(turns: list) -> dict[str, Any] | None:
     """Model calls and tokens per turn, from the traces; None when no model was called."""
+    from traces.model_calls import critical_path_by_tools, prefix_reuse
+
     calls = [t.tokens.calls for t in turns]
     if not any(calls):
         return None
@@ -149,7 +151,10 @@ def token_figures(turns: list) -> dict[str, Any] | None:
             "prompt_total": sum(t.tokens.prompt_tokens for t in turns),
             "completion_total": sum(t.tokens.completion_tokens for t in turns),
             "calls_by_purpose": dict(by_purpose), "modes": {str(k): v for k, v in modes.items()},
-            "cancelled": sum(c.cancelled for t in turns for c in t.model_calls())}
+            "cancelled": sum(c.cancelled for t in turns for c in t.model_calls()),
+            "critical_path_calls_per_turn": _stats([float(t.tokens.sequential_calls) for t in turns]),
+            "critical_path_by_tool_calls": critical_path_by_tools(turns),
+            "prefix_reuse": prefix_reuse(turns).model_dump()}
 
 
 def loop_figures(turns: list) -> dict[str, Any] | None:
@@ -169,7 +174,6 @@ def loop_figures(turns: list) -> dict[str, Any] | None:
             "s_per_decision": _stats([c.latency_ms / 1000 for c in decide]) if decide else None,
             "prompt_tokens_per_call": _stats([float(c.prompt_tokens or 0) for c in done]) if done else None,
             "completion_tokens_per_call": _stats([float(c.completion_tokens or 0) for c in done]) if done else None,
-            "critical_path_calls_per_turn": _stats([float(t.tokens.sequential_calls) for t in turns]),
             "finish_reasons": dict(Counter(str(c.finish_reason) for t in turns for c in t.model_calls()))}
 
 
@@ -182,14 +186,14 @@ def _memory_pass(agent, conversations) -> float:
     return round(peak / 2**20, 2)
 
 
-def measure(label: str, note: str, policy: Any, args, conversations, search) -> dict[str, Any]:
+def measure(label: str, note: str, policy: Any, args, conversations, search, preset: str | None = None) -> dict[str, Any]:
     """One setup over `conversations` ((task, conversation) pairs)."""
     from graph.build import build_agent
     from graph.config import AgentConfig, BudgetConfig
     from models.resources import ModelPaths
 
     t0 = time.perf_counter()
-    cfg = AgentConfig(policy=policy, self_check=args.self_check,
+    cfg = AgentConfig(policy=policy, preset=preset, self_check=args.self_check,
                       budget=BudgetConfig(budget_s=args.budget, answer_reserve_s=args.answer_reserve,
                                           **({"max_steps": args.max_steps} if args.max_steps is not None else {})),
                       models=ModelPaths(detector=args.detector, clip=args.clip, reranker=args.reranker))
@@ -208,6 +212,7 @@ def measure(label: str, note: str, policy: Any, args, conversations, search) -> 
         "setup": label, "note": note, "policy": agent.policy_name, "search": agent.search_name, "task": tasks,
         "turns": len(turns), "build_s": round(load_s, 3), "cold_turn_ms": cold.latency_ms if cold else None,
         "ms": {k: _stats(v) for k, v in comps.items()},
+        "turns_per_s": round(1000 * len(turns) / max(1e-9, sum(t.latency_ms for t in turns)), 2),
         "tool_calls_per_turn": _stats([float(len(t.tool_calls())) for t in turns]),
         "abstained": sum(1 for t in turns if t.abstained), "ended_by": dict(Counter(t.ended_by for t in turns)),
         "errors": dict(Counter(k for t in turns for k in t.error_kinds())),
@@ -240,6 +245,7 @@ def format_result(r: dict[str, Any]) -> str:
         lines.append(f"   {k:<28}{s['n']:>6}{s['mean']:>10.1f}{s['p50']:>10.1f}{s['p95']:>10.1f}{s['max']:>10.1f}")
     lines.append("   * a row's statistics are over the turns in which that component ran (the 'turns' column)")
     tc = r["tool_calls_per_turn"]
+    lines.append(f"   turns/s: {r['turns_per_s']:.2f} (one conversation at a time)")
     lines.append(f"   tool calls per turn: mean {tc['mean']:.1f}, max {tc['max']:.0f}; abstained {r['abstained']}/{r['turns']}; "
                  f"ended_by {r['ended_by']}; errors {r['errors'] or 'none'}")
     lines += _model_lines(r["tokens"]) + _loop_lines(r.get("model_loop"))
@@ -250,13 +256,19 @@ def format_result(r: dict[str, Any]) -> str:
 
 
 def _model_lines(t: dict[str, Any] | None) -> list[str]:
+    from traces.model_calls import PrefixReuse, format_prefix_reuse
+
     if t is None:
         return ["   model: no language model in this setup"]
+    by_tools = ", ".join(f"{n} tool call(s): {v:.1f}" for n, v in t["critical_path_by_tool_calls"].items())
     return [f"   model calls per turn: mean {t['calls_per_turn']['mean']:.1f} (max {t['calls_per_turn']['max']:.0f}) "
             f"by purpose {t['calls_by_purpose']}, modes {t['modes']}, cancelled {t['cancelled']}",
             f"   tokens per turn (from the traces): prompt mean {t['prompt_per_turn']['mean']:.0f} "
             f"(max {t['prompt_per_turn']['max']:.0f}), completion mean {t['completion_per_turn']['mean']:.0f}; "
-            f"total {t['prompt_total']} prompt / {t['completion_total']} completion"]
+            f"total {t['prompt_total']} prompt / {t['completion_total']} completion",
+            f"   model calls per turn on the critical path: mean {t['critical_path_calls_per_turn']['mean']:.1f}; "
+            f"by tools used: {by_tools} (target for the model loop: <= 3 with one tool, <= 4 with two)",
+            f"   {format_prefix_reuse(PrefixReuse.model_validate(t['prefix_reuse']))}"]
 
 
 def _loop_lines(m: dict[str, Any] | None) -> list[str]:
@@ -270,8 +282,7 @@ def _loop_lines(m: dict[str, Any] | None) -> list[str]:
                                         f"p95 {s['p95']:{fmt}}{unit} (n={s['n']})")
 
     return [f"   model loop: {m['summary']}",
-            f"   decision parse rate {rate}; tool calls run per turn {m['tool_calls_ok_per_turn']:.2f}; "
-            f"model calls per turn on the critical path: mean {m['critical_path_calls_per_turn']['mean']:.1f}",
+            f"   decision parse rate {rate}; tool calls run per turn {m['tool_calls_ok_per_turn']:.2f}",
             f"   seconds per decision: {stat('s_per_decision', ' s', '.1f')}",
             f"   tokens per call: prompt {stat('prompt_tokens_per_call', '')}; completion "
             f"{stat('completion_tokens_per_call', '')}; finish reasons {m['finish_reasons']}"]
@@ -292,6 +303,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-rule", action="store_true", help="skip the rule-based planner setup")
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     p.add_argument("--no-fake", action="store_true", help="skip the fake-server model setup")
+    p.add_argument("--presets", default=None, help="also run these presets (comma-separated; 'all' for every one) "
+                   "with the scripted fake model (testing/scripted_model.py)")
+    p.add_argument("--fake-delay", type=float, default=0.0, help="seconds the fake model server takes per request "
+                   "(e.g. 0.3 for a figure of turns/s against a model's round trip)")
     p.add_argument("--transformers", type=Path, default=None, help="local transformers folder or .gguf file")
     p.add_argument("--chat-template", default=None, help="for --transformers: gemma, chatml, llama3 or a .jinja file")
     p.add_argument("--text-only", action="store_true", help="for --transformers / --openai: never send the image")
@@ -303,6 +318,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reranker", type=Path, default=None, help="local cross-encoder folder")
     p.add_argument("--demo-dir", type=Path, default=None, help="demo benchmark folder (default data/demo)")
     return p
+
+
+def preset_setups(args) -> tuple[Any, list[tuple[str, str, Any, str]]]:
+    """The presets asked for, each against one fake server that answers as testing/scripted_model.py scripts it."""
+    if not args.presets:
+        return None, []
+    from graph.presets import preset_names
+    from models.vlm import ModelConfig
+    from testing.fake_model_server import FakeOpenAIServer
+    from testing.scripted_model import ScriptedModel
+
+    names = preset_names() if args.presets == "all" else [n.strip() for n in args.presets.split(",") if n.strip()]
+    server = FakeOpenAIServer(responder=ScriptedModel(), delay_s=args.fake_delay).start()
+    model = ModelConfig(backend="openai", base_url=server.base_url, model="fake-vlm", max_retries=0)
+    delay = f"{args.fake_delay * 1000:.0f} ms per request" if args.fake_delay else "instant"
+    return server, [(f"preset:{n}", f"preset {n} -> FAKE model server ({delay}, scripted replies)", model, n)
+                    for n in names]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -318,16 +350,17 @@ def main(argv: list[str] | None = None) -> int:
                      for conv in load_all(getattr(demo, TASK_DATA[task]), limit=args.limit)[0]]
     index = LocalSearchIndex(demo.root, image_embedder=make_image_embedder(args.clip))  # one index for every setup
     options = {"text_only": args.text_only or None, "max_tokens": args.max_tokens}
-    setups: list[tuple[str, str, Any]] = []
+    setups: list[tuple] = []
     if not args.no_rule:
         setups.append(("rule", "default: rule-based planner (heuristic), embedded local demo index", "rule"))
     server = None
     if not args.no_fake:
         from testing.fake_model_server import FakeOpenAIServer
 
-        server = FakeOpenAIServer(responder=scripted_reply).start()
-        setups.append(("vlm-fake", "model policy -> FAKE local OpenAI-compatible server (instant scripted replies): "
-                                   "framework overhead only, NOT model speed; tokens estimated as chars/4",
+        server = FakeOpenAIServer(responder=scripted_reply, delay_s=args.fake_delay).start()
+        delay = f"{args.fake_delay * 1000:.0f} ms per request" if args.fake_delay else "instant"
+        setups.append(("vlm-fake", f"model policy -> FAKE local OpenAI-compatible server ({delay}, scripted "
+                                   "replies): framework overhead only, NOT model speed; tokens estimated as chars/4",
                        ModelConfig(backend="openai", base_url=server.base_url, model="fake-vlm", max_retries=0)))
     if args.transformers is not None:
         cfg = model_config_from_options(f"transformers:{args.transformers}", device=args.device,
@@ -336,15 +369,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.openai:
         setups.append(("openai", f"OpenAI-compatible server {args.openai}",
                        model_config_from_options(f"openai:{args.openai}", **options)))
+    preset_server, preset_rows = preset_setups(args)
+    setups += preset_rows
     extras = [f"{n}={getattr(args, n)}" for n in ("detector", "clip", "reranker") if getattr(args, n)]
     print(f"latency benchmark: task {args.task}, {len(conversations)} demo conversation(s), budget {args.budget}s; "
           f"local models: {', '.join(extras) or 'none (heuristic detector/CLIP/reranker)'}; "
           f"python {sys.version.split()[0]}, {os.cpu_count()} CPU(s)\n", flush=True)
     results = []
     try:
-        for label, note, policy in setups:
+        for label, note, policy, *preset in setups:
             try:
-                r = measure(label, note, policy, args, conversations, index)
+                r = measure(label, note, policy, args, conversations, index, *preset)
             except Exception as e:  # noqa: BLE001 - one broken backend does not hide the others
                 print(f"== {label}: FAILED: {type(e).__name__}: {e}\n", flush=True)
                 results.append({"setup": label, "note": note, "error": f"{type(e).__name__}: {e}"})
@@ -352,8 +387,9 @@ def main(argv: list[str] | None = None) -> int:
             results.append(r)
             print(format_result(r) + "\n", flush=True)
     finally:
-        if server is not None:
-            server.stop()
+        for srv in (server, preset_server):
+            if srv is not None:
+                srv.stop()
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"task": args.task, "limit": args.limit, "budget_s": args.budget,

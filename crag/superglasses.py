@@ -18,7 +18,7 @@ ground truth, and every other column kept as the turn's labels (carried into the
 are handled, and why:
 - `use_image` "No" (the annotators say the question can be answered without the picture): run like every other
   row, with its image. The abstract counts all 2,422 image-question pairs, so no row is left out; the label is
-  kept, so accuracy can be sliced by it. (The paper's exact treatment could not be read offline; see the README.)
+  kept, so accuracy can be sliced by it. (The paper's exact treatment could not be read offline; see docs/superglasses.md.)
   `use_image_no="no-image"` runs such rows without the image, `"skip"` leaves them out (each one reported).
 - a row whose `image_id` is in no images file and whose own `image` cell holds no picture: run without an
   image (the trace notes why); counted in `image_errors`.

@@ -27,7 +27,7 @@ class Option:
     group: str
     kind: Kind = "value"  # flag: --x sets True; negate: --no-x sets False; list: comma-separated; append: repeatable
     dest: str | None = None  # the argparse attribute (default: the flag's name)
-    help: str | None = None  # only where the field has no description
+    help: str | None = None  # the command line's wording where the field's description does not fit a flag
     metavar: str | None = None
     aliases: tuple[str, ...] = ()
 
@@ -78,7 +78,7 @@ def _default_text(info: FieldInfo) -> str:
 
 
 def _help(opt: Option, info: FieldInfo) -> str:
-    text = (info.description or opt.help or "").strip()
+    text = (opt.help or info.description or "").strip()  # a --no-x flag does the opposite of the field's text
     if opt.kind in ("value", "list", "append"):
         text += _default_text(info)
     return text.replace("%", "%%")

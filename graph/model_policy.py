@@ -25,7 +25,7 @@ from graph.model_replies import (  # noqa: F401 - re-exported for callers and te
     decision_schema,
 )
 from graph.model_verify import ModelVerifier, combine_verdict  # noqa: F401 - re-exported
-from graph.policy import IDK, AnswerDraft, Decision, PolicyReplyError, PolicyView
+from graph.policy import IDK, AnswerDraft, Decision, PolicyReplyError, PolicyView, ToolSpec
 from models.vlm import ModelConfig, make_backend, parse_spec
 from models.vlm.base import ChatBackend, ChatReply, complete_and_report
 
@@ -102,19 +102,19 @@ class ModelPolicy:
         fmt = self.format()
         reply = self._decide(view, image, fmt)
         try:
-            return decision_from_reply(reply)
+            return answer_instead_of_a_repeat(decision_from_reply(reply), view)
         except PolicyReplyError:
             if fmt == self.format():
                 raise
         # the server refused the tools just now, and its fallback reply to a prompt written for native calls
         # could not be read: ask once more, in the shape it takes
-        return decision_from_reply(self._decide(view, image, self.format()))
+        return answer_instead_of_a_repeat(decision_from_reply(self._decide(view, image, self.format())), view)
 
     def _decide(self, view: PolicyView, image: Any, fmt: Format) -> ChatReply:
         messages = self.prompts.ask(self.prompts.transcript(view, image, fmt), self.prompts.decide_text(view))
         if fmt == "native":
             return self.request("decide", messages, tools=[*(t.json_schema for t in view.tools), FINAL_ANSWER_TOOL])
-        schema = decision_schema(view.tools) if self.mode() == "structured" else None
+        schema = decision_schema(callable_again(view)) if self.mode() == "structured" else None
         return self.request("decide", messages, schema=schema)
 
     def answer(self, view: PolicyView, image: Any = None) -> AnswerDraft:
@@ -124,6 +124,28 @@ class ModelPolicy:
 
     def verifier(self, mode: str = "single") -> ModelVerifier:
         return ModelVerifier(self, mode)
+
+
+def callable_again(view: PolicyView) -> list[ToolSpec]:
+    """The tools a decision schema offers: a tool without arguments that already ran could only repeat that call
+    (the system text still lists every tool, so the prompt's prefix does not change)."""
+    ran = {s.tool for s in view.done if not s.arguments}
+    return [t for t in view.tools if t.name not in ran or _takes_arguments(t)]
+
+
+def _takes_arguments(tool: ToolSpec) -> bool:
+    return bool(tool.json_schema.get("function", {}).get("parameters", {}).get("properties"))
+
+
+def answer_instead_of_a_repeat(decision: Decision, view: PolicyView) -> Decision:
+    """A call that already ran with the same arguments would only return the same result: a model that repeats
+    itself is looping, so the turn goes on to its answer step instead (no tool runs, the step budget is kept)."""
+    if decision.action != "call_tool" or decision.parallel:
+        return decision
+    if not any(s.tool == decision.tool and s.arguments == decision.arguments for s in view.done):
+        return decision
+    return Decision(action="answer", rationale=f"repeated {decision.tool}({decision.arguments}), which already ran: "
+                    f"answering now (model's rationale: {decision.rationale})")
 
 
 _POLICY_OPTS = {"max_evidence", "evidence_chars", "prompts_dir"}

@@ -119,16 +119,16 @@ class Prompts:
     def result_text(self, step: StepSummary) -> str:
         if step.error:
             return f"ERROR: {clip(step.error, 300)}"
-        lines = [clip(step.summary, 300) or "(done)"]
-        for field, value in step.update.items():
-            lines += self._field_lines(field, value)
+        lines = [line for field, value in step.update.items() for line in self._field_lines(field, value)]
+        if not any(isinstance(h, Hit) for h in step.update.get("evidence") or []):
+            lines.insert(0, clip(step.summary, 300) or "(done)")  # hits list what a search summary would repeat
         return "\n".join(lines)
 
     def _field_lines(self, field: str, value: Any) -> list[str]:
         if field == "evidence" and isinstance(value, list):
             hits = [h for h in value if isinstance(h, Hit)]
-            out = [f"[{i}] ({h.source}, {h.url or h.entity_name or h.source}) {clip(h.text(), self.evidence_chars)}"
-                   for i, h in enumerate(hits[: self.max_hits], 1)]
+            out = [f"[{i}] ({h.source} {h.score:.2f}, {h.url or h.entity_name or h.source}) "
+                   f"{clip(h.text(), self.evidence_chars)}" for i, h in enumerate(hits[: self.max_hits], 1)]
             return out + ([f"... {len(hits) - self.max_hits} more not shown"] if len(hits) > self.max_hits else [])
         if isinstance(value, Box):
             return [f"Region of interest: ({value.x0},{value.y0})-({value.x1},{value.y1}) {value.label}".rstrip()]

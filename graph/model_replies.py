@@ -6,6 +6,7 @@ the `final_answer` function offered with native tool calls; tolerant parsing of 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from pydantic import ValidationError
@@ -107,6 +108,9 @@ def confidence(v: Any) -> float:
     return max(0.0, min(1.0, c))
 
 
+PLACEHOLDER = re.compile(r"<[^<>]{1,60}>")
+
+
 def answer_from_obj(obj: dict[str, Any], text: str = "") -> AnswerDraft:
     keys = [k for k in ("answer", "final_answer", "response") if k in obj]
     if not keys:
@@ -119,7 +123,7 @@ def answer_from_obj(obj: dict[str, Any], text: str = "") -> AnswerDraft:
     ent = obj.get("entity")
     entity = str(ent) if ent and str(ent).strip().lower() not in ("null", "none") else None
     rationale = str(obj.get("rationale") or obj.get("reason") or "")
-    if is_abstention(ans):
+    if is_abstention(ans) or PLACEHOLDER.fullmatch(ans):  # a small model copies the format's "<answer or ...>"
         return AnswerDraft(answer=IDK, confidence=0.0, rationale=rationale, entity=entity)
     return AnswerDraft(answer=ans, confidence=confidence(obj.get("confidence", 0.0)), rationale=rationale,
                        entity=entity)

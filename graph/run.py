@@ -55,14 +55,28 @@ def environment_help() -> str:
             ("GLASSES_GGUF_CACHE", "Folder for GGUF models converted for transformers (default "
                                    "~/.cache/glasses-rag/gguf)."),
             ("GLASSES_DEMO_DIR", "Where the demo benchmark is generated (default data/demo).")]
-    units = {1024: " (in KiB)", MB: " (in MiB)", 3600: " (in hours)"}
     for field, (var, scale) in ENV.items():
         info = WebConfig.model_fields[field]
-        rows.append((var, (info.description or field) + units.get(int(scale or 0), "")))
+        rows.append((var, (info.description or field) + _env_default(info.get_default(call_default_factory=True),
+                                                                      scale, MB)))
     width = max(len(v) for v, _ in rows)
     lines = [textwrap.fill(d, 100, initial_indent=f"  {v.ljust(width)}  ", subsequent_indent=" " * (width + 4))
              for v, d in rows]
     return "environment variables (open web: docs/open-web.md):\n" + "\n".join(lines)
+
+
+def _env_default(value: Any, scale: float | None, mb: int) -> str:
+    """' (KiB; default 2048)': the unit the variable is written in, and the default in that unit."""
+    unit = {1024: "KiB", mb: "MiB", 3600: "hours"}.get(int(scale or 0))
+    if value in (None, [], ""):
+        return f" ({unit})" if unit else ""
+    if scale:
+        value = f"{value / scale:g}"
+    elif isinstance(value, Path):
+        value = str(value).replace(str(Path.home()), "~", 1)
+    elif isinstance(value, float):
+        value = f"{value:g}"
+    return f" ({unit}; default {value})" if unit else f" (default {value})"
 
 
 def build_parser() -> argparse.ArgumentParser:

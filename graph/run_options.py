@@ -91,7 +91,7 @@ _RUN = [
 _AGENT = [
     Option("--model", "agent.policy", MODEL, help="'rule' (embedded rule-based planner, heuristic), "
            "'openai:<base_url>[,<base_url>...]#<model>' (vLLM or any OpenAI-compatible server; several URLs are "
-           "replicas), 'transformers:<local folder or .gguf>', 'llamacpp:<file.gguf>'"),
+           "replicas), 'transformers:<local folder or .gguf>', 'llamacpp:<file.gguf>'."),
     Option("--model-config", "run.model_config_file", MODEL, dest="model_config"),
     Option("--preset", "agent.preset", MODEL),
     Option("--detector", "agent.models.detector", MODEL), Option("--clip", "agent.models.clip", MODEL),
@@ -125,8 +125,12 @@ _MODEL = [
     Option("--max-tokens", "model.max_tokens", MODEL, help="Tokens per model reply at most."),
     Option("--decision-mode", "model.decision_mode", MODEL),
     Option("--response-format", "model.response_format", MODEL),
-    Option("--no-stream", "model.stream", MODEL, "negate", dest="stream"),
-    Option("--no-system-role", "model.system_role", MODEL, "negate", dest="system_role"),
+    Option("--no-stream", "model.stream", MODEL, "negate", dest="stream",
+           help="openai: ask for whole replies, not streamed ones (by default replies stream, so a cancelled "
+           "request closes its connection and llama.cpp servers stop generating)."),
+    Option("--no-system-role", "model.system_role", MODEL, "negate", dest="system_role",
+           help="Send the system text at the start of the first user message, for chat formats without a system "
+           "role (llama-cpp-python's gemma drops system messages)."),
 ]
 
 

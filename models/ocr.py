@@ -25,9 +25,10 @@ class OcrEngine:
         from models.threads import cpu_threads
 
         threads = threads or cpu_threads()
-        # rapidocr logs every model file it loads at INFO; keep run output readable. One onnxruntime thread by
+        # rapidocr logs every model file it loads at INFO, and a photo without text at WARNING ("The text detection
+        # result is empty", mid-progress-bar): errors only, to keep run output readable. One onnxruntime thread by
         # default: concurrent turns each get a core instead of fighting over all of them.
-        self._engine = RapidOCR(params={"Global.log_level": "warning",
+        self._engine = RapidOCR(params={"Global.log_level": "error",
                                         "EngineConfig.onnxruntime.intra_op_num_threads": threads,
                                         "EngineConfig.onnxruntime.inter_op_num_threads": threads})
         self.min_score = min_score

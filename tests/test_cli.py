@@ -66,3 +66,26 @@ def test_verbose_raises_our_loggers_only():
         assert logging.getLogger("urllib3").getEffectiveLevel() >= logging.WARNING
     finally:
         configure_logging(False)
+
+
+def test_a_negated_flag_says_what_it_does_not_what_the_field_does(capsys):
+    """--no-stream used to show the `stream` field's own text ("stream replies"): the opposite of the flag."""
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--help"])
+    flat = re.sub(r"\s+", " ", capsys.readouterr().out)
+    negated = [opt for opt in options() if opt.kind == "negate"]
+    assert negated
+    for opt in negated:
+        assert opt.help, opt.flag  # the field's description describes the field, not its negation
+        words = re.sub(r"\s+", " ", opt.help)
+        assert f"{opt.flag} {words}" in flat
+    assert "--no-stream openai: ask for whole replies" in flat
+
+
+def test_the_environment_variables_show_their_units_and_defaults():
+    from graph.run import environment_help
+
+    flat = re.sub(r"\s+", " ", environment_help())
+    assert "GLASSES_WEB_TIMEOUT Total seconds per request" in flat and "(default 15)" in flat
+    assert "(KiB; default 2048)" in flat and "(hours; default 24)" in flat  # written in KiB and hours, not bytes
+    assert "(default ~/.cache/glasses-rag/web)" in flat and "GLASSES_DEMO_DIR" in flat

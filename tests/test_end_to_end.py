@@ -51,6 +51,11 @@ def test_cli_runs_each_task_offline_and_writes_traces_and_report(tmp_path, task,
     assert report["overall"]["total"] == len(traces)
     assert (run / "truthfulness_by_slice.png").stat().st_size > 1000
     assert "truth" in stdout
+    # how the turns ended is printed before the long report, not after it (a newcomer must not miss it)
+    lines = stdout.splitlines()
+    first_report_line = next(i for i, line in enumerate(lines) if line.startswith("CRAG-MM evaluation"))
+    assert next(i for i, line in enumerate(lines) if line.startswith("turns:")) < first_report_line
+    assert next(i for i, line in enumerate(lines) if line.startswith("errors:")) < first_report_line
 
 
 def test_help_documents_every_option(capsys):

@@ -18,7 +18,7 @@ import models.openai_client as oc
 from core.calls import collect_model_calls
 from graph.agent import TurnInput
 from graph.model_policy import PROMPTS_DIR, ModelPolicy, decision_schema, make_model_policy
-from graph.policy import PolicyView
+from graph.policy import IDK, PolicyView
 from graph.state import tool_spec
 from models.vlm import ModelConfig, model_config_from_options, parse_spec
 from models.vlm.openai_server import OpenAICompatibleBackend
@@ -390,5 +390,43 @@ def test_prompts_within_a_turn_share_their_prefix():
     assert tr.tokens.sequential_calls == 4  # two tools: decide, decide, decide+answer, self-check
     for before, after in zip(bodies, bodies[1:]):
         assert after[: len(before) - 1] == before[:-1]  # every message but the last instruction is kept as it was
-    shares = turn_prefix_shares(tr)
+    reuse = turn_prefix_shares(tr)
+    shares = [s.share for s in reuse]
     assert len(shares) == 3 and min(shares) >= 0.6 and sum(shares) / len(shares) >= 0.8
+    assert min(s.kept for s in reuse) >= 0.9  # only the previous call's final instruction is not kept
+
+
+# ---- a model that repeats itself --------------------------------------------------------------------------------
+
+
+def test_a_repeated_call_is_not_run_again_and_the_turn_goes_to_its_answer(srv):
+    """A small model that asks for the same call again (Gemma 3 270M did, up to the step limit) is looping: the
+    call is not run twice, and the turn moves on to its answer step."""
+    same = '{"action": "call_tool", "tool": "ocr", "arguments": {"region": "full"}, "rationale": "read it"}'
+    srv.push(F.text_reply(same), F.text_reply(same),
+             F.text_reply('{"answer": "Pepsi", "confidence": 0.8, "entity": null, "rationale": "the label"}'))
+    agent = make_agent(_policy(srv), budget_s=20, self_check="off")
+    tr = agent.run_turn(TurnInput(task=1, session_id="s", interaction_id="i", question="What brand is this?",
+                                  image=Image.new("RGB", (64, 64), (200, 30, 30))))
+    assert [s.tool for s in tr.tool_calls()] == ["ocr"]
+    assert [c.purpose for c in tr.model_calls()] == ["decide", "decide", "answer"] and tr.answer == "Pepsi"
+    plan = [e for e in tr.steps if e.node == "plan"][-1]
+    assert plan.decision == "answer" and "repeated ocr" in plan.reason
+
+
+def test_a_tool_without_arguments_that_ran_is_not_offered_again_by_the_schema():
+    from graph.model_policy import callable_again
+    from graph.policy import StepSummary
+
+    no_args = {"type": "function", "function": {"name": "snap", "parameters": {"type": "object", "properties": {}}}}
+    spec = _view().tools[0].model_copy(update={"name": "snap", "json_schema": no_args})
+    view = _view(tools=[spec, *_view().tools], done=[StepSummary(tool="snap", summary="done")])
+    offered = {t.name for t in callable_again(view)}
+    assert "snap" not in offered and offered == {t.name for t in _view().tools}
+
+
+def test_an_answer_copied_from_the_format_placeholder_is_i_dont_know():
+    from graph.model_replies import answer_from_text
+
+    assert answer_from_text('{"answer": "<answer or I don\'t know>", "confidence": 0.9}').answer == IDK
+    assert answer_from_text('{"answer": "<b>Pepsi</b>", "confidence": 0.9}').answer == "<b>Pepsi</b>"

@@ -242,3 +242,16 @@ def test_a_new_search_tool_is_exported_as_text_search_from_its_capability(plugin
 def test_an_old_trace_without_a_hop_kind_falls_back_to_the_tool_name():
     assert hop_tool(ToolCallEvent(index=0, tool="web_search")) == TEXT
     assert hop_tool(ToolCallEvent(index=0, tool="almanac_search")) == "almanac_search"
+
+
+def test_the_currency_example_in_docs_tools_md_works_as_one_file(plugin, zephyr):
+    """The example a newcomer copies from docs/tools.md, as printed there."""
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "tools.md").read_text(encoding="utf-8")
+    source = next(block.split("\n", 1)[1] for block in doc.split("```python")[1:] if "tools/currency.py" in block)
+    config = with_module(plugin("docs_currency", source.split("```")[0]))
+    tr = ask_demo("how much does a bottle of this cost in euros?", zephyr, config)
+    call = next(s for s in tr.tool_calls() if s.tool == "currency_convert")
+    assert call.arguments == {"amount": 1.49, "from_currency": "USD", "to_currency": "EUR"} and call.error is None
+    assert tr.answer == "1.37 EUR"

@@ -17,6 +17,7 @@ from graph.presets import load_preset, preset_names
 from graph.presets.assemble import describe
 from graph.presets.verifiers import IdkVariantVerifier, algorithm_1
 from testing.fake_model_server import FakeOpenAIServer as F
+from testing.scripted_model import ScriptedModel
 from traces.compare import compare
 from traces.schema import TurnTrace
 from traces.store import dump_trace
@@ -61,39 +62,7 @@ def rounds(trace: TurnTrace) -> list[list[str]]:
     return out
 
 
-class Model:
-    """A scripted model: each preset prompt gets a fixed JSON reply; `over` replaces some by marker."""
-
-    REPLIES = {
-        "decide which domain": {"domain": "Vehicle", "reasoning": "I have no knowledge about the maker",
-                                "answer": "I don't know", "confidence": 0.1, "needs_retrieval": True},
-        "Decide how to search": {"image_search": True, "text_search": True, "object": "rocket"},
-        "Keep a simple question as one sub-question": {"sub_questions": ["Who manufactures the Falcon 9?"],
-                                                       "entity": "Falcon 9"},
-        "Classify a question": {"needs_external_info": True, "is_real_time": False},
-        "one-sentence summary of the image": {"summary": "A Falcon 9 rocket on a launch pad."},
-        "rewrite the question so that it names them": {"expanded_query": "Who manufactures the Falcon 9 rocket?",
-                                                       "entities": ["Falcon 9, rocket, white"]},
-        "chain of verification": {"verifications": [{"question": "q", "answer": "a", "supported": True}],
-                                  "supported": True, "confidence": 0.95, "reason": "the KG says so"},
-        "Closed-book answer": {"consistent": True, "reason": "same maker"},
-    }
-
-    def __init__(self, **over: dict):
-        self.replies = {**self.REPLIES, **{k.replace("_", " "): v for k, v in over.items()}}
-
-    def __call__(self, body: dict):
-        text = json.dumps(body)
-        for marker, reply in self.replies.items():
-            if marker in text:
-                return F.text_reply(json.dumps(reply))
-        if "Decide the next step" in text:  # the model loop: one image search, then answer in the same reply
-            done = "image_search({" in text
-            return F.text_reply(json.dumps({"action": "answer", "answer": "SpaceX", "confidence": 0.9,
-                                            "entity": "Falcon 9", "rationale": "found"} if done else
-                                           {"action": "call_tool", "tool": "image_search", "arguments": {},
-                                            "rationale": "look it up"}))
-        return F.text_reply('{"answer": "SpaceX", "confidence": 0.9, "entity": "Falcon 9", "rationale": "KG"}')
+Model = ScriptedModel
 
 
 def run_with_model(name: str, model: Model | None = None, question: str = QUESTION) -> TurnTrace:

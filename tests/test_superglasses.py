@@ -506,6 +506,8 @@ def test_benchmark_superglasses_run_end_to_end_offline(tmp_path, monkeypatch, ca
         assert len(web.searches()) == searches
     run = tmp_path / "runs" / "sg"
     assert "SuperGlasses (single-turn, image + open web)" in first and "google_lens" in first
+    # the header names what searches (the open web), not an empty cache of no backend ("cached(none)")
+    assert "search: none (no local index: the open-web tools search the web)" in first and "cached(none)" not in first
     assert "web_search" not in first.split("tools:")[1].split("\n")[0]
     assert "SuperGlasses accuracy:" in first and "trajectories vs annotations" in first
     meta = json.loads((run / "run.json").read_text())

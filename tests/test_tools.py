@@ -77,6 +77,14 @@ def test_ocr_reads_rendered_text(resources):
     assert "ROUTE 42" in out.update['ocr_text'].upper() and "HARBOR" in out.update['ocr_text'].upper()
 
 
+def test_ocr_on_a_photo_without_text_prints_nothing(resources, capfd):
+    """rapidocr warns "The text detection result is empty" on its own handler: noise in a run's output."""
+    out = run("ocr", ctx_for(resources, image=Image.new("RGB", (320, 240), (90, 120, 160))))
+    assert out.update.get("ocr_text", "") == ""
+    captured = capfd.readouterr()
+    assert "RapidOCR" not in captured.err + captured.out
+
+
 def test_ocr_without_image_raises_clearly(resources):
     with pytest.raises(ValueError, match="no usable image"):
         run("ocr", ctx_for(resources, image=None))

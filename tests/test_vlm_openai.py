@@ -130,7 +130,8 @@ def test_history_done_evidence_in_prompt(srv):
     calls = [m["tool_calls"][0]["function"] for m in messages if m["role"] == "assistant"]
     assert [c["name"] for c in calls] == ["web_search", "ocr", "ocr"] and json.loads(calls[0]["arguments"]) == {"query": "q1"}
     results = [m["content"] for m in messages if m["role"] == "tool"]
-    assert "found 3 pages" in results[0] and "ERROR: no text engine" in results[1] and "COCA COLA" in results[2]
+    assert "[1] (web 1.00, http://e/1) Coca-Cola" in results[0] and "found 3 pages" not in results[0]  # hits, not
+    assert "ERROR: no text engine" in results[1] and "COCA COLA" in results[2]  # a summary repeating them
     assert "x" * 200 not in results[0]  # evidence truncated
     assert messages[-1]["role"] == "user" and messages[-1]["content"].endswith("Decide the next step.\n")
 

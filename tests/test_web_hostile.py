@@ -526,6 +526,20 @@ def test_other_schemes_and_non_pages_are_refused(servers, make_web):
     assert web.read(public.url("/pages/bin"))[0].error == "ValueError: not a web page (application/octet-stream)"
 
 
+def test_pdfs_and_deeply_nested_pages_end_in_a_clear_error(servers, make_web):
+    """Passed items of the audit, held here: a PDF is not read as a page; 60,000 nested tags (1.2 MB) are cut at
+    the HTML cap and extracted within the time limit, with an error, not a hang or a crash."""
+    public, _, _ = servers
+    public.pages["pdf"] = ("application/pdf", b"%PDF-1.7\n" + bytes(2000))
+    public.pages["nested"] = ("text/html", b"<html><body>" + b"<div><span>" * 60_000 + b"deep text"
+                              + b"</span></div>" * 60_000 + b"</body></html>")
+    web = make_web(allow=["127.0.0.1"], timeout_s=5.0)
+    assert web.read(public.url("/pages/pdf"))[0].error == "ValueError: not a web page (application/pdf)"
+    t0 = time.monotonic()
+    nested, _ = web.read(public.url("/pages/nested"))
+    assert nested.truncated and nested.error == "no main text found" and time.monotonic() - t0 < 10
+
+
 @pytest.mark.parametrize("reply,expect", [(("status", 429), "gave up after 2 attempts"),
                                           (("raw", b"<html>rate limited</html>"), "non-JSON"),
                                           (("raw", b"[1, 2]"), "not an object")])

@@ -380,7 +380,7 @@ class TransformersVLMBackend:
                     text=self.tokenizer.decode(done, skip_special_tokens=True).strip() if done is not None else "",
                     usage=Usage(input_tokens=n_in, output_tokens=int(done.shape[0]) if done is not None else None),
                     finish_reason="cancelled", latency_ms=(time.perf_counter() - t0) * 1000.0,
-                    model=self.name, mode=mode)) from None
+                    model=self.name, mode=mode, prompt_ids=inputs["input_ids"][0].tolist())) from None
             except Exception as e:  # noqa: BLE001
                 raise BackendError(f"local generation with {self.source} failed: {type(e).__name__}: {e}") from e
             reply = self._reply(out[0, n_in:], n_in, max_tokens, gen, t0, mode)
