@@ -37,6 +37,7 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 from typing import Annotated, Any, TypedDict
 
 from langgraph.graph import END, START, StateGraph
@@ -129,15 +130,19 @@ def turns_to_time(steps: int) -> dict[str, Callable[[], Any]]:
     nodes = [s.node for s in trace.steps]
     assert len(trace.tool_calls()) == steps and trace.ended_by == "answer" and nodes[-2:] == ["answer", "final"], nodes
     runs: dict[str, Callable[[], Any]] = {"ours": lambda: agent.run_turn(inp)}
-    config = {"recursion_limit": 500}
+    config: dict[str, Any] = {"recursion_limit": 500}
     for name, state, start in zip(RAW, (RawDict, RawModel), ({"steps": [], "n": 0}, RawModel())):
         graph = raw_graph(steps, state)
         taken = sum(1 for _ in graph.stream(start, config=config, stream_mode="updates"))
         assert taken == supersteps(steps), (name, taken)
-        runs[name] = lambda g=graph, s=start: g.invoke(s, config=config)
-        runs[name + SAME_CALL] = lambda g=graph, s=start: deque(g.stream(s, config=config, stream_mode="values"),
-                                                                maxlen=1)[-1]
+        runs[name] = partial(graph.invoke, start, config=config)
+        runs[name + SAME_CALL] = partial(last_values, graph, start, config)
     return runs
+
+
+def last_values(graph: Any, start: Any, config: dict[str, Any]) -> Any:
+    """A graph run the way `Agent.run_turn` runs ours: its values stream, the last item kept."""
+    return deque(graph.stream(start, config=config, stream_mode="values"), maxlen=1)[-1]
 
 
 def cpu_per_turn(fn: Callable[[], Any], turns: int) -> float:

@@ -143,7 +143,7 @@ def _run_calls(ctx: TurnContext, state: AgentState, calls: list[PendingCall]) ->
         t0 = time.perf_counter()
         for i, (ok, value) in zip(ran, run_many(runs, ctx.remaining_s() - ctx.reserve_s(), ctx.scope, inline)):
             results[i] = _outcome(calls[i], ok, value, t0)
-    return results  # type: ignore[return-value] - every slot is filled
+    return results  # type: ignore[return-value]  # every slot is filled by now
 
 
 @cache
