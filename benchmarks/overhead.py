@@ -7,8 +7,10 @@ What is compared, per turn of `--steps` tool calls:
 - **Shape.** Every graph has the same five nodes and edges (START -> plan -> tools -> plan ... -> answer ->
   self_check -> final -> END), routes the same way (`plan` returns a `Command(goto=...)`), is compiled without a
   checkpointer and takes the same 2 x steps + 4 supersteps (checked before timing).
-- **Raw graphs** (what a plain LangGraph user writes): the nodes do no work beyond one trace event per node
-  visit where ours writes one (tools, answer, self_check, final), a plain dict `{node, index, timestamp}`
+- **Raw graphs** (what a plain LangGraph user writes): `plan` takes the next call from a script, as ours does,
+  and hands it to `tools` through the state (ours: `pending`; LangGraph's prebuilt agent: the tool calls in
+  `messages`); otherwise the nodes do no work beyond one trace event per node visit where ours writes one
+  (tools, answer, self_check, final), a plain dict `{node, index, timestamp}` (plus the call, for tools)
   appended to a list channel with `operator.add`, and a step counter. `raw-dict` keeps its state in a
   TypedDict, `raw-pydantic` in a pydantic model, as ours does.
 - **Ours** is the real agent from `build_agent`, one `Agent.run_turn` per turn: the typed `AgentState` with the
@@ -60,11 +62,13 @@ SAME_CALL = "/values"  # a raw graph consumed the way a turn consumes ours: its 
 class RawDict(TypedDict):
     steps: Annotated[list, operator.add]
     n: int
+    call: dict | None
 
 
 class RawModel(BaseModel):
     steps: Annotated[list, operator.add] = Field(default_factory=list)
     n: int = 0
+    call: dict | None = None
 
 
 def supersteps(steps: int) -> int:
@@ -79,11 +83,14 @@ def raw_graph(steps: int, state: type):
     def event(s, node: str) -> dict:
         return {"node": node, "index": len(get(s, "steps")), "timestamp": time.time()}
 
-    def plan(s) -> Command:
-        return Command(goto="tools" if get(s, "n") < steps else "answer")
+    script = [{"tool": "noop", "arguments": {"x": i}} for i in range(steps)]  # (ours replays a script too)
+
+    def plan(s) -> Command:  # the chosen call goes to `tools` through the state, as ours does (`pending`)
+        n = get(s, "n")
+        return Command(goto="tools", update={"call": script[n]}) if n < steps else Command(goto="answer")
 
     def tools(s) -> dict:
-        return {"steps": [event(s, "tools")], "n": get(s, "n") + 1}
+        return {"steps": [{**event(s, "tools"), **get(s, "call")}], "n": get(s, "n") + 1}
 
     def recorder(node: str):
         return lambda s: {"steps": [event(s, node)]}
@@ -131,7 +138,7 @@ def turns_to_time(steps: int) -> dict[str, Callable[[], Any]]:
     assert len(trace.tool_calls()) == steps and trace.ended_by == "answer" and nodes[-2:] == ["answer", "final"], nodes
     runs: dict[str, Callable[[], Any]] = {"ours": lambda: agent.run_turn(inp)}
     config: dict[str, Any] = {"recursion_limit": 500}
-    for name, state, start in zip(RAW, (RawDict, RawModel), ({"steps": [], "n": 0}, RawModel())):
+    for name, state, start in zip(RAW, (RawDict, RawModel), ({"steps": [], "n": 0, "call": None}, RawModel())):
         graph = raw_graph(steps, state)
         taken = sum(1 for _ in graph.stream(start, config=config, stream_mode="updates"))
         assert taken == supersteps(steps), (name, taken)
