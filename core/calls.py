@@ -260,6 +260,8 @@ WORKERS = WorkerPool()
 
 
 def _in_scope(s: CancelScope, fn: Callable[[], Any]) -> Any:
+    if _SCOPE.get() is s:  # already current (a call run inline in its turn's own thread): nothing to set
+        return fn()
     with scope(s):
         return fn()
 
@@ -328,7 +330,10 @@ def run_many(fns: list[Callable[[], Any]], timeout_s: float, parent: CancelScope
 def run_with_deadline(fn: Callable[[], Any], timeout_s: float, parent: CancelScope | None = None,
                       inline: bool = False) -> Any:
     """`run_many` for one call: its result, or its exception raised (CallTimeout past the deadline)."""
-    ok, value = run_many([fn], timeout_s, parent, [inline])[0]
+    if inline and timeout_s > 0 and parent is not None:  # run_many's inline path without its lists (every step)
+        ok, value = _run_inline(parent, fn)
+    else:
+        ok, value = run_many([fn], timeout_s, parent, [inline])[0]
     if not ok:
         raise value
     return value

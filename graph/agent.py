@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import deque
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -20,6 +21,11 @@ from graph.verify import Verifier
 from tools.base import HistoryTurn
 from tools.registry import ToolRegistry
 from traces.schema import FinalEvent, ImageInfo, StepError, TokenTotals, TurnTrace, sequential_rounds
+
+# The state fields the trace is built from. A turn streams only these, and only as values (graph.invoke streams each
+# step's updates as well, to look for interrupts, which this graph never raises; its version="v2" rebuilds the state
+# model from the values after every step).
+TURN_OUTCOME = ["steps", "draft", "verdict", "final_answer", "ended_by"]
 
 
 class TurnInput(BaseModel):
@@ -80,9 +86,9 @@ class Agent:
         t0 = time.perf_counter()
         try:
             with scope(ctx.scope), affinity(inp.session_id):  # one conversation stays on one model replica
-                out = self.graph.invoke(AgentState(), context=ctx,
-                                        config={"recursion_limit": b.graph_recursion_limit})
-            final = out if isinstance(out, AgentState) else AgentState.model_validate(out)
+                values = deque(self.graph.stream(AgentState(), context=ctx, output_keys=TURN_OUTCOME, stream_mode="values",
+                                                 config={"recursion_limit": b.graph_recursion_limit}), maxlen=1)
+            final = AgentState.model_validate(values[-1])  # the last values streamed are the final state
         except (Exception, SystemExit) as e:  # noqa: BLE001 - a turn never crashes the run (sys.exit in a tool included)
             msg = f"{type(e).__name__}: {e}"[:2000]
             event = FinalEvent(answer=IDK, decision="abstain", error=StepError(kind="graph_error", message=msg))

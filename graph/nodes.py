@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import cache, partial
 from typing import Any
 
 from langgraph.runtime import Runtime
 from langgraph.types import Command, Overwrite
+from pydantic import BaseModel
 
 from core.calls import CallTimeout, collect_model_calls, run_many, run_with_deadline
 from graph.policy import IDK, AnswerDraft, Decision, StepSummary, is_abstention
 from graph.state import ActResult, AgentState, PendingCall, TurnContext
-from tools.base import ToolOutput, field_adapter
-from tools.registry import ToolCall, ToolCallError, ToolUpdateError
+from tools.base import ToolContext, ToolOutput, field_adapter
+from tools.registry import Tool, ToolCall, ToolCallError, ToolUpdateError
 from traces.schema import (
     AnswerEvent,
     FinalEvent,
@@ -45,8 +47,8 @@ def _error(kind: Any, e: BaseException | str) -> StepError:
     return StepError(kind=kind, message=msg[:2000])
 
 
-def _index(state: AgentState, extra: int = 0) -> int:
-    return len(state.steps) + extra
+def _index(state: AgentState) -> int:
+    return len(state.steps)
 
 
 def _stop(state: AgentState, reason: str, text: str, **event: Any) -> Command:
@@ -89,7 +91,7 @@ def plan(state: AgentState, runtime: Runtime[TurnContext]) -> Command:
     extra = [PendingCall(call=ToolCall(tool=p.tool, arguments=p.arguments or {}), sub_question=p.sub_question,
                          needs_retrieval=decision.needs_retrieval, rationale=f"in parallel with {decision.tool}",
                          parallel_with=decision.tool)
-             for p in decision.parallel[: max(0, room)]]
+             for p in decision.parallel[: max(0, room)]] if decision.parallel else []
     pending = PendingCall(call=ToolCall(tool=decision.tool, arguments=decision.arguments or {}), parallel=extra,
                           sub_question=decision.sub_question, needs_retrieval=decision.needs_retrieval,
                           rationale=decision.rationale, policy_ms=_ms(t0), model_calls=calls)
@@ -101,23 +103,12 @@ def blocking(obj: Any) -> bool:
     return getattr(obj, "blocking", True) is not False
 
 
-def _prepare(ctx: TurnContext, state: AgentState, pending: PendingCall
-             ) -> tuple[ActResult | None, Callable[[], Any], bool]:
-    """A validated call as a function to run (and whether it blocks), or the refusal as a finished result."""
-    call = pending.call
-    try:
-        tool, args = ctx.registry.validate(call, ctx.task, ctx.allowed, ctx.profile)
-    except ToolCallError as e:
-        return ActResult(pending=pending, error=StepError(kind=e.kind, message=e.message)), lambda: None, False
-    tool_ctx = ctx.tool_context(state)
-
-    def run() -> tuple[ToolOutput, float, list[ModelCall]]:
-        t0 = time.perf_counter()
-        with collect_model_calls() as calls:
-            out = tool.run(tool_ctx, args)
-        return out, _ms(t0), calls
-
-    return None, run, tool.blocking
+def _execute(tool: Tool, tool_ctx: ToolContext, args: BaseModel) -> tuple[ToolOutput, float, list[ModelCall]]:
+    """One validated call: its output, its latency and the model calls it made."""
+    t0 = time.perf_counter()
+    with collect_model_calls() as calls:
+        out = tool.run(tool_ctx, args)
+    return out, _ms(t0), calls
 
 
 def _outcome(pending: PendingCall, ok: bool, value: Any, t0: float) -> ActResult:
@@ -132,20 +123,39 @@ def _outcome(pending: PendingCall, ok: bool, value: Any, t0: float) -> ActResult
 
 
 def _run_calls(ctx: TurnContext, state: AgentState, calls: list[PendingCall]) -> list[ActResult]:
-    """Run the calls concurrently under the turn's deadline; one result per call, in call order."""
-    prepared = [_prepare(ctx, state, p) for p in calls]
-    to_run = [(i, fn, blocks) for i, (refused, fn, blocks) in enumerate(prepared) if refused is None]
-    t0 = time.perf_counter()
-    outcomes = run_many([fn for _, fn, _ in to_run], ctx.remaining_s() - ctx.reserve_s(), ctx.scope,
-                        [not blocks for _, _, blocks in to_run]) if to_run else []
-    results: list[ActResult] = [r for r, _, _ in prepared]  # type: ignore[misc]
-    for (i, _, _), (ok, value) in zip(to_run, outcomes):
-        results[i] = _outcome(calls[i], ok, value, t0)
-    return results
+    """Validate the calls and run those that pass concurrently under the turn's deadline (declared non-blocking
+    tools in this thread); one result per call, in call order: its output, or the refusal or error as it ended."""
+    results: list[ActResult | None] = []
+    runs: list[Callable[[], Any]] = []
+    inline: list[bool] = []
+    ran: list[int] = []
+    for i, p in enumerate(calls):
+        try:
+            tool, args = ctx.registry.validate(p.call, ctx.task, ctx.allowed, ctx.profile)
+        except ToolCallError as e:
+            results.append(ActResult(pending=p, error=StepError(kind=e.kind, message=e.message)))
+            continue
+        results.append(None)
+        runs.append(partial(_execute, tool, ctx.tool_context(state), args))
+        inline.append(not tool.blocking)
+        ran.append(i)
+    if runs:
+        t0 = time.perf_counter()
+        for i, (ok, value) in zip(ran, run_many(runs, ctx.remaining_s() - ctx.reserve_s(), ctx.scope, inline)):
+            results[i] = _outcome(calls[i], ok, value, t0)
+    return results  # type: ignore[return-value]  # every slot is filled by now
+
+
+@cache
+def _tool_labels(tool: Tool) -> tuple[tuple[str, ...], str | None]:
+    """A tool's capability names and SuperGlasses hop kind, as its trace events carry them (once per tool)."""
+    return tuple(c.name for c in tool.capabilities), tool.search
 
 
 def _update_in_trace_form(update: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """A checked tool update as the trace keeps it (JSON, texts clipped), and the fields it overwrote."""
+    if not update:
+        return {}, []
     form: dict[str, Any] = {}
     for name, value in update.items():
         raw = value.value if isinstance(value, Overwrite) else value
@@ -155,19 +165,18 @@ def _update_in_trace_form(update: dict[str, Any]) -> tuple[dict[str, Any], list[
 
 def _tool_event(ctx: TurnContext, index: int, res: ActResult) -> ToolCallEvent:
     p, out = res.pending, res.output
-    fields: dict[str, Any] = dict(
-        index=index, tool=p.call.tool, arguments=p.call.arguments, sub_question=p.sub_question,
-        needs_retrieval=p.needs_retrieval, rationale=p.rationale or None, parallel_with=p.parallel_with,
-        policy_ms=p.policy_ms, latency_ms=res.latency_ms, error=res.error,
-        model_calls=[*p.model_calls, *res.model_calls])
     tool = ctx.registry.get(p.call.tool)
-    if tool is not None:
-        fields.update(capabilities=[c.name for c in tool.capabilities], search=tool.search)
+    capabilities, search = _tool_labels(tool) if tool is not None else ((), None)
+    wrote: dict[str, Any] = {}
     if out is not None:
         update, replaced = _update_in_trace_form(out.update)
-        fields.update(method=out.method or None, summary=out.summary[:2000], search_keywords=out.keywords,
-                      update=update, replaced=replaced)
-    return ToolCallEvent(**fields)  # (validating is faster here than model_construct, which calls default factories the slow way)
+        wrote = dict(method=out.method or None, summary=out.summary[:2000], search_keywords=out.keywords,
+                     update=update, replaced=replaced)
+    return ToolCallEvent(  # (validating is faster here than model_construct, which calls default factories the slow way)
+        index=index, tool=p.call.tool, arguments=p.call.arguments, capabilities=capabilities, search=search,
+        sub_question=p.sub_question, needs_retrieval=p.needs_retrieval, rationale=p.rationale or None,
+        parallel_with=p.parallel_with, policy_ms=p.policy_ms, latency_ms=res.latency_ms, error=res.error,
+        model_calls=[*p.model_calls, *res.model_calls], **wrote)
 
 
 def _one_overwrite_per_field(results: list[ActResult]) -> None:
@@ -186,27 +195,34 @@ def _one_overwrite_per_field(results: list[ActResult]) -> None:
             res.output = out.model_copy(update={"update": {}})
 
 
-def tools(state: AgentState, runtime: Runtime[TurnContext]) -> list[Command]:
+def _call_update(ctx: TurnContext, index: int, res: ActResult) -> Command:
+    """One call's state update for LangGraph's reducers, with its trace event and its summary for the policy."""
+    p, out = res.pending, res.output
+    update: dict[str, Any] = dict(out.update) if out is not None else {}
+    summary = StepSummary(
+        tool=p.call.tool, arguments=p.call.arguments, summary=out.summary if out is not None else "",
+        parallel_with=p.parallel_with, error=f"{res.error.kind}: {res.error.message}" if res.error else None,
+        update={k: v.value if isinstance(v, Overwrite) else v for k, v in update.items()} if update else {})
+    update["steps"] = [_tool_event(ctx, index, res)]
+    update["done"] = [summary]
+    return Command(update=update)
+
+
+def tools(state: AgentState, runtime: Runtime[TurnContext]) -> Command | list[Command]:
     """Run the chosen call and those chosen with it, concurrently, under the turn's deadline. Each call's update
     goes back to LangGraph as its own Command, in call order, with its trace event: LangGraph's reducers fold them
     into the state."""
     ctx = runtime.context
-    assert state.pending is not None
-    results = _run_calls(ctx, state, [state.pending, *state.pending.parallel])
-    _one_overwrite_per_field(results)
-    out: list[Command] = []
-    for i, res in enumerate(results):
-        update: dict[str, Any] = dict(res.output.update) if res.output is not None else {}
-        summary = StepSummary(
-            tool=res.pending.call.tool, arguments=res.pending.call.arguments,
-            summary=res.output.summary if res.output else "", parallel_with=res.pending.parallel_with,
-            error=f"{res.error.kind}: {res.error.message}" if res.error else None,
-            update={k: v.value if isinstance(v, Overwrite) else v for k, v in update.items()})
-        update.update(steps=[_tool_event(ctx, _index(state, i), res)], done=[summary])
-        out.append(Command(update=update))
+    pending = state.pending
+    assert pending is not None
+    results = _run_calls(ctx, state, [pending, *pending.parallel] if pending.parallel else [pending])
+    if len(results) > 1:
+        _one_overwrite_per_field(results)
+    index = _index(state)
+    out = [_call_update(ctx, index + i, res) for i, res in enumerate(results)]
     if any(r.error is not None and r.error.kind == "timeout" for r in results):
         out.append(Command(update={"ended_by": "time_budget"}))
-    return out
+    return out[0] if len(out) == 1 else out  # (one Command is the same write, and LangGraph reads it sooner)
 
 
 def answer(state: AgentState, runtime: Runtime[TurnContext]) -> dict:

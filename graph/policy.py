@@ -114,18 +114,21 @@ class Policy(Protocol):
 
 
 class ScriptedPolicy:
-    """Replays a fixed list of decisions, then answers with a fixed draft. For tests and debugging."""
+    """Replays a fixed list of decisions, then answers with a fixed draft. For tests and debugging. It keeps every
+    view it was shown in `views` (tests read them) unless `keep_views=False` (a benchmark running many turns)."""
 
     def __init__(self, decisions: list[Decision | dict], answer: AnswerDraft | dict | None = None, name: str = "scripted",
-                 blocking: bool = True):
+                 blocking: bool = True, keep_views: bool = True):
         self.decisions = [d if isinstance(d, Decision) else Decision.model_validate(d) for d in decisions]
         self.final = answer if isinstance(answer, AnswerDraft) else AnswerDraft.model_validate(answer or {"answer": IDK, "confidence": 0.0})
         self.name = name
         self.blocking = blocking
+        self.keep_views = keep_views
         self.views: list[PolicyView] = []
 
     def decide(self, view: PolicyView, image: Any = None) -> Decision:
-        self.views.append(view)
+        if self.keep_views:
+            self.views.append(view)
         i = len(view.done)
         return self.decisions[i] if i < len(self.decisions) else Decision(action="answer", rationale="script finished")
 

@@ -92,6 +92,7 @@ class TurnContext:
     profile: str = "crag-mm"
     scope: CancelScope = field(default_factory=CancelScope)
     started: float = field(default_factory=time.monotonic)
+    _specs: list[ToolSpec] | None = field(default=None, init=False, repr=False)  # the turn's tool specs, built once
 
     @property
     def deadline(self) -> float:
@@ -110,7 +111,9 @@ class TurnContext:
         return self.registry.for_task(self.task, self.allowed, self.profile)
 
     def tool_specs(self) -> list[ToolSpec]:
-        return [tool_spec(t) for t in self.tools()]
+        if self._specs is None:
+            self._specs = [tool_spec(t) for t in self.tools()]
+        return self._specs
 
     def tool_context(self, state: AgentState) -> ToolContext:
         return ToolContext(

@@ -112,6 +112,7 @@ class PlanEvent(_Event):
 
 _V2_COLUMNS = {"results": "evidence", "detected_box": "crop", "ocr_text": "ocr_text",
                "sub_questions": "sub_questions", "facts": "facts"}
+_V2_KEYS = frozenset((*_V2_COLUMNS, "wrote"))
 
 
 class ToolCallEvent(_Event):
@@ -140,7 +141,7 @@ class ToolCallEvent(_Event):
     @classmethod
     def _from_v2_columns(cls, data: Any) -> Any:
         """Schema 2.0 kept one column per state field (results, detected_box, ...): fold them into `update`."""
-        if not isinstance(data, dict) or not any(k in data for k in (*_V2_COLUMNS, "wrote")):
+        if not isinstance(data, dict) or _V2_KEYS.isdisjoint(data):  # (runs for every new event: kept cheap)
             return data
         data = dict(data)
         update = dict(data.get("update") or {})
