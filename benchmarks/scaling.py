@@ -195,8 +195,13 @@ def figures(r: dict, delay: float, server_cpu_s: float) -> dict:
 def measure_all(args: argparse.Namespace) -> list[dict]:
     import psutil
 
-    proc, url = start_server(args.delay)
-    server = psutil.Process(proc.pid)
+    started = [start_server(args.delay) for _ in range(args.servers)]
+    url = ",".join(u for _, u in started)  # several servers are replicas of one model (a conversation keeps to one)
+    servers = [psutil.Process(p.pid) for p, _ in started]
+
+    def server_cpu() -> float:
+        return sum(sum(s.cpu_times()[:2]) for s in servers)
+
     results = []
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -204,14 +209,15 @@ def measure_all(args: argparse.Namespace) -> list[dict]:
                 runs = [partial(run_one_process, url, c, args.rounds * c, Path(tmp), not args.no_stream),
                         partial(run_workers, url, c, args.workers, args.rounds * c, Path(tmp), not args.no_stream)]
                 for run in runs if args.workers > 1 else runs[:1]:
-                    s0 = sum(server.cpu_times()[:2])
+                    s0 = server_cpu()
                     load = os.getloadavg()[0]
                     r = run()
                     r["load_before"] = round(load, 2)
-                    results.append(figures(r, args.delay, sum(server.cpu_times()[:2]) - s0))
+                    results.append(figures(r, args.delay, server_cpu() - s0))
     finally:
-        proc.terminate()
-        proc.wait(10)
+        for proc, _ in started:
+            proc.terminate()
+            proc.wait(10)
     return results
 
 
@@ -241,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=2, help="worker processes for the second figure (1: one process only)")
     p.add_argument("--rounds", type=int, default=6, help="turns per conversation slot: turns = rounds x concurrency "
                    "(the steady-state figure needs at least 3)")
+    p.add_argument("--servers", type=int, default=1, help="fake model server processes, used as replicas")
     p.add_argument("--no-stream", action="store_true", help="ask for whole replies instead of streamed chunks")
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = p.parse_args(argv)
