@@ -195,7 +195,14 @@ def figures(r: dict, delay: float, server_cpu_s: float) -> dict:
 def measure_all(args: argparse.Namespace) -> list[dict]:
     import psutil
 
-    started = [start_server(args.delay) for _ in range(args.servers)]
+    started: list[tuple[subprocess.Popen, str]] = []
+    try:
+        for _ in range(args.servers):
+            started.append(start_server(args.delay))
+    except Exception:
+        for proc, _ in started:
+            proc.kill()
+        raise
     url = ",".join(u for _, u in started)  # several servers are replicas of one model (a conversation keeps to one)
     servers = [psutil.Process(p.pid) for p, _ in started]
 
