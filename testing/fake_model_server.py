@@ -50,6 +50,7 @@ from testing.vllm_emulation import VllmBehaviour
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    fake: FakeOpenAIServer
     request_queue_size = 512  # many clients connect at once in benchmarks
 
     def handle_error(self, request, client_address) -> None:
@@ -83,166 +84,8 @@ class FakeOpenAIServer:
         self.completed = 0
         self._conns: set[socket.socket] = set()
         self._lock = threading.Condition()
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"  # keep-alive, as real servers
-
-            def log_message(self, *a):  # quiet
-                pass
-
-            def setup(self):
-                super().setup()
-                self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                with outer._lock:
-                    outer._conns.add(self.request)
-
-            def finish(self):
-                with outer._lock:
-                    outer._conns.discard(self.request)
-                super().finish()
-
-            def _send(self, code: int, body: Any) -> None:
-                raw = body.encode() if isinstance(body, str) else json.dumps(body).encode()
-                try:
-                    self.send_response(code)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(raw)))
-                    self.end_headers()
-                    self.wfile.write(raw)
-                    self.wfile.flush()
-                except (BrokenPipeError, ConnectionResetError):
-                    self.close_connection = True
-
-            def client_gone(self) -> bool:
-                """The client closed its end (no request is pipelined while it waits, so readable means EOF)."""
-                try:
-                    ready, _, _ = select.select([self.request], [], [], 0)
-                    return bool(ready) and self.request.recv(1, socket.MSG_PEEK) == b""
-                except OSError:
-                    return True
-
-            def do_GET(self):
-                if self.path.rstrip("/").endswith("/models"):
-                    self._send(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in outer.models]})
-                else:
-                    self._send(404, {"error": "not found"})
-
-            def do_POST(self):
-                n = int(self.headers.get("Content-Length", 0))
-                try:
-                    body = json.loads(self.rfile.read(n) or b"{}")
-                except ValueError:
-                    return self._send(400, {"error": "request body is not JSON"})
-                entry = {"start": time.monotonic(), "end": None, "aborted": False, "body": body}
-                with outer._lock:
-                    outer.requests.append(body)
-                    outer.timeline.append(entry)
-                try:
-                    self._answer(body, entry)
-                finally:
-                    entry["end"] = time.monotonic()
-
-            def _answer(self, body: dict, entry: dict) -> None:
-                if not self.path.rstrip("/").endswith("/chat/completions"):
-                    return self._send(404, {"error": "not found"})
-                rejected = outer._reject(body)
-                if rejected is not None:  # before the script: a rejected request uses no scripted reply
-                    return self._send(*rejected)
-                if outer.vllm is not None:
-                    with outer._lock:
-                        outer.effective.append(outer.vllm.effective_sampling(body))
-                item = outer._next(body)
-                if isinstance(item, tuple) and item[0] == "status":
-                    return self._send(item[1], item[2])
-                if isinstance(item, tuple) and item[0] == "hang":
-                    return self._generate(body, entry, FakeOpenAIServer.text_reply("too late"), float(item[1]))
-                if isinstance(item, tuple) and item[0] == "generate":
-                    reply = item[1] if isinstance(item[1], dict) else FakeOpenAIServer.text_reply(str(item[1]))
-                    return self._generate(body, entry, reply, float(item[2]))
-                return self._generate(body, entry, item, outer.delay_s)
-
-            def _generate(self, body: dict, entry: dict, reply: dict, seconds: float) -> None:
-                with outer._lock:
-                    outer.live += 1
-                    outer.max_live = max(outer.max_live, outer.live)
-                finished = False
-                try:
-                    if body.get("stream"):
-                        finished = self._stream(body, reply, seconds)
-                    else:
-                        finished = self._wait(seconds)
-                        if finished:
-                            vllm = outer.vllm
-                            self._send(200, vllm.complete(body, reply) if vllm and vllm.parses(body, reply) else reply)
-                finally:
-                    with outer._lock:
-                        outer.live -= 1
-                        if finished:
-                            outer.completed += 1
-                        else:
-                            outer.aborted += 1
-                            entry["aborted"] = True
-                        outer._lock.notify_all()
-                    if not finished:
-                        self.close_connection = True
-
-            def _wait(self, seconds: float) -> bool:
-                """Sleep `seconds` as a generation would, waking at once if the client goes away (no polling:
-                many concurrent generations must not cost the machine CPU)."""
-                end = time.monotonic() + seconds
-                while True:
-                    left = end - time.monotonic()
-                    if left <= 0:
-                        return True
-                    try:
-                        ready, _, _ = select.select([self.request], [], [], left)
-                    except OSError:
-                        return False
-                    if ready and self.client_gone():
-                        return False
-                    if ready:  # unexpected bytes from the client: keep generating, but do not spin on them
-                        time.sleep(min(0.01, max(0.0, end - time.monotonic())))
-
-            def _chunk(self, data: bytes) -> bool:
-                try:
-                    self.wfile.write(b"%X\r\n%s\r\n" % (len(data), data))
-                    self.wfile.flush()
-                    return True
-                except (BrokenPipeError, ConnectionResetError, OSError):
-                    return False
-
-            def _stream(self, body: dict, reply: dict, seconds: float) -> bool:
-                if "choices" not in reply:  # a malformed scripted reply is sent as it is
-                    if not self._wait(seconds):
-                        return False
-                    self._send(200, reply)
-                    return True
-                include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-                if outer.vllm is not None and outer.vllm.parses(body, reply):
-                    chunks = outer.vllm.stream(body, reply, include_usage)
-                else:
-                    chunks = FakeOpenAIServer.sse_chunks(reply, include_usage=include_usage)
-                try:
-                    self.send_response(200)
-                    self.send_header("Content-Type", "text/event-stream")
-                    self.send_header("Transfer-Encoding", "chunked")
-                    self.end_headers()
-                except (BrokenPipeError, ConnectionResetError):
-                    return False
-                # each chunk is due at a fixed time from the start, not after a pause from the previous one: late
-                # wake-ups on a busy machine must not stretch every reply past `seconds`
-                start, step = time.monotonic(), seconds / max(1, len(chunks))
-                events = [f"data: {json.dumps(c)}\n\n".encode() for c in chunks]  # encoded before the clock runs
-                for i, event in enumerate(events):
-                    left = start + (i + 1) * step - time.monotonic()
-                    if not (self._wait(left) if left > 0 else not self.client_gone()):
-                        return False
-                    if not self._chunk(event):
-                        return False
-                return self._chunk(b"data: [DONE]\n\n") and self._chunk(b"")
-
-        self.httpd = _Server(("127.0.0.1", port), Handler)
+        self.httpd = _Server(("127.0.0.1", port), _Handler)
+        self.httpd.fake = self
         self.port = self.httpd.server_address[1]
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
@@ -364,6 +207,172 @@ class FakeOpenAIServer:
         if include_usage and reply.get("usage"):
             out.append({**base, "choices": [], "usage": reply["usage"]})
         return out
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """One connection to a FakeOpenAIServer (`self.fake`): routes, scripted replies, streams, aborts."""
+
+    server: _Server
+
+    @property
+    def fake(self) -> FakeOpenAIServer:
+        return self.server.fake
+
+    protocol_version = "HTTP/1.1"  # keep-alive, as real servers
+
+    def log_message(self, *a):  # quiet
+        pass
+
+    def setup(self):
+        super().setup()
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with self.fake._lock:
+            self.fake._conns.add(self.request)
+
+    def finish(self):
+        with self.fake._lock:
+            self.fake._conns.discard(self.request)
+        super().finish()
+
+    def _send(self, code: int, body: Any) -> None:
+        raw = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+        try:
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    def client_gone(self) -> bool:
+        """The client closed its end (no request is pipelined while it waits, so readable means EOF)."""
+        try:
+            ready, _, _ = select.select([self.request], [], [], 0)
+            return bool(ready) and self.request.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
+    def do_GET(self):
+        if self.path.rstrip("/").endswith("/models"):
+            self._send(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in self.fake.models]})
+        else:
+            self._send(404, {"error": "not found"})
+
+    def do_POST(self):
+        n = int(self.headers.get("Content-Length", 0))
+        try:
+            body = json.loads(self.rfile.read(n) or b"{}")
+        except ValueError:
+            return self._send(400, {"error": "request body is not JSON"})
+        entry = {"start": time.monotonic(), "end": None, "aborted": False, "body": body}
+        with self.fake._lock:
+            self.fake.requests.append(body)
+            self.fake.timeline.append(entry)
+        try:
+            self._answer(body, entry)
+        finally:
+            entry["end"] = time.monotonic()
+
+    def _answer(self, body: dict, entry: dict) -> None:
+        if not self.path.rstrip("/").endswith("/chat/completions"):
+            return self._send(404, {"error": "not found"})
+        rejected = self.fake._reject(body)
+        if rejected is not None:  # before the script: a rejected request uses no scripted reply
+            return self._send(*rejected)
+        if self.fake.vllm is not None:
+            with self.fake._lock:
+                self.fake.effective.append(self.fake.vllm.effective_sampling(body))
+        item = self.fake._next(body)
+        if isinstance(item, tuple) and item[0] == "status":
+            return self._send(item[1], item[2])
+        if isinstance(item, tuple) and item[0] == "hang":
+            return self._generate(body, entry, FakeOpenAIServer.text_reply("too late"), float(item[1]))
+        if isinstance(item, tuple) and item[0] == "generate":
+            reply = item[1] if isinstance(item[1], dict) else FakeOpenAIServer.text_reply(str(item[1]))
+            return self._generate(body, entry, reply, float(item[2]))
+        return self._generate(body, entry, item, self.fake.delay_s)
+
+    def _generate(self, body: dict, entry: dict, reply: dict, seconds: float) -> None:
+        with self.fake._lock:
+            self.fake.live += 1
+            self.fake.max_live = max(self.fake.max_live, self.fake.live)
+        finished = False
+        try:
+            if body.get("stream"):
+                finished = self._stream(body, reply, seconds)
+            else:
+                finished = self._wait(seconds)
+                if finished:
+                    vllm = self.fake.vllm
+                    self._send(200, vllm.complete(body, reply) if vllm and vllm.parses(body, reply) else reply)
+        finally:
+            with self.fake._lock:
+                self.fake.live -= 1
+                if finished:
+                    self.fake.completed += 1
+                else:
+                    self.fake.aborted += 1
+                    entry["aborted"] = True
+                self.fake._lock.notify_all()
+            if not finished:
+                self.close_connection = True
+
+    def _wait(self, seconds: float) -> bool:
+        """Sleep `seconds` as a generation would, waking at once if the client goes away (no polling:
+        many concurrent generations must not cost the machine CPU)."""
+        end = time.monotonic() + seconds
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                return True
+            try:
+                ready, _, _ = select.select([self.request], [], [], left)
+            except OSError:
+                return False
+            if ready and self.client_gone():
+                return False
+            if ready:  # unexpected bytes from the client: keep generating, but do not spin on them
+                time.sleep(min(0.01, max(0.0, end - time.monotonic())))
+
+    def _chunk(self, data: bytes) -> bool:
+        try:
+            self.wfile.write(b"%X\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+            return True
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            return False
+
+    def _stream(self, body: dict, reply: dict, seconds: float) -> bool:
+        if "choices" not in reply:  # a malformed scripted reply is sent as it is
+            if not self._wait(seconds):
+                return False
+            self._send(200, reply)
+            return True
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        if self.fake.vllm is not None and self.fake.vllm.parses(body, reply):
+            chunks = self.fake.vllm.stream(body, reply, include_usage)
+        else:
+            chunks = FakeOpenAIServer.sse_chunks(reply, include_usage=include_usage)
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+        except (BrokenPipeError, ConnectionResetError):
+            return False
+        # each chunk is due at a fixed time from the start, not after a pause from the previous one: late
+        # wake-ups on a busy machine must not stretch every reply past `seconds`
+        start, step = time.monotonic(), seconds / max(1, len(chunks))
+        events = [f"data: {json.dumps(c)}\n\n".encode() for c in chunks]  # encoded before the clock runs
+        for i, event in enumerate(events):
+            left = start + (i + 1) * step - time.monotonic()
+            if not (self._wait(left) if left > 0 else not self.client_gone()):
+                return False
+            if not self._chunk(event):
+                return False
+        return self._chunk(b"data: [DONE]\n\n") and self._chunk(b"")
 
 
 def main(argv: list[str] | None = None) -> None:
