@@ -140,9 +140,9 @@ def _takes_arguments(tool: ToolSpec) -> bool:
 def answer_instead_of_a_repeat(decision: Decision, view: PolicyView) -> Decision:
     """A call that already ran with the same arguments would only return the same result: a model that repeats
     itself is looping, so the turn goes on to its answer step instead (no tool runs, the step budget is kept)."""
-    if decision.action != "call_tool" or decision.parallel:
+    if decision.action != "call_tool" or decision.parallel or decision.tool is None:
         return decision
-    if not any(s.tool == decision.tool and s.arguments == decision.arguments for s in view.done):
+    if not view.ran_call(decision.tool, decision.arguments):
         return decision
     return Decision(action="answer", rationale=f"repeated {decision.tool}({decision.arguments}), which already ran: "
                     f"answering now (model's rationale: {decision.rationale})")

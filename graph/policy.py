@@ -73,6 +73,10 @@ class PolicyView(BaseModel):
         """How many times `tool` already ran (errors included)."""
         return sum(1 for s in self.done if s.tool == tool)
 
+    def ran_call(self, tool: str, arguments: dict[str, Any]) -> bool:
+        """Whether `tool` already ran with exactly these arguments."""
+        return any(s.tool == tool and s.arguments == arguments for s in self.done)
+
 
 class AnswerDraft(BaseModel):
     answer: str

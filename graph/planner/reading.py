@@ -168,7 +168,7 @@ class Turn:
 
     # ---- calls and answers ----------------------------------------------------------------------------------------
     def ran_call(self, tool: str, args: dict[str, Any]) -> bool:
-        return any(s.tool == tool and s.arguments == args for s in self.v.done)
+        return self.v.ran_call(tool, args)
 
     def memo(self, key: tuple, fn: Callable[[], Any]) -> Any:
         if key not in self._memo:
