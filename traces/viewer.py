@@ -677,11 +677,7 @@ def render_run(run_dir: Path, out: Path | None = None, images: dict[str, Any] | 
 
     run_dir = Path(run_dir)
     out = Path(out) if out is not None else run_dir / "index.html"
-    write_json_atomic(out, build_html(run_dir, images=images, data=data))
-    try:
-        out.chmod(0o644)  # the temp file behind the atomic write is private; a page is meant to be read
-    except OSError:
-        pass
+    write_json_atomic(out, build_html(run_dir, images=images, data=data))  # with the user's umask, no wider
     return out
 
 
