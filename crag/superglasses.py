@@ -167,22 +167,25 @@ def _int_or_none(v: Any) -> int | None:
         return None
 
 
-def _image_cell(value: Any, root: Path) -> Any:
-    """An `image` cell as something crag.images.load_image reads: {bytes, path} dicts, bytes, or an existing path;
-    None when it holds no picture."""
+def _image_cell(value: Any, roots: list[Path]) -> tuple[Any, str | None]:
+    """An `image` cell as something crag.images.load_image reads ({bytes, path} dicts, bytes, or an existing path
+    inside the dataset's folder or the user's image root: crag.images.confine), and why not when it cannot be:
+    (None, None) when it holds no picture, (None, why) when its path is refused."""
+    from crag.images import confine
+
     if isinstance(value, dict):
         data, path = value.get("bytes"), value.get("path")
         if data:
-            return {"bytes": data, "path": path}
+            return {"bytes": data, "path": path}, None
         value = path
     if isinstance(value, (bytes, bytearray)) and value:
-        return {"bytes": bytes(value), "path": None}
+        return {"bytes": bytes(value), "path": None}, None
     if isinstance(value, str) and value.strip():
-        p = Path(value)
-        for cand in (p, root / p) if not p.is_absolute() else (p,):
-            if cand.is_file():
-                return str(cand)
-    return None
+        real, why = confine(value, roots)
+        if real is None:
+            return None, why
+        return (real, None) if Path(real).is_file() else (None, None)
+    return None, None
 
 
 def _lenient_if_truncated(cell: Any) -> tuple[Any, bool]:
@@ -272,9 +275,15 @@ _QueryRow = tuple[int, dict[str, Any], tuple[Path, int, int] | None]
 
 
 def load_superglasses(path_or_name: str | Path, limit: int | None = None, use_image_no: UseImageNo = "image",
-                      report: SuperGlassesLoadReport | None = None) -> ConversationIterator:
+                      report: SuperGlassesLoadReport | None = None,
+                      image_root: str | Path | None = None) -> ConversationIterator:
     """Iterate SuperGlasses rows as Conversations (see the module docstring). Files are located and the queries
-    read eagerly, so a missing dataset raises FileNotFoundError here; images are read while iterating."""
+    read eagerly, so a missing dataset raises FileNotFoundError here; images are read while iterating. An image
+    given as a path is read only inside the dataset's folder or `image_root` (default: GLASSES_IMAGE_ROOT).
+
+    Example: `for conv in load_superglasses("data/superglasses", limit=20): ...`"""
+    from crag.images import allowed_roots
+
     report = report if report is not None else SuperGlassesLoadReport()
     root = _root(path_or_name)
     report.source = str(path_or_name)
@@ -283,7 +292,7 @@ def load_superglasses(path_or_name: str | Path, limit: int | None = None, use_im
     report.queries_files = [str(f) for f in qfiles]
     report.images_files = [str(f) for f in ifiles]
     rows = _read_queries(qfiles, limit, report)
-    images = _Images(_locations(ifiles, "image_id"), root if root.is_dir() else root.parent)
+    images = _Images(_locations(ifiles, "image_id"), allowed_roots(root, image_root))
     return ConversationIterator(_conversations(rows, images, use_image_no, report), report, rows=len(rows))
 
 
@@ -311,9 +320,9 @@ def _read_queries(qfiles: list[Path], limit: int | None, report: SuperGlassesLoa
 class _Images:
     """Where the rows' pictures are read: the images config (joined on image_id), else the row's own cell."""
 
-    def __init__(self, locations: dict[Any, tuple[Path, int, int]], base: Path):
+    def __init__(self, locations: dict[Any, tuple[Path, int, int]], roots: list[Path]):
         self.locations = locations
-        self.base = base
+        self.roots = roots  # where an image path may point (crag.images.allowed_roots)
         self.joined, self.own = _RowGroups("image"), _RowGroups("image")
 
     def location(self, row: dict[str, Any]) -> tuple[Path, int, int] | None:
@@ -326,16 +335,19 @@ class _Images:
             return (0, "", 0, 0, item[0])
         return (1, str(loc[0]), loc[1], loc[2], item[0])
 
-    def cell(self, row: dict[str, Any], own: tuple[Path, int, int] | None, report: SuperGlassesLoadReport) -> Any:
-        """The row's picture (see `_image_cell`), or None; raises when a shard cannot be read."""
-        cell = None
+    def cell(self, row: dict[str, Any], own: tuple[Path, int, int] | None, report: SuperGlassesLoadReport
+             ) -> tuple[Any, str | None]:
+        """The row's picture (see `_image_cell`), or None and why (a refused path); raises when a shard cannot be
+        read."""
+        cell, why = None, None
         loc = self.location(row)
         if loc is not None:
-            cell = _image_cell(self.joined.get(*loc), self.base)
+            cell, why = _image_cell(self.joined.get(*loc), self.roots)
             report.images_joined += cell is not None
         if cell is None and own is not None:
-            cell = _image_cell(self.own.get(*own), self.base)
-        return cell
+            cell, own_why = _image_cell(self.own.get(*own), self.roots)
+            why = why or own_why
+        return cell, why
 
 
 def _conversations(rows: list[_QueryRow], images: _Images, use_image_no: UseImageNo,
@@ -353,7 +365,7 @@ def _conversations(rows: list[_QueryRow], images: _Images, use_image_no: UseImag
                 report.skip(f"row {n} ({conv.session_id})", "use_image is 'No' and use_image_no='skip'")
                 continue
         try:
-            cell = images.cell(row, own, report)
+            cell, conv.image_error = images.cell(row, own, report)
         except Exception as e:  # noqa: BLE001 - an unreadable shard: the row runs without its image
             cell = None
             conv.image_error = f"image unreadable: {type(e).__name__}: {e}"[:300]

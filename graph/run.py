@@ -56,7 +56,8 @@ def environment_help() -> str:
             ("GLASSES_CACHE_DIR", "Folder for derived files kept between runs (default ~/.cache/glasses-rag)."),
             ("GLASSES_GGUF_CACHE", "Folder for GGUF models converted for transformers (default "
                                    "~/.cache/glasses-rag/gguf)."),
-            ("GLASSES_DEMO_DIR", "Where the demo benchmark is generated (default data/demo).")]
+            ("GLASSES_DEMO_DIR", "Where the demo benchmark is generated (default data/demo)."),
+            ("GLASSES_IMAGE_ROOT", "A folder a dataset's image paths may also point into (see --image-root).")]
     for field, (var, scale) in ENV.items():
         info = WebConfig.model_fields[field]
         rows.append((var, (info.description or field) + _env_default(info.get_default(call_default_factory=True),
@@ -136,7 +137,7 @@ def load_data(args: argparse.Namespace):
         if args.data == "demo":
             raise ValueError("--benchmark superglasses needs --data: a local copy of xandery/SuperGlasses (folder of "
                              "its parquet files) or the dataset id when it is in the Hugging Face cache")
-        return args.data, load_superglasses(args.data, limit=args.limit)
+        return args.data, load_superglasses(args.data, limit=args.limit, image_root=args.image_root)
     from crag.superglasses import looks_like_superglasses
 
     built = build_content(args)
@@ -146,7 +147,7 @@ def load_data(args: argparse.Namespace):
         raise ValueError(f"{args.data} holds SuperGlasses questions: run it with --benchmark superglasses")
     else:
         source = args.data
-    return source, load_conversations(source, split=args.split, limit=args.limit)
+    return source, load_conversations(source, split=args.split, limit=args.limit, image_root=args.image_root)
 
 
 def build_content(args: argparse.Namespace) -> Any:
