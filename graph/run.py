@@ -247,10 +247,26 @@ def main(argv: list[str] | None = None) -> int:
     except RunRefused as e:
         print(f"error: {scrub_text(str(e))}", file=sys.stderr)
         return 2
-    except (FileNotFoundError, ValueError, ImportError, OSError) as e:
-        # bad paths, specs, data or missing optional packages: say so plainly, no traceback (nor a key it quotes)
-        print(f"error: {type(e).__name__}: {scrub_text(str(e))}", file=sys.stderr)
+    except (FileNotFoundError, ValueError, ImportError, OSError, RecursionError) as e:
+        # bad paths, specs, data (nested too deeply, too) or missing optional packages: one line, no traceback
+        print(f"error: {error_line(e)}", file=sys.stderr)
         return 2
+
+
+def error_line(e: BaseException) -> str:
+    """`e` as one line, without the input a validation error quotes (a config file's api_key) and without
+    credentials. Example: `error_line(ValueError("bad\nspec"))` -> "ValueError: bad spec"."""
+    from pydantic import ValidationError
+
+    if isinstance(e, ValidationError):
+        found = e.errors(include_input=False, include_url=False)
+        where = "; ".join(f"{'.'.join(map(str, d['loc'])) or '(top)'}: {d['msg']}" for d in found[:5])
+        text = f"{e.error_count()} validation error(s) for {e.title}: {where}"
+    elif isinstance(e, RecursionError):
+        text = "the input is nested too deeply to read"
+    else:
+        text = str(e)
+    return scrub_text(f"{type(e).__name__}: {' '.join(text.split())}")[:2000]
 
 
 class ScrubFilter(logging.Filter):
