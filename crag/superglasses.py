@@ -237,7 +237,7 @@ def row_labels(row: dict[str, Any]) -> dict[str, Any]:
     if isinstance(labels.get("sub_questions"), str):  # some exports store the list as JSON text
         try:
             labels["sub_questions"] = json.loads(labels["sub_questions"])
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # kept as the text it is
             pass
     return labels
 

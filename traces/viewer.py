@@ -677,11 +677,13 @@ def render_run(run_dir: Path, out: Path | None = None, images: dict[str, Any] | 
     images: session_id -> PIL image (takes precedence); data: dataset path or cached name to read the
     images from (default: run.json's "data"). Conversations without an image get a placeholder.
     """
-    from traces.store import write_json_atomic
+    from traces.store import write_atomic
 
     run_dir = Path(run_dir)
     out = Path(out) if out is not None else run_dir / "index.html"
-    write_json_atomic(out, build_html(run_dir, images=images, data=data))  # with the user's umask, no wider
+    # a lone surrogate read from run.json or a trace ("\ud800") cannot be UTF-8: written as "?", not a crash
+    page = build_html(run_dir, images=images, data=data).encode("utf-8", "replace")
+    write_atomic(out, page)  # with the user's umask, no wider
     return out
 
 
