@@ -29,7 +29,9 @@ are handled, and why:
 
 Images are read shard by shard, one row group at a time, in file order: the questions are yielded grouped by
 where their image lies (questions without an image first), so the 8.8 GB `images` config is read once and
-never held in memory. `limit` takes the first N rows of the queries in dataset order before that grouping.
+never held in memory. The queries are streamed: read in batches and grouped `CHUNK_ROWS` (4096) at a time, so
+SuperGlasses's 2,422 rows are one group, and a million-row file starts at once in bounded memory (its images are
+then read once per chunk). `limit` takes the first N rows of the queries in dataset order before that grouping.
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ from __future__ import annotations
 import io
 import json
 import threading
-from collections.abc import Iterator
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator
+from itertools import accumulate
 from pathlib import Path
 from typing import Any, Literal
 
@@ -291,16 +295,21 @@ def load_superglasses(path_or_name: str | Path, limit: int | None = None, use_im
     qfiles, ifiles = classify_files(root)
     report.queries_files = [str(f) for f in qfiles]
     report.images_files = [str(f) for f in ifiles]
-    rows = _read_queries(qfiles, limit, report)
+    total = _check_columns(qfiles, report)
+    chunks = _read_queries(qfiles, limit)
     images = _Images(_locations(ifiles, "image_id"), allowed_roots(root, image_root))
-    return ConversationIterator(_conversations(rows, images, use_image_no, report), report, rows=len(rows))
+    rows = total if limit is None else min(limit, total)
+    return ConversationIterator(_conversations(chunks, images, use_image_no, report), report, rows=rows)
 
 
-def _read_queries(qfiles: list[Path], limit: int | None, report: SuperGlassesLoadReport) -> list[_QueryRow]:
-    """The first `limit` queries rows, in dataset order, without their images; every file's columns reported."""
+CHUNK_ROWS = 4096  # queries rows held at once (the 2,422 of SuperGlasses are one chunk); see _read_queries
+
+
+def _check_columns(qfiles: list[Path], report: SuperGlassesLoadReport) -> int:
+    """Every queries file's columns reported (missing, extra) from its schema; the number of rows in all."""
     import pyarrow.parquet as pq
 
-    rows: list[_QueryRow] = []
+    total = 0
     for f in qfiles:
         pf = pq.ParquetFile(f)
         names = pf.schema_arrow.names
@@ -308,13 +317,35 @@ def _read_queries(qfiles: list[Path], limit: int | None, report: SuperGlassesLoa
                                         | set(report.missing_columns))
         report.extra_columns = sorted({c for c in names if c not in TURN_COLUMNS + LABEL_COLUMNS}
                                       | set(report.extra_columns))
-        cols = [c for c in names if c != "image"]
-        for g in range(pf.num_row_groups):
-            for i, r in enumerate(pf.read_row_group(g, columns=cols).to_pylist()):
-                if limit is not None and len(rows) >= limit:
-                    break
-                rows.append((len(rows), r, (f, g, i) if "image" in names else None))
-    return rows
+        total += pf.metadata.num_rows
+    return total
+
+
+def _read_queries(qfiles: list[Path], limit: int | None, chunk: int = CHUNK_ROWS) -> Iterator[list[_QueryRow]]:
+    """The first `limit` queries rows in dataset order, without their images, `chunk` rows at a time, read in
+    batches: a million-row file is never held whole before the first question runs."""
+    import pyarrow.parquet as pq
+
+    n, rows = 0, []
+    for f in qfiles:
+        if limit is not None and n >= limit:
+            break
+        pf = pq.ParquetFile(f)
+        names = pf.schema_arrow.names
+        starts = list(accumulate((pf.metadata.row_group(g).num_rows for g in range(pf.num_row_groups)), initial=0))
+        at = 0  # the row's index in this file
+        for batch in pf.iter_batches(batch_size=1024, columns=[c for c in names if c != "image"]):
+            for r in batch.to_pylist()[: None if limit is None else limit - n]:
+                g = bisect_right(starts, at) - 1
+                rows.append((n, r, (f, g, at - starts[g]) if "image" in names else None))
+                n, at = n + 1, at + 1
+            if len(rows) >= chunk:
+                yield rows
+                rows = []
+            if limit is not None and n >= limit:
+                break
+    if rows:
+        yield rows
 
 
 class _Images:
@@ -350,9 +381,9 @@ class _Images:
         return cell, why
 
 
-def _conversations(rows: list[_QueryRow], images: _Images, use_image_no: UseImageNo,
+def _conversations(chunks: Iterable[list[_QueryRow]], images: _Images, use_image_no: UseImageNo,
                    report: SuperGlassesLoadReport) -> Iterator[Conversation]:
-    for n, row, own in sorted(rows, key=images.reading_order):
+    for n, row, own in (item for rows in chunks for item in sorted(rows, key=images.reading_order)):
         try:
             conv = row_to_conversation(row, n, report)
         except Exception as e:  # noqa: BLE001 - one bad row never stops the run
