@@ -14,6 +14,7 @@ Example: `scrub_data({"api_key": "sk-1", "base_url": "http://a:b@h/v1"})` -> `{"
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any
 
@@ -67,3 +68,25 @@ def scrub_argv(argv: list[str]) -> list[str]:
         hide = prev.startswith("-") and "=" not in prev and is_secret_name(prev.lstrip("-"))
         out.append(HIDDEN if hide else scrub_text(word))
     return out
+
+
+class ScrubFilter(logging.Filter):
+    """Rewrites a log record's message with `core.credentials.scrub_text`."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a malformed record is left for logging to report
+            return True
+        clean = scrub_text(message)
+        if clean != message:
+            record.msg, record.args = clean, ()
+        return True
+
+
+def scrub_log_handlers() -> None:
+    """A ScrubFilter on each handler of the root logger (idempotent): every record printed, whichever logger made
+    it, goes through `scrub_text`."""
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, ScrubFilter) for f in handler.filters):
+            handler.addFilter(ScrubFilter())

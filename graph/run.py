@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from core.credentials import scrub_argv, scrub_data, scrub_text
+from core.credentials import scrub_argv, scrub_data, scrub_log_handlers, scrub_text
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a model hub at run time
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -269,20 +269,6 @@ def error_line(e: BaseException) -> str:
     return scrub_text(f"{type(e).__name__}: {' '.join(text.split())}")[:2000]
 
 
-class ScrubFilter(logging.Filter):
-    """Rewrites a log record's message with `core.credentials.scrub_text`."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        try:
-            message = record.getMessage()
-        except Exception:  # noqa: BLE001 - a malformed record is left for logging to report
-            return True
-        clean = scrub_text(message)
-        if clean != message:
-            record.msg, record.args = clean, ()
-        return True
-
-
 OUR_LOGGERS = ("core", "text", "web", "models", "tools", "crag", "traces", "graph")
 
 
@@ -290,9 +276,7 @@ def configure_logging(verbose: bool) -> None:
     """Warnings for everything; with -v, debug output from this project's own loggers only (a library at DEBUG
     logs request URLs, headers and payloads)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    for handler in logging.getLogger().handlers:  # every record, whichever logger: no URL userinfo, no key
-        if not any(isinstance(f, ScrubFilter) for f in handler.filters):
-            handler.addFilter(ScrubFilter())
+    scrub_log_handlers()  # every record, whichever logger: no URL userinfo, no key
     for name in OUR_LOGGERS:
         logging.getLogger(name).setLevel(logging.DEBUG if verbose else logging.NOTSET)
 

@@ -38,6 +38,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.credentials import scrub_log_handlers
 from crag.images import ImagePrep
 from crag.schema import Conversation
 from graph.config import AgentConfig
@@ -118,6 +119,7 @@ def _worker_main(spec: WorkerSpec, conn: Connection) -> None:
     """A worker process: build the agent, say ready, run what the parent hands over until told to exit or stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it tells us to stop
     logging.basicConfig(level=spec.log_level, format="%(levelname)s %(name)s [worker %(process)d]: %(message)s")
+    scrub_log_handlers()  # no URL userinfo or key in a worker's log lines either
     outbox = _Outbox(conn)
     watch = _ParentWatch()
     try:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from core.credentials import public_url, scrub_argv, scrub_data, scrub_text
+from core.credentials import ScrubFilter, public_url, scrub_argv, scrub_data, scrub_text
 from core.files import write_atomic
-from graph.run import ScrubFilter, main
+from graph.run import configure_logging, main
 from testing.fake_model_server import FakeOpenAIServer
 
 KEY = "sk-live-SECRET-5150"
@@ -69,6 +69,8 @@ def test_scrubbing_removes_userinfo_and_key_values_and_keeps_json_json():
     record = logging.LogRecord("models.openai_client", logging.WARNING, __file__, 1, "replica %s failed",
                                (f"http://a:{PASSWORD}@h/v1",), None)
     assert ScrubFilter().filter(record) and record.getMessage() == "replica http://h/v1 failed"
+    configure_logging(False)  # the CLI puts the filter on every handler of the root logger
+    assert any(isinstance(f, ScrubFilter) for h in logging.getLogger().handlers for f in h.filters)
 
 
 def test_outputs_are_written_with_the_users_umask(tmp_path, capsys):
