@@ -187,6 +187,12 @@ def test_the_lens_image_folder_is_pruned_by_age_and_size(tmp_path):
     assert mine[1] in deleted and mine[0].exists() and all(p.exists() for p in mine[3:])  # by age, then the oldest
     assert users.exists() and (folder / "notes.txt").exists()
     assert sum(p.stat().st_size for p in mine if p.exists()) <= budget
+    folder.chmod(0o755)
+    old = os.umask(0o077)  # a private umask for the run's own outputs ...
+    try:
+        assert _publish(folder, 9).stat().st_mode & 0o777 == 0o644  # ... but a served image is as readable as its folder
+    finally:
+        os.umask(old)
 
 
 def test_pruning_deletes_only_what_the_manifest_lists(tmp_path):

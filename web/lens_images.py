@@ -76,6 +76,9 @@ def publish_image(image: Any, folder: Path, base_url: str, max_age_s: float, max
             path.touch()  # in use again: pruned last
         else:
             write_atomic(path, data)
+            # served by the operator's web server: readable by whoever may read the folder (0755 -> 0644), not by
+            # the umask of this run (a run's own outputs keep that)
+            path.chmod(0o600 | (folder.stat().st_mode & 0o044))
             published = _read_manifest(folder)
             _write_manifest(folder, Published(files=[*published.names(), name]))
     with _LOCK:
