@@ -72,8 +72,9 @@ def check_run_id(run_id: str) -> str:
     Example: `check_run_id("task1-demo")` -> "task1-demo"; `check_run_id("..")` raises."""
     bad = [c for c in ("/", "\\", "\0") if c in run_id]
     if run_id in ("", ".", "..") or bad or os.sep in run_id or (os.altsep and os.altsep in run_id):
-        why = f"contains {bad[0]!r}" if bad else "is empty" if not run_id else f"is {run_id!r}"
-        raise ValueError(f"--run-id must be a single folder name (no '.', '..', path separators or NUL): {run_id!r} {why}")
+        why = f" (it contains {bad[0]!r})" if bad else ""
+        raise ValueError(f"--run-id must be a single folder name, not '.', '..', empty or with a path separator or NUL: "
+                         f"{run_id!r}{why}")
     return run_id
 
 
