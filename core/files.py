@@ -1,15 +1,37 @@
 """Files written atomically (temp file + fsync + rename): a crash never leaves half a file, and a failed write
-(disk full) leaves the old file as it was."""
+(disk full) leaves the old file as it was. A new file gets the mode `open()` would give it (0666 less the umask:
+with umask 077 nobody else reads a trace); a replaced file keeps its mode."""
 
 from __future__ import annotations
 
 import json
 import os
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
 TMP_SUFFIX = ".tmp"
+_UMASK: list[int] = []
+_UMASK_LOCK = threading.Lock()
+
+
+def process_umask() -> int:
+    """The process umask: read from /proc where the kernel says it (Linux: nothing changed), else read once by
+    setting and restoring it (under a lock, the first time only)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    with _UMASK_LOCK:
+        if not _UMASK:
+            mask = os.umask(0o022)
+            os.umask(mask)
+            _UMASK.append(mask)
+    return _UMASK[0]
 
 
 def write_atomic(path: str | Path, data: str | bytes) -> Path:
@@ -22,7 +44,7 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
     try:
         mode = path.stat().st_mode & 0o777  # keep the permissions of the file it replaces
     except FileNotFoundError:
-        mode = 0o644  # mkstemp makes 0600; outputs are meant to be read
+        mode = 0o666 & ~process_umask()  # as open() would make it (mkstemp makes 0600)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TMP_SUFFIX)
     try:
         os.fchmod(fd, mode)

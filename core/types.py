@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
+from core.credentials import public_url
+
 RAW_REPLY_LIMIT = 4096  # characters of a model's raw reply kept per call
 DecisionMode = Literal["structured", "json_object", "native_tools", "json_text", "text"]
 
@@ -130,6 +132,11 @@ class ModelCall(BaseModel):
                                      "one's.")
     block_unit: Literal["tokens", "chars"] | None = Field(None, description="What a block counts: tokens of the "
                                                           "backend's own tokenizer when it is local, else characters.")
+
+    @field_validator("replica")
+    @classmethod
+    def _no_userinfo(cls, v: str | None) -> str | None:
+        return public_url(v) if v else v  # http://alice:pw@host/v1 is shown and written as http://host/v1
 
     @classmethod
     def clip(cls, raw: str) -> tuple[str, int]:

@@ -155,6 +155,7 @@ class RowSource:
         self.features = features
         self.num_rows = num_rows
         self._batches = batches  # () -> iterator of lists of row dicts
+        self.root: Path | None = None  # the file or folder the rows come from (image paths must stay inside)
 
     def rows(self, limit: int | None = None) -> Iterator[dict[str, Any]]:
         n = 0
@@ -203,7 +204,15 @@ def _datasets_source(ds: Any) -> RowSource:
 
 
 def open_dataset(path_or_name: str | Path, split: str | None = None) -> RowSource:
-    """The rows of a local folder/file or of a Hub dataset found in the local caches (offline)."""
+    """The rows of a local folder/file or of a Hub dataset found in the local caches (offline); `.root` says where
+    they were found."""
+    src = _locate(path_or_name)
+    source = _open_located(src, split)
+    source.root = src
+    return source
+
+
+def _locate(path_or_name: str | Path) -> Path:
     src = Path(path_or_name).expanduser()
     if not src.exists():
         cached = find_cached_dataset(str(path_or_name))
@@ -214,6 +223,10 @@ def open_dataset(path_or_name: str | Path, split: str | None = None) -> RowSourc
                 f"`huggingface-cli download --repo-type dataset {KNOWN_NAMES.get(str(path_or_name), path_or_name)}`, "
                 "or pass the folder.")
         src = cached
+    return src
+
+
+def _open_located(src: Path, split: str | None) -> RowSource:
     if src.is_file():
         if src.suffix == ".arrow":
             import datasets
@@ -335,7 +348,20 @@ def _has_image(cell: Any) -> bool:
     return cell is not None and cell != b""
 
 
-def _row_to_conversation(row: dict[str, Any], decoders: dict[str, Any], where: str, report: LoadReport):
+def confined_cell(cell: Any, roots: list[Path]) -> tuple[Any, str | None]:
+    """A row's image cell as it may be read: bytes as they are; a path only when it resolves inside `roots`
+    (crag.images.confine), as that real path; else (None, why)."""
+    from crag.images import confine
+
+    path = cell.get("path") if isinstance(cell, dict) and not cell.get("bytes") else cell
+    if not isinstance(path, (str, Path)):
+        return cell, None
+    real, why = confine(path, roots)
+    return (None, why) if real is None else ({"bytes": None, "path": real}, None)
+
+
+def _row_to_conversation(row: dict[str, Any], decoders: dict[str, Any], where: str, report: LoadReport,
+                         roots: list[Path] | None = None):
     turns_raw = _as_records(row.get("turns"))
     answers_raw = _as_records(row.get("answers"))
     if not turns_raw:
@@ -369,9 +395,12 @@ def _row_to_conversation(row: dict[str, Any], decoders: dict[str, Any], where: s
     image_url = image_url if isinstance(image_url, str) and image_url else None
     cell = row.get("image")
     err = None
-    if not _has_image(cell):
+    if _has_image(cell):
+        cell, err = confined_cell(cell, roots or [])
+    else:
         cell = None
         err = IMAGE_URL_ONLY if image_url else "no image and no image_url"
+    if err:
         report.image_errors += 1
         report.messages.append(f"{where}: {err}")
     return Conversation(
@@ -400,12 +429,13 @@ class ConversationIterator:
         return next(self._gen)
 
 
-def _iter_rows(source: RowSource, decoders, limit: int | None, report: LoadReport) -> Iterator[Conversation]:
+def _iter_rows(source: RowSource, decoders, limit: int | None, report: LoadReport,
+               roots: list[Path]) -> Iterator[Conversation]:
     for i, row in enumerate(source.rows(limit)):
         where = f"row {i}"
         try:
             where = f"row {i} ({row.get('session_id')})"
-            conv = _row_to_conversation(row, decoders, where, report)
+            conv = _row_to_conversation(row, decoders, where, report, roots)
         except Exception as exc:
             report.skip(where, f"{type(exc).__name__}: {exc}")
             continue
@@ -418,10 +448,16 @@ def load_conversations(
     split: str | None = None,
     limit: int | None = None,
     report: LoadReport | None = None,
+    image_root: str | Path | None = None,
 ) -> ConversationIterator:
     """Iterate `Conversation`s; malformed rows are skipped and recorded in the returned iterator's
     `.report` (or in `report` when one is passed). Opening the source happens eagerly, so a missing
-    dataset raises FileNotFoundError here; `limit` caps the number of rows read."""
+    dataset raises FileNotFoundError here; `limit` caps the number of rows read. An image given as a path is
+    read only inside the dataset's folder or `image_root` (default: GLASSES_IMAGE_ROOT); see crag.images.
+
+    Example: `for conv in load_conversations("data/crag-mm", split="validation", limit=10): ...`"""
+    from crag.images import allowed_roots
+
     report = report if report is not None else LoadReport()
     report.source = str(path_or_name)
     report.split = split
@@ -432,7 +468,8 @@ def load_conversations(
     names = turn_label_names(tf)
     decoders = {k: _label_decoder(names.get(k)) for k in LABEL_KEYS}
     rows = source.num_rows if limit is None else min(limit, source.num_rows)
-    return ConversationIterator(_iter_rows(source, decoders, limit, report), report, rows=rows)
+    roots = allowed_roots(source.root, image_root)
+    return ConversationIterator(_iter_rows(source, decoders, limit, report, roots), report, rows=rows)
 
 
 def load_all(path_or_name: str | Path, split: str | None = None, limit: int | None = None

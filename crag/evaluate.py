@@ -39,6 +39,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from core.credentials import public_url
 from core.files import write_atomic
 from crag.scoring import (
     DEFAULT_MODE,
@@ -503,8 +504,9 @@ def write_report(report: EvalReport, out_dir: str | Path, plot: bool = True) -> 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / "report.json", "table": out / "report.txt"}
-    write_atomic(paths["json"], report.model_dump_json(indent=2) + "\n")
-    write_atomic(paths["table"], format_table(report))
+    # a judge named by a URL with userinfo (openai:http://alice:pw@host/v1#m) is written without it
+    write_atomic(paths["json"], public_url(report.model_dump_json(indent=2)) + "\n")
+    write_atomic(paths["table"], public_url(format_table(report)))
     if plot:
         paths["plot"] = plot_report(report, out / "truthfulness_by_slice.png")
     return paths

@@ -9,6 +9,11 @@
   then a bound on the longest side.
 
 Every change is listed in an `ImageInfo` that goes into the trace.
+
+A dataset names images by path only where it holds no bytes; such a path must stay inside the dataset's own folder
+(`confine`: symlinks resolved, a relative path taken from that folder), or inside an image root the user named
+(`--image-root`, or the environment variable GLASSES_IMAGE_ROOT). Anything else is refused with the reason, which
+the trace keeps; the turn runs without the image. A dataset thus never reads, shows or publishes a private file.
 """
 
 from __future__ import annotations
@@ -27,6 +32,46 @@ MAX_SIDE = 2048
 MAX_FILE_BYTES = 64 * 1024 * 1024
 MAX_DECODE_PIXELS = 40_000_000  # ~120 MB as RGB: anything larger is refused unless a reduced decode fits
 ImagePrep = Literal["harness", "native"]
+IMAGE_ROOT_ENV = "GLASSES_IMAGE_ROOT"
+
+
+def dataset_root(source: str | Path) -> Path:
+    """The folder a dataset's image paths may point into: the dataset folder (a file's own folder); for a copy in
+    the Hugging Face hub cache, its whole `datasets--owner--name` folder (snapshots link into its `blobs/`)."""
+    p = Path(os.path.abspath(Path(source).expanduser()))
+    p = p if p.is_dir() else p.parent
+    for q in (p, *p.parents):
+        if q.name == "snapshots" and q.parent.name.startswith("datasets--"):
+            return q.parent
+    return p
+
+
+def allowed_roots(source: str | Path | None, image_root: str | Path | None = None) -> list[Path]:
+    """The dataset's folder (first) and the image root the user named (`image_root`, else GLASSES_IMAGE_ROOT),
+    each with its symlinks resolved."""
+    extra = image_root if image_root not in (None, "") else os.environ.get(IMAGE_ROOT_ENV) or None
+    base = [dataset_root(source)] if source is not None else []
+    return [Path(os.path.realpath(r)) for r in (*base, *([Path(extra).expanduser()] if extra else []))]
+
+
+def confine(path: str | Path, roots: list[Path]) -> tuple[str | None, str | None]:
+    """(the real path, None) when `path` (a relative one taken from the first root) resolves inside one of `roots`,
+    symlinks resolved; (None, why) otherwise.
+
+    Example: `confine("img/a.jpg", [Path("/data/sg")])` -> ("/data/sg/img/a.jpg", None);
+    `confine("../secret.png", [Path("/data/sg")])` -> (None, "image path '../secret.png' refused: ...")."""
+    shown = str(path)[:200]
+    if not roots:
+        return None, f"image path {shown!r} refused: no dataset folder to read it from"
+    try:
+        p = Path(path)
+        real = Path(os.path.realpath(p if p.is_absolute() else roots[0] / p))
+    except (OSError, ValueError) as e:  # NUL bytes, a symlink loop
+        return None, f"image path {shown!r} refused: {type(e).__name__}"
+    if any(real.is_relative_to(r) for r in roots):
+        return str(real), None
+    return None, (f"image path {shown!r} refused: it resolves outside the dataset's folder {roots[0]} (name another "
+                  f"folder with --image-root or {IMAGE_ROOT_ENV} to allow it)")
 
 
 def _read_bounded(path: str | Path) -> tuple[bytes | None, str | None]:

@@ -68,6 +68,8 @@ def _records(path: Path, key: str, model: type[BaseModel]) -> list[dict[str, Any
         raise FileNotFoundError(f"{path} is missing (a local index folder holds kg.json, web.json and kg_images/)") from None
     except ValueError as e:
         raise ValueError(f"{path}: not valid JSON ({e})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: nested too deeply to read") from None
     items = data.get(key) if isinstance(data, dict) else data
     if not isinstance(items, list):
         raise ValueError(f"{path}: expected a list of entries (or {{\"{key}\": [...]}})")

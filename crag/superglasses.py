@@ -29,7 +29,9 @@ are handled, and why:
 
 Images are read shard by shard, one row group at a time, in file order: the questions are yielded grouped by
 where their image lies (questions without an image first), so the 8.8 GB `images` config is read once and
-never held in memory. `limit` takes the first N rows of the queries in dataset order before that grouping.
+never held in memory. The queries are streamed: read in batches and grouped `CHUNK_ROWS` (4096) at a time, so
+SuperGlasses's 2,422 rows are one group, and a million-row file starts at once in bounded memory (its images are
+then read once per chunk). `limit` takes the first N rows of the queries in dataset order before that grouping.
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ from __future__ import annotations
 import io
 import json
 import threading
-from collections.abc import Iterator
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator
+from itertools import accumulate
 from pathlib import Path
 from typing import Any, Literal
 
@@ -167,22 +171,25 @@ def _int_or_none(v: Any) -> int | None:
         return None
 
 
-def _image_cell(value: Any, root: Path) -> Any:
-    """An `image` cell as something crag.images.load_image reads: {bytes, path} dicts, bytes, or an existing path;
-    None when it holds no picture."""
+def _image_cell(value: Any, roots: list[Path]) -> tuple[Any, str | None]:
+    """An `image` cell as something crag.images.load_image reads ({bytes, path} dicts, bytes, or an existing path
+    inside the dataset's folder or the user's image root: crag.images.confine), and why not when it cannot be:
+    (None, None) when it holds no picture, (None, why) when its path is refused."""
+    from crag.images import confine
+
     if isinstance(value, dict):
         data, path = value.get("bytes"), value.get("path")
         if data:
-            return {"bytes": data, "path": path}
+            return {"bytes": data, "path": path}, None
         value = path
     if isinstance(value, (bytes, bytearray)) and value:
-        return {"bytes": bytes(value), "path": None}
+        return {"bytes": bytes(value), "path": None}, None
     if isinstance(value, str) and value.strip():
-        p = Path(value)
-        for cand in (p, root / p) if not p.is_absolute() else (p,):
-            if cand.is_file():
-                return str(cand)
-    return None
+        real, why = confine(value, roots)
+        if real is None:
+            return None, why
+        return (real, None) if Path(real).is_file() else (None, None)
+    return None, None
 
 
 def _lenient_if_truncated(cell: Any) -> tuple[Any, bool]:
@@ -234,7 +241,7 @@ def row_labels(row: dict[str, Any]) -> dict[str, Any]:
     if isinstance(labels.get("sub_questions"), str):  # some exports store the list as JSON text
         try:
             labels["sub_questions"] = json.loads(labels["sub_questions"])
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # kept as the text it is
             pass
     return labels
 
@@ -272,9 +279,15 @@ _QueryRow = tuple[int, dict[str, Any], tuple[Path, int, int] | None]
 
 
 def load_superglasses(path_or_name: str | Path, limit: int | None = None, use_image_no: UseImageNo = "image",
-                      report: SuperGlassesLoadReport | None = None) -> ConversationIterator:
+                      report: SuperGlassesLoadReport | None = None,
+                      image_root: str | Path | None = None) -> ConversationIterator:
     """Iterate SuperGlasses rows as Conversations (see the module docstring). Files are located and the queries
-    read eagerly, so a missing dataset raises FileNotFoundError here; images are read while iterating."""
+    read eagerly, so a missing dataset raises FileNotFoundError here; images are read while iterating. An image
+    given as a path is read only inside the dataset's folder or `image_root` (default: GLASSES_IMAGE_ROOT).
+
+    Example: `for conv in load_superglasses("data/superglasses", limit=20): ...`"""
+    from crag.images import allowed_roots
+
     report = report if report is not None else SuperGlassesLoadReport()
     root = _root(path_or_name)
     report.source = str(path_or_name)
@@ -282,16 +295,21 @@ def load_superglasses(path_or_name: str | Path, limit: int | None = None, use_im
     qfiles, ifiles = classify_files(root)
     report.queries_files = [str(f) for f in qfiles]
     report.images_files = [str(f) for f in ifiles]
-    rows = _read_queries(qfiles, limit, report)
-    images = _Images(_locations(ifiles, "image_id"), root if root.is_dir() else root.parent)
-    return ConversationIterator(_conversations(rows, images, use_image_no, report), report, rows=len(rows))
+    total = _check_columns(qfiles, report)
+    chunks = _read_queries(qfiles, limit)
+    images = _Images(_locations(ifiles, "image_id"), allowed_roots(root, image_root))
+    rows = total if limit is None else min(limit, total)
+    return ConversationIterator(_conversations(chunks, images, use_image_no, report), report, rows=rows)
 
 
-def _read_queries(qfiles: list[Path], limit: int | None, report: SuperGlassesLoadReport) -> list[_QueryRow]:
-    """The first `limit` queries rows, in dataset order, without their images; every file's columns reported."""
+CHUNK_ROWS = 4096  # queries rows held at once (the 2,422 of SuperGlasses are one chunk); see _read_queries
+
+
+def _check_columns(qfiles: list[Path], report: SuperGlassesLoadReport) -> int:
+    """Every queries file's columns reported (missing, extra) from its schema; the number of rows in all."""
     import pyarrow.parquet as pq
 
-    rows: list[_QueryRow] = []
+    total = 0
     for f in qfiles:
         pf = pq.ParquetFile(f)
         names = pf.schema_arrow.names
@@ -299,21 +317,43 @@ def _read_queries(qfiles: list[Path], limit: int | None, report: SuperGlassesLoa
                                         | set(report.missing_columns))
         report.extra_columns = sorted({c for c in names if c not in TURN_COLUMNS + LABEL_COLUMNS}
                                       | set(report.extra_columns))
-        cols = [c for c in names if c != "image"]
-        for g in range(pf.num_row_groups):
-            for i, r in enumerate(pf.read_row_group(g, columns=cols).to_pylist()):
-                if limit is not None and len(rows) >= limit:
-                    break
-                rows.append((len(rows), r, (f, g, i) if "image" in names else None))
-    return rows
+        total += pf.metadata.num_rows
+    return total
+
+
+def _read_queries(qfiles: list[Path], limit: int | None, chunk: int = CHUNK_ROWS) -> Iterator[list[_QueryRow]]:
+    """The first `limit` queries rows in dataset order, without their images, `chunk` rows at a time, read in
+    batches: a million-row file is never held whole before the first question runs."""
+    import pyarrow.parquet as pq
+
+    n, rows = 0, []
+    for f in qfiles:
+        if limit is not None and n >= limit:
+            break
+        pf = pq.ParquetFile(f)
+        names = pf.schema_arrow.names
+        starts = list(accumulate((pf.metadata.row_group(g).num_rows for g in range(pf.num_row_groups)), initial=0))
+        at = 0  # the row's index in this file
+        for batch in pf.iter_batches(batch_size=1024, columns=[c for c in names if c != "image"]):
+            for r in batch.to_pylist()[: None if limit is None else limit - n]:
+                g = bisect_right(starts, at) - 1
+                rows.append((n, r, (f, g, at - starts[g]) if "image" in names else None))
+                n, at = n + 1, at + 1
+            if len(rows) >= chunk:
+                yield rows
+                rows = []
+            if limit is not None and n >= limit:
+                break
+    if rows:
+        yield rows
 
 
 class _Images:
     """Where the rows' pictures are read: the images config (joined on image_id), else the row's own cell."""
 
-    def __init__(self, locations: dict[Any, tuple[Path, int, int]], base: Path):
+    def __init__(self, locations: dict[Any, tuple[Path, int, int]], roots: list[Path]):
         self.locations = locations
-        self.base = base
+        self.roots = roots  # where an image path may point (crag.images.allowed_roots)
         self.joined, self.own = _RowGroups("image"), _RowGroups("image")
 
     def location(self, row: dict[str, Any]) -> tuple[Path, int, int] | None:
@@ -326,21 +366,24 @@ class _Images:
             return (0, "", 0, 0, item[0])
         return (1, str(loc[0]), loc[1], loc[2], item[0])
 
-    def cell(self, row: dict[str, Any], own: tuple[Path, int, int] | None, report: SuperGlassesLoadReport) -> Any:
-        """The row's picture (see `_image_cell`), or None; raises when a shard cannot be read."""
-        cell = None
+    def cell(self, row: dict[str, Any], own: tuple[Path, int, int] | None, report: SuperGlassesLoadReport
+             ) -> tuple[Any, str | None]:
+        """The row's picture (see `_image_cell`), or None and why (a refused path); raises when a shard cannot be
+        read."""
+        cell, why = None, None
         loc = self.location(row)
         if loc is not None:
-            cell = _image_cell(self.joined.get(*loc), self.base)
+            cell, why = _image_cell(self.joined.get(*loc), self.roots)
             report.images_joined += cell is not None
         if cell is None and own is not None:
-            cell = _image_cell(self.own.get(*own), self.base)
-        return cell
+            cell, own_why = _image_cell(self.own.get(*own), self.roots)
+            why = why or own_why
+        return cell, why
 
 
-def _conversations(rows: list[_QueryRow], images: _Images, use_image_no: UseImageNo,
+def _conversations(chunks: Iterable[list[_QueryRow]], images: _Images, use_image_no: UseImageNo,
                    report: SuperGlassesLoadReport) -> Iterator[Conversation]:
-    for n, row, own in sorted(rows, key=images.reading_order):
+    for n, row, own in (item for rows in chunks for item in sorted(rows, key=images.reading_order)):
         try:
             conv = row_to_conversation(row, n, report)
         except Exception as e:  # noqa: BLE001 - one bad row never stops the run
@@ -353,7 +396,7 @@ def _conversations(rows: list[_QueryRow], images: _Images, use_image_no: UseImag
                 report.skip(f"row {n} ({conv.session_id})", "use_image is 'No' and use_image_no='skip'")
                 continue
         try:
-            cell = images.cell(row, own, report)
+            cell, conv.image_error = images.cell(row, own, report)
         except Exception as e:  # noqa: BLE001 - an unreadable shard: the row runs without its image
             cell = None
             conv.image_error = f"image unreadable: {type(e).__name__}: {e}"[:300]

@@ -35,7 +35,7 @@ def load_prompt(name: str, prompts_dir: Path | None = None) -> string.Template:
 
 
 def clip(text: Any, n: int) -> str:
-    text = " ".join(str(text or "").split())
+    text = " ".join(str(text or "")[: 8 * n + 256].split())  # cut before splitting: a 100 MB text costs nothing
     return text if len(text) <= n else text[: max(0, n - 3)] + "..."
 
 
@@ -50,11 +50,19 @@ def tools_text(view: PolicyView) -> str:
     return "\n".join(lines) or "(no tools)"
 
 
+HISTORY_TURNS = 16  # earlier turns a prompt shows, the latest ones (each cut to HISTORY_CHARS for Q and for A)
+HISTORY_CHARS = 200
+
+
 def history_text(view: PolicyView) -> str:
-    lines = []
-    for i, h in enumerate(view.history, 1):
-        ent = f" [entity: {h.entity}]" if h.entity else ""
-        lines.append(f"{i}. Q: {clip(h.question, 200)} A: {clip(h.answer, 200)}{ent}")
+    """The conversation so far, bounded: its last HISTORY_TURNS turns (the number of those left out said first),
+    so a prompt stays the same size however long the conversation runs."""
+    shown = view.history[-HISTORY_TURNS:]
+    first = len(view.history) - len(shown)
+    lines = [f"({first} earlier turn(s) not shown)"] if first else []
+    for i, h in enumerate(shown, first + 1):
+        ent = f" [entity: {clip(h.entity, HISTORY_CHARS)}]" if h.entity else ""
+        lines.append(f"{i}. Q: {clip(h.question, HISTORY_CHARS)} A: {clip(h.answer, HISTORY_CHARS)}{ent}")
     return "\n".join(lines) or "(none)"
 
 

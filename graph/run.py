@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from core.credentials import scrub_argv, scrub_data, scrub_log_handlers, scrub_text
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a model hub at run time
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -54,7 +56,8 @@ def environment_help() -> str:
             ("GLASSES_CACHE_DIR", "Folder for derived files kept between runs (default ~/.cache/glasses-rag)."),
             ("GLASSES_GGUF_CACHE", "Folder for GGUF models converted for transformers (default "
                                    "~/.cache/glasses-rag/gguf)."),
-            ("GLASSES_DEMO_DIR", "Where the demo benchmark is generated (default data/demo).")]
+            ("GLASSES_DEMO_DIR", "Where the demo benchmark is generated (default data/demo)."),
+            ("GLASSES_IMAGE_ROOT", "A folder a dataset's image paths may also point into (see --image-root).")]
     for field, (var, scale) in ENV.items():
         info = WebConfig.model_fields[field]
         rows.append((var, (info.description or field) + _env_default(info.get_default(call_default_factory=True),
@@ -134,7 +137,7 @@ def load_data(args: argparse.Namespace):
         if args.data == "demo":
             raise ValueError("--benchmark superglasses needs --data: a local copy of xandery/SuperGlasses (folder of "
                              "its parquet files) or the dataset id when it is in the Hugging Face cache")
-        return args.data, load_superglasses(args.data, limit=args.limit)
+        return args.data, load_superglasses(args.data, limit=args.limit, image_root=args.image_root)
     from crag.superglasses import looks_like_superglasses
 
     built = build_content(args)
@@ -144,7 +147,7 @@ def load_data(args: argparse.Namespace):
         raise ValueError(f"{args.data} holds SuperGlasses questions: run it with --benchmark superglasses")
     else:
         source = args.data
-    return source, load_conversations(source, split=args.split, limit=args.limit)
+    return source, load_conversations(source, split=args.split, limit=args.limit, image_root=args.image_root)
 
 
 def build_content(args: argparse.Namespace) -> Any:
@@ -231,15 +234,39 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = resolve_benchmark(parser, parser.parse_args(argv))
     configure_logging(args.verbose)
+    if args.run_id is not None:
+        from traces.store import check_run_id
+
+        try:
+            check_run_id(args.run_id)  # before anything is read or written: '..' would write outside --out
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     try:
         return _run(args, argv)
     except RunRefused as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {scrub_text(str(e))}", file=sys.stderr)
         return 2
-    except (FileNotFoundError, ValueError, ImportError, OSError) as e:
-        # bad paths, specs, data or missing optional packages: say so plainly, no traceback
-        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+    except (FileNotFoundError, ValueError, ImportError, OSError, RecursionError) as e:
+        # bad paths, specs, data (nested too deeply, too) or missing optional packages: one line, no traceback
+        print(f"error: {error_line(e)}", file=sys.stderr)
         return 2
+
+
+def error_line(e: BaseException) -> str:
+    """`e` as one line, without the input a validation error quotes (a config file's api_key) and without
+    credentials. Example: `error_line(ValueError("bad\nspec"))` -> "ValueError: bad spec"."""
+    from pydantic import ValidationError
+
+    if isinstance(e, ValidationError):
+        found = e.errors(include_input=False, include_url=False)
+        where = "; ".join(f"{'.'.join(map(str, d['loc'])) or '(top)'}: {d['msg']}" for d in found[:5])
+        text = f"{e.error_count()} validation error(s) for {e.title}: {where}"
+    elif isinstance(e, RecursionError):
+        text = "the input is nested too deeply to read"
+    else:
+        text = str(e)
+    return scrub_text(f"{type(e).__name__}: {' '.join(text.split())}")[:2000]
 
 
 OUR_LOGGERS = ("core", "text", "web", "models", "tools", "crag", "traces", "graph")
@@ -249,6 +276,7 @@ def configure_logging(verbose: bool) -> None:
     """Warnings for everything; with -v, debug output from this project's own loggers only (a library at DEBUG
     logs request URLs, headers and payloads)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    scrub_log_handlers()  # every record, whichever logger: no URL userinfo, no key
     for name in OUR_LOGGERS:
         logging.getLogger(name).setLevel(logging.DEBUG if verbose else logging.NOTSET)
 
@@ -401,30 +429,32 @@ def _run_claimed(args: argparse.Namespace, argv: list[str] | None, config: Any, 
     agent = build_agent(config, run_id=store.dir.name, task=args.task)  # models loaded and indexes built here
     used = agent.config  # with the preset applied
     tools = [t.name for t in agent.registry.for_task(args.task, used.tools.allowed, used.tools.profile)]
-    print("\n".join(header_lines(args, agent, scoring, source, getattr(conversations, "rows", None), tools,
-                                 store.dir, f"{concurrency}{capped}", time.time() - t0)), flush=True)
+    print(scrub_text("\n".join(header_lines(args, agent, scoring, source, getattr(conversations, "rows", None), tools,
+                                            store.dir, f"{concurrency}{capped}", time.time() - t0))), flush=True)
     manifest = {
         "run_id": store.dir.name, "benchmark": args.benchmark, "task": args.task, "data": str(source),
         "policy": agent.policy_name, "search": agent.search_name, "judge": scoring.judge_name,
         "scoring_mode": args.scoring_mode, "truncation": scoring.truncator.name, "tools": tools,
         "budget_s": config.budget.budget_s, "max_steps": config.budget.max_steps, "concurrency": concurrency,
         "workers": args.workers, "config": config.model_dump(mode="json"), "config_fingerprint": agent.fingerprint,
-        "run_fingerprint": fingerprint, "argv": sys.argv[1:] if argv is None else argv, "status": "running",
+        "run_fingerprint": fingerprint, "argv": scrub_argv(sys.argv[1:] if argv is None else argv),
+        "status": "running",
     }
+    manifest = scrub_data(manifest)  # a model config's api_key as ***, URL userinfo removed
     write_json_atomic(store.dir / "run.json", manifest)  # written first: a resumed run checks it
     stats, records = run_and_collect(args, agent, conversations, store, scoring, concurrency)
     report, files, text = write_reports(args, scoring, records, store)
-    write_json_atomic(store.dir / "run.json", {
+    write_json_atomic(store.dir / "run.json", scrub_data({
         **manifest, "status": "finished", "stats": stats.model_dump(), "turns": stats.turns,
         "resumed_turns": stats.resumed_turns, "failed_conversations": stats.failed_conversations,
         "search_cache": agent.resources.search.stats() if hasattr(agent.resources.search, "stats") else None,
         "web_cache": open_web_stats() if scoring.superglasses else None, "seconds": round(time.time() - t0, 2),
         "load_report": conversations.report.model_dump() if hasattr(conversations, "report") else None,
-    })
-    print("\n".join(summary_lines(stats)))  # first: how the turns ended is what a newcomer must not miss
-    print(text)
+    }))
+    print(scrub_text("\n".join(summary_lines(stats))))  # first: how the turns ended is what a newcomer must not miss
+    print(scrub_text(text))
     for line in closing_lines(stats, config.budget.budget_s, conversations):
-        print(line)
+        print(scrub_text(line))
     if not args.no_plot:
         from crag.evaluate import plot_report
 

@@ -34,6 +34,10 @@ class RunOptions(BaseModel):
                       "crag-mm-2025/crag-mm-multi-turn-public.")
     split: str | None = Field(None, description="Dataset split to read (default: the only or first split found).")
     limit: PositiveInt | None = Field(None, description="Run only the first N conversations.")
+    image_root: Path | None = Field(None, description="A folder a dataset's image paths may also point into (default: "
+                                    "GLASSES_IMAGE_ROOT). Without it, an image given as a path is read only inside "
+                                    "the dataset's own folder (symlinks resolved); any other path is refused and the "
+                                    "turn runs without the image, the reason in its trace.")
     image_prep: Literal["harness", "native"] | None = Field(None, description="'harness' (CRAG-MM default): egocentric "
                                                             "images resized to 960x1280 exactly as the official "
                                                             "harness does; 'native' (SuperGlasses default): images "
@@ -79,6 +83,7 @@ _RUN = [
     Option("--data", "run.data", DATA), Option("--split", "run.split", DATA), Option("--limit", "run.limit", DATA),
     Option("--demo-dir", "agent.search.demo_dir", DATA),
     Option("--image-prep", "run.image_prep", DATA),
+    Option("--image-root", "run.image_root", DATA),
     Option("--out", "run.out", OUTPUT), Option("--run-id", "run.run_id", OUTPUT),
     Option("--resume-anyway", "run.resume_anyway", OUTPUT, "flag"),
     Option("--no-progress", "run.no_progress", OUTPUT, "flag"),

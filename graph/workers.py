@@ -13,6 +13,9 @@ threads), and a worker that dies breaks the whole pool. Here a worker killed mid
 takes only its own in-flight conversations with it: they are reported failed (their finished turns are on disk
 for the resume) while the other workers go on, and no lock is shared with a dead process. Ctrl-C reaches only
 the parent (workers ignore SIGINT), which tells every worker to stop after its current turns, as one process does.
+A worker whose parent died (its pipe reads EOF, or it was handed to another parent) writes no further trace: the
+run folder's lock died with the parent, so another run may hold the folder now; it starts nothing new and exits
+after the turns in hand.
 """
 
 from __future__ import annotations
@@ -35,11 +38,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.credentials import scrub_log_handlers
 from crag.images import ImagePrep
 from crag.schema import Conversation
 from graph.config import AgentConfig
 from graph.runner import RunStats, distinct_session_ids, run_conversation
 from traces.schema import TurnTrace
+from traces.store import TraceStore
 
 log = logging.getLogger(__name__)
 
@@ -82,18 +87,47 @@ class _Outbox:
             self.conn.send(message)
 
 
+class ParentGone(RuntimeError):
+    """The parent holding the run folder's lock is gone: a worker must not write into that folder any more."""
+
+
+class _ParentWatch:
+    """Is the process that started this worker (and holds the run folder's lock) still there?"""
+
+    def __init__(self) -> None:
+        self.ppid = os.getppid()
+        self.gone = threading.Event()  # set when the parent's pipe reads EOF
+
+    def alive(self) -> bool:
+        return not self.gone.is_set() and os.getppid() == self.ppid  # a dead parent's children are re-parented
+
+
+class _WatchedStore(TraceStore):
+    """The run folder's TraceStore, refusing to write once the parent is gone."""
+
+    def __init__(self, store: TraceStore, watch: _ParentWatch):  # noqa: D107 - the folder exists already
+        self.dir, self.watch = store.dir, watch
+
+    def write(self, trace: TurnTrace) -> Path:
+        if not self.watch.alive():
+            raise ParentGone(f"the parent process {self.watch.ppid} is gone and the run folder's lock with it: "
+                             f"trace of {trace.session_id!r} turn {trace.turn_index} not written")
+        return super().write(trace)
+
+
 def _worker_main(spec: WorkerSpec, conn: Connection) -> None:
     """A worker process: build the agent, say ready, run what the parent hands over until told to exit or stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it tells us to stop
     logging.basicConfig(level=spec.log_level, format="%(levelname)s %(name)s [worker %(process)d]: %(message)s")
+    scrub_log_handlers()  # no URL userinfo or key in a worker's log lines either
     outbox = _Outbox(conn)
+    watch = _ParentWatch()
     try:
         from graph.build import build_agent
-        from traces.store import TraceStore
 
         agent = build_agent(spec.config, run_id=spec.run_id, task=spec.task)
         scorer, history_answer = spec.scoring() if spec.scoring is not None else (None, None)
-        store = TraceStore(spec.out, spec.run_id)
+        store = _WatchedStore(TraceStore(spec.out, spec.run_id), watch)
     except Exception as e:  # noqa: BLE001 - the parent reports it and ends the run
         outbox.send(("failed", f"{type(e).__name__}: {e}"))
         return
@@ -117,7 +151,8 @@ def _worker_main(spec: WorkerSpec, conn: Connection) -> None:
             try:
                 message = conn.recv()
             except (EOFError, OSError):
-                message = ("stop",)  # the parent is gone: finish the turns in hand, start nothing new
+                watch.gone.set()  # the parent is gone: its lock too; the turns in hand end unwritten
+                message = ("stop",)
             if message[0] == "conversation":
                 conv: Conversation = message[1]
                 pool.submit(run, conv).add_done_callback(functools.partial(conversation_done, conv.session_id))

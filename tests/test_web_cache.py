@@ -165,21 +165,50 @@ def test_caps_are_configurable_and_oversized_values_are_not_stored(tmp_path, mon
         WebConfig.from_env({"GLASSES_WEB_CACHE_MAX_MB": "lots"})
 
 
+def _publish(folder, i, size=0):
+    """Publishes a distinct image (about `size` bytes of noise when given); its path."""
+    im = Image.frombytes("RGB", (256, 256), os.urandom(256 * 256 * 3)) if size else Image.new("RGB", (16, 16), (i, 2, 3))
+    return folder / publish_image(im, folder, "http://img.example", 86400, 10**9).rsplit("/", 1)[1]
+
+
 def test_the_lens_image_folder_is_pruned_by_age_and_size(tmp_path):
     folder = tmp_path / "img"
     folder.mkdir()
     (folder / "notes.txt").write_text("not ours: never deleted")
-    old = folder / ("a" * 32 + ".jpg")
-    old.write_bytes(b"x" * 100)
-    os.utime(old, (time.time() - 3 * 86400,) * 2)
-    url = publish_image(Image.new("RGB", (16, 16), (1, 2, 3)), folder, "http://img.example", 86400, 10_000_000)
-    assert not old.exists() and (folder / "notes.txt").exists() and (folder / url.rsplit("/", 1)[1]).exists()
-    files = []
-    for i in range(10):
-        p = folder / (f"{i:x}" * 32 + ".jpg")[-36:]
-        p.write_bytes(b"y" * 300_000)
-        os.utime(p, (time.time() - 100 + i,) * 2)
-        files.append(p)
-    deleted = prune_images(folder, 86400, 1_000_000, keep=files[0].name)
-    assert files[0].exists() and files[-1].exists() and files[1] in deleted
-    assert sum(p.stat().st_size for p in folder.glob("*.jpg")) <= 1_000_000 and (folder / "notes.txt").exists()
+    users = folder / ("a" * 32 + ".jpg")  # named like ours, two days old, but not in the manifest
+    users.write_bytes(b"x" * 100)
+    os.utime(users, (time.time() - 2 * 86400,) * 2)
+    mine = [_publish(folder, i, size=1) for i in range(6)]
+    for k, p in enumerate(mine):
+        os.utime(p, (time.time() - 100 + k,) * 2)
+    os.utime(mine[1], (time.time() - 3 * 86400,) * 2)
+    budget = sum(p.stat().st_size for p in [mine[0], *mine[3:]])
+    deleted = prune_images(folder, 86400, budget, keep=mine[0].name)
+    assert mine[1] in deleted and mine[0].exists() and all(p.exists() for p in mine[3:])  # by age, then the oldest
+    assert users.exists() and (folder / "notes.txt").exists()
+    assert sum(p.stat().st_size for p in mine if p.exists()) <= budget
+    folder.chmod(0o755)
+    old = os.umask(0o077)  # a private umask for the run's own outputs ...
+    try:
+        assert _publish(folder, 9).stat().st_mode & 0o777 == 0o644  # ... but a served image is as readable as its folder
+    finally:
+        os.umask(old)
+
+
+def test_pruning_deletes_only_what_the_manifest_lists(tmp_path):
+    """A user's old `<32 hex>.jpg` files survive the first search; a tampered manifest cannot name other paths."""
+    folder = tmp_path / "img"
+    outside = tmp_path / ("b" * 32 + ".jpg")
+    outside.write_bytes(b"keep")
+    folder.mkdir()
+    users = [folder / (c * 32 + ".jpg") for c in "cd"]
+    for p in users:
+        p.write_bytes(b"y" * 1000)
+        os.utime(p, (time.time() - 2 * 86400,) * 2)
+    (folder / ".glasses-published.json").write_text(json.dumps({"files": ["../" + outside.name, "notes.txt"]}))
+    (folder / "notes.txt").write_text("x")
+    ours = _publish(folder, 7)
+    os.utime(ours, (time.time() - 3 * 86400,) * 2)
+    deleted = prune_images(folder, 86400, 0)
+    assert deleted == [ours] and all(p.exists() for p in users) and outside.exists() and (folder / "notes.txt").exists()
+    assert json.loads((folder / ".glasses-published.json").read_text())["files"] == []

@@ -20,6 +20,7 @@ def rescore_run(run_dir: str | Path, judge: Judge | None, truncator: Truncator |
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run folder not found: {run_dir}")
+    run_dir = run_dir.resolve()  # "." or "runs/x/.." name their folder only once resolved
     store = TraceStore(run_dir.parent, run_dir.name)
     return evaluate(iter_records_from_traces(store), judge=judge, truncator=truncator, rescore=True, mode=mode)
 

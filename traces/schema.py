@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from core.types import (  # noqa: F401 - ModelCall, ImageInfo and DecisionMode are part of the trace schema
     RAW_REPLY_LIMIT,
@@ -35,6 +35,10 @@ from core.types import (  # noqa: F401 - ModelCall, ImageInfo and DecisionMode a
 SCHEMA_VERSION = "3.0"
 TRACE_TEXT_LIMIT = 600  # characters of any one text kept in a trace update (page text, KG attribute)
 TRACE_LIST_LIMIT = 100  # items of any one list kept in a trace update
+# Characters of any one input a trace keeps (the question, the ground truth, a label, a tool argument, a reason, an
+# error): a longer one is cut to this and its original size noted in it. Enforced here, by the validators of the
+# trace's models (so in every trace, and in report.json, which is made from traces), whoever built the trace.
+TRACE_INPUT_LIMIT = 65_536
 SCHEMA_FILE = Path(__file__).with_name("turn_trace.schema.json")
 
 ErrorKind = Literal[
@@ -52,9 +56,36 @@ ErrorKind = Literal[
 EndReason = Literal["answer", "step_limit", "time_budget", "error"]
 
 
+def bounded_text(value: Any, limit: int = TRACE_INPUT_LIMIT) -> Any:
+    """A string longer than `limit` as its first `limit` characters and its original size; anything else as is."""
+    if not isinstance(value, str) or len(value) <= limit:
+        return value
+    return f"{value[:limit]} [... cut: {len(value)} characters in all]"
+
+
+def bounded_json(value: Any, limit: int = TRACE_INPUT_LIMIT) -> Any:
+    """A JSON value whose text is longer than `limit` (a 7 MB tool argument) as the start of that text and its
+    original size; strings as `bounded_text`; anything else as is."""
+    if isinstance(value, str):
+        return bounded_text(value, limit)
+    if isinstance(value, (dict, list, tuple)):
+        try:
+            text = json.dumps(value, default=str, ensure_ascii=False)
+        except (ValueError, RecursionError):  # circular or too deep: its repr, bounded
+            return bounded_text(repr(value)[: limit + 1], limit)
+        return value if len(text) <= limit else bounded_text(text, limit)
+    return value
+
+
+def _bounded_values(value: Any) -> Any:
+    return {k: bounded_json(v) for k, v in value.items()} if isinstance(value, dict) else value
+
+
 class StepError(BaseModel):
     kind: ErrorKind
     message: str
+
+    _bounded = field_validator("message", mode="before")(bounded_text)
 
 
 class TraceHit(BaseModel):
@@ -109,6 +140,8 @@ class PlanEvent(_Event):
     needs_retrieval: bool | None = None
     policy_ms: float | None = None
 
+    _bounded = field_validator("reason", mode="before")(bounded_text)
+
 
 _V2_COLUMNS = {"results": "evidence", "detected_box": "crop", "ocr_text": "ocr_text",
                "sub_questions": "sub_questions", "facts": "facts"}
@@ -136,6 +169,9 @@ class ToolCallEvent(_Event):
     replaced: list[str] = Field(default_factory=list, description="Fields the call overwrote instead of merging.")
     policy_ms: float | None = Field(None, description="Time the policy took to decide this call.")
     latency_ms: float = Field(0.0, description="Time the tool itself took.")
+
+    _bounded = field_validator("sub_question", "search_keywords", "rationale", "summary", mode="before")(bounded_text)
+    _bounded_arguments = field_validator("arguments", mode="before")(_bounded_values)
 
     @model_validator(mode="before")
     @classmethod
@@ -239,6 +275,8 @@ class TokenTotals(BaseModel):
 
 
 class TurnTrace(BaseModel):
+    model_config = ConfigDict(validate_assignment=True)  # a ground truth set after the turn is bounded too
+
     schema_version: Literal["3.0"] = "3.0"
     run_id: str
     task: int
@@ -267,6 +305,9 @@ class TurnTrace(BaseModel):
     score: Literal["correct", "missing", "incorrect"] | None = None
     judge: str | None = None
     error: str | None = None
+
+    _bounded = field_validator("question", "ground_truth", "answer", "error", mode="before")(bounded_text)
+    _bounded_labels = field_validator("labels", mode="before")(_bounded_values)
 
     @property
     def has_image(self) -> bool:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import re
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from core.credentials import public_url
 from core.files import TMP_SUFFIX, remove_stale_tmp, write_atomic, write_json_atomic  # noqa: F401 - re-exported
 from traces.schema import TurnTrace
 
@@ -34,11 +36,16 @@ def _clean(value: Any, nonfinite: Any) -> Any:
 
 
 def dump_trace(trace: TurnTrace) -> str:
-    """The trace as JSON that reads back with TurnTrace.model_validate_json.
+    """The trace as JSON that reads back with TurnTrace.model_validate_json, without URL userinfo anywhere in it
+    (a model server's `http://alice:pw@host/v1` in an error message is written as `http://host/v1`).
 
     A hostile value (an object in a tool's arguments, a lone surrogate in a question, a NaN) must
     not cost the turn its trace: such values are written as text / null (then 0.0) instead.
     """
+    return public_url(_dump(trace))
+
+
+def _dump(trace: TurnTrace) -> str:
     try:
         text = trace.model_dump_json(indent=2)
         TurnTrace.model_validate_json(text)
@@ -59,11 +66,24 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name)[:120] or "_"
 
 
+def check_run_id(run_id: str) -> str:
+    """`run_id` when it names one folder inside the output folder; ValueError (one line, saying why) otherwise.
+
+    Example: `check_run_id("task1-demo")` -> "task1-demo"; `check_run_id("..")` raises."""
+    bad = [c for c in ("/", "\\", "\0") if c in run_id]
+    if run_id in ("", ".", "..") or bad or os.sep in run_id or (os.altsep and os.altsep in run_id):
+        why = f" (it contains {bad[0]!r})" if bad else ""
+        raise ValueError(f"--run-id must be a single folder name, not '.', '..', empty or with a path separator or NUL: "
+                         f"{run_id!r}{why}")
+    return run_id
+
+
 class TraceStore:
-    """One folder per run: `<root>/<run_id>/<session>__<turn>.json`, plus run-level files."""
+    """One folder per run: `<root>/<run_id>/<session>__<turn>.json`, plus run-level files. `run_id` must be one
+    folder name (`check_run_id`): '..' or 'a/b' would write outside `root`."""
 
     def __init__(self, root: Path, run_id: str):
-        self.dir = Path(root) / _safe(run_id)
+        self.dir = Path(root) / _safe(check_run_id(run_id))
         self.dir.mkdir(parents=True, exist_ok=True)
 
     def path_for(self, session_id: str, turn_index: int) -> Path:

@@ -397,7 +397,7 @@ def _loads(v: Any) -> Any:
     if isinstance(v, str) and v.strip()[:1] in ("{", "["):
         try:
             return json.loads(v)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return v
     return v
 
@@ -759,6 +759,8 @@ def _entries(path: Path, problems: list[str] | None) -> list[tuple[str, Any]]:
     text = path.read_text(encoding="utf-8-sig")
     try:
         data = json.loads(text)
+    except RecursionError:
+        raise ValueError(f"{path}: nested too deeply to read") from None
     except json.JSONDecodeError:
         rows, bad = [], []
         for n, line in enumerate(text.splitlines(), 1):
@@ -768,6 +770,8 @@ def _entries(path: Path, problems: list[str] | None) -> list[tuple[str, Any]]:
                 rows.append((f"line {n}", json.loads(line)))
             except json.JSONDecodeError as e:
                 bad.append(f"line {n}: bad JSON ({e.msg})")
+            except RecursionError:
+                bad.append(f"line {n}: nested too deeply to read")
         if not rows and text.strip():  # a plain-text SuperLens log: "Key: value" lines, blank line between entries
             return [(f"block {i}", _key_lines(b)) for i, b in enumerate(re.split(r"\n\s*\n", text)) if b.strip()]
         for msg in bad:
@@ -797,7 +801,11 @@ def import_logs(path: str | Path, problems: list[str] | None = None) -> list[SGL
         raise FileNotFoundError(f"no log file at {path}")
     out = []
     for where, entry in _entries(path, problems):
-        lg = parse_log(entry, where, problems)
+        try:
+            lg = parse_log(entry, where, problems)
+        except RecursionError:  # an entry nested too deeply for the mapping: that entry only
+            _problem(problems, f"{where}: nested too deeply to read")
+            continue
         if lg is not None:
             out.append(lg)
     return out
@@ -821,8 +829,8 @@ def main(argv: list[str] | None = None) -> int:
             logs = import_logs(args.path, problems)
             layouts = ", ".join(f"{k} {v}" for k, v in sorted(_count(lg.source for lg in logs).items()))
             print(f"read {len(logs)} logs from {args.path} ({layouts or 'none'}); {len(problems)} problem(s)")
-    except FileNotFoundError as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
     for p in problems:
         print(f"  {p}", file=sys.stderr)

@@ -27,6 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from core.credentials import public_url
 from crag.scoring import MODES, PROMPTS_DIR, LLMJudge, RuleJudge, TurnScore, make_judge, score_turn
 from traces.compare import CompareReport, compare, format_report, references_from_traces
 from traces.schema import TurnTrace
@@ -245,7 +246,9 @@ def write_superglasses_report(rep: SuperGlassesReport, logs: list[SGLog], out_di
     out = Path(out_dir)
     files = {"superglasses_json": out / "superglasses_report.json", "superglasses_txt": out / "superglasses_report.txt",
              "superglasses_logs": out / "superglasses_logs.jsonl"}
-    write_json_atomic(files["superglasses_json"], json.dumps(rep.model_dump(mode="json"), indent=2, ensure_ascii=False))
-    write_json_atomic(files["superglasses_txt"], format_superglasses(rep) + "\n")
+    # without URL userinfo (a judge named openai:http://alice:pw@host/v1#m)
+    write_json_atomic(files["superglasses_json"],
+                      public_url(json.dumps(rep.model_dump(mode="json"), indent=2, ensure_ascii=False)))
+    write_json_atomic(files["superglasses_txt"], public_url(format_superglasses(rep) + "\n"))
     write_logs(logs, files["superglasses_logs"])
     return files

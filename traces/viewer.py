@@ -77,29 +77,31 @@ def load_traces(run_dir: Path) -> tuple[list[TurnTrace], list[tuple[str, str]]]:
     return traces, skipped
 
 
-def _split_from_argv(argv: Any) -> str | None:
+def _split_from_argv(argv: Any, option: str = "--split") -> str | None:
     if isinstance(argv, list):
         for i, a in enumerate(argv):
-            if a == "--split" and i + 1 < len(argv):
+            if a == option and i + 1 < len(argv):
                 return str(argv[i + 1])
-            if isinstance(a, str) and a.startswith("--split="):
+            if isinstance(a, str) and a.startswith(f"{option}="):
                 return a.split("=", 1)[1]
     return None
 
 
-def _conversations(data: str, split: str | None, benchmark: str | None) -> Iterable[Any]:
-    """The run's conversations: SuperGlasses rows for a SuperGlasses run (or data in that layout), else CRAG-MM."""
+def _conversations(data: str, split: str | None, benchmark: str | None, image_root: str | None = None
+                   ) -> Iterable[Any]:
+    """The run's conversations: SuperGlasses rows for a SuperGlasses run (or data in that layout), else CRAG-MM.
+    Image paths are confined as in the run (its --image-root, else GLASSES_IMAGE_ROOT)."""
     from crag.superglasses import load_superglasses, looks_like_superglasses
 
     if benchmark == "superglasses" or (benchmark is None and looks_like_superglasses(data)):
-        return load_superglasses(data)
+        return load_superglasses(data, image_root=image_root)
     from crag.dataset import load_conversations
 
-    return load_conversations(data, split=split)
+    return load_conversations(data, split=split, image_root=image_root)
 
 
 def load_images(data: str, session_ids: Iterable[str], split: str | None = None,
-                benchmark: str | None = None) -> tuple[dict[str, Any], str | None]:
+                benchmark: str | None = None, image_root: str | None = None) -> tuple[dict[str, Any], str | None]:
     """session_id -> PIL image from the dataset, reading rows only until every wanted session is found."""
     want = set(session_ids)
     found: dict[str, Any] = {}
@@ -108,7 +110,7 @@ def load_images(data: str, session_ids: Iterable[str], split: str | None = None,
     try:
         from crag.dataset import decode_image
 
-        for conv in _conversations(data, split, benchmark):
+        for conv in _conversations(data, split, benchmark, image_root):
             if conv.session_id in want and conv.session_id not in found:
                 found[conv.session_id] = decode_image(conv.image)[0]
                 if len(found) == len(want):
@@ -576,7 +578,9 @@ def _run_images(run: dict[str, Any], traces: list[TurnTrace], sessions: list[str
     source = data if data is not None else (run.get("data") if images is None else None)
     if need and source:
         benchmark = run.get("benchmark") if isinstance(run.get("benchmark"), str) else None
-        loaded, note = load_images(str(source), need, _split_from_argv(run.get("argv")), benchmark)
+        argv = run.get("argv")
+        loaded, note = load_images(str(source), need, _split_from_argv(argv), benchmark,
+                                   _split_from_argv(argv, "--image-root"))
         imgs.update({k: v for k, v in loaded.items() if imgs.get(k) is None})
         if note:
             problems.append(note)
@@ -673,15 +677,13 @@ def render_run(run_dir: Path, out: Path | None = None, images: dict[str, Any] | 
     images: session_id -> PIL image (takes precedence); data: dataset path or cached name to read the
     images from (default: run.json's "data"). Conversations without an image get a placeholder.
     """
-    from traces.store import write_json_atomic
+    from traces.store import write_atomic
 
     run_dir = Path(run_dir)
     out = Path(out) if out is not None else run_dir / "index.html"
-    write_json_atomic(out, build_html(run_dir, images=images, data=data))
-    try:
-        out.chmod(0o644)  # the temp file behind the atomic write is private; a page is meant to be read
-    except OSError:
-        pass
+    # a lone surrogate read from run.json or a trace ("\ud800") cannot be UTF-8: written as "?", not a crash
+    page = build_html(run_dir, images=images, data=data).encode("utf-8", "replace")
+    write_atomic(out, page)  # with the user's umask, no wider
     return out
 
 

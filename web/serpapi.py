@@ -248,6 +248,16 @@ def _one(data: dict, name: str, model: type[BaseModel], notes: list[str]) -> Any
         return None
 
 
+def _source_link(kg: KnowledgeGraph, notes: list[str]) -> str | None:
+    """The knowledge graph's `source.link`, or None with a note when it is not a usable link (the entry is kept)."""
+    src = kg.source.get("link")
+    try:
+        return _link(src)
+    except ValueError as e:
+        notes.append(f"knowledge_graph.source.link ignored: {e}")
+        return None
+
+
 def web_results(data: dict, k: int, max_items: int = 100) -> SearchResults:
     """engine=google -> [{title, url, snippet, position, kind}]: the answer box and knowledge graph first (when
     present), then `organic_results` in order; at most `k` organic results."""
@@ -259,8 +269,7 @@ def web_results(data: dict, k: int, max_items: int = 100) -> SearchResults:
                     "kind": "answer_box"})
     kg = _one(data, "knowledge_graph", KnowledgeGraph, notes)
     if kg is not None and kg.title:
-        src = kg.source.get("link")
-        out.append({"title": kg.title, "url": kg.website or (_link(src) if isinstance(src, str) else None),
+        out.append({"title": kg.title, "url": kg.website or _source_link(kg, notes),
                     "snippet": "; ".join(x for x in (kg.type, kg.description) if x), "position": 0,
                     "kind": "knowledge_graph"})
     for i, r in enumerate(_items(data, "organic_results", Organic, max_items, notes)[:k]):

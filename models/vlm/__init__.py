@@ -127,15 +127,20 @@ def load_model_config(path: str | Path) -> ModelConfig:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"model config not found: {p}")
-    if p.suffix.lower() == ".toml":
-        import tomllib
+    try:
+        if p.suffix.lower() == ".toml":
+            import tomllib
 
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    else:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    if isinstance(data.get("model"), dict):
-        data = data["model"]
-    return ModelConfig.model_validate(data)
+            data = tomllib.loads(p.read_text(encoding="utf-8"))
+        else:
+            data = json.loads(p.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError(f"model config {p}: expected an object of model options")
+        if isinstance(data.get("model"), dict):
+            data = data["model"]
+        return ModelConfig.model_validate(data)
+    except RecursionError:
+        raise ValueError(f"model config {p}: nested too deeply to read") from None
 
 
 def parse_spec(spec: str) -> ModelConfig:
