@@ -13,6 +13,7 @@ Every change is listed in an `ImageInfo` that goes into the trace.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import stat
@@ -20,6 +21,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Literal
 
+from core.hashing import known_key, remember_key
 from core.types import ImageInfo
 
 EGOCENTRIC_SIZE = (960, 1280)  # (width, height), as the official iterators call image.resize((960, 1280))
@@ -106,6 +108,8 @@ def load_image(cell: Any, max_side: int = MAX_SIDE) -> tuple[Any, ImageInfo]:
         if im.mode != "RGB":
             im = im.convert("RGB")
         info.size = (im.width, im.height)
+        if not isinstance(cell, Image.Image):  # decoded from bytes: its pixels are a function of them
+            remember_key(im, "decoded", hashlib.blake2b(data).hexdigest(), max_side)
         return im, info
     except Exception as e:  # noqa: BLE001 - corrupt bytes, truncated files, unknown formats
         info.note = f"corrupt image: could not be decoded: {type(e).__name__}: {e}"[:300]
@@ -118,6 +122,7 @@ def prepare(image: Any, info: ImageInfo, egocentric: bool | None, mode: ImagePre
     harness does), else the image bounded to `max_side`."""
     if image is None:
         return image, info
+    source = image
     transforms = list(info.transforms)
     if mode == "harness" and egocentric:
         if image.size != EGOCENTRIC_SIZE:
@@ -127,4 +132,7 @@ def prepare(image: Any, info: ImageInfo, egocentric: bool | None, mode: ImagePre
         image = image.copy()
         image.thumbnail((max_side, max_side))
         transforms.append(f"downscaled to {image.width}x{image.height}")
+    key = known_key(source)
+    if key is not None and image is not source:  # the caches key the photo by its source, not its 3.7 MB of pixels
+        remember_key(image, "prepared", key, mode, bool(egocentric), max_side)
     return image, info.model_copy(update={"transforms": transforms, "size": (image.width, image.height)})
