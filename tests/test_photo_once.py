@@ -2,6 +2,7 @@
 and the caches key a loaded photo by its source bytes instead of hashing its pixels (benchmarks.agent_cpu)."""
 
 import io
+import json
 
 from PIL import Image
 from support import KGSearch, make_agent
@@ -84,3 +85,22 @@ def test_the_same_photo_in_another_conversation_is_not_encoded_again(monkeypatch
     assert len(encoded) == 2
     # the URL is what encoding the pixels gives
     assert url == vlm_base._encode(again, 512, 90)
+
+
+def test_request_bodies_are_serialised_exactly_as_json_dumps():
+    from models.openai_client import dumps_body
+
+    url = vlm_base.image_to_data_url(Image.new("RGB", (300, 200), (5, 6, 7)))
+    image = {"type": "image_url", "image_url": {"url": url, "detail": "auto"}}
+    bodies = [
+        {"model": "m", "messages": [{"role": "system", "content": "s"},
+                                    {"role": "user", "content": [image, {"type": "text", "text": "q \u00e9 \"x\""}]},
+                                    {"role": "user", "content": [image]}], "max_tokens": 5},
+        {"model": "m", "messages": [{"role": "user", "content": "no image"}]},
+        {"model": "m", "messages": [{"role": "user", "content": [image, {"type": "text", "text": "\0image0\0"}]}]},
+        {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "\0image0\0"}, image]}]},
+        {"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {
+            "url": "data:image/jpeg;base64," + "A" * 5000 + "\"\\"}}]}]},
+    ]
+    for body in bodies:
+        assert dumps_body(body) == json.dumps(body)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import functools
 import hashlib
 import io
 import json
@@ -116,7 +117,14 @@ def prompt_text(messages: list[dict]) -> str:
 def _image_digest(part: dict) -> str:
     url = part.get("image_url")
     url = url.get("url") if isinstance(url, dict) else url
-    return hashlib.blake2b(str(url).encode(), digest_size=4).hexdigest()
+    return _url_digest(str(url))
+
+
+@functools.lru_cache(maxsize=64)
+def _url_digest(url: str) -> str:
+    """Every request of a conversation carries the same data URL string (its hash is cached by Python, so the
+    lookup is cheap); hashing its ~250 KB again per request is not."""
+    return hashlib.blake2b(url.encode(), digest_size=4).hexdigest()
 
 
 def prompt_blocks(units: str | list[int], size: int) -> list[str]:
