@@ -52,6 +52,20 @@ def _read_bounded(path: str | Path) -> tuple[bytes | None, str | None]:
         return None, f"image file unreadable: {p} ({type(e).__name__}: {e})"
 
 
+def _cell_bytes(cell: Any) -> tuple[bytes | None, str | None]:
+    """The encoded image of a dataset cell ({bytes, path}, bytes, or a path), or why there is none."""
+    data, path = None, None
+    if isinstance(cell, dict):
+        data, path = cell.get("bytes"), cell.get("path")
+    elif isinstance(cell, (bytes, bytearray, memoryview)):
+        data = bytes(cell)
+    elif isinstance(cell, (str, Path)):
+        path = cell
+    if not data and path:
+        return _read_bounded(path)
+    return data, None
+
+
 def load_image(cell: Any, max_side: int = MAX_SIDE) -> tuple[Any, ImageInfo]:
     """An RGB PIL image (or None) and what was done to it. Never raises for bad input."""
     from PIL import Image, ImageOps
@@ -60,25 +74,16 @@ def load_image(cell: Any, max_side: int = MAX_SIDE) -> tuple[Any, ImageInfo]:
     if cell is None:
         info.note = "no image given"
         return None, info
+    source_key = None
     try:
         if isinstance(cell, Image.Image):
             im = cell
         else:
-            data, path = None, None
-            if isinstance(cell, dict):
-                data, path = cell.get("bytes"), cell.get("path")
-            elif isinstance(cell, (bytes, bytearray, memoryview)):
-                data = bytes(cell)
-            elif isinstance(cell, (str, Path)):
-                path = cell
-            if not data and path:
-                data, err = _read_bounded(path)
-                if err:
-                    info.note = err
-                    return None, info
+            data, err = _cell_bytes(cell)
             if not data:
-                info.note = "no image given"
+                info.note = err or "no image given"
                 return None, info
+            source_key = hashlib.blake2b(data).hexdigest()
             try:
                 with warnings.catch_warnings():  # PIL's soft limit warns; our own pixel cap decides below
                     warnings.simplefilter("ignore", Image.DecompressionBombWarning)
@@ -108,8 +113,8 @@ def load_image(cell: Any, max_side: int = MAX_SIDE) -> tuple[Any, ImageInfo]:
         if im.mode != "RGB":
             im = im.convert("RGB")
         info.size = (im.width, im.height)
-        if not isinstance(cell, Image.Image):  # decoded from bytes: its pixels are a function of them
-            remember_key(im, "decoded", hashlib.blake2b(data).hexdigest(), max_side)
+        if source_key is not None:  # decoded from bytes: its pixels are a function of them
+            remember_key(im, "decoded", source_key, max_side)
         return im, info
     except Exception as e:  # noqa: BLE001 - corrupt bytes, truncated files, unknown formats
         info.note = f"corrupt image: could not be decoded: {type(e).__name__}: {e}"[:300]

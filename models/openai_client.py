@@ -303,7 +303,7 @@ def _mark_images(message: Any, urls: list[str]) -> Any:
     for part in content:
         ref = part.get("image_url") if isinstance(part, dict) else None
         url = ref.get("url") if isinstance(ref, dict) else None
-        if isinstance(url, str) and len(url) > 4096 and _plain_data_url(url):
+        if isinstance(ref, dict) and isinstance(url, str) and len(url) > 4096 and _plain_data_url(url):
             part = {**part, "image_url": {**ref, "url": f"\0image{len(urls)}\0"}}
             urls.append(url)
         parts.append(part)
