@@ -60,12 +60,16 @@ def known_key(image: Any) -> str | None:
     return KNOWN_KEYS.get(image)
 
 
-def image_key(image: Any) -> str | None:
-    """A content hash of an image (PIL image, numpy array, bytes or a file path); None when it cannot be hashed.
-    An image registered with `remember_key` answers with that key, without hashing its pixels."""
+def cache_key(image: Any) -> str | None:
+    """The key an in-memory cache files an image under: the key `remember_key` registered for it (no hashing of
+    its pixels), else `image_key`. Not for caches kept on disk across versions (the registered key is derived
+    differently from the pixel hash); those use `image_key`."""
     known = KNOWN_KEYS.get(image)
-    if known is not None:
-        return known
+    return known if known is not None else image_key(image)
+
+
+def image_key(image: Any) -> str | None:
+    """A content hash of an image (PIL image, numpy array, bytes or a file path); None when it cannot be hashed."""
     h = hashlib.blake2b(digest_size=20)
     try:
         if isinstance(image, (bytes, bytearray, memoryview)):

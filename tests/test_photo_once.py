@@ -8,7 +8,7 @@ from PIL import Image
 from support import KGSearch, make_agent
 
 import models.vlm.base as vlm_base
-from core.hashing import image_key, known_key
+from core.hashing import cache_key, image_key, known_key
 from crag.images import load_image, prepare
 from graph.agent import TurnInput
 from graph.model_policy import make_model_policy
@@ -59,18 +59,20 @@ def test_a_loaded_photo_is_keyed_by_its_source_bytes():
     a, info_a = prepare(*load_image(data), egocentric=True)
     b, _ = prepare(*load_image({"bytes": data}), egocentric=True)
     assert a is not b and a.size == (960, 1280)
-    assert known_key(a) is not None and image_key(a) == image_key(b) == known_key(a)
+    assert known_key(a) is not None and cache_key(a) == cache_key(b) == known_key(a)
     other, _ = prepare(*load_image(_jpeg((10, 120, 141))), egocentric=True)
-    assert image_key(other) != image_key(a)
+    assert cache_key(other) != cache_key(a)
     # the harness transform and the native one give different pixels, so different keys
     native, _ = prepare(*load_image(data), egocentric=True, mode="native")
-    assert image_key(native) != image_key(a)
+    assert cache_key(native) != cache_key(a)
     # anything derived from the photo is a new object: hashed over its own pixels, never given the photo's key
     crop = a.crop((0, 0, 100, 100))
-    assert known_key(crop) is None and image_key(crop) not in (None, image_key(a))
+    assert known_key(crop) is None and cache_key(crop) == image_key(crop) not in (None, cache_key(a))
     # a PIL image handed in (no source bytes) is hashed over its pixels as before
     given, _ = load_image(Image.new("RGB", (50, 40), (1, 2, 3)))
-    assert known_key(given) is None and image_key(given) is not None
+    assert known_key(given) is None and cache_key(given) == image_key(given) is not None
+    # image_key stays the pixel hash (disk caches such as the open web's keep it across versions)
+    assert image_key(a) == image_key(b) != known_key(a)
     assert info_a.transforms == ["resized to 960x1280 (official harness)"]
 
 
