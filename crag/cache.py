@@ -5,7 +5,9 @@ Level 1 caches search results:
   only with `casefold=True`, for backends known to be case-insensitive);
 * image search: key = (hash of the image's bytes, k); a PIL image is hashed over its mode, size and
   pixel bytes, a numpy array over dtype, shape and bytes, raw bytes as they are, a path over the
-  file's bytes. Equal pixels give a hit whatever object carries them.
+  file's bytes. Equal pixels give a hit whatever object carries them. A photo loaded by
+  crag.images (registered with core.hashing.remember_key) is keyed by its source bytes and transforms
+  instead: the same photo loaded again hits without its pixels being hashed.
 
 Level 2 caches `get_page(url)` -> parsed page content, offered only when the wrapped backend has
 `get_page` (so `getattr(cached, "get_page", None)` behaves exactly as it does on the backend).
@@ -28,7 +30,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from core.hashing import image_key  # noqa: F401 - re-exported
+from core.hashing import cache_key, image_key  # noqa: F401 - image_key re-exported
 
 _MISSING = object()
 
@@ -173,7 +175,7 @@ class CachedSearch:
         return self._lookup(self.web_cache, key, lambda: self.backend.web_search(query, k=k))
 
     def image_search(self, image: Any, k: int = 5) -> list[dict[str, Any]]:
-        ik = image_key(image)
+        ik = cache_key(image)  # a loaded photo: its source-byte key, not a hash of its 3.7 MB of pixels
         key = None if ik is None else ("image", ik, self._k(k))
         return self._lookup(self.image_cache, key, lambda: self.backend.image_search(image, k=k))
 

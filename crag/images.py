@@ -18,6 +18,7 @@ the trace keeps; the turn runs without the image. A dataset thus never reads, sh
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import stat
@@ -25,6 +26,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Literal
 
+from core.hashing import known_key, remember_key
 from core.types import ImageInfo
 
 EGOCENTRIC_SIZE = (960, 1280)  # (width, height), as the official iterators call image.resize((960, 1280))
@@ -95,6 +97,20 @@ def _read_bounded(path: str | Path) -> tuple[bytes | None, str | None]:
         return None, f"image file unreadable: {p} ({type(e).__name__}: {e})"
 
 
+def _cell_bytes(cell: Any) -> tuple[bytes | None, str | None]:
+    """The encoded image of a dataset cell ({bytes, path}, bytes, or a path), or why there is none."""
+    data, path = None, None
+    if isinstance(cell, dict):
+        data, path = cell.get("bytes"), cell.get("path")
+    elif isinstance(cell, (bytes, bytearray, memoryview)):
+        data = bytes(cell)
+    elif isinstance(cell, (str, Path)):
+        path = cell
+    if not data and path:
+        return _read_bounded(path)
+    return data, None
+
+
 def load_image(cell: Any, max_side: int = MAX_SIDE) -> tuple[Any, ImageInfo]:
     """An RGB PIL image (or None) and what was done to it. Never raises for bad input."""
     from PIL import Image, ImageOps
@@ -103,25 +119,16 @@ def load_image(cell: Any, max_side: int = MAX_SIDE) -> tuple[Any, ImageInfo]:
     if cell is None:
         info.note = "no image given"
         return None, info
+    source_key = None
     try:
         if isinstance(cell, Image.Image):
             im = cell
         else:
-            data, path = None, None
-            if isinstance(cell, dict):
-                data, path = cell.get("bytes"), cell.get("path")
-            elif isinstance(cell, (bytes, bytearray, memoryview)):
-                data = bytes(cell)
-            elif isinstance(cell, (str, Path)):
-                path = cell
-            if not data and path:
-                data, err = _read_bounded(path)
-                if err:
-                    info.note = err
-                    return None, info
+            data, err = _cell_bytes(cell)
             if not data:
-                info.note = "no image given"
+                info.note = err or "no image given"
                 return None, info
+            source_key = hashlib.blake2b(data).hexdigest()
             try:
                 with warnings.catch_warnings():  # PIL's soft limit warns; our own pixel cap decides below
                     warnings.simplefilter("ignore", Image.DecompressionBombWarning)
@@ -151,6 +158,8 @@ def load_image(cell: Any, max_side: int = MAX_SIDE) -> tuple[Any, ImageInfo]:
         if im.mode != "RGB":
             im = im.convert("RGB")
         info.size = (im.width, im.height)
+        if source_key is not None:  # decoded from bytes: its pixels are a function of them
+            remember_key(im, "decoded", source_key, max_side)
         return im, info
     except Exception as e:  # noqa: BLE001 - corrupt bytes, truncated files, unknown formats
         info.note = f"corrupt image: could not be decoded: {type(e).__name__}: {e}"[:300]
@@ -163,6 +172,7 @@ def prepare(image: Any, info: ImageInfo, egocentric: bool | None, mode: ImagePre
     harness does), else the image bounded to `max_side`."""
     if image is None:
         return image, info
+    source = image
     transforms = list(info.transforms)
     if mode == "harness" and egocentric:
         if image.size != EGOCENTRIC_SIZE:
@@ -172,4 +182,7 @@ def prepare(image: Any, info: ImageInfo, egocentric: bool | None, mode: ImagePre
         image = image.copy()
         image.thumbnail((max_side, max_side))
         transforms.append(f"downscaled to {image.width}x{image.height}")
+    key = known_key(source)
+    if key is not None and image is not source:  # the caches key the photo by its source, not its 3.7 MB of pixels
+        remember_key(image, "prepared", key, mode, bool(egocentric), max_side)
     return image, info.model_copy(update={"transforms": transforms, "size": (image.width, image.height)})

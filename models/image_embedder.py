@@ -29,7 +29,7 @@ def _as_rgb_array(image: Any, max_side: int) -> np.ndarray:
         image = Image.open(image)
     if isinstance(image, np.ndarray):
         image = Image.fromarray(image.astype(np.uint8) if image.dtype != np.uint8 else image)
-    im = image.convert("RGB")
+    im = image if image.mode == "RGB" else image.convert("RGB")  # convert() would copy an RGB photo
     w, h = im.size
     s = max_side / max(w, h)
     if s < 1:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import functools
 import hashlib
 import io
 import json
@@ -26,6 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import BaseModel, Field
 
 from core.calls import Cancelled, report_model_call
+from core.hashing import known_key
 from core.types import DecisionMode, ModelCall
 from models.openai_client import BackendError  # noqa: F401 - re-exported for the backends
 
@@ -115,7 +117,14 @@ def prompt_text(messages: list[dict]) -> str:
 def _image_digest(part: dict) -> str:
     url = part.get("image_url")
     url = url.get("url") if isinstance(url, dict) else url
-    return hashlib.blake2b(str(url).encode(), digest_size=4).hexdigest()
+    return _url_digest(str(url))
+
+
+@functools.lru_cache(maxsize=64)
+def _url_digest(url: str) -> str:
+    """Every request of a conversation carries the same data URL string (its hash is cached by Python, so the
+    lookup is cheap); hashing its ~250 KB again per request is not."""
+    return hashlib.blake2b(url.encode(), digest_size=4).hexdigest()
 
 
 def prompt_blocks(units: str | list[int], size: int) -> list[str]:
@@ -217,21 +226,56 @@ class _EncodedImages:
                 self._urls.popitem(last=False)
 
 
+class _UrlsByContent:
+    """Data URLs by the photo's content key (core.hashing.remember_key), bounded by their total size: the same
+    photo in another conversation (a repeated row, a resumed run) is not resized and encoded again."""
+
+    def __init__(self, max_chars: int = 32 * 1024 * 1024):
+        self._lock = threading.Lock()
+        self._urls: OrderedDict[tuple[str, int, int], str] = OrderedDict()
+        self._chars = 0
+        self._max = max_chars
+
+    def get(self, key: tuple[str, int, int]) -> str | None:
+        with self._lock:
+            url = self._urls.get(key)
+            if url is not None:
+                self._urls.move_to_end(key)
+            return url
+
+    def put(self, key: tuple[str, int, int], url: str) -> None:
+        with self._lock:
+            if key in self._urls or len(url) > self._max:
+                return
+            self._urls[key] = url
+            self._chars += len(url)
+            while self._chars > self._max:
+                self._chars -= len(self._urls.popitem(last=False)[1])
+
+
 ENCODED_IMAGES = _EncodedImages()
+URLS_BY_CONTENT = _UrlsByContent()
 
 
 def image_to_data_url(image: Any, max_side: int = 1024, quality: int = 90) -> str:
     """A PIL image (or a path / raw bytes) as a `data:image/jpeg;base64,...` URL, longest side <= max_side.
-    A PIL image's URL is cached per size while the image lives (the image must not be changed in place)."""
+    A PIL image's URL is cached per size while the image lives (the image must not be changed in place), and by
+    its content key when it has one (core.hashing.remember_key): every call gets the same string."""
     from PIL import Image
 
-    if isinstance(image, Image.Image):
-        url = ENCODED_IMAGES.get(image, max_side, quality)
-        if url is None:
-            url = _encode(image, max_side, quality)
-            ENCODED_IMAGES.put(image, max_side, quality, url)
+    if not isinstance(image, Image.Image):
+        return _encode(image, max_side, quality)
+    url = ENCODED_IMAGES.get(image, max_side, quality)
+    if url is not None:
         return url
-    return _encode(image, max_side, quality)
+    content = known_key(image)
+    url = URLS_BY_CONTENT.get((content, max_side, quality)) if content else None
+    if url is None:
+        url = _encode(image, max_side, quality)
+        if content:
+            URLS_BY_CONTENT.put((content, max_side, quality), url)
+    ENCODED_IMAGES.put(image, max_side, quality, url)
+    return url
 
 
 def _encode(image: Any, max_side: int, quality: int) -> str:

@@ -1,0 +1,108 @@
+"""The photo is prepared and encoded once: every model call of a conversation sends the byte-identical data URL,
+and the caches key a loaded photo by its source bytes instead of hashing its pixels (benchmarks.agent_cpu)."""
+
+import io
+import json
+
+from PIL import Image
+from support import KGSearch, make_agent
+
+import models.vlm.base as vlm_base
+from core.hashing import cache_key, image_key, known_key
+from crag.images import load_image, prepare
+from graph.agent import TurnInput
+from graph.model_policy import make_model_policy
+from testing.decision_model import respond
+from testing.fake_model_server import FakeOpenAIServer
+
+
+def _jpeg(colour: tuple[int, int, int], size: tuple[int, int] = (120, 90)) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", size, colour).save(buf, format="JPEG")
+    return buf.getvalue()
+
+
+def _image_urls(body: dict) -> list[str]:
+    return [p["image_url"]["url"] for m in body["messages"] if isinstance(m.get("content"), list)
+            for p in m["content"] if p.get("type") == "image_url"]
+
+
+def _counting_encoder(monkeypatch) -> list[int]:
+    calls: list[int] = []
+    real = vlm_base._encode
+
+    def counted(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(vlm_base, "_encode", counted)
+    return calls
+
+
+def test_every_model_call_of_a_turn_sends_the_same_photo_encoded_once(monkeypatch):
+    encoded = _counting_encoder(monkeypatch)
+    photo, info = prepare(*load_image(_jpeg((200, 30, 30))), egocentric=True)
+    with FakeOpenAIServer(responder=respond) as srv:
+        agent = make_agent(make_model_policy(f"openai:{srv.base_url}#fake-vlm"), KGSearch(), budget_s=20)
+        tr = agent.run_turn(TurnInput(task=2, session_id="s", interaction_id="i", question="who makes this rocket?",
+                                      image=photo, image_info=info))
+        sent = list(srv.requests)
+    assert [s.tool for s in tr.tool_calls()] == ["image_search", "web_search"]
+    assert len(sent) == 4  # three decisions and the self-check
+    urls = [u for body in sent for u in _image_urls(body)]
+    assert len(urls) == 4 and len(set(urls)) == 1  # byte-identical in every request (a server's image cache keys on it)
+    assert len(encoded) == 1
+
+
+def test_a_loaded_photo_is_keyed_by_its_source_bytes():
+    data = _jpeg((10, 120, 200))
+    a, info_a = prepare(*load_image(data), egocentric=True)
+    b, _ = prepare(*load_image({"bytes": data}), egocentric=True)
+    assert a is not b and a.size == (960, 1280)
+    assert known_key(a) is not None and cache_key(a) == cache_key(b) == known_key(a)
+    other, _ = prepare(*load_image(_jpeg((10, 120, 141))), egocentric=True)
+    assert cache_key(other) != cache_key(a)
+    # the harness transform and the native one give different pixels, so different keys
+    native, _ = prepare(*load_image(data), egocentric=True, mode="native")
+    assert cache_key(native) != cache_key(a)
+    # anything derived from the photo is a new object: hashed over its own pixels, never given the photo's key
+    crop = a.crop((0, 0, 100, 100))
+    assert known_key(crop) is None and cache_key(crop) == image_key(crop) not in (None, cache_key(a))
+    # a PIL image handed in (no source bytes) is hashed over its pixels as before
+    given, _ = load_image(Image.new("RGB", (50, 40), (1, 2, 3)))
+    assert known_key(given) is None and cache_key(given) == image_key(given) is not None
+    # image_key stays the pixel hash (disk caches such as the open web's keep it across versions)
+    assert image_key(a) == image_key(b) != known_key(a)
+    assert info_a.transforms == ["resized to 960x1280 (official harness)"]
+
+
+def test_the_same_photo_in_another_conversation_is_not_encoded_again(monkeypatch):
+    encoded = _counting_encoder(monkeypatch)
+    data = _jpeg((90, 200, 40), (130, 95))
+    first, _ = prepare(*load_image(data), egocentric=True)
+    again, _ = prepare(*load_image(data), egocentric=True)
+    url = vlm_base.image_to_data_url(first, 512)
+    assert vlm_base.image_to_data_url(again, 512) == url
+    assert vlm_base.image_to_data_url(first, 256) != url  # another size is another encoding
+    assert len(encoded) == 2
+    # the URL is what encoding the pixels gives
+    assert url == vlm_base._encode(again, 512, 90)
+
+
+def test_request_bodies_are_serialised_exactly_as_json_dumps():
+    from models.openai_client import dumps_body
+
+    url = vlm_base.image_to_data_url(Image.new("RGB", (300, 200), (5, 6, 7)))
+    image = {"type": "image_url", "image_url": {"url": url, "detail": "auto"}}
+    bodies = [
+        {"model": "m", "messages": [{"role": "system", "content": "s"},
+                                    {"role": "user", "content": [image, {"type": "text", "text": "q \u00e9 \"x\""}]},
+                                    {"role": "user", "content": [image]}], "max_tokens": 5},
+        {"model": "m", "messages": [{"role": "user", "content": "no image"}]},
+        {"model": "m", "messages": [{"role": "user", "content": [image, {"type": "text", "text": "\0image0\0"}]}]},
+        {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "\0image0\0"}, image]}]},
+        {"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {
+            "url": "data:image/jpeg;base64," + "A" * 5000 + "\"\\"}}]}]},
+    ]
+    for body in bodies:
+        assert dumps_body(body) == json.dumps(body)
