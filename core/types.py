@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, field_validator
 
 RAW_REPLY_LIMIT = 4096  # characters of a model's raw reply kept per call
+TRANSPORT_ERROR = "ServerUnreachable"  # a model call's error starting with this: the server could not be reached
 DecisionMode = Literal["structured", "json_object", "native_tools", "json_text", "text"]
 
 
@@ -130,6 +131,11 @@ class ModelCall(BaseModel):
                                      "one's.")
     block_unit: Literal["tokens", "chars"] | None = Field(None, description="What a block counts: tokens of the "
                                                           "backend's own tokenizer when it is local, else characters.")
+
+    @property
+    def unreachable(self) -> bool:
+        """The call failed in transport: the server was down or overloaded on every attempt."""
+        return (self.error or "").startswith(TRANSPORT_ERROR + ":")
 
     @classmethod
     def clip(cls, raw: str) -> tuple[str, int]:

@@ -44,6 +44,10 @@ class _Parser(argparse.ArgumentParser):
                 setattr(parsed, opt.name, info.get_default(call_default_factory=True))
         return parsed
 
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        """One line, not the 45-line usage: what was wrong and where the options are listed."""
+        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists every option)\n")
+
 
 def environment_help() -> str:
     """The environment variables the run reads, for --help."""
@@ -99,7 +103,7 @@ def resolve_benchmark(p: argparse.ArgumentParser, args: argparse.Namespace) -> a
     sg = args.benchmark == "superglasses"
     if args.task is None:
         if not sg:
-            p.error("--task is required (or --benchmark superglasses)")
+            p.error("--task is required: --task 1, 2 or 3 (CRAG-MM), or --benchmark superglasses")
         args.task = 2
     if args.search is None:
         args.search = "none" if sg else "local"
@@ -194,7 +198,21 @@ def run_fingerprint(args: argparse.Namespace, config: Any, source: Any) -> str:
 
 
 class RunRefused(Exception):
-    """The run folder cannot be used as asked (held by another process, or made with another configuration)."""
+    """The run folder cannot be used as asked (held by another process, or made with another configuration), or a
+    model server the run needs cannot be reached."""
+
+
+def check_model_servers(*parts: Any) -> None:
+    """At warm-up: every HTTP model the run uses (the policy's, an LLM judge's) takes a connection on at least one
+    replica, or the run stops here with one line (instead of minutes of retries and a report of "I don't know"s)."""
+    for part in parts:
+        client = getattr(part, "client", None)
+        check = getattr(client, "unreachable", None)
+        if not callable(check):
+            continue
+        down = check()
+        if down and len(down) == len(getattr(client, "replicas", down)):
+            raise RunRefused(f"cannot reach the model server {'; '.join(down)} (is it running? see --model)")
 
 
 def claim_run_folder(store: Any, fingerprint: str, resume_anyway: bool) -> Any:
@@ -235,6 +253,13 @@ def main(argv: list[str] | None = None) -> int:
         return _run(args, argv)
     except RunRefused as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except RuntimeError as e:
+        from models.openai_client import BackendError
+
+        if not isinstance(e, BackendError):
+            raise
+        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)  # e.g. /models asked at start-up and refused
         return 2
     except (FileNotFoundError, ValueError, ImportError, OSError) as e:
         # bad paths, specs, data or missing optional packages: say so plainly, no traceback
@@ -399,6 +424,7 @@ def _run_claimed(args: argparse.Namespace, argv: list[str] | None, config: Any, 
     t0 = time.time()
     concurrency, capped = effective_concurrency(args, config)
     agent = build_agent(config, run_id=store.dir.name, task=args.task)  # models loaded and indexes built here
+    check_model_servers(agent.llm, scoring.judge)
     used = agent.config  # with the preset applied
     tools = [t.name for t in agent.registry.for_task(args.task, used.tools.allowed, used.tools.profile)]
     print("\n".join(header_lines(args, agent, scoring, source, getattr(conversations, "rows", None), tools,
@@ -430,7 +456,19 @@ def _run_claimed(args: argparse.Namespace, argv: list[str] | None, config: Any, 
 
         files["plot"] = plot_report(report, store.dir / "truthfulness_by_slice.png")  # after the summary
     print("report: " + ", ".join(str(p) for p in files.values()))
+    unreachable = unreachable_line(stats)
+    if unreachable:
+        print(unreachable, file=sys.stderr)
+        return 1
     return 0 if not stats.failed_conversations else 1
+
+
+def unreachable_line(stats: Any) -> str | None:
+    """An error line when most turns could not reach their model server: their answers are not the model's."""
+    if not stats.turns or stats.turns_unreachable * 2 <= stats.turns:
+        return None
+    return (f"error: {stats.turns_unreachable} of {stats.turns} turn(s) could not reach the model server (the "
+            "traces' `error` says why): the scores above are not the model's")
 
 
 def run_and_collect(args: argparse.Namespace, agent: Any, conversations: Any, store: Any, scoring: Scoring,

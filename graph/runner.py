@@ -37,6 +37,7 @@ class RunStats(BaseModel):
     ended_by: dict[str, int] = Field(default_factory=dict)
     errors: dict[str, int] = Field(default_factory=dict, description="Error events per kind, over all turns.")
     turns_with_errors: int = 0
+    turns_unreachable: int = Field(0, description="Turns with a model call that could not reach its server.")
     tool_calls: int = 0
     model_calls: int = 0
     sequential_calls: int = Field(0, description="Model calls on the turns' critical paths (concurrent ones once).")
@@ -66,6 +67,7 @@ class RunStats(BaseModel):
         for k, n in kinds.items():
             self.errors[k] = self.errors.get(k, 0) + n
         self.turns_with_errors += bool(kinds)
+        self.turns_unreachable += any(c.unreachable for c in trace.model_calls())
         self.tool_calls += len(trace.tool_calls())
         self.model_calls += trace.tokens.calls
         self.sequential_calls += trace.tokens.sequential_calls
