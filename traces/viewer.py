@@ -36,6 +36,10 @@ THUMB_SIDE = 480
 SCORES = ("correct", "missing", "incorrect", "unscored")
 METRIC_KEYS = ("total", "correct", "missing", "incorrect", "exact_match", "conversations", "accuracy",
                "missing_rate", "hallucination_rate", "truthfulness", "multi_turn_score")
+METRIC_TITLES = {"incorrect": "the official hallucination count: total - correct - missing (below 0 when a turn is "
+                               "both correct and missing)",
+                 "truthfulness": "(2*correct + missing)/total - 1 (official; 0.0 when total <= 1)",
+                 "hallucination_rate": "incorrect / total", "exact_match": "answers equal to the ground truth"}
 BOX_COLOURS = ("#ff3b30", "#00c7be", "#ffcc00", "#af52de", "#34c759", "#ff9500", "#5ac8fa")
 
 
@@ -391,9 +395,9 @@ def _metrics_table(report: dict[str, Any]) -> str:
     sections: list[tuple[str, dict[str, Any]]] = [(n, m) for n, m in found if isinstance(m, dict) and m]
     if not sections:
         return ""
-    head = "".join(f"<th>{h(k)}</th>" for k in METRIC_KEYS)
-    rows = "".join(f"<tr><th>{h(n)}</th>" + "".join(f"<td class='num'>{_fmt_num(m.get(k))}</td>" for k in METRIC_KEYS)
-                   + "</tr>" for n, m in sections)
+    head = "".join(f'<th title="{h(METRIC_TITLES.get(k, ""))}">{h(k)}</th>' for k in METRIC_KEYS)
+    rows = "".join(f"<tr><th>{h(n)}{' *' if _both(m) else ''}</th>" + "".join(
+        f"<td class='num'>{_fmt_num(m.get(k))}</td>" for k in METRIC_KEYS) + "</tr>" for n, m in sections)
     slices = ""
     if isinstance(report.get("slices"), dict):
         srows = []
@@ -408,7 +412,46 @@ def _metrics_table(report: dict[str, Any]) -> str:
             slices = (f'<details class="slices"><summary>metrics by slice</summary><table class="metrics"><thead><tr>'
                       f'<th>slice</th><th>value</th>{head}</tr></thead><tbody>{"".join(srows)}</tbody></table></details>')
     return (f'<table class="metrics"><thead><tr><th></th>{head}</tr></thead><tbody>{rows}</tbody></table>'
-            f"{slices}{_notes(report)}")
+            f"{metrics_explanation(report)}{slices}{_notes(report)}")
+
+
+def _both(m: Any) -> int:
+    """Turns a metrics dict counts as both correct and missing (older reports: read off a negative `incorrect`)."""
+    if not isinstance(m, dict):
+        return 0
+    both = m.get("correct_and_missing")
+    if isinstance(both, int) and not isinstance(both, bool):
+        return both
+    incorrect = m.get("incorrect")
+    return -incorrect if isinstance(incorrect, int) and incorrect < 0 else 0
+
+
+def metrics_explanation(report: dict[str, Any]) -> str:
+    """Under a metrics table: why a number left [0, 1] (a negative `incorrect`, truthfulness above 1), in words,
+    where the number is shown. Empty when every number is in range. Reusable by any page showing report.json."""
+    from crag.evaluate import BOTH_NOTE
+
+    rows = [report.get("overall"), report.get("egocentric")]
+    rows += [m for vals in (report.get("slices") or {}).values() if isinstance(vals, dict) for m in vals.values()]
+    if not any(_both(m) for m in rows):
+        return ""
+    return f'<div class="explain" id="metrics-explain">{h(BOTH_NOTE.format(n=_both(report.get("overall"))))}</div>'
+
+
+def chips_explanation(report: dict[str, Any] | None, counts: dict[str, int]) -> str:
+    """Next to the score chips (each turn's own judge score): why the metrics table counts otherwise (the multi-turn
+    early stop makes later turns missing; an exact-match "I don't know" is correct and missing at once)."""
+    if not isinstance(report, dict) or not isinstance(report.get("overall"), dict):
+        return ""
+    o = report["overall"]
+    if all(o.get(k) == counts.get(k, 0) for k in ("correct", "missing", "incorrect")):
+        return ""
+    turns = [t for t in report.get("turns") or [] if isinstance(t, dict)]
+    stopped = sum(bool(t.get("early_stopped")) for t in turns)
+    why = [f"{stopped} turn(s) counted as missing by the multi-turn early stop"] if stopped else []
+    why += [f"{_both(o)} counted as both correct and missing"] if _both(o) else []
+    return (f'<span class="muted explain" id="chips-explain">chips: each turn\'s own score; the table above counts '
+            f'as the official evaluation ({h("; ".join(why) or "see its notes")})</span>')
 
 
 def _notes(report: dict[str, Any]) -> str:
@@ -478,7 +521,7 @@ def _header_html(run_dir: Path, run: dict[str, Any], report: dict[str, Any] | No
     return f'<header class="run"><h1>Run {h(fields[0][1])}</h1><div class="runmeta">{kv}</div>{metrics}{probs}{skip}</header>'
 
 
-def _controls(tools: list[str], counts: dict[str, int]) -> str:
+def _controls(tools: list[str], counts: dict[str, int], explain: str = "") -> str:
     scores = "".join(f'<label class="badge score-{s}"><input type="checkbox" class="f-score" value="{s}" checked> {s} '
                      f'({counts.get(s, 0)})</label>' for s in SCORES)
     opts = "".join(f'<option value="{h(t)}">{h(t)}</option>' for t in tools)
@@ -488,7 +531,7 @@ def _controls(tools: list[str], counts: dict[str, int]) -> str:
  <label><input type="checkbox" id="f-error"> errors only</label>
  <input type="search" id="f-text" placeholder="search text (question, answer, snippets…)" size="34">
  <button type="button" id="expand-all">expand all steps</button><button type="button" id="collapse-all">collapse all</button>
- <span id="shown" class="muted"></span>
+ <span id="shown" class="muted"></span>{explain}
 </nav>"""
 
 
@@ -523,7 +566,7 @@ details.step>summary{cursor:pointer;padding:3px 8px;display:flex;flex-wrap:wrap;
 .error{color:#b91c1c;background:#fde8e8;border:1px solid #f8b4b4;border-radius:4px;padding:4px 8px;margin:4px 0;white-space:pre-wrap;word-break:break-word}
 .kv.ok .v{color:#2f9e44}.kv.bad .v{color:#b91c1c}table.results{border-collapse:collapse;width:100%;font-size:12px;margin-top:6px}
 table.results th,table.results td{border:1px solid #e4e7eb;padding:2px 5px;vertical-align:top;text-align:left}td.url{max-width:260px;word-break:break-all}
-td.snippet{max-width:520px;word-break:break-word}.hidden{display:none!important}#empty{padding:20px;color:#7b8794}
+td.snippet{max-width:520px;word-break:break-word}.explain{font-size:12px;max-width:1100px}header.run .explain{color:#fde68a;margin:2px 0 6px}.hidden{display:none!important}#empty{padding:20px;color:#7b8794}
 """
 
 JS = """
@@ -613,7 +656,8 @@ def build_html(run_dir: Path, images: dict[str, Any] | None = None, data: str | 
     tools = sorted({x for t in traces for x in _turn_tools(t)})
     return _page(f"Run {run.get('run_id') or run_dir.name}", "\n".join(style_imgs),
                  _header_html(run_dir, run, report, traces, problems, skipped, sg_report) + "\n"
-                 + _controls(tools, counts) + "\n" + f'<main>{"".join(conv_html)}</main>')
+                 + _controls(tools, counts, chips_explanation(report if sg_report is None else None, counts)) + "\n"
+                 + f'<main>{"".join(conv_html)}</main>')
 
 
 def _json_file(run_dir: Path, name: str, problems: list[str]) -> Any:
