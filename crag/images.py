@@ -13,6 +13,7 @@ Every change is listed in an `ImageInfo` that goes into the trace.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import stat
@@ -50,6 +51,15 @@ def _read_bounded(path: str | Path) -> tuple[bytes | None, str | None]:
         return None, f"image file unreadable: {p} ({type(e).__name__}: {e})"
 
 
+def _cell_parts(cell: Any) -> tuple[bytes | None, Any]:
+    """(bytes, path) of a dataset image cell: an Image() dict, raw bytes, or a path."""
+    if isinstance(cell, dict):
+        return cell.get("bytes"), cell.get("path")
+    if isinstance(cell, (bytes, bytearray, memoryview)):
+        return bytes(cell), None
+    return None, cell if isinstance(cell, (str, Path)) else None
+
+
 def load_image(cell: Any, max_side: int = MAX_SIDE) -> tuple[Any, ImageInfo]:
     """An RGB PIL image (or None) and what was done to it. Never raises for bad input."""
     from PIL import Image, ImageOps
@@ -62,13 +72,7 @@ def load_image(cell: Any, max_side: int = MAX_SIDE) -> tuple[Any, ImageInfo]:
         if isinstance(cell, Image.Image):
             im = cell
         else:
-            data, path = None, None
-            if isinstance(cell, dict):
-                data, path = cell.get("bytes"), cell.get("path")
-            elif isinstance(cell, (bytes, bytearray, memoryview)):
-                data = bytes(cell)
-            elif isinstance(cell, (str, Path)):
-                path = cell
+            data, path = _cell_parts(cell)
             if not data and path:
                 data, err = _read_bounded(path)
                 if err:
@@ -77,6 +81,8 @@ def load_image(cell: Any, max_side: int = MAX_SIDE) -> tuple[Any, ImageInfo]:
             if not data:
                 info.note = "no image given"
                 return None, info
+            info.source = str(path) if path else None
+            info.sha256 = hashlib.sha256(data).hexdigest()
             try:
                 with warnings.catch_warnings():  # PIL's soft limit warns; our own pixel cap decides below
                     warnings.simplefilter("ignore", Image.DecompressionBombWarning)

@@ -72,7 +72,7 @@ class Agent:
         base = dict(run_id=self.run_id, task=inp.task, session_id=inp.session_id, interaction_id=inp.interaction_id,
                     turn_index=inp.turn_index, question=inp.question, image=inp.image_info, labels=inp.labels,
                     policy=self.policy_name, search_backend=self.search_name, budget_s=b.budget_s,
-                    max_steps=b.max_steps, config_fingerprint=self.fingerprint, notes=notes)
+                    max_steps=b.max_steps, config_fingerprint=self.fingerprint, notes=notes, history=inp.history)
         if not question:
             event = FinalEvent(answer=IDK, decision="abstain", error=StepError(kind="bad_input", message="empty question"))
             return TurnTrace(**base, steps=[event], answer=IDK, abstained=True, ended_by="error", latency_ms=0.0,

@@ -231,6 +231,7 @@ def claim_run_folder(store: Any, fingerprint: str, resume_anyway: bool) -> Any:
     from traces.store import remove_stale_tmp
 
     remove_stale_tmp(store.dir)
+    remove_stale_tmp(store.dir / "requests")
     previous = store.dir / "run.json"
     if previous.exists() and not resume_anyway:
         try:

@@ -114,6 +114,8 @@ def run_conversation(agent: Agent, conv: Conversation, task: int, store: TraceSt
         image, info = load_image(conv.image)
         if image is None and conv.image_error:
             info.note = conv.image_error
+        if info.source is None and conv.image_url:
+            info.source = conv.image_url
         image, info = prepare(image, info, conv.egocentric, image_prep)
     history: list[HistoryTurn] = []
     for i, turn in enumerate(conv.turns):

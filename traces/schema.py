@@ -22,11 +22,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from core.types import (  # noqa: F401 - ModelCall, ImageInfo and DecisionMode are part of the trace schema
+from core.types import (  # noqa: F401 - ModelCall, ImageInfo, HistoryTurn and DecisionMode are part of the trace schema
     RAW_REPLY_LIMIT,
     Box,
     DecisionMode,
     Fact,
+    HistoryTurn,
     ImageInfo,
     ModelCall,
     Verdict,
@@ -255,6 +256,8 @@ class TurnTrace(BaseModel):
     max_steps: int
     config_fingerprint: str | None = Field(None, description="Hash of the agent configuration that produced it.")
     notes: list[str] = Field(default_factory=list, description="Input notes, e.g. the question was cut.")
+    history: list[HistoryTurn] = Field(default_factory=list, description="The conversation's earlier turns as the "
+                                       "agent was given them (questions, its answers as later turns see them).")
     steps: list[TraceEvent] = Field(default_factory=list)
     answer: str
     abstained: bool

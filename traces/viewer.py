@@ -331,8 +331,24 @@ def _turn_tools(t: TurnTrace) -> list[str]:
     return seen
 
 
+def _extras(run_dir: Path | None, t: TurnTrace) -> dict[str, str]:
+    """The turn's parts from traces/viewer_parts.py: history given, image source, the model requests as sent."""
+    from traces import viewer_parts as vp
+
+    return {"history": vp.history_html(t), "source": vp.image_source_html(t),
+            "requests": vp.sent_requests_html(run_dir, t) if run_dir is not None else ""}
+
+
+def _turn_figure(t: TurnTrace, thumb: Thumb | None, thumb_class: str, why_missing: str | None,
+                 colours: dict[int, str], repeat_photo: bool) -> str:
+    if repeat_photo or thumb is None or colours:
+        return _figure(t, thumb, thumb_class, why_missing, colours)
+    return '<div class="muted same-photo">same photo as the conversation\'s first turn (no boxes in this turn)</div>'
+
+
 def _turn_html(t: TurnTrace, thumb: Thumb | None, thumb_class: str, why_missing: str | None,
-               counted: dict[str, Any] | None = None) -> str:
+               counted: dict[str, Any] | None = None, extras: dict[str, str] | None = None,
+               repeat_photo: bool = True) -> str:
     score = _score_of(t)
     tools = _turn_tools(t)
     has_err = bool(t.error) or any(s.error is not None for s in t.steps)
@@ -353,6 +369,7 @@ def _turn_html(t: TurnTrace, thumb: Thumb | None, thumb_class: str, why_missing:
         meta.append('<span class="chip">abstained</span>')
     if has_err:
         meta.append('<span class="badge err">error</span>')
+    x = extras or {}
     steps = "".join(_step_html(s, colours.get(s.index)) for s in t.steps) or '<div class="muted">no steps</div>'
     err = f'<div class="error">turn error: {h(t.error)}</div>' if t.error else ""
     note = f'<div class="note">image note: {h(t.image.note)}</div>' if t.image.note else ""
@@ -363,9 +380,9 @@ def _turn_html(t: TurnTrace, thumb: Thumb | None, thumb_class: str, why_missing:
   id="turn-{h(t.session_id)}-{t.turn_index}">
  <header class="turn-head"><h3>Turn {t.turn_index} <span class="muted">{h(t.interaction_id)}</span></h3>{' '.join(meta)}</header>
  <div class="turn-grid">
-  <div class="fig">{_figure(t, thumb, thumb_class, why_missing, colours)}{note}</div>
+  <div class="fig">{_turn_figure(t, thumb, thumb_class, why_missing, colours, repeat_photo)}{note}{x.get("source", "")}</div>
   <div class="qa">
-   <div class="question"><span class="k">Q</span> {h(t.question)}</div>
+   {x.get("history", "")}<div class="question"><span class="k">Q</span> {h(t.question)}</div>
    <div class="labels">{labels}</div>
    <div class="answer"><span class="k">answer</span> <span class="v">{h(t.answer)}</span></div>
    <div class="truth"><span class="k">ground truth</span> <span class="v">{h(t.ground_truth) if t.ground_truth is not None else '<span class="muted">none</span>'}</span></div>
@@ -377,6 +394,7 @@ def _turn_html(t: TurnTrace, thumb: Thumb | None, thumb_class: str, why_missing:
  </div>
  <div class="steps"><div class="steps-head">Steps <button type="button" class="tog" data-open="1">expand</button>
    <button type="button" class="tog" data-open="0">collapse</button></div>{steps}</div>
+ {x.get("requests", "")}
 </article>"""
 
 
@@ -566,7 +584,7 @@ details.step>summary{cursor:pointer;padding:3px 8px;display:flex;flex-wrap:wrap;
 .error{color:#b91c1c;background:#fde8e8;border:1px solid #f8b4b4;border-radius:4px;padding:4px 8px;margin:4px 0;white-space:pre-wrap;word-break:break-word}
 .kv.ok .v{color:#2f9e44}.kv.bad .v{color:#b91c1c}table.results{border-collapse:collapse;width:100%;font-size:12px;margin-top:6px}
 table.results th,table.results td{border:1px solid #e4e7eb;padding:2px 5px;vertical-align:top;text-align:left}td.url{max-width:260px;word-break:break-all}
-td.snippet{max-width:520px;word-break:break-word}.explain{font-size:12px;max-width:1100px}header.run .explain{color:#fde68a;margin:2px 0 6px}.hidden{display:none!important}#empty{padding:20px;color:#7b8794}
+td.snippet{max-width:520px;word-break:break-word}.explain{font-size:12px;max-width:1100px}details.sent{border:1px solid #e4e7eb;border-radius:5px;margin:3px 0;padding:2px 8px;background:#fbfbfc}details.sent>summary,details.history>summary,details.tools-spec>summary{cursor:pointer;font-size:12px}.msg{margin:4px 0}.msg .k{font-size:11px}.requests{margin-top:6px}header.run .explain{color:#fde68a;margin:2px 0 6px}.hidden{display:none!important}#empty{padding:20px;color:#7b8794}
 """
 
 JS = """
@@ -646,7 +664,8 @@ def build_html(run_dir: Path, images: dict[str, Any] | None = None, data: str | 
     counted = _counted_turns(report)
     style_imgs, conv_html = [], []
     for n, sid in enumerate(sessions):
-        style, section = _conversation_html(n, sid, [t for t in traces if t.session_id == sid], imgs.get(sid), counted)
+        style, section = _conversation_html(n, sid, [t for t in traces if t.session_id == sid], imgs.get(sid), counted,
+                                            run_dir)
         if style is not None:
             style_imgs.append(style)
         conv_html.append(section)
@@ -679,14 +698,17 @@ def _counted_turns(report: dict[str, Any] | None) -> dict[tuple[str, int], dict[
 
 
 def _conversation_html(n: int, sid: str, turns: list[TurnTrace], image: Any,
-                       counted: dict[tuple[str, int], dict[str, Any]]) -> tuple[str | None, str]:
-    """(the CSS rule of the conversation's thumbnail, or None without one; the conversation's section)."""
+                       counted: dict[tuple[str, int], dict[str, Any]], run_dir: Path | None = None
+                       ) -> tuple[str | None, str]:
+    """(the CSS rule of the conversation's thumbnail, or None without one; the conversation's section). The photo
+    is drawn with the first turn, and again only with a turn that has boxes of its own to draw on it."""
     thumb, why = make_thumb(image, next((t.image.size for t in turns if t.image.size), None))
     if thumb is None and why is None and any(t.has_image for t in turns):
         why = "image not found for this conversation"
     cls = f"img-{n}"
     style = f".{cls}{{background-image:url({thumb.data_url})}}" if thumb is not None else None
-    body = "".join(_turn_html(t, thumb, cls, why, counted.get((t.session_id, t.turn_index))) for t in turns)
+    body = "".join(_turn_html(t, thumb, cls, why, counted.get((t.session_id, t.turn_index)),
+                              _extras(run_dir, t), repeat_photo=i == 0) for i, t in enumerate(turns))
     return style, (f'<section class="conv" id="conv-{n}" data-session="{h(sid)}"><h2>Conversation '
                    f'{h(sid)} <span class="muted">{len(turns)} turn(s)</span></h2>{body}</section>')
 
