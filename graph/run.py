@@ -134,10 +134,16 @@ def load_data(args: argparse.Namespace):
 
     if args.benchmark == "superglasses":
         from crag.superglasses import load_superglasses
+        from crag.superglasses_sample import SAMPLE_NAMES, ensure_sample
 
         if args.data == "demo":
-            raise ValueError("--benchmark superglasses needs --data: a local copy of xandery/SuperGlasses (folder of "
-                             "its parquet files) or the dataset id when it is in the Hugging Face cache")
+            raise ValueError("--benchmark superglasses needs --data: 'sample' (the offline sample, built on first "
+                             "use), a local copy of xandery/SuperGlasses (folder of its parquet files) or the dataset "
+                             "id when it is in the Hugging Face cache")
+        if args.data in SAMPLE_NAMES:
+            from crag.demo import demo_paths
+
+            args.data = str(ensure_sample(demo_paths(args.demo_dir).root.parent / "superglasses-sample"))
         return args.data, load_superglasses(args.data, limit=args.limit)
     from crag.superglasses import looks_like_superglasses
 
@@ -374,7 +380,7 @@ def header_lines(args: argparse.Namespace, agent: Any, scoring: Scoring, source:
         + f" on {source}: {rows if rows is not None else '?'} conversation(s)",
         f"policy: {agent.policy_name}",
         f"search: {search_line(agent, sg)}",
-        f"tools:  {', '.join(tools)}",
+        f"tools:  {', '.join(tools)}" + not_offered_text(agent.registry.unavailable),
         f"self-check: {verifier}",
         f"judge:  {scoring.describe()}",
         *([f"web:    {open_web_line()}"] if sg else []),
@@ -382,6 +388,13 @@ def header_lines(args: argparse.Namespace, agent: Any, scoring: Scoring, source:
         f"concurrency: {concurrency}" + (f" in each of {args.workers} worker processes" if args.workers > 1 else ""),
         f"warm-up: {warm_s:.1f}s (models loaded, indexes built)",
     ]
+
+
+def not_offered_text(missing: dict[str, str]) -> str:
+    """'; not offered: google_lens (SERPAPI_API_KEY not set), ...': tools left out for what they lack here."""
+    if not missing:
+        return ""
+    return "; not offered: " + ", ".join(f"{n} ({why})" for n, why in sorted(missing.items()))
 
 
 def closing_lines(stats: Any, budget_s: float, conversations: Any) -> list[str]:
@@ -434,6 +447,7 @@ def _run_claimed(args: argparse.Namespace, argv: list[str] | None, config: Any, 
         "run_id": store.dir.name, "benchmark": args.benchmark, "task": args.task, "data": str(source),
         "policy": agent.policy_name, "search": agent.search_name, "judge": scoring.judge_name,
         "scoring_mode": args.scoring_mode, "truncation": scoring.truncator.name, "tools": tools,
+        "tools_not_offered": agent.registry.unavailable,
         "budget_s": config.budget.budget_s, "max_steps": config.budget.max_steps, "concurrency": concurrency,
         "workers": args.workers, "config": config.model_dump(mode="json"), "config_fingerprint": agent.fingerprint,
         "run_fingerprint": fingerprint, "argv": sys.argv[1:] if argv is None else argv, "status": "running",
@@ -453,9 +467,7 @@ def _run_claimed(args: argparse.Namespace, argv: list[str] | None, config: Any, 
     for line in closing_lines(stats, config.budget.budget_s, conversations):
         print(line)
     if not args.no_plot:
-        from crag.evaluate import plot_report
-
-        files["plot"] = plot_report(report, store.dir / "truthfulness_by_slice.png")  # after the summary
+        files["plot"] = plot_run(scoring, report, store.dir)  # after the summary
     print("report: " + ", ".join(str(p) for p in files.values()))
     unreachable = unreachable_line(stats)
     if unreachable:
@@ -523,15 +535,29 @@ def write_reports(args: argparse.Namespace, scoring: Scoring, records: list[Any]
     from crag.evaluate import evaluate, format_table, write_report
 
     report = evaluate(records, judge=scoring.judge, truncator=scoring.truncator, mode=args.scoring_mode)
-    files = write_report(report, store.dir, plot=False)  # the chart comes after the summary, not before
     if not scoring.superglasses:
+        files = write_report(report, store.dir, plot=False)  # the chart comes after the summary, not before
         return report, files, format_table(report)
     from traces import superglasses_eval as sge
     from traces.superglasses import read_run
 
+    # a SuperGlasses run writes its own report only (the CRAG-MM table would name metrics it is not scored by);
+    # `report` is still returned for callers that tabulate any run alike (benchmarks.presets)
     sg_report, sg_logs = sge.evaluate_superglasses(read_run(store.dir), scoring.judge_name)
-    files.update(sge.write_superglasses_report(sg_report, sg_logs, store.dir))
+    files = sge.write_superglasses_report(sg_report, sg_logs, store.dir)
     return report, files, sge.format_superglasses(sg_report)
+
+
+def plot_run(scoring: Scoring, report: Any, run_dir: Path) -> Path:
+    """The run's chart: CRAG-MM truthfulness by slice, or SuperGlasses accuracy by slice."""
+    if not scoring.superglasses:
+        from crag.evaluate import plot_report
+
+        return plot_report(report, run_dir / "truthfulness_by_slice.png")
+    from traces import superglasses_eval as sge
+
+    sg_report = sge.SuperGlassesReport.model_validate_json((run_dir / "superglasses_report.json").read_text("utf-8"))
+    return sge.plot_superglasses(sg_report, run_dir / "superglasses_accuracy.png")
 
 
 def open_web_line() -> str:

@@ -357,8 +357,9 @@ def _turn_html(t: TurnTrace, thumb: Thumb | None, thumb_class: str, why_missing:
         if s.detected_box is not None:
             colours[s.index] = BOX_COLOURS[k % len(BOX_COLOURS)]
             k += 1
-    labels = "".join(f'<span class="chip label" title="{h(key)}">{h(key)}: {h(val)}</span>'
-                     for key, val in t.labels.items() if val is not None)
+    from traces.viewer_parts import label_chips
+
+    labels = label_chips(t.labels)
     meta = [f'<span class="badge score-{score}">{score}</span>',
             f'<span class="muted">ended by {h(t.ended_by)}</span>',
             f'<span class="muted">{_ms(t.latency_ms)} / budget {t.budget_s:g} s</span>',

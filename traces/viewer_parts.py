@@ -114,3 +114,25 @@ def image_source_html(trace: TurnTrace) -> str:
     src = f"{info.source}" if info.source else "embedded in the dataset row"
     digest = f" · sha256 {info.sha256[:12]}…" if info.sha256 else ""
     return f'<div class="note">image source: {h(src)}{h(digest)}</div>'
+
+
+def _label_text(value: Any) -> str:
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {_label_text(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_label_text(v) for v in value)
+    return str(value)
+
+
+def label_chips(labels: dict[str, Any]) -> str:
+    """The dataset labels as chips: a scalar as `key: value`; a list as one chip per item (SuperGlasses'
+    `category`, `sub_questions`), never the Python text of the list."""
+    chips = []
+    for key, val in labels.items():
+        if val is None:
+            continue
+        items = val if isinstance(val, (list, tuple)) else [val]
+        for i, item in enumerate(items):
+            name = f"{key} {i + 1}" if len(items) > 1 else key
+            chips.append(f'<span class="chip label" title="{h(key)}">{h(name)}: {h(_label_text(item))}</span>')
+    return "".join(chips)
