@@ -190,15 +190,20 @@ def _safe_href(url: str | None) -> str | None:
     return None
 
 
-def _results_table(step: TraceEvent) -> str:
+def _results_table(step: TraceEvent, kg: Any = None) -> str:
+    """The step's search results; an image-KG match of a local KG (`traces.viewer_parts.KgImages`) with its
+    reference image, an offline demo address as marked text (never a link)."""
+    from traces.viewer_parts import url_cell
+
     results = getattr(step, "results", None)
     if not results:
         return ""
     rows = []
     for i, r in enumerate(results):
-        href = _safe_href(r.url)
-        url = (f'<a href="{h(href)}" rel="noopener noreferrer nofollow" target="_blank">{h(r.url)}</a>'
-               if href else h(r.url))
+        url = url_cell(r.url, _safe_href(r.url))
+        thumb = kg.html(r.url) if kg is not None and r.source == "image_kg" else ""
+        if thumb:
+            url = f"{thumb}<br>{url}"
         rr = "" if r.rerank_score is None else f'<br><span class="muted">rerank {_fmt_num(r.rerank_score)}</span>'
         rows.append(f"<tr><td>{i}</td><td>{h(r.source)}</td><td class='num'>{_fmt_num(r.score)}{rr}</td>"
                     f"<td class='url'>{url}</td><td>{h(r.title)}</td><td>{h(r.entity_name)}</td>"
@@ -232,7 +237,7 @@ def _model_calls(step: TraceEvent) -> str:
             f'<th>finish</th><th>raw reply</th></tr></thead><tbody>{"".join(rows)}</tbody></table>')
 
 
-def _step_html(step: TraceEvent, colour: str | None) -> str:
+def _step_html(step: TraceEvent, colour: str | None, kg: Any = None) -> str:
     err = step.error is not None
     head = [f'<span class="idx">#{step.index}</span>', f'<span class="node node-{h(step.node)}">{h(step.node)}</span>',
             f'<span class="decision">{h(_title(step))}</span>']
@@ -283,7 +288,7 @@ def _step_html(step: TraceEvent, colour: str | None) -> str:
     policy_ms = getattr(step, "policy_ms", None)
     latency = getattr(step, "latency_ms", None)
     head.append(f'<span class="times">policy {_ms(policy_ms)} · tool {_ms(latency)}</span>')
-    body.append(_results_table(step))
+    body.append(_results_table(step, kg))
     body.append(_model_calls(step))
     inner = "".join(body) or '<div class="muted">no details</div>'
     open_ = " open" if (err or isinstance(step, ToolCallEvent)) else ""
@@ -348,7 +353,7 @@ def _turn_figure(t: TurnTrace, thumb: Thumb | None, thumb_class: str, why_missin
 
 def _turn_html(t: TurnTrace, thumb: Thumb | None, thumb_class: str, why_missing: str | None,
                counted: dict[str, Any] | None = None, extras: dict[str, str] | None = None,
-               repeat_photo: bool = True) -> str:
+               repeat_photo: bool = True, kg: Any = None) -> str:
     score = _score_of(t)
     tools = _turn_tools(t)
     has_err = bool(t.error) or any(s.error is not None for s in t.steps)
@@ -371,7 +376,7 @@ def _turn_html(t: TurnTrace, thumb: Thumb | None, thumb_class: str, why_missing:
     if has_err:
         meta.append('<span class="badge err">error</span>')
     x = extras or {}
-    steps = "".join(_step_html(s, colours.get(s.index)) for s in t.steps) or '<div class="muted">no steps</div>'
+    steps = "".join(_step_html(s, colours.get(s.index), kg) for s in t.steps) or '<div class="muted">no steps</div>'
     err = f'<div class="error">turn error: {h(t.error)}</div>' if t.error else ""
     note = f'<div class="note">image note: {h(t.image.note)}</div>' if t.image.note else ""
     if t.image.transforms:
@@ -585,7 +590,7 @@ details.step>summary{cursor:pointer;padding:3px 8px;display:flex;flex-wrap:wrap;
 .error{color:#b91c1c;background:#fde8e8;border:1px solid #f8b4b4;border-radius:4px;padding:4px 8px;margin:4px 0;white-space:pre-wrap;word-break:break-word}
 .kv.ok .v{color:#2f9e44}.kv.bad .v{color:#b91c1c}table.results{border-collapse:collapse;width:100%;font-size:12px;margin-top:6px}
 table.results th,table.results td{border:1px solid #e4e7eb;padding:2px 5px;vertical-align:top;text-align:left}td.url{max-width:260px;word-break:break-all}
-td.snippet{max-width:520px;word-break:break-word}.explain{font-size:12px;max-width:1100px}details.sent{border:1px solid #e4e7eb;border-radius:5px;margin:3px 0;padding:2px 8px;background:#fbfbfc}details.sent>summary,details.history>summary,details.tools-spec>summary{cursor:pointer;font-size:12px}.msg{margin:4px 0}.msg .k{font-size:11px}.requests{margin-top:6px}header.run .explain{color:#fde68a;margin:2px 0 6px}.hidden{display:none!important}#empty{padding:20px;color:#7b8794}
+td.snippet{max-width:520px;word-break:break-word}.explain{font-size:12px;max-width:1100px}details.sent{border:1px solid #e4e7eb;border-radius:5px;margin:3px 0;padding:2px 8px;background:#fbfbfc}details.sent>summary,details.history>summary,details.tools-spec>summary{cursor:pointer;font-size:12px}.msg{margin:4px 0}.msg .k{font-size:11px}.requests{margin-top:6px}.kg{display:inline-block;width:64px;height:64px;background-size:contain;background-repeat:no-repeat;background-position:center;border-radius:3px}.offline{color:#52606d}header.run .explain{color:#fde68a;margin:2px 0 6px}.hidden{display:none!important}#empty{padding:20px;color:#7b8794}
 """
 
 JS = """
@@ -663,10 +668,13 @@ def build_html(run_dir: Path, images: dict[str, Any] | None = None, data: str | 
     sessions = list(dict.fromkeys(t.session_id for t in traces))
     imgs = _run_images(run, traces, sessions, images, data, problems)
     counted = _counted_turns(report)
+    from traces.viewer_parts import KgImages
+
+    kg = KgImages.for_run(run)
     style_imgs, conv_html = [], []
     for n, sid in enumerate(sessions):
         style, section = _conversation_html(n, sid, [t for t in traces if t.session_id == sid], imgs.get(sid), counted,
-                                            run_dir)
+                                            run_dir, kg)
         if style is not None:
             style_imgs.append(style)
         conv_html.append(section)
@@ -674,6 +682,7 @@ def build_html(run_dir: Path, images: dict[str, Any] | None = None, data: str | 
         conv_html.append('<div id="empty">no readable turn traces in this run folder</div>')
     counts = Counter(_score_of(t) for t in traces)
     tools = sorted({x for t in traces for x in _turn_tools(t)})
+    style_imgs.append(kg.css())
     return _page(f"Run {run.get('run_id') or run_dir.name}", "\n".join(style_imgs),
                  _header_html(run_dir, run, report, traces, problems, skipped, sg_report) + "\n"
                  + _controls(tools, counts, chips_explanation(report if sg_report is None else None, counts)) + "\n"
@@ -699,8 +708,8 @@ def _counted_turns(report: dict[str, Any] | None) -> dict[tuple[str, int], dict[
 
 
 def _conversation_html(n: int, sid: str, turns: list[TurnTrace], image: Any,
-                       counted: dict[tuple[str, int], dict[str, Any]], run_dir: Path | None = None
-                       ) -> tuple[str | None, str]:
+                       counted: dict[tuple[str, int], dict[str, Any]], run_dir: Path | None = None,
+                       kg: Any = None) -> tuple[str | None, str]:
     """(the CSS rule of the conversation's thumbnail, or None without one; the conversation's section). The photo
     is drawn with the first turn, and again only with a turn that has boxes of its own to draw on it."""
     thumb, why = make_thumb(image, next((t.image.size for t in turns if t.image.size), None))
@@ -709,7 +718,7 @@ def _conversation_html(n: int, sid: str, turns: list[TurnTrace], image: Any,
     cls = f"img-{n}"
     style = f".{cls}{{background-image:url({thumb.data_url})}}" if thumb is not None else None
     body = "".join(_turn_html(t, thumb, cls, why, counted.get((t.session_id, t.turn_index)),
-                              _extras(run_dir, t), repeat_photo=i == 0) for i, t in enumerate(turns))
+                              _extras(run_dir, t), repeat_photo=i == 0, kg=kg) for i, t in enumerate(turns))
     return style, (f'<section class="conv" id="conv-{n}" data-session="{h(sid)}"><h2>Conversation '
                    f'{h(sid)} <span class="muted">{len(turns)} turn(s)</span></h2>{body}</section>')
 

@@ -4,10 +4,14 @@ escaped HTML; none raises on a damaged or missing stored request (the page says 
 
 from __future__ import annotations
 
+import base64
+import io
 import json
+import re
 from html import escape
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from traces.requests import RequestNotStored, read_request
 from traces.schema import TurnTrace
@@ -112,6 +116,8 @@ def image_source_html(trace: TurnTrace) -> str:
     if not info.source and not info.sha256:
         return ""
     src = f"{info.source}" if info.source else "embedded in the dataset row"
+    if is_offline_demo_url(info.source):
+        src += " (made-up address of the offline demo: the photo is embedded in the dataset row)"
     digest = f" · sha256 {info.sha256[:12]}…" if info.sha256 else ""
     return f'<div class="note">image source: {h(src)}{h(digest)}</div>'
 
@@ -136,3 +142,108 @@ def label_chips(labels: dict[str, Any]) -> str:
             name = f"{key} {i + 1}" if len(items) > 1 else key
             chips.append(f'<span class="chip label" title="{h(key)}">{h(name)}: {h(_label_text(item))}</span>')
     return "".join(chips)
+
+
+def is_offline_demo_url(url: str | None) -> bool:
+    """A URL of the bundled benchmarks' made-up sites (`https://demo.local/...`, `images.demo.local`): a `.local`
+    host is never a public page, so it is shown as text marked offline, not as a link."""
+    try:
+        host = (urlsplit(url or "").hostname or "").lower()
+    except ValueError:
+        return False
+    return host == "local" or host.endswith(".local")
+
+
+def url_cell(url: str | None, safe_href: str | None) -> str:
+    """A result's URL: a link when it is a real http(s) page, marked text for an offline demo page."""
+    if is_offline_demo_url(url):
+        return (f'<span class="offline" title="made-up address of the offline demo benchmark: there is no such page">'
+                f'{h(url)} <span class="muted">(offline demo page)</span></span>')
+    if safe_href:
+        return f'<a href="{h(safe_href)}" rel="noopener noreferrer nofollow" target="_blank">{h(url)}</a>'
+    return h(url)
+
+
+KG_THUMB_SIDE = 96  # pixels: a matched KG image is shown small next to its result
+KG_MAX_IMAGES = 200  # distinct KG images embedded in one page at most
+KG_MAX_FILE_BYTES = 8 * 1024 * 1024
+_SAFE_FILE = re.compile(r"^kg_images/[A-Za-z0-9][A-Za-z0-9._-]{0,120}$")
+
+
+class KgImages:
+    """The local image KG a run searched (a folder with kg.json and kg_images/: the bundled demo and benchmarks),
+    so a matched KG entry can be shown with its reference image. Only files named in kg.json, inside kg_images/,
+    under 8 MB are read; each is embedded once as a small JPEG data URL; at most KG_MAX_IMAGES per page."""
+
+    def __init__(self, roots: list[Path]):
+        self.root: Path | None = None
+        self.files: dict[str, str] = {}
+        self._urls: dict[str, str | None] = {}
+        for root in roots:
+            if (root / "kg.json").is_file():
+                self.root = root
+                self.files = _kg_files(root / "kg.json")
+                break
+
+    @classmethod
+    def for_run(cls, run: dict[str, Any]) -> KgImages:
+        """From run.json: its search index folder (config.search.index_dir), else the folder above its data."""
+        roots = []
+        index = ((run.get("config") or {}).get("search") or {}).get("index_dir") if isinstance(run, dict) else None
+        if isinstance(index, str):
+            roots.append(Path(index))
+        if isinstance(run.get("data"), str):
+            roots += [Path(run["data"]).parent, Path(run["data"])]
+        return cls(roots)
+
+    def thumb(self, url: str | None) -> str | None:
+        """The data URL of the KG image behind `url`, or None (not in the KG, unreadable, or the page is full)."""
+        if self.root is None or not url or url not in self.files:
+            return None
+        if url not in self._urls:
+            full = sum(v is not None for v in self._urls.values()) >= KG_MAX_IMAGES
+            self._urls[url] = None if full else _thumb(self.root, self.files[url])
+        return self._urls[url]
+
+    def html(self, url: str | None) -> str:
+        """The KG image behind `url` as an element whose picture is one CSS rule of `css()` (each image is in the
+        page once, however many results show it); empty when there is none."""
+        if self.thumb(url) is None:
+            return ""
+        n = list(self._urls).index(url)
+        return f'<span class="kg kg-{n}" role="img" aria-label="matched KG image" title="{h(self.files[url])}"></span>'
+
+    def css(self) -> str:
+        return "".join(f".kg-{n}{{background-image:url({u})}}" for n, u in enumerate(self._urls.values()) if u)
+
+
+def _kg_files(path: Path) -> dict[str, str]:
+    try:
+        kg = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    out = {}
+    for e in kg.get("images") or [] if isinstance(kg, dict) else []:
+        if isinstance(e, dict) and isinstance(e.get("url"), str) and _SAFE_FILE.match(str(e.get("image_file"))):
+            out[e["url"]] = e["image_file"]
+    return out
+
+
+def _thumb(root: Path, rel: str) -> str | None:
+    from PIL import Image
+
+    folder = (root / "kg_images").resolve()
+    path = (root / rel).resolve()
+    try:
+        if path.parent != folder or not path.is_file() or path.stat().st_size > KG_MAX_FILE_BYTES:
+            return None
+        with Image.open(path) as im:
+            if im.width * im.height > 50_000_000:
+                return None
+            small = im.convert("RGB")
+            small.thumbnail((KG_THUMB_SIDE, KG_THUMB_SIDE))
+        buf = io.BytesIO()
+        small.save(buf, format="JPEG", quality=80)
+    except (OSError, ValueError, Image.DecompressionBombError):
+        return None
+    return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
