@@ -420,7 +420,9 @@ def _metrics_table(report: dict[str, Any]) -> str:
     if not sections:
         return ""
     head = "".join(f'<th title="{h(METRIC_TITLES.get(k, ""))}">{h(k)}</th>' for k in METRIC_KEYS)
-    rows = "".join(f"<tr><th>{h(n)}{' *' if _both(m) else ''}</th>" + "".join(
+    from traces import viewer_parts as vp
+
+    rows = "".join(f"<tr><th>{h(n)}{' *' if vp.both(m) else ''}</th>" + "".join(
         f"<td class='num'>{_fmt_num(m.get(k))}</td>" for k in METRIC_KEYS) + "</tr>" for n, m in sections)
     slices = ""
     if isinstance(report.get("slices"), dict):
@@ -436,46 +438,7 @@ def _metrics_table(report: dict[str, Any]) -> str:
             slices = (f'<details class="slices"><summary>metrics by slice</summary><table class="metrics"><thead><tr>'
                       f'<th>slice</th><th>value</th>{head}</tr></thead><tbody>{"".join(srows)}</tbody></table></details>')
     return (f'<table class="metrics"><thead><tr><th></th>{head}</tr></thead><tbody>{rows}</tbody></table>'
-            f"{metrics_explanation(report)}{slices}{_notes(report)}")
-
-
-def _both(m: Any) -> int:
-    """Turns a metrics dict counts as both correct and missing (older reports: read off a negative `incorrect`)."""
-    if not isinstance(m, dict):
-        return 0
-    both = m.get("correct_and_missing")
-    if isinstance(both, int) and not isinstance(both, bool):
-        return both
-    incorrect = m.get("incorrect")
-    return -incorrect if isinstance(incorrect, int) and incorrect < 0 else 0
-
-
-def metrics_explanation(report: dict[str, Any]) -> str:
-    """Under a metrics table: why a number left [0, 1] (a negative `incorrect`, truthfulness above 1), in words,
-    where the number is shown. Empty when every number is in range. Reusable by any page showing report.json."""
-    from crag.evaluate import BOTH_NOTE
-
-    rows = [report.get("overall"), report.get("egocentric")]
-    rows += [m for vals in (report.get("slices") or {}).values() if isinstance(vals, dict) for m in vals.values()]
-    if not any(_both(m) for m in rows):
-        return ""
-    return f'<div class="explain" id="metrics-explain">{h(BOTH_NOTE.format(n=_both(report.get("overall"))))}</div>'
-
-
-def chips_explanation(report: dict[str, Any] | None, counts: dict[str, int]) -> str:
-    """Next to the score chips (each turn's own judge score): why the metrics table counts otherwise (the multi-turn
-    early stop makes later turns missing; an exact-match "I don't know" is correct and missing at once)."""
-    if not isinstance(report, dict) or not isinstance(report.get("overall"), dict):
-        return ""
-    o = report["overall"]
-    if all(o.get(k) == counts.get(k, 0) for k in ("correct", "missing", "incorrect")):
-        return ""
-    turns = [t for t in report.get("turns") or [] if isinstance(t, dict)]
-    stopped = sum(bool(t.get("early_stopped")) for t in turns)
-    why = [f"{stopped} turn(s) counted as missing by the multi-turn early stop"] if stopped else []
-    why += [f"{_both(o)} counted as both correct and missing"] if _both(o) else []
-    return (f'<span class="muted explain" id="chips-explain">chips: each turn\'s own score; the table above counts '
-            f'as the official evaluation ({h("; ".join(why) or "see its notes")})</span>')
+            f"{vp.metrics_explanation(report)}{slices}{_notes(report)}")
 
 
 def _notes(report: dict[str, Any]) -> str:
@@ -668,9 +631,9 @@ def build_html(run_dir: Path, images: dict[str, Any] | None = None, data: str | 
     sessions = list(dict.fromkeys(t.session_id for t in traces))
     imgs = _run_images(run, traces, sessions, images, data, problems)
     counted = _counted_turns(report)
-    from traces.viewer_parts import KgImages
+    from traces import viewer_parts as vp
 
-    kg = KgImages.for_run(run)
+    kg = vp.KgImages.for_run(run)
     style_imgs, conv_html = [], []
     for n, sid in enumerate(sessions):
         style, section = _conversation_html(n, sid, [t for t in traces if t.session_id == sid], imgs.get(sid), counted,
@@ -685,7 +648,7 @@ def build_html(run_dir: Path, images: dict[str, Any] | None = None, data: str | 
     style_imgs.append(kg.css())
     return _page(f"Run {run.get('run_id') or run_dir.name}", "\n".join(style_imgs),
                  _header_html(run_dir, run, report, traces, problems, skipped, sg_report) + "\n"
-                 + _controls(tools, counts, chips_explanation(report if sg_report is None else None, counts)) + "\n"
+                 + _controls(tools, counts, vp.chips_explanation(report if sg_report is None else None, counts)) + "\n"
                  + f'<main>{"".join(conv_html)}</main>')
 
 

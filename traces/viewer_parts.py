@@ -29,7 +29,7 @@ def _part_text(part: Any) -> str:
     if part.get("type") == "text":
         return str(part.get("text", ""))
     if part.get("type") == "image_url":
-        image = part.get("image_url") if isinstance(part.get("image_url"), dict) else {}
+        image: dict[str, Any] = part["image_url"] if isinstance(part.get("image_url"), dict) else {}
         url = str(image.get("url", ""))
         size = f", a data URL of {image['data_url_chars']:,} characters" if image.get("data_url_chars") else ""
         return f"[image {url[:23]}…{size}]" if len(url) > 23 else f"[image {url}{size}]"
@@ -208,7 +208,7 @@ class KgImages:
     def html(self, url: str | None) -> str:
         """The KG image behind `url` as an element whose picture is one CSS rule of `css()` (each image is in the
         page once, however many results show it); empty when there is none."""
-        if self.thumb(url) is None:
+        if url is None or self.thumb(url) is None:
             return ""
         n = list(self._urls).index(url)
         return f'<span class="kg kg-{n}" role="img" aria-label="matched KG image" title="{h(self.files[url])}"></span>'
@@ -247,3 +247,42 @@ def _thumb(root: Path, rel: str) -> str | None:
     except (OSError, ValueError, Image.DecompressionBombError):
         return None
     return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def both(m: Any) -> int:
+    """Turns a metrics dict counts as both correct and missing (older reports: read off a negative `incorrect`)."""
+    if not isinstance(m, dict):
+        return 0
+    both = m.get("correct_and_missing")
+    if isinstance(both, int) and not isinstance(both, bool):
+        return both
+    incorrect = m.get("incorrect")
+    return -incorrect if isinstance(incorrect, int) and incorrect < 0 else 0
+
+
+def metrics_explanation(report: dict[str, Any]) -> str:
+    """Under a metrics table: why a number left [0, 1] (a negative `incorrect`, truthfulness above 1), in words,
+    where the number is shown. Empty when every number is in range. Reusable by any page showing report.json."""
+    from crag.evaluate import BOTH_NOTE
+
+    rows = [report.get("overall"), report.get("egocentric")]
+    rows += [m for vals in (report.get("slices") or {}).values() if isinstance(vals, dict) for m in vals.values()]
+    if not any(both(m) for m in rows):
+        return ""
+    return f'<div class="explain" id="metrics-explain">{h(BOTH_NOTE.format(n=both(report.get("overall"))))}</div>'
+
+
+def chips_explanation(report: dict[str, Any] | None, counts: dict[str, int]) -> str:
+    """Next to the score chips (each turn's own judge score): why the metrics table counts otherwise (the multi-turn
+    early stop makes later turns missing; an exact-match "I don't know" is correct and missing at once)."""
+    if not isinstance(report, dict) or not isinstance(report.get("overall"), dict):
+        return ""
+    o = report["overall"]
+    if all(o.get(k) == counts.get(k, 0) for k in ("correct", "missing", "incorrect")):
+        return ""
+    turns = [t for t in report.get("turns") or [] if isinstance(t, dict)]
+    stopped = sum(bool(t.get("early_stopped")) for t in turns)
+    why = [f"{stopped} turn(s) counted as missing by the multi-turn early stop"] if stopped else []
+    why += [f"{both(o)} counted as both correct and missing"] if both(o) else []
+    return (f'<span class="muted explain" id="chips-explain">chips: each turn\'s own score; the table above counts '
+            f'as the official evaluation ({h("; ".join(why) or "see its notes")})</span>')
