@@ -270,8 +270,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except (FileNotFoundError, ValueError, ImportError, OSError) as e:
         # bad paths, specs, data or missing optional packages: say so plainly, no traceback
-        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
+
+
+def one_line(e: Exception) -> str:
+    """An error as one line: a pydantic ValidationError as its first field and message (the count of others)."""
+    from pydantic import ValidationError
+
+    if isinstance(e, ValidationError):
+        errs = e.errors()
+        where = ".".join(str(p) for p in errs[0]["loc"]) or "<input>"
+        more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
+        return f"invalid {e.title}: {where}: {errs[0]['msg']}{more}"
+    return f"{type(e).__name__}: " + " ".join(str(e).split())
 
 
 OUR_LOGGERS = ("core", "text", "web", "models", "tools", "crag", "traces", "graph")

@@ -72,3 +72,10 @@ def test_a_missing_local_data_folder_gets_no_hub_download_hint(tmp_path, capsys)
     # a Hub-like id (not in the local caches) still gets the download command
     assert main(["--task", "1", "--data", "someone/some-dataset", "--no-progress", "--out", str(tmp_path)]) == 2
     assert "huggingface-cli download --repo-type dataset someone/some-dataset" in capsys.readouterr().err
+
+
+def test_an_invalid_model_config_file_is_one_line(tmp_path, capsys):
+    cfg = tmp_path / "model.json"
+    cfg.write_text(json.dumps({"max_retries": 0}))  # no backend
+    assert main(["--task", "1", "--model-config", str(cfg), "--no-progress", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.splitlines() == ["error: invalid ModelConfig: backend: Field required"]
