@@ -83,3 +83,12 @@ def test_the_viewer_shows_list_labels_as_lists(sample_run):
     assert "sub_questions 1: sub_question: What is the rocket?" in page
     assert "[{&#x27;sub_question" not in page and "{&#x27;" not in page  # no Python text of a list or dict
     assert "category 2: Reasoning" in page
+
+
+def test_task_superglasses_is_the_superglasses_benchmark():
+    from graph.run import build_parser, resolve_benchmark
+
+    p = build_parser()
+    for argv in (["--task", "superglasses", "--data", "sample"], ["--task=superglasses", "--data", "sample"]):
+        args = resolve_benchmark(p, p.parse_args(argv))
+        assert args.benchmark == "superglasses" and args.task == 2 and args.data == "sample"
