@@ -504,10 +504,12 @@ def _run_claimed(args: argparse.Namespace, argv: list[str] | None, config: Any, 
 
 def unreachable_line(stats: Any) -> str | None:
     """An error line when most turns could not reach their model server: their answers are not the model's."""
-    if not stats.turns or stats.turns_unreachable * 2 <= stats.turns:
+    if not stats.turns or (stats.turns_unreachable * 2 <= stats.turns and not stats.stopped_unreachable):
         return None
+    stopped = (" it stopped starting turns after the server was unreachable in several turns in a row (the same "
+               "command resumes once the server is back);" if stats.stopped_unreachable else "")
     return (f"error: {stats.turns_unreachable} of {stats.turns} turn(s) could not reach the model server (the "
-            "traces' `error` says why): the scores above are not the model's")
+            f"traces' `error` says why);{stopped} the scores above are not the model's")
 
 
 def run_and_collect(args: argparse.Namespace, agent: Any, conversations: Any, store: Any, scoring: Scoring,

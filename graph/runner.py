@@ -38,6 +38,8 @@ class RunStats(BaseModel):
     errors: dict[str, int] = Field(default_factory=dict, description="Error events per kind, over all turns.")
     turns_with_errors: int = 0
     turns_unreachable: int = Field(0, description="Turns with a model call that could not reach its server.")
+    stopped_unreachable: bool = Field(False, description="The run stopped starting turns: the model server could "
+                                      "not be reached in UNREACHABLE_STOP turns in a row.")
     tool_calls: int = 0
     model_calls: int = 0
     sequential_calls: int = Field(0, description="Model calls on the turns' critical paths (concurrent ones once).")
@@ -93,6 +95,8 @@ def add_counts(target: BaseModel, other: BaseModel) -> None:
         elif isinstance(value, dict):
             for k, n in value.items():
                 mine[k] = mine.get(k, 0) + n
+        elif isinstance(value, bool):  # a flag of any part holds for the whole
+            setattr(target, name, mine or value)
         else:
             setattr(target, name, mine + value)
 
@@ -105,6 +109,8 @@ def run_conversation(agent: Agent, conv: Conversation, task: int, store: TraceSt
     image is decoded only when some turn is left to run. `history_answer` maps an answer to what later turns
     see of it (the official harness passes the 75-token-truncated answer). When `stop` is set (Ctrl-C), no
     further turn is started. With `fingerprint`, only traces made by an agent of that configuration are resumed."""
+    if stop is not None and stop.is_set():
+        return
     kept = [store.read(conv.session_id, i) for i in range(len(conv.turns))]
     kept = [t if t is not None and t.interaction_id == turn.interaction_id and t.task == task
             and (fingerprint is None or t.config_fingerprint == fingerprint) else None
@@ -142,6 +148,9 @@ def run_conversation(agent: Agent, conv: Conversation, task: int, store: TraceSt
         history.append(HistoryTurn(question=turn.query or "", answer=shown, entity=trace.entity))
 
 
+UNREACHABLE_STOP = 3  # turns in a row that could not reach the model server, after which a run starts no more
+
+
 def in_flight_limit(concurrency: int) -> int:
     """Conversations handed to `concurrency` threads at once: a few beyond them, so a freed thread finds the next
     one waiting, and never the whole dataset decoded in memory."""
@@ -174,12 +183,20 @@ def run_task(agent: Agent, conversations: Iterable[Conversation], task: int, sto
     lock = threading.Lock()
     stop = threading.Event()
     workers = max(1, concurrency)
+    streak = [0]  # turns in a row whose model server could not be reached
 
     def turn_done(trace: TurnTrace, resumed: bool) -> None:
         with lock:
             stats.merge(RunStats.of_turn(trace, resumed))
             if on_turn is not None:
                 on_turn(trace)
+            streak[0] = streak[0] + 1 if not resumed and any(c.unreachable for c in trace.model_calls()) else 0
+            if streak[0] >= UNREACHABLE_STOP and not stop.is_set():
+                # the server went away: every further turn would spend its retries for nothing (rerun to resume)
+                log.error("the model server could not be reached in %d turns in a row: no further turn is started",
+                          streak[0])
+                stats.stopped_unreachable = True
+                stop.set()
 
     def collect(fut: Future, c: Conversation) -> None:
         try:

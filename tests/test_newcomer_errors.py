@@ -56,6 +56,22 @@ def test_a_run_whose_turns_cannot_reach_the_server_says_so_and_exits_non_zero(tm
     assert json.loads((tmp_path / "r" / "run.json").read_text())["stats"]["turns_unreachable"] == 2
 
 
+def test_a_server_gone_for_three_turns_in_a_row_stops_the_run(tmp_path, capsys, monkeypatch):
+    """The server goes away after warm-up: three turns in a row cannot reach it, and no further turn is started
+    (each would spend its retries for nothing); the finished turns are kept for the resume."""
+    monkeypatch.setenv("GLASSES_DEMO_DIR", str(ROOT / "data" / "demo"))
+    cfg = tmp_path / "model.json"
+    with FakeOpenAIServer(responder=lambda body: ("status", 503, "overloaded")) as srv:
+        cfg.write_text(json.dumps({"backend": "openai", "base_url": srv.base_url, "model": "fake-vlm",
+                                   "max_retries": 0}))
+        rc = main(["--task", "1", "--limit", "8", "--model-config", str(cfg), "--out", str(tmp_path), "--run-id", "r",
+                   "--no-progress", "--no-plot"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "stopped starting turns" in err and "3 of 3 turn(s)" in err
+    assert len(list((tmp_path / "r").glob("*__*.json"))) == 3
+    assert json.loads((tmp_path / "r" / "run.json").read_text())["stats"]["stopped_unreachable"] is True
+
+
 @pytest.mark.parametrize("argv,says", [(["--task", "4"], "invalid choice: 4"), ([], "--task is required")])
 def test_a_bad_or_missing_task_is_one_line_not_the_usage(argv, says):
     out = _cli(*argv, timeout=60)
