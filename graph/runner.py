@@ -151,6 +151,21 @@ def run_conversation(agent: Agent, conv: Conversation, task: int, store: TraceSt
 UNREACHABLE_STOP = 3  # turns in a row that could not reach the model server, after which a run starts no more
 
 
+class ServerGone:
+    """Counts finished turns in a row whose model server could not be reached; `after` is True from the
+    UNREACHABLE_STOP-th one on (a resumed turn, or one that reached its server, resets the count)."""
+
+    def __init__(self) -> None:
+        self.streak = 0
+
+    def after(self, trace: TurnTrace, resumed: bool) -> bool:
+        self.streak = self.streak + 1 if not resumed and any(c.unreachable for c in trace.model_calls()) else 0
+        if self.streak == UNREACHABLE_STOP:
+            log.error("the model server could not be reached in %d turns in a row: no further turn is started "
+                      "(rerun the same command to resume)", self.streak)
+        return self.streak >= UNREACHABLE_STOP
+
+
 def in_flight_limit(concurrency: int) -> int:
     """Conversations handed to `concurrency` threads at once: a few beyond them, so a freed thread finds the next
     one waiting, and never the whole dataset decoded in memory."""
@@ -170,6 +185,24 @@ def distinct_session_ids(conversations: Iterable[Conversation]) -> Iterator[Conv
         yield c
 
 
+def _turn_recorder(stats: RunStats, lock: threading.Lock, stop: threading.Event,
+                   on_turn: Callable[[TurnTrace], None] | None) -> Callable[[TurnTrace, bool], None]:
+    """What each finished turn does to the run: its statistics, the caller's `on_turn`, and `stop` set once the
+    model server has been unreachable for UNREACHABLE_STOP turns in a row (further turns would only retry)."""
+    gone = ServerGone()
+
+    def turn_done(trace: TurnTrace, resumed: bool) -> None:
+        with lock:
+            stats.merge(RunStats.of_turn(trace, resumed))
+            if on_turn is not None:
+                on_turn(trace)
+            if gone.after(trace, resumed) and not stop.is_set():
+                stats.stopped_unreachable = True
+                stop.set()
+
+    return turn_done
+
+
 def run_task(agent: Agent, conversations: Iterable[Conversation], task: int, store: TraceStore,
              scorer: Callable[[TurnTrace], TurnTrace] | None = None, concurrency: int = 1,
              progress: Callable[[int], None] | None = None, on_turn: Callable[[TurnTrace], None] | None = None,
@@ -183,20 +216,7 @@ def run_task(agent: Agent, conversations: Iterable[Conversation], task: int, sto
     lock = threading.Lock()
     stop = threading.Event()
     workers = max(1, concurrency)
-    streak = [0]  # turns in a row whose model server could not be reached
-
-    def turn_done(trace: TurnTrace, resumed: bool) -> None:
-        with lock:
-            stats.merge(RunStats.of_turn(trace, resumed))
-            if on_turn is not None:
-                on_turn(trace)
-            streak[0] = streak[0] + 1 if not resumed and any(c.unreachable for c in trace.model_calls()) else 0
-            if streak[0] >= UNREACHABLE_STOP and not stop.is_set():
-                # the server went away: every further turn would spend its retries for nothing (rerun to resume)
-                log.error("the model server could not be reached in %d turns in a row: no further turn is started",
-                          streak[0])
-                stats.stopped_unreachable = True
-                stop.set()
+    turn_done = _turn_recorder(stats, lock, stop, on_turn)
 
     def collect(fut: Future, c: Conversation) -> None:
         try:
