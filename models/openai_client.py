@@ -537,7 +537,8 @@ class OpenAIClient:
             try:
                 socket.create_connection((url.hostname or "localhost", port), timeout=timeout_s).close()
             except OSError as e:
-                down.append(f"{r.base_url}: {e.strerror or type(e).__name__}")
+                shown = url._replace(netloc=url.netloc.rpartition("@")[2]).geturl()  # never a user or password
+                down.append(f"{shown}: {e.strerror or type(e).__name__}")
         return down
 
     def models(self) -> list[str]:

@@ -94,4 +94,12 @@ def test_an_invalid_model_config_file_is_one_line(tmp_path, capsys):
     cfg = tmp_path / "model.json"
     cfg.write_text(json.dumps({"max_retries": 0}))  # no backend
     assert main(["--task", "1", "--model-config", str(cfg), "--no-progress", "--out", str(tmp_path)]) == 2
-    assert capsys.readouterr().err.splitlines() == ["error: invalid ModelConfig: backend: Field required"]
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and "ModelConfig" in lines[0] and "backend: Field required" in lines[0]
+
+
+def test_the_unreachable_server_line_shows_no_user_or_password(tmp_path, capsys):
+    assert main(["--task", "1", "--model", "openai:http://alice:pw-SECRET@127.0.0.1:9/v1#x", "--no-progress",
+                 "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "cannot reach the model server http://127.0.0.1:9/v1" in err and "SECRET" not in err and "alice" not in err
