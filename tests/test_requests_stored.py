@@ -110,3 +110,13 @@ def test_the_stored_form_is_content_addressed():
     rid2, pieces2 = stored_request([*msgs, {"role": "assistant", "content": "a"}], max_tokens=9)
     assert rid != rid2 and pieces[rid]["messages"] == pieces2[rid2]["messages"][:2]  # shared prefix, same pieces
     assert "AAAA" not in json.dumps(pieces)
+
+
+def test_the_history_in_a_trace_is_bounded():
+    from traces.schema import HISTORY_TEXT_LIMIT, TurnTrace
+
+    huge = "q" * (HISTORY_TEXT_LIMIT * 3)
+    t = TurnTrace(run_id="r", task=3, session_id="s", interaction_id="i", turn_index=1, question="q", policy="p",
+                  search_backend="b", budget_s=1, max_steps=1, answer="a", abstained=False, ended_by="answer",
+                  latency_ms=1, history=[{"question": huge, "answer": "ok"}])
+    assert len(t.history[0].question) < HISTORY_TEXT_LIMIT + 100 and t.history[0].question.endswith("in all]")

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from core.types import (  # noqa: F401 - ModelCall, ImageInfo, HistoryTurn and DecisionMode are part of the trace schema
     RAW_REPLY_LIMIT,
@@ -77,6 +77,15 @@ def trace_form(value: Any) -> Any:
     if isinstance(value, list):
         return [trace_form(v) for v in value[:TRACE_LIST_LIMIT]]
     return value
+
+
+HISTORY_TEXT_LIMIT = 65_536  # characters of an earlier turn's question or answer kept in a trace's history
+
+
+def _clip(text: str) -> str:
+    if len(text) <= HISTORY_TEXT_LIMIT:
+        return text
+    return text[:HISTORY_TEXT_LIMIT] + f"[... cut: {len(text)} characters in all]"
 
 
 def _plain(value: Any) -> Any:
@@ -270,6 +279,21 @@ class TurnTrace(BaseModel):
     score: Literal["correct", "missing", "incorrect"] | None = None
     judge: str | None = None
     error: str | None = None
+
+    @field_validator("history", mode="before")
+    @classmethod
+    def _bounded_history(cls, value: Any) -> Any:
+        """Each earlier question and answer kept to its first HISTORY_TEXT_LIMIT characters (a huge question in
+        turn 0 is not copied whole into every later trace)."""
+        if not isinstance(value, list):
+            return value
+        out = []
+        for t in value:
+            d = t.model_dump() if isinstance(t, BaseModel) else t
+            if isinstance(d, dict):
+                d = {**d, **{k: _clip(d[k]) for k in ("question", "answer") if isinstance(d.get(k), str)}}
+            out.append(d)
+        return out
 
     @property
     def has_image(self) -> bool:
