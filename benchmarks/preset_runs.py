@@ -38,6 +38,8 @@ class Row(BaseModel):
     tokens_per_turn: float = 0.0
     seconds: float = 0.0
     error: str | None = None
+    correct_and_missing: int = Field(0, description="Questions counted as both correct and missing: why accuracy + "
+                                     "missing and truthfulness can pass 1 (crag.evaluate.BOTH_NOTE).")
     # per question ("session#turn"): (correct, missing) as the report counted them
     flags: dict[str, tuple[bool, bool]] = Field(default_factory=dict, exclude=True)
 
@@ -115,7 +117,8 @@ def summarize(label: str, preset: str | None, policy: str, run_dir: Path, report
                latency_p50_ms=float(np.percentile(lat, 50)) if lat.size else 0.0,
                latency_p95_ms=float(np.percentile(lat, 95)) if lat.size else 0.0,
                tool_calls_per_turn=mean("tool_calls"), model_calls_per_turn=mean("model_calls"),
-               tokens_per_turn=mean("tokens"), seconds=round(seconds, 1), flags=flags)
+               tokens_per_turn=mean("tokens"), seconds=round(seconds, 1), flags=flags,
+               correct_and_missing=sum(c and miss for c, miss in flags.values()))
 
 
 def run_row(args: argparse.Namespace, label: str, config: Any, root: Path, scoring: Any, concurrency: int,

@@ -9,11 +9,12 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, PrivateAttr, field_validator
 
 from core.credentials import public_url
 
 RAW_REPLY_LIMIT = 4096  # characters of a model's raw reply kept per call
+TRANSPORT_ERROR = "ServerUnreachable"  # a model call's error starting with this: the server could not be reached
 DecisionMode = Literal["structured", "json_object", "native_tools", "json_text", "text"]
 
 
@@ -105,6 +106,9 @@ class ImageInfo(BaseModel):
     size: tuple[int, int] | None = Field(None, description="Width and height the agent saw; boxes are in these pixels.")
     transforms: list[str] = Field(default_factory=list, description="e.g. 'exif-transpose', 'resized to 960x1280'.")
     note: str | None = Field(None, description="Why the image is absent or unusable, if it is.")
+    source: str | None = Field(None, description="Where the image came from: its path (or URL) in the dataset row; "
+                               "None when the row embeds only its bytes.")
+    sha256: str | None = Field(None, description="SHA-256 of the image file's bytes as read from the dataset.")
 
 
 class ModelCall(BaseModel):
@@ -132,6 +136,26 @@ class ModelCall(BaseModel):
                                      "one's.")
     block_unit: Literal["tokens", "chars"] | None = Field(None, description="What a block counts: tokens of the "
                                                           "backend's own tokenizer when it is local, else characters.")
+    request_id: str | None = Field(None, description="The request as sent (messages, tool specs, response schema), "
+                                   "stored once per distinct piece under the run folder's requests/ "
+                                   "(core/sent.py; read back with traces.requests.read_request).")
+    _pieces: dict[str, Any] | None = PrivateAttr(None)  # the request's stored pieces until the trace is written
+
+    def with_request(self, request_id: str, pieces: dict[str, Any]) -> ModelCall:
+        """This call with the request it sent attached (written next to the trace by traces.store)."""
+        self.request_id = request_id
+        self._pieces = pieces
+        return self
+
+    def take_pieces(self) -> dict[str, Any]:
+        """The request's pieces, once (the writer takes them; the call keeps only `request_id`)."""
+        pieces, self._pieces = self._pieces or {}, None
+        return pieces
+
+    @property
+    def unreachable(self) -> bool:
+        """The call failed in transport: the server was down or overloaded on every attempt."""
+        return (self.error or "").startswith(TRANSPORT_ERROR + ":")
 
     @field_validator("replica")
     @classmethod

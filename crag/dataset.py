@@ -19,6 +19,7 @@ and safe) only when one of its turns is left to run.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,27 @@ def _cache_roots() -> list[Path]:
             seen.add(r)
             out.append(r)
     return out
+
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def looks_like_hub_id(name: str) -> bool:
+    """`owner/name` as the Hub spells a dataset id, and not a path on this machine (an absolute, `./` or `~` path,
+    or one whose first folder exists here): only then is a `huggingface-cli download` hint of any use."""
+    name = KNOWN_NAMES.get(name, name)
+    return bool(HUB_ID.match(name)) and not Path(name.split("/")[0]).exists()
+
+
+def missing_data_message(path_or_name: str | Path, download: str) -> str:
+    """Why `path_or_name` could not be read, and what to do: a download hint for a Hub id, the folder for a path."""
+    name = str(path_or_name)
+    if not looks_like_hub_id(name):
+        return (f"data folder or file not found: {name!r} (see docs/data.md for the bundled benchmarks and how to "
+                "get real data)")
+    where = ", ".join(str(r) for r in _cache_roots()) or "none present"
+    return (f"{name!r} is neither a local path nor a dataset found in the Hugging Face caches ({where}). Download it "
+            f"beforehand, e.g. `{download}`, and pass the folder with --data (docs/data.md).")
 
 
 def find_cached_dataset(name: str) -> Path | None:
@@ -217,11 +239,9 @@ def _locate(path_or_name: str | Path) -> Path:
     if not src.exists():
         cached = find_cached_dataset(str(path_or_name))
         if cached is None:
-            raise FileNotFoundError(
-                f"{path_or_name!r} is neither a local path nor a dataset found in the Hugging Face caches "
-                f"({', '.join(str(r) for r in _cache_roots()) or 'none present'}). Download it beforehand, e.g. "
-                f"`huggingface-cli download --repo-type dataset {KNOWN_NAMES.get(str(path_or_name), path_or_name)}`, "
-                "or pass the folder.")
+            hub_id = KNOWN_NAMES.get(str(path_or_name), str(path_or_name))
+            raise FileNotFoundError(missing_data_message(
+                path_or_name, f"huggingface-cli download --repo-type dataset {hub_id}"))
         src = cached
     return src
 

@@ -32,6 +32,7 @@ trace needed), so it can be fed from a stream.
 from __future__ import annotations
 
 import io
+import textwrap
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -117,6 +118,9 @@ class Metrics(BaseModel):
     exact_match_rate: float = 0.0  # the official `exact_match`
     truthfulness: float = 0.0  # the official `truthfulness_score` (0.0 when total <= 1)
     multi_turn_score: float = 0.0  # the official `mean_multi_turn_conversation_score`
+    correct_and_missing: int = Field(0, description="Turns counted as both correct and missing (an exact match of a "
+                                     "ground-truth \"I don't know\"): why hallucination can be below 0 and "
+                                     "truthfulness above 1 (not an official number).")
 
 
 class EvalReport(BaseModel):
@@ -292,6 +296,7 @@ def compute_metrics(turns: Sequence[ScoredTurn], mode: str | ScoringMode = DEFAU
     correct = sum(f[0] for f in counted)
     missing = sum(f[1] for f in counted)
     exact = sum(f[2] for f in counted)
+    both = sum(f[0] and f[1] for f in counted)
     hallucination = total - (correct + missing)
     truthfulness = ((2 * correct + missing) / total) - 1 if (total > 1 or not m.single_turn_guard) else 0.0
     return Metrics(
@@ -307,7 +312,19 @@ def compute_metrics(turns: Sequence[ScoredTurn], mode: str | ScoringMode = DEFAU
         exact_match_rate=exact / total,
         truthfulness=truthfulness,
         multi_turn_score=sum(conv_scores) / len(conv_scores),
+        correct_and_missing=both,
     )
+
+
+BOTH_NOTE = ("{n} turn(s) counted as BOTH correct and missing (an exact match of a ground-truth \"I don't know\", "
+             "as the official evaluation counts it): hallucination = total - correct - missing goes below 0, "
+             "accuracy + missing above 1, truthfulness = (2*correct + missing)/total - 1 above what the answers "
+             "earned, up to 2 (docs/scoring.md, kddcup2025 quirk 3)")
+
+
+def out_of_range(m: Metrics) -> bool:
+    """Does a row show a number a newcomer would take for a bug (hallucination < 0, accuracy + missing > 1)?"""
+    return m.correct_and_missing > 0 or m.incorrect < 0
 
 
 def _slice_value(t: ScoredTurn, key: str) -> str:
@@ -433,6 +450,7 @@ def _row(label: str, m: Metrics, width: int) -> str:
     return (
         f"{label:<{width}} {m.total:>6d} {m.conversations:>6d} {m.accuracy:>7.4f} {m.missing_rate:>7.4f} "
         f"{m.hallucination_rate:>7.4f} {m.exact_match_rate:>7.4f} {m.truthfulness:>7.4f} {m.multi_turn_score:>8.4f}"
+        + (" *" if out_of_range(m) else "")  # explained under the table
     )
 
 
@@ -459,13 +477,21 @@ def format_table(report: EvalReport) -> str:
     lines += [
         "-" * len(header),
         f"counts: correct={o.correct} missing={o.missing} hallucination={o.incorrect} exact={o.exact_match} "
-        f"total={o.total} skipped(no ground truth)={report.skipped_no_ground_truth}",
+        f"total={o.total} skipped(no ground truth)={report.skipped_no_ground_truth}"
+        + (f" correct-and-missing={o.correct_and_missing}" if o.correct_and_missing else ""),
     ]
+    if any(out_of_range(m) for m in _all_metrics(report)):
+        lines.append("* " + BOTH_NOTE.format(n=o.correct_and_missing))
     lines += [f"note: {n}" for n in report.notes]
     return "\n".join(lines) + "\n"
 
 
-def plot_report(report: EvalReport, path: str | Path) -> Path:
+def _all_metrics(report: EvalReport) -> list[Metrics]:
+    rows = [report.overall, *([report.egocentric] if report.egocentric is not None else [])]
+    return rows + [m for groups in report.slices.values() for m in groups.values()]
+
+
+def plot_report(report: EvalReport, path: str | Path, title: str = "CRAG-MM truthfulness") -> Path:
     """Truthfulness by slice as a PNG, written atomically."""
     import matplotlib
 
@@ -476,6 +502,8 @@ def plot_report(report: EvalReport, path: str | Path) -> Path:
     n = max(1, len(keys))
     fig, axes = plt.subplots(n, 1, figsize=(8, 1.2 + sum(max(1, len(report.slices[k])) * 0.35 + 0.6 for k in keys)),
                              squeeze=False)
+    every = [m.truthfulness for m in _all_metrics(report)]
+    limits = (min(-1.0, *every), max(1.0, *every) + 0.1)  # truthfulness can pass 1: shown, never clipped
     for ax, key in zip(axes[:, 0], keys):
         groups = report.slices[key]
         names = list(groups)
@@ -486,12 +514,20 @@ def plot_report(report: EvalReport, path: str | Path) -> Path:
         ax.set_yticklabels([f"{g} (n={groups[g].total})" for g in names], fontsize=8)
         ax.axvline(report.overall.truthfulness, color="k", linestyle="--", linewidth=0.8)
         ax.axvline(0, color="grey", linewidth=0.5)
-        ax.set_xlim(-1, 1)
+        ax.set_xlim(*limits)
+        for i, g in enumerate(names):
+            if out_of_range(groups[g]):
+                ax.text(vals[i], i, " *", va="center", fontsize=8)
         ax.set_title(f"truthfulness by {key}", fontsize=9)
         ax.invert_yaxis()
-    fig.suptitle(f"CRAG-MM truthfulness ({report.mode}; overall {report.overall.truthfulness:.3f}); "
-                 f"judge: {report.judge}", fontsize=9)
-    fig.tight_layout()
+    fig.suptitle(f"{title} ({report.mode}; overall {report.overall.truthfulness:.3f}); judge: {report.judge}",
+                 fontsize=9)
+    if any(out_of_range(m) for m in _all_metrics(report)):
+        fig.text(0.01, 0.005, textwrap.fill("* " + BOTH_NOTE.format(n=report.overall.correct_and_missing), 150),
+                 fontsize=6.5, va="bottom")
+        fig.tight_layout(rect=(0, min(0.3, 0.4 / fig.get_figheight()), 1, 1))  # room for two lines of note
+    else:
+        fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)

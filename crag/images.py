@@ -97,18 +97,13 @@ def _read_bounded(path: str | Path) -> tuple[bytes | None, str | None]:
         return None, f"image file unreadable: {p} ({type(e).__name__}: {e})"
 
 
-def _cell_bytes(cell: Any) -> tuple[bytes | None, str | None]:
-    """The encoded image of a dataset cell ({bytes, path}, bytes, or a path), or why there is none."""
-    data, path = None, None
+def _cell_parts(cell: Any) -> tuple[bytes | None, Any]:
+    """(bytes, path) of a dataset image cell: an Image() dict, raw bytes, or a path."""
     if isinstance(cell, dict):
-        data, path = cell.get("bytes"), cell.get("path")
-    elif isinstance(cell, (bytes, bytearray, memoryview)):
-        data = bytes(cell)
-    elif isinstance(cell, (str, Path)):
-        path = cell
-    if not data and path:
-        return _read_bounded(path)
-    return data, None
+        return cell.get("bytes"), cell.get("path")
+    if isinstance(cell, (bytes, bytearray, memoryview)):
+        return bytes(cell), None
+    return None, cell if isinstance(cell, (str, Path)) else None
 
 
 def load_image(cell: Any, max_side: int = MAX_SIDE) -> tuple[Any, ImageInfo]:
@@ -124,11 +119,16 @@ def load_image(cell: Any, max_side: int = MAX_SIDE) -> tuple[Any, ImageInfo]:
         if isinstance(cell, Image.Image):
             im = cell
         else:
-            data, err = _cell_bytes(cell)
+            data, path = _cell_parts(cell)
+            err = None
+            if not data and path:
+                data, err = _read_bounded(path)
             if not data:
                 info.note = err or "no image given"
                 return None, info
-            source_key = hashlib.blake2b(data).hexdigest()
+            info.source = str(path) if path else None
+            # the source bytes' hash is both the trace's record and the photo's cache key (no pixel hashing)
+            source_key = info.sha256 = hashlib.sha256(data).hexdigest()
             try:
                 with warnings.catch_warnings():  # PIL's soft limit warns; our own pixel cap decides below
                     warnings.simplefilter("ignore", Image.DecompressionBombWarning)

@@ -47,7 +47,13 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from crag.dataset import ConversationIterator, LoadReport, find_cached_dataset, find_files
+from crag.dataset import (
+    ConversationIterator,
+    LoadReport,
+    find_cached_dataset,
+    find_files,
+    missing_data_message,
+)
 from crag.schema import Conversation, Turn, plain
 
 DATASET_ID = "xandery/SuperGlasses"
@@ -82,12 +88,11 @@ def _root(path_or_name: str | Path) -> Path:
     if src.exists():
         return src
     name = str(path_or_name)
-    cached = find_cached_dataset(DATASET_ID if name.lower() in ALIASES else name)
+    hub_id = DATASET_ID if name.lower() in ALIASES else name
+    cached = find_cached_dataset(hub_id)
     if cached is None:
-        raise FileNotFoundError(
-            f"{name!r} is neither a local path nor found in the local Hugging Face caches. Download it beforehand, "
-            f"e.g. `huggingface-cli download --repo-type dataset {DATASET_ID} --local-dir data/superglasses`, "
-            "and pass that folder with --data.")
+        raise FileNotFoundError(missing_data_message(
+            hub_id, f"huggingface-cli download --repo-type dataset {hub_id} --local-dir data/superglasses"))
     return cached
 
 

@@ -72,7 +72,7 @@ class Agent:
         base = dict(run_id=self.run_id, task=inp.task, session_id=inp.session_id, interaction_id=inp.interaction_id,
                     turn_index=inp.turn_index, question=inp.question, image=inp.image_info, labels=inp.labels,
                     policy=self.policy_name, search_backend=self.search_name, budget_s=b.budget_s,
-                    max_steps=b.max_steps, config_fingerprint=self.fingerprint, notes=notes)
+                    max_steps=b.max_steps, config_fingerprint=self.fingerprint, notes=notes, history=inp.history)
         if not question:
             event = FinalEvent(answer=IDK, decision="abstain", error=StepError(kind="bad_input", message="empty question"))
             return TurnTrace(**base, steps=[event], answer=IDK, abstained=True, ended_by="error", latency_ms=0.0,
@@ -109,4 +109,13 @@ class Agent:
         return TurnTrace(**base, steps=steps, answer=answer, abstained=abstained,
                          confidence=None if conf is None else round(float(conf), 4),
                          ended_by=final.ended_by or "answer", latency_ms=round((time.perf_counter() - t0) * 1000, 3),
-                         tokens=tokens, entity=final.draft.entity if final.draft and not abstained else None)
+                         tokens=tokens, entity=final.draft.entity if final.draft and not abstained else None,
+                         error=unreachable_error(calls))
+
+
+def unreachable_error(calls: list[Any]) -> str | None:
+    """The turn's error when a model server could not be reached (its answer is then not the model's), else None."""
+    failed = [c for c in calls if c.unreachable]
+    if not failed:
+        return None
+    return f"model server unreachable in {len(failed)} of {len(calls)} model call(s): {failed[0].error}"[:2000]

@@ -63,7 +63,8 @@ def build_agent(config: AgentConfig | None = None, *, search: Any = None, policy
     preset = PresetBuild.of(config or AgentConfig())  # the preset's tools, self-check and thresholds applied
     config = preset.config
     limit_cpu_threads(config.cpu_threads)
-    registry = registry or load_tools(config)
+    if registry is None:  # built from the configuration: a tool that lacks a key or a setting here is not offered
+        registry = load_tools(config).offering_available(config.tools.profile)
     if search is None:
         backend = make_search(config.search, config.models, web=task != 1)
     else:

@@ -39,12 +39,30 @@ class _Parser(argparse.ArgumentParser):
         from graph.cli import convert
         from graph.run_options import ROOTS, options
 
+        args = task_alias(list(sys.argv[1:] if args is None else args))
         parsed = convert(self, super().parse_args(args, namespace), options(), ROOTS)
         for opt in options():
             if opt.path.startswith("run.") and getattr(parsed, opt.name) is None:
                 info = ROOTS["run"].model_fields[opt.path.split(".")[1]]
                 setattr(parsed, opt.name, info.get_default(call_default_factory=True))
         return parsed
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        """One line, not the 45-line usage: what was wrong and where the options are listed."""
+        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists every option)\n")
+
+
+def task_alias(argv: list[str]) -> list[str]:
+    """`--task superglasses` is read as `--benchmark superglasses` (SuperGlasses has one task of its own)."""
+    out: list[str] = []
+    for i, a in enumerate(argv):
+        if a == "--task=superglasses" or (a == "superglasses" and i > 0 and argv[i - 1] == "--task"):
+            if out and out[-1] == "--task":
+                out.pop()
+            out += ["--benchmark", "superglasses"]
+        else:
+            out.append(a)
+    return out
 
 
 def environment_help() -> str:
@@ -102,7 +120,7 @@ def resolve_benchmark(p: argparse.ArgumentParser, args: argparse.Namespace) -> a
     sg = args.benchmark == "superglasses"
     if args.task is None:
         if not sg:
-            p.error("--task is required (or --benchmark superglasses)")
+            p.error("--task is required: --task 1, 2 or 3 (CRAG-MM), or --benchmark superglasses")
         args.task = 2
     if args.search is None:
         args.search = "none" if sg else "local"
@@ -133,10 +151,16 @@ def load_data(args: argparse.Namespace):
 
     if args.benchmark == "superglasses":
         from crag.superglasses import load_superglasses
+        from crag.superglasses_sample import SAMPLE_NAMES, ensure_sample
 
         if args.data == "demo":
-            raise ValueError("--benchmark superglasses needs --data: a local copy of xandery/SuperGlasses (folder of "
-                             "its parquet files) or the dataset id when it is in the Hugging Face cache")
+            raise ValueError("--benchmark superglasses needs --data: 'sample' (the offline sample, built on first "
+                             "use), a local copy of xandery/SuperGlasses (folder of its parquet files) or the dataset "
+                             "id when it is in the Hugging Face cache")
+        if args.data in SAMPLE_NAMES:
+            from crag.demo import demo_paths
+
+            args.data = str(ensure_sample(demo_paths(args.demo_dir).root.parent / "superglasses-sample"))
         return args.data, load_superglasses(args.data, limit=args.limit, image_root=args.image_root)
     from crag.superglasses import looks_like_superglasses
 
@@ -197,7 +221,21 @@ def run_fingerprint(args: argparse.Namespace, config: Any, source: Any) -> str:
 
 
 class RunRefused(Exception):
-    """The run folder cannot be used as asked (held by another process, or made with another configuration)."""
+    """The run folder cannot be used as asked (held by another process, or made with another configuration), or a
+    model server the run needs cannot be reached."""
+
+
+def check_model_servers(*parts: Any) -> None:
+    """At warm-up: every HTTP model the run uses (the policy's, an LLM judge's) takes a connection on at least one
+    replica, or the run stops here with one line (instead of minutes of retries and a report of "I don't know"s)."""
+    for part in parts:
+        client = getattr(part, "client", None)
+        check = getattr(client, "unreachable", None)
+        if not callable(check):
+            continue
+        down = check()
+        if down and len(down) == len(getattr(client, "replicas", down)):
+            raise RunRefused(f"cannot reach the model server {'; '.join(down)} (is it running? see --model)")
 
 
 def claim_run_folder(store: Any, fingerprint: str, resume_anyway: bool) -> Any:
@@ -216,6 +254,7 @@ def claim_run_folder(store: Any, fingerprint: str, resume_anyway: bool) -> Any:
     from traces.store import remove_stale_tmp
 
     remove_stale_tmp(store.dir)
+    remove_stale_tmp(store.dir / "requests")
     previous = store.dir / "run.json"
     if previous.exists() and not resume_anyway:
         try:
@@ -250,6 +289,13 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError, ImportError, OSError, RecursionError) as e:
         # bad paths, specs, data (nested too deeply, too) or missing optional packages: one line, no traceback
         print(f"error: {error_line(e)}", file=sys.stderr)
+        return 2
+    except RuntimeError as e:  # after the clause above: RecursionError is a RuntimeError
+        from models.openai_client import BackendError
+
+        if not isinstance(e, BackendError):
+            raise
+        print(f"error: {error_line(e)}", file=sys.stderr)  # e.g. /models asked at start-up and refused
         return 2
 
 
@@ -376,7 +422,7 @@ def header_lines(args: argparse.Namespace, agent: Any, scoring: Scoring, source:
         + f" on {source}: {rows if rows is not None else '?'} conversation(s)",
         f"policy: {agent.policy_name}",
         f"search: {search_line(agent, sg)}",
-        f"tools:  {', '.join(tools)}",
+        f"tools:  {', '.join(tools)}" + not_offered_text(agent.registry.unavailable),
         f"self-check: {verifier}",
         f"judge:  {scoring.describe()}",
         *([f"web:    {open_web_line()}"] if sg else []),
@@ -384,6 +430,13 @@ def header_lines(args: argparse.Namespace, agent: Any, scoring: Scoring, source:
         f"concurrency: {concurrency}" + (f" in each of {args.workers} worker processes" if args.workers > 1 else ""),
         f"warm-up: {warm_s:.1f}s (models loaded, indexes built)",
     ]
+
+
+def not_offered_text(missing: dict[str, str]) -> str:
+    """'; not offered: google_lens (SERPAPI_API_KEY not set), ...': tools left out for what they lack here."""
+    if not missing:
+        return ""
+    return "; not offered: " + ", ".join(f"{n} ({why})" for n, why in sorted(missing.items()))
 
 
 def closing_lines(stats: Any, budget_s: float, conversations: Any) -> list[str]:
@@ -427,6 +480,7 @@ def _run_claimed(args: argparse.Namespace, argv: list[str] | None, config: Any, 
     t0 = time.time()
     concurrency, capped = effective_concurrency(args, config)
     agent = build_agent(config, run_id=store.dir.name, task=args.task)  # models loaded and indexes built here
+    check_model_servers(agent.llm, scoring.judge)
     used = agent.config  # with the preset applied
     tools = [t.name for t in agent.registry.for_task(args.task, used.tools.allowed, used.tools.profile)]
     print(scrub_text("\n".join(header_lines(args, agent, scoring, source, getattr(conversations, "rows", None), tools,
@@ -435,6 +489,7 @@ def _run_claimed(args: argparse.Namespace, argv: list[str] | None, config: Any, 
         "run_id": store.dir.name, "benchmark": args.benchmark, "task": args.task, "data": str(source),
         "policy": agent.policy_name, "search": agent.search_name, "judge": scoring.judge_name,
         "scoring_mode": args.scoring_mode, "truncation": scoring.truncator.name, "tools": tools,
+        "tools_not_offered": agent.registry.unavailable,
         "budget_s": config.budget.budget_s, "max_steps": config.budget.max_steps, "concurrency": concurrency,
         "workers": args.workers, "config": config.model_dump(mode="json"), "config_fingerprint": agent.fingerprint,
         "run_fingerprint": fingerprint, "argv": scrub_argv(sys.argv[1:] if argv is None else argv),
@@ -456,11 +511,23 @@ def _run_claimed(args: argparse.Namespace, argv: list[str] | None, config: Any, 
     for line in closing_lines(stats, config.budget.budget_s, conversations):
         print(scrub_text(line))
     if not args.no_plot:
-        from crag.evaluate import plot_report
-
-        files["plot"] = plot_report(report, store.dir / "truthfulness_by_slice.png")  # after the summary
+        files["plot"] = plot_run(scoring, report, store.dir)  # after the summary
     print("report: " + ", ".join(str(p) for p in files.values()))
+    unreachable = unreachable_line(stats)
+    if unreachable:
+        print(unreachable, file=sys.stderr)
+        return 1
     return 0 if not stats.failed_conversations else 1
+
+
+def unreachable_line(stats: Any) -> str | None:
+    """An error line when most turns could not reach their model server: their answers are not the model's."""
+    if not stats.turns or (stats.turns_unreachable * 2 <= stats.turns and not stats.stopped_unreachable):
+        return None
+    stopped = (" it stopped starting turns after the server was unreachable in several turns in a row (the same "
+               "command resumes once the server is back);" if stats.stopped_unreachable else "")
+    return (f"error: {stats.turns_unreachable} of {stats.turns} turn(s) could not reach the model server (the "
+            f"traces' `error` says why);{stopped} the scores above are not the model's")
 
 
 def run_and_collect(args: argparse.Namespace, agent: Any, conversations: Any, store: Any, scoring: Scoring,
@@ -514,15 +581,29 @@ def write_reports(args: argparse.Namespace, scoring: Scoring, records: list[Any]
     from crag.evaluate import evaluate, format_table, write_report
 
     report = evaluate(records, judge=scoring.judge, truncator=scoring.truncator, mode=args.scoring_mode)
-    files = write_report(report, store.dir, plot=False)  # the chart comes after the summary, not before
     if not scoring.superglasses:
+        files = write_report(report, store.dir, plot=False)  # the chart comes after the summary, not before
         return report, files, format_table(report)
     from traces import superglasses_eval as sge
     from traces.superglasses import read_run
 
+    # a SuperGlasses run writes its own report only (the CRAG-MM table would name metrics it is not scored by);
+    # `report` is still returned for callers that tabulate any run alike (benchmarks.presets)
     sg_report, sg_logs = sge.evaluate_superglasses(read_run(store.dir), scoring.judge_name)
-    files.update(sge.write_superglasses_report(sg_report, sg_logs, store.dir))
+    files = sge.write_superglasses_report(sg_report, sg_logs, store.dir)
     return report, files, sge.format_superglasses(sg_report)
+
+
+def plot_run(scoring: Scoring, report: Any, run_dir: Path) -> Path:
+    """The run's chart: CRAG-MM truthfulness by slice, or SuperGlasses accuracy by slice."""
+    if not scoring.superglasses:
+        from crag.evaluate import plot_report
+
+        return plot_report(report, run_dir / "truthfulness_by_slice.png")
+    from traces import superglasses_eval as sge
+
+    sg_report = sge.SuperGlassesReport.model_validate_json((run_dir / "superglasses_report.json").read_text("utf-8"))
+    return sge.plot_superglasses(sg_report, run_dir / "superglasses_accuracy.png")
 
 
 def open_web_line() -> str:

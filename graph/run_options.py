@@ -21,7 +21,7 @@ class RunOptions(BaseModel):
 
     task: Literal[1, 2, 3] | None = Field(None, description="1: image + question, image-KG search only; 2: adds web "
                                           "search; 3: multi-turn conversations (required for CRAG-MM; SuperGlasses "
-                                          "runs task 2).")
+                                          "runs task 2; --task superglasses means --benchmark superglasses).")
     benchmark: Literal["crag-mm", "superglasses"] = Field("crag-mm", description="'superglasses': --data is a local "
                                                           "copy of xandery/SuperGlasses (or its Hugging Face cache); "
                                                           "the open-web tool profile (SerpApi: SERPAPI_API_KEY), no "

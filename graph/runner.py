@@ -37,6 +37,9 @@ class RunStats(BaseModel):
     ended_by: dict[str, int] = Field(default_factory=dict)
     errors: dict[str, int] = Field(default_factory=dict, description="Error events per kind, over all turns.")
     turns_with_errors: int = 0
+    turns_unreachable: int = Field(0, description="Turns with a model call that could not reach its server.")
+    stopped_unreachable: bool = Field(False, description="The run stopped starting turns: the model server could "
+                                      "not be reached in UNREACHABLE_STOP turns in a row.")
     tool_calls: int = 0
     model_calls: int = 0
     sequential_calls: int = Field(0, description="Model calls on the turns' critical paths (concurrent ones once).")
@@ -66,6 +69,7 @@ class RunStats(BaseModel):
         for k, n in kinds.items():
             self.errors[k] = self.errors.get(k, 0) + n
         self.turns_with_errors += bool(kinds)
+        self.turns_unreachable += any(c.unreachable for c in trace.model_calls())
         self.tool_calls += len(trace.tool_calls())
         self.model_calls += trace.tokens.calls
         self.sequential_calls += trace.tokens.sequential_calls
@@ -91,6 +95,8 @@ def add_counts(target: BaseModel, other: BaseModel) -> None:
         elif isinstance(value, dict):
             for k, n in value.items():
                 mine[k] = mine.get(k, 0) + n
+        elif isinstance(value, bool):  # a flag of any part holds for the whole
+            setattr(target, name, mine or value)
         else:
             setattr(target, name, mine + value)
 
@@ -103,6 +109,8 @@ def run_conversation(agent: Agent, conv: Conversation, task: int, store: TraceSt
     image is decoded only when some turn is left to run. `history_answer` maps an answer to what later turns
     see of it (the official harness passes the 75-token-truncated answer). When `stop` is set (Ctrl-C), no
     further turn is started. With `fingerprint`, only traces made by an agent of that configuration are resumed."""
+    if stop is not None and stop.is_set():
+        return
     kept = [store.read(conv.session_id, i) for i in range(len(conv.turns))]
     kept = [t if t is not None and t.interaction_id == turn.interaction_id and t.task == task
             and (fingerprint is None or t.config_fingerprint == fingerprint) else None
@@ -112,6 +120,8 @@ def run_conversation(agent: Agent, conv: Conversation, task: int, store: TraceSt
         image, info = load_image(conv.image)
         if image is None and conv.image_error:
             info.note = conv.image_error
+        if info.source is None and conv.image_url:
+            info.source = conv.image_url
         image, info = prepare(image, info, conv.egocentric, image_prep)
     history: list[HistoryTurn] = []
     for i, turn in enumerate(conv.turns):
@@ -138,6 +148,24 @@ def run_conversation(agent: Agent, conv: Conversation, task: int, store: TraceSt
         history.append(HistoryTurn(question=turn.query or "", answer=shown, entity=trace.entity))
 
 
+UNREACHABLE_STOP = 3  # turns in a row that could not reach the model server, after which a run starts no more
+
+
+class ServerGone:
+    """Counts finished turns in a row whose model server could not be reached; `after` is True from the
+    UNREACHABLE_STOP-th one on (a resumed turn, or one that reached its server, resets the count)."""
+
+    def __init__(self) -> None:
+        self.streak = 0
+
+    def after(self, trace: TurnTrace, resumed: bool) -> bool:
+        self.streak = self.streak + 1 if not resumed and any(c.unreachable for c in trace.model_calls()) else 0
+        if self.streak == UNREACHABLE_STOP:
+            log.error("the model server could not be reached in %d turns in a row: no further turn is started "
+                      "(rerun the same command to resume)", self.streak)
+        return self.streak >= UNREACHABLE_STOP
+
+
 def in_flight_limit(concurrency: int) -> int:
     """Conversations handed to `concurrency` threads at once: a few beyond them, so a freed thread finds the next
     one waiting, and never the whole dataset decoded in memory."""
@@ -157,6 +185,24 @@ def distinct_session_ids(conversations: Iterable[Conversation]) -> Iterator[Conv
         yield c
 
 
+def _turn_recorder(stats: RunStats, lock: threading.Lock, stop: threading.Event,
+                   on_turn: Callable[[TurnTrace], None] | None) -> Callable[[TurnTrace, bool], None]:
+    """What each finished turn does to the run: its statistics, the caller's `on_turn`, and `stop` set once the
+    model server has been unreachable for UNREACHABLE_STOP turns in a row (further turns would only retry)."""
+    gone = ServerGone()
+
+    def turn_done(trace: TurnTrace, resumed: bool) -> None:
+        with lock:
+            stats.merge(RunStats.of_turn(trace, resumed))
+            if on_turn is not None:
+                on_turn(trace)
+            if gone.after(trace, resumed) and not stop.is_set():
+                stats.stopped_unreachable = True
+                stop.set()
+
+    return turn_done
+
+
 def run_task(agent: Agent, conversations: Iterable[Conversation], task: int, store: TraceStore,
              scorer: Callable[[TurnTrace], TurnTrace] | None = None, concurrency: int = 1,
              progress: Callable[[int], None] | None = None, on_turn: Callable[[TurnTrace], None] | None = None,
@@ -170,12 +216,7 @@ def run_task(agent: Agent, conversations: Iterable[Conversation], task: int, sto
     lock = threading.Lock()
     stop = threading.Event()
     workers = max(1, concurrency)
-
-    def turn_done(trace: TurnTrace, resumed: bool) -> None:
-        with lock:
-            stats.merge(RunStats.of_turn(trace, resumed))
-            if on_turn is not None:
-                on_turn(trace)
+    turn_done = _turn_recorder(stats, lock, stop, on_turn)
 
     def collect(fut: Future, c: Conversation) -> None:
         try:

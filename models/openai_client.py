@@ -35,6 +35,7 @@ import json
 import logging
 import os
 import re
+import socket
 import threading
 import time
 import weakref
@@ -43,6 +44,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 from tenacity import AsyncRetrying, RetryError, retry_if_exception_type, stop_after_attempt
@@ -64,6 +66,12 @@ class BackendError(RuntimeError):
     def __init__(self, message: str, status: int | None = None):
         super().__init__(message)
         self.status = status
+
+
+class ServerUnreachable(BackendError):
+    """Every attempt failed in transport (no connection, timeouts, 5xx, 429): the server is down or overloaded, the
+    request itself was not refused. Its class name is `core.types.TRANSPORT_ERROR`, which marks such a call in a
+    trace."""
 
 
 class RequestCancelled(Cancelled):
@@ -496,7 +504,7 @@ class OpenAIClient:
                                             meta if meta is not None else {})
         except RetryError as e:
             last = e.last_attempt.exception()
-            raise BackendError(f"{last} (gave up after {attempts} attempts)") from last
+            raise ServerUnreachable(f"{last} (gave up after {attempts} attempts)") from last
         raise BackendError("unreachable")  # pragma: no cover
 
     def request(self, method: str, path: str, payload: dict | None = None) -> dict:
@@ -561,6 +569,23 @@ class OpenAIClient:
         except RequestCancelled as e:
             e.partial = acc.completion()  # what had arrived when the turn ended, for the trace
             raise
+
+    def unreachable(self, timeout_s: float = 3.0) -> list[str]:
+        """The replicas that take no TCP connection within `timeout_s`, each with the reason: a check at warm-up,
+        before a run spends minutes retrying a server that is not there (no HTTP request is sent).
+
+        Example: `OpenAIClient("http://127.0.0.1:9/v1").unreachable()` -> `["http://127.0.0.1:9/v1: Connection
+        refused"]`."""
+        down = []
+        for r in self.replicas:
+            url = urlsplit(r.base_url)
+            port = url.port or (443 if url.scheme == "https" else 80)
+            try:
+                socket.create_connection((url.hostname or "localhost", port), timeout=timeout_s).close()
+            except OSError as e:
+                shown = url._replace(netloc=url.netloc.rpartition("@")[2]).geturl()  # never a user or password
+                down.append(f"{shown}: {e.strerror or type(e).__name__}")
+        return down
 
     def models(self) -> list[str]:
         data = self.request("GET", "/models")

@@ -4,6 +4,8 @@ set-up commands are the ones CI runs, and the sample run in README is what the d
 from __future__ import annotations
 
 import re
+import shlex
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -132,3 +134,39 @@ def test_the_readme_sample_is_the_default_run(tmp_path, capsys, monkeypatch):
 
     assert fixed(sample) == fixed(printed)
     assert labels(sample) == labels(printed)
+
+
+def test_the_install_command_gets_torch_from_the_cpu_index_and_says_python_3_11():
+    """A fresh machine has no local wheel folder: the pinned CPU torch must come from PyTorch's index, given inside
+    the command (not in a sentence above it), and the Python version is said next to the command."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    set_up = readme.split("\n## Set up", 1)[1].split("\n## ", 1)[0]
+    install = next(line for line in set_up.splitlines() if line.startswith("python3 -m venv"))
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    torch = next(d for d in project["dependencies"] if d.startswith("torch=="))
+    assert f'--no-deps --extra-index-url https://download.pytorch.org/whl/cpu "{torch}"' in install  # torch alone
+    assert install.endswith('.venv/bin/pip install -e ".[test]"')  # the project itself without the extra index
+    assert project["requires-python"] == ">=3.11,<3.12" and "Python 3.11" in set_up.split("```", 1)[0]
+
+
+def _error_examples(readme: str) -> list[tuple[list[str], str]]:
+    block = readme.split("A mistake is one line on stderr", 1)[1].split("```\n", 2)[1]
+    lines = block.splitlines()
+    return [(shlex.split(cmd[2:])[3:], out) for cmd, out in zip(lines[::2], lines[1::2], strict=True)]
+
+
+def test_the_readme_error_examples_are_what_the_cli_prints(tmp_path, capsys, monkeypatch):
+    """Each `$ python -m graph.run ...` line of README's error sample prints exactly the line under it, alone."""
+    from graph.run import main
+
+    monkeypatch.setenv("GLASSES_DEMO_DIR", str(ROOT / "data" / "demo"))
+    examples = _error_examples((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert len(examples) == 3
+    for argv, expected in examples:
+        try:
+            rc = main([*argv, "--no-progress", "--out", str(tmp_path)])
+        except SystemExit as e:  # argparse's own exit
+            rc = e.code
+        out = capsys.readouterr()
+        assert rc == 2 and not out.out, argv
+        assert out.err.splitlines() == [expected], argv

@@ -83,7 +83,10 @@ def test_found_in_the_hugging_face_cache_by_its_id(tmp_path, monkeypatch):
     convs, rep = _load("xandery/SuperGlasses")
     assert len(convs) == 4 and str(snap) in rep.queries_files[0]
     with pytest.raises(FileNotFoundError, match="huggingface-cli download"):
-        load_superglasses(tmp_path / "nothing-here")
+        load_superglasses("someone/not-cached")  # a Hub id: how to download it
+    with pytest.raises(FileNotFoundError, match="not found") as e:
+        load_superglasses(tmp_path / "nothing-here")  # a local path: no download hint naming the path
+    assert "huggingface-cli" not in str(e.value)
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="queries parquet"):
         load_superglasses(tmp_path / "empty")

@@ -20,6 +20,7 @@ from traces.viewer import build_html, load_traces, render_run
 from traces.viewer import main as viewer_main
 
 CHROMIUM = Path("/usr/bin/chromium")
+PHOTO = re.compile(r"\.img-\d+\{background-image:url\(data:image/jpeg;base64,")  # a conversation's photo
 EVIL = [
     "<script>document.body.setAttribute('data-pwned','1')</script>",
     "<img src=x onerror=\"document.body.setAttribute('data-pwned','2')\">",
@@ -101,8 +102,10 @@ def test_every_turn_box_answer_and_header_is_on_the_page(run_dir, page):
     n_boxes = sum(1 for t in real_traces(run_dir) for s in t.tool_calls() if s.detected_box is not None)
     assert n_boxes >= 1
     assert html.count('<div class="box"') == n_boxes  # the evil turn has no image: its box is listed, not drawn
-    # images inline, once per conversation, as JPEG data URLs; nothing fetched from outside
-    assert html.count("data:image/jpeg;base64,") == 2
+    # images inline, once per conversation, as JPEG data URLs; nothing fetched from outside (the other data URLs
+    # are the matched KG images, once each)
+    assert len(PHOTO.findall(html)) == 2
+    assert html.count("data:image/jpeg;base64,") == 2 + len(re.findall(r"\.kg-\d+\{background-image", html))
     assert not re.search(r"<(link|iframe|object|embed)\b|@import|url\(\s*['\"]?https?:|src\s*=\s*['\"]?https?:", html)
     # header: run.json and report.json
     run = json.loads((run_dir / "run.json").read_text())
@@ -142,15 +145,15 @@ def test_images_from_dict_dataset_or_missing_never_crash(run_dir, tmp_path):
     sid = real_traces(run_dir)[0].session_id
     # no images at all: placeholders only
     html = build_html(run_dir, images={})
-    assert "data:image/jpeg;base64," not in html and html.count('class="thumb placeholder"') == 3
+    assert not PHOTO.findall(html) and html.count('class="thumb placeholder"') == 3
     # one image given by the caller; a non-image and a broken image become placeholders with a reason
     data = _jpeg_bytes()
     broken = Image.open(io.BytesIO(data[: len(data) // 2]))  # header fine, pixels truncated
     html = build_html(run_dir, images={sid: Image.new("RGB", (900, 600), (200, 30, 30)), "zz-evil": broken})
-    assert html.count("data:image/jpeg;base64,") == 1 and "image could not be rendered" in html
+    assert len(PHOTO.findall(html)) == 1 and "image could not be rendered" in html
     # a dataset that does not exist: a note in the header, placeholders, no exception
     html = build_html(run_dir, data=str(tmp_path / "nowhere"))
-    assert "images could not be read from" in html and "data:image/jpeg;base64," not in html
+    assert "images could not be read from" in html and not PHOTO.findall(html)
     # an empty folder renders an empty page
     empty = tmp_path / "empty"
     empty.mkdir()

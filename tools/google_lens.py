@@ -5,9 +5,10 @@ from pydantic import Field
 from tools.base import Hit, ToolContext, ToolOutput
 from tools.google_search import rank_score, with_notes
 from tools.registry import tool
+from web.config import missing_lens
 
 
-@tool(profiles={"superglasses"}, tags={"finds_entity"}, writes={"evidence"})
+@tool(profiles={"superglasses"}, tags={"finds_entity"}, writes={"evidence"}, requires=missing_lens)
 def google_lens(ctx: ToolContext, use_crop: bool = True, refine: str = "",
                 k: Annotated[int, Field(ge=1, le=20)] = 5) -> ToolOutput:
     """Reverse image search on the open web (Google Lens, through a SerpApi-compatible API): names the pictured entity and finds pages showing it.

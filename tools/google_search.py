@@ -4,6 +4,7 @@ from pydantic import Field
 
 from tools.base import Hit, ToolContext, ToolOutput, search_query
 from tools.registry import tool
+from web.config import missing_key
 
 
 def with_notes(notes: list[str]) -> str:
@@ -17,7 +18,7 @@ def rank_score(position: int) -> float:
     return round(1.0 / max(1, position), 4)
 
 
-@tool(tasks={2, 3}, profiles={"superglasses"}, tags={"searches_web"}, writes={"evidence"})
+@tool(tasks={2, 3}, profiles={"superglasses"}, tags={"searches_web"}, writes={"evidence"}, requires=missing_key)
 def google_search(ctx: ToolContext, query: str, k: Annotated[int, Field(ge=1, le=20)] = 5) -> ToolOutput:
     """Search the open web (Google, through a SerpApi-compatible API); returns page titles, snippets and urls, best first.
 

@@ -9,6 +9,7 @@ capability `tags`, through which the default planner chooses tools without knowi
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import re
@@ -80,6 +81,7 @@ class Tool:
     profiles: frozenset[str] = frozenset({DEFAULT_PROFILE})
     capabilities: tuple[Capability, ...] = ()
     inputs: dict[str, str] = field(default_factory=dict)  # planner slot -> this tool's argument name
+    requires: Callable[[], str | None] | None = None  # None when the tool can run here, else what it lacks
     schema: dict[str, Any] = field(init=False, repr=False, compare=False)
     signature: str = field(init=False, repr=False, compare=False)
 
@@ -164,9 +166,11 @@ class ToolRegistry:
     """The tools of one agent, passed explicitly (`build_agent` builds it from the configuration): names are
     unique, and the capability objects its tools carry are the ones planners see."""
 
-    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+    def __init__(self, tools: Iterable[Tool] = (), unavailable: dict[str, str] | None = None) -> None:
         self._tools: dict[str, Tool] = {}
         self._by_task: dict[tuple[int, tuple[str, ...] | None, str], list[Tool]] = {}
+        # tools kept (a call to one is `not_allowed`, with the reason) but never offered: they lack something here
+        self.unavailable: dict[str, str] = dict(unavailable or {})
         for t in tools:
             self.add(t)
 
@@ -182,10 +186,24 @@ class ToolRegistry:
         self.add(tool_of(fn))
         return fn
 
+    def offering_available(self, profile: str) -> ToolRegistry:
+        """A registry that does not offer the `profile`'s tools whose prerequisites are missing here (`requires`)."""
+        missing = {n: why for n, why in self.missing().items() if profile in self._tools[n].profiles}
+        return ToolRegistry(self, unavailable={**self.unavailable, **missing})
+
+    def missing(self) -> dict[str, str]:
+        """Tools whose prerequisites are not met here (a key, a setting), with what each lacks."""
+        out = {}
+        for t in self:
+            reason = t.requires() if t.requires is not None else None
+            if reason:
+                out[t.name] = reason
+        return out
+
     def without(self, names: Iterable[str]) -> ToolRegistry:
         """A new registry without these tools (ablations, tests)."""
         drop = set(names)
-        return ToolRegistry(t for n, t in self._tools.items() if n not in drop)
+        return ToolRegistry((t for n, t in self._tools.items() if n not in drop), unavailable=self.unavailable)
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
@@ -210,8 +228,8 @@ class ToolRegistry:
         found = self._by_task.get(key)
         if found is None:
             keep = set(only) if only is not None else None
-            found = [t for n, t in sorted(self._tools.items())
-                     if task in t.tasks and profile in t.profiles and (keep is None or n in keep)]
+            found = [t for n, t in sorted(self._tools.items()) if task in t.tasks and profile in t.profiles
+                     and (keep is None or n in keep) and n not in self.unavailable]
             self._by_task[key] = found
         return found
 
@@ -224,6 +242,8 @@ class ToolRegistry:
         t = self._tools.get(call.tool)
         if t is None:
             raise ToolCallError("unknown_tool", f"unknown tool {call.tool!r}; known tools: {', '.join(self.names())}")
+        if call.tool in self.unavailable:
+            raise ToolCallError("not_allowed", f"tool {t.name!r} is not offered here: {self.unavailable[t.name]}")
         if t not in self.for_task(task, allowed, profile):
             where = f"task {task}" if profile == DEFAULT_PROFILE else f"task {task} of the {profile!r} profile"
             raise ToolCallError("not_allowed", f"tool {t.name!r} is not allowed in {where}")
@@ -262,7 +282,8 @@ def _planner_inputs(name: str, params: list[inspect.Parameter], caps: tuple[Capa
 
 def tool(fn: Callable | None = None, *, name: str | None = None, tasks: Iterable[int] = ALL_TASKS,
          tags: Iterable[str | Capability] = (), writes: Iterable[str] = (),
-         profiles: Iterable[str] = (DEFAULT_PROFILE,), blocking: bool = True, inputs: dict[str, str] | None = None):
+         profiles: Iterable[str] = (DEFAULT_PROFILE,), blocking: bool = True, inputs: dict[str, str] | None = None,
+         requires: Callable[[], str | None] | None = None):
     """Make a function a tool: `fn.__tool__` is its `Tool`. Nothing is registered anywhere; an agent gets its
     tools explicitly (`ToolRegistry([...])`, built by `build_agent` from the configuration).
 
@@ -278,12 +299,15 @@ def tool(fn: Callable | None = None, *, name: str | None = None, tasks: Iterable
     of its capabilities when they differ (`{"q": "query"}`); `profiles` are the benchmark profiles (see
     `PROFILES`) whose runs offer the tool (default: CRAG-MM only). `blocking=False` declares a tool that does quick
     local work and never waits on I/O or a model: it then runs in the graph's own thread, saving a thread hand-off
-    per call, but it cannot be abandoned at the time budget like a blocking tool.
+    per call, but it cannot be abandoned at the time budget like a blocking tool. `requires` returns what the tool
+    lacks on this machine (a key, a setting) or None: an agent built from its configuration does not offer a tool
+    that lacks something, and the run header names it with the reason.
     """
 
     def wrap(f: Callable) -> Callable:
-        f.__tool__ = make_tool(f, name=name, tasks=tasks, tags=tags, writes=writes, profiles=profiles,  # type: ignore[attr-defined]
-                               blocking=blocking, inputs=inputs or {})
+        made = make_tool(f, name=name, tasks=tasks, tags=tags, writes=writes, profiles=profiles, blocking=blocking,
+                         inputs=inputs or {})
+        f.__tool__ = dataclasses.replace(made, requires=requires) if requires is not None else made  # type: ignore[attr-defined]
         return f
 
     return wrap(fn) if fn is not None else wrap

@@ -22,11 +22,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from core.types import (  # noqa: F401 - ModelCall, ImageInfo and DecisionMode are part of the trace schema
+from core.types import (  # noqa: F401 - ModelCall, ImageInfo, HistoryTurn and DecisionMode are part of the trace schema
     RAW_REPLY_LIMIT,
     Box,
     DecisionMode,
     Fact,
+    HistoryTurn,
     ImageInfo,
     ModelCall,
     Verdict,
@@ -293,6 +294,8 @@ class TurnTrace(BaseModel):
     max_steps: int
     config_fingerprint: str | None = Field(None, description="Hash of the agent configuration that produced it.")
     notes: list[str] = Field(default_factory=list, description="Input notes, e.g. the question was cut.")
+    history: list[HistoryTurn] = Field(default_factory=list, description="The conversation's earlier turns as the "
+                                       "agent was given them (questions, its answers as later turns see them).")
     steps: list[TraceEvent] = Field(default_factory=list)
     answer: str
     abstained: bool
@@ -308,6 +311,21 @@ class TurnTrace(BaseModel):
 
     _bounded = field_validator("question", "ground_truth", "answer", "error", mode="before")(bounded_text)
     _bounded_labels = field_validator("labels", mode="before")(_bounded_values)
+
+    @field_validator("history", mode="before")
+    @classmethod
+    def _bounded_history(cls, value: Any) -> Any:
+        """Each earlier question and answer bounded as the turn's own are (a huge question in turn 0 is not
+        copied whole into every later trace)."""
+        if not isinstance(value, list):
+            return value
+        out = []
+        for t in value:
+            d = t.model_dump() if isinstance(t, BaseModel) else t
+            if isinstance(d, dict):
+                d = {**d, **{k: bounded_text(d[k]) for k in ("question", "answer") if isinstance(d.get(k), str)}}
+            out.append(d)
+        return out
 
     @property
     def has_image(self) -> bool:

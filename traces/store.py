@@ -93,6 +93,14 @@ class TraceStore:
         return self.dir / f"{name}__{turn_index:02d}.json"
 
     def write(self, trace: TurnTrace) -> Path:
+        """The trace, after the requests its model calls sent (requests/: a trace never names a missing one)."""
+        from traces.requests import write_pieces
+
+        pieces: dict[str, Any] = {}
+        for call in trace.model_calls():
+            pieces.update(call.take_pieces())
+        if pieces:
+            write_pieces(self.dir, pieces)
         p = self.path_for(trace.session_id, trace.turn_index)
         write_json_atomic(p, dump_trace(trace))
         return p

@@ -242,6 +242,38 @@ def format_superglasses(rep: SuperGlassesReport) -> str:
     return "\n".join(L)
 
 
+def plot_superglasses(rep: SuperGlassesReport, path: str | Path) -> Path:
+    """SuperGlasses accuracy (correct / scored questions, in [0, 1]) by slice as a PNG, written atomically."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from core.files import write_atomic
+
+    keys = [k for k, v in rep.slices.items() if v]
+    fig, axes = plt.subplots(max(1, len(keys)), 1, squeeze=False,
+                             figsize=(8, 1.2 + sum(len(rep.slices[k]) * 0.35 + 0.6 for k in keys)))
+    for ax, key in zip(axes[:, 0], keys):
+        names = list(rep.slices[key])
+        ax.barh(range(len(names)), [rep.slices[key][v].accuracy for v in names], color="tab:blue")
+        ax.set_yticks(range(len(names)))
+        ax.set_yticklabels([f"{v} (n={rep.slices[key][v].n})" for v in names], fontsize=8)
+        ax.axvline(rep.overall.accuracy, color="k", linestyle="--", linewidth=0.8)
+        ax.set_xlim(0, 1)
+        ax.set_title(f"accuracy by {key}", fontsize=9)
+        ax.invert_yaxis()
+    fig.suptitle(f"SuperGlasses accuracy (overall {rep.overall.accuracy:.3f}, {rep.overall.correct}/"
+                 f"{rep.overall.n}); judge: {rep.judge}", fontsize=9)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    return write_atomic(path, buf.getvalue())
+
+
 def write_superglasses_report(rep: SuperGlassesReport, logs: list[SGLog], out_dir: str | Path) -> dict[str, Path]:
     out = Path(out_dir)
     files = {"superglasses_json": out / "superglasses_report.json", "superglasses_txt": out / "superglasses_report.txt",

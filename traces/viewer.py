@@ -36,6 +36,10 @@ THUMB_SIDE = 480
 SCORES = ("correct", "missing", "incorrect", "unscored")
 METRIC_KEYS = ("total", "correct", "missing", "incorrect", "exact_match", "conversations", "accuracy",
                "missing_rate", "hallucination_rate", "truthfulness", "multi_turn_score")
+METRIC_TITLES = {"incorrect": "the official hallucination count: total - correct - missing (below 0 when a turn is "
+                               "both correct and missing)",
+                 "truthfulness": "(2*correct + missing)/total - 1 (official; 0.0 when total <= 1)",
+                 "hallucination_rate": "incorrect / total", "exact_match": "answers equal to the ground truth"}
 BOX_COLOURS = ("#ff3b30", "#00c7be", "#ffcc00", "#af52de", "#34c759", "#ff9500", "#5ac8fa")
 
 
@@ -188,15 +192,20 @@ def _safe_href(url: str | None) -> str | None:
     return None
 
 
-def _results_table(step: TraceEvent) -> str:
+def _results_table(step: TraceEvent, kg: Any = None) -> str:
+    """The step's search results; an image-KG match of a local KG (`traces.viewer_parts.KgImages`) with its
+    reference image, an offline demo address as marked text (never a link)."""
+    from traces.viewer_parts import url_cell
+
     results = getattr(step, "results", None)
     if not results:
         return ""
     rows = []
     for i, r in enumerate(results):
-        href = _safe_href(r.url)
-        url = (f'<a href="{h(href)}" rel="noopener noreferrer nofollow" target="_blank">{h(r.url)}</a>'
-               if href else h(r.url))
+        url = url_cell(r.url, _safe_href(r.url))
+        thumb = kg.html(r.url) if kg is not None and r.source == "image_kg" else ""
+        if thumb:
+            url = f"{thumb}<br>{url}"
         rr = "" if r.rerank_score is None else f'<br><span class="muted">rerank {_fmt_num(r.rerank_score)}</span>'
         rows.append(f"<tr><td>{i}</td><td>{h(r.source)}</td><td class='num'>{_fmt_num(r.score)}{rr}</td>"
                     f"<td class='url'>{url}</td><td>{h(r.title)}</td><td>{h(r.entity_name)}</td>"
@@ -230,7 +239,7 @@ def _model_calls(step: TraceEvent) -> str:
             f'<th>finish</th><th>raw reply</th></tr></thead><tbody>{"".join(rows)}</tbody></table>')
 
 
-def _step_html(step: TraceEvent, colour: str | None) -> str:
+def _step_html(step: TraceEvent, colour: str | None, kg: Any = None) -> str:
     err = step.error is not None
     head = [f'<span class="idx">#{step.index}</span>', f'<span class="node node-{h(step.node)}">{h(step.node)}</span>',
             f'<span class="decision">{h(_title(step))}</span>']
@@ -281,7 +290,7 @@ def _step_html(step: TraceEvent, colour: str | None) -> str:
     policy_ms = getattr(step, "policy_ms", None)
     latency = getattr(step, "latency_ms", None)
     head.append(f'<span class="times">policy {_ms(policy_ms)} · tool {_ms(latency)}</span>')
-    body.append(_results_table(step))
+    body.append(_results_table(step, kg))
     body.append(_model_calls(step))
     inner = "".join(body) or '<div class="muted">no details</div>'
     open_ = " open" if (err or isinstance(step, ToolCallEvent)) else ""
@@ -329,8 +338,24 @@ def _turn_tools(t: TurnTrace) -> list[str]:
     return seen
 
 
+def _extras(run_dir: Path | None, t: TurnTrace) -> dict[str, str]:
+    """The turn's parts from traces/viewer_parts.py: history given, image source, the model requests as sent."""
+    from traces import viewer_parts as vp
+
+    return {"history": vp.history_html(t), "source": vp.image_source_html(t),
+            "requests": vp.sent_requests_html(run_dir, t) if run_dir is not None else ""}
+
+
+def _turn_figure(t: TurnTrace, thumb: Thumb | None, thumb_class: str, why_missing: str | None,
+                 colours: dict[int, str], repeat_photo: bool) -> str:
+    if repeat_photo or thumb is None or colours:
+        return _figure(t, thumb, thumb_class, why_missing, colours)
+    return '<div class="muted same-photo">same photo as the conversation\'s first turn (no boxes in this turn)</div>'
+
+
 def _turn_html(t: TurnTrace, thumb: Thumb | None, thumb_class: str, why_missing: str | None,
-               counted: dict[str, Any] | None = None) -> str:
+               counted: dict[str, Any] | None = None, extras: dict[str, str] | None = None,
+               repeat_photo: bool = True, kg: Any = None) -> str:
     score = _score_of(t)
     tools = _turn_tools(t)
     has_err = bool(t.error) or any(s.error is not None for s in t.steps)
@@ -339,8 +364,9 @@ def _turn_html(t: TurnTrace, thumb: Thumb | None, thumb_class: str, why_missing:
         if s.detected_box is not None:
             colours[s.index] = BOX_COLOURS[k % len(BOX_COLOURS)]
             k += 1
-    labels = "".join(f'<span class="chip label" title="{h(key)}">{h(key)}: {h(val)}</span>'
-                     for key, val in t.labels.items() if val is not None)
+    from traces.viewer_parts import label_chips
+
+    labels = label_chips(t.labels)
     meta = [f'<span class="badge score-{score}">{score}</span>',
             f'<span class="muted">ended by {h(t.ended_by)}</span>',
             f'<span class="muted">{_ms(t.latency_ms)} / budget {t.budget_s:g} s</span>',
@@ -351,7 +377,8 @@ def _turn_html(t: TurnTrace, thumb: Thumb | None, thumb_class: str, why_missing:
         meta.append('<span class="chip">abstained</span>')
     if has_err:
         meta.append('<span class="badge err">error</span>')
-    steps = "".join(_step_html(s, colours.get(s.index)) for s in t.steps) or '<div class="muted">no steps</div>'
+    x = extras or {}
+    steps = "".join(_step_html(s, colours.get(s.index), kg) for s in t.steps) or '<div class="muted">no steps</div>'
     err = f'<div class="error">turn error: {h(t.error)}</div>' if t.error else ""
     note = f'<div class="note">image note: {h(t.image.note)}</div>' if t.image.note else ""
     if t.image.transforms:
@@ -361,9 +388,9 @@ def _turn_html(t: TurnTrace, thumb: Thumb | None, thumb_class: str, why_missing:
   id="turn-{h(t.session_id)}-{t.turn_index}">
  <header class="turn-head"><h3>Turn {t.turn_index} <span class="muted">{h(t.interaction_id)}</span></h3>{' '.join(meta)}</header>
  <div class="turn-grid">
-  <div class="fig">{_figure(t, thumb, thumb_class, why_missing, colours)}{note}</div>
+  <div class="fig">{_turn_figure(t, thumb, thumb_class, why_missing, colours, repeat_photo)}{note}{x.get("source", "")}</div>
   <div class="qa">
-   <div class="question"><span class="k">Q</span> {h(t.question)}</div>
+   {x.get("history", "")}<div class="question"><span class="k">Q</span> {h(t.question)}</div>
    <div class="labels">{labels}</div>
    <div class="answer"><span class="k">answer</span> <span class="v">{h(t.answer)}</span></div>
    <div class="truth"><span class="k">ground truth</span> <span class="v">{h(t.ground_truth) if t.ground_truth is not None else '<span class="muted">none</span>'}</span></div>
@@ -375,6 +402,7 @@ def _turn_html(t: TurnTrace, thumb: Thumb | None, thumb_class: str, why_missing:
  </div>
  <div class="steps"><div class="steps-head">Steps <button type="button" class="tog" data-open="1">expand</button>
    <button type="button" class="tog" data-open="0">collapse</button></div>{steps}</div>
+ {x.get("requests", "")}
 </article>"""
 
 
@@ -393,9 +421,11 @@ def _metrics_table(report: dict[str, Any]) -> str:
     sections: list[tuple[str, dict[str, Any]]] = [(n, m) for n, m in found if isinstance(m, dict) and m]
     if not sections:
         return ""
-    head = "".join(f"<th>{h(k)}</th>" for k in METRIC_KEYS)
-    rows = "".join(f"<tr><th>{h(n)}</th>" + "".join(f"<td class='num'>{_fmt_num(m.get(k))}</td>" for k in METRIC_KEYS)
-                   + "</tr>" for n, m in sections)
+    head = "".join(f'<th title="{h(METRIC_TITLES.get(k, ""))}">{h(k)}</th>' for k in METRIC_KEYS)
+    from traces import viewer_parts as vp
+
+    rows = "".join(f"<tr><th>{h(n)}{' *' if vp.both(m) else ''}</th>" + "".join(
+        f"<td class='num'>{_fmt_num(m.get(k))}</td>" for k in METRIC_KEYS) + "</tr>" for n, m in sections)
     slices = ""
     if isinstance(report.get("slices"), dict):
         srows = []
@@ -410,7 +440,7 @@ def _metrics_table(report: dict[str, Any]) -> str:
             slices = (f'<details class="slices"><summary>metrics by slice</summary><table class="metrics"><thead><tr>'
                       f'<th>slice</th><th>value</th>{head}</tr></thead><tbody>{"".join(srows)}</tbody></table></details>')
     return (f'<table class="metrics"><thead><tr><th></th>{head}</tr></thead><tbody>{rows}</tbody></table>'
-            f"{slices}{_notes(report)}")
+            f"{vp.metrics_explanation(report)}{slices}{_notes(report)}")
 
 
 def _notes(report: dict[str, Any]) -> str:
@@ -480,7 +510,7 @@ def _header_html(run_dir: Path, run: dict[str, Any], report: dict[str, Any] | No
     return f'<header class="run"><h1>Run {h(fields[0][1])}</h1><div class="runmeta">{kv}</div>{metrics}{probs}{skip}</header>'
 
 
-def _controls(tools: list[str], counts: dict[str, int]) -> str:
+def _controls(tools: list[str], counts: dict[str, int], explain: str = "") -> str:
     scores = "".join(f'<label class="badge score-{s}"><input type="checkbox" class="f-score" value="{s}" checked> {s} '
                      f'({counts.get(s, 0)})</label>' for s in SCORES)
     opts = "".join(f'<option value="{h(t)}">{h(t)}</option>' for t in tools)
@@ -490,7 +520,7 @@ def _controls(tools: list[str], counts: dict[str, int]) -> str:
  <label><input type="checkbox" id="f-error"> errors only</label>
  <input type="search" id="f-text" placeholder="search text (question, answer, snippets…)" size="34">
  <button type="button" id="expand-all">expand all steps</button><button type="button" id="collapse-all">collapse all</button>
- <span id="shown" class="muted"></span>
+ <span id="shown" class="muted"></span>{explain}
 </nav>"""
 
 
@@ -525,7 +555,7 @@ details.step>summary{cursor:pointer;padding:3px 8px;display:flex;flex-wrap:wrap;
 .error{color:#b91c1c;background:#fde8e8;border:1px solid #f8b4b4;border-radius:4px;padding:4px 8px;margin:4px 0;white-space:pre-wrap;word-break:break-word}
 .kv.ok .v{color:#2f9e44}.kv.bad .v{color:#b91c1c}table.results{border-collapse:collapse;width:100%;font-size:12px;margin-top:6px}
 table.results th,table.results td{border:1px solid #e4e7eb;padding:2px 5px;vertical-align:top;text-align:left}td.url{max-width:260px;word-break:break-all}
-td.snippet{max-width:520px;word-break:break-word}.hidden{display:none!important}#empty{padding:20px;color:#7b8794}
+td.snippet{max-width:520px;word-break:break-word}.explain{font-size:12px;max-width:1100px}details.sent{border:1px solid #e4e7eb;border-radius:5px;margin:3px 0;padding:2px 8px;background:#fbfbfc}details.sent>summary,details.history>summary,details.tools-spec>summary{cursor:pointer;font-size:12px}.msg{margin:4px 0}.msg .k{font-size:11px}.requests{margin-top:6px}.kg{display:inline-block;width:64px;height:64px;background-size:contain;background-repeat:no-repeat;background-position:center;border-radius:3px}.offline{color:#52606d}header.run .explain{color:#fde68a;margin:2px 0 6px}.hidden{display:none!important}#empty{padding:20px;color:#7b8794}
 """
 
 JS = """
@@ -605,9 +635,13 @@ def build_html(run_dir: Path, images: dict[str, Any] | None = None, data: str | 
     sessions = list(dict.fromkeys(t.session_id for t in traces))
     imgs = _run_images(run, traces, sessions, images, data, problems)
     counted = _counted_turns(report)
+    from traces import viewer_parts as vp
+
+    kg = vp.KgImages.for_run(run)
     style_imgs, conv_html = [], []
     for n, sid in enumerate(sessions):
-        style, section = _conversation_html(n, sid, [t for t in traces if t.session_id == sid], imgs.get(sid), counted)
+        style, section = _conversation_html(n, sid, [t for t in traces if t.session_id == sid], imgs.get(sid), counted,
+                                            run_dir, kg)
         if style is not None:
             style_imgs.append(style)
         conv_html.append(section)
@@ -615,9 +649,11 @@ def build_html(run_dir: Path, images: dict[str, Any] | None = None, data: str | 
         conv_html.append('<div id="empty">no readable turn traces in this run folder</div>')
     counts = Counter(_score_of(t) for t in traces)
     tools = sorted({x for t in traces for x in _turn_tools(t)})
+    style_imgs.append(kg.css())
     return _page(f"Run {run.get('run_id') or run_dir.name}", "\n".join(style_imgs),
                  _header_html(run_dir, run, report, traces, problems, skipped, sg_report) + "\n"
-                 + _controls(tools, counts) + "\n" + f'<main>{"".join(conv_html)}</main>')
+                 + _controls(tools, counts, vp.chips_explanation(report if sg_report is None else None, counts)) + "\n"
+                 + f'<main>{"".join(conv_html)}</main>')
 
 
 def _json_file(run_dir: Path, name: str, problems: list[str]) -> Any:
@@ -639,14 +675,17 @@ def _counted_turns(report: dict[str, Any] | None) -> dict[tuple[str, int], dict[
 
 
 def _conversation_html(n: int, sid: str, turns: list[TurnTrace], image: Any,
-                       counted: dict[tuple[str, int], dict[str, Any]]) -> tuple[str | None, str]:
-    """(the CSS rule of the conversation's thumbnail, or None without one; the conversation's section)."""
+                       counted: dict[tuple[str, int], dict[str, Any]], run_dir: Path | None = None,
+                       kg: Any = None) -> tuple[str | None, str]:
+    """(the CSS rule of the conversation's thumbnail, or None without one; the conversation's section). The photo
+    is drawn with the first turn, and again only with a turn that has boxes of its own to draw on it."""
     thumb, why = make_thumb(image, next((t.image.size for t in turns if t.image.size), None))
     if thumb is None and why is None and any(t.has_image for t in turns):
         why = "image not found for this conversation"
     cls = f"img-{n}"
     style = f".{cls}{{background-image:url({thumb.data_url})}}" if thumb is not None else None
-    body = "".join(_turn_html(t, thumb, cls, why, counted.get((t.session_id, t.turn_index))) for t in turns)
+    body = "".join(_turn_html(t, thumb, cls, why, counted.get((t.session_id, t.turn_index)),
+                              _extras(run_dir, t), repeat_photo=i == 0, kg=kg) for i, t in enumerate(turns))
     return style, (f'<section class="conv" id="conv-{n}" data-session="{h(sid)}"><h2>Conversation '
                    f'{h(sid)} <span class="muted">{len(turns)} turn(s)</span></h2>{body}</section>')
 

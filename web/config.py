@@ -113,3 +113,23 @@ ENV: dict[str, tuple[str, float | None]] = {
     "image_max_age_s": ("GLASSES_IMAGE_MAX_AGE_H", 3600),
     "image_dir_max_bytes": ("GLASSES_IMAGE_DIR_MAX_MB", MB),
 }
+
+
+def missing_key(env: dict[str, str] | None = None) -> str | None:
+    """What the SerpApi tools lack here (None when a key is set): their prerequisite (tools.registry `requires`)."""
+    env = dict(os.environ if env is None else env)
+    try:
+        var = WebConfig.from_env(env).key_env
+    except ValueError as e:
+        return f"open-web settings invalid: {e}"
+    return None if env.get(var) else f"{var} not set"
+
+
+def missing_lens(env: dict[str, str] | None = None) -> str | None:
+    """What Google Lens lacks here: a key, and a folder published at a public URL for the photo it searches with."""
+    env = dict(os.environ if env is None else env)
+    key = missing_key(env)
+    if key:
+        return key
+    c = WebConfig.from_env(env)
+    return None if c.image_dir and c.image_base_url else "Google Lens off: GLASSES_IMAGE_DIR / GLASSES_IMAGE_BASE_URL unset"

@@ -28,6 +28,7 @@ from pydantic import BaseModel, Field
 
 from core.calls import Cancelled, report_model_call
 from core.hashing import known_key
+from core.sent import stored_request
 from core.types import DecisionMode, ModelCall
 from models.openai_client import BackendError  # noqa: F401 - re-exported for the backends
 
@@ -156,6 +157,7 @@ def complete_and_report(backend: ChatBackend, purpose: str, messages: list[dict]
     t0 = time.perf_counter()
     started = time.time()
     name = getattr(backend, "name", type(backend).__name__)
+    sent = stored_request(messages, tools, response_schema, max_tokens, temperature)
     try:
         reply = backend.complete(messages, tools=tools, max_tokens=max_tokens, temperature=temperature,
                                  response_schema=response_schema)
@@ -172,7 +174,7 @@ def complete_and_report(backend: ChatBackend, purpose: str, messages: list[dict]
                                                completion_tokens=partial.usage.output_tokens,
                                                finish_reason=partial.finish_reason or "cancelled",
                                                replica=partial.replica))
-        report_model_call(call)
+        report_model_call(call.with_request(*sent))
         raise
     raw, n = ModelCall.clip(_raw(reply))
     blocks, unit = _blocks(backend, messages, reply)
@@ -181,7 +183,7 @@ def complete_and_report(backend: ChatBackend, purpose: str, messages: list[dict]
         prompt_tokens=reply.usage.input_tokens, completion_tokens=reply.usage.output_tokens,
         latency_ms=round(reply.latency_ms or (time.perf_counter() - t0) * 1000, 3),
         finish_reason=reply.finish_reason, raw_reply=raw, reply_chars=n, started_at=started, prompt_blocks=blocks,
-        block_unit=unit, replica=reply.replica))
+        block_unit=unit, replica=reply.replica).with_request(*sent))
     return reply
 
 

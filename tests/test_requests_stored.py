@@ -1,0 +1,122 @@
+"""Every model request is kept as sent: the run folder's requests/ holds each distinct piece once (messages, tool
+specs, response schema), each trace's model call names its request, and `read_request` gives back exactly the
+messages the server received (image data URLs as their SHA-256). Traces also keep the history a turn was given
+and where its image came from; the viewer shows all of it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from core.sent import stored_message, stored_request
+from testing.fake_model_server import FakeOpenAIServer
+from testing.scripted_model import ScriptedModel
+from traces.requests import RequestNotStored, read_request
+from traces.schema import TurnTrace
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def model_run(tmp_path_factory):
+    """Task 3 (one conversation of four turns) with the model loop against the fake server."""
+    from graph.run import main
+
+    out = tmp_path_factory.mktemp("runs")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("GLASSES_DEMO_DIR", str(ROOT / "data" / "demo"))
+    try:
+        with FakeOpenAIServer(responder=ScriptedModel()) as srv:
+            assert main(["--task", "3", "--limit", "1", "--model", f"openai:{srv.base_url}#fake-vlm", "--out",
+                         str(out), "--run-id", "m", "--no-progress", "--no-plot"]) == 0
+            bodies = list(srv.requests)
+    finally:
+        mp.undo()
+    run = out / "m"
+    traces = [TurnTrace.model_validate_json(p.read_text()) for p in sorted(run.glob("*__*.json"))]
+    return run, traces, bodies
+
+
+def test_each_call_reads_back_exactly_as_the_server_received_it(model_run):
+    run, traces, bodies = model_run
+    calls = [c for t in traces for c in t.model_calls()]
+    assert len(calls) == len(bodies) >= 8 and all(c.request_id for c in calls)
+    sent = [read_request(run, c.request_id) for c in calls]
+    # the same requests, in the same order within each turn (turns ran one after another)
+    for got, body in zip(sent, bodies, strict=True):
+        assert got["messages"] == [stored_message(m) for m in body["messages"]]
+        assert got["tools"] == body.get("tools")
+        assert got["max_tokens"] == body.get("max_tokens", got["max_tokens"])
+        fmt = body.get("response_format") or {}
+        if fmt.get("type") == "json_schema":
+            assert got["response_schema"]["schema"] == fmt["json_schema"]["schema"]
+    # an image is kept as the hash of the exact data URL the server got
+    image_parts = [(p, q) for got, body in zip(sent, bodies) for m, n in zip(got["messages"], body["messages"])
+                   if isinstance(m["content"], list) for p, q in zip(m["content"], n["content"])
+                   if p.get("type") == "image_url"]
+    assert image_parts
+    for stored, original in image_parts:
+        url = original["image_url"]["url"]
+        assert url.startswith("data:image/") and stored["image_url"]["url"] == "sha256:" + hashlib.sha256(
+            url.encode()).hexdigest() and stored["image_url"]["data_url_chars"] == len(url)
+
+
+def test_stored_pieces_are_deduplicated_and_bounded(model_run):
+    run, traces, bodies = model_run
+    files = list((run / "requests").glob("*.json"))
+    messages_sent = sum(len(b["messages"]) for b in bodies)
+    pieces = [json.loads(f.read_text()) for f in files]
+    records = [p for p in pieces if isinstance(p, dict) and p.get("kind") == "request"]
+    assert len(records) == len({c.request_id for t in traces for c in t.model_calls()})
+    assert len(files) - len(records) < messages_sent / 2  # a growing transcript stores what is new only
+    stored = sum(f.stat().st_size for f in files)
+    sent = sum(len(json.dumps(b["messages"])) for b in bodies)
+    assert stored < sent / 4, (stored, sent)  # images as hashes, repeated messages once
+
+
+def test_traces_keep_the_history_and_the_image_source(model_run):
+    _, traces, _ = model_run
+    assert [len(t.history) for t in traces] == list(range(len(traces))) and len(traces) >= 2
+    assert traces[1].history[0].question == traces[0].question
+    assert all(t.image.sha256 and len(t.image.sha256) == 64 for t in traces)
+
+
+def test_a_damaged_or_missing_piece_is_refused_and_the_viewer_says_so(model_run, tmp_path):
+    import shutil
+
+    from traces.viewer import build_html
+
+    run, traces, _ = model_run
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy)
+    rid = traces[0].model_calls()[0].request_id
+    (copy / "requests" / f"{rid}.json").write_text('{"kind": "request", "messages": []}')
+    with pytest.raises(RequestNotStored, match="does not hold what its name says"):
+        read_request(copy, rid)
+    with pytest.raises(RequestNotStored):
+        read_request(copy, "../../etc/passwd")
+    page = build_html(copy, images={})
+    assert "does not hold what its name says" in page and page.count('class="sent"') == len(
+        [c for t in traces for c in t.model_calls()]) - 1
+
+
+def test_the_stored_form_is_content_addressed():
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": [
+        {"type": "text", "text": "q"}, {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,AAAA"}}]}]
+    rid, pieces = stored_request(msgs, tools=[{"type": "function", "function": {"name": "ocr"}}], max_tokens=9)
+    rid2, pieces2 = stored_request([*msgs, {"role": "assistant", "content": "a"}], max_tokens=9)
+    assert rid != rid2 and pieces[rid]["messages"] == pieces2[rid2]["messages"][:2]  # shared prefix, same pieces
+    assert "AAAA" not in json.dumps(pieces)
+
+
+def test_the_history_in_a_trace_is_bounded():
+    from traces.schema import TRACE_INPUT_LIMIT, TurnTrace
+
+    huge = "q" * (TRACE_INPUT_LIMIT * 3)
+    t = TurnTrace(run_id="r", task=3, session_id="s", interaction_id="i", turn_index=1, question="q", policy="p",
+                  search_backend="b", budget_s=1, max_steps=1, answer="a", abstained=False, ended_by="answer",
+                  latency_ms=1, history=[{"question": huge, "answer": "ok"}])
+    assert len(t.history[0].question) < TRACE_INPUT_LIMIT + 100 and t.history[0].question.endswith("in all]")

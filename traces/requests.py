@@ -1,0 +1,71 @@
+"""The model requests of a run, as sent: content-addressed pieces under `<run folder>/requests/` (core/sent.py says
+what the stored form is), written before the trace that names them, and read back whole by `read_request`.
+
+    from traces.requests import read_request
+    call = trace.model_calls()[0]
+    sent = read_request(run_dir, call.request_id)   # {"messages": [...], "tools": [...], "response_schema": ...}
+
+Each distinct piece is one small JSON file written once (a turn's transcript grows by a few messages per request;
+the system text and the tool specs are shared by the whole run), so the folder grows with what is new, not with
+the number of requests times the prompt length.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from core.files import write_json_atomic
+from core.sent import piece_hash
+
+FOLDER = "requests"
+_HASH = re.compile(r"^[0-9a-f]{32}$")
+
+
+class RequestNotStored(LookupError):
+    """A request id (or one of its pieces) is not in the run folder, or a piece does not match its hash."""
+
+
+def write_pieces(run_dir: Path, pieces: dict[str, Any]) -> int:
+    """Writes the pieces not yet stored; returns how many were new."""
+    folder = Path(run_dir) / FOLDER
+    new = 0
+    for key, value in pieces.items():
+        if not _HASH.match(key):
+            continue
+        path = folder / f"{key}.json"
+        if path.exists():
+            continue
+        folder.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, json.dumps(value, ensure_ascii=False, sort_keys=True))
+        new += 1
+    return new
+
+
+def read_piece(run_dir: Path, key: str) -> Any:
+    """One stored piece, checked against its hash (a damaged or foreign file is refused, never trusted)."""
+    if not isinstance(key, str) or not _HASH.match(key):
+        raise RequestNotStored(f"not a request piece id: {key!r}")
+    path = Path(run_dir) / FOLDER / f"{key}.json"
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise RequestNotStored(f"{path}: {type(e).__name__}: {e}") from None
+    if piece_hash(value) != key:
+        raise RequestNotStored(f"{path} does not hold what its name says (damaged or edited)")
+    return value
+
+
+def read_request(run_dir: Path, request_id: str) -> dict[str, Any]:
+    """The request as sent: `messages` (stored form: image data URLs as `sha256:<hex>`), `tools` (the tool specs
+    offered, or None), `response_schema` (or None), `max_tokens`, `temperature`. Raises RequestNotStored."""
+    record = read_piece(run_dir, request_id)
+    if not isinstance(record, dict) or record.get("kind") != "request":
+        raise RequestNotStored(f"{request_id} is not a request record")
+    return {"messages": [read_piece(run_dir, k) for k in record.get("messages") or []],
+            "tools": read_piece(run_dir, record["tools"]) if record.get("tools") else None,
+            "response_schema": read_piece(run_dir, record["response_schema"]) if record.get("response_schema") else None,
+            "max_tokens": record.get("max_tokens"), "temperature": record.get("temperature"),
+            "message_ids": list(record.get("messages") or []), "tools_id": record.get("tools")}
