@@ -39,6 +39,7 @@ class Route(BaseModel):
     object: str | None = None
     summary: str = ""
     expanded: str = ""
+    entities: list[str] = Field(default_factory=list, description="Entities the routing extracted (EURECOM §2.2).")
     direct: AnswerDraft | None = Field(None, description="The demand-adaptive answerer's own answer (no retrieval).")
     notes: list[str] = Field(default_factory=list, description="Who decided what, for the trace's rationale.")
 
@@ -183,7 +184,8 @@ def _expand(obj: dict[str, Any], view: PolicyView) -> dict[str, Any]:
     entities: list[Any] = raw[:5] if isinstance(raw, list) else []
     names = [_text(e, 80).split(",")[0].strip() for e in entities]
     object_ = next((n for n in names if n), None)
-    return {"expanded": expanded if expanded.lower() != view.question.strip().lower() else "", "object": object_}
+    return {"expanded": expanded if expanded.lower() != view.question.strip().lower() else "", "object": object_,
+            "entities": [_text(e, 80) for e in entities if _text(e, 80)]}
 
 
 def _nothing(view: PolicyView) -> dict[str, Any]:

@@ -65,6 +65,18 @@ class Step(_Strict):
         return self
 
 
+class ContextSpec(_Strict):
+    """What the answer model reads (graph/presets/context.py): the reranker's kept list, within token budgets."""
+
+    follows: str
+    reranked_only: bool = Field(True, description="When the reranker ran, its kept list is the whole context; the "
+                                "searches before it are shown by their count only.")
+    image_tokens: int | None = Field(None, ge=1, le=200_000, description="Tokens of image-search content, at most.")
+    web_tokens: int | None = Field(None, ge=1, le=200_000, description="Tokens of web content, at most.")
+    item_tokens: int | None = Field(None, ge=1, le=100_000, description="Tokens of one item, at most (a chunk).")
+    max_items: int | None = Field(None, ge=1, le=1000, description="Items in the context, at most.")
+
+
 class AnswerSpec(_Strict):
     """How the final answer is written (a model answers with the retrieved context in its prompt)."""
 
@@ -73,6 +85,9 @@ class AnswerSpec(_Strict):
                                           "are left out of the answer's context.")
     realtime_min_retrieval: float | None = Field(None, ge=0, le=1, description="When the router calls the question "
                                                  "real-time and no evidence scores this much, answer 'I don't know'.")
+    context: ContextSpec | None = Field(None, description="With a model: the answer context's rule and token "
+                                        "budgets (none: the model policy's default of 5 items x 300 characters per "
+                                        "call, every call's results shown).")
 
 
 class VerificationSpec(_Strict):

@@ -27,6 +27,23 @@ class StandInVerifier(EvidenceSupportVerifier):
         self.name = f"heuristic:evidence-support (stand-in for {replaces})"
 
 
+class ContextVerifier:
+    """A model self-check that reads the turn as the answer model read it (the reranker's kept list within the
+    preset's budgets: graph/presets/context.py), not the raw search results."""
+
+    blocking = True
+
+    def __init__(self, inner: Any, context: Any):
+        self.inner = inner
+        self.context = context
+        self.name = inner.name
+
+    def verify(self, question: str, draft: AnswerDraft, evidence: list[str], image: Any = None,
+               view: PolicyView | None = None) -> Verdict:
+        seen = self.context(view)[0] if view is not None else None
+        return self.inner.verify(question, draft, evidence, image, view=seen)
+
+
 class UnswVerifier:
     """UNSW (003) §3.3-3.4 and Algorithm 1: the non-RAG answer is generated beside the RAG draft, a judge says
     whether the two are consistent, chain-of-verification scores the draft (S_CoV); the draft is kept only when
