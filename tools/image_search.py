@@ -18,18 +18,21 @@ def hits_from_image_results(results: list[dict]) -> list[Hit]:
 
 
 @tool(tags={"finds_entity"}, writes={"evidence"})
-def image_search(ctx: ToolContext, use_crop: bool = True, k: Annotated[int, Field(ge=1, le=50)] = 5) -> ToolOutput:
+def image_search(ctx: ToolContext, use_crop: bool = True, k: Annotated[int, Field(ge=1, le=50)] = 5,
+                 crop_only: bool = False) -> ToolOutput:
     """Find the pictured entity in the image knowledge graph; returns entities with attributes and similarity scores.
 
     Args:
         use_crop: search with the detected object crop as well as the whole photo
         k: how many results per search
+        crop_only: with use_crop, search with the crop alone (the whole photo only when there is no crop)
     """
     if ctx.image is None:
         raise ValueError("this turn has no usable image to search with")
     search = ctx.resources.search
-    results = list(search.image_search(ctx.image, k=k))
-    if use_crop and ctx.crop is not None:
+    crop = use_crop and ctx.crop is not None
+    results = [] if crop and crop_only else list(search.image_search(ctx.image, k=k))
+    if crop:
         results += search.image_search(ctx.focus_image(), k=k)
     best: dict[str, Hit] = {}
     for h in hits_from_image_results(results):
