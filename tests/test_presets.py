@@ -298,3 +298,51 @@ def test_mmrag_baseline_keeps_image_hits_under_0_75_out_of_the_answer_context():
     assert {h.entity_name for h in tr.tool_calls()[0].results} == {"Falcon 9", "Saturn V"}  # both were found
     answer = next(b for b in bodies if "No more tool calls" in b)
     assert "Falcon 9" in answer and "Saturn V" not in answer  # CRAG-MM Appendix C.1: similarity >= 0.75 only
+
+
+# ---- writing your own preset ----------------------------------------------------------------------------------
+
+
+def _preset_file(tmp_path, steps: str) -> Path:
+    path = tmp_path / "mine.yaml"
+    path.write_text("name: mine\ntitle: t\npaper: p\nsummary: s\npolicy: pipeline\nanswer: {follows: x}\n"
+                    f"verification: {{mode: none, follows: x}}\nsteps:\n{steps}")
+    return path
+
+
+def test_a_misspelled_tool_or_router_is_a_one_line_error_naming_the_closest(tmp_path, capsys):
+    from graph.presets import main
+
+    typo = _preset_file(tmp_path, "  - {id: image, module: A, follows: x, tools: [image_serch]}\n")
+    with pytest.raises(ValueError) as e:
+        load_preset(typo)
+    assert "\n" not in str(e.value) and "step 'image': unknown tool 'image_serch' (did you mean 'image_search'?)" \
+        in str(e.value)
+    router = _preset_file(tmp_path, "  - {id: r, module: R, follows: x, route: superlens-demnd}\n")
+    with pytest.raises(ValueError) as e:
+        load_preset(router)
+    assert "\n" not in str(e.value) and "unknown router 'superlens-demnd' (did you mean 'superlens-demand'?)" \
+        in str(e.value)
+    assert main([str(router)]) == 2 and "did you mean 'superlens-demand'" in capsys.readouterr().err
+    good = _preset_file(tmp_path, "  - {id: image, module: A, follows: x, tools: [image_search]}\n")
+    assert main([str(good)]) == 0 and "mine: t" in capsys.readouterr().out  # a file outside the bundled folder
+
+
+def test_the_docs_example_preset_has_tools_on_crag_mm_and_on_superglasses(tmp_path):
+    import re
+
+    from graph.config import ToolsConfig
+    from graph.presets import apply_to_config
+    from tools import default_registry
+
+    text = (ROOT / "docs" / "presets.md").read_text(encoding="utf-8")
+    example = re.search(r"### Writing your own.*?```yaml\n(.*?)```", text, re.S).group(1)
+    path = tmp_path / "example.yaml"
+    path.write_text(example)
+    preset = load_preset(path)
+    for profile, wanted in (("crag-mm", {"image_search", "web_search"}), ("superglasses", {"google_lens",
+                                                                                          "google_search"})):
+        config = apply_to_config(preset, AgentConfig(tools=ToolsConfig(profile=profile)))
+        names = {t.name for t in default_registry().for_task(2, config.tools.allowed, profile)}
+        assert wanted <= names, (profile, names)
+        assert all(any(t in names for t in s.tools) for s in preset.steps)  # every step has a tool it can call
