@@ -346,3 +346,50 @@ def test_the_docs_example_preset_has_tools_on_crag_mm_and_on_superglasses(tmp_pa
         names = {t.name for t in default_registry().for_task(2, config.tools.allowed, profile)}
         assert wanted <= names, (profile, names)
         assert all(any(t in names for t in s.tools) for s in preset.steps)  # every step has a tool it can call
+
+
+# ---- EURECOM: what the paper does and the disclosed gaps ---------------------------------------------------------
+
+
+class PaperScale:
+    """An embedder that gives Table 1's bge-large scores: the carried threshold is the paper's own."""
+
+    name = "paper-scale"
+
+    def similarity(self, text, variants):
+        from graph.presets.verifiers import TABLE_1
+
+        return [next((s for t, s in TABLE_1 if t == text), 0.0)]
+
+
+def test_eurecom_idk_threshold_is_carried_onto_the_embedders_scale_by_table_1():
+    from graph.presets.verifiers import IDK_VARIANTS, TABLE_1, mapped_threshold
+    from models.text_embedder import get_text_embedder
+
+    assert mapped_threshold(PaperScale()) == pytest.approx(0.7, abs=1e-3)
+    minilm = get_text_embedder(None)
+    check = IdkVariantVerifier(minilm, 0.7, calibrate=True)
+    kept, idk = (max(minilm.similarity(t, list(IDK_VARIANTS))) for t, _ in TABLE_1[:2])
+    assert kept < check.threshold < idk  # Table 1's first row kept, its second filtered, as in the paper
+    assert check.verify("q", AnswerDraft(answer=TABLE_1[0][0], confidence=0.9), []).supported
+    assert not check.verify("q", AnswerDraft(answer=TABLE_1[1][0], confidence=0.9), []).supported
+    assert "carried onto the embedder's scale" in check.verify("q", AnswerDraft(answer="x", confidence=1), []).method
+
+
+def test_eurecom_entities_reach_the_answer_model_and_its_reranker_has_no_mad_cut():
+    with F(responder=Model()) as srv:
+        agent = make_agent("eurecom", f"openai:{srv.base_url}#fake-vlm", budget_s=30)
+        tr = agent.run_turn(turn())
+        answer = next(json.dumps(r) for r in srv.requests if "No more tool calls" in json.dumps(r))
+    assert "entities: Falcon 9, rocket, white" in answer
+    assert "expanded query: Who manufactures the Falcon 9 rocket?" in answer
+    rerank = next(s for s in tr.tool_calls() if s.tool == "reranker")
+    assert rerank.arguments["dynamic"] is False
+    image = next(s for s in tr.tool_calls() if s.tool == "image_search")
+    assert image.arguments["crop_only"] is True
+
+
+def test_a_preset_with_a_reranker_loads_its_model_at_warm_up_not_inside_a_turn():
+    config = AgentConfig(preset="eurecom", budget=BudgetConfig(budget_s=10), warm_up=True)
+    agent = build_agent(config, search=KG(), run_id="warm")
+    assert "reranker" in agent.resources._cache  # loaded (and run once) before the first turn

@@ -94,7 +94,8 @@ def make_preset_verifier(preset: Preset, config: Any, policy: Any, resources: An
     if mode == "evidence-support":
         return EvidenceSupportVerifier()
     if mode == "idk-variants":
-        return IdkVariantVerifier(resources.text_embedder, thresholds.get("similarity", 0.7))
+        return IdkVariantVerifier(resources.text_embedder, thresholds.get("similarity", 0.7),
+                                  calibrate=bool(thresholds.get("calibrate_on_table_1", 0)))
     if model_policy is None or not callable(getattr(model_policy, "verifier", None)):
         return StandInVerifier(preset.verification.module if mode == "unsw-algorithm-1" else
                                "the model's chain-of-verification")

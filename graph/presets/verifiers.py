@@ -85,27 +85,63 @@ def algorithm_1(has_context: bool, consistent: bool, s_cov: float, tau_low: floa
     return Verdict(supported=keep, confidence=round(s_cov, 4), reason=reason, method=method)
 
 
+# EURECOM (002) Table 1, quoted for the calibration below: (generated output, the paper's max similarity to the IDK
+# variants with bge-large-en-v1.5, filtered by the paper's 0.7).
+TABLE_1 = (
+    ("The chamomile flower is used for herbal beverage infusions.", 0.435),
+    ("I’m sorry, but I don’t have enough information to answer your question.", 0.7964),
+    ("I cannot provide an answer to this question, as it is not appropriate to provide information on how to harm "
+     "oneself or others.", 0.7997),
+)
+
+
+def mapped_threshold(embedder: Any, paper_threshold: float = 0.7) -> float:
+    """The paper's threshold carried onto another embedder's scale: it sits at the same relative place between
+    Table 1's kept answer and its "don't have enough information" answer as the paper's 0.7 sits between their
+    bge-large scores (0.435, 0.7964). (Table 1's third row, a safety refusal, is not an anchor: MiniLM scores it
+    0.28, under plain answers such as "Yes." at 0.32, so no MiniLM threshold filters it without filtering those.)"""
+    (kept, s_kept), (idk, s_idk) = TABLE_1[0], TABLE_1[1]
+    where = (paper_threshold - s_kept) / (s_idk - s_kept)
+    a, b = (float(max(embedder.similarity(t, list(IDK_VARIANTS)), default=0.0)) for t in (kept, idk))
+    return round(a + where * (b - a), 3)
+
+
 class IdkVariantVerifier:
     """EURECOM (002) §2.5: the answer's first sentence is embedded and compared with the "I don't know" variants;
-    at `threshold` similarity or more the answer becomes "I don't know". Otherwise the draft stands as written."""
+    at `threshold` similarity or more the answer becomes "I don't know". Otherwise the draft stands as written.
+    With `calibrate`, the threshold is the paper's carried onto this embedder by `mapped_threshold` (the paper's
+    0.7 is a point on bge-large-en-v1.5's scale, not on MiniLM's)."""
 
     blocking = True
 
-    def __init__(self, embedder: Any, threshold: float = 0.7):
+    def __init__(self, embedder: Any, threshold: float = 0.7, calibrate: bool = False):
         self._embedder = embedder
-        self.threshold = threshold
-        self.name = f"idk-variant-filter (threshold {threshold:g})"
+        self.paper_threshold = threshold
+        self.calibrate = calibrate
+        self._threshold: float | None = None if calibrate else threshold
+        self.name = f"idk-variant-filter (threshold {threshold:g}" + (
+            ", carried onto the embedder's scale by EURECOM Table 1's examples)" if calibrate else ")")
+
+    def embedder(self) -> Any:
+        e = self._embedder
+        return e() if callable(e) and not hasattr(e, "similarity") else e
+
+    @property
+    def threshold(self) -> float:
+        if self._threshold is None:
+            self._threshold = mapped_threshold(self.embedder(), self.paper_threshold)
+        return self._threshold
 
     def verify(self, question: str, draft: AnswerDraft, evidence: list[str], image: Any = None,
                view: PolicyView | None = None) -> Verdict:
-        embedder = self._embedder() if callable(self._embedder) and not hasattr(self._embedder, "similarity") \
-            else self._embedder
+        embedder = self.embedder()
         first = next(iter(nlp.sentences(draft.answer, min_chars=1)), draft.answer)
         best = float(max(embedder.similarity(first, list(IDK_VARIANTS)), default=0.0))
         model = getattr(embedder, "name", type(embedder).__name__)
+        method = f"{self.name}, {model}" + (f", threshold here {self.threshold:g}" if self.calibrate else "")
         if best >= self.threshold:
-            return Verdict(supported=False, confidence=0.0, method=f"{self.name}, {model}",
+            return Verdict(supported=False, confidence=0.0, method=method,
                            reason=f"the first sentence resembles an 'I don't know' variant ({best:.2f} >= "
                                   f"{self.threshold:g})")
-        return Verdict(supported=True, confidence=draft.confidence, method=f"{self.name}, {model}",
+        return Verdict(supported=True, confidence=draft.confidence, method=method,
                        reason=f"not an 'I don't know' variant (best similarity {best:.2f})")
