@@ -23,6 +23,9 @@ REPLIES: dict[str, dict[str, Any]] = {
     "chain of verification": {"verifications": [{"question": "q", "answer": "a", "supported": True}],
                               "supported": True, "confidence": 0.95, "reason": "the KG says so"},
     "Closed-book answer": {"consistent": True, "reason": "same maker"},
+    "proposed answer below against the image": {"confidence": 0.95, "reasoning": "the KG says so",
+                                       "sub_questions": [{"question": "who makes it?", "finding": "Supported"}]},
+    "Judge impartially": {"consistent": True, "reason": "same maker"},
 }
 ANSWER = {"answer": "SpaceX", "confidence": 0.9, "entity": "Falcon 9", "rationale": "KG"}
 

@@ -393,3 +393,26 @@ def test_a_preset_with_a_reranker_loads_its_model_at_warm_up_not_inside_a_turn()
     config = AgentConfig(preset="eurecom", budget=BudgetConfig(budget_s=10), warm_up=True)
     agent = build_agent(config, search=KG(), run_id="warm")
     assert "reranker" in agent.resources._cache  # loaded (and run once) before the first turn
+
+
+# ---- UNSW: text-only router, Appendix A.3 judge with image and context, Appendix A.4 CoV ------------------------
+
+
+def test_unsw_router_is_text_only_and_the_judge_and_cov_see_image_and_reranked_context():
+    with F(responder=Model()) as srv:
+        make_agent("unsw-verify", f"openai:{srv.base_url}#fake-vlm", budget_s=30).run_turn(turn())
+        bodies = [json.dumps(r) for r in srv.requests]
+    router = next(b for b in bodies if "Classify a question" in b)
+    assert "image_url" not in router  # §3.1: the router is a text model
+    judge = next(b for b in bodies if "Judge impartially" in b)
+    cov = next(b for b in bodies if "Fact-check the proposed answer" in b)
+    for body in (judge, cov):
+        assert "image_url" in body and "kept" in body and "passed to the reranker" in body  # A.3 / A.4 inputs
+    assert "Phase 1, holistic" in cov and "0.25 very low" in cov and "is 0.0" in cov
+
+
+def test_unsw_low_cov_confidence_turns_the_answer_into_i_dont_know():
+    low = Model(proposed_answer_below_against_the_image={"confidence": 0.7, "reasoning": "r", "sub_questions": []})
+    tr = run_with_model("unsw-verify", low)
+    verdict = next(s for s in tr.steps if s.node == "verdict")
+    assert verdict.verdict.confidence == 0.7 and not verdict.verdict.supported and tr.answer == IDK

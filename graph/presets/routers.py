@@ -53,6 +53,7 @@ class Router:
     stand_in: str
     heuristic: Callable[[PolicyView], dict[str, Any]]
     max_tokens: int = 200
+    sees_image: bool = True  # False: a text-only router (UNSW §3.1: a 1B text model classifies the question)
 
 
 def _history(view: PolicyView) -> str:
@@ -70,7 +71,7 @@ def ask_model(backend: Any, router: Router, view: PolicyView, image: Any) -> dic
     """One model request with the router's prompt and schema; the parsed route fields."""
     from models.vlm.base import complete_and_report, extract_json, image_to_data_url
 
-    sees = image is not None and bool(getattr(backend, "supports_images", False))
+    sees = router.sees_image and image is not None and bool(getattr(backend, "supports_images", False))
     text = string.Template((PROMPTS_DIR / f"{router.prompt}.txt").read_text(encoding="utf-8")).safe_substitute(
         question=view.question, history=_history(view), image_note=_image_note(view, sees))
     content: Any = text
@@ -214,7 +215,8 @@ ROUTERS: dict[str, Router] = {r.name: r for r in (
                                                                    "object": _S}),
            _superlens_search, "stand-in heuristic:question-type-router", search_router_stand_in),
     Router("unsw-route", "preset_unsw_route", _schema({"needs_external_info": _B, "is_real_time": _B}),
-           _unsw_route, "stand-in heuristic:keyword-router", keyword_router_stand_in, max_tokens=60),
+           _unsw_route, "stand-in heuristic:keyword-router", keyword_router_stand_in, max_tokens=60,
+           sees_image=False),
     Router("unsw-summary", "preset_unsw_summary", _schema({"summary": _S}), _summary,
            "stand-in: no image summary offline (q' = q)", _nothing),
     Router("eurecom-expand", "preset_eurecom_expand",

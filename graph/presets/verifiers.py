@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from graph.policy import AnswerDraft, PolicyView, is_abstention
+from graph.policy import IDK, AnswerDraft, PolicyView, is_abstention
 from graph.verify import EvidenceSupportVerifier
 from text import nlp
 from tools.base import Verdict
@@ -44,33 +44,75 @@ class ContextVerifier:
         return self.inner.verify(question, draft, evidence, image, view=seen)
 
 
+UNSW_COV_SCHEMA = {"name": "unsw_cov", "schema": {
+    "type": "object", "additionalProperties": False, "required": ["confidence", "reasoning", "sub_questions"],
+    "properties": {"confidence": {"type": "number", "minimum": 0, "maximum": 1}, "reasoning": {"type": "string"},
+                   "sub_questions": {"type": "array", "maxItems": 5, "items": {
+                       "type": "object", "additionalProperties": False, "required": ["question", "finding"],
+                       "properties": {"question": {"type": "string"},
+                                      "finding": {"type": "string", "enum": ["Supported", "Unsupported"]}}}}}}}
+
+
 class UnswVerifier:
-    """UNSW (003) §3.3-3.4 and Algorithm 1: the non-RAG answer is generated beside the RAG draft, a judge says
-    whether the two are consistent, chain-of-verification scores the draft (S_CoV); the draft is kept only when
-    consistent and S_CoV >= tau_low with retrieved context, or >= tau_high without. The three requests are the
-    model self-check's own (graph/model_verify.py: closed-book answer, consistency judge, CoV)."""
+    """UNSW (003) §3.3-3.4 and Algorithm 1: the non-RAG answer (eq. 9) is generated beside the chain of
+    verification (Appendix A.4's two phases, crucial rule and anchored scale: prompts/preset_unsw_cove.txt), then
+    an impartial judge sees the image, the context and both answers (Appendix A.3: prompts/preset_unsw_consistency.txt);
+    the draft is kept only when consistent and S_CoV >= tau_low with retrieved context, or >= tau_high without.
+    The requests are the model policy's, over the turn as the answer model read it (the reranked context)."""
 
     blocking = True
 
     def __init__(self, policy: Any, tau_low: float = 0.9, tau_high: float = 1.0):
         from graph.model_verify import ModelVerifier
 
+        self.policy = policy
         self.checks = ModelVerifier(policy, "dual-cove")
         self.tau_low = tau_low
         self.tau_high = tau_high
         self.name = f"unsw-algorithm-1 (dual path + consistency + CoV; tau_low {tau_low:g}, tau_high {tau_high:g})"
 
+    def cov(self, view: PolicyView, draft: str, image: Any) -> float:
+        """S_CoV: the confidence the Appendix A.4 check gives (0.0 for a reply without one)."""
+        from graph.model_replies import confidence
+        from models.vlm.base import extract_json
+
+        text = load_template("preset_unsw_cove").safe_substitute(question=view.question, draft=draft)
+        reply = self.policy.ask("cove", view, image, text, UNSW_COV_SCHEMA, max_tokens=self.policy.verify_max_tokens)
+        obj = extract_json(reply.text) or {}
+        return confidence(obj.get("confidence", 0.0))
+
+    def consistent(self, view: PolicyView, draft: str, closed: str, image: Any) -> bool:
+        from graph.model_replies import CONSISTENCY_SCHEMA
+        from graph.model_verify import _as_bool
+        from models.vlm.base import extract_json
+
+        text = load_template("preset_unsw_consistency").safe_substitute(question=view.question, draft=draft,
+                                                                         closed_book=closed)
+        obj = extract_json(self.policy.ask("consistency", view, image, text, CONSISTENCY_SCHEMA, max_tokens=200).text)
+        return bool(obj) and _as_bool(obj.get("consistent", False))
+
     def verify(self, question: str, draft: AnswerDraft, evidence: list[str], image: Any = None,
                view: PolicyView | None = None) -> Verdict:
+        from core.calls import run_many
         from graph.model_verify import _view_without_steps
 
         if is_abstention(draft.answer):
             return Verdict(supported=False, confidence=0.0, reason="the draft abstains", method=self.name)
         turn = view or _view_without_steps(question, evidence)
-        closed, cove, judgement = self.checks.dual_path(question, turn, draft.answer, image)
-        consistent = judgement.consistent
-        return algorithm_1(bool(evidence), consistent, cove.confidence, self.tau_low, self.tau_high, closed.answer,
-                           self.name)
+        (ok_c, closed), (ok_v, s_cov) = run_many([lambda: self.checks.closed_book_answer(turn, image),
+                                                  lambda: self.cov(turn, draft.answer, image)], timeout_s=3600)
+        if not ok_v:
+            raise s_cov
+        closed_answer = closed.answer if ok_c else IDK
+        consistent = self.consistent(turn, draft.answer, closed_answer, image)
+        has_context = any(s.update.get("evidence") for s in turn.done) if view is not None else bool(evidence)
+        return algorithm_1(has_context, consistent, s_cov, self.tau_low, self.tau_high, closed_answer, self.name)
+
+
+def load_template(name: str) -> Any:
+    from graph.model_prompts import load_prompt
+
+    return load_prompt(name)
 
 
 def algorithm_1(has_context: bool, consistent: bool, s_cov: float, tau_low: float, tau_high: float,
