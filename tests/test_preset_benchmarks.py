@@ -149,7 +149,7 @@ def test_presets_command_counts_model_calls_and_tokens_with_a_model(tmp_path, de
                      "--run-id", "m", "--no-progress", "--model", f"openai:{srv.base_url}#fake-vlm",
                      "--budget", "30", "--no-chart", "--same-process"]) == 0
     rows = {r["label"]: r for r in json.loads((tmp_path / "m" / "presets.json").read_text())["presets"]}
-    # superlens: demand router, search router, decoupler, answer; unsw: router, summary, answer + 3 to verify
-    assert rows["superlens"]["model_calls_per_turn"] == 4 and rows["superlens"]["tokens_per_turn"] == 60
+    # superlens: domain router, direct answer, search router, decoupler, answer; unsw: router, summary, answer + 3
+    assert rows["superlens"]["model_calls_per_turn"] == 5 and rows["superlens"]["tokens_per_turn"] == 75
     assert rows["unsw-verify"]["model_calls_per_turn"] == 6 and rows["unsw-verify"]["tokens_per_turn"] == 90
     assert "offline stand-ins" not in capsys.readouterr().out

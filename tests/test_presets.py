@@ -133,7 +133,7 @@ EXPECTED_CALLS = {
     "react": ["cove", "decide", "decide"],  # the second decision carries the answer
     "rule": [],
     "mmrag-baseline": ["answer", "decouple"],
-    "superlens": ["answer", "decouple", "superlens-demand", "superlens-search"],
+    "superlens": ["answer", "decouple", "superlens-demand", "superlens-domain", "superlens-search"],
     "unsw-verify": ["answer", "closed_book", "consistency", "cove", "unsw-route", "unsw-summary"],
     "eurecom": ["answer", "eurecom-expand"],
     "no-retrieval": ["answer"],
@@ -165,7 +165,8 @@ def test_superlens_follows_figure_4_detector_and_decoupler_then_both_lenses_then
     assert calls["reranker"].arguments == {"query": QUESTION, "image_weight": 0.4, "min_score": 0.6, "top_k": 10,
                                            "dynamic": False}
     first = tr.tool_calls()[0]
-    assert [c.purpose for c in first.model_calls] == ["superlens-demand", "superlens-search"]  # routing first
+    # routing first: Figure 14's domain, Figure 15's direct answer, then the search router
+    assert [c.purpose for c in first.model_calls] == ["superlens-domain", "superlens-demand", "superlens-search"]
     log = to_superglasses(tr)
     assert log.need_retrieval is True and log.tool_decision and log.hops
     report = compare([log], [log], embedder=None)  # traces.compare reads preset traces as any other
@@ -173,10 +174,14 @@ def test_superlens_follows_figure_4_detector_and_decoupler_then_both_lenses_then
 
 
 def test_superlens_demand_adaptive_answerer_answers_directly_or_retrieves_one_lens():
-    direct = Model(decide_which_domain={"domain": "Vehicle", "reasoning": "a Falcon 9 is made by SpaceX",
-                                        "answer": "SpaceX", "confidence": 0.8, "needs_retrieval": False})
-    tr = run_with_model("superlens", direct)
-    assert rounds(tr) == [] and tr.answer == "SpaceX" and purposes(tr) == ["superlens-demand"]
+    direct = Model(Domain_of_the_question={
+        "reasoning": "a Falcon 9 is made by SpaceX", "answer": "SpaceX", "confidence": 0.8, "needs_retrieval": False})
+    with F(responder=direct) as srv:
+        tr = make_agent("superlens", f"openai:{srv.base_url}#fake-vlm", budget_s=30).run_turn(turn())
+        domain, answer = (json.dumps(r) for r in srv.requests)
+    assert rounds(tr) == [] and tr.answer == "SpaceX" and purposes(tr) == ["superlens-demand", "superlens-domain"]
+    assert "Identify the domain" in domain and "step by step" not in domain  # Figure 14: the domain alone
+    assert "Domain of the question: Vehicle. Name the make, model and generation" in answer  # Figure 15's guideline
     image_only = Model(Decide_how_to_search={"image_search": True, "text_search": False, "object": "rocket"})
     assert rounds(run_with_model("superlens", image_only)) == [["detect_crop"], ["image_search"], ["reranker"]]
 
@@ -185,12 +190,12 @@ def test_superlens_without_its_demand_router_always_retrieves(tmp_path):
     data = load_preset("superlens").model_dump(mode="json", exclude_defaults=True)
     variant = tmp_path / "superlens-mandatory.yaml"
     variant.write_text(json.dumps({**data, "disabled": ["demand_router"]}))  # JSON is YAML
-    direct = Model(decide_which_domain={"domain": "Vehicle", "reasoning": "r", "answer": "SpaceX",
-                                        "confidence": 0.8, "needs_retrieval": False})
+    direct = Model(Domain_of_the_question={"reasoning": "r", "answer": "SpaceX",
+                                                               "confidence": 0.8, "needs_retrieval": False})
     with F(responder=direct) as srv:
         agent = make_agent(str(variant), f"openai:{srv.base_url}#fake-vlm", budget_s=30)
         tr = agent.run_turn(turn())
-    assert "superlens-demand" not in purposes(tr) and rounds(tr)[0] == ["detect_crop", "query_decoupler"]
+    assert "superlens-demand" not in purposes(tr) and "superlens-domain" not in purposes(tr) and rounds(tr)[0] == ["detect_crop", "query_decoupler"]
     assert "removed (ablation)" in tr.tool_calls()[0].rationale and "without demand_router" in tr.policy
 
 
