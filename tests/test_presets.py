@@ -421,3 +421,59 @@ def test_unsw_low_cov_confidence_turns_the_answer_into_i_dont_know():
     tr = run_with_model("unsw-verify", low)
     verdict = next(s for s in tr.steps if s.node == "verdict")
     assert verdict.verdict.confidence == 0.7 and not verdict.verdict.supported and tr.answer == IDK
+
+
+# ---- docs/presets.md's stage tables, kept true -------------------------------------------------------------------
+
+
+def stage_tables() -> dict[str, list[tuple[list[str], list[str], str]]]:
+    """docs/presets.md 'Paper stage by stage': per preset, each row's (step ids, labels sent with a model,
+    difference)."""
+    import re
+
+    text = (ROOT / "docs" / "presets.md").read_text(encoding="utf-8")
+    section = text.split("## Paper stage by stage", 1)[1].split("\n## ", 1)[0]
+    out = {}
+    for block in section.split("\n### ")[1:]:
+        name = re.match(r"`([\w-]+)`", block).group(1)
+        rows = [line for line in block.splitlines() if line.startswith("| ") and not line.startswith("| paper")]
+        cells = [[c.strip() for c in r.strip("|").split("|")] for r in rows if not r.startswith("| ---")]
+        out[name] = [(re.findall(r"`([\w-]+)`", c[1]), re.findall(r"`([\w-]+)`", c[2]), c[3]) for c in cells]
+    return out
+
+
+def sent_in_order(tr: TurnTrace) -> list[str]:
+    """The turn's model requests (by purpose) and tool calls (by name), in the order the trace records them."""
+    calls = {id(s) for s in tr.tool_calls()}
+    out: list[str] = []
+    for s in tr.steps:
+        out += [c.purpose for c in getattr(s, "model_calls", None) or []]
+        if id(s) in calls:
+            out.append(s.tool)
+    return out
+
+
+@pytest.mark.parametrize("name", ["mmrag-baseline", "superlens", "unsw-verify", "eurecom", "no-retrieval"])
+def test_docs_stage_tables_match_the_logged_requests(name):
+    table = stage_tables()[name]
+    preset = load_preset(name)
+    ids = {s.id for s in preset.steps} | {"answer", "verification"}
+    for steps, _, difference in table:
+        assert set(steps) <= ids, (name, steps)
+        assert difference.split(":")[0].split(" ")[0] in ("none", "stand-in", "gap"), difference
+    with F(responder=Model()) as srv:
+        tr = make_agent(name, f"openai:{srv.base_url}#fake-vlm", budget_s=30).run_turn(turn())
+        answer_body = next(json.dumps(r) for r in srv.requests if "No more tool calls" in json.dumps(r))
+    sent = sent_in_order(tr)
+    at = 0
+    for _, labels, _ in table:  # each row's items, in any order among themselves, then the next row's
+        assert sorted(sent[at:at + len(labels)]) == sorted(labels), (name, sent, labels)
+        at += len(labels)
+    assert at == len(sent), (name, sent[at:])
+    answer = next(s for s in tr.steps if s.node == "answer")
+    if preset.answer is not None and preset.answer.context is not None:  # the context the table names
+        assert "answer context:" in answer.rationale
+        rerank = next((s for s in tr.tool_calls() if s.tool == "reranker"), None)
+        if rerank is not None:
+            assert "the reranker's kept list" in answer.rationale and "passed to the reranker" in answer_body
+            assert answer_body.count("[1] (") == 1  # one listing of items: the reranker's, none from the searches
