@@ -477,3 +477,27 @@ def test_docs_stage_tables_match_the_logged_requests(name):
         if rerank is not None:
             assert "the reranker's kept list" in answer.rationale and "passed to the reranker" in answer_body
             assert answer_body.count("[1] (") == 1  # one listing of items: the reranker's, none from the searches
+
+
+def test_image_search_crop_only_searches_a_detection_alone_and_a_heuristic_crop_with_the_photo():
+    from core.types import Box
+    from models.resources import ModelPaths, Resources
+    from tools import ToolCall, ToolContext, default_registry
+
+    sizes: list[tuple[int, int]] = []
+
+    class Sizes(KG):
+        def image_search(self, image, k=5):
+            sizes.append(image.size)
+            return super().image_search(image, k)
+
+    registry = default_registry()
+    photo = Image.new("RGB", (64, 48), (200, 30, 30))
+    for method, searched in (("grounding-dino:tiny", [(20, 20)]), ("heuristic:saliency-crop", [(64, 48), (20, 20)])):
+        sizes.clear()
+        ctx = ToolContext(task=2, question=QUESTION, image=photo, resources=Resources(Sizes(), ModelPaths()),
+                          crop=Box(x0=0, y0=0, x1=20, y1=20, label="rocket", method=method))
+        tool, args = registry.validate(ToolCall(tool="image_search", arguments={"crop_only": True}), 2)
+        out = tool.run(ctx, args)
+        assert sizes == searched, method
+        assert ("stand-in" in out.method) is method.startswith("heuristic:")
