@@ -193,7 +193,8 @@ def table(todo: list[Variant], rows: list[Row]) -> tuple[str, list[dict[str, Any
     width = max(len(v.title) for v in todo) + 2
     head = (f"{'setting':{width}} {'n':>4} {'accuracy':>8} {'change [95% CI]':>24} {'truth':>7} "
             f"{'change [95% CI]':>24}")
-    lines, out, group = [head, "-" * len(head)], [], None
+    lines, group = [head, "-" * len(head)], None
+    out: list[dict[str, Any]] = []
     for v, r in zip(todo, rows):
         if v.group != group and v.group:
             lines.append(v.group)

@@ -81,7 +81,7 @@ def bench_id(kind: str, args: argparse.Namespace, base: Any) -> str:
     return f"{kind}-task{args.task}-{slug(args.data)}-{digest}"
 
 
-def turn_figures(store: Any, keys: set[tuple[str, int]]) -> list[dict[str, float]]:
+def turn_figures(store: Any, keys: set[tuple[str, int]]) -> list[dict[str, Any]]:
     """Latency, tool calls, model calls and tokens of the given turns, read from their traces."""
     out = []
     for t in store:
@@ -105,7 +105,7 @@ def question_flags(report: Any) -> dict[str, tuple[bool, bool]]:
 
 
 def summarize(label: str, preset: str | None, policy: str, run_dir: Path, report: Any,
-              figures: list[dict[str, float]], seconds: float) -> Row:
+              figures: list[dict[str, Any]], seconds: float) -> Row:
     m = report.overall
     lat = np.array([f["latency_ms"] for f in figures], dtype=float)
     flags = question_flags(report)

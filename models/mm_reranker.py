@@ -84,13 +84,12 @@ class JinaM0Reranker:
         self.backbone = model.model.to(device).eval()
         head = load_head(self.path)
         hidden = int(head["dense_weight"].shape[1])
-        self.head = torch.nn.Sequential(torch.nn.Linear(hidden, hidden), torch.nn.ReLU(),
-                                        torch.nn.Linear(hidden, int(head["out_weight"].shape[0])))
+        dense, out = torch.nn.Linear(hidden, hidden), torch.nn.Linear(hidden, int(head["out_weight"].shape[0]))
         with torch.no_grad():
-            for layer, role in ((self.head[0], "dense"), (self.head[2], "out")):
+            for layer, role in ((dense, "dense"), (out, "out")):
                 layer.weight.copy_(head[f"{role}_weight"])
                 layer.bias.copy_(head[f"{role}_bias"])
-        self.head = self.head.to(device).eval()
+        self.head = torch.nn.Sequential(dense, torch.nn.ReLU(), out).to(device).eval()
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:

@@ -33,7 +33,7 @@ def image_search(ctx: ToolContext, use_crop: bool = True, k: Annotated[int, Fiel
     search = ctx.resources.search
     crop = use_crop and ctx.crop is not None
     # a heuristic crop (saliency, OCR box) is a stand-in, not a detection of the object: the photo is searched too
-    stand_in = crop and crop_only and (ctx.crop.method or "").startswith("heuristic:")
+    stand_in = crop and crop_only and ctx.crop is not None and ctx.crop.method.startswith("heuristic:")
     alone = crop and crop_only and not stand_in
     results = [] if alone else list(search.image_search(ctx.image, k=k))
     if crop:

@@ -89,7 +89,7 @@ class UnswVerifier:
         text = load_template("preset_unsw_consistency").safe_substitute(question=view.question, draft=draft,
                                                                          closed_book=closed)
         obj = extract_json(self.policy.ask("consistency", view, image, text, CONSISTENCY_SCHEMA, max_tokens=200).text)
-        return bool(obj) and _as_bool(obj.get("consistent", False))
+        return _as_bool(obj.get("consistent", False)) if obj else False
 
     def verify(self, question: str, draft: AnswerDraft, evidence: list[str], image: Any = None,
                view: PolicyView | None = None) -> Verdict:
