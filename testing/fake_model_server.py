@@ -10,8 +10,7 @@ the request streams), `("status", code, body)`, `("hang", seconds)` (a generatio
 `("generate", reply_or_text, seconds)` (a generation taking `seconds`, streamed piece by piece). With the script
 empty it asks `responder(body)` when one is given, else answers an empty text reply. `route(marker, reply)`
 answers any request whose body contains `marker` with `reply` instead (for requests that run concurrently, whose
-arrival order is not fixed). Every request body is kept in `requests`, its timing in `timeline` (unless
-`record=False`, as the server run as its own process is).
+arrival order is not fixed). Every request body is kept in `requests`, its timing in `timeline`.
 
 Like a real server, it counts live generations (`live`, `max_live`) and notices a client that goes away: a
 streamed reply fails to write or the socket reads EOF between pieces, a non-streamed one polls its socket while
@@ -65,8 +64,7 @@ class FakeOpenAIServer:
                  responder: Callable[[dict], Any] | None = None,
                  response_formats: Iterable[str] = ("json_schema", "json_object"), tools: bool = True,
                  stream: bool = True, port: int = 0, vllm: VllmBehaviour | None = None,
-                 reject_fields: Iterable[str] = (), record: bool = True):
-        self.record = record  # keep every request body (tests read them); a long-lived server process does not
+                 reject_fields: Iterable[str] = ()):
         self.script: deque[Any] = deque()
         self.routes: list[tuple[str, Any]] = []
         self.requests: list[dict] = []
@@ -269,10 +267,9 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             return self._send(400, {"error": "request body is not JSON"})
         entry = {"start": time.monotonic(), "end": None, "aborted": False, "body": body}
-        if self.fake.record:
-            with self.fake._lock:
-                self.fake.requests.append(body)
-                self.fake.timeline.append(entry)
+        with self.fake._lock:
+            self.fake.requests.append(body)
+            self.fake.timeline.append(entry)
         try:
             self._answer(body, entry)
         finally:
@@ -397,8 +394,7 @@ def main(argv: list[str] | None = None) -> None:
         else:
             module = importlib.import_module(mod)
         responder = getattr(module, fn)
-    # nobody reads a separate process's requests: keeping them would grow without bound over a long benchmark
-    srv = FakeOpenAIServer(delay_s=args.delay, responder=responder, port=args.port, record=False).start()
+    srv = FakeOpenAIServer(delay_s=args.delay, responder=responder, port=args.port).start()
     print(srv.base_url, flush=True)
     try:
         while True:
