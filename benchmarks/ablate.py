@@ -5,9 +5,10 @@
     python -m benchmarks.ablate --preset superlens --task 2 --data <folder> --index-dir <folder> --model openai:<url>#<m>
 
 Rows (SuperGlasses Table 4, 004 §4.3): A. no retrieval (every tool that finds the entity, searches or reads pages
-removed); B. each module of the preset switched off (its routers and its self-check; a router switched off decides
-what the preset file says, e.g. SuperLens' demand-adaptive answerer off = mandatory retrieval); C. each tool of
-the preset removed from the allow-list. Each row gives accuracy and truthfulness, their change against the full
+removed); then the paper's own rows when the preset lists them (`ablation` in its file: SuperLens' B. Mandatory
+Retrieval and C. Demand-Adaptive Retrieval, with one or two components removed); then, as extra rows labelled so,
+each module of the preset switched off (its routers and its self-check; a router switched off decides what the
+preset file says) and each tool removed from the allow-list. Each row gives accuracy and truthfulness, their change against the full
 preset over the same questions, and a paired bootstrap 95% interval of that change: the per-question differences
 resampled with replacement (2,000 resamples, seed 0), so a reader can tell noise from effect.
 
@@ -88,42 +89,71 @@ def change(full: Row, row: Row, metric: str) -> Change:
 
 
 class Variant(BaseModel):
-    group: str  # "A. No retrieval", "B. Modules", "C. Tools"
+    group: str  # the paper's group ("A. No Retrieval", "B. Mandatory Retrieval", ...) or an "Extra: ..." group
     label: str  # the run folder's name
     title: str
     preset: str  # a name or a preset file
     allowed: list[str] | None = None
+    reported: float | None = None  # the paper's figure for this row
+
+    def key(self) -> tuple:
+        return (self.preset, tuple(self.allowed or ()))
+
+
+EXTRA_MODULES = "Extra (not in the paper's table): each module off"
+EXTRA_TOOLS = "Extra (not in the paper's table): each tool removed"
+
+
+def _variant_file(root: Path, name: str, data: dict[str, Any]) -> Path:
+    import yaml
+
+    path = root / "presets" / f"{name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+def paper_rows(preset: Any, data: dict[str, Any], names: list[str], root: Path) -> list[Variant]:
+    """The rows of the paper's own ablation table (the preset's `ablation` section), with its group letters."""
+    out = []
+    for i, row in enumerate(preset.ablation.rows if preset.ablation else []):
+        steps = [{**s, "if_removed": row.if_removed.get(s["id"], s.get("if_removed", {}))} for s in data["steps"]]
+        variant = {**data, "steps": steps, "disabled": [*preset.disabled, *row.disabled]}
+        path = _variant_file(root, f"{preset.name}-table-{i + 1}", variant) if row.disabled else None
+        out.append(Variant(group=row.group, label=f"table-{i + 1}", title=row.title, reported=row.reported,
+                           preset=str(path) if path else "", allowed=[n for n in names if n not in row.without]))
+    return out
 
 
 def variants(preset_spec: str, task: int, tools_config: Any, root: Path) -> list[Variant]:
-    """The full preset, then: no retrieval; each module off (a preset file beside the runs); each tool removed."""
-    import yaml
-
+    """The full preset; no retrieval; the paper's own ablation rows (the preset's `ablation`); then, as extra rows,
+    each module off (a preset file beside the runs) and each tool removed (rows equal to a paper row are left out)."""
     from graph.presets import RETRIEVAL_TAGS, load_preset
     from tools import default_registry
 
-    preset = load_preset(preset_spec)
+    preset = load_preset(preset_spec, tools_config.modules)
     tools = default_registry(tools_config.modules).for_task(task, preset.tools, tools_config.profile)
     names = [t.name for t in tools]
     module_of = {t: s.module for s in preset.steps for t in s.tools}
     out = [Variant(group="", label="full", title=f"{preset.name} (full)", preset=preset_spec, allowed=names)]
     kept = [t.name for t in tools if not RETRIEVAL_TAGS & set(t.tags)]
     if kept != names:
-        out.append(Variant(group="A. No retrieval", label="no-retrieval", preset=preset_spec, allowed=kept,
-                           title=f"w/o retrieval ({', '.join(n for n in names if n not in kept)})"))
+        out.append(Variant(group="A. No Retrieval", label="no-retrieval", preset=preset_spec, allowed=kept,
+                           title=f"w/o Search ({', '.join(n for n in names if n not in kept)})"))
     data = preset.model_dump(mode="json", exclude_defaults=True)
+    data.pop("ablation", None)
+    data.setdefault("steps", [])
+    out += [v.model_copy(update={"preset": v.preset or preset_spec}) for v in paper_rows(preset, data, names, root)]
+    extra = []
     for step_id, module in preset.modules():
-        path = root / "presets" / f"{preset.name}-without-{step_id}.yaml"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        variant = {**data, "disabled": [*preset.disabled, step_id]}
-        path.write_text(yaml.safe_dump(variant, sort_keys=False, allow_unicode=True), encoding="utf-8")
-        out.append(Variant(group="B. Modules", label=f"without-{step_id}", title=f"w/o {module}", preset=str(path),
-                           allowed=names))
+        path = _variant_file(root, f"{preset.name}-without-{step_id}", {**data, "disabled": [*preset.disabled, step_id]})
+        extra.append(Variant(group=EXTRA_MODULES, label=f"without-{step_id}", title=f"w/o {module}", preset=str(path),
+                             allowed=names))
     for n in names:
         title = f"w/o {module_of[n]} ({n})" if n in module_of else f"w/o {n}"
-        out.append(Variant(group="C. Tools", label=f"without-{n}", title=title, preset=preset_spec,
-                           allowed=[m for m in names if m != n]))
-    return out
+        extra.append(Variant(group=EXTRA_TOOLS, label=f"without-{n}", title=title, preset=preset_spec,
+                             allowed=[m for m in names if m != n]))
+    return out + [v for v in extra if v.group == EXTRA_MODULES or v.key() not in {o.key() for o in out}]
 
 
 def run_variants(args: argparse.Namespace, base: Any, todo: list[Variant], root: Path, scoring: Any) -> list[Row]:
@@ -163,7 +193,8 @@ def table(todo: list[Variant], rows: list[Row]) -> tuple[str, list[dict[str, Any
     width = max(len(v.title) for v in todo) + 2
     head = (f"{'setting':{width}} {'n':>4} {'accuracy':>8} {'change [95% CI]':>24} {'truth':>7} "
             f"{'change [95% CI]':>24}")
-    lines, out, group = [head, "-" * len(head)], [], None
+    lines, group = [head, "-" * len(head)], None
+    out: list[dict[str, Any]] = []
     for v, r in zip(todo, rows):
         if v.group != group and v.group:
             lines.append(v.group)
@@ -176,9 +207,10 @@ def table(todo: list[Variant], rows: list[Row]) -> tuple[str, list[dict[str, Any
         acc, tru = change(full, r, "accuracy"), change(full, r, "truthfulness")
         cells = [f"{acc.n:>4} {r.accuracy:8.3f}", _ci(acc, v is todo[0]), f"{r.truthfulness:7.3f}",
                  _ci(tru, v is todo[0])]
-        lines.append(f"{name:{width}} " + " ".join(cells))
+        paper = f"   paper {v.reported:.2f}" if v.reported is not None else ""
+        lines.append(f"{name:{width}} " + " ".join(cells) + paper)
         out.append({"setting": v.title, "group": v.group, "run": r.model_dump(), "accuracy_change": acc.model_dump(),
-                    "truthfulness_change": tru.model_dump()})
+                    "truthfulness_change": tru.model_dump(), "reported": v.reported})
     return "\n".join(lines), out
 
 

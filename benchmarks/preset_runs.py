@@ -12,6 +12,7 @@ import hashlib
 import re
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,10 @@ class Row(BaseModel):
     tool_calls_per_turn: float = 0.0
     model_calls_per_turn: float = 0.0
     tokens_per_turn: float = 0.0
+    wrong: float = 0.0
+    ended_by: dict[str, int] = Field(default_factory=dict, description="Turns per way of ending (answer, "
+                                     "time budget, step limit, ...), from the traces.")
+    errors: dict[str, int] = Field(default_factory=dict, description="Failed steps per error kind, from the traces.")
     seconds: float = 0.0
     error: str | None = None
     correct_and_missing: int = Field(0, description="Questions counted as both correct and missing: why accuracy + "
@@ -78,13 +83,14 @@ def bench_id(kind: str, args: argparse.Namespace, base: Any) -> str:
     return f"{kind}-task{args.task}-{slug(args.data)}-{digest}"
 
 
-def turn_figures(store: Any, keys: set[tuple[str, int]]) -> list[dict[str, float]]:
+def turn_figures(store: Any, keys: set[tuple[str, int]]) -> list[dict[str, Any]]:
     """Latency, tool calls, model calls and tokens of the given turns, read from their traces."""
     out = []
     for t in store:
         if (t.session_id, t.turn_index) in keys:
             out.append({"latency_ms": t.latency_ms, "tool_calls": len(t.tool_calls()), "model_calls": t.tokens.calls,
-                        "tokens": t.tokens.prompt_tokens + t.tokens.completion_tokens})
+                        "tokens": t.tokens.prompt_tokens + t.tokens.completion_tokens, "ended_by": str(t.ended_by),
+                        "errors": t.error_kinds()})
     return out
 
 
@@ -101,19 +107,23 @@ def question_flags(report: Any) -> dict[str, tuple[bool, bool]]:
 
 
 def summarize(label: str, preset: str | None, policy: str, run_dir: Path, report: Any,
-              figures: list[dict[str, float]], seconds: float) -> Row:
+              figures: list[dict[str, Any]], seconds: float) -> Row:
     m = report.overall
     lat = np.array([f["latency_ms"] for f in figures], dtype=float)
     flags = question_flags(report)
-    # turns judged wrong (the official `hallucination` = total - correct - missing goes below zero when an exact
-    # match of an "I don't know" ground truth counts as both correct and missing)
+    # hallucination: the official share (total - correct - missing) / total, as graph.run prints it; wrong: the
+    # turns judged wrong (the official one goes below zero when an exact match of an "I don't know" ground truth
+    # counts as both correct and missing)
     wrong = sum(not c and not miss for c, miss in flags.values()) / max(1, len(flags))
+    ended = Counter(str(f["ended_by"]) for f in figures)
+    errors = Counter(k for f in figures for k in f["errors"])
 
     def mean(key: str) -> float:
         return float(np.mean([f[key] for f in figures])) if figures else 0.0
 
     return Row(label=label, preset=preset, policy=policy, run_dir=str(run_dir), n=m.total,
-               truthfulness=m.truthfulness, accuracy=m.accuracy, hallucination=wrong, missing=m.missing_rate,
+               truthfulness=m.truthfulness, accuracy=m.accuracy, hallucination=m.hallucination_rate, wrong=wrong,
+               missing=m.missing_rate, ended_by=dict(ended.most_common()), errors=dict(errors.most_common()),
                latency_p50_ms=float(np.percentile(lat, 50)) if lat.size else 0.0,
                latency_p95_ms=float(np.percentile(lat, 95)) if lat.size else 0.0,
                tool_calls_per_turn=mean("tool_calls"), model_calls_per_turn=mean("model_calls"),

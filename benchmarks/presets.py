@@ -9,8 +9,10 @@ Each preset runs as an ordinary run folder under `<--out>/<bench id>/<preset>` (
 the viewer, traces.compare and the SuperGlasses export read them as any run); the same command again resumes.
 Presets run one after the other, each in a fresh process at the run's concurrency, so their latencies are
 comparable (--same-process is faster, but later presets then find caches filled). Per preset:
-truthfulness, accuracy and missing rate as the scoring mode counts them officially, hallucination as the share of
-turns judged wrong, latency per turn (p50, p95), and tool calls, model calls and tokens per turn.
+truthfulness, accuracy, hallucination and missing rate as the scoring mode counts them officially (hallucination
+as graph.run prints it: (total - correct - missing) / total), "wrong" as the share of turns judged wrong, latency
+per turn (p50, p95), tool calls, model calls and tokens per turn, the failed steps ("errors"), and below the table
+how the turns ended (answer, time budget, step limit) and the failed steps per kind.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ for _k, _v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_
 from benchmarks.preset_runs import Row, base_config, bench_id, concurrency_for, fmt, parse, run_row  # noqa: E402
 
 COLUMNS = [("truth", "truthfulness", 3), ("acc", "accuracy", 3), ("halluc", "hallucination", 3),
-           ("miss", "missing", 3), ("p50 ms", "latency_p50_ms", 0), ("p95 ms", "latency_p95_ms", 0),
+           ("wrong", "wrong", 3), ("miss", "missing", 3), ("p50 ms", "latency_p50_ms", 0), ("p95 ms", "latency_p95_ms", 0),
            ("tools/t", "tool_calls_per_turn", 2), ("model/t", "model_calls_per_turn", 2),
            ("tokens/t", "tokens_per_turn", 0)]
 
@@ -54,16 +56,20 @@ def own_parser() -> argparse.ArgumentParser:
 
 def table(rows: list[Row]) -> str:
     width = max([len(r.label) for r in rows] + [6])
-    head = f"{'preset':{width}} {'n':>4} " + " ".join(f"{c:>8}" for c, _, _ in COLUMNS)
+    head = f"{'preset':{width}} {'n':>4} " + " ".join(f"{c:>8}" for c, _, _ in COLUMNS) + f" {'errors':>6}"
     lines = [head, "-" * len(head)]
     for r in rows:
         if r.error:
             lines.append(f"{r.label:{width}} failed: {r.error}")
             continue
         cells = " ".join(fmt(getattr(r, key), 8, d) for _, key, d in COLUMNS)
-        lines.append(f"{r.label:{width}} {r.n:>4} {cells}" + (" *" if r.correct_and_missing else ""))
+        lines.append(f"{r.label:{width}} {r.n:>4} {cells} {sum(r.errors.values()):>6}"
+                     + (" *" if r.correct_and_missing else ""))
     note = both_note(rows)
     lines += [f"* {note}"] if note else []
+    lines.append("")
+    lines += [f"{r.label}: ended by {_counts(r.ended_by)}; errors: {_counts(r.errors) or 'none'}"
+              for r in rows if not r.error]
     lines.append("")
     lines += [f"{r.label}: {r.policy}" for r in rows if r.policy]
     return "\n".join(lines)
@@ -78,6 +84,10 @@ def both_note(rows: list[Row]) -> str | None:
         return None
     where = ", ".join(f"{r.label} {r.correct_and_missing}" for r in hit)
     return BOTH_NOTE.replace("{n} turn(s)", "Turns") + f"; per preset: {where}"
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in counts.items())
 
 
 def chart(rows: list[Row], path: Path, title: str) -> Path:

@@ -166,11 +166,16 @@ def filter_by_threshold(
 
 
 def make_reranker(path: str | Path | None, text_embedder: Any = None, device: str = "cpu") -> Reranker | None:
-    """The cross-encoder for a local folder; else the MiniLM embedding fallback; None if neither."""
+    """The reranker for a local folder (jina-reranker-m0 for a Qwen2-VL folder, else a cross-encoder); else the
+    MiniLM embedding fallback; None if neither."""
     if path:
         p = Path(path)
         if p.exists():
             try:
+                from models.mm_reranker import JinaM0Reranker, is_jina_m0
+
+                if is_jina_m0(p):  # a Qwen2-VL folder: the multimodal reranker (scores text against the image too)
+                    return JinaM0Reranker(p, device=device)
                 return CrossEncoderReranker(p, device=device)
             except Exception as e:
                 log.warning("could not load cross-encoder from %s (%s: %s); using embeddings", p, type(e).__name__, e)

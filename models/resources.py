@@ -21,7 +21,8 @@ class ModelPaths(BaseModel):
     text_embedder: Path | None = Field(None, description="sentence-embedding model folder; default: bundled all-MiniLM-L6-v2")
     detector: Path | None = Field(None, description="GroundingDINO / OWLv2 folder for AutoModelForZeroShotObjectDetection")
     clip: Path | None = Field(None, description="CLIP folder for image embeddings of the embedded image index")
-    reranker: Path | None = Field(None, description="cross-encoder folder (AutoModelForSequenceClassification)")
+    reranker: Path | None = Field(None, description="cross-encoder folder (AutoModelForSequenceClassification), or a "
+                                  "jina-reranker-m0 folder (Qwen2-VL: scores items against the image too)")
 
 
 

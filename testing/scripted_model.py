@@ -11,8 +11,10 @@ from typing import Any
 from testing.fake_model_server import FakeOpenAIServer
 
 REPLIES: dict[str, dict[str, Any]] = {
-    "decide which domain": {"domain": "Vehicle", "reasoning": "I have no knowledge about the maker",
-                            "answer": "I don't know", "confidence": 0.1, "needs_retrieval": True},
+    "Identify the domain of a question": {"domain": "Vehicle"},
+    "Domain of the question": {"reasoning": "I have no knowledge about the maker",
+                                                   "answer": "I don't know", "confidence": 0.1,
+                                                   "needs_retrieval": True},
     "Decide how to search": {"image_search": True, "text_search": True, "object": "rocket"},
     "Keep a simple question as one sub-question": {"sub_questions": ["Who manufactures the Falcon 9?"],
                                                    "entity": "Falcon 9"},
@@ -23,6 +25,9 @@ REPLIES: dict[str, dict[str, Any]] = {
     "chain of verification": {"verifications": [{"question": "q", "answer": "a", "supported": True}],
                               "supported": True, "confidence": 0.95, "reason": "the KG says so"},
     "Closed-book answer": {"consistent": True, "reason": "same maker"},
+    "proposed answer below against the image": {"confidence": 0.95, "reasoning": "the KG says so",
+                                       "sub_questions": [{"question": "who makes it?", "finding": "Supported"}]},
+    "Judge impartially": {"consistent": True, "reason": "same maker"},
 }
 ANSWER = {"answer": "SpaceX", "confidence": 0.9, "entity": "Falcon 9", "rationale": "KG"}
 

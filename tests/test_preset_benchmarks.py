@@ -81,12 +81,16 @@ def test_presets_command_runs_side_by_side_and_resumes(tmp_path, demo_env, capsy
         assert f"\n{name} " in out  # a table row
         traces = _traces(tmp_path / "bench" / name)
         assert len(traces) == 2 and all(t.policy.startswith(f"preset:{name}") and t.score for t in traces)
-    assert "offline stand-ins" in out and "p50 ms" in out and "tokens/t" in out
+    assert "offline stand-ins" in out and "p50 ms" in out and "tokens/t" in out and " errors" in out
+    assert "superlens: ended by answer 2; errors: none" in out
     assert "each preset in its own process" in out
     figures = json.loads((tmp_path / "bench" / "presets.json").read_text())
     rows = {r["label"]: r for r in figures["presets"]}
     assert rows["no-retrieval"]["accuracy"] == 0.0 and rows["no-retrieval"]["tool_calls_per_turn"] == 0.0
     assert rows["superlens"]["n"] == 2 and rows["superlens"]["tool_calls_per_turn"] > 0
+    assert rows["superlens"]["ended_by"] == {"answer": 2} and rows["superlens"]["errors"] == {}
+    report = json.loads((tmp_path / "bench" / "superlens" / "report.json").read_text())
+    assert rows["superlens"]["hallucination"] == pytest.approx(report["overall"]["hallucination_rate"])  # graph.run's
     assert rows["superlens"]["latency_p95_ms"] >= rows["superlens"]["latency_p50_ms"] > 0
     assert (tmp_path / "bench" / "presets.png").stat().st_size > 1000
     assert render_run(tmp_path / "bench" / "superlens", images={}).stat().st_size > 1000  # the viewer reads it
@@ -109,16 +113,24 @@ def test_ablate_command_prints_a_table_4_style_table(tmp_path, demo_env, capsys)
     argv = ["--preset", "superlens", "--task", "2", "--limit", "2", "--out", str(tmp_path), "--run-id", "abl"]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    for line in ("superlens (full)", "A. No retrieval", "B. Modules", "w/o Demand-Adaptive Answerer",
-                 "C. Tools", "w/o Object Detector (detect_crop)", "w/o Query Decoupler (query_decoupler)",
-                 "paired bootstrap"):
+    for line in ("superlens (full)", "A. No Retrieval", "w/o Search", "B. Mandatory Retrieval",
+                 "C. Demand-Adaptive Retrieval", "w/o Demand-Adaptive Answerer", "paired bootstrap",
+                 "Extra (not in the paper's table): each module off", "w/o Multimodal Reranker (reranker)"):
         assert line in out
+    from graph.presets import load_preset
+
+    table_4 = load_preset("superlens").ablation.rows  # every Table 4 row, under the paper's group letter
+    assert len(table_4) == 10
+    for row in table_4:
+        assert f"{row.group}\n" in out and f"  {row.title} " in out and f"paper {row.reported:.2f}" in out
     table = json.loads((tmp_path / "abl" / "ablation.json").read_text())
     rows = table["rows"]
     assert rows[0]["setting"] == "superlens (full)" and rows[0]["accuracy_change"]["delta"] == 0.0
     assert all(r["run"]["n"] == 2 and r["accuracy_change"]["n"] == 2 for r in rows)
-    assert {r["group"] for r in rows} == {"", "A. No retrieval", "B. Modules", "C. Tools"}
-    no_search = next(r for r in rows if r["group"] == "A. No retrieval")
+    assert {r["group"] for r in rows} == {"", "A. No Retrieval", "B. Mandatory Retrieval", "C. Demand-Adaptive Retrieval",
+                                          "Extra (not in the paper's table): each module off",
+                                          "Extra (not in the paper's table): each tool removed"}
+    no_search = next(r for r in rows if r["group"] == "A. No Retrieval")
     assert not any(t.tool_calls() and {"image_search", "web_search"} & {s.tool for s in t.tool_calls()}
                    for t in _traces(Path(no_search["run"]["run_dir"])))
     assert main(argv) == 0  # resumed: the rows' turns are read back
@@ -137,7 +149,7 @@ def test_presets_command_counts_model_calls_and_tokens_with_a_model(tmp_path, de
                      "--run-id", "m", "--no-progress", "--model", f"openai:{srv.base_url}#fake-vlm",
                      "--budget", "30", "--no-chart", "--same-process"]) == 0
     rows = {r["label"]: r for r in json.loads((tmp_path / "m" / "presets.json").read_text())["presets"]}
-    # superlens: demand router, search router, decoupler, answer; unsw: router, summary, answer + 3 to verify
-    assert rows["superlens"]["model_calls_per_turn"] == 4 and rows["superlens"]["tokens_per_turn"] == 60
+    # superlens: domain router, direct answer, search router, decoupler, answer; unsw: router, summary, answer + 3
+    assert rows["superlens"]["model_calls_per_turn"] == 5 and rows["superlens"]["tokens_per_turn"] == 75
     assert rows["unsw-verify"]["model_calls_per_turn"] == 6 and rows["unsw-verify"]["tokens_per_turn"] == 90
     assert "offline stand-ins" not in capsys.readouterr().out

@@ -133,7 +133,7 @@ EXPECTED_CALLS = {
     "react": ["cove", "decide", "decide"],  # the second decision carries the answer
     "rule": [],
     "mmrag-baseline": ["answer", "decouple"],
-    "superlens": ["answer", "decouple", "superlens-demand", "superlens-search"],
+    "superlens": ["answer", "decouple", "superlens-demand", "superlens-domain", "superlens-search"],
     "unsw-verify": ["answer", "closed_book", "consistency", "cove", "unsw-route", "unsw-summary"],
     "eurecom": ["answer", "eurecom-expand"],
     "no-retrieval": ["answer"],
@@ -165,7 +165,8 @@ def test_superlens_follows_figure_4_detector_and_decoupler_then_both_lenses_then
     assert calls["reranker"].arguments == {"query": QUESTION, "image_weight": 0.4, "min_score": 0.6, "top_k": 10,
                                            "dynamic": False}
     first = tr.tool_calls()[0]
-    assert [c.purpose for c in first.model_calls] == ["superlens-demand", "superlens-search"]  # routing first
+    # routing first: Figure 14's domain, Figure 15's direct answer, then the search router
+    assert [c.purpose for c in first.model_calls] == ["superlens-domain", "superlens-demand", "superlens-search"]
     log = to_superglasses(tr)
     assert log.need_retrieval is True and log.tool_decision and log.hops
     report = compare([log], [log], embedder=None)  # traces.compare reads preset traces as any other
@@ -173,10 +174,14 @@ def test_superlens_follows_figure_4_detector_and_decoupler_then_both_lenses_then
 
 
 def test_superlens_demand_adaptive_answerer_answers_directly_or_retrieves_one_lens():
-    direct = Model(decide_which_domain={"domain": "Vehicle", "reasoning": "a Falcon 9 is made by SpaceX",
-                                        "answer": "SpaceX", "confidence": 0.8, "needs_retrieval": False})
-    tr = run_with_model("superlens", direct)
-    assert rounds(tr) == [] and tr.answer == "SpaceX" and purposes(tr) == ["superlens-demand"]
+    direct = Model(Domain_of_the_question={
+        "reasoning": "a Falcon 9 is made by SpaceX", "answer": "SpaceX", "confidence": 0.8, "needs_retrieval": False})
+    with F(responder=direct) as srv:
+        tr = make_agent("superlens", f"openai:{srv.base_url}#fake-vlm", budget_s=30).run_turn(turn())
+        domain, answer = (json.dumps(r) for r in srv.requests)
+    assert rounds(tr) == [] and tr.answer == "SpaceX" and purposes(tr) == ["superlens-demand", "superlens-domain"]
+    assert "Identify the domain" in domain and "step by step" not in domain  # Figure 14: the domain alone
+    assert "Domain of the question: Vehicle. Name the make, model and generation" in answer  # Figure 15's guideline
     image_only = Model(Decide_how_to_search={"image_search": True, "text_search": False, "object": "rocket"})
     assert rounds(run_with_model("superlens", image_only)) == [["detect_crop"], ["image_search"], ["reranker"]]
 
@@ -185,12 +190,12 @@ def test_superlens_without_its_demand_router_always_retrieves(tmp_path):
     data = load_preset("superlens").model_dump(mode="json", exclude_defaults=True)
     variant = tmp_path / "superlens-mandatory.yaml"
     variant.write_text(json.dumps({**data, "disabled": ["demand_router"]}))  # JSON is YAML
-    direct = Model(decide_which_domain={"domain": "Vehicle", "reasoning": "r", "answer": "SpaceX",
-                                        "confidence": 0.8, "needs_retrieval": False})
+    direct = Model(Domain_of_the_question={"reasoning": "r", "answer": "SpaceX",
+                                                               "confidence": 0.8, "needs_retrieval": False})
     with F(responder=direct) as srv:
         agent = make_agent(str(variant), f"openai:{srv.base_url}#fake-vlm", budget_s=30)
         tr = agent.run_turn(turn())
-    assert "superlens-demand" not in purposes(tr) and rounds(tr)[0] == ["detect_crop", "query_decoupler"]
+    assert "superlens-demand" not in purposes(tr) and "superlens-domain" not in purposes(tr) and rounds(tr)[0] == ["detect_crop", "query_decoupler"]
     assert "removed (ablation)" in tr.tool_calls()[0].rationale and "without demand_router" in tr.policy
 
 
@@ -298,3 +303,201 @@ def test_mmrag_baseline_keeps_image_hits_under_0_75_out_of_the_answer_context():
     assert {h.entity_name for h in tr.tool_calls()[0].results} == {"Falcon 9", "Saturn V"}  # both were found
     answer = next(b for b in bodies if "No more tool calls" in b)
     assert "Falcon 9" in answer and "Saturn V" not in answer  # CRAG-MM Appendix C.1: similarity >= 0.75 only
+
+
+# ---- writing your own preset ----------------------------------------------------------------------------------
+
+
+def _preset_file(tmp_path, steps: str) -> Path:
+    path = tmp_path / "mine.yaml"
+    path.write_text("name: mine\ntitle: t\npaper: p\nsummary: s\npolicy: pipeline\nanswer: {follows: x}\n"
+                    f"verification: {{mode: none, follows: x}}\nsteps:\n{steps}")
+    return path
+
+
+def test_a_misspelled_tool_or_router_is_a_one_line_error_naming_the_closest(tmp_path, capsys):
+    from graph.presets import main
+
+    typo = _preset_file(tmp_path, "  - {id: image, module: A, follows: x, tools: [image_serch]}\n")
+    with pytest.raises(ValueError) as e:
+        load_preset(typo)
+    assert "\n" not in str(e.value) and "step 'image': unknown tool 'image_serch' (did you mean 'image_search'?)" \
+        in str(e.value)
+    router = _preset_file(tmp_path, "  - {id: r, module: R, follows: x, route: superlens-demnd}\n")
+    with pytest.raises(ValueError) as e:
+        load_preset(router)
+    assert "\n" not in str(e.value) and "unknown router 'superlens-demnd' (did you mean 'superlens-demand'?)" \
+        in str(e.value)
+    assert main([str(router)]) == 2 and "did you mean 'superlens-demand'" in capsys.readouterr().err
+    good = _preset_file(tmp_path, "  - {id: image, module: A, follows: x, tools: [image_search]}\n")
+    assert main([str(good)]) == 0 and "mine: t" in capsys.readouterr().out  # a file outside the bundled folder
+
+
+def test_the_docs_example_preset_has_tools_on_crag_mm_and_on_superglasses(tmp_path):
+    import re
+
+    from graph.config import ToolsConfig
+    from graph.presets import apply_to_config
+    from tools import default_registry
+
+    text = (ROOT / "docs" / "presets.md").read_text(encoding="utf-8")
+    example = re.search(r"### Writing your own.*?```yaml\n(.*?)```", text, re.S).group(1)
+    path = tmp_path / "example.yaml"
+    path.write_text(example)
+    preset = load_preset(path)
+    for profile, wanted in (("crag-mm", {"image_search", "web_search"}), ("superglasses", {"google_lens",
+                                                                                          "google_search"})):
+        config = apply_to_config(preset, AgentConfig(tools=ToolsConfig(profile=profile)))
+        names = {t.name for t in default_registry().for_task(2, config.tools.allowed, profile)}
+        assert wanted <= names, (profile, names)
+        assert all(any(t in names for t in s.tools) for s in preset.steps)  # every step has a tool it can call
+
+
+# ---- EURECOM: what the paper does and the disclosed gaps ---------------------------------------------------------
+
+
+class PaperScale:
+    """An embedder that gives Table 1's bge-large scores: the carried threshold is the paper's own."""
+
+    name = "paper-scale"
+
+    def similarity(self, text, variants):
+        from graph.presets.verifiers import TABLE_1
+
+        return [next((s for t, s in TABLE_1 if t == text), 0.0)]
+
+
+def test_eurecom_idk_threshold_is_carried_onto_the_embedders_scale_by_table_1():
+    from graph.presets.verifiers import IDK_VARIANTS, TABLE_1, mapped_threshold
+    from models.text_embedder import get_text_embedder
+
+    assert mapped_threshold(PaperScale()) == pytest.approx(0.7, abs=1e-3)
+    minilm = get_text_embedder(None)
+    check = IdkVariantVerifier(minilm, 0.7, calibrate=True)
+    kept, idk = (max(minilm.similarity(t, list(IDK_VARIANTS))) for t, _ in TABLE_1[:2])
+    assert kept < check.threshold < idk  # Table 1's first row kept, its second filtered, as in the paper
+    assert check.verify("q", AnswerDraft(answer=TABLE_1[0][0], confidence=0.9), []).supported
+    assert not check.verify("q", AnswerDraft(answer=TABLE_1[1][0], confidence=0.9), []).supported
+    assert "carried onto the embedder's scale" in check.verify("q", AnswerDraft(answer="x", confidence=1), []).method
+
+
+def test_eurecom_entities_reach_the_answer_model_and_its_reranker_has_no_mad_cut():
+    with F(responder=Model()) as srv:
+        agent = make_agent("eurecom", f"openai:{srv.base_url}#fake-vlm", budget_s=30)
+        tr = agent.run_turn(turn())
+        answer = next(json.dumps(r) for r in srv.requests if "No more tool calls" in json.dumps(r))
+    assert "entities: Falcon 9, rocket, white" in answer
+    assert "expanded query: Who manufactures the Falcon 9 rocket?" in answer
+    rerank = next(s for s in tr.tool_calls() if s.tool == "reranker")
+    assert rerank.arguments["dynamic"] is False
+    image = next(s for s in tr.tool_calls() if s.tool == "image_search")
+    assert image.arguments["crop_only"] is True
+
+
+def test_a_preset_with_a_reranker_loads_its_model_at_warm_up_not_inside_a_turn():
+    config = AgentConfig(preset="eurecom", budget=BudgetConfig(budget_s=10), warm_up=True)
+    agent = build_agent(config, search=KG(), run_id="warm")
+    assert "reranker" in agent.resources._cache  # loaded (and run once) before the first turn
+
+
+# ---- UNSW: text-only router, Appendix A.3 judge with image and context, Appendix A.4 CoV ------------------------
+
+
+def test_unsw_router_is_text_only_and_the_judge_and_cov_see_image_and_reranked_context():
+    with F(responder=Model()) as srv:
+        make_agent("unsw-verify", f"openai:{srv.base_url}#fake-vlm", budget_s=30).run_turn(turn())
+        bodies = [json.dumps(r) for r in srv.requests]
+    router = next(b for b in bodies if "Classify a question" in b)
+    assert "image_url" not in router  # §3.1: the router is a text model
+    judge = next(b for b in bodies if "Judge impartially" in b)
+    cov = next(b for b in bodies if "Fact-check the proposed answer" in b)
+    for body in (judge, cov):
+        assert "image_url" in body and "kept" in body and "passed to the reranker" in body  # A.3 / A.4 inputs
+    assert "Phase 1, holistic" in cov and "0.25 very low" in cov and "is 0.0" in cov
+
+
+def test_unsw_low_cov_confidence_turns_the_answer_into_i_dont_know():
+    low = Model(proposed_answer_below_against_the_image={"confidence": 0.7, "reasoning": "r", "sub_questions": []})
+    tr = run_with_model("unsw-verify", low)
+    verdict = next(s for s in tr.steps if s.node == "verdict")
+    assert verdict.verdict.confidence == 0.7 and not verdict.verdict.supported and tr.answer == IDK
+
+
+# ---- docs/presets.md's stage tables, kept true -------------------------------------------------------------------
+
+
+def stage_tables() -> dict[str, list[tuple[list[str], list[str], str]]]:
+    """docs/presets.md 'Paper stage by stage': per preset, each row's (step ids, labels sent with a model,
+    difference)."""
+    import re
+
+    text = (ROOT / "docs" / "presets.md").read_text(encoding="utf-8")
+    section = text.split("## Paper stage by stage", 1)[1].split("\n## ", 1)[0]
+    out = {}
+    for block in section.split("\n### ")[1:]:
+        name = re.match(r"`([\w-]+)`", block).group(1)
+        rows = [line for line in block.splitlines() if line.startswith("| ") and not line.startswith("| paper")]
+        cells = [[c.strip() for c in r.strip("|").split("|")] for r in rows if not r.startswith("| ---")]
+        out[name] = [(re.findall(r"`([\w-]+)`", c[1]), re.findall(r"`([\w-]+)`", c[2]), c[3]) for c in cells]
+    return out
+
+
+def sent_in_order(tr: TurnTrace) -> list[str]:
+    """The turn's model requests (by purpose) and tool calls (by name), in the order the trace records them."""
+    calls = {id(s) for s in tr.tool_calls()}
+    out: list[str] = []
+    for s in tr.steps:
+        out += [c.purpose for c in getattr(s, "model_calls", None) or []]
+        if id(s) in calls:
+            out.append(s.tool)
+    return out
+
+
+@pytest.mark.parametrize("name", ["mmrag-baseline", "superlens", "unsw-verify", "eurecom", "no-retrieval"])
+def test_docs_stage_tables_match_the_logged_requests(name):
+    table = stage_tables()[name]
+    preset = load_preset(name)
+    ids = {s.id for s in preset.steps} | {"answer", "verification"}
+    for steps, _, difference in table:
+        assert set(steps) <= ids, (name, steps)
+        assert difference.split(":")[0].split(" ")[0] in ("none", "stand-in", "gap"), difference
+    with F(responder=Model()) as srv:
+        tr = make_agent(name, f"openai:{srv.base_url}#fake-vlm", budget_s=30).run_turn(turn())
+        answer_body = next(json.dumps(r) for r in srv.requests if "No more tool calls" in json.dumps(r))
+    sent = sent_in_order(tr)
+    at = 0
+    for _, labels, _ in table:  # each row's items, in any order among themselves, then the next row's
+        assert sorted(sent[at:at + len(labels)]) == sorted(labels), (name, sent, labels)
+        at += len(labels)
+    assert at == len(sent), (name, sent[at:])
+    answer = next(s for s in tr.steps if s.node == "answer")
+    if preset.answer is not None and preset.answer.context is not None:  # the context the table names
+        assert "answer context:" in answer.rationale
+        rerank = next((s for s in tr.tool_calls() if s.tool == "reranker"), None)
+        if rerank is not None:
+            assert "the reranker's kept list" in answer.rationale and "passed to the reranker" in answer_body
+            assert answer_body.count("[1] (") == 1  # one listing of items: the reranker's, none from the searches
+
+
+def test_image_search_crop_only_searches_a_detection_alone_and_a_heuristic_crop_with_the_photo():
+    from core.types import Box
+    from models.resources import ModelPaths, Resources
+    from tools import ToolCall, ToolContext, default_registry
+
+    sizes: list[tuple[int, int]] = []
+
+    class Sizes(KG):
+        def image_search(self, image, k=5):
+            sizes.append(image.size)
+            return super().image_search(image, k)
+
+    registry = default_registry()
+    photo = Image.new("RGB", (64, 48), (200, 30, 30))
+    for method, searched in (("grounding-dino:tiny", [(20, 20)]), ("heuristic:saliency-crop", [(64, 48), (20, 20)])):
+        sizes.clear()
+        ctx = ToolContext(task=2, question=QUESTION, image=photo, resources=Resources(Sizes(), ModelPaths()),
+                          crop=Box(x0=0, y0=0, x1=20, y1=20, label="rocket", method=method))
+        tool, args = registry.validate(ToolCall(tool="image_search", arguments={"crop_only": True}), 2)
+        out = tool.run(ctx, args)
+        assert sizes == searched, method
+        assert ("stand-in" in out.method) is method.startswith("heuristic:")

@@ -155,3 +155,120 @@ def test_filter_by_threshold():
         filter_by_threshold(["x"], [0.1, 0.2])
     arr = filter_by_threshold(items, np.array(scores, dtype=np.float32))
     assert [x for x, _ in arr] == ["a", "d", "e", "c"]
+
+
+# ---- jina-reranker-m0 (multimodal): the transformers Qwen2-VL path on a tiny random model ----------------------
+
+
+@pytest.fixture(scope="module")
+def jina_dir(tmp_path_factory):
+    """A tiny random Qwen2-VL with a relevance head, saved as jina-reranker-m0's folder is laid out (the backbone's
+    weights and `score.dense` / `score.out_proj` in model.safetensors, a Qwen2-VL processor)."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import (
+        Qwen2TokenizerFast,
+        Qwen2VLConfig,
+        Qwen2VLForConditionalGeneration,
+        Qwen2VLImageProcessor,
+    )
+    from transformers.models.gpt2.tokenization_gpt2 import bytes_to_unicode
+
+    d = tmp_path_factory.mktemp("jina")
+    vocab = {c: i for i, c in enumerate(bytes_to_unicode().values())}
+    (d / "vocab.json").write_text(json.dumps(vocab))
+    (d / "merges.txt").write_text("#version: 0.2\n")
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
+                "<|video_pad|>"]
+    tok = Qwen2TokenizerFast(vocab_file=str(d / "vocab.json"), merges_file=str(d / "merges.txt"),
+                             unk_token="<|endoftext|>", pad_token="<|endoftext|>", eos_token="<|endoftext|>")
+    tok.add_special_tokens({"additional_special_tokens": specials[1:]})
+    ids = {t: tok.convert_tokens_to_ids(t) for t in specials}
+    cfg = Qwen2VLConfig(
+        text_config=dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=4096,
+                         rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}),
+        vision_config=dict(depth=1, embed_dim=16, hidden_size=32, num_heads=2, patch_size=14, spatial_merge_size=2,
+                           temporal_patch_size=2),
+        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"])
+    torch.manual_seed(0)
+    out = d / "tiny-jina-m0"
+    Qwen2VLForConditionalGeneration(cfg).eval().save_pretrained(out)
+    weights = load_file(str(out / "model.safetensors"))
+    g = torch.Generator().manual_seed(1)
+    weights.update({"score.dense.weight": torch.randn(32, 32, generator=g) * 0.3, "score.dense.bias": torch.zeros(32),
+                    "score.out_proj.weight": torch.randn(1, 32, generator=g), "score.out_proj.bias": torch.zeros(1)})
+    save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
+    image_proc = Qwen2VLImageProcessor(min_pixels=28 * 28, max_pixels=56 * 56)
+    image_proc.save_pretrained(out)  # as a Qwen2-VL processor folder lays them out (no video processor: it needs
+    tok.save_pretrained(out)  # torchvision, which the multimodal reranker does not use)
+    return out
+
+
+def test_jina_m0_scores_text_and_image_queries_through_transformers_qwen2_vl(jina_dir):
+    from PIL import Image
+
+    from models.mm_reranker import JinaM0Reranker, is_jina_m0
+    from models.reranker import make_reranker
+
+    assert is_jina_m0(jina_dir)
+    r = make_reranker(jina_dir)
+    assert isinstance(r, JinaM0Reranker) and r.name == "multimodal-reranker:tiny-jina-m0" and r.calibrated
+    texts = ["SpaceX builds the Falcon 9.", "A recipe for bread.", "x" * 50]
+    on_text = r.score("who makes this rocket?", texts)
+    photo = Image.new("RGB", (60, 40), (200, 30, 30))
+    on_image = r.score_image(photo, texts)
+    for s in (on_text, on_image):
+        assert s.shape == (3,) and s.dtype == np.float32 and np.all((s > 0) & (s < 1))
+    assert len(set(np.round(on_text, 6))) > 1  # the texts are told apart
+    assert not np.allclose(on_text, on_image)  # the image is the query, not ignored
+    assert np.allclose(r.score("who makes this rocket?", texts[:1]), on_text[:1], atol=1e-5)  # batch-independent
+    assert r.score("q", []).shape == (0,)
+
+
+def test_jina_m0_without_a_relevance_head_is_a_clear_error(jina_dir, tmp_path):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from models.mm_reranker import JinaM0Reranker
+
+    bare = tmp_path / "bare"
+    shutil.copytree(jina_dir, bare)
+    weights = {k: v for k, v in load_file(str(bare / "model.safetensors")).items() if not k.startswith("score.")}
+    save_file(weights, str(bare / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(ValueError, match="no relevance head"):
+        JinaM0Reranker(bare)
+
+
+def test_superlens_uses_the_multimodal_reranker_when_configured(jina_dir):
+    from PIL import Image
+
+    from graph.agent import TurnInput
+    from graph.build import build_agent
+    from graph.config import AgentConfig, BudgetConfig
+    from models.resources import ModelPaths
+    from tools.reranker import IMAGE_ITSELF
+
+    class KG:
+        name = "kg"
+
+        def image_search(self, image, k=5):
+            return [{"index": 0, "score": 0.95, "url": "https://kg/0", "entities": [
+                {"entity_name": "Falcon 9", "entity_attributes": {"manufacturer": "SpaceX"}}]}]
+
+        def web_search(self, query, k=5):
+            return [{"page_url": "https://w/1", "page_name": "SpaceX", "score": 0.7,
+                     "page_snippet": "SpaceX manufactures the Falcon 9 rocket."}]
+
+    config = AgentConfig(preset="superlens", models=ModelPaths(reranker=jina_dir), warm_up=False,
+                         budget=BudgetConfig(budget_s=60))
+    tr = build_agent(config, search=KG(), run_id="jina").run_turn(TurnInput(
+        task=2, session_id="s", interaction_id="i", question="who manufactures this rocket?",
+        image=Image.new("RGB", (64, 48), (200, 30, 30))))
+    rerank = next(s for s in tr.tool_calls() if s.tool == "reranker")
+    assert rerank.method.startswith("multimodal-reranker:tiny-jina-m0") and IMAGE_ITSELF in rerank.method
+    assert "not applied" not in rerank.method  # relevance in [0, 1]: SuperLens' 0.6 floor applies

@@ -17,11 +17,16 @@ def image_as_text(ctx: ToolContext) -> str:
     return ". ".join(parts)[:1000]
 
 
-def _scores(model: Any, q: str, texts: list[str], image_text: str, image_weight: float) -> list[float]:
+IMAGE_ITSELF = "image side: the photo itself (a multimodal reranker, SuperGlasses Appendix D eq. 4)"
+
+
+def _scores(model: Any, q: str, texts: list[str], image_text: str, image_weight: float,
+            image: Any = None) -> list[float]:
     on_question = [finite_score(float(s)) for s in model.score(q, texts)]
-    if image_weight <= 0 or not image_text:
+    if image_weight <= 0 or (image is None and not image_text):
         return on_question
-    on_image = [finite_score(float(s)) for s in model.score(image_text, texts)]
+    raw = model.score_image(image, texts) if image is not None else model.score(image_text, texts)
+    on_image = [finite_score(float(s)) for s in raw]
     return [(1 - image_weight) * a + image_weight * b for a, b in zip(on_question, on_image)]
 
 
@@ -58,8 +63,10 @@ def reranker(ctx: ToolContext, query: str = "", lam: Annotated[float, Field(ge=0
     q = query.strip() or ctx.question
     r = ctx.resources
     model = r.get("reranker", lambda: make_reranker(r.paths.reranker, r.text_embedder()))
-    image_text = image_as_text(ctx) if image_weight > 0 else ""
-    scores = _scores(model, q, [h.text()[:2000] for h in ctx.evidence], image_text, image_weight)
+    # a multimodal reranker compares each item with the photo itself; a text one with the photo's stand-in text
+    image = ctx.image if image_weight > 0 and callable(getattr(model, "score_image", None)) else None
+    image_text = image_as_text(ctx) if image_weight > 0 and image is None else ""
+    scores = _scores(model, q, [h.text()[:2000] for h in ctx.evidence], image_text, image_weight, image)
     # a fixed floor is a point on a calibrated relevance scale (a cross-encoder's); cosine scores have none
     floor = min_score if getattr(model, "calibrated", False) else None
     ranked = _keep(ctx.evidence, scores, lam, dynamic, floor)
@@ -67,7 +74,8 @@ def reranker(ctx: ToolContext, query: str = "", lam: Annotated[float, Field(ge=0
     cut = min((s for _, s in ranked), default=floor if floor is not None else 0.0)
     summary = f"kept {len(kept)}/{len(scores)} (threshold {cut:.3f}): " + "; ".join(
         f"{h.entity_name or h.title} ({h.rerank_score:.2f})" for h in kept)
-    method = model.name + (f" + {IMAGE_AS_TEXT} (weight {image_weight:g})" if image_text else "")
+    side = IMAGE_ITSELF if image is not None else IMAGE_AS_TEXT if image_text else ""
+    method = model.name + (f" + {side} (weight {image_weight:g})" if side else "")
     if min_score is not None and floor is None:
         method += f"; min_score {min_score:g} not applied (its scores are not calibrated relevance)"
     return ToolOutput(summary=summary, update={"evidence": Replace(kept)}, method=method, keywords=q)

@@ -11,7 +11,7 @@ to named stand-ins, listed in the policy's name (CLI header, every trace's `poli
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,23 +32,67 @@ def preset_names() -> list[str]:
     return [n for n in order if n in found] + [n for n in found if n not in order]
 
 
-def load_preset(spec: str | Path) -> Preset:
-    """A bundled preset by name, or a preset YAML file by path; a clear ValueError for anything else."""
+def load_preset(spec: str | Path, tool_modules: Iterable[str] = ()) -> Preset:
+    """A bundled preset by name, or a preset YAML file by path; a one-line ValueError for anything else (an unknown
+    tool or router names the closest known one). `tool_modules`: modules whose tools a preset may also name.
+
+    Example: `load_preset("superlens")`, `load_preset("my_preset.yaml")`."""
     path = Path(spec)
     if path.suffix not in (".yaml", ".yml"):
         path = PRESETS_DIR / f"{spec}.yaml"
         if not path.is_file():
-            raise ValueError(f"unknown preset {str(spec)!r}; bundled presets: {', '.join(preset_names())} (or give "
-                             "the path of a preset .yaml file)")
+            raise ValueError(f"unknown preset {str(spec)!r}{closest(str(spec), preset_names())}; bundled presets: "
+                             f"{', '.join(preset_names())} (or give the path of a preset .yaml file)")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        return Preset.model_validate(data)
+        preset = Preset.model_validate(data)
     except FileNotFoundError:
         raise ValueError(f"preset file {path} does not exist") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ValueError(f"preset file {path} cannot be read: {e}") from None
-    except (yaml.YAMLError, ValidationError) as e:
-        raise ValueError(f"preset file {path} is not a valid preset: {e}") from None
+    except yaml.YAMLError as e:
+        raise ValueError(f"preset file {path} is not valid YAML: {' '.join(str(e).split())}") from None
+    except ValidationError as e:
+        raise ValueError(f"preset file {path} is not a valid preset: {one_line(e, data)}") from None
+    unknown = unknown_tools(preset, tool_modules)
+    if unknown:
+        raise ValueError(f"preset file {path}: {unknown}")
+    return preset
+
+
+def closest(name: str, known: Iterable[str]) -> str:
+    """' (did you mean 'x'?)' for the closest known name, or ''."""
+    import difflib
+
+    found = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return f" (did you mean {found[0]!r}?)" if found else ""
+
+
+def one_line(error: ValidationError, data: Any) -> str:
+    """A validation error as one line: where (the step's id when it is a step) and what."""
+    parts = []
+    for e in error.errors():
+        loc = list(e["loc"])
+        where = ".".join(str(x) for x in loc) or "the file"
+        if len(loc) >= 2 and loc[0] == "steps" and isinstance(loc[1], int) and isinstance(data, dict):
+            step = (data.get("steps") or [{}])[loc[1]] if loc[1] < len(data.get("steps") or []) else {}
+            sid = step.get("id") if isinstance(step, dict) else None
+            where = f"step {sid!r}" + (f" field {'.'.join(str(x) for x in loc[2:])}" if loc[2:] else "") if sid \
+                else where
+        parts.append(f"{where}: {' '.join(str(e['msg']).split()).removeprefix('Value error, ')}")
+    return "; ".join(parts)
+
+
+def unknown_tools(preset: Preset, tool_modules: Iterable[str] = ()) -> str:
+    """'' when every tool the preset names exists, else which do not (and the closest known names)."""
+    from tools import default_registry
+
+    known = default_registry(tool_modules).names()
+    bad = [(f"step {s.id!r}", t) for s in preset.steps for t in s.tools if t not in known]
+    bad += [("tools", t) for t in preset.tools or [] if t not in known]
+    bad += [(f"ablation row {r.title!r}", t) for r in (preset.ablation.rows if preset.ablation else [])
+            for t in r.without if t not in known]
+    return "; ".join(f"{where}: unknown tool {t!r}{closest(t, known)}" for where, t in bad)
 
 
 def preset_digest(spec: str | Path) -> str:
@@ -77,7 +121,7 @@ class PresetBuild:
         spec = getattr(config, "preset", None)
         if not spec:
             return cls(config)
-        preset = load_preset(spec)
+        preset = load_preset(spec, config.tools.modules)
         return cls(apply_to_config(preset, config), preset)
 
     def policy(self, resources: Any, default: Callable[[Any, Any], Any]) -> Any:
@@ -116,10 +160,22 @@ def apply_to_config(preset: Preset, config: Any) -> Any:
     return config.model_copy(update=update)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    """`python -m graph.presets [NAME_OR_FILE ...]`: each preset described (every bundled one without arguments);
+    a file that is not a valid preset prints its one-line error and exits 2."""
+    import sys
+
     from graph.presets.assemble import describe
 
-    for name in preset_names():
-        print(describe(load_preset(name)))
-        print()
-    return 0
+    specs = list(sys.argv[1:] if argv is None else argv) or preset_names()
+    if any(s in ("-h", "--help") for s in specs):
+        print(main.__doc__)
+        return 0
+    failed = False
+    for spec in specs:
+        try:
+            print(describe(load_preset(spec)) + "\n")
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            failed = True
+    return 2 if failed else 0

@@ -53,13 +53,37 @@ def make_preset_policy(preset: Preset, config: Any, resources: Any, default: Cal
     from graph.presets.pipeline import PipelinePolicy
 
     answer_method = f"model answer ({inner_name})" if model else RULE_ANSWER
-    return PipelinePolicy(preset, inner, backend=getattr(inner, "backend", None) if model else None, name=name,
-                          answer_method=answer_method)
+    answerer = inner
+    if model and preset.answer is not None and preset.answer.context is not None:
+        import copy
+
+        from graph.presets.context import unclipped
+
+        answerer = copy.copy(inner)  # its own Prompts: every item whole, the preset's budget bounds the context
+        answerer.prompts = unclipped(inner.prompts)
+    policy = PipelinePolicy(preset, answerer, backend=getattr(inner, "backend", None) if model else None, name=name,
+                            answer_method=answer_method)
+    if any(RERANKER in s.tools for s in preset.active_steps()):
+        policy.warm.append(lambda: warm_reranker(resources))
+    return policy
+
+
+RERANKER = "reranker"
+
+
+def warm_reranker(resources: Any) -> None:
+    """Load the reranker's model (and score one pair) before the first turn: loaded inside a turn, it spent the
+    turn's time budget (EURECOM's reranker timed out in every turn under the default 10 s)."""
+    from models.reranker import make_reranker
+
+    model = resources.get("reranker", lambda: make_reranker(resources.paths.reranker, resources.text_embedder()))
+    if model is not None:
+        model.score("warm-up", ["warm-up"])
 
 
 def make_preset_verifier(preset: Preset, config: Any, policy: Any, resources: Any) -> Any:
     """The preset's self-check; a model self-check without a model is the named evidence-support stand-in."""
-    from graph.presets.verifiers import IdkVariantVerifier, StandInVerifier, UnswVerifier
+    from graph.presets.verifiers import ContextVerifier, IdkVariantVerifier, StandInVerifier, UnswVerifier
     from graph.verify import EvidenceSupportVerifier
 
     mode = preset.verification_mode()
@@ -70,13 +94,17 @@ def make_preset_verifier(preset: Preset, config: Any, policy: Any, resources: An
     if mode == "evidence-support":
         return EvidenceSupportVerifier()
     if mode == "idk-variants":
-        return IdkVariantVerifier(resources.text_embedder, thresholds.get("similarity", 0.7))
+        return IdkVariantVerifier(resources.text_embedder, thresholds.get("similarity", 0.7),
+                                  calibrate=bool(thresholds.get("calibrate_on_table_1", 0)))
     if model_policy is None or not callable(getattr(model_policy, "verifier", None)):
         return StandInVerifier(preset.verification.module if mode == "unsw-algorithm-1" else
                                "the model's chain-of-verification")
     if mode == "unsw-algorithm-1":
-        return UnswVerifier(model_policy, thresholds.get("tau_low", 0.9), thresholds.get("tau_high", 1.0))
-    return model_policy.verifier("single" if mode == "model-single" else "dual-cove")
+        check: Any = UnswVerifier(model_policy, thresholds.get("tau_low", 0.9), thresholds.get("tau_high", 1.0))
+    else:
+        check = model_policy.verifier("single" if mode == "model-single" else "dual-cove")
+    context = getattr(policy, "answer_context", None)
+    return ContextVerifier(check, context) if callable(context) else check
 
 
 def describe(preset: Preset) -> str:

@@ -15,7 +15,8 @@ import weakref
 from collections import Counter, OrderedDict
 from typing import Any
 
-from graph.policy import IDK, AnswerDraft, Decision, ParallelCall, PolicyView, ToolSpec
+from graph.policy import IDK, AnswerDraft, Decision, ParallelCall, PolicyView, StepSummary, ToolSpec
+from graph.presets.context import ContextReport, TokenCounter, answer_view
 from graph.presets.routers import ROUTERS, Route, run_router
 from graph.presets.schema import Condition, Preset, Step
 from text import nlp
@@ -131,8 +132,20 @@ class PipelinePolicy:
         self.blocking = backend is not None or getattr(answerer, "blocking", True) is not False
         self.routes = TurnRoutes()
         self.tool_steps = [s for s in preset.active_steps() if s.tools]
+        self.counter = TokenCounter(backend)
+        self.warm: list[Any] = []  # what to load before the first turn (the reranker's model), not inside one
+
+    def answer_context(self, view: PolicyView) -> tuple[PolicyView, ContextReport | None]:
+        """The turn as the answer model reads it (graph/presets/context.py); unchanged offline or without a
+        context rule in the preset."""
+        spec = self.preset.answer.context if self.preset.answer is not None else None
+        if spec is None or self.backend is None:
+            return view, None
+        return answer_view(view, spec, self.counter)
 
     def warm_up(self) -> None:
+        for load in self.warm:
+            load()
         warm = getattr(self.answerer, "warm_up", None)
         if callable(warm):
             warm()
@@ -214,10 +227,22 @@ class PipelinePolicy:
                                f"{floor:g} or more (UNSW Algorithm 1, line 1)")
         if spec.min_image_score is not None:
             view = without_weak_image_hits(view, spec.min_image_score)
+        view, report = self.answer_context(self.with_entities(view, route))
         draft = self.answerer.answer(view, image)
         if not isinstance(draft, AnswerDraft):
             draft = AnswerDraft.model_validate(draft)
-        return draft.model_copy(update={"rationale": f"{self.answer_method}: {draft.rationale}"})
+        said = f" [{report.text(spec.context)}]" if report is not None else ""
+        return draft.model_copy(update={"rationale": f"{self.answer_method}{said}: {draft.rationale}"})
+
+    def with_entities(self, view: PolicyView, route: Route) -> PolicyView:
+        """With a model, the entities the routing extracted (EURECOM §2.4: the pre-context holds the expanded query
+        with its list of entities) shown to the answer model as a finished step of the turn."""
+        if self.backend is None or not (route.entities or route.expanded):
+            return view
+        text = "; ".join(x for x in (f"entities: {', '.join(route.entities)}" if route.entities else "",
+                                     f"expanded query: {route.expanded}" if route.expanded else "") if x)
+        note = StepSummary(tool="entity_extraction", summary=text)
+        return view.model_copy(update={"done": [note, *view.done]})
 
 
 def best_score(view: PolicyView) -> float:

@@ -39,6 +39,8 @@ class Route(BaseModel):
     object: str | None = None
     summary: str = ""
     expanded: str = ""
+    domain: str = ""
+    entities: list[str] = Field(default_factory=list, description="Entities the routing extracted (EURECOM §2.2).")
     direct: AnswerDraft | None = Field(None, description="The demand-adaptive answerer's own answer (no retrieval).")
     notes: list[str] = Field(default_factory=list, description="Who decided what, for the trace's rationale.")
 
@@ -52,6 +54,8 @@ class Router:
     stand_in: str
     heuristic: Callable[[PolicyView], dict[str, Any]]
     max_tokens: int = 200
+    sees_image: bool = True  # False: a text-only router (UNSW §3.1: a 1B text model classifies the question)
+    prelude: str | None = None  # a router asked first; its fields fill this router's prompt (Fig. 14 before 15)
 
 
 def _history(view: PolicyView) -> str:
@@ -65,13 +69,17 @@ def _image_note(view: PolicyView, sees: bool) -> str:
     return "An image from the user's smart glasses is attached." if sees else "The photo is not shown to you."
 
 
-def ask_model(backend: Any, router: Router, view: PolicyView, image: Any) -> dict[str, Any]:
-    """One model request with the router's prompt and schema; the parsed route fields."""
+def ask_model(backend: Any, router: Router, view: PolicyView, image: Any,
+              known: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One model request with the router's prompt and schema (`known`: what a prelude router decided, for the
+    prompt's placeholders); the parsed route fields."""
     from models.vlm.base import complete_and_report, extract_json, image_to_data_url
 
-    sees = image is not None and bool(getattr(backend, "supports_images", False))
+    sees = router.sees_image and image is not None and bool(getattr(backend, "supports_images", False))
+    fill = {k: v for k, v in (known or {}).items() if isinstance(v, str)}
     text = string.Template((PROMPTS_DIR / f"{router.prompt}.txt").read_text(encoding="utf-8")).safe_substitute(
-        question=view.question, history=_history(view), image_note=_image_note(view, sees))
+        question=view.question, history=_history(view), image_note=_image_note(view, sees), **fill,
+        domain_guideline=domain_guideline(fill.get("domain", "")))
     content: Any = text
     if sees:
         content = [{"type": "image_url", "image_url": {"url": image_to_data_url(image)}}, {"type": "text", "text": text}]
@@ -88,8 +96,11 @@ def run_router(router: Router, backend: Any, view: PolicyView, image: Any) -> di
     """The router's decision: the model's when one is configured and its reply is usable, else the stand-in's."""
     if backend is not None:
         try:
-            out = ask_model(backend, router, view, image)
-            return {**out, "notes": [f"{router.name}: model"]}
+            known = ask_model(backend, ROUTERS[router.prelude], view, image) if router.prelude else {}
+            out = {**known, **ask_model(backend, router, view, image, known)}
+            said = f"{router.prelude} + {router.name}" if router.prelude else router.name
+            return {**out, "notes": [f"{said}: model" + (f" (domain {known['domain']})" if known.get("domain")
+                                                         else "")]}
         except (Cancelled, CallTimeout):
             raise
         except Exception as e:  # noqa: BLE001 - an unusable reply: the named stand-in decides instead
@@ -127,14 +138,28 @@ def _confidence(v: Any) -> float:
 _NO_KNOWLEDGE = re.compile(r"\bI have no knowledge\b|\bcannot (?:be )?determine", re.I)
 
 
+def domain_guideline(domain: str) -> str:
+    """Figure 15's domain reasoning guideline for the domain Figure 14's router named
+    (prompts/preset_superlens_domains.yaml; '' for none)."""
+    import yaml
+
+    if not domain:
+        return ""
+    guides = yaml.safe_load((PROMPTS_DIR / "preset_superlens_domains.yaml").read_text(encoding="utf-8"))
+    return str(guides.get(domain) or guides.get("Other") or "")
+
+
+def _domain(obj: dict[str, Any], view: PolicyView) -> dict[str, Any]:
+    return {"domain": _text(obj.get("domain"), 40) or "Other"}
+
+
 def _superlens_demand(obj: dict[str, Any], view: PolicyView) -> dict[str, Any]:
     answer = _text(obj.get("answer"))
     retrieve = _flag(obj.get("needs_retrieval"), True) or not answer or nlp.is_abstention(answer) or bool(
         _NO_KNOWLEDGE.search(answer))
     if retrieve:
         return {"retrieve": True}
-    domain = _text(obj.get("domain"), 40) or "Other"
-    rationale = f"direct answer (domain {domain}): {_text(obj.get('reasoning'), 300)}"
+    rationale = f"direct answer: {_text(obj.get('reasoning'), 300)}"
     return {"retrieve": False, "direct": AnswerDraft(answer=answer, confidence=_confidence(obj.get("confidence")),
                                                      rationale=rationale)}
 
@@ -183,7 +208,8 @@ def _expand(obj: dict[str, Any], view: PolicyView) -> dict[str, Any]:
     entities: list[Any] = raw[:5] if isinstance(raw, list) else []
     names = [_text(e, 80).split(",")[0].strip() for e in entities]
     object_ = next((n for n in names if n), None)
-    return {"expanded": expanded if expanded.lower() != view.question.strip().lower() else "", "object": object_}
+    return {"expanded": expanded if expanded.lower() != view.question.strip().lower() else "", "object": object_,
+            "entities": [_text(e, 80) for e in entities if _text(e, 80)]}
 
 
 def _nothing(view: PolicyView) -> dict[str, Any]:
@@ -203,16 +229,19 @@ def _schema(props: dict[str, Any]) -> dict[str, Any]:
 
 
 ROUTERS: dict[str, Router] = {r.name: r for r in (
+    Router("superlens-domain", "preset_superlens_domain", _schema({"domain": _S}), _domain,
+           "stand-in: no domain offline", _nothing, max_tokens=40),
     Router("superlens-demand", "preset_superlens_demand",
-           _schema({"domain": _S, "reasoning": _S, "answer": _S, "confidence": {"type": "number", "minimum": 0,
-                    "maximum": 1}, "needs_retrieval": _B}),
+           _schema({"reasoning": _S, "answer": _S, "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+                    "needs_retrieval": _B}),
            _superlens_demand, "stand-in heuristic:always-retrieve (no model knowledge offline)", _always_retrieve,
-           max_tokens=400),
+           max_tokens=400, prelude="superlens-domain"),
     Router("superlens-search", "preset_superlens_search", _schema({"image_search": _B, "text_search": _B,
                                                                    "object": _S}),
            _superlens_search, "stand-in heuristic:question-type-router", search_router_stand_in),
     Router("unsw-route", "preset_unsw_route", _schema({"needs_external_info": _B, "is_real_time": _B}),
-           _unsw_route, "stand-in heuristic:keyword-router", keyword_router_stand_in, max_tokens=60),
+           _unsw_route, "stand-in heuristic:keyword-router", keyword_router_stand_in, max_tokens=60,
+           sees_image=False),
     Router("unsw-summary", "preset_unsw_summary", _schema({"summary": _S}), _summary,
            "stand-in: no image summary offline (q' = q)", _nothing),
     Router("eurecom-expand", "preset_eurecom_expand",

@@ -7,9 +7,9 @@ steps of a `pipeline` preset, the model loop and the rule planner run the two ot
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 PolicyKind = Literal["pipeline", "model-loop", "rule"]
 # A step's conditions, evaluated at every decision from the turn's state and its routing:
@@ -51,6 +51,18 @@ class Step(_Strict):
     if_removed: dict[str, Any] = Field(default_factory=dict, description="A route step switched off (ablation) "
                                        "decides this instead, e.g. {retrieve: true} = mandatory retrieval.")
 
+    @field_validator("route", mode="before")
+    @classmethod
+    def _known_route(cls, v: Any) -> Any:
+        import difflib
+
+        known = get_args(RouteName)
+        if v is None or v in known:
+            return v
+        near = difflib.get_close_matches(str(v), known, n=1, cutoff=0.5)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        raise ValueError(f"unknown router {v!r}{hint}; routers: {', '.join(known)}")
+
     @model_validator(mode="after")
     def _route_or_tools(self) -> Step:
         if (self.route is not None) == bool(self.tools):
@@ -65,6 +77,18 @@ class Step(_Strict):
         return self
 
 
+class ContextSpec(_Strict):
+    """What the answer model reads (graph/presets/context.py): the reranker's kept list, within token budgets."""
+
+    follows: str
+    reranked_only: bool = Field(True, description="When the reranker ran, its kept list is the whole context; the "
+                                "searches before it are shown by their count only.")
+    image_tokens: int | None = Field(None, ge=1, le=200_000, description="Tokens of image-search content, at most.")
+    web_tokens: int | None = Field(None, ge=1, le=200_000, description="Tokens of web content, at most.")
+    item_tokens: int | None = Field(None, ge=1, le=100_000, description="Tokens of one item, at most (a chunk).")
+    max_items: int | None = Field(None, ge=1, le=1000, description="Items in the context, at most.")
+
+
 class AnswerSpec(_Strict):
     """How the final answer is written (a model answers with the retrieved context in its prompt)."""
 
@@ -73,6 +97,9 @@ class AnswerSpec(_Strict):
                                           "are left out of the answer's context.")
     realtime_min_retrieval: float | None = Field(None, ge=0, le=1, description="When the router calls the question "
                                                  "real-time and no evidence scores this much, answer 'I don't know'.")
+    context: ContextSpec | None = Field(None, description="With a model: the answer context's rule and token "
+                                        "budgets (none: the model policy's default of 5 items x 300 characters per "
+                                        "call, every call's results shown).")
 
 
 class VerificationSpec(_Strict):
@@ -80,6 +107,23 @@ class VerificationSpec(_Strict):
     follows: str
     module: str = "Verification"
     thresholds: dict[str, float] = Field(default_factory=dict)
+
+
+class AblationRow(_Strict):
+    """One row of the paper's own ablation table (e.g. SuperGlasses Table 4), as this preset reproduces it."""
+
+    group: str = Field(description="The paper's group, with its letter (e.g. 'B. Mandatory Retrieval').")
+    title: str = Field(description="The paper's row label.")
+    disabled: list[str] = Field(default_factory=list, description="Step ids switched off in this row.")
+    if_removed: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Per switched-off route step, "
+                                                  "what it decides in this row instead of its own `if_removed`.")
+    without: list[str] = Field(default_factory=list, description="Tools removed from the allow-list in this row.")
+    reported: float | None = Field(None, description="The paper's figure for this row.")
+
+
+class Ablation(_Strict):
+    follows: str
+    rows: list[AblationRow]
 
 
 class Preset(_Strict):
@@ -99,6 +143,8 @@ class Preset(_Strict):
     reported: list[str] = Field(default_factory=list, description="Figures the paper reports, for comparison.")
     disabled: list[str] = Field(default_factory=list, description="Step ids (or 'verification') switched off: "
                                 "ablation variants.")
+    ablation: Ablation | None = Field(None, description="The paper's ablation rows (benchmarks.ablate prints them "
+                                      "first, with the paper's group letters).")
 
     @model_validator(mode="after")
     def _consistent(self) -> Preset:
@@ -112,6 +158,11 @@ class Preset(_Strict):
             raise ValueError(f"preset {self.name!r}: only a pipeline preset has steps")
         if self.policy == "pipeline" and self.answer is None:
             raise ValueError(f"preset {self.name!r}: a pipeline preset needs an `answer` section")
+        for row in self.ablation.rows if self.ablation else []:
+            bad = (set(row.disabled) - set(ids) - {"verification"}) | (set(row.if_removed) - set(row.disabled))
+            if bad:
+                raise ValueError(f"preset {self.name!r}: ablation row {row.title!r} names unknown or not-disabled "
+                                 f"step(s) {sorted(bad)}")
         if self.steps and self.steps[0].with_previous:
             raise ValueError(f"preset {self.name!r}: the first step has no previous step to run with")
         return self
