@@ -130,6 +130,10 @@ class ModelCall(BaseModel):
                                      "one's.")
     block_unit: Literal["tokens", "chars"] | None = Field(None, description="What a block counts: tokens of the "
                                                           "backend's own tokenizer when it is local, else characters.")
+    cached_tokens: int | None = Field(None, description="Prompt tokens whose KV came from a prefix cache instead "
+                                      "of being computed (in-process backends; None when not reported).")
+    prompt_profile: str | None = Field(None, description="The prompt profile that rendered the prompt (a model "
+                                       "policy's 'full' or 'compact'; None for other callers).")
 
     @classmethod
     def clip(cls, raw: str) -> tuple[str, int]:
