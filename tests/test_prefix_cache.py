@@ -16,49 +16,10 @@ from graph.model_policy import ModelPolicy
 from graph.policy import PolicyView, ToolSpec
 from models.vlm.base import ReplyCancelled
 from models.vlm.prefix_cache import PrefixCache, common_prefix
+from testing.tiny_models import save_tiny_gemma3
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
-
-GEMMA_CHAT = ("{% for m in messages %}<start_of_turn>{{ 'model' if m['role'] == 'assistant' else 'user' }}\n"
-              "{{ m['content'] }}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n"
-              "{% endif %}")
-
-
-def gemma_tokenizer():
-    """A byte-level tokenizer with Gemma's turn markers as special tokens."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    specials = ["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>"]
-    vocab = {t: i for i, t in enumerate(specials)}
-    for ch in sorted(pre_tokenizers.ByteLevel.alphabet()):
-        vocab[ch] = len(vocab)
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens(specials)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>",
-                                   additional_special_tokens=["<start_of_turn>", "<end_of_turn>"])
-    fast.chat_template = GEMMA_CHAT
-    return fast
-
-
-def save_tiny_gemma3(folder, seed: int = 0):
-    """A 4-layer Gemma 3 text model (sliding window 16 on three layers of four, as Gemma's 5:1 pattern) saved to
-    `folder`, with the tokenizer above."""
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
-
-    tok = gemma_tokenizer()
-    cfg = Gemma3TextConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                           num_attention_heads=2, num_key_value_heads=1, head_dim=32, sliding_window=16,
-                           layer_types=["sliding_attention"] * 3 + ["full_attention"], max_position_embeddings=4096,
-                           pad_token_id=0, eos_token_id=1, bos_token_id=2)
-    torch.manual_seed(seed)
-    Gemma3ForCausalLM(cfg).save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return folder
-
 
 @pytest.fixture(scope="module")
 def gemma_dir(tmp_path_factory):
