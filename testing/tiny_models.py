@@ -61,7 +61,7 @@ def save_tiny_lora(model_folder: str | Path, folder: str | Path, seed: int = 1) 
     torch.manual_seed(seed)
     cfg = LoraConfig(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj", "up_proj", "down_proj"],
                      init_lora_weights=False, task_type="CAUSAL_LM")
-    get_peft_model(base, cfg).save_pretrained(folder)
+    get_peft_model(base, cfg).save_pretrained(str(folder))
     return Path(folder)
 
 

@@ -18,6 +18,9 @@ token (a StoppingCriteria). Decoding is greedy unless temperature > 0. A call wi
 `response_schema` is constrained to that JSON schema by a grammar (models/vlm/grammar.py, xgrammar):
 the reply's mode is then "structured". Tools go through the policy's JSON protocol (the decision
 schema lists the allowed tools and their arguments).
+
+A prompt without an image resumes from the KV cache of the longest prefix already computed (models/vlm/prefix_cache.py,
+`prefix_cache_mb`). `adapter`: a peft LoRA folder merged into the weights at load (see merged_adapter).
 """
 
 from __future__ import annotations
@@ -186,6 +189,7 @@ class _Interrupted(Exception):
 
 class TransformersVLMBackend:
     supports_native_tools = False
+    model: Any  # set by _load (a transformers PreTrainedModel)
 
     def __init__(self, path: str | Path, device: str = "cpu", dtype: Any = None, trust_remote_code: bool = False,
                  max_image_side: int | None = None, chat_template: str | None = None, text_only: bool = False,
