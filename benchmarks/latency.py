@@ -25,8 +25,12 @@ finished decisions that parsed, the tool calls that ran per turn, the answers gi
 seconds per decision, tokens per call, model calls per turn on the critical path, finish reasons and modes.
 The real-model figures in README come from:
 
-    python -m benchmarks.latency --no-fake --no-rule --once --task 1 2 3 --limit 8 --transformers $GGUF \
-        --chat-template gemma --text-only --max-tokens 96 --budget 60 --answer-reserve 20 --self-check off
+    python -m benchmarks.latency --no-fake --no-rule --once --task 1 2 3 --limit 4 --transformers $GGUF \
+        --chat-template gemma --text-only --max-tokens 96 --budget 90 --answer-reserve 30 \
+        [--prefix-cache-mb 0] [--prompt-profile compact] [--dtype bfloat16]
+
+It also prints the process's CPU seconds per turn and per decision (the timing pass), turn seconds by the number of
+tool calls run, and the share of prompt tokens served from a prefix cache.
 """
 
 from __future__ import annotations
