@@ -25,8 +25,12 @@ finished decisions that parsed, the tool calls that ran per turn, the answers gi
 seconds per decision, tokens per call, model calls per turn on the critical path, finish reasons and modes.
 The real-model figures in README come from:
 
-    python -m benchmarks.latency --no-fake --no-rule --once --task 1 2 3 --limit 8 --transformers $GGUF \
-        --chat-template gemma --text-only --max-tokens 96 --budget 60 --answer-reserve 20 --self-check off
+    python -m benchmarks.latency --no-fake --no-rule --once --task 1 2 3 --limit 4 --transformers $GGUF \
+        --chat-template gemma --text-only --max-tokens 96 --budget 90 --answer-reserve 30 \
+        [--prefix-cache-mb 0] [--prompt-profile compact] [--dtype bfloat16]
+
+It also prints the process's CPU seconds per turn and per decision (the timing pass), turn seconds by the number of
+tool calls run, and the share of prompt tokens served from a prefix cache.
 """
 
 from __future__ import annotations
@@ -201,7 +205,9 @@ def measure(label: str, note: str, policy: Any, args, conversations, search, pre
     agent = build_agent(cfg, search=search, run_id=f"bench-{label}", task=tasks[0] if len(tasks) == 1 else None)
     load_s = time.perf_counter() - t0
     cold = None if args.once else run_turns(agent, conversations[:1])[0]  # the first turn pays lazy loading
+    cpu0 = _cpu_s()
     turns = run_turns(agent, conversations)  # timing pass (tracemalloc would slow it)
+    cpu_s = _cpu_s() - cpu0
     comps: dict[str, list[float]] = {}
     for trace in turns:
         for k, v in breakdown(trace).items():
@@ -218,7 +224,30 @@ def measure(label: str, note: str, policy: Any, args, conversations, search, pre
         "errors": dict(Counter(k for t in turns for k in t.error_kinds())),
         "tokens": token_figures(turns), "model_loop": loop_figures(turns),
         "tracemalloc_peak_mib": peak, "max_rss_mib": round(rss_kib / 1024, 1),
+        "cpu": cpu_figures(turns, cpu_s),
     }
+
+
+def _cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def cpu_figures(turns: list, cpu_s: float) -> dict[str, Any]:
+    """CPU seconds of the timing pass (the whole process: model, tools, graph) per turn and per decision, turn
+    seconds by the number of tool calls run, and the prompt tokens served from a prefix cache."""
+    calls = [c for t in turns for c in t.model_calls()]
+    decisions = sum(1 for c in calls if c.purpose == "decide")
+    by_tools: dict[int, list[float]] = {}
+    for t in turns:
+        by_tools.setdefault(len(t.tool_calls()), []).append(t.latency_ms / 1000)
+    prompt = sum(c.prompt_tokens or 0 for c in calls)
+    cached = sum(c.cached_tokens or 0 for c in calls)
+    return {"cpu_s": round(cpu_s, 2), "cpu_s_per_turn": round(cpu_s / max(1, len(turns)), 2),
+            "cpu_s_per_decision": round(cpu_s / decisions, 2) if decisions else None,
+            "turn_s_by_tool_calls": {k: _stats(v) for k, v in sorted(by_tools.items())},
+            "cached_prompt_share": round(cached / prompt, 3) if prompt else None,
+            "prompt_profiles": dict(Counter(str(c.prompt_profile) for c in calls if c.prompt_profile))}
 
 
 # --------------------------------------------------------------------------------------------
@@ -249,6 +278,7 @@ def format_result(r: dict[str, Any]) -> str:
     lines.append(f"   tool calls per turn: mean {tc['mean']:.1f}, max {tc['max']:.0f}; abstained {r['abstained']}/{r['turns']}; "
                  f"ended_by {r['ended_by']}; errors {r['errors'] or 'none'}")
     lines += _model_lines(r["tokens"]) + _loop_lines(r.get("model_loop"))
+    lines += cpu_lines(r.get("cpu")) if r["tokens"] else []
     memory = (f"tracemalloc peak {r['tracemalloc_peak_mib']:.1f} MiB (Python allocations during the turns); "
               if r["tracemalloc_peak_mib"] is not None else "")
     lines.append(f"   memory: {memory}max RSS {r['max_rss_mib']:.0f} MiB (process so far)")
@@ -288,6 +318,18 @@ def _loop_lines(m: dict[str, Any] | None) -> list[str]:
             f"{stat('completion_tokens_per_call', '')}; finish reasons {m['finish_reasons']}"]
 
 
+def cpu_lines(c: dict[str, Any] | None) -> list[str]:
+    if not c:
+        return []
+    turns = "; ".join(f"{k} tool call(s): mean {v['mean']:.1f} s, max {v['max']:.1f} s (n={v['n']})"
+                      for k, v in c["turn_s_by_tool_calls"].items() if v)
+    share = "n/a" if c["cached_prompt_share"] is None else f"{100 * c['cached_prompt_share']:.0f}%"
+    return [f"   CPU seconds (whole process, timing pass): {c['cpu_s']} s, {c['cpu_s_per_turn']} per turn, "
+            f"{c['cpu_s_per_decision']} per decision",
+            f"   turn seconds by tool calls run: {turns}",
+            f"   prompt tokens from the prefix cache: {share}; prompt profiles {c['prompt_profiles'] or 'n/a'}"]
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python benchmarks/latency.py", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -312,6 +354,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--text-only", action="store_true", help="for --transformers / --openai: never send the image")
     p.add_argument("--max-tokens", type=int, default=None, help="for --transformers / --openai")
     p.add_argument("--device", default="cpu", help="device for --transformers")
+    p.add_argument("--dtype", default=None, help="for --transformers: float32 (CPU default), bfloat16, ...")
+    p.add_argument("--prompt-profile", choices=["full", "compact"], default=None,
+                   help="for --transformers / --openai: the model policy's prompt profile (default full)")
+    p.add_argument("--prefix-cache-mb", type=int, default=None,
+                   help="for --transformers: memory of the prompt prefix cache (0: off; default the library's)")
     p.add_argument("--openai", default=None, help="OpenAI-compatible server as URL#MODEL, e.g. http://127.0.0.1:8000/v1#Qwen/Qwen2.5-VL-7B-Instruct")
     p.add_argument("--detector", type=Path, default=None, help="local GroundingDINO/OWLv2 folder")
     p.add_argument("--clip", type=Path, default=None, help="local CLIP folder for the demo image index")
@@ -349,7 +396,8 @@ def main(argv: list[str] | None = None) -> int:
     conversations = [(task, conv) for task in args.task
                      for conv in load_all(getattr(demo, TASK_DATA[task]), limit=args.limit)[0]]
     index = LocalSearchIndex(demo.root, image_embedder=make_image_embedder(args.clip))  # one index for every setup
-    options = {"text_only": args.text_only or None, "max_tokens": args.max_tokens}
+    options = {"text_only": args.text_only or None, "max_tokens": args.max_tokens,
+               "prompt_profile": args.prompt_profile}
     setups: list[tuple] = []
     if not args.no_rule:
         setups.append(("rule", "default: rule-based planner (heuristic), embedded local demo index", "rule"))
@@ -364,7 +412,8 @@ def main(argv: list[str] | None = None) -> int:
                        ModelConfig(backend="openai", base_url=server.base_url, model="fake-vlm", max_retries=0)))
     if args.transformers is not None:
         cfg = model_config_from_options(f"transformers:{args.transformers}", device=args.device,
-                                        chat_template=args.chat_template, **options)
+                                        chat_template=args.chat_template, dtype=args.dtype,
+                                        prefix_cache_mb=args.prefix_cache_mb, **options)
         setups.append(("transformers", f"local transformers model {args.transformers} on {args.device}", cfg))
     if args.openai:
         setups.append(("openai", f"OpenAI-compatible server {args.openai}",

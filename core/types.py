@@ -139,6 +139,10 @@ class ModelCall(BaseModel):
     request_id: str | None = Field(None, description="The request as sent (messages, tool specs, response schema), "
                                    "stored once per distinct piece under the run folder's requests/ "
                                    "(core/sent.py; read back with traces.requests.read_request).")
+    cached_tokens: int | None = Field(None, description="Prompt tokens whose KV came from a prefix cache instead "
+                                      "of being computed (in-process backends; None when not reported).")
+    prompt_profile: str | None = Field(None, description="The prompt profile that rendered the prompt (a model "
+                                       "policy's 'full' or 'compact'; None for other callers).")
     _pieces: dict[str, Any] | None = PrivateAttr(None)  # the request's stored pieces until the trace is written
 
     def with_request(self, request_id: str, pieces: dict[str, Any]) -> ModelCall:

@@ -43,7 +43,8 @@ class ModelPolicy:
     def __init__(self, backend: ChatBackend, name: str | None = None, *, max_tokens: int = 512,
                  temperature: float = 0.0, native_tools: bool | None = None, max_evidence: int = 5,
                  evidence_chars: int = 300, image_max_side: int = 1024, prompts_dir: Path | None = None,
-                 modes: tuple[str, ...] = ("structured", "native_tools", "json_text"), verify_max_tokens: int = 256):
+                 modes: tuple[str, ...] = ("structured", "native_tools", "json_text"), verify_max_tokens: int = 256,
+                 prompt_profile: str = "full"):
         self.backend = backend
         self.name = name or f"vlm:{getattr(backend, 'name', type(backend).__name__)}"
         self.max_tokens = max_tokens
@@ -55,7 +56,7 @@ class ModelPolicy:
             modes = ("native_tools", *modes)
         self.modes = modes
         self.prompts = Prompts(prompts_dir, sees_images=self.sees_images, image_max_side=image_max_side,
-                               max_hits=max_evidence, evidence_chars=evidence_chars)
+                               max_hits=max_evidence, evidence_chars=evidence_chars, profile=prompt_profile)
 
     def warm_up(self) -> None:
         """Let an in-process backend initialise before the first turn (build_agent calls this)."""
@@ -88,7 +89,8 @@ class ModelPolicy:
             self.backend, purpose, messages,
             response_schema=schema if "structured" in self.modes else None,
             tools=tools if "native_tools" in self.modes else None,
-            max_tokens=max_tokens or self.max_tokens, temperature=self.temperature)
+            max_tokens=max_tokens or self.max_tokens, temperature=self.temperature,
+            prompt_profile=self.prompts.profile.name)
 
     def ask(self, purpose: str, view: PolicyView, image: Any, text: str, schema: dict | None,
             max_tokens: int | None = None) -> ChatReply:
@@ -161,4 +163,5 @@ def make_model_policy(spec: str | ModelConfig, **opts: Any) -> ModelPolicy:
     policy_opts = {k: opts.pop(k) for k in list(opts) if k in _POLICY_OPTS}
     backend = make_backend(cfg, **opts)
     return ModelPolicy(backend, name=cfg.name, max_tokens=cfg.max_tokens, temperature=cfg.temperature,
-                       image_max_side=cfg.image_max_side, modes=cfg.decision_modes(), **policy_opts)
+                       image_max_side=cfg.image_max_side, modes=cfg.decision_modes(),
+                       prompt_profile=cfg.prompt_profile, **policy_opts)

@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import json
 import string
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
 
 from core.types import Box, Fact, Hit
 from graph.policy import IDK, PolicyView, StepSummary
@@ -24,6 +28,37 @@ PROMPTS_DIR = Path(__file__).resolve().parents[1] / "prompts"
 Format = Literal["json", "native"]
 TEMPLATES = ("vlm_system", "vlm_format_json", "vlm_format_native", "vlm_turn", "vlm_observation", "vlm_decide",
              "vlm_answer", "vlm_closed_book", "vlm_cove", "vlm_selfcheck_consistency")
+
+
+class PromptProfile(BaseModel):
+    """How the model policy writes its prompts (prompts/profiles.yaml): which template files, how much of each tool
+    and each result it shows."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    description: str
+    templates: dict[str, str] = Field(default_factory=dict, description="A template name -> the file (under "
+                                      "prompts/, without .txt) that renders it instead.")
+    tool_arguments: bool = Field(True, description="Each tool with its whole signature and one line per documented "
+                                 "argument; false: its required arguments and the first sentence of its description.")
+    max_hits: int | None = Field(None, ge=1, description="Search results shown per call (None: the policy's).")
+    evidence_chars: int | None = Field(None, ge=20, description="Characters per result (None: the policy's).")
+
+
+@cache
+def _profiles(path: Path) -> dict[str, PromptProfile]:
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    return {name: PromptProfile(name=name, **spec) for name, spec in data.items()}
+
+
+def prompt_profile(name: str, prompts_dir: Path | None = None) -> PromptProfile:
+    """The profile `name` of prompts/profiles.yaml (or of `prompts_dir`'s, when it has one)."""
+    path = (prompts_dir or PROMPTS_DIR) / "profiles.yaml"
+    profiles = _profiles(path if path.is_file() else PROMPTS_DIR / "profiles.yaml")
+    if name not in profiles:
+        raise ValueError(f"unknown prompt profile {name!r}: one of {', '.join(profiles)}")
+    return profiles[name]
 
 
 def load_prompt(name: str, prompts_dir: Path | None = None) -> string.Template:
@@ -39,9 +74,13 @@ def clip(text: Any, n: int) -> str:
     return text if len(text) <= n else text[: max(0, n - 3)] + "..."
 
 
-def tools_text(view: PolicyView) -> str:
+def tools_text(view: PolicyView, arguments: bool = True) -> str:
     """Each allowed tool as generated from its registry schema: signature (types, enums, bounds, defaults) and one
-    line per documented argument."""
+    line per documented argument; with `arguments` False, its required arguments and its description's first
+    sentence."""
+    if not arguments:
+        return "\n".join(f"- {short_signature(t.name, t.json_schema)} - {first_sentence(t.description)}"
+                         for t in view.tools) or "(no tools)"
     lines = []
     for t in view.tools:
         lines.append(f"- {t.signature}")
@@ -52,6 +91,19 @@ def tools_text(view: PolicyView) -> str:
 
 HISTORY_TURNS = 16  # earlier turns a prompt shows, the latest ones (each cut to HISTORY_CHARS for Q and for A)
 HISTORY_CHARS = 200
+
+
+def short_signature(name: str, json_schema: dict) -> str:
+    """name(required: type, ...): what a call must say; the optional arguments keep their defaults."""
+    params = json_schema.get("function", {}).get("parameters", {})
+    props = params.get("properties", {})
+    args = [f"{k}: {props.get(k, {}).get('type', 'any')}" for k in params.get("required", [])]
+    return f"{name}({', '.join(args)})"
+
+
+def first_sentence(text: str) -> str:
+    head, dot, _ = " ".join(text.split()).partition(". ")
+    return head + ("." if dot else "")
 
 
 def history_text(view: PolicyView) -> str:
@@ -70,12 +122,13 @@ class Prompts:
     """Renders a turn's transcript from a PolicyView. `image_note` says whether the model sees the photo."""
 
     def __init__(self, prompts_dir: Path | None = None, *, sees_images: bool = True, image_max_side: int = 1024,
-                 max_hits: int = 5, evidence_chars: int = 300):
-        self.templates = {n: load_prompt(n, prompts_dir) for n in TEMPLATES}
+                 max_hits: int = 5, evidence_chars: int = 300, profile: str = "full"):
+        self.profile = prompt_profile(profile, prompts_dir)
+        self.templates = {n: load_prompt(self.profile.templates.get(n, n), prompts_dir) for n in TEMPLATES}
         self.sees_images = sees_images
         self.image_max_side = image_max_side
-        self.max_hits = max_hits
-        self.evidence_chars = evidence_chars
+        self.max_hits = self.profile.max_hits or max_hits
+        self.evidence_chars = self.profile.evidence_chars or evidence_chars
 
     def render(self, name: str, **kw: Any) -> str:
         return self.templates[name].safe_substitute(**{k: ("" if v is None else v) for k, v in kw.items()})
@@ -92,7 +145,8 @@ class Prompts:
 
     def system(self, view: PolicyView, fmt: Format) -> dict:
         reply_format = self.render(f"vlm_format_{fmt}", idk=IDK)
-        return {"role": "system", "content": self.render("vlm_system", tools=tools_text(view), reply_format=reply_format)}
+        tools = tools_text(view, self.profile.tool_arguments)
+        return {"role": "system", "content": self.render("vlm_system", tools=tools, reply_format=reply_format)}
 
     def turn(self, view: PolicyView, image: Any) -> dict:
         text = self.render("vlm_turn", image_note=self.image_note(image), task=view.task, history=history_text(view),

@@ -129,6 +129,8 @@ _MODEL = [
     Option("--temperature", "model.temperature", MODEL, help="Sampling temperature (0: greedy)."),
     Option("--max-tokens", "model.max_tokens", MODEL, help="Tokens per model reply at most."),
     Option("--decision-mode", "model.decision_mode", MODEL),
+    Option("--adapter", "model.adapter", MODEL), Option("--prompt-profile", "model.prompt_profile", MODEL),
+    Option("--prefix-cache-mb", "model.prefix_cache_mb", MODEL),
     Option("--response-format", "model.response_format", MODEL),
     Option("--no-stream", "model.stream", MODEL, "negate", dest="stream",
            help="openai: ask for whole replies, not streamed ones (by default replies stream, so a cancelled "

@@ -22,7 +22,8 @@ server json_object only, and answers 422 otherwise), `tools` (a vLLM started wit
 400), `stream`, `reject_fields` (OpenAI's API answers 400 "Unrecognized request argument supplied: top_k").
 `vllm=VllmBehaviour(...)` (testing/vllm_emulation.py) makes it behave as vLLM does: a scripted text reply is
 what the model generated and goes through the chosen tool-call parser (streamed: with its hold-back), a
-per-request chat_template is refused unless trusted, and `effective[i]` holds the sampling values vLLM would run
+per-request chat_template is refused unless trusted, LoRA modules are routed by the request's `model` (an unknown
+name: 404; `/models` lists them with their parent), and `effective[i]` holds the sampling values vLLM would run
 request i with (its generation_config filling what the request left out). Sockets use TCP_NODELAY.
 
 `python -m testing.fake_model_server --delay 0.3 --responder path/to/file.py:function` serves in its own process (for
@@ -120,7 +121,7 @@ class FakeOpenAIServer:
         if unknown:
             return 400, {"error": {"message": f"Unrecognized request argument supplied: {unknown[0]}",
                                    "type": "invalid_request_error", "param": None, "code": None}}
-        return self.vllm.reject(body) if self.vllm is not None else None
+        return self.vllm.reject(body, self.models) if self.vllm is not None else None
 
     def start(self) -> FakeOpenAIServer:
         self._thread.start()
@@ -258,7 +259,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         if self.path.rstrip("/").endswith("/models"):
-            self._send(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in self.fake.models]})
+            vllm = self.fake.vllm
+            cards = vllm.model_cards(self.fake.models) if vllm else [{"id": m, "object": "model"} for m in self.fake.models]
+            self._send(200, {"object": "list", "data": cards})
         else:
             self._send(404, {"error": "not found"})
 
@@ -288,6 +291,8 @@ class _Handler(BaseHTTPRequestHandler):
             with self.fake._lock:
                 self.fake.effective.append(self.fake.vllm.effective_sampling(body))
         item = self.fake._next(body)
+        if self.fake.vllm is not None and isinstance(item, dict) and "model" in item:
+            item = {**item, "model": self.fake.vllm.served_as(body, self.fake.models)}  # vLLM names the LoRA served
         if isinstance(item, tuple) and item[0] == "status":
             return self._send(item[1], item[2])
         if isinstance(item, tuple) and item[0] == "hang":

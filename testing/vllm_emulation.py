@@ -18,6 +18,11 @@ used. The behaviours, switchable per test with `VllmBehaviour`:
 - A per-request `chat_template` is refused with 400 unless the server trusts it (0.11 and later).
 - Sampling fields a request leaves out are filled from the model's generation_config.json
   (`--generation-config auto`); `effective_sampling` says what the engine would use.
+- LoRA routing (`--enable-lora --lora-modules name=path`, from `serving_models.py` and
+  `serving_engine._check_model` of 0.10.2): with `lora_modules` (or `check_model`), a request's `model` must be a
+  served base name or a LoRA module name (empty: the base), else 404 with vLLM's error body ("The model `x` does
+  not exist.", type NotFoundError); the reply's `model` is the name asked for (the LoRA's when one is); `/v1/models`
+  lists the base models, then each LoRA module with `root` (its path) and `parent` (the base model).
 """
 
 from __future__ import annotations
@@ -38,8 +43,8 @@ NEUTRAL = {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalt
 FILLED_BY_0_10 = ("repetition_penalty", "temperature", "top_p", "top_k", "min_p")  # 0.10: penalties default 0.0
 
 
-def error_body(message: str, code: int = 400) -> dict:
-    return {"error": {"message": message, "type": "BadRequestError", "param": None, "code": code}}
+def error_body(message: str, code: int = 400, kind: str = "BadRequestError") -> dict:
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
 
 
 @dataclass
@@ -49,10 +54,37 @@ class VllmBehaviour:
     trust_request_chat_template: bool = False
     generation_config: dict[str, Any] = field(default_factory=dict)
     piece: int = 3  # characters per streamed "token"
+    lora_modules: dict[str, str] = field(default_factory=dict)  # --lora-modules name=path
+    check_model: bool = False  # refuse unknown model names even without LoRA modules
+
+    # ---- models and LoRA routing -----------------------------------------------------------------------------
+
+    def model_cards(self, bases: tuple[str, ...]) -> list[dict]:
+        """/v1/models as vLLM lists it: the base model(s), then the LoRA modules with their parent."""
+        def card(name: str, root: str, parent: str | None) -> dict:
+            return {"id": name, "object": "model", "created": 0, "owned_by": "vllm", "root": root,
+                    "parent": parent, "max_model_len": 8192 if parent is None else None, "permission": []}
+
+        return ([card(b, b, None) for b in bases]
+                + [card(n, path, bases[0] if bases else None) for n, path in self.lora_modules.items()])
+
+    def served_as(self, body: dict, bases: tuple[str, ...]) -> str | None:
+        """The name a request is served under (a base or a LoRA module), or None when vLLM would answer 404."""
+        model = body.get("model")
+        if not model:
+            return bases[0] if bases else None
+        if model in bases or model in self.lora_modules or not (self.lora_modules or self.check_model):
+            return model
+        return None
+
+    def unknown_model(self, body: dict) -> tuple[int, dict]:
+        return 404, error_body(f"The model `{body.get('model')}` does not exist.", 404, "NotFoundError")
 
     # ---- request checks ------------------------------------------------------------------------------------
 
-    def reject(self, body: dict) -> tuple[int, dict] | None:
+    def reject(self, body: dict, bases: tuple[str, ...] = ()) -> tuple[int, dict] | None:
+        if self.served_as(body, bases) is None:  # vLLM checks the model first
+            return self.unknown_model(body)
         kwargs = body.get("chat_template_kwargs") or {}
         if self.version != "0.10" and not self.trust_request_chat_template and (
                 body.get("chat_template") is not None or kwargs.get("chat_template") is not None):

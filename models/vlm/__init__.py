@@ -12,6 +12,10 @@ Spec strings:
                                    (converted once, cached; text-only)
     llamacpp:<file.gguf>           a GGUF text-only planner in-process (needs llama-cpp-python)
     <file.json | file.toml>        a model config file (see ModelConfig)
+
+Any spec but a config file may end with `+adapter=<adapter>` (ModelConfig.adapter): a LoRA adapter folder loaded
+on top of the model (transformers), or the name of a LoRA module the server serves (openai, vLLM
+`--lora-modules name=path`), e.g. transformers:$GGUF+adapter=runs/lora or openai:http://h:8000/v1#base+adapter=tuned.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from models.openai_client import BackendError
 from models.vlm.base import ChatBackend, ChatReply, ChatToolCall, Usage, extract_json, image_to_data_url
 
 BACKENDS = ("openai", "transformers", "llamacpp")
+ADAPTER_MARK = "+adapter="
 
 
 class ModelConfig(BaseModel):
@@ -44,6 +49,18 @@ class ModelConfig(BaseModel):
     path: str | None = Field(None, description="transformers: a local folder or a .gguf file; llamacpp: a .gguf file.")
     api_key: str | None = None
     name: str | None = Field(None, description="The policy's name in traces and CLI output.")
+    adapter: str | None = Field(None, description="A LoRA adapter on top of the model. transformers: a local peft "
+                                "adapter folder, merged into the model's weights at load; openai: the name of a "
+                                "LoRA module the server serves (vLLM --enable-lora --lora-modules name=path), sent "
+                                "as each request's model. The policy's name shows it (model+adapter). In a spec "
+                                "string: <spec>+adapter=<folder or name>.")
+    prompt_profile: Literal["full", "compact"] = Field(
+        "full", description="How the model policy writes its prompts (graph/model_prompts.py): 'full' (the default) "
+        "or 'compact' (a shorter system text and tool list, for small models; docs/models.md). Each model call's "
+        "trace record names the profile that rendered its prompt.")
+    prefix_cache_mb: int = Field(256, ge=0, description="transformers: memory for the KV cache of earlier prompts, "
+                                 "reused by a later prompt that starts with the same tokens (least recently used "
+                                 "dropped first; 0: off).")
     timeout_s: float = Field(120.0, gt=0, description="openai: seconds per request attempt.")
     max_retries: int = Field(3, ge=0)
     pool_size: int | None = Field(None, ge=1, description="openai: HTTP connections kept (default: from the run's "
@@ -148,11 +165,22 @@ def parse_spec(spec: str) -> ModelConfig:
     s = spec.strip()
     if s.lower().endswith((".json", ".toml")) and Path(s).is_file():
         return load_model_config(s)
+    s, mark, adapter = s.partition(ADAPTER_MARK)
+    if mark and not adapter.strip():
+        raise ValueError(f"bad model spec {spec!r}: {ADAPTER_MARK} needs an adapter folder or name after it")
+    cfg = _parse_backend_spec(spec, s)
+    if not mark:
+        return cfg
+    return ModelConfig.model_validate({**cfg.model_dump(exclude_unset=True), "adapter": adapter.strip()})
+
+
+def _parse_backend_spec(spec: str, s: str) -> ModelConfig:
     kind, sep, rest = s.partition(":")
     kind = kind.lower()
     if not sep or kind not in BACKENDS or not rest:
         raise ValueError(f"bad model spec {spec!r}: use openai:<base_url>[,<base_url>...]#<model>, "
-                         f"transformers:<folder or file.gguf>, llamacpp:<file.gguf> or a .json/.toml config file")
+                         f"transformers:<folder or file.gguf>, llamacpp:<file.gguf> or a .json/.toml config file "
+                         f"(optionally followed by {ADAPTER_MARK}<adapter>)")
     if kind == "openai":
         urls, _, model = rest.partition("#")
         bases = [u.strip() for u in urls.split(",") if u.strip()]
@@ -196,7 +224,7 @@ def make_backend(cfg: ModelConfig, **opts: Any) -> ChatBackend:
                                        chat_template=cfg.chat_template, system_role=cfg.system_role,
                                        sampling=cfg.sampling(), tool_choice=cfg.tool_choice,
                                        json_object_enforced=cfg.json_object_enforced,
-                                       max_outstanding=cfg.max_outstanding, **opts)
+                                       max_outstanding=cfg.max_outstanding, adapter=cfg.adapter, **opts)
     if not cfg.path:
         raise ValueError(f"the {cfg.backend} backend needs path")
     if cfg.backend == "transformers":
@@ -204,7 +232,11 @@ def make_backend(cfg: ModelConfig, **opts: Any) -> ChatBackend:
 
         return TransformersVLMBackend(cfg.path, device=cfg.device, dtype=cfg.dtype, chat_template=cfg.chat_template,
                                       text_only=cfg.text_only, n_ctx=cfg.n_ctx, n_threads=cfg.n_threads,
-                                      cache_dir=cfg.cache_dir, **opts)
+                                      cache_dir=cfg.cache_dir, adapter=cfg.adapter,
+                                      prefix_cache_mb=cfg.prefix_cache_mb, **opts)
+    if cfg.adapter:
+        raise ValueError("the llamacpp backend does not load adapters: use transformers:<model>+adapter=<folder>, or "
+                         "merge the adapter and convert the result to GGUF")
     from models.vlm.llamacpp import LlamaCppBackend
 
     return LlamaCppBackend(cfg.path, n_ctx=cfg.n_ctx or 4096, n_threads=cfg.n_threads, n_gpu_layers=cfg.n_gpu_layers,

@@ -53,6 +53,8 @@ class Usage(BaseModel):
 
     input_tokens: int | None = None
     output_tokens: int | None = None
+    cached_tokens: int | None = Field(None, description="Prompt tokens whose KV came from a prefix cache (the "
+                                      "in-process backend's, or a server's prompt_tokens_details.cached_tokens).")
 
 
 class ChatReply(BaseModel):
@@ -150,7 +152,7 @@ def _blocks(backend: Any, messages: list[dict], reply: ChatReply | None) -> tupl
 
 def complete_and_report(backend: ChatBackend, purpose: str, messages: list[dict], *, tools: list[dict] | None = None,
                         response_schema: dict | None = None, max_tokens: int = 512,
-                        temperature: float = 0.0) -> ChatReply:
+                        temperature: float = 0.0, prompt_profile: str | None = None) -> ChatReply:
     """One backend request, reported as a ModelCall to the graph event that made it (also when it fails or is
     cancelled): tokens, latency, finish reason, the raw reply (first 4 KB), the constraint mode used, when it was
     sent and the prompt's block hashes (how much of it repeats the previous request's)."""
@@ -166,7 +168,7 @@ def complete_and_report(backend: ChatBackend, purpose: str, messages: list[dict]
         blocks, unit = _blocks(backend, messages, partial if isinstance(partial, ChatReply) else None)
         call = ModelCall(purpose=purpose, model=name, latency_ms=round((time.perf_counter() - t0) * 1000, 3),
                          cancelled=isinstance(e, Cancelled), error=f"{type(e).__name__}: {e}"[:500],
-                         started_at=started, prompt_blocks=blocks, block_unit=unit)
+                         started_at=started, prompt_blocks=blocks, block_unit=unit, prompt_profile=prompt_profile)
         if isinstance(partial, ChatReply):
             raw, n = ModelCall.clip(_raw(partial))
             call = call.model_copy(update=dict(mode=partial.mode or "json_text", raw_reply=raw, reply_chars=n,
@@ -183,7 +185,8 @@ def complete_and_report(backend: ChatBackend, purpose: str, messages: list[dict]
         prompt_tokens=reply.usage.input_tokens, completion_tokens=reply.usage.output_tokens,
         latency_ms=round(reply.latency_ms or (time.perf_counter() - t0) * 1000, 3),
         finish_reason=reply.finish_reason, raw_reply=raw, reply_chars=n, started_at=started, prompt_blocks=blocks,
-        block_unit=unit, replica=reply.replica).with_request(*sent))
+        block_unit=unit, replica=reply.replica, cached_tokens=reply.usage.cached_tokens,
+        prompt_profile=prompt_profile).with_request(*sent))
     return reply
 
 

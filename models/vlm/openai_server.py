@@ -73,7 +73,8 @@ class OpenAICompatibleBackend:
                  response_format: str = "json_schema", stream: bool = True, pool_size: int = 16,
                  text_only: bool = False, chat_template: str | None = None, system_role: bool = True,
                  extra_body: dict[str, Any] | None = None, sampling: dict[str, Any] | None = None,
-                 tool_choice: str = "auto", json_object_enforced: bool = False, max_outstanding: int = 64):
+                 tool_choice: str = "auto", json_object_enforced: bool = False, max_outstanding: int = 64,
+                 adapter: str | None = None):
         if response_format not in ("json_schema", "json_object"):
             raise ValueError(f"response_format must be json_schema or json_object, not {response_format!r}")
         if tool_choice not in ("auto", "required"):
@@ -98,7 +99,11 @@ class OpenAICompatibleBackend:
             self.extra_body["chat_template"] = load_chat_template(chat_template)  # vLLM's per-request field
         self._warned: set[str] = set()
         self.model = model or self._first_model()
-        self.name = f"openai:{self.model}"
+        self.adapter = adapter
+        self.served = adapter or self.model  # what each request asks for: vLLM routes a LoRA module by its name
+        self.name = f"openai:{self.model}" + (f"+{adapter}" if adapter else "")
+        if adapter:
+            self._check_adapter(adapter)
 
     def close(self) -> None:
         self.client.close()
@@ -108,6 +113,24 @@ class OpenAICompatibleBackend:
         if not ids:
             raise BackendError(f"{self.base_url}/models lists no model; give one as openai:<base_url>#<model>")
         return ids[0]
+
+    def _check_adapter(self, adapter: str) -> None:
+        """Fail at once, with the server command, when the server does not serve the LoRA module `adapter` (vLLM
+        answers 404 to every request that names it); warn when it is the adapter of another base model."""
+        try:
+            cards = self.client.request("GET", "/models").get("data", [])
+        except BackendError as e:  # a server not up yet: its first request says so
+            log.warning("could not list %s/models to check the adapter %r: %s", self.base_url, adapter, e)
+            return
+        found = next((c for c in cards if isinstance(c, dict) and c.get("id") == adapter), None)
+        if found is None:
+            served = ", ".join(str(c.get("id")) for c in cards if isinstance(c, dict)) or "nothing"
+            raise BackendError(f"{self.base_url} does not serve the adapter {adapter!r} (it serves: {served}); start "
+                               f"vLLM with --enable-lora --lora-modules {adapter}=<adapter folder> (docs/vllm.md)",
+                               status=404)
+        parent = found.get("parent")
+        if parent and self.model != adapter and parent != self.model:
+            log.warning("the adapter %r is served on top of %r, not %r", adapter, parent, self.model)
 
     def _warn_once(self, what: str, message: str, *args: Any) -> None:
         if what not in self._warned:
@@ -129,7 +152,7 @@ class OpenAICompatibleBackend:
 
     def _payload(self, messages: list[dict], tools: list[dict] | None, max_tokens: int, temperature: float,
                  response_schema: dict | None) -> tuple[dict[str, Any], DecisionMode | None]:
-        payload: dict[str, Any] = {"model": self.model, "messages": messages, **self.sampling,
+        payload: dict[str, Any] = {"model": self.served, "messages": messages, **self.sampling,
                                    "max_tokens": max_tokens, "temperature": temperature, **self.extra_body}
         mode: DecisionMode | None = None
         if response_schema and self.supports_structured:
@@ -224,7 +247,8 @@ class OpenAICompatibleBackend:
                 calls.append(ChatToolCall(name=fn["name"], arguments=parse_arguments(fn.get("arguments")), id=tc.get("id")))
         u = data.get("usage") or {}
         return ChatReply(text=content or "", tool_calls=calls,
-                         usage=Usage(input_tokens=_count(u.get("prompt_tokens")), output_tokens=_count(u.get("completion_tokens"))),
+                         usage=Usage(input_tokens=_count(u.get("prompt_tokens")), output_tokens=_count(u.get("completion_tokens")),
+                                     cached_tokens=_cached(u)),
                          latency_ms=latency_ms, finish_reason=choices[0].get("finish_reason"), model=data.get("model"))
 
 
@@ -267,6 +291,12 @@ def _required_arguments(tools: list[dict], name: str) -> list[str]:
             required = (fn.get("parameters") or {}).get("required") or []
             return [str(r) for r in required] if isinstance(required, list) else []
     return []
+
+
+def _cached(usage: dict) -> int | None:
+    """OpenAI's usage.prompt_tokens_details.cached_tokens (vLLM sends it with --enable-prompt-tokens-details)."""
+    details = usage.get("prompt_tokens_details")
+    return _count(details.get("cached_tokens")) if isinstance(details, dict) else None
 
 
 def _count(v: Any) -> int | None:

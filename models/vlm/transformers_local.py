@@ -18,6 +18,9 @@ token (a StoppingCriteria). Decoding is greedy unless temperature > 0. A call wi
 `response_schema` is constrained to that JSON schema by a grammar (models/vlm/grammar.py, xgrammar):
 the reply's mode is then "structured". Tools go through the policy's JSON protocol (the decision
 schema lists the allowed tools and their arguments).
+
+A prompt without an image resumes from the KV cache of the longest prefix already computed (models/vlm/prefix_cache.py,
+`prefix_cache_mb`). `adapter`: a peft LoRA folder merged into the weights at load (see merged_adapter).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from models.vlm.base import (
     text_only_messages,
 )
 from models.vlm.grammar import SchemaGrammars, stop_token_ids, xgrammar_available
+from models.vlm.prefix_cache import PrefixCache
 
 log = logging.getLogger(__name__)
 
@@ -160,16 +164,37 @@ def tokenizer_options(model_type: str) -> dict[str, Any]:
     return {} if model_type in _MISTRAL_TYPES else {"fix_mistral_regex": False}
 
 
+def merged_adapter(model: Any, adapter: Path) -> Any:
+    """`model` with the peft LoRA adapter in the folder `adapter` merged into its weights.
+
+    Merged rather than kept as a PeftModel: generation then costs what the base model's does (no extra low-rank
+    matmuls in every adapted layer), and the layer hooks, the prefix cache and the grammar see a plain model. The
+    price is that this backend serves that one adapter (load another backend for the base model)."""
+    if not (adapter / "adapter_config.json").is_file():
+        raise FileNotFoundError(f"LoRA adapter folder not found (no adapter_config.json): {adapter}")
+    try:
+        from peft import PeftModel
+    except ImportError as e:
+        raise ImportError("loading a LoRA adapter needs the peft package (pip install peft)") from e
+    try:
+        tuned = PeftModel.from_pretrained(model, str(adapter), is_trainable=False)
+    except (ValueError, KeyError, RuntimeError) as e:  # target modules or shapes that this model does not have
+        raise ValueError(f"the adapter {adapter} does not fit this model: {type(e).__name__}: {e}") from e
+    return tuned.merge_and_unload()
+
+
 class _Interrupted(Exception):
     """Raised inside the model's forward pass when the generation's turn was cancelled."""
 
 
 class TransformersVLMBackend:
     supports_native_tools = False
+    model: Any  # set by _load (a transformers PreTrainedModel)
 
     def __init__(self, path: str | Path, device: str = "cpu", dtype: Any = None, trust_remote_code: bool = False,
                  max_image_side: int | None = None, chat_template: str | None = None, text_only: bool = False,
-                 n_ctx: int | None = None, n_threads: int | None = None, cache_dir: str | Path | None = None):
+                 n_ctx: int | None = None, n_threads: int | None = None, cache_dir: str | Path | None = None,
+                 adapter: str | Path | None = None, prefix_cache_mb: int = 256):
         import torch
         from transformers import AutoConfig
 
@@ -187,7 +212,9 @@ class TransformersVLMBackend:
         self.path = p
         self.device = device
         self.max_image_side = max_image_side
-        self.name = f"transformers:{self.source.name}"
+        self.adapter = Path(adapter).expanduser() if adapter else None
+        self.name = f"transformers:{self.source.name}" + (f"+{self.adapter.name}" if self.adapter else "")
+        self.prefix_cache = PrefixCache(prefix_cache_mb << 20)
         self._lock = threading.Lock()
         self._cancel = threading.Event()
         kw = dict(local_files_only=True, trust_remote_code=trust_remote_code)
@@ -196,6 +223,8 @@ class TransformersVLMBackend:
         self.is_vision = is_vision_config(self.config)
         self.supports_images = self.is_vision and not text_only
         self._load(p, _resolve_dtype(dtype, device), kw)
+        if self.adapter is not None:
+            self.model = merged_adapter(self.model, self.adapter)
         own = getattr(self.processor or self.tokenizer, "chat_template", None) or getattr(self.tokenizer, "chat_template", None)
         self.chat_template = load_chat_template(chat_template) if chat_template else None
         if self.chat_template is None and not own:
@@ -345,6 +374,20 @@ class TransformersVLMBackend:
             gen["eos_token_id"] = self.grammars.stop_ids  # after the grammar's end only these are allowed
         return gen
 
+    def _generate(self, inputs: Any, gen: dict) -> tuple[Any, int]:
+        """generate(), resuming from the prefix cache when the prompt is token ids only (a prompt with an image is
+        computed whole: its image tokens' KV depend on the pixels). Returns the sequences and the prompt tokens
+        that came from the cache. The filled cache is stored only after a generation that finished."""
+        cacheable = self.prefix_cache.max_bytes > 0 and set(inputs.keys()) <= {"input_ids", "attention_mask"}
+        if not cacheable:
+            return self.model.generate(**inputs, **gen), 0
+        ids = inputs["input_ids"][0].tolist()
+        cache, n_cached = self.prefix_cache.lookup(ids)
+        cache = cache if cache is not None else self.prefix_cache.empty()
+        out = self.model.generate(**inputs, **gen, past_key_values=cache)
+        self.prefix_cache.store(out[0, :cache.get_seq_length()].tolist(), cache)
+        return out, n_cached
+
     def complete(self, messages: list[dict], tools: list[dict] | None = None, max_tokens: int = 512,
                  temperature: float = 0.0, response_schema: dict | None = None) -> ChatReply:
         import torch
@@ -371,7 +414,7 @@ class TransformersVLMBackend:
             gen = self._generation_options(max_tokens, temperature, schema, StoppingCriteriaList([StopWhenCancelled()]))
             try:
                 with torch.inference_mode():
-                    out = self.model.generate(**inputs, **gen)
+                    out, n_cached = self._generate(inputs, gen)
             except _Interrupted:
                 # the layer hook stopped a forward pass: in the prefill, or in a later token's step
                 done = latest["ids"][0, n_in:] if "ids" in latest else None
@@ -384,6 +427,7 @@ class TransformersVLMBackend:
             except Exception as e:  # noqa: BLE001
                 raise BackendError(f"local generation with {self.source} failed: {type(e).__name__}: {e}") from e
             reply = self._reply(out[0, n_in:], n_in, max_tokens, gen, t0, mode)
+            reply.usage.cached_tokens = n_cached
             reply.prompt_ids = inputs["input_ids"][0].tolist()  # the trace's prefix measurement, in tokens
             if cancel.is_set():
                 raise ReplyCancelled("the turn ended during generation",
