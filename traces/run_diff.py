@@ -152,8 +152,9 @@ class RowFilter(BaseModel):
                 out[p.upper()] = parts[i + 1]
                 i += 2
             else:
+                bad = parts[i + 1] if p.upper() in letters and i + 1 < len(parts) else p
                 raise ValueError(
-                    f"--only {spec!r}: cannot read {p!r}; write run letters ({', '.join(letters)}) each followed by "
+                    f"--only {spec!r}: cannot read {bad!r}; write run letters ({', '.join(letters)}) each followed by "
                     f"{' | '.join(FILTER_OUTCOMES)}, or the words {', '.join(FILTER_WORDS)}, joined by '-' "
                     "(e.g. a-right-b-wrong)"
                 )
