@@ -105,13 +105,17 @@ def test_filters(two_runs):
 def test_outcomes_are_the_stored_scoring_not_a_new_one(tmp_path):
     """Multi-turn: the report's early stop makes B's right third turn a miss; without report.json the trace's
     score counts, and the run says so."""
-    a = write_run(tmp_path, "a", [trace("a", "c", i, "x", "x", []) for i in range(3)])
+    idk = trace("a", "u", 0, "I don't know", "I don't know", [])  # the trace says missing; the report counts
+    a = write_run(tmp_path, "a", [*(trace("a", "c", i, "x", "x", []) for i in range(3)), idk])  # it correct too
     b_turns = [trace("b", "c", 0, "no", "x", []), trace("b", "c", 1, "no", "x", []), trace("b", "c", 2, "x", "x", [])]
     b = write_run(tmp_path, "b", b_turns)
     rep = json.loads((b / "report.json").read_text())
     assert rep["turns"][2]["early_stopped"] and rep["turns"][2]["result"] == "missing"  # what the mode counted
     row = {r.key: r for r in diff_runs([a, b]).rows}["c#2"]
     assert row.outcome("B") == "abstained" and row.sides["B"].early_stopped and row.sides["B"].score == "missing"
+    u = {r.key: r for r in diff_runs([a, b]).rows}["u#0"].sides["A"]
+    assert (idk.score, u.outcome, u.also_missing) == ("missing", "right", True)
+    assert any("A: 1 question(s) right here are also counted missing" in n for n in diff_runs([a, b]).notes)
     (b / "report.json").unlink()
     d = diff_runs([a, b])
     assert {r.key: r for r in d.rows}["c#2"].outcome("B") == "right"
@@ -210,8 +214,9 @@ def test_headless_chromium_filters_the_diff_page(two_runs, tmp_path):
 
 
 def test_superglasses_runs_use_the_superglasses_judges_score(tmp_path, monkeypatch, capsys):
-    from graph import run as cli
     from sg_support import FixtureWeb, article, small_dataset, use_fixture_web
+
+    from graph import run as cli
 
     data = small_dataset(tmp_path / "sg")
     with FixtureWeb(image_dir=tmp_path / "img") as web:

@@ -55,12 +55,15 @@ def header(d: RunDiff) -> list[str]:
         )
     lines += ["", f"on the {d.common} question(s) every run has:", *runs_table(d.runs), ""]
     for p in d.pairs:
+        a, b = p.table["right"], {x: row["right"] for x, row in p.table.items()}
         lines.append(
-            f"{p.a} vs {p.b} on {p.both} shared question(s): same outcome {p.same}; {p.a} right and {p.b} "
-            f"not {p.a_right_b_not} (--only {p.a.lower()}-right-{p.b.lower()}-wrong: "
-            f"{p.table['right']['wrong']}); {p.b} right and {p.a} not {p.b_right_a_not} "
-            f"(--only {p.b.lower()}-right-{p.a.lower()}-wrong: {p.table['wrong']['right']})"
+            f"{p.a} vs {p.b} on {p.both} shared question(s): same outcome {p.same}; {p.a} right, {p.b} not "
+            f"{p.a_right_b_not} (wrong {a['wrong']}, abstained {a['abstained']}); {p.b} right, {p.a} not "
+            f"{p.b_right_a_not} (wrong {b['wrong']}, abstained {b['abstained']})"
         )
+    if d.pairs:
+        x, y = d.pairs[0].a.lower(), d.pairs[0].b.lower()
+        lines.append(f"(the questions behind a count: --only {x}-right-{y}-wrong, --only {y}-right-{x}-abstained, ...)")
     for letters, n in sorted(d.only_in.items()):
         lines.append(f"only in {letters.replace(',', ' and ') or 'no run'}: {n} question(s)")
     lines += [f"note: {n}" for n in d.notes]
@@ -76,7 +79,7 @@ def row_lines(row: DiffRow, names: dict[str, str]) -> list[str]:
         if side is None:
             lines.append(f"{label}  absent (not in this run)")
             continue
-        stop = " (early stop)" if side.early_stopped else ""
+        stop = " (early stop)" if side.early_stopped else " (+missing)" if side.also_missing else ""
         errs = f"  errors: {', '.join(side.errors)}" if side.errors else ""
         lines.append(
             f"{label}  {side.outcome + stop:<10} {side.latency_ms:>7.0f} ms  {side.model_calls} model "

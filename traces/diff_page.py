@@ -139,6 +139,11 @@ def _cell(side: TurnSide | None, link: str | None) -> str:
     if side is None:
         return '<td class="cell absent"><span class="muted">absent: not in this run</span></td>'
     stop = ' <span class="muted">(early stop)</span>' if side.early_stopped else ""
+    if side.also_missing:
+        stop = (
+            ' <span class="muted" title="an \'I don\'t know\' ground truth answered so">(also counted missing)</span>'
+        )
+
     tools = (
         "".join(f'<span class="chip tool">{_e(t)}</span>' for t in side.tools) or '<span class="muted">no tool</span>'
     )

@@ -18,7 +18,6 @@ agree), `same` (every run present and all agree) and `unmatched` (absent from so
 from __future__ import annotations
 
 import json
-import math
 import string
 from collections import Counter
 from pathlib import Path
@@ -42,6 +41,11 @@ class TurnSide(BaseModel):
     outcome: Outcome
     score: str | None = Field(None, description="The stored label the outcome comes from (correct/incorrect/missing).")
     early_stopped: bool = Field(False, description="The multi-turn early stop turned this turn into a miss.")
+    also_missing: bool = Field(
+        False,
+        description="Right, and the official scoring also counts it missing: an 'I "
+        "don't know' ground truth answered so (accuracy + missing rate can then exceed 1).",
+    )
     answer: str
     tools: list[str] = Field(default_factory=list, description="Tool calls in order (a tool twice is listed twice).")
     model_calls: int = 0
@@ -215,8 +219,11 @@ def read_traces(run_dir: Path) -> tuple[list[TurnTrace], list[str]]:
     return traces, skipped
 
 
-def counted_results(run_dir: Path, superglasses: bool) -> tuple[dict[tuple[str, int], tuple[str, bool]], str]:
-    """(session, turn) -> (label report.json counted, early stopped), and where outcomes come from. Empty on a
+Counted = tuple[str, bool, bool]  # (label report.json counted, early stopped, also counted missing)
+
+
+def counted_results(run_dir: Path, superglasses: bool) -> tuple[dict[tuple[str, int], Counted], str]:
+    """(session, turn) -> (label report.json counted, early stopped, also missing), and where outcomes come from. Empty on a
     SuperGlasses run (its traces hold the SuperGlasses judge's score) or without a readable report.json."""
     if superglasses:
         return {}, "SuperGlasses judge's score in each trace (accuracy: the whole answer judged)"
@@ -228,16 +235,20 @@ def counted_results(run_dir: Path, superglasses: bool) -> tuple[dict[tuple[str, 
     except (OSError, ValueError, ValidationError) as e:
         why = "no report.json" if isinstance(e, FileNotFoundError) else f"report.json unreadable ({type(e).__name__})"
         return {}, f"each trace's own score ({why})"
-    got = {(t.session_id, t.turn_index): (t.result, t.early_stopped) for t in rep.turns}
+    got = {
+        (t.session_id, t.turn_index): (t.result, t.early_stopped, t.result == "correct" and t.is_miss)
+        for t in rep.turns
+    }
     return got, f"report.json ({rep.mode}; judge {rep.judge})"
 
 
-def turn_side(t: TurnTrace, counted: tuple[str, bool] | None) -> TurnSide:
-    score, stopped = counted if counted is not None else (t.score, False)
+def turn_side(t: TurnTrace, counted: Counted | None) -> TurnSide:
+    score, stopped, also_missing = counted if counted is not None else (t.score, False, False)
     return TurnSide(
         outcome=_FROM_SCORE.get(score, "unscored"),
         score=score,
         early_stopped=stopped,
+        also_missing=also_missing,
         answer=t.answer,
         tools=[s.tool for s in t.tool_calls()],
         model_calls=t.tokens.calls,
@@ -320,7 +331,7 @@ def diff_runs(paths: list[Path], only: list[str] | None = None) -> RunDiff:
         common=sum(all(r.sides.values()) for r in rows),
         only_in=dict(only_in),
         pairs=_pairs(infos, rows),
-        notes=comparability_notes(infos),
+        notes=comparability_notes(infos) + scoring_notes(infos, rows),
         shown=len(rows),
     )
     return cut_rows(full, [f.spec for f in filters])
@@ -355,10 +366,10 @@ def _rows(loaded: list[tuple[RunInfo, dict[tuple[str, int], tuple[TurnTrace, Tur
 
 
 def _pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    v = sorted(values)
-    return round(v[min(len(v) - 1, max(0, math.ceil(q * len(v)) - 1))], 1)
+    """numpy's (linear) percentile, as benchmarks.presets computes its p50/p95: the two tables agree."""
+    import numpy as np
+
+    return round(float(np.percentile(values, q)), 1) if values else None
 
 
 def _mean(values: list[float]) -> float | None:
@@ -379,8 +390,8 @@ def _summaries(infos: list[RunInfo], rows: list[DiffRow]) -> None:
             tool_calls_per_turn=_mean([len(s.tools) for s in sides]),
             model_calls_per_turn=_mean([s.model_calls for s in sides]),
             tokens_per_turn=_mean([s.tokens for s in sides]),
-            latency_p50_ms=_pct([s.latency_ms for s in sides], 0.5),
-            latency_p95_ms=_pct([s.latency_ms for s in sides], 0.95),
+            latency_p50_ms=_pct([s.latency_ms for s in sides], 50),
+            latency_p95_ms=_pct([s.latency_ms for s in sides], 95),
         )
 
 
@@ -425,4 +436,18 @@ def comparability_notes(infos: list[RunInfo]) -> list[str]:
             notes.append(f"{r.letter}: {len(r.skipped)} file(s) not read as traces: {', '.join(r.skipped[:3])}")
         if r.turns == 0:
             notes.append(f"{r.letter} ({r.path}) has no readable turn trace")
+    return notes
+
+
+def scoring_notes(infos: list[RunInfo], rows: list[DiffRow]) -> list[str]:
+    """Where the official counts read differently from one label per question."""
+    notes = []
+    for r in infos:
+        n = sum(1 for row in rows if (s := row.sides[r.letter]) is not None and s.also_missing)
+        if n:
+            notes.append(
+                f"{r.letter}: {n} question(s) right here are also counted missing by the official scoring "
+                "(an 'I don't know' ground truth answered so), so its report's accuracy + missing rate can "
+                "exceed 1"
+            )
     return notes
