@@ -22,19 +22,20 @@ from traces.store import TraceStore
 from traces.viewer import main as viewer_main
 
 ROOT = Path(__file__).resolve().parents[1]
+EVIL = "<script>document.body.setAttribute('data-pwned','1')</script><img src=x onerror=alert(1)>"
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
 def trace(run: str, session: str, turn: int, answer: str, truth: str, tools: list[str], calls: int = 0,
-          latency: float = 100.0) -> TurnTrace:
+          latency: float = 100.0, question: str | None = None) -> TurnTrace:
     """A finished turn as the runner writes it, scored by exact match (the rule judge's first rule)."""
     score = "missing" if answer == "I don't know" else "correct" if answer == truth else "incorrect"
     steps = [ToolCallEvent(index=i, tool=t, latency_ms=5.0) for i, t in enumerate(tools)]
     steps.append(FinalEvent(index=len(tools), decision="answer", answer=answer))
     return TurnTrace(run_id=run, task=3 if turn else 2, session_id=session, interaction_id=f"{session}-t{turn}",
-                     turn_index=turn, question=f"question {session}/{turn}?", policy="fabricated", search_backend="none",
+                     turn_index=turn, question=question or f"question {session}/{turn}?", policy="fabricated", search_backend="none",
                      budget_s=10, max_steps=8, steps=steps, answer=answer, abstained=score == "missing",
                      ended_by="answer", latency_ms=latency, tokens=TokenTotals(calls=calls, sequential_calls=calls),
                      ground_truth=truth, score=score, judge="exact-match")
@@ -57,7 +58,7 @@ def two_runs(tmp_path) -> tuple[Path, Path]:
     a = write_run(tmp_path, "alpha", [trace("alpha", "q1", 0, "Falcon 9", "Falcon 9", ["image_search"]),
                                       trace("alpha", "q2", 0, "SpaceX", "SpaceX", ["image_search", "web_search"], 2),
                                       trace("alpha", "q3", 0, "1889", "1889", ["web_search"], 1, 300.0),
-                                      trace("alpha", "q4", 0, "blue", "blue", [])])
+                                      trace("alpha", "q4", 0, "blue", "blue", [], question=EVIL)])
     b = write_run(tmp_path, "beta", [trace("beta", "q1", 0, "Falcon 9", "Falcon 9", ["ocr"], 3, 900.0),
                                      trace("beta", "q2", 0, "Boeing", "SpaceX", ["web_search"], 3),
                                      trace("beta", "q3", 0, "I don't know", "1889", [], 1),
@@ -202,6 +203,7 @@ def test_headless_chromium_filters_the_diff_page(two_runs, tmp_path):
     shown = [m for m in re.findall(r'<tr class="qrow( hidden)?"[^>]*data-a="(\w+)" data-b="(\w+)"', r.stdout)
              if not m[0]]
     assert shown == [("", "right", "wrong")]
+    assert "data-pwned" not in r.stdout and "<script>document" not in page.read_text()  # question text escaped
     shot = tmp_path / "shot.png"
     subprocess.run([*base, f"--screenshot={shot}", "--window-size=1200,900", page.resolve().as_uri()],
                    capture_output=True, text=True, timeout=90)

@@ -235,7 +235,7 @@ def counted_results(run_dir: Path, superglasses: bool) -> tuple[dict[tuple[str, 
     except (OSError, ValueError, ValidationError) as e:
         why = "no report.json" if isinstance(e, FileNotFoundError) else f"report.json unreadable ({type(e).__name__})"
         return {}, f"each trace's own score ({why})"
-    got = {
+    got: dict[tuple[str, int], Counted] = {
         (t.session_id, t.turn_index): (t.result, t.early_stopped, t.result == "correct" and t.is_miss)
         for t in rep.turns
     }
