@@ -145,6 +145,8 @@ def test_compare_without_annotations_says_so_and_points_to_the_diff(two_runs, ca
     assert cmp.main(["--run", str(two_runs[0]), "--no-embed"]) == 2
     err = capsys.readouterr()
     assert "no annotated trajectory" in err.err and "python -m traces.diff" in err.err and "n/a" not in err.out
+    assert cmp.main(["--run", str(two_runs[0].parent), "--no-embed"]) == 2  # a folder of runs
+    assert "holds no turn trace (a folder of runs?)" in capsys.readouterr().err
 
 
 # ---- a presets folder, made by benchmarks.presets on the demo -------------------------------------------------

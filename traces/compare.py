@@ -418,9 +418,10 @@ def format_report(rep: CompareReport, max_turns: int = 50) -> str:
     return "\n".join(L)
 
 
-def no_annotations(run: str, reference: str | None) -> str:
+def no_annotations(run: str, reference: str | None, n_predicted: int) -> str:
     """Why there is nothing to compare with, and what compares two runs instead."""
     where = (f"{reference} holds no annotated trajectory" if reference else
+             f"{run} holds no turn trace (a folder of runs?)" if not n_predicted else
              f"{run}: its traces carry no annotated trajectory (SuperGlasses rows' sub_questions; a CRAG-MM run has "
              "none)")
     return (f"error: traces.compare compares a run with annotated SuperGlasses trajectories, and {where}. "
@@ -458,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if not ref:
-        print(no_annotations(args.run or args.predicted, args.reference), file=sys.stderr)
+        print(no_annotations(args.run or args.predicted, args.reference, len(pred)), file=sys.stderr)
         return 2
     vocab = None if args.tools is None else {t.strip() for t in args.tools.split(",") if t.strip()}
     rep = compare(pred, ref, embedder=None if args.no_embed else "auto", sim_threshold=args.sim_threshold,
