@@ -693,7 +693,10 @@ def render_diff_page(diff: Any, out: Path, only: list[str] | None = None) -> Pat
     out = Path(out)
     title = "Run diff: " + ", ".join(f"{r.letter} {r.name}" for r in diff.runs)
     write_json_atomic(out, _page(title, DIFF_CSS, diff_body(diff, out, only), script=DIFF_JS))
-    out.chmod(0o644)
+    try:
+        out.chmod(0o644)  # as render_run: the atomic write's temp file is private; a page is meant to be read
+    except OSError:
+        pass
     return out
 
 
