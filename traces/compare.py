@@ -24,6 +24,9 @@ not be read offline); counted over WRONG answers only (our judged accuracy false
 Each count comes with its base: the wrong answers for which the rule can apply (e.g. multi-hop annotations).
 
     python -m traces.compare --run traces/runs/<run_id> [--reference refs.jsonl] [--json out.json] [--no-embed]
+
+Without annotations (a CRAG-MM run, a file with none) it says so and exits 2; two runs side by side are
+`python -m traces.diff`.
 """
 
 from __future__ import annotations
@@ -415,9 +418,19 @@ def format_report(rep: CompareReport, max_turns: int = 50) -> str:
     return "\n".join(L)
 
 
+def no_annotations(run: str, reference: str | None, n_predicted: int) -> str:
+    """Why there is nothing to compare with, and what compares two runs instead."""
+    where = (f"{reference} holds no annotated trajectory" if reference else
+             f"{run} holds no turn trace (a folder of runs?)" if not n_predicted else
+             f"{run}: its traces carry no annotated trajectory (SuperGlasses rows' sub_questions; a CRAG-MM run has "
+             "none)")
+    return (f"error: traces.compare compares a run with annotated SuperGlasses trajectories, and {where}. "
+            f"To compare two runs on the same questions: python -m traces.diff RUN_A RUN_B")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m traces.compare",
-                                 description="Compare a run with annotated SuperGlasses trajectories.")
+                                 description="Compare a run with annotated SuperGlasses trajectories (two runs: python -m traces.diff).")
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--run", help="run folder of turn traces, e.g. traces/runs/<run_id>")
     src.add_argument("--predicted", help="logs already exported by `python -m traces.superglasses export`")
@@ -444,6 +457,9 @@ def main(argv: list[str] | None = None) -> int:
             ref = import_logs(args.reference, problems)
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    if not ref:
+        print(no_annotations(args.run or args.predicted, args.reference, len(pred)), file=sys.stderr)
         return 2
     vocab = None if args.tools is None else {t.strip() for t in args.tools.split(",") if t.strip()}
     rep = compare(pred, ref, embedder=None if args.no_embed else "auto", sim_threshold=args.sim_threshold,

@@ -690,9 +690,9 @@ def _conversation_html(n: int, sid: str, turns: list[TurnTrace], image: Any,
                    f'{h(sid)} <span class="muted">{len(turns)} turn(s)</span></h2>{body}</section>')
 
 
-def _page(title: str, style: str, body: str) -> str:
+def _page(title: str, style: str, body: str, script: str = JS) -> str:
     """The HTML document, with a content security policy that allows only inline data and this page's script."""
-    script_hash = base64.b64encode(hashlib.sha256(JS.encode("utf-8")).digest()).decode("ascii")
+    script_hash = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
     csp = (f"default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'sha256-{script_hash}'; "
            "base-uri 'none'; form-action 'none'")
     return f"""<!DOCTYPE html>
@@ -704,7 +704,7 @@ def _page(title: str, style: str, body: str) -> str:
 {style}</style></head>
 <body data-ready="0">
 {body}
-<script>{JS}</script>
+<script>{script}</script>
 </body></html>
 """
 
@@ -726,6 +726,30 @@ def render_run(run_dir: Path, out: Path | None = None, images: dict[str, Any] | 
     return out
 
 
+def render_diff_page(diff: Any, out: Path, only: list[str] | None = None) -> Path:
+    """The run diff (traces.run_diff.RunDiff) as one page in this viewer's style; controls start at `only`[0]."""
+    from traces.diff_page import DIFF_CSS, DIFF_JS, diff_body
+    from traces.store import write_json_atomic
+
+    out = Path(out)
+    title = "Run diff: " + ", ".join(f"{r.letter} {r.name}" for r in diff.runs)
+    write_json_atomic(out, _page(title, DIFF_CSS, diff_body(diff, out, only), script=DIFF_JS))
+    try:
+        out.chmod(0o644)  # as render_run: the atomic write's temp file is private; a page is meant to be read
+    except OSError:
+        pass
+    return out
+
+
+def _runs_inside(folder: Path) -> Any:
+    """The diff of the runs in `folder` when it holds no trace itself but two runs or more (a presets folder)."""
+    from traces.run_diff import diff_runs, find_runs
+
+    if any(folder.glob("*__*.json")) or len(find_runs(folder)) < 2:
+        return None
+    return diff_runs([folder])
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m traces.viewer",
                                 description="Render a run folder of turn traces as one self-contained HTML page.")
@@ -738,6 +762,14 @@ def main(argv: list[str] | None = None) -> int:
     if not args.run_dir.is_dir():
         print(f"error: run folder not found: {args.run_dir}", file=sys.stderr)
         return 2
+    diff = _runs_inside(args.run_dir)
+    if diff is not None:  # a folder of runs (benchmarks.presets): each run's page, and their diff linking them
+        for r in diff.runs:
+            render_run(Path(r.path), images={} if args.no_images else None, data=args.data)
+        out = render_diff_page(diff, args.out or args.run_dir / "index.html")
+        print(f"{out}: the diff of the {len(diff.runs)} runs in this folder (as python -m traces.diff "
+              f"{args.run_dir} --html {out} writes it), linking each run's own page (<run>/index.html)")
+        return 0
     images: dict[str, Any] | None = {} if args.no_images else None
     out = render_run(args.run_dir, args.out, images=images, data=args.data)
     print(out)

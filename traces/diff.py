@@ -1,0 +1,152 @@
+"""Run diff: two or more runs side by side on the same questions (`traces.run_diff` has the rules).
+
+    python -m traces.diff RUN_A RUN_B [RUN_C ...]              # a table, then one block per question
+    python -m traces.diff PRESETS_FOLDER                        # every run a `benchmarks.presets` run wrote
+    python -m traces.diff RUN_A RUN_B --only a-right-b-wrong    # questions A got right and B did not
+    python -m traces.diff RUN_A RUN_B --json > diff.json        # the whole diff as JSON (pydantic RunDiff)
+    python -m traces.diff RUN_A RUN_B --html diff.html          # the page, with the same filters in it
+
+Runs are named A, B, C... in the order given (a folder of runs in its presets.json order).
+Exit status: 0, or 2 when fewer than two runs are found or a filter cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from traces.run_diff import FILTER_OUTCOMES, FILTER_WORDS, DiffRow, RunDiff, RunInfo, cut_rows, diff_runs
+
+
+def _num(v: float | None, digits: int = 2) -> str:
+    return "n/a" if v is None else f"{v:.{digits}f}"
+
+
+def runs_table(runs: list[RunInfo]) -> list[str]:
+    width = max([len(r.name) for r in runs] + [4])
+    head = (
+        f"{'run':<4}{'name':<{width + 2}}{'n':>4}{'right':>7}{'wrong':>7}{'abst.':>7}{'unsc.':>7}"
+        f"{'tools/t':>9}{'model/t':>9}{'tokens/t':>10}{'p50 ms':>9}{'p95 ms':>9}"
+    )
+    lines = [head, "-" * len(head)]
+    for r in runs:
+        c = r.common
+        lines.append(
+            f"{r.letter:<4}{r.name:<{width + 2}}{c.n:>4}{c.right:>7}{c.wrong:>7}{c.abstained:>7}"
+            f"{c.unscored:>7}{_num(c.tool_calls_per_turn):>9}{_num(c.model_calls_per_turn):>9}"
+            f"{_num(c.tokens_per_turn, 0):>10}{_num(c.latency_p50_ms, 0):>9}{_num(c.latency_p95_ms, 0):>9}"
+        )
+    return lines
+
+
+def header(d: RunDiff) -> list[str]:
+    n_some = sum(d.only_in.values())
+    lines = [
+        f"run diff: {len(d.runs)} runs; {d.common} question(s) every run has, {n_some} only in some runs; "
+        "outcomes as each run's own scoring stored them (right = correct, wrong = incorrect, "
+        "abstained = missing)"
+    ]
+    for r in d.runs:
+        what = " ".join(x for x in (r.benchmark, f"task {r.task}" if r.task is not None else None) if x)
+        lines.append(
+            f"  {r.letter} {r.name}: {r.path} ({r.turns} turn(s); {what or 'benchmark unknown'}); "
+            f"policy {r.policy or '?'}; outcomes from {r.scoring}"
+        )
+    lines += ["", f"on the {d.common} question(s) every run has:", *runs_table(d.runs), ""]
+    for p in d.pairs:
+        a, b = p.table["right"], {x: row["right"] for x, row in p.table.items()}
+        lines.append(
+            f"{p.a} vs {p.b} on {p.both} shared question(s): same outcome {p.same}; {p.a} right, {p.b} not "
+            f"{p.a_right_b_not} (wrong {a['wrong']}, abstained {a['abstained']}); {p.b} right, {p.a} not "
+            f"{p.b_right_a_not} (wrong {b['wrong']}, abstained {b['abstained']})"
+        )
+    if d.pairs:
+        x, y = d.pairs[0].a.lower(), d.pairs[0].b.lower()
+        lines.append(f"(the questions behind a count: --only {x}-right-{y}-wrong, --only {y}-right-{x}-abstained, ...)")
+    for letters, n in sorted(d.only_in.items()):
+        lines.append(f"only in {letters.replace(',', ' and ') or 'no run'}: {n} question(s)")
+    lines += [f"note: {n}" for n in d.notes]
+    return lines
+
+
+def row_lines(row: DiffRow, names: dict[str, str]) -> list[str]:
+    truth = "" if row.ground_truth is None else f"  (truth: {_cut(row.ground_truth, 60)})"
+    lines = [f"{row.key}  {_cut(row.question, 90)}{truth}"]
+    width = max(len(n) for n in names.values())
+    for letter, side in row.sides.items():
+        label = f"  {letter} {names[letter]:<{width}}"
+        if side is None:
+            lines.append(f"{label}  absent (not in this run)")
+            continue
+        stop = " (early stop)" if side.early_stopped else " (+missing)" if side.also_missing else ""
+        errs = f"  errors: {', '.join(side.errors)}" if side.errors else ""
+        lines.append(
+            f"{label}  {side.outcome + stop:<10} {side.latency_ms:>7.0f} ms  {side.model_calls} model "
+            f"call(s)  tools: {', '.join(side.tools) or '-'}  answer: {_cut(side.answer, 60)!r}{errs}"
+        )
+    return lines
+
+
+def _cut(text: str, n: int) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def format_diff(d: RunDiff, max_rows: int = 50) -> str:
+    lines = header(d)
+    names = {r.letter: r.name for r in d.runs}
+    cut = f" matching {' or '.join(d.filters)}" if d.filters else ""
+    lines += ["", f"{d.shown} question(s){cut}" + (f"; the first {max_rows}" if d.shown > max_rows else "") + ":"]
+    for row in d.rows[:max_rows]:
+        lines += ["", *row_lines(row, names)]
+    if d.shown > max_rows:
+        lines += ["", f"... {d.shown - max_rows} more (--max-rows, --json or --html)"]
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m traces.diff",
+        description="Two or more runs side by side on the same questions: right, "
+        "wrong or abstained as each run's scoring stored it, tools called, model calls, latency.",
+        epilog=f"--only: run letters each followed by {' | '.join(FILTER_OUTCOMES)}, or {', '.join(FILTER_WORDS)}, "
+        "joined by '-': a-right-b-wrong, b-abstained, differ, a-wrong-differ. Repeat --only for 'or'.",
+    )
+    p.add_argument(
+        "runs",
+        nargs="+",
+        type=Path,
+        help="run folders (traces/runs/<run_id>) or folders of runs (a benchmarks.presets folder)",
+    )
+    p.add_argument("--only", action="append", default=[], metavar="FILTER", help="show only these questions")
+    p.add_argument("--json", action="store_true", help="print the diff as JSON instead of the table")
+    p.add_argument("--html", type=Path, default=None, metavar="FILE", help="also write the page here")
+    p.add_argument("--max-rows", type=int, default=50, help="questions printed (default 50)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m traces.diff RUN_A RUN_B [--only a-right-b-wrong] [--json] [--html FILE]`.
+
+    Args:
+        argv: the command line without the program name (default: sys.argv[1:]).
+    """
+    args = build_parser().parse_args(argv)
+    try:
+        full = diff_runs(args.runs)
+        d = cut_rows(full, args.only)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(d.model_dump_json(indent=2) if args.json else format_diff(d, args.max_rows))
+    if args.html is not None:  # every question on the page; its controls start at the first --only filter
+        from traces.viewer import render_diff_page
+
+        path = render_diff_page(full, args.html, args.only)
+        print(f"page: {path}", file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
