@@ -620,10 +620,11 @@ class LLMJudge:
                 if "response_format" not in body or exc.status not in (400, 422) or not any(
                         w in msg for w in ("response_format", "json_schema", "json_object", "schema")):
                     raise
-                if self.formats[0] is body["response_format"]:  # (a concurrent verdict may have moved on)
+                rejected: dict[str, Any] = body["response_format"]
+                if self.formats[0] is rejected:  # (a concurrent verdict may have moved on)
                     self.formats.pop(0)
                     log.warning("LLM judge's server rejected response_format %s; asking with %s from now on: %s",
-                                body["response_format"]["type"], (self.formats[0] or {}).get("type", "none"), exc)
+                                rejected.get("type"), (self.formats[0] or {}).get("type", "none"), exc)
                 body = {k: v for k, v in body.items() if k != "response_format"}
                 if self.formats[0] is not None:
                     body["response_format"] = self.formats[0]

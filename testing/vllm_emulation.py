@@ -134,12 +134,12 @@ class VllmBehaviour:
         def chunk(delta: dict, finish: str | None = None) -> dict:
             return {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
 
-        out = [chunk({"role": "assistant", "content": ""})]
+        out: list[dict] = [chunk({"role": "assistant", "content": ""})]
         if self.version == "0.10" and _tool_choice(body) == "required":
             return [*out, error_body(REQUIRED_STREAM_ERROR)]
         out += [chunk({"content": content[i:i + self.piece]}) for i in range(0, len(content), self.piece)]
         for k, (name, args) in enumerate(calls):
-            first = {"index": k, "id": _call_id(), "type": "function", "function": {"name": name}}
+            first: dict[str, Any] = {"index": k, "id": _call_id(), "type": "function", "function": {"name": name}}
             if self.tool_parser == "pythonic" and _tool_choice(body) != "required":
                 first["function"]["arguments"], args = args[:self.piece], args[self.piece:]
             out.append(chunk({"tool_calls": [first]}))

@@ -92,9 +92,10 @@ def test_the_answer_function_that_vllm_leaves_in_the_content_is_parsed(parser, t
 
 def test_required_tool_choice_is_sent_and_parsed():
     with _vllm(tool_parser=None, version="0.10") as srv:  # 0.10 constrains "required" without a tool parser
-        srv.push(F.text_reply('[{"name": "web_search", "parameters": {"query": "q"}}]', completion_tokens=12))
+        srv.push(*[F.text_reply('[{"name": "web_search", "parameters": {"query": "q"}}]', completion_tokens=12)] * 2)
         reply = _backend(srv, tool_choice="required").complete(MSGS, tools=TOOLS)
-    assert srv.requests[0]["tool_choice"] == "required"
+    assert [r["tool_choice"] for r in srv.requests] == ["required", "required"]
+    assert [r.get("stream") for r in srv.requests] == [True, None]  # 0.10.2 streams an error event (#24509)
     assert [(c.name, c.arguments) for c in reply.tool_calls] == [("web_search", {"query": "q"})]
 
 
