@@ -249,18 +249,22 @@ class _Stream:
 
     def add(self, chunk: dict) -> None:
         self.model = chunk.get("model") or self.model
-        if chunk.get("usage"):
+        if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
-        for choice in chunk.get("choices") or []:
+        choices = chunk.get("choices")
+        for choice in choices if isinstance(choices, list) else []:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta") or choice.get("message") or {}
+            if not isinstance(delta, dict):
+                continue
             if isinstance(delta.get("content"), str):
                 self.text.append(delta["content"])
             thought = reasoning_of(delta)
             if thought:
                 self.reasoning.append(thought)
-            for tc in delta.get("tool_calls") or []:
+            deltas = delta.get("tool_calls")
+            for tc in deltas if isinstance(deltas, list) else []:
                 if isinstance(tc, dict):
                     self._add_call_delta(tc)
             if choice.get("finish_reason"):

@@ -216,3 +216,22 @@ def test_reasoning_is_recorded_and_not_taken_for_a_hold_back(stream):
             got = complete_and_report(b, "decide", MSGS, tools=TOOLS)
     assert got.text == "" and got.reasoning.startswith("Let me think") and b.stream_tools
     assert calls[0].reasoning.startswith("Let me think") and calls[0].error is None and len(srv.requests) == 1
+
+
+JUNK = [{"choices": {"0": 1}}, {"choices": [{"message": "text"}]}, {"choices": [{"message": {"content": 5}}]},
+        {"choices": [{"message": {"content": "a", "tool_calls": "x"}}], "usage": [1]},
+        {"choices": [{"message": {"tool_calls": [5, {"function": "f"}, {"function": {"name": 3}}]}}]},
+        {"choices": [{"message": {"content": "a"}, "finish_reason": 7}], "model": {"a": 1}}]
+
+
+@pytest.mark.parametrize("stream", [True, False])
+@pytest.mark.parametrize("junk", JUNK)
+def test_replies_of_the_wrong_shape_are_an_error_or_an_empty_reply_never_a_crash(junk, stream):
+    with F() as srv:
+        srv.push(junk)
+        try:
+            reply = _backend(srv.base_url, stream=stream).complete(MSGS, tools=TOOLS)
+        except Exception as e:  # noqa: BLE001 - what is asserted is its kind
+            assert type(e).__name__ == "BackendError", e
+        else:
+            assert reply.tool_calls == [] and isinstance(reply.text, str) and reply.model in (None, "fake-vlm")

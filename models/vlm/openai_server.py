@@ -234,22 +234,31 @@ class OpenAICompatibleBackend:
 
     @staticmethod
     def parse_response(data: dict, latency_ms: float = 0.0) -> ChatReply:
-        choices = data.get("choices") or []
-        if not choices or not isinstance(choices[0], dict):
+        """The reply's first choice as a ChatReply; fields of the wrong type (a hostile server) count as absent."""
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             raise BackendError(f"reply has no choices: {str(data)[:300]}")
-        msg = choices[0].get("message") or {}
+        msg = _dict(choices[0].get("message"))
         content = msg.get("content")
         if isinstance(content, list):  # some servers return content parts
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+            content = "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
         calls = []
-        for tc in msg.get("tool_calls") or []:
-            fn = (tc or {}).get("function") or {}
-            if fn.get("name"):
-                calls.append(ChatToolCall(name=fn["name"], arguments=parse_arguments(fn.get("arguments")), id=tc.get("id")))
-        u = data.get("usage") or {}
-        return ChatReply(text=content or "", tool_calls=calls, reasoning=reasoning_of(msg),
+        for tc in msg.get("tool_calls") if isinstance(msg.get("tool_calls"), list) else []:
+            fn = _dict(_dict(tc).get("function"))
+            ident = _dict(tc).get("id")
+            if isinstance(fn.get("name"), str) and fn["name"]:
+                calls.append(ChatToolCall(name=fn["name"], arguments=parse_arguments(fn.get("arguments")),
+                                          id=ident if isinstance(ident, str) else None))
+        u = _dict(data.get("usage"))
+        finish, model = choices[0].get("finish_reason"), data.get("model")
+        return ChatReply(text=content if isinstance(content, str) else "", tool_calls=calls, reasoning=reasoning_of(msg),
                          usage=Usage(input_tokens=_count(u.get("prompt_tokens")), output_tokens=_count(u.get("completion_tokens"))),
-                         latency_ms=latency_ms, finish_reason=choices[0].get("finish_reason"), model=data.get("model"))
+                         latency_ms=latency_ms, finish_reason=finish if isinstance(finish, str) else None,
+                         model=model if isinstance(model, str) else None)
+
+
+def _dict(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
 
 
 def with_text_tool_calls(reply: ChatReply) -> ChatReply:
