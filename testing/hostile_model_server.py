@@ -40,7 +40,7 @@ class HostileModelServer:
         self.mode, self.size, self.reply_s, self.reply_bytes = mode, size, reply_s, reply_bytes
         self.sent: list[int] = []
         self.lock = threading.Lock()
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), _Handler)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), _HostileHandler)
         self.httpd.daemon_threads = True
         self.httpd.hostile = self  # type: ignore[attr-defined]
         self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
@@ -67,7 +67,7 @@ def _chunk(delta: dict, finish: str | None = None) -> bytes:
     return f"data: {json.dumps(body)}\n\n".encode()
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _HostileHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def log_message(self, *a: object) -> None:  # quiet
