@@ -235,3 +235,23 @@ def test_replies_of_the_wrong_shape_are_an_error_or_an_empty_reply_never_a_crash
             assert type(e).__name__ == "BackendError", e
         else:
             assert reply.tool_calls == [] and isinstance(reply.text, str) and reply.model in (None, "fake-vlm")
+
+
+@pytest.mark.parametrize("mode,extra", [("endless", []), ("huge-args", []), ("huge-body", ["--no-stream"])])
+def test_the_cli_against_a_hostile_server_finishes_in_time_with_the_cap_in_the_trace(mode, extra, tmp_path,
+                                                                                     monkeypatch, capsys):
+    from pathlib import Path
+
+    from graph.run import main
+    from traces.schema import TurnTrace
+
+    monkeypatch.setenv("GLASSES_DEMO_DIR", str(Path(__file__).resolve().parents[1] / "data" / "demo"))
+    with HostileModelServer(mode, size=50 * 1024 * 1024) as srv:  # type: ignore[arg-type]
+        t0 = time.monotonic()
+        rc = main(["--task", "1", "--limit", "1", "--model", f"openai:{srv.base_url}#x", "--budget", "5",
+                   "--out", str(tmp_path), "--run-id", "hostile", "--no-progress", *extra])
+    assert rc == 0 and time.monotonic() - t0 < 60
+    traces = [TurnTrace.model_validate_json(p.read_text()) for p in (tmp_path / "hostile").glob("*__*.json")]
+    errors = [c.error for t in traces for e in t.steps for c in e.model_calls if c.error]
+    assert errors and all("ReplyTooLarge" in e for e in errors)
+    capsys.readouterr()
