@@ -58,7 +58,9 @@ class OpenAICompatibleBackend:
     way. What a server rejected is remembered, so later requests go straight to what works; `ChatReply.mode`
     says which was used ('json_object' when the schema rode in a json_object response_format that the server
     does not enforce). The same goes for streaming, and for a per-request `chat_template` that the server
-    refuses. Every request carries explicit sampling values (`sampling`), so a server's generation_config.json
+    refuses. A streamed reply to a request with tools that vLLM's parser held back (or an SSE error event in
+    its place, vLLM 0.10.2 with `tool_choice: "required"`) is asked again unstreamed at once, each request for
+    itself, and requests with tools are not streamed afterwards. llama.cpp's servers get `repeat_penalty`. Every request carries explicit sampling values (`sampling`), so a server's generation_config.json
     fills none of them. Tool calls that a server left in the text are parsed (models/vlm/tool_parsers.py).
     Retries (tenacity) on connection errors, timeouts, 5xx and 429 are the client's. Cancelling the caller's
     scope closes the connection (see models/openai_client.py). `model=None` asks the server's /models for the
