@@ -22,7 +22,8 @@ Optional sampling fields that a server rejects by name (`top_k`, `min_p`, `repet
 SGLang's and llama-cpp-python's, and OpenAI's API answers 400 "Unrecognized request argument supplied: top_k";
 its reasoning models refuse `top_p` and the penalties) are dropped from then on, with one warning, and the
 request is sent again; likewise `max_tokens` becomes `max_completion_tokens` for a server that asks for it, and
-`top_k` 0 ("off" for vLLM and llama.cpp) becomes -1 for one that takes only that (SGLang).
+`top_k` 0 ("off" for vLLM and llama.cpp) becomes -1 for one that takes only that (SGLang), and
+`repetition_penalty` is sent as `repeat_penalty` to llama.cpp's servers (they ignore the former and apply 1.1).
 
 Every reply is read under a byte cap derived from the request's `max_tokens` (`reply_byte_cap`), streamed or
 not, and checked while it arrives: a server that streams forever or sends a 200 MB body costs at most the cap
@@ -66,6 +67,7 @@ OPTIONAL_SAMPLING = (*EXTENSION_SAMPLING, "top_p", "presence_penalty", "frequenc
 REPLY_FIXED_BYTES = 64 * 1024
 REPLY_BYTES_PER_TOKEN = 1024
 NO_MAX_TOKENS_BYTES = 4 * 1024 * 1024  # a request without max_tokens (GET /models, a server's own default)
+LLAMACPP_OWNERS = frozenset({"llamacpp", "me"})  # `owned_by` in /models: llama-server, llama-cpp-python's server
 ERROR_BODY_BYTES = 64 * 1024  # what is read of an error reply (its message is cut far shorter anyway)
 
 
@@ -150,7 +152,11 @@ class _Loop:
         holder: dict[str, asyncio.Task] = {}
 
         def start() -> None:
-            task: asyncio.Task = self.loop.create_task(make())
+            try:
+                task: asyncio.Task = self.loop.create_task(make())
+            except BaseException as e:  # noqa: BLE001 - handed to the waiting caller, never left unanswered
+                done.set_exception(e)
+                return
             holder["task"] = task
 
             def finish(t: asyncio.Task) -> None:
@@ -336,6 +342,7 @@ class OpenAIClient:
         self._affinity: OrderedDict[str, Replica] = OrderedDict()
         self.dropped: set[str] = set()  # OPTIONAL_SAMPLING fields the server rejected: no longer sent
         self.max_completion_tokens = False  # the server wants max_completion_tokens, not max_tokens
+        self._owned_by: set[str] | None = None  # the /models owned_by of the first replica, asked at first use
         self.top_k_off = 0  # what "no top-k" is on this server: 0 (vLLM, llama.cpp), or -1 once it asks (SGLang)
         _CLIENTS.add(self)
 
@@ -522,6 +529,8 @@ class OpenAIClient:
 
     def _adapted(self, payload: dict[str, Any]) -> dict[str, Any]:
         body = {k: v for k, v in payload.items() if k not in self.dropped}
+        if "repetition_penalty" in body and self.llamacpp():  # its own name; 1.1 is applied otherwise
+            body["repeat_penalty"] = body.pop("repetition_penalty")
         if body.get("top_k") == 0:
             body["top_k"] = self.top_k_off
         if self.max_completion_tokens and "max_tokens" in body:
@@ -568,6 +577,13 @@ class OpenAIClient:
     def models(self) -> list[str]:
         data = self.request("GET", "/models")
         return [m["id"] for m in data.get("data", []) if isinstance(m, dict) and m.get("id")]
+
+    def llamacpp(self) -> bool:
+        """Whether the server is one of llama.cpp's (llama-server, llama-cpp-python's server: `owned_by`
+        'llamacpp' or 'me'), which read `repeat_penalty`, not `repetition_penalty`. Asked once."""
+        if self._owned_by is None:
+            self._owned_by = self.owners()
+        return bool(self._owned_by & LLAMACPP_OWNERS)
 
     def owners(self) -> set[str]:
         """The `owned_by` of each model the first replica lists ('vllm', 'sglang', 'llamacpp' for llama-server,

@@ -165,10 +165,12 @@ def test_a_held_back_first_wave_loses_no_decision():
                                           ("vllm", "repetition_penalty"), (None, "repetition_penalty")])
 def test_the_repetition_penalty_goes_by_the_servers_own_name(owner, expect):
     with F(owned_by=owner) as srv:
-        srv.push(F.text_reply("a"))
+        srv.push(F.text_reply("a"), F.text_reply('{"accuracy": true}'))
         _backend(srv.base_url, sampling={"repetition_penalty": 1.0, "top_k": 0}).complete(MSGS)
-    sent = srv.requests[0]
-    assert sent[expect] == 1.0 and ({"repeat_penalty", "repetition_penalty"} - {expect}).isdisjoint(sent)
+        make_judge(f"openai:{srv.base_url}#j", mode="kddcup2025").judge("q", "a", "a")  # the judge too
+    for sent in srv.requests:
+        assert sent[expect] == 1.0 and ({"repeat_penalty", "repetition_penalty"} - {expect}).isdisjoint(sent)
+    assert len(srv.requests) == 2
 
 
 def test_the_judge_falls_back_from_json_schema_like_the_policy(caplog):

@@ -37,10 +37,6 @@ _REJECTS = {
 }
 
 
-# `owned_by` in /models of the llama.cpp servers: llama-server, llama-cpp-python's server
-LLAMACPP_OWNERS = frozenset({"llamacpp", "me"})
-
-
 def _rejected(e: BackendError, feature: str) -> bool:
     msg = str(e).lower()
     # llama-server without --jinja answers tools with 500 "tools param requires --jinja flag"
@@ -60,7 +56,7 @@ class OpenAICompatibleBackend:
     does not enforce). The same goes for streaming, and for a per-request `chat_template` that the server
     refuses. A streamed reply to a request with tools that vLLM's parser held back (or an SSE error event in
     its place, vLLM 0.10.2 with `tool_choice: "required"`) is asked again unstreamed at once, each request for
-    itself, and requests with tools are not streamed afterwards. llama.cpp's servers get `repeat_penalty`. Every request carries explicit sampling values (`sampling`), so a server's generation_config.json
+    itself, and requests with tools are not streamed afterwards. Every request carries explicit sampling values (`sampling`), so a server's generation_config.json
     fills none of them. Tool calls that a server left in the text are parsed (models/vlm/tool_parsers.py).
     Retries (tenacity) on connection errors, timeouts, 5xx and 429 are the client's. Cancelling the caller's
     scope closes the connection (see models/openai_client.py). `model=None` asks the server's /models for the
@@ -96,7 +92,6 @@ class OpenAICompatibleBackend:
         if chat_template:
             self.extra_body["chat_template"] = load_chat_template(chat_template)  # vLLM's per-request field
         self._warned: set[str] = set()
-        self._owners: set[str] | None = None  # the server's /models owned_by, asked at the first request
         self.model = model or self._first_model()
         self.name = f"openai:{self.model}"
 
@@ -127,20 +122,9 @@ class OpenAICompatibleBackend:
         name = schema.get("name", "reply")
         return {"type": "json_schema", "json_schema": {"name": name, "schema": schema["schema"]}}, "structured"
 
-    def _sampling(self) -> dict[str, Any]:
-        """The sampling fields under the names this server reads: llama.cpp's servers ignore
-        `repetition_penalty` and apply their own `repeat_penalty` (default 1.1) unless it is sent."""
-        if self._owners is None:
-            self._owners = self.client.owners()
-        if "repetition_penalty" not in self.sampling or not self._owners & LLAMACPP_OWNERS:
-            return self.sampling
-        out = {k: v for k, v in self.sampling.items() if k != "repetition_penalty"}
-        out["repeat_penalty"] = self.sampling["repetition_penalty"]
-        return out
-
     def _payload(self, messages: list[dict], tools: list[dict] | None, max_tokens: int, temperature: float,
                  response_schema: dict | None) -> tuple[dict[str, Any], DecisionMode | None]:
-        payload: dict[str, Any] = {"model": self.model, "messages": messages, **self._sampling(),
+        payload: dict[str, Any] = {"model": self.model, "messages": messages, **self.sampling,
                                    "max_tokens": max_tokens, "temperature": temperature, **self.extra_body}
         mode: DecisionMode | None = None
         if response_schema and self.supports_structured:
