@@ -229,7 +229,8 @@ class OpenAICompatibleBackend:
         if isinstance(content, list):  # some servers return content parts
             content = "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
         calls = []
-        for tc in msg.get("tool_calls") if isinstance(msg.get("tool_calls"), list) else []:
+        raw_calls = msg.get("tool_calls")
+        for tc in raw_calls if isinstance(raw_calls, list) else []:
             fn = _dict(_dict(tc).get("function"))
             ident = _dict(tc).get("id")
             if isinstance(fn.get("name"), str) and fn["name"]:
