@@ -125,6 +125,9 @@ class ModelCall(BaseModel):
     raw_reply: str = Field("", description=f"The reply as received (text or tool calls as JSON), first "
                                            f"{RAW_REPLY_LIMIT} characters.")
     reply_chars: int = Field(0, description="Length of the whole raw reply.")
+    reasoning: str | None = Field(None, description=f"A reasoning model's thinking as the server returned it apart "
+                                  f"(`reasoning_content`), first {RAW_REPLY_LIMIT} characters; None when there was "
+                                  f"none.")
     cancelled: bool = Field(False, description="The request was cancelled (turn ended) before it finished.")
     error: str | None = None
     replica: str | None = Field(None, description="The server (base URL) that answered, when the model is served "

@@ -481,6 +481,9 @@ KDDCUP2025_RESPONSE_FORMAT: dict[str, Any] = {
         },
     },
 }
+# The same schema in llama-cpp-python's shape (its server enforces it with a grammar; it refuses json_schema).
+KDDCUP2025_JSON_OBJECT: dict[str, Any] = {"type": "json_object",
+                                          "schema": KDDCUP2025_RESPONSE_FORMAT["json_schema"]["schema"]}
 
 _JSON_OBJECT = re.compile(r"\{[^{}]*\}")
 
@@ -581,6 +584,10 @@ class LLMJudge:
         self.system_prompt, self.user_template = load_prompts(self.mode, system_path=system_prompt_path,
                                                               user_path=user_prompt_path)
         self.name = f"llm-judge:{model} ({self.mode.name} prompt)"
+        # How the verdict's schema is asked for: json_schema (OpenAI, vLLM, SGLang, llama-server), else
+        # json_object with a schema (llama-cpp-python's server answers json_schema with 422), else not at all
+        # (the prompt asks for the JSON object anyway); a rejection moves one step down for good.
+        self.formats: list[dict[str, Any] | None] = [KDDCUP2025_RESPONSE_FORMAT, KDDCUP2025_JSON_OBJECT, None]
 
     def messages(self, query: str, ground_truth: str, response: str) -> list[dict[str, str]]:
         return [
@@ -598,9 +605,29 @@ class LLMJudge:
         if self.temperature is not None:
             body["temperature"] = self.temperature
         body["max_tokens"] = self.max_tokens if self.max_tokens is not None else MAX_EVAL_TOKENS
-        if self.mode.judge_structured:
-            body["response_format"] = KDDCUP2025_RESPONSE_FORMAT
+        if self.mode.judge_structured and self.formats[0] is not None:
+            body["response_format"] = self.formats[0]
         return body
+
+    def _chat(self, body: dict[str, Any]) -> dict:
+        """The server's reply; a server that rejects the response_format (400/422 naming it) is asked with the
+        next one in `formats`, as the model policy falls back from a JSON schema."""
+        while True:
+            try:
+                return self.client.chat(body)
+            except BackendError as exc:
+                msg = str(exc).lower()
+                if "response_format" not in body or exc.status not in (400, 422) or not any(
+                        w in msg for w in ("response_format", "json_schema", "json_object", "schema")):
+                    raise
+                rejected: dict[str, Any] = body["response_format"]
+                if self.formats[0] is rejected:  # (a concurrent verdict may have moved on)
+                    self.formats.pop(0)
+                    log.warning("LLM judge's server rejected response_format %s; asking with %s from now on: %s",
+                                rejected.get("type"), (self.formats[0] or {}).get("type", "none"), exc)
+                body = {k: v for k, v in body.items() if k != "response_format"}
+                if self.formats[0] is not None:
+                    body["response_format"] = self.formats[0]
 
     def judge(self, query: str, ground_truth: str, response: str) -> JudgeVerdict:
         body = self.payload(query, ground_truth, response)
@@ -608,7 +635,7 @@ class LLMJudge:
         content: str | None = None
         for _ in range(attempts):
             try:
-                data = self.client.chat(body)
+                data = self._chat(body)
                 choices = data.get("choices") or []
                 choice = choices[0] if choices and isinstance(choices[0], dict) else None
                 if choice is None:

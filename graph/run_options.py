@@ -125,6 +125,7 @@ _AGENT = [
 _MODEL = [
     Option("--text-only", "model.text_only", MODEL, "flag"),
     Option("--chat-template", "model.chat_template", MODEL), Option("--chat-format", "model.chat_format", MODEL),
+    Option("--model-api-key-env", "model.api_key_env", MODEL, dest="api_key_env"),
     Option("--n-ctx", "model.n_ctx", MODEL), Option("--image-max-side", "model.image_max_side", MODEL),
     Option("--temperature", "model.temperature", MODEL, help="Sampling temperature (0: greedy)."),
     Option("--max-tokens", "model.max_tokens", MODEL, help="Tokens per model reply at most."),

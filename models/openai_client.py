@@ -22,7 +22,14 @@ Optional sampling fields that a server rejects by name (`top_k`, `min_p`, `repet
 SGLang's and llama-cpp-python's, and OpenAI's API answers 400 "Unrecognized request argument supplied: top_k";
 its reasoning models refuse `top_p` and the penalties) are dropped from then on, with one warning, and the
 request is sent again; likewise `max_tokens` becomes `max_completion_tokens` for a server that asks for it, and
-`top_k` 0 ("off" for vLLM and llama.cpp) becomes -1 for one that takes only that (SGLang).
+`top_k` 0 ("off" for vLLM and llama.cpp) becomes -1 for one that takes only that (SGLang), and
+`repetition_penalty` is sent as `repeat_penalty` to llama.cpp's servers (they ignore the former and apply 1.1).
+
+Every reply is read under a byte cap derived from the request's `max_tokens` (`reply_byte_cap`), streamed or
+not, and checked while it arrives: a server that streams forever or sends a 200 MB body costs at most the cap
+in memory, and the request fails with `ReplyTooLarge`. An error event inside a stream (vLLM sends HTTP 200, then
+`data: {"error": ...}`) is a `StreamedError`. A key is sent only where it was given: the client reads no
+environment variable (`api_key=None` sends no Authorization header).
 """
 
 from __future__ import annotations
@@ -33,14 +40,13 @@ import functools
 import itertools
 import json
 import logging
-import os
 import re
 import socket
 import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +56,7 @@ import aiohttp
 from tenacity import AsyncRetrying, RetryError, retry_if_exception_type, stop_after_attempt
 
 from core.calls import Cancelled, current_affinity, current_scope
+from core.credentials import public_url
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +65,14 @@ AFFINITY_KEYS = 4096  # conversations whose replica is remembered (least recentl
 # Sampling fields a request may go without, when a server does not take them (see the module docstring)
 EXTENSION_SAMPLING = ("top_k", "min_p", "repetition_penalty")  # beyond OpenAI's API (vLLM, SGLang, llama.cpp)
 OPTIONAL_SAMPLING = (*EXTENSION_SAMPLING, "top_p", "presence_penalty", "frequency_penalty", "seed")
+# Bytes a reply may take: a fixed allowance (headers of the JSON, the usage chunk) plus this much per token asked
+# for. A streamed token is one SSE chunk of ~200-300 bytes (ids, model name, delta); a body's token is at most a
+# few dozen bytes even JSON-escaped; 1 KiB per token leaves room for long model names and tool-call deltas.
+REPLY_FIXED_BYTES = 64 * 1024
+REPLY_BYTES_PER_TOKEN = 1024
+NO_MAX_TOKENS_BYTES = 4 * 1024 * 1024  # a request without max_tokens (GET /models, a server's own default)
+LLAMACPP_OWNERS = frozenset({"llamacpp", "me"})  # `owned_by` in /models: llama-server, llama-cpp-python's server
+ERROR_BODY_BYTES = 64 * 1024  # what is read of an error reply (its message is cut far shorter anyway)
 
 
 class BackendError(RuntimeError):
@@ -72,6 +87,20 @@ class ServerUnreachable(BackendError):
     """Every attempt failed in transport (no connection, timeouts, 5xx, 429): the server is down or overloaded, the
     request itself was not refused. Its class name is `core.types.TRANSPORT_ERROR`, which marks such a call in a
     trace."""
+
+
+class ReplyTooLarge(BackendError):
+    """The reply passed the byte cap its request's max_tokens allows (a runaway or hostile server)."""
+
+
+class StreamedError(BackendError):
+    """The server answered 200 and then streamed an error event instead of the reply (vLLM does so for an
+    exception raised while it streams, e.g. 0.10.2 with `tool_choice: "required"`, vLLM issue #24509)."""
+
+
+class ContextTooLong(BackendError):
+    """The prompt plus max_tokens do not fit the model's context (vLLM: "'max_tokens' or
+    'max_completion_tokens' is too large"; llama.cpp: "exceeds the available context size")."""
 
 
 class RequestCancelled(Cancelled):
@@ -94,6 +123,16 @@ def api_base(url: str) -> str:
     """`http://host:8000` or `http://host:8000/v1` -> the base that `/chat/completions` is appended to."""
     base = url.rstrip("/")
     return base if base.endswith("/v1") or "/v1/" in base + "/" else base + "/v1"
+
+
+def reply_byte_cap(payload: dict | None) -> int:
+    """The most bytes a reply to `payload` may take, from its max_tokens (or max_completion_tokens).
+
+    Example: reply_byte_cap({"max_tokens": 512}) == 64 KiB + 512 KiB."""
+    asked = (payload or {}).get("max_completion_tokens") or (payload or {}).get("max_tokens")
+    if not isinstance(asked, int) or isinstance(asked, bool) or asked <= 0:
+        return NO_MAX_TOKENS_BYTES
+    return REPLY_FIXED_BYTES + asked * REPLY_BYTES_PER_TOKEN
 
 
 def pool_size_for(concurrency: int) -> int:
@@ -123,7 +162,11 @@ class _Loop:
         holder: dict[str, asyncio.Task] = {}
 
         def start() -> None:
-            task: asyncio.Task = self.loop.create_task(make())
+            try:
+                task: asyncio.Task = self.loop.create_task(make())
+            except BaseException as e:  # noqa: BLE001 - handed to the waiting caller, never left unanswered
+                done.set_exception(e)
+                return
             holder["task"] = task
 
             def finish(t: asyncio.Task) -> None:
@@ -213,6 +256,7 @@ class _Stream:
 
     def reset(self) -> None:
         self.text: list[str] = []
+        self.reasoning: list[str] = []
         self.calls: dict[int, dict[str, Any]] = {}
         self.finish: str | None = None
         self.usage: dict | None = None
@@ -221,15 +265,22 @@ class _Stream:
 
     def add(self, chunk: dict) -> None:
         self.model = chunk.get("model") or self.model
-        if chunk.get("usage"):
+        if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
-        for choice in chunk.get("choices") or []:
+        choices = chunk.get("choices")
+        for choice in choices if isinstance(choices, list) else []:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta") or choice.get("message") or {}
+            if not isinstance(delta, dict):
+                continue
             if isinstance(delta.get("content"), str):
                 self.text.append(delta["content"])
-            for tc in delta.get("tool_calls") or []:
+            thought = reasoning_of(delta)
+            if thought:
+                self.reasoning.append(thought)
+            deltas = delta.get("tool_calls")
+            for tc in deltas if isinstance(deltas, list) else []:
                 if isinstance(tc, dict):
                     self._add_call_delta(tc)
             if choice.get("finish_reason"):
@@ -264,6 +315,8 @@ class _Stream:
 
     def completion(self) -> dict:
         msg: dict[str, Any] = {"role": self.role, "content": "".join(self.text)}
+        if self.reasoning:
+            msg["reasoning_content"] = "".join(self.reasoning)
         if self.calls:
             msg["tool_calls"] = [self.calls[i] for i in sorted(self.calls)]
         out: dict[str, Any] = {"object": "chat.completion", "model": self.model,
@@ -327,9 +380,11 @@ class OpenAIClient:
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
         if not urls:
             raise ValueError("no base URL given")
+        if api_key:  # a URL's user:password and a Bearer key cannot both be sent (aiohttp refuses): the key wins
+            urls = [public_url(u) for u in urls]
         self.replicas = [Replica(api_base(u)) for u in urls]
         self.base_url = self.replicas[0].base_url
-        key = api_key if api_key is not None else (os.environ.get("OPENAI_API_KEY") or os.environ.get("VLLM_API_KEY"))
+        key = api_key  # never read from the environment here: each caller knows which key is its server's
         self.timeout_s = timeout_s
         self.max_retries = max(0, int(max_retries))
         self.retry_wait_s = retry_wait_s
@@ -344,6 +399,7 @@ class OpenAIClient:
         self._affinity: OrderedDict[str, Replica] = OrderedDict()
         self.dropped: set[str] = set()  # OPTIONAL_SAMPLING fields the server rejected: no longer sent
         self.max_completion_tokens = False  # the server wants max_completion_tokens, not max_tokens
+        self._owned_by: set[str] | None = None  # the /models owned_by of the first replica, asked at first use
         self.top_k_off = 0  # what "no top-k" is on this server: 0 (vLLM, llama.cpp), or -1 once it asks (SGLang)
         _CLIENTS.add(self)
 
@@ -430,13 +486,14 @@ class OpenAIClient:
         r = self._pick(key)
         meta["replica"] = r.base_url
         url = f"{r.base_url}{path}"
+        cap = reply_byte_cap(payload)
         failed = False
         try:
             async with asyncio.timeout(self.timeout_s):
                 if stream:
-                    return await self._stream(url, payload, acc)
+                    return await self._stream(url, payload, acc, cap)
                 async with self._http().request(method, url, json=payload) as resp:
-                    return self._check(url, resp.status, await resp.text(errors="replace"))
+                    return self._check(url, resp.status, await _read_body(resp, url, cap))
         except TimeoutError as e:
             failed = True
             raise _Retryable(f"timed out after {self.timeout_s:g}s waiting for {url}") from e
@@ -449,14 +506,13 @@ class OpenAIClient:
         finally:
             self._release(r, failed)
 
-    async def _stream(self, url: str, payload: dict | None, acc: _Stream | None) -> dict:
+    async def _stream(self, url: str, payload: dict | None, acc: _Stream | None, cap: int) -> dict:
         acc = acc if acc is not None else _Stream()
         acc.reset()  # a retried attempt starts over
         async with self._http().post(url, json=payload) as resp:
             if resp.status >= 400 or "text/event-stream" not in resp.headers.get("Content-Type", ""):
-                return self._check(url, resp.status, await resp.text(errors="replace"))  # an error, or no stream
-            async for raw in resp.content:  # one SSE line at a time
-                line = raw.decode("utf-8", "replace").strip()
+                return self._check(url, resp.status, await _read_body(resp, url, cap))  # an error, or no stream
+            async for line in _sse_lines(resp, url, cap):
                 if not line.startswith("data:"):
                     continue
                 data = line[5:].strip()
@@ -466,17 +522,20 @@ class OpenAIClient:
                     chunk = json.loads(data)
                 except ValueError:
                     raise BackendError(f"{url} streamed a chunk that is not JSON: {data[:300]!r}") from None
-                if isinstance(chunk, dict) and chunk.get("error"):
-                    raise BackendError(f"{url} streamed an error: {str(chunk['error'])[:500]}")
+                if isinstance(chunk, dict) and (chunk.get("error") or chunk.get("object") == "error"):
+                    raise StreamedError(f"{url} streamed an error: {str(chunk.get('error') or chunk)[:500]}")
                 if isinstance(chunk, dict):
                     acc.add(chunk)
         return acc.completion()
 
     @staticmethod
     def _check(url: str, status: int, text: str) -> dict:
-        if status >= 500 or status == 429:
+        if status == 429 or (status >= 500 and not _says_unsupported(text)):
             raise _Retryable(f"server error {status} from {url}: {text[:500]}", replica_fault=status != 429)
-        if status >= 400:
+        if status >= 400 and _says_too_long(text):
+            raise ContextTooLong(f"the prompt and max_tokens do not fit the model's context at {url} ({status}): "
+                                 f"{text[:600]}", status=status)
+        if status >= 400:  # (a 500 that names an unsupported request feature is an answer, not a fault)
             raise BackendError(f"request rejected by {url} with {status}: {text[:1000]}", status=status)
         try:
             data = json.loads(text)
@@ -527,6 +586,8 @@ class OpenAIClient:
 
     def _adapted(self, payload: dict[str, Any]) -> dict[str, Any]:
         body = {k: v for k, v in payload.items() if k not in self.dropped}
+        if "repetition_penalty" in body and self.llamacpp():  # its own name; 1.1 is applied otherwise
+            body["repeat_penalty"] = body.pop("repetition_penalty")
         if body.get("top_k") == 0:
             body["top_k"] = self.top_k_off
         if self.max_completion_tokens and "max_tokens" in body:
@@ -536,7 +597,7 @@ class OpenAIClient:
     def _adapt_to(self, e: BackendError, body: dict[str, Any]) -> bool:
         """Learn from a 400/422 that names a field this server does not take; False when it names none."""
         msg = str(e).lower()
-        if e.status not in (400, 422):
+        if e.status not in (400, 422) or isinstance(e, ContextTooLong):  # too long is no field's fault
             return False
         if body.get("top_k") == 0 and "top_k" in msg and "-1" in msg:  # "top_k must be -1 (disable) or at least 1"
             log.warning("%s takes -1, not 0, for no top-k; sending that from now on: %s", self.base_url, e)
@@ -591,11 +652,101 @@ class OpenAIClient:
         data = self.request("GET", "/models")
         return [m["id"] for m in data.get("data", []) if isinstance(m, dict) and m.get("id")]
 
+    def llamacpp(self) -> bool:
+        """Whether the server is one of llama.cpp's (llama-server, llama-cpp-python's server: `owned_by`
+        'llamacpp' or 'me'), which read `repeat_penalty`, not `repetition_penalty`. Asked once."""
+        if self._owned_by is None:
+            self._owned_by = self.owners()
+        return bool(self._owned_by & LLAMACPP_OWNERS)
+
+    def owners(self) -> set[str]:
+        """The `owned_by` of each model the first replica lists ('vllm', 'sglang', 'llamacpp' for llama-server,
+        'me' for llama-cpp-python's server), asked once, within 5 s, outside the replicas' bookkeeping (a probe
+        that fails says nothing about the replica); empty when it answers none."""
+        return _event_loop().run(self._owners)
+
+    async def _owners(self) -> set[str]:
+        url = f"{self.base_url}/models"
+        try:
+            async with asyncio.timeout(min(5.0, self.timeout_s)), self._http().get(url) as resp:
+                text = await _read_body(resp, url, NO_MAX_TOKENS_BYTES)
+            data = json.loads(text) if resp.status == 200 else {}
+        except (TimeoutError, aiohttp.ClientError, BackendError, ValueError) as e:
+            log.debug("%s did not answer: %s", url, e)
+            return set()
+        models = data.get("data") if isinstance(data, dict) else None
+        return {str(m["owned_by"]) for m in models or [] if isinstance(m, dict) and m.get("owned_by")}
+
+
+async def _read_body(resp: aiohttp.ClientResponse, url: str, cap: int) -> str:
+    """The reply's body, read piece by piece and refused past `cap` bytes (an error reply is cut at
+    ERROR_BODY_BYTES instead: its message is all that is wanted)."""
+    limit = ERROR_BODY_BYTES if resp.status >= 400 else cap
+    declared = resp.content_length
+    if resp.status < 400 and declared is not None and declared > cap:
+        raise ReplyTooLarge(f"{url} announced a reply of {declared} bytes, over the {cap}-byte cap that the "
+                            "request's max_tokens allows")
+    buf = bytearray()
+    async for piece in resp.content.iter_chunked(64 * 1024):
+        buf += piece
+        if len(buf) > limit:
+            if resp.status >= 400:
+                del buf[limit:]
+                break
+            raise ReplyTooLarge(f"{url} sent more than {cap} bytes, the cap that the request's max_tokens allows")
+    return buf.decode(resp.get_encoding() if resp.charset else "utf-8", "replace")
+
+
+async def _sse_lines(resp: aiohttp.ClientResponse, url: str, cap: int) -> AsyncIterator[str]:
+    """The stream's lines, stripped, with at most `cap` bytes read in all (a line never completed included)."""
+    buf = bytearray()
+    total = 0
+    async for piece in resp.content.iter_any():
+        total += len(piece)
+        if total > cap:
+            raise ReplyTooLarge(f"{url} streamed more than {cap} bytes, the cap that the request's max_tokens "
+                                "allows")
+        buf += piece
+        start = 0
+        while (end := buf.find(b"\n", start)) != -1:
+            yield buf[start:end].decode("utf-8", "replace").strip()
+            start = end + 1
+        del buf[:start]
+    if buf:
+        yield buf.decode("utf-8", "replace").strip()
+
+
+# What a 5xx says when the server lacks a request feature (llama-server without --jinja: 500 "tools param requires
+# --jinja flag", "Unsupported param: tool_choice", "Cannot use tools with stream"): not worth a retry
+_UNSUPPORTED_WORDS = ("--jinja", "unsupported param", "not supported", "cannot use tools")
+# How servers say the prompt and max_tokens exceed the context (vLLM, llama.cpp, OpenAI)
+_TOO_LONG_WORDS = ("is too large", "maximum context length", "exceeds the available context", "context_length_exceeded")
+
+
+def _says_unsupported(text: str) -> bool:
+    low = text.lower()
+    return any(w in low for w in _UNSUPPORTED_WORDS)
+
+
+def _says_too_long(text: str) -> bool:
+    low = text.lower()
+    return any(w in low for w in _TOO_LONG_WORDS)
+
 
 # How servers say a request field is unknown: OpenAI "Unrecognized request argument supplied: top_k", pydantic
 # "Extra inputs are not permitted", others "unknown field" / "unexpected keyword" / "not supported"
 _UNKNOWN_FIELD_WORDS = ("unrecogni", "unknown", "unexpected", "not supported", "unsupported", "extra input",
                         "not permitted", "not allowed")
+
+
+def reasoning_of(message: dict[str, Any]) -> str:
+    """A message's (or delta's) reasoning text: vLLM's and llama.cpp's `reasoning_content`, newer vLLM's
+    `reasoning`; '' when there is none."""
+    for key in ("reasoning_content", "reasoning"):
+        value = message.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return ""
 
 
 def reply_text(data: dict[str, Any]) -> str:

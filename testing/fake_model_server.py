@@ -19,7 +19,10 @@ it "generates". Such a generation stops and is counted in `aborted`; `wait_idle(
 `delay_s` makes every reply a generation of that length (a fake model of fixed latency). What it accepts can be
 narrowed to imitate servers: `response_formats` (vLLM takes json_schema and json_object, llama-cpp-python's
 server json_object only, and answers 422 otherwise), `tools` (a vLLM started without a tool-call parser answers
-400), `stream`, `reject_fields` (OpenAI's API answers 400 "Unrecognized request argument supplied: top_k").
+400), `tools_error` (another answer to tools: llama-server without --jinja answers 500 "tools param requires
+--jinja flag"), `stream`, `reject_fields` (OpenAI's API answers 400 "Unrecognized request argument supplied:
+top_k"), `owned_by` (what /models says owns the model: "vllm", "llamacpp" for llama-server, "me" for
+llama-cpp-python's server). Every request's headers are kept in `headers`.
 `vllm=VllmBehaviour(...)` (testing/vllm_emulation.py) makes it behave as vLLM does: a scripted text reply is
 what the model generated and goes through the chosen tool-call parser (streamed: with its hold-back), a
 per-request chat_template is refused unless trusted, LoRA modules are routed by the request's `model` (an unknown
@@ -66,7 +69,8 @@ class FakeOpenAIServer:
                  responder: Callable[[dict], Any] | None = None,
                  response_formats: Iterable[str] = ("json_schema", "json_object"), tools: bool = True,
                  stream: bool = True, port: int = 0, vllm: VllmBehaviour | None = None,
-                 reject_fields: Iterable[str] = (), record: bool = True):
+                 reject_fields: Iterable[str] = (), tools_error: tuple[int, Any] | None = None,
+                 owned_by: str | None = None, record: bool = True):
         self.record = record  # keep every request body (tests read them); a long-lived server process does not
         self.script: deque[Any] = deque()
         self.routes: list[tuple[str, Any]] = []
@@ -80,6 +84,9 @@ class FakeOpenAIServer:
         self.accept_stream = stream
         self.vllm = vllm
         self.reject_fields = tuple(reject_fields)
+        self.tools_error = tools_error
+        self.owned_by = owned_by
+        self.headers: list[dict[str, str]] = []
         self.effective: list[dict] = []  # with `vllm`: the sampling values each accepted request ran with
         self.live = 0
         self.max_live = 0
@@ -112,6 +119,8 @@ class FakeOpenAIServer:
         if isinstance(rf, dict) and rf.get("type") not in ("text", None) and rf.get("type") not in self.response_formats:
             return 422, {"detail": [{"type": "literal_error", "loc": ["body", "response_format", "type"],
                                      "msg": f"Input should be one of {sorted(self.response_formats) or ['text']}"}]}
+        if body.get("tools") and self.tools_error is not None:
+            return self.tools_error
         if body.get("tools") and not self.accept_tools:
             return 400, {"object": "error", "message": '"auto" tool choice requires --enable-auto-tool-choice and '
                                                        '--tool-call-parser to be set', "code": 400}
@@ -160,6 +169,7 @@ class FakeOpenAIServer:
             self.routes.clear()
             self.requests.clear()
             self.timeline.clear()
+            self.headers.clear()
             self.effective.clear()
             self.max_live = self.live
             self.aborted = self.completed = 0
@@ -197,6 +207,8 @@ class FakeOpenAIServer:
             return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
 
         out = [chunk({"role": "assistant"})]
+        thought = msg.get("reasoning_content") or ""
+        out += [chunk({"reasoning_content": thought[i:i + piece]}) for i in range(0, len(thought), piece)]
         text = msg.get("content") or ""
         out += [chunk({"content": text[i:i + piece]}) for i in range(0, len(text), piece)]
         for k, tc in enumerate(msg.get("tool_calls") or []):
@@ -260,7 +272,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path.rstrip("/").endswith("/models"):
             vllm = self.fake.vllm
-            cards = vllm.model_cards(self.fake.models) if vllm else [{"id": m, "object": "model"} for m in self.fake.models]
+            owner = {"owned_by": self.fake.owned_by} if self.fake.owned_by else {}
+            cards = vllm.model_cards(self.fake.models) if vllm else [
+                {"id": m, "object": "model", **owner} for m in self.fake.models]
             self._send(200, {"object": "list", "data": cards})
         else:
             self._send(404, {"error": "not found"})
@@ -275,6 +289,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self.fake.record:
             with self.fake._lock:
                 self.fake.requests.append(body)
+                self.fake.headers.append(dict(self.headers))
                 self.fake.timeline.append(entry)
         try:
             self._answer(body, entry)

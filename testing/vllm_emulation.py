@@ -14,7 +14,10 @@ used. The behaviours, switchable per test with `VllmBehaviour`:
   pieces; hermes streams only an "arguments" key (a call written with "parameters" loses its arguments), and
   pythonic's first delta carries the name and the first arguments together.
 - `tool_choice: "required"`: guided decoding makes the model write `[{"name": ..., "parameters": {...}}]`,
-  returned as tool calls whatever the parser.
+  returned as tool calls whatever the parser. Streamed on 0.10.2 it fails (vLLM issue #24509): the stream
+  generator adds each delta to `previous_texts` twice (once in the "required" branch, once more below it), the
+  doubled text breaks the parse, and the exception becomes an SSE `error` event after HTTP 200 and the role
+  chunk (`create_streaming_error_response`), then `[DONE]`.
 - A per-request `chat_template` is refused with 400 unless the server trusts it (0.11 and later).
 - Sampling fields a request leaves out are filled from the model's generation_config.json
   (`--generation-config auto`); `effective_sampling` says what the engine would use.
@@ -36,6 +39,9 @@ from typing import Any, Literal
 
 TRUST_TEMPLATE_ERROR = ("Chat template is passed with request, but --trust-request-chat-template is not set. "
                         "Refused request with untrusted chat template.")
+# vLLM 0.10.2's error event for a streamed "required" reply (an illustrative text: the real one is whatever the
+# doubled text makes the parse raise)
+REQUIRED_STREAM_ERROR = "Expecting ',' delimiter: line 1 column 3 (char 2)"
 AUTO_TOOLS_ERROR = '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
 # vLLM's own defaults for what a request leaves out (ChatCompletionRequest._DEFAULT_SAMPLING_PARAMS)
 NEUTRAL = {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "temperature": 1.0,
@@ -44,6 +50,7 @@ FILLED_BY_0_10 = ("repetition_penalty", "temperature", "top_p", "top_k", "min_p"
 
 
 def error_body(message: str, code: int = 400, kind: str = "BadRequestError") -> dict:
+    """vLLM's ErrorResponse (0.10+), as a body or as a streamed error event."""
     return {"error": {"message": message, "type": kind, "param": None, "code": code}}
 
 
@@ -159,10 +166,12 @@ class VllmBehaviour:
         def chunk(delta: dict, finish: str | None = None) -> dict:
             return {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
 
-        out = [chunk({"role": "assistant", "content": ""})]
+        out: list[dict] = [chunk({"role": "assistant", "content": ""})]
+        if self.version == "0.10" and _tool_choice(body) == "required":
+            return [*out, error_body(REQUIRED_STREAM_ERROR)]
         out += [chunk({"content": content[i:i + self.piece]}) for i in range(0, len(content), self.piece)]
         for k, (name, args) in enumerate(calls):
-            first = {"index": k, "id": _call_id(), "type": "function", "function": {"name": name}}
+            first: dict[str, Any] = {"index": k, "id": _call_id(), "type": "function", "function": {"name": name}}
             if self.tool_parser == "pythonic" and _tool_choice(body) != "required":
                 first["function"]["arguments"], args = args[:self.piece], args[self.piece:]
             out.append(chunk({"tool_calls": [first]}))

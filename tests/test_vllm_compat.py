@@ -20,7 +20,7 @@ from graph.policy import PolicyView
 from graph.state import tool_spec
 from models.openai_client import _Stream
 from models.vlm.base import complete_and_report
-from models.vlm.openai_server import OpenAICompatibleBackend, StreamedToolCallLost
+from models.vlm.openai_server import OpenAICompatibleBackend
 from testing.fake_model_server import FakeOpenAIServer
 from testing.vllm_emulation import VllmBehaviour
 from tools import default_registry
@@ -92,9 +92,10 @@ def test_the_answer_function_that_vllm_leaves_in_the_content_is_parsed(parser, t
 
 def test_required_tool_choice_is_sent_and_parsed():
     with _vllm(tool_parser=None, version="0.10") as srv:  # 0.10 constrains "required" without a tool parser
-        srv.push(F.text_reply('[{"name": "web_search", "parameters": {"query": "q"}}]', completion_tokens=12))
+        srv.push(*[F.text_reply('[{"name": "web_search", "parameters": {"query": "q"}}]', completion_tokens=12)] * 2)
         reply = _backend(srv, tool_choice="required").complete(MSGS, tools=TOOLS)
-    assert srv.requests[0]["tool_choice"] == "required"
+    assert [r["tool_choice"] for r in srv.requests] == ["required", "required"]
+    assert [r.get("stream") for r in srv.requests] == [True, None]  # 0.10.2 streams an error event (#24509)
     assert [(c.name, c.arguments) for c in reply.tool_calls] == [("web_search", {"query": "q"})]
 
 
@@ -104,22 +105,21 @@ def test_required_tool_choice_is_sent_and_parsed():
     ("pythonic", '[{"action": "call_tool", "tool": "web_search", "arguments": {"query": "q"}}]'),
 ])
 @pytest.mark.parametrize("version", ["0.10", "0.11+"])
-def test_a_held_back_stream_is_a_clear_error_and_later_requests_are_not_streamed(parser, text, version, caplog):
+def test_a_held_back_stream_is_asked_again_unstreamed_and_later_requests_are_not_streamed(parser, text, version,
+                                                                                           caplog):
     with _vllm(tool_parser=parser, version=version) as srv:
-        srv.push(F.text_reply(text, completion_tokens=25), F.text_reply(text, completion_tokens=25))
+        srv.push(*[F.text_reply(text, completion_tokens=25)] * 3)
         b = _backend(srv)
         with collect_model_calls() as calls, caplog.at_level(logging.WARNING):
-            with pytest.raises(StreamedToolCallLost, match="held it back") as e:
-                complete_and_report(b, "decide", MSGS, tools=TOOLS)
-            reply = b.complete(MSGS, tools=TOOLS)  # the same text, not streamed: vLLM returns it as content
-    assert e.value.partial.text == "" and e.value.partial.tool_calls == []
-    call = calls[0]
-    assert "held it back" in call.error and "no longer streamed" in call.error and call.mode == "native_tools"
-    assert call.completion_tokens == 25 and call.finish_reason in ("stop", "tool_calls")
-    assert [r.get("stream") for r in srv.requests] == [True, None]
-    d = decision_from_reply(reply)
-    assert d.tool == "web_search" and d.arguments == {"query": "q"}
-    assert any("no longer streamed" in r.message for r in caplog.records)
+            first = complete_and_report(b, "decide", MSGS, tools=TOOLS)
+            second = b.complete(MSGS, tools=TOOLS)
+    assert [r.get("stream") for r in srv.requests] == [True, None, None]  # the held-back one asked again at once
+    for reply in (first, second):
+        d = decision_from_reply(reply)
+        assert d.tool == "web_search" and d.arguments == {"query": "q"}
+    assert calls[0].error is None and calls[0].mode == "native_tools"
+    warned = [r.message for r in caplog.records if "no longer streamed" in r.message]
+    assert len(warned) == 1 and "held it back" in warned[0]
 
 
 def test_an_empty_stream_without_generated_tokens_is_not_called_a_hold_back():
@@ -134,10 +134,9 @@ def test_streamed_hermes_call_written_with_parameters_loses_its_arguments_and_sa
     with _vllm(tool_parser="hermes") as srv:
         srv.push(F.text_reply(text, completion_tokens=20), F.text_reply(text, completion_tokens=20))
         b = _backend(srv)
-        with pytest.raises(StreamedToolCallLost, match="without its required arguments"):
-            b.complete(MSGS, tools=TOOLS)
-        reply = b.complete(MSGS, tools=TOOLS)  # non-streamed: vLLM returns the text, parsed here
+        reply = b.complete(MSGS, tools=TOOLS)  # asked again unstreamed: vLLM returns the text, parsed here
     assert [(c.name, c.arguments) for c in reply.tool_calls] == [("web_search", {"query": "q"})]
+    assert [r.get("stream") for r in srv.requests] == [True, None] and not b.stream_tools
 
 
 def test_stream_assembly_of_tool_call_deltas_without_index_or_with_repeated_names():

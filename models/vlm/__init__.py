@@ -21,6 +21,7 @@ on top of the model (transformers), or the name of a LoRA module the server serv
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -47,7 +48,10 @@ class ModelConfig(BaseModel):
                                 "out for a while.")
     model: str | None = None
     path: str | None = Field(None, description="transformers: a local folder or a .gguf file; llamacpp: a .gguf file.")
-    api_key: str | None = None
+    api_key: str | None = Field(None, description="openai: this server's API key (sent to it alone, as Bearer).")
+    api_key_env: str | None = Field(None, description="openai: the environment variable holding this server's API "
+                                    "key, e.g. VLLM_API_KEY (api_key wins when both are set). No other variable is "
+                                    "read: OPENAI_API_KEY is the LLM judge's, never sent to a model server.")
     name: str | None = Field(None, description="The policy's name in traces and CLI output.")
     adapter: str | None = Field(None, description="A LoRA adapter on top of the model. transformers: a local peft "
                                 "adapter folder, merged into the model's weights at load; openai: the name of a "
@@ -122,6 +126,15 @@ class ModelConfig(BaseModel):
         if self.backend == "openai" and not self.base_url and self.replicas:
             self.base_url, self.replicas = self.replicas[0], self.replicas[1:]
         return self
+
+    def key(self) -> str | None:
+        """The server's API key: `api_key`, else the variable `api_key_env` names (which must then be set)."""
+        if self.api_key or not self.api_key_env:
+            return self.api_key
+        value = os.environ.get(self.api_key_env)
+        if not value:
+            raise ValueError(f"api_key_env names {self.api_key_env}, which is not set")
+        return value
 
     def base_urls(self) -> list[str]:
         return [u for u in [self.base_url, *self.replicas] if u]
@@ -217,7 +230,7 @@ def make_backend(cfg: ModelConfig, **opts: Any) -> ChatBackend:
 
         if not cfg.base_url:
             raise ValueError("the openai backend needs base_url")
-        return OpenAICompatibleBackend(cfg.base_urls(), cfg.model, api_key=cfg.api_key, timeout_s=cfg.timeout_s,
+        return OpenAICompatibleBackend(cfg.base_urls(), cfg.model, api_key=cfg.key(), timeout_s=cfg.timeout_s,
                                        max_retries=cfg.max_retries, native_tools=cfg.native_tools is not False,
                                        response_format=cfg.response_format, stream=cfg.stream,
                                        pool_size=cfg.pool_size or pool_size_for(1), text_only=cfg.text_only,

@@ -59,6 +59,8 @@ class Usage(BaseModel):
 
 class ChatReply(BaseModel):
     text: str = ""
+    reasoning: str = Field("", description="A reasoning model's thinking, when the server returns it apart "
+                           "(`reasoning_content`); never taken for the reply.")
     tool_calls: list[ChatToolCall] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
     latency_ms: float = 0.0
@@ -172,6 +174,7 @@ def complete_and_report(backend: ChatBackend, purpose: str, messages: list[dict]
         if isinstance(partial, ChatReply):
             raw, n = ModelCall.clip(_raw(partial))
             call = call.model_copy(update=dict(mode=partial.mode or "json_text", raw_reply=raw, reply_chars=n,
+                                               reasoning=ModelCall.clip(partial.reasoning)[0] or None,
                                                prompt_tokens=partial.usage.input_tokens,
                                                completion_tokens=partial.usage.output_tokens,
                                                finish_reason=partial.finish_reason or "cancelled",
@@ -185,6 +188,7 @@ def complete_and_report(backend: ChatBackend, purpose: str, messages: list[dict]
         prompt_tokens=reply.usage.input_tokens, completion_tokens=reply.usage.output_tokens,
         latency_ms=round(reply.latency_ms or (time.perf_counter() - t0) * 1000, 3),
         finish_reason=reply.finish_reason, raw_reply=raw, reply_chars=n, started_at=started, prompt_blocks=blocks,
+        reasoning=ModelCall.clip(reply.reasoning)[0] or None,
         block_unit=unit, replica=reply.replica, cached_tokens=reply.usage.cached_tokens,
         prompt_profile=prompt_profile).with_request(*sent))
     return reply
@@ -347,18 +351,31 @@ def bundled_chat_templates() -> list[str]:
     return sorted(p.stem for p in CHAT_TEMPLATES_DIR.glob("*.jinja"))
 
 
+TEMPLATE_SUFFIXES = (".jinja", ".jinja2", ".j2")
+TEMPLATE_MAX_BYTES = 256 * 1024
+
+
 def load_chat_template(value: str) -> str:
-    """A chat template from a bundled name (gemma, chatml, llama3), a .jinja file, or the template text itself."""
+    """A chat template from a bundled name (gemma, chatml, llama3), a template file (.jinja, .jinja2, .j2) or
+    the template text itself. Any other file is refused: an openai backend sends the template to its server,
+    so a config naming e.g. ~/.ssh/id_rsa must not read it."""
     if "{{" in value or "{%" in value:
         return value
     bundled = CHAT_TEMPLATES_DIR / f"{value}.jinja"
-    if bundled.is_file():
+    if "/" not in value and bundled.is_file():
         return bundled.read_text(encoding="utf-8")
     p = Path(value).expanduser()
-    if p.is_file():
-        return p.read_text(encoding="utf-8")
-    raise ValueError(f"unknown chat template {value!r}: use a bundled one ({', '.join(bundled_chat_templates())}), "
-                     "a .jinja file or the template text")
+    if p.suffix.lower() not in TEMPLATE_SUFFIXES:
+        raise ValueError(f"chat template {value!r} is neither a bundled one ({', '.join(bundled_chat_templates())}) "
+                         f"nor a template file ({', '.join(TEMPLATE_SUFFIXES)}) nor template text")
+    if not p.is_file():
+        raise ValueError(f"chat template file not found: {value}")
+    if p.stat().st_size > TEMPLATE_MAX_BYTES:
+        raise ValueError(f"chat template file {value} is over {TEMPLATE_MAX_BYTES // 1024} KiB: not a template")
+    text = p.read_text(encoding="utf-8", errors="replace")
+    if "{{" not in text and "{%" not in text:
+        raise ValueError(f"chat template file {value} holds no Jinja tag ({{{{ or {{%): not a template")
+    return text
 
 
 # --------------------------------------------------------------------------------------------
@@ -454,13 +471,21 @@ def _single_to_double(s: str) -> str:
     return "".join(out)
 
 
+# Longest text the lenient repairs below are tried on: `ast.literal_eval` builds a syntax tree of ~100 bytes per
+# element first (6 MB of "(1,1,...)" took 3 GB), and the regex rewrites copy the text each time. Longer text
+# must be strict JSON, which json.loads reads in linear time and memory.
+LENIENT_MAX_CHARS = 64 * 1024
+
+
 def loads_lenient(s: str) -> Any:
     """JSON, or the sloppy JSON models write (trailing commas, single quotes, Python literals, unquoted keys);
-    None when nothing parses (deep nesting included)."""
+    None when nothing parses (deep nesting included, and sloppy text over LENIENT_MAX_CHARS)."""
     try:
         return json.loads(s)
     except (ValueError, RecursionError):
         pass
+    if len(s) > LENIENT_MAX_CHARS:
+        return None
     fixed = _TRAILING_COMMA.sub(r"\1", s)
     try:
         return json.loads(fixed)

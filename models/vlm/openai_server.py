@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from models.openai_client import BackendError, OpenAIClient, RequestCancelled
+from models.openai_client import BackendError, OpenAIClient, RequestCancelled, StreamedError, reasoning_of
 from models.vlm.base import (
     ChatReply,
     ChatToolCall,
@@ -39,16 +39,9 @@ _REJECTS = {
 
 def _rejected(e: BackendError, feature: str) -> bool:
     msg = str(e).lower()
-    return e.status in (400, 422) and any(w in msg for w in _REJECTS[feature])
-
-
-class StreamedToolCallLost(BackendError):
-    """A streamed reply to a request with tools lost what the model wrote: vLLM's tool-call parser held it
-    back (the reply came back empty) or dropped a call's arguments. `partial` is the reply as it arrived."""
-
-    def __init__(self, message: str, partial: ChatReply):
-        super().__init__(message)
-        self.partial = partial
+    # llama-server without --jinja answers tools with 500 "tools param requires --jinja flag"
+    statuses = (400, 422, 500) if feature == "native_tools" else (400, 422)
+    return e.status in statuses and any(w in msg for w in _REJECTS[feature])
 
 
 class OpenAICompatibleBackend:
@@ -61,7 +54,9 @@ class OpenAICompatibleBackend:
     way. What a server rejected is remembered, so later requests go straight to what works; `ChatReply.mode`
     says which was used ('json_object' when the schema rode in a json_object response_format that the server
     does not enforce). The same goes for streaming, and for a per-request `chat_template` that the server
-    refuses. Every request carries explicit sampling values (`sampling`), so a server's generation_config.json
+    refuses. A streamed reply to a request with tools that vLLM's parser held back (or an SSE error event in
+    its place, vLLM 0.10.2 with `tool_choice: "required"`) is asked again unstreamed at once, each request for
+    itself, and requests with tools are not streamed afterwards. Every request carries explicit sampling values (`sampling`), so a server's generation_config.json
     fills none of them. Tool calls that a server left in the text are parsed (models/vlm/tool_parsers.py).
     Retries (tenacity) on connection errors, timeouts, 5xx and 429 are the client's. Cancelling the caller's
     scope closes the connection (see models/openai_client.py). `model=None` asks the server's /models for the
@@ -172,28 +167,52 @@ class OpenAICompatibleBackend:
         if self.text_only:
             messages = text_only_messages(messages)
         t0 = time.perf_counter()
+        unstreamed = False  # this request is asked again without streaming
         while True:
             payload, mode = self._payload(messages, tools, max_tokens, temperature, response_schema)
-            stream = self.stream and (mode != "native_tools" or self.stream_tools)
+            stream = self.stream and not unstreamed and (mode != "native_tools" or self.stream_tools)
             meta: dict[str, Any] = {}
-            try:
-                data = self.client.chat(payload, stream=stream, meta=meta)
-            except RequestCancelled as e:
-                partial = self.parse_response(e.partial, (time.perf_counter() - t0) * 1000.0) if e.partial else None
-                if partial is not None:
-                    partial.mode, partial.finish_reason, partial.replica = mode, "cancelled", meta.get("replica")
-                raise ReplyCancelled(str(e), partial) from None
-            except BackendError as e:
-                if not self._fall_back(e, payload, mode):
-                    raise
+            data = self._ask(payload, stream, mode, meta, t0)
+            if data is None:  # a fallback was learnt or the stream failed: ask again
+                unstreamed = unstreamed or meta.get("stream_failed", False)
                 continue
             reply = self.parse_response(data, (time.perf_counter() - t0) * 1000.0)
             reply.mode, reply.replica = mode, meta.get("replica")
             if mode == "native_tools":
                 reply = with_text_tool_calls(reply)
-                if stream:
-                    self._check_streamed_tools(reply, tools or [])
+                problem = (_held_back(reply) or _arguments_lost(reply, tools or [])) if stream else None
+                if problem is not None:  # this very request is asked again unstreamed: no decision is lost
+                    self._stop_streaming_tools(problem, reply.replica)
+                    unstreamed = True
+                    continue
             return reply
+
+    def _ask(self, payload: dict[str, Any], stream: bool, mode: DecisionMode | None, meta: dict[str, Any],
+             t0: float) -> dict | None:
+        """The server's reply to one request; None when it should be asked again (see `complete`)."""
+        try:
+            return self.client.chat(payload, stream=stream, meta=meta)
+        except RequestCancelled as e:
+            partial = self.parse_response(e.partial, (time.perf_counter() - t0) * 1000.0) if e.partial else None
+            if partial is not None:
+                partial.mode, partial.finish_reason, partial.replica = mode, "cancelled", meta.get("replica")
+            raise ReplyCancelled(str(e), partial) from None
+        except StreamedError as e:
+            if not stream:
+                raise
+            if mode == "native_tools":  # vLLM 0.10.2 with tool_choice "required" (vLLM issue #24509)
+                self._stop_streaming_tools(f"The server streamed an error instead of the reply: {e}.", meta.get("replica"))
+            meta["stream_failed"] = True
+            return None
+        except BackendError as e:
+            if not self._fall_back(e, payload, mode):
+                raise
+            return None
+
+    def _stop_streaming_tools(self, problem: str, replica: str | None) -> None:
+        self.stream_tools = False
+        self._warn_once("stream_tools", "%s: %s Requests with tools are no longer streamed here (unstreamed, the "
+                        "server returns the reply whole); this one is asked again.", replica or self.base_url, problem)
 
     def _fall_back(self, e: BackendError, payload: dict[str, Any], mode: DecisionMode | None) -> bool:
         """Whether the rejection `e` names a request feature this server lacks; if so it is left out from now on
@@ -209,6 +228,9 @@ class OpenAICompatibleBackend:
             log.warning("%s rejected response_format %s; trying native tools / JSON in text: %s",
                         self.base_url, self.response_format, e)
             self.supports_structured = False
+        elif mode == "native_tools" and self.stream_tools and "cannot use tools with stream" in str(e).lower():
+            log.warning("%s does not stream replies with tools; asking for them whole: %s", self.base_url, e)
+            self.stream_tools = False
         elif mode == "native_tools" and _rejected(e, "native_tools"):
             log.warning("%s rejected native tools; falling back to JSON in text: %s", self.base_url, e)
             self.supports_native_tools = False
@@ -219,37 +241,35 @@ class OpenAICompatibleBackend:
             return False
         return True
 
-    def _check_streamed_tools(self, reply: ChatReply, tools: list[dict]) -> None:
-        """Raise StreamedToolCallLost when vLLM's streaming tool-call parser swallowed the model's text: an empty
-        reply although tokens were generated (the hold-back), or a call whose required arguments never came.
-        Requests with tools are then no longer streamed on this backend."""
-        problem = _held_back(reply) or _arguments_lost(reply, tools)
-        if problem is None:
-            return
-        self.stream_tools = False
-        msg = f"{problem} Requests with tools are no longer streamed here (unstreamed, vLLM returns such text)."
-        log.warning("%s: %s", reply.replica or self.base_url, msg)
-        raise StreamedToolCallLost(msg, reply)
-
     @staticmethod
     def parse_response(data: dict, latency_ms: float = 0.0) -> ChatReply:
-        choices = data.get("choices") or []
-        if not choices or not isinstance(choices[0], dict):
+        """The reply's first choice as a ChatReply; fields of the wrong type (a hostile server) count as absent."""
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             raise BackendError(f"reply has no choices: {str(data)[:300]}")
-        msg = choices[0].get("message") or {}
+        msg = _dict(choices[0].get("message"))
         content = msg.get("content")
         if isinstance(content, list):  # some servers return content parts
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+            content = "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
         calls = []
-        for tc in msg.get("tool_calls") or []:
-            fn = (tc or {}).get("function") or {}
-            if fn.get("name"):
-                calls.append(ChatToolCall(name=fn["name"], arguments=parse_arguments(fn.get("arguments")), id=tc.get("id")))
-        u = data.get("usage") or {}
-        return ChatReply(text=content or "", tool_calls=calls,
-                         usage=Usage(input_tokens=_count(u.get("prompt_tokens")), output_tokens=_count(u.get("completion_tokens")),
-                                     cached_tokens=_cached(u)),
-                         latency_ms=latency_ms, finish_reason=choices[0].get("finish_reason"), model=data.get("model"))
+        raw_calls = msg.get("tool_calls")
+        for tc in raw_calls if isinstance(raw_calls, list) else []:
+            fn = _dict(_dict(tc).get("function"))
+            ident = _dict(tc).get("id")
+            if isinstance(fn.get("name"), str) and fn["name"]:
+                calls.append(ChatToolCall(name=fn["name"], arguments=parse_arguments(fn.get("arguments")),
+                                          id=ident if isinstance(ident, str) else None))
+        u = _dict(data.get("usage"))
+        finish, model = choices[0].get("finish_reason"), data.get("model")
+        usage = Usage(input_tokens=_count(u.get("prompt_tokens")), output_tokens=_count(u.get("completion_tokens")),
+                      cached_tokens=_cached(u))
+        return ChatReply(text=content if isinstance(content, str) else "", tool_calls=calls, reasoning=reasoning_of(msg),
+                         usage=usage, latency_ms=latency_ms, finish_reason=finish if isinstance(finish, str) else None,
+                         model=model if isinstance(model, str) else None)
+
+
+def _dict(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
 
 
 def with_text_tool_calls(reply: ChatReply) -> ChatReply:
@@ -262,8 +282,8 @@ def with_text_tool_calls(reply: ChatReply) -> ChatReply:
 
 
 def _held_back(reply: ChatReply) -> str | None:
-    if reply.tool_calls or reply.text.strip():
-        return None
+    if reply.tool_calls or reply.text.strip() or reply.reasoning.strip():
+        return None  # (a reasoning model's tokens went to its reasoning: nothing was held back)
     tokens = reply.usage.output_tokens
     if tokens is not None and tokens <= 1:
         return None  # nothing was generated: an empty reply, not a swallowed one
