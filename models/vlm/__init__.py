@@ -99,6 +99,8 @@ class ModelConfig(BaseModel):
     dtype: str | None = Field(None, description="transformers: float32, bfloat16, float16 or auto.")
     cache_dir: str | None = Field(None, description="transformers: where a converted GGUF model is kept "
                                   "(default ~/.cache/glasses-rag/gguf).")
+    adapter: str | None = Field(None, description="transformers: a local peft LoRA adapter folder loaded on top of "
+                                "`path` (training.finetune writes one).")
 
     @model_validator(mode="after")
     def _check(self) -> ModelConfig:
@@ -199,7 +201,7 @@ def make_backend(cfg: ModelConfig, **opts: Any) -> ChatBackend:
 
         return TransformersVLMBackend(cfg.path, device=cfg.device, dtype=cfg.dtype, chat_template=cfg.chat_template,
                                       text_only=cfg.text_only, n_ctx=cfg.n_ctx, n_threads=cfg.n_threads,
-                                      cache_dir=cfg.cache_dir, **opts)
+                                      cache_dir=cfg.cache_dir, adapter=cfg.adapter, **opts)
     from models.vlm.llamacpp import LlamaCppBackend
 
     return LlamaCppBackend(cfg.path, n_ctx=cfg.n_ctx or 4096, n_threads=cfg.n_threads, n_gpu_layers=cfg.n_gpu_layers,

@@ -169,7 +169,8 @@ class TransformersVLMBackend:
 
     def __init__(self, path: str | Path, device: str = "cpu", dtype: Any = None, trust_remote_code: bool = False,
                  max_image_side: int | None = None, chat_template: str | None = None, text_only: bool = False,
-                 n_ctx: int | None = None, n_threads: int | None = None, cache_dir: str | Path | None = None):
+                 n_ctx: int | None = None, n_threads: int | None = None, cache_dir: str | Path | None = None,
+                 adapter: str | Path | None = None):
         import torch
         from transformers import AutoConfig
 
@@ -196,6 +197,8 @@ class TransformersVLMBackend:
         self.is_vision = is_vision_config(self.config)
         self.supports_images = self.is_vision and not text_only
         self._load(p, _resolve_dtype(dtype, device), kw)
+        if adapter:
+            self._apply_adapter(Path(adapter).expanduser())
         own = getattr(self.processor or self.tokenizer, "chat_template", None) or getattr(self.tokenizer, "chat_template", None)
         self.chat_template = load_chat_template(chat_template) if chat_template else None
         if self.chat_template is None and not own:
@@ -232,6 +235,18 @@ class TransformersVLMBackend:
             self.processor = None
             self.tokenizer = AutoTokenizer.from_pretrained(p, **tok_kw)
             self.model = AutoModelForCausalLM.from_pretrained(p, dtype=torch_dtype, **kw)
+
+    def _apply_adapter(self, folder: Path) -> None:
+        """A peft LoRA adapter (training.finetune writes one) merged into the base weights: generation then runs
+        at the base model's speed, and everything else (hooks, grammars) sees a plain model."""
+        if not (folder / "adapter_config.json").is_file():
+            raise FileNotFoundError(f"adapter folder not found or not a peft adapter: {folder}")
+        try:
+            from peft import PeftModel
+        except ImportError as e:
+            raise ImportError("loading an adapter needs peft (pip install -e '.[train]')") from e
+        self.model = PeftModel.from_pretrained(self.model, str(folder)).merge_and_unload()
+        self.name = f"{self.name}+{folder.name}"
 
     def _grammars(self) -> SchemaGrammars | None:
         """The schema grammars of this model's tokenizer, or None (and a warning) without xgrammar: replies are then
