@@ -1,97 +1,113 @@
-"""traces.sft: a run's decisions and SuperGlasses trajectories as JSONL in TRL's conversational tool-calling shape."""
+"""training.export: each decision step of a turn as a training example whose prompt is the request the model policy
+sent (TRL's conversational prompt-completion format), labelled from the run's scores."""
 
 from __future__ import annotations
 
 import json
+import re
 
 from PIL import Image
 from support import KGSearch, make_agent
 
+from core.types import ImageInfo
 from graph.agent import TurnInput
 from graph.model_policy import make_model_policy
 from testing.fake_model_server import FakeOpenAIServer
-from tools.base import HistoryTurn
-from traces.sft import SFTRecord, main
 from traces.store import TraceStore
 from traces.superglasses import SGHop, SGLog
+from training.export import Example, main
 
 F = FakeOpenAIServer
+CALL = {"action": "call_tool", "tool": "image_search", "arguments": {"k": 3}, "rationale": "find it"}
 
 
-
-def _turn_replies(answer: str) -> list[dict]:
-    return [F.tool_call_reply("image_search", {"k": 3}),
-            F.tool_call_reply("teleport", {"to": "mars"}),  # refused by the registry: not a decision to learn
-            F.text_reply('{"action": "answer", "rationale": "the KG says so"}'),
-            F.text_reply(json.dumps({"answer": answer, "confidence": 0.9, "entity": "Falcon 9", "rationale": "KG"})),
-            F.text_reply('{"verifications": [], "supported": true, "confidence": 0.9, "reason": "KG"}')]
+def _answer(text: str) -> dict:
+    return {"action": "answer", "answer": text, "confidence": 0.9, "entity": "Falcon 9", "rationale": "the KG"}
 
 
-def _check_shape(lines: list[str]) -> list[SFTRecord]:
-    """Each line: {"messages": [...], "tools": [...]} as TRL documents it for tool calling."""
-    records = []
-    for line in lines:
-        raw = json.loads(line)
-        assert set(raw) == {"messages", "tools"}
-        rec = SFTRecord.model_validate(raw)
-        roles = [m.role for m in rec.messages]
-        assert roles[:2] == ["system", "user"] and roles[-1] == "assistant"
-        for i, m in enumerate(rec.messages):
-            if m.role == "tool":  # answers a call of the assistant turn before it
-                calls = next(x for x in reversed(rec.messages[:i]) if x.role == "assistant").tool_calls or []
-                assert m.name in {c.function.name for c in calls}
-            if m.role == "assistant":
-                assert m.tool_calls and m.content is None and "content" not in raw["messages"][i]
-        names = {t["function"]["name"] for t in raw["tools"]}
-        assert all(t["type"] == "function" and "parameters" in t["function"] for t in raw["tools"])
-        assert {c.function.name for m in rec.messages for c in m.tool_calls or []} <= names
-        records.append(rec)
-    return records
-
-
-def test_a_run_exported_for_sft(tmp_path):
+def _run(tmp_path, answers: list[str], scores: list[str | None]):
+    """Turns of a text-only model policy over the fake server (one image search, then the answer inside the
+    decision), scored as given; returns the run folder and the decide requests the server received."""
     store = TraceStore(tmp_path / "runs", "r1")
     with FakeOpenAIServer() as srv:
-        srv.push(*_turn_replies("SpaceX"), *_turn_replies("Hawthorne"))
-        agent = make_agent(make_model_policy(f"openai:{srv.base_url}#fake-vlm", max_retries=0), KGSearch(),
-                           budget_s=20)
-        first = agent.run_turn(TurnInput(task=3, session_id="c1", interaction_id="i0", question="who makes this?",
-                                         image=Image.new("RGB", (64, 48))))
-        second = agent.run_turn(TurnInput(task=3, session_id="c1", interaction_id="i1", turn_index=1,
-                                          question="where are they based?", image=Image.new("RGB", (64, 48)),
-                                          history=[HistoryTurn(question=first.question, answer=first.answer)]))
-    store.write(first.model_copy(update={"score": "correct"}))
-    store.write(second.model_copy(update={"score": "incorrect"}))
+        for a in answers:
+            srv.push(F.text_reply(json.dumps(CALL)), F.text_reply(json.dumps(_answer(a))))
+        policy = make_model_policy(f"openai:{srv.base_url}#fake-vlm", max_retries=0, text_only=True)
+        agent = make_agent(policy, KGSearch(), budget_s=600, self_check="off")
+        for i, score in enumerate(scores):
+            trace = agent.run_turn(TurnInput(task=1, session_id=f"s{i}", interaction_id=f"i{i}",
+                                             question="who makes this rocket?", image=Image.new("RGB", (64, 48)),
+                                             image_info=ImageInfo(size=(64, 48))))
+            store.write(trace.model_copy(update={"score": score}))
+        requests = [r for r in srv.requests if "Decide the next step" in json.dumps(r.get("messages"))]
+    return store.dir, requests
+
+
+def _examples(path) -> list[Example]:
+    return [Example.model_validate_json(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def _budget_free(messages: list[dict]) -> str:
+    """The messages with the seconds left taken out (they tick between the run and the export)."""
+    return re.sub(r"about \d+ s", "about N s", json.dumps(messages))
+
+
+def test_each_example_is_the_request_the_policy_sent(tmp_path):
+    run, requests = _run(tmp_path, ["SpaceX"], ["correct"])
     out = tmp_path / "sft.jsonl"
-    assert main(["--run", str(store.dir), "--out", str(out), "--keep", "answered"]) == 0
-    a, b = _check_shape(out.read_text(encoding="utf-8").splitlines())
-    calls = [(c.function.name, c.function.arguments) for m in a.messages for c in m.tool_calls or []]
-    assert calls == [("image_search", {"k": 3}), ("answer", {"answer": "SpaceX", "confidence": 0.9,
-                                                             "entity": "Falcon 9", "rationale": "KG"})]
-    assert "Falcon 9" in next(m.content for m in a.messages if m.role == "tool")
-    assert "teleport" not in out.read_text(encoding="utf-8")
-    assert "Q: who makes this? A: SpaceX" in b.messages[1].content and "where are they based?" in b.messages[1].content
-    assert main(["--run", str(store.dir), "--out", str(out)]) == 0  # default: only the turn judged correct
-    assert len(_check_shape(out.read_text(encoding="utf-8").splitlines())) == 1
-    import datasets  # what SFTTrainer is given: the file loads as a dataset with both columns
-
-    ds = datasets.load_dataset("json", data_files=str(out), split="train")
-    assert set(ds.column_names) == {"messages", "tools"} and ds[0]["messages"][0]["role"] == "system"
-
-
-def test_an_unscored_run_needs_an_explicit_keep(tmp_path, capsys):
-    store = TraceStore(tmp_path / "runs", "r2")
-    with FakeOpenAIServer() as srv:
-        srv.push(*_turn_replies("SpaceX"))
-        agent = make_agent(make_model_policy(f"openai:{srv.base_url}#fake-vlm", max_retries=0), KGSearch(),
-                           budget_s=20)
-        store.write(agent.run_turn(TurnInput(task=1, session_id="s", interaction_id="i", question="who makes this?",
-                                             image=Image.new("RGB", (64, 48)))))
-    assert main(["--run", str(store.dir), "--out", str(tmp_path / "x.jsonl")]) == 2
-    assert "--keep answered" in capsys.readouterr().err
+    assert main(["--run", str(run), "--out", str(out), "--budget", "600"]) == 0
+    first, second = _examples(out)
+    assert len(requests) == 2
+    for example, request in zip((first, second), requests):
+        assert _budget_free(example.prompt) == _budget_free(request["messages"])
+    text = out.read_text(encoding="utf-8")
+    assert "$tools" not in text and "$reply_format" not in text and "image_search(" in first.prompt[0]["content"]
+    # the call's result as the model saw it: the evidence text, not the trace's one-line summary
+    assert "Falcon 9" in second.prompt[-1]["content"] and "[1]" in second.prompt[-1]["content"]
+    # completions: what the decision grammar lets the model write (compact JSON, keys in schema order)
+    assert first.completion == [{"role": "assistant", "content":
+                                 '{"action":"call_tool","tool":"image_search","arguments":{"k":3},"rationale":""}'}]
+    assert json.loads(second.completion[0]["content"]) == {"action": "answer", "answer": "SpaceX", "confidence": 0.9,
+                                                           "entity": "Falcon 9", "rationale": ""}
+    assert [e.meta["step"] for e in (first, second)] == [0, 1] and first.meta["label"] == "correct"
 
 
-def test_superglasses_trajectories_exported_for_sft(tmp_path):
+def test_wrong_turns_become_abstentions_and_abstentions_stay(tmp_path):
+    run, _ = _run(tmp_path, ["SpaceX", "Boeing", "I don't know"], ["correct", "incorrect", "missing"])
+    out = tmp_path / "sft.jsonl"
+
+    def answers(*extra: str) -> list[tuple[str, str]]:
+        assert main(["--run", str(run), "--out", str(out), *extra]) == 0
+        finals = [e for e in _examples(out) if '"action":"answer"' in e.completion[0]["content"]]
+        return [(json.loads(e.completion[0]["content"])["answer"], e.meta["label"]) for e in finals]
+
+    assert answers() == [("SpaceX", "correct"), ("I don't know", "wrong-as-idk"), ("I don't know", "teacher-idk")]
+    assert answers("--wrong", "drop", "--no-abstentions") == [("SpaceX", "correct")]
+    assert answers("--wrong", "keep")[1] == ("Boeing", "wrong-kept")
+    idk = next(e for e in _examples(out) if e.meta["label"] == "teacher-idk" and e.meta["step"] == 1)
+    assert json.loads(idk.completion[0]["content"])["entity"] is None
+
+
+def test_an_unscored_run_needs_keep_all(tmp_path, capsys):
+    run, _ = _run(tmp_path, ["SpaceX"], [None])
+    out = tmp_path / "x.jsonl"
+    assert main(["--run", str(run), "--out", str(out)]) == 2
+    assert "--keep all" in capsys.readouterr().err
+    assert main(["--run", str(run), "--out", str(out), "--keep", "all"]) == 0 and len(_examples(out)) == 2
+
+
+def test_native_mode_writes_tool_calls_with_the_tools(tmp_path):
+    run, _ = _run(tmp_path, ["SpaceX"], ["correct"])
+    out = tmp_path / "native.jsonl"
+    assert main(["--run", str(run), "--out", str(out), "--mode", "native"]) == 0
+    first, second = _examples(out)
+    call = first.completion[0]["tool_calls"][0]["function"]
+    assert call["name"] == "image_search" and json.loads(call["arguments"]) == {"k": 3}
+    assert second.completion[0]["tool_calls"][0]["function"]["name"] == "final_answer"
+    assert {t["function"]["name"] for t in first.tools or []} >= {"image_search", "final_answer"}
+
+
+def test_superglasses_trajectories_render_like_a_run(tmp_path):
     logs = [SGLog(id="sg1", question="Who designed this building?", ground_truth="Frank Gehry",
                   hops=[SGHop(sub_question="What building is this?", tool_used="Image Search",
                               search_result_snippet="Walt Disney Concert Hall"),
@@ -103,8 +119,9 @@ def test_superglasses_trajectories_exported_for_sft(tmp_path):
     src.write_text("".join(json.dumps(lg.dump()) + "\n" for lg in logs), encoding="utf-8")
     out = tmp_path / "sg.jsonl"
     assert main(["--superglasses", str(src), "--out", str(out)]) == 0
-    (rec,) = _check_shape(out.read_text(encoding="utf-8").splitlines())
-    calls = [(c.function.name, c.function.arguments) for m in rec.messages for c in m.tool_calls or []]
-    assert calls == [("image_search", {}), ("web_search", {"query": "Walt Disney Concert Hall architect"}),
-                     ("answer", {"answer": "Frank Gehry", "confidence": 1.0})]
-    assert [m.content for m in rec.messages if m.role == "tool"] == ["Walt Disney Concert Hall", "designed by Frank Gehry"]
+    steps = _examples(out)
+    assert [json.loads(e.completion[0]["content"]).get("tool") for e in steps] == ["image_search", "web_search", None]
+    assert json.loads(steps[1].completion[0]["content"])["arguments"] == {"query": "Walt Disney Concert Hall architect"}
+    assert json.loads(steps[2].completion[0]["content"])["answer"] == "Frank Gehry"
+    assert "designed by Frank Gehry" in steps[2].prompt[-1]["content"]
+    assert "Who designed this building?" in steps[0].prompt[1]["content"]

@@ -289,6 +289,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--keep", choices=["scored", "all"], default="scored",
                    help="scored (default): label turns by their scores; all: every turn as the teacher answered")
     p.add_argument("--tools", help="comma-separated tools the model is offered (default: the task's)")
+    p.add_argument("--budget", type=float, help="the turn budget the prompts state, in seconds (default: each "
+                   "trace's; give the budget the model will run with)")
+    p.add_argument("--max-evidence", type=int, default=5, help="search results shown per call (as the model policy's "
+                   "max_evidence; default 5)")
+    p.add_argument("--evidence-chars", type=int, default=300, help="characters per result shown (default 300)")
     p.add_argument("--images", action="store_true", help="a VLM: prompts show the photo (TRL's vision format); "
                    "needs --image-dir")
     p.add_argument("--image-dir", help="a folder of <session_id>.jpg photos (training.export.save_images writes one from a dataset)")
@@ -299,7 +304,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     opts = ExportOptions(mode=args.mode, wrong=args.wrong, keep_all=args.keep == "all",
                          abstentions=not args.no_abstentions, sees_images=args.images,
-                         tools=[t for t in args.tools.split(",") if t] if args.tools else None)
+                         tools=[t for t in args.tools.split(",") if t] if args.tools else None,
+                         budget_s=args.budget,
+                         policy={"max_evidence": args.max_evidence, "evidence_chars": args.evidence_chars})
     problems: list[str] = []
     if args.run:
         traces = read_run(args.run, problems)
