@@ -204,7 +204,7 @@ def teach(args: argparse.Namespace, paths: Any, split: Split, work: Path) -> tup
 
     from training.export import ExportOptions, examples_from_run, write_examples
 
-    convs = conversations(paths, args.task, split.train)
+    convs = conversations(paths, args.task, split.train, args.train_limit)
     policy = args.teacher if args.teacher != "rule" else "rule"
     report, traces, cpu = run(agent_config(args, paths.root, policy, "on"), convs, args.task, work, "teacher")
     opts = ExportOptions(wrong=args.wrong, tools=args.tools.split(","), budget_s=args.budget)
@@ -259,6 +259,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-index-dir", help="the evaluation data's search index (default: the dataset's own)")
     p.add_argument("--task", type=int, default=2, choices=[1, 2, 3])
     p.add_argument("--eval-limit", type=int, default=24, help="evaluation turns, whole conversations (default 24)")
+    p.add_argument("--train-limit", type=int, default=None, help="teacher turns, whole conversations (default: all)")
     p.add_argument("--teacher", default="rule", help="'rule' (the rule-based planner) or a model spec")
     p.add_argument("--model", help="the student as a model spec (default: Gemma 3 270M, in-process)")
     p.add_argument("--model-path", help="the student's weights to fine-tune, when --model is not a local path")
