@@ -125,3 +125,16 @@ def test_superglasses_trajectories_render_like_a_run(tmp_path):
     assert json.loads(steps[2].completion[0]["content"])["answer"] == "Frank Gehry"
     assert "designed by Frank Gehry" in steps[2].prompt[-1]["content"]
     assert "Who designed this building?" in steps[0].prompt[1]["content"]
+
+
+def test_a_vlm_example_points_at_its_photo_in_trl_vision_format(tmp_path):
+    run, _ = _run(tmp_path, ["SpaceX"], ["correct"])
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    Image.new("RGB", (64, 48)).save(photos / "s0.jpg")
+    out = tmp_path / "vlm.jsonl"
+    assert main(["--run", str(run), "--out", str(out), "--images", "--image-dir", str(photos)]) == 0
+    first = _examples(out)[0]
+    assert first.images == [str((photos / "s0.jpg").resolve())]
+    parts = first.prompt[1]["content"]
+    assert parts[0] == {"type": "image"} and "attached" in parts[1]["text"] and "data:" not in json.dumps(first.prompt)

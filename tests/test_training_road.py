@@ -121,3 +121,27 @@ def test_distill_runs_the_whole_road(tiny_gemma, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "truthfulness" in printed and "training minutes" in printed and "split by entity" in printed
     assert (tmp_path / "work" / "adapter" / "card.json").is_file()
+
+
+@pytest.mark.parametrize("name", ["gemma", "chatml", "llama3"])
+def test_bundled_templates_render_tool_calls_and_mark_the_assistant(tiny_gemma, name):
+    import jinja2
+    from transformers import AutoTokenizer
+
+    from models.vlm.base import load_chat_template, without_generation_markers
+
+    tok = AutoTokenizer.from_pretrained(tiny_gemma, fix_mistral_regex=False)
+    template = load_chat_template(name)
+    call = {"type": "function", "function": {"name": "web_search", "arguments": {"query": "Falcon 9"}}}
+    msgs = [{"role": "system", "content": "SYS"}, {"role": "user", "content": "Q"},
+            {"role": "assistant", "content": "", "tool_calls": [call]}, {"role": "tool", "content": "RESULT"},
+            {"role": "assistant", "content": "ANSWER"}]
+    text = tok.apply_chat_template(msgs, chat_template=template, tokenize=False)
+    assert '"web_search"' in text and '"Falcon 9"' in text and "RESULT" in text and "ANSWER" in text
+    marked = tok.apply_chat_template(msgs, chat_template=template, tokenize=True, return_dict=True,
+                                     return_assistant_tokens_mask=True)
+    learned = tok.decode([i for i, m in zip(marked["input_ids"], marked["assistant_masks"]) if m])
+    assert "web_search" in learned and "ANSWER" in learned and "RESULT" not in learned and "SYS" not in learned
+    # llama-cpp-python's Jinja has no generation tag: the stripped template renders the same text
+    plain = jinja2.Environment().from_string(without_generation_markers(template))
+    assert plain.render(messages=msgs, bos_token=tok.bos_token, add_generation_prompt=False) == text

@@ -266,6 +266,22 @@ def trace_from_superglasses(log: SGLog) -> TurnTrace | None:
                      score="correct")
 
 
+def save_images(data: str | Path, folder: str | Path, limit: int | None = None) -> int:
+    """Each conversation's photo of a dataset (any layout crag.dataset reads) as `folder/<session_id>.jpg`, for
+    `--image-dir`; returns how many were written (rows without a usable image are skipped)."""
+    from crag.dataset import decode_image, load_conversations
+
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    n = 0
+    for conv in load_conversations(data, limit=limit):
+        image, _ = decode_image(conv.image)
+        if image is not None:
+            image.convert("RGB").save(out / f"{conv.session_id}.jpg", quality=90)
+            n += 1
+    return n
+
+
 # ---- CLI --------------------------------------------------------------------------------------------------------
 
 
@@ -296,7 +312,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--evidence-chars", type=int, default=300, help="characters per result shown (default 300)")
     p.add_argument("--images", action="store_true", help="a VLM: prompts show the photo (TRL's vision format); "
                    "needs --image-dir")
-    p.add_argument("--image-dir", help="a folder of <session_id>.jpg photos (training.export.save_images writes one from a dataset)")
+    p.add_argument("--image-dir", help="a folder of <session_id>.jpg photos")
+    p.add_argument("--images-from", help="a dataset split folder whose photos are first written to --image-dir")
     return p
 
 
@@ -319,6 +336,8 @@ def main(argv: list[str] | None = None) -> int:
         traces = [t for t in (trace_from_superglasses(lg) for lg in logs) if t is not None]
         source = f"{len(logs)} annotated trajectories"
     images = None
+    if args.images_from and args.image_dir:
+        print(f"{save_images(args.images_from, args.image_dir)} photo(s) -> {args.image_dir}")
     if args.image_dir:
         images = {p.stem: str(p.resolve()) for p in Path(args.image_dir).glob("*.jpg")}
     examples = examples_from_run(traces, opts, images)
