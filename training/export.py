@@ -40,7 +40,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from core.files import write_atomic
-from graph.model_policy import FINAL_ANSWER_TOOL, ModelPolicy
+from graph.model_policy import FINAL_ANSWER_TOOL, Format, ModelPolicy
+from graph.model_replies import FINAL_ANSWER
 from graph.policy import IDK, PolicyView, StepSummary, ToolSpec
 from graph.state import tool_spec
 from tools import default_registry
@@ -125,7 +126,7 @@ def answer_completion(answer: str, confidence: float, entity: str | None, mode: 
     fields = {"answer": answer, "confidence": round(float(confidence), 2), "entity": entity, "rationale": ""}
     if mode == "native":
         return {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {
-            "name": FINAL_ANSWER_TOOL["function"]["name"], "arguments": json.dumps(fields, ensure_ascii=False)}}]}
+            "name": FINAL_ANSWER, "arguments": json.dumps(fields, ensure_ascii=False)}}]}
     return {"role": "assistant", "content": json.dumps({"action": "answer", **fields}, ensure_ascii=False,
                                                        separators=(",", ":"))}
 
@@ -201,7 +202,7 @@ def render(view: PolicyView, policy: ModelPolicy, opts: ExportOptions, completio
     shown: Any = None
     if view.has_image:
         shown = _image(image) if opts.sees_images and image else _NO_IMAGE
-    fmt = "native" if opts.mode == "native" else "json"
+    fmt: Format = "native" if opts.mode == "native" else "json"
     prompt = policy.decide_messages(view, None if shown is _NO_IMAGE and opts.sees_images else shown, fmt)
     images = None
     if opts.sees_images and image and view.has_image:

@@ -294,7 +294,7 @@ def parser() -> argparse.ArgumentParser:
         if field.annotation in (bool, bool | None):
             p.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
             continue
-        kind = {int: int, float: float}.get(field.annotation, str)  # type: ignore[call-overload]
+        kind: Any = {int: int, float: float}.get(field.annotation, str)  # type: ignore[arg-type]
         p.add_argument(flag, type=kind, required=field.is_required(), default=None, help=help_text)
     return p
 
