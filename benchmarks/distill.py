@@ -210,7 +210,7 @@ def teach(args: argparse.Namespace, paths: Any, split: Split, work: Path) -> tup
     opts = ExportOptions(wrong=args.wrong, tools=args.tools.split(","), budget_s=args.budget)
     examples = examples_from_run(traces, opts)
     out = write_examples(examples, work / "sft.jsonl")
-    labels = Counter(e.meta["label"] for e in examples if e.completion[0]["content"].startswith('{"action":"answer"'))
+    labels = Counter(e.meta["label"] for e in examples if e.completion[0]["content"].startswith('{"action": "answer"'))
     return out, {"turns": len(traces), "examples": len(examples), "answers": dict(labels),
                  "teacher_truthfulness": report.overall.truthfulness, "teacher_cpu_s": cpu}
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 from PIL import Image
 from support import KGSearch, make_agent
 
@@ -66,7 +67,17 @@ def test_each_example_is_the_request_the_policy_sent(tmp_path):
     assert "Falcon 9" in second.prompt[-1]["content"] and "[1]" in second.prompt[-1]["content"]
     # completions: what the decision grammar lets the model write (compact JSON, keys in schema order)
     assert first.completion == [{"role": "assistant", "content":
-                                 '{"action":"call_tool","tool":"image_search","arguments":{"k":3},"rationale":""}'}]
+                                 '{"action": "call_tool", "tool": "image_search", "arguments": {"k": 3}, "rationale": ""}'}]
+    # ... exactly what the grammar of the decision schema accepts (xgrammar, as in-process generation uses it)
+    xgr = pytest.importorskip("xgrammar")
+    from graph.model_replies import decision_schema
+    from graph.state import tool_spec
+    from tools import default_registry
+
+    schema = decision_schema([tool_spec(t) for t in default_registry().for_task(1)])["schema"]
+    grammar = xgr.Grammar.from_json_schema(json.dumps(schema), any_whitespace=False, strict_mode=True)
+    for example in (first, second):
+        assert xgr.testing._is_grammar_accept_string(grammar, example.completion[0]["content"])
     assert json.loads(second.completion[0]["content"]) == {"action": "answer", "answer": "SpaceX", "confidence": 0.9,
                                                            "entity": "Falcon 9", "rationale": ""}
     assert [e.meta["step"] for e in (first, second)] == [0, 1] and first.meta["label"] == "correct"
@@ -78,7 +89,7 @@ def test_wrong_turns_become_abstentions_and_abstentions_stay(tmp_path):
 
     def answers(*extra: str) -> list[tuple[str, str]]:
         assert main(["--run", str(run), "--out", str(out), *extra]) == 0
-        finals = [e for e in _examples(out) if '"action":"answer"' in e.completion[0]["content"]]
+        finals = [e for e in _examples(out) if '"action": "answer"' in e.completion[0]["content"]]
         return [(json.loads(e.completion[0]["content"])["answer"], e.meta["label"]) for e in finals]
 
     assert answers() == [("SpaceX", "correct"), ("I don't know", "wrong-as-idk"), ("I don't know", "teacher-idk")]

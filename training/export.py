@@ -19,7 +19,7 @@ The prompt is what `graph.model_policy.ModelPolicy.decide_messages` renders from
 step, rebuilt from the trace (the calls' recorded state updates, typed again; evidence as the prompt shows it, not
 the trace's one-line summaries). The completion is the decision in the mode the model will run: `structured`
 (default) is the compact JSON the decision schema's grammar lets the model write (keys in schema order, no free
-whitespace), each tool call one decision (calls the teacher ran together become consecutive decisions, each
+whitespace but the one space after ':' and ',' that xgrammar's compact JSON writes), each tool call one decision (calls the teacher ran together become consecutive decisions, each
 seeing the previous one's result), the last decision the answer itself; `native` is an assistant tool call (the
 `final_answer` function to answer).
 
@@ -119,7 +119,7 @@ def call_completion(tool: str, arguments: dict[str, Any], spec: ToolSpec | None,
         return {"role": "assistant", "content": "", "tool_calls": [
             {"type": "function", "function": {"name": tool, "arguments": json.dumps(args, ensure_ascii=False)}}]}
     obj = {"action": "call_tool", "tool": tool, "arguments": args, "rationale": ""}
-    return {"role": "assistant", "content": json.dumps(obj, ensure_ascii=False, separators=(",", ":"))}
+    return {"role": "assistant", "content": json.dumps(obj, ensure_ascii=False)}
 
 
 def answer_completion(answer: str, confidence: float, entity: str | None, mode: Mode) -> dict[str, Any]:
@@ -127,8 +127,7 @@ def answer_completion(answer: str, confidence: float, entity: str | None, mode: 
     if mode == "native":
         return {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {
             "name": FINAL_ANSWER, "arguments": json.dumps(fields, ensure_ascii=False)}}]}
-    return {"role": "assistant", "content": json.dumps({"action": "answer", **fields}, ensure_ascii=False,
-                                                       separators=(",", ":"))}
+    return {"role": "assistant", "content": json.dumps({"action": "answer", **fields}, ensure_ascii=False)}
 
 
 # ---- from a trace -------------------------------------------------------------------------------------------
