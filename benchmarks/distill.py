@@ -228,9 +228,11 @@ def evaluate_both(args: argparse.Namespace, paths: Any, split: Split, adapter: s
     convs = conversations(paths, args.task, split.eval, args.eval_limit)
     out = {}
     for label, ad in (("base", None), ("tuned", adapter)):
-        report, traces, _ = run(agent_config(args, paths.root, model_config(args, ad), "off"), convs, args.task,
-                                work, f"eval-{label}")
+        report, traces, cpu = run(agent_config(args, paths.root, model_config(args, ad), "off"), convs, args.task,
+                                  work, f"eval-{label}")
         out[label] = figures(report, traces)
+        # the process's CPU seconds (model, tools, graph) per decision: the machine may be shared
+        out[label]["cpu_seconds_per_decision"] = cpu / max(1, out[label]["decisions"])
         print(f"  {label}: {len(traces)} turns evaluated", file=sys.stderr, flush=True)
     return out
 
@@ -239,7 +241,7 @@ def table(result: dict[str, Any]) -> str:
     rows = [("truthfulness", "truthfulness", "{:+.3f}"), ("hallucination", "hallucination_rate", "{:.1%}"),
             ("accuracy", "accuracy", "{:.1%}"), ("abstention", "missing_rate", "{:.1%}"),
             ("parse rate", None, "{}"), ("tool calls / turn", "tool_calls_per_turn", "{:.2f}"),
-            ("s / decision", "seconds_per_decision", "{:.1f}")]
+            ("s / decision", "seconds_per_decision", "{:.1f}"), ("CPU s / decision", "cpu_seconds_per_decision", "{:.1f}")]
     lines = [f"{'':20} {'base':>10} {'tuned':>10}"]
     for title, key, fmt in rows:
         cells = []
