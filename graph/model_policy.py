@@ -112,8 +112,13 @@ class ModelPolicy:
         # could not be read: ask once more, in the shape it takes
         return answer_instead_of_a_repeat(decision_from_reply(self._decide(view, image, self.format())), view)
 
+    def decide_messages(self, view: PolicyView, image: Any, fmt: Format) -> list[dict]:
+        """The messages of a decision request: the turn's transcript with the decide instruction last (also what
+        training.export renders as a training prompt, so training and inference see the same text)."""
+        return self.prompts.ask(self.prompts.transcript(view, image, fmt), self.prompts.decide_text(view))
+
     def _decide(self, view: PolicyView, image: Any, fmt: Format) -> ChatReply:
-        messages = self.prompts.ask(self.prompts.transcript(view, image, fmt), self.prompts.decide_text(view))
+        messages = self.decide_messages(view, image, fmt)
         if fmt == "native":
             return self.request("decide", messages, tools=[*(t.json_schema for t in view.tools), FINAL_ANSWER_TOOL])
         schema = decision_schema(callable_again(view)) if self.mode() == "structured" else None

@@ -493,7 +493,7 @@ class OpenAIClient:
                 if stream:
                     return await self._stream(url, payload, acc, cap)
                 async with self._http().request(method, url, json=payload) as resp:
-                    return self._check(url, resp.status, await _read_body(resp, url, cap))
+                    return _checked(url, resp.status, await _read_body(resp, url, cap))
         except TimeoutError as e:
             failed = True
             raise _Retryable(f"timed out after {self.timeout_s:g}s waiting for {url}") from e
@@ -511,7 +511,7 @@ class OpenAIClient:
         acc.reset()  # a retried attempt starts over
         async with self._http().post(url, json=payload) as resp:
             if resp.status >= 400 or "text/event-stream" not in resp.headers.get("Content-Type", ""):
-                return self._check(url, resp.status, await _read_body(resp, url, cap))  # an error, or no stream
+                return _checked(url, resp.status, await _read_body(resp, url, cap))  # an error, or no stream
             async for line in _sse_lines(resp, url, cap):
                 if not line.startswith("data:"):
                     continue
@@ -527,23 +527,6 @@ class OpenAIClient:
                 if isinstance(chunk, dict):
                     acc.add(chunk)
         return acc.completion()
-
-    @staticmethod
-    def _check(url: str, status: int, text: str) -> dict:
-        if status == 429 or (status >= 500 and not _says_unsupported(text)):
-            raise _Retryable(f"server error {status} from {url}: {text[:500]}", replica_fault=status != 429)
-        if status >= 400 and _says_too_long(text):
-            raise ContextTooLong(f"the prompt and max_tokens do not fit the model's context at {url} ({status}): "
-                                 f"{text[:600]}", status=status)
-        if status >= 400:  # (a 500 that names an unsupported request feature is an answer, not a fault)
-            raise BackendError(f"request rejected by {url} with {status}: {text[:1000]}", status=status)
-        try:
-            data = json.loads(text)
-        except ValueError:
-            raise BackendError(f"{url} answered {status} with non-JSON: {text[:300]!r}") from None
-        if not isinstance(data, dict):
-            raise BackendError(f"{url} answered with JSON that is not an object: {str(data)[:300]}")
-        return data
 
     def _wait(self, state: Any) -> float:
         """No wait when another replica is up; exponential back-off otherwise."""
@@ -644,8 +627,7 @@ class OpenAIClient:
             try:
                 socket.create_connection((url.hostname or "localhost", port), timeout=timeout_s).close()
             except OSError as e:
-                shown = url._replace(netloc=url.netloc.rpartition("@")[2]).geturl()  # never a user or password
-                down.append(f"{shown}: {e.strerror or type(e).__name__}")
+                down.append(f"{public_url(r.base_url)}: {e.strerror or type(e).__name__}")
         return down
 
     def models(self) -> list[str]:
@@ -676,6 +658,24 @@ class OpenAIClient:
             return set()
         models = data.get("data") if isinstance(data, dict) else None
         return {str(m["owned_by"]) for m in models or [] if isinstance(m, dict) and m.get("owned_by")}
+
+
+def _checked(url: str, status: int, text: str) -> dict:
+    """The reply's JSON object, or the error its status and text say (retryable, too long, refused)."""
+    if status == 429 or (status >= 500 and not _says_unsupported(text)):
+        raise _Retryable(f"server error {status} from {url}: {text[:500]}", replica_fault=status != 429)
+    if status >= 400 and _says_too_long(text):
+        raise ContextTooLong(f"the prompt and max_tokens do not fit the model's context at {url} ({status}): "
+                             f"{text[:600]}", status=status)
+    if status >= 400:  # (a 500 that names an unsupported request feature is an answer, not a fault)
+        raise BackendError(f"request rejected by {url} with {status}: {text[:1000]}", status=status)
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise BackendError(f"{url} answered {status} with non-JSON: {text[:300]!r}") from None
+    if not isinstance(data, dict):
+        raise BackendError(f"{url} answered with JSON that is not an object: {str(data)[:300]}")
+    return data
 
 
 async def _read_body(resp: aiohttp.ClientResponse, url: str, cap: int) -> str:

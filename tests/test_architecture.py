@@ -1,7 +1,7 @@
 """Imports flow one way, package by package and file by file, with no cycle.
 
 Layers, bottom to top: shared types (`core`) <- text utilities (`text`) <- outside services (`web`) <- models
-(`models`) <- tools (`tools`) <- search and data (`crag`) <- traces (`traces`) <- the agent (`graph`) <- front
+(`models`) <- tools (`tools`) <- search and data (`crag`) <- traces (`traces`) <- the agent (`graph`) <- the training road (`training`) <- front
 ends (`benchmarks`, the test doubles in `testing`; inside the agent package the CLI `graph.run` and the starter-kit
 adapter `graph.starter_kit`, which no library module imports). Checked on the source, every import statement
 included (also those inside functions), so a lazy import that goes the wrong way, or closes a cycle, fails here.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS: list[tuple[str, ...]] = [
-    ("core",), ("text",), ("web",), ("models",), ("tools",), ("crag",), ("traces",), ("graph",),
+    ("core",), ("text",), ("web",), ("models",), ("tools",), ("crag",), ("traces",), ("graph",), ("training",),
     ("benchmarks", "testing"),
 ]
 PACKAGES = tuple(p for layer in LAYERS for p in layer)

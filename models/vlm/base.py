@@ -378,6 +378,16 @@ def load_chat_template(value: str) -> str:
     return text
 
 
+_GENERATION_MARKERS = re.compile(r"\{%-?\s*(?:end)?generation\s*-?%\}")
+
+
+def without_generation_markers(template: str) -> str:
+    """A chat template less its `{% generation %}` markers (which only transformers' Jinja environment knows: they
+    mark the assistant's tokens for training and render nothing), for Jinja environments without them
+    (llama-cpp-python's)."""
+    return _GENERATION_MARKERS.sub("", template)
+
+
 # --------------------------------------------------------------------------------------------
 # Tolerant JSON extraction
 # --------------------------------------------------------------------------------------------

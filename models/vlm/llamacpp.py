@@ -36,6 +36,7 @@ from models.vlm.base import (
     load_chat_template,
     system_into_user,
     text_only_messages,
+    without_generation_markers,
 )
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ class LlamaCppBackend:
 
             eos = self.llm.detokenize([self.llm.token_eos()]).decode("utf-8", "ignore")
             bos = self.llm.detokenize([self.llm.token_bos()]).decode("utf-8", "ignore")
-            self.llm.chat_handler = Jinja2ChatFormatter(load_chat_template(chat_template), eos_token=eos,
+            self.llm.chat_handler = Jinja2ChatFormatter(without_generation_markers(load_chat_template(chat_template)), eos_token=eos,
                                                         bos_token=bos).to_chat_handler()
 
     def _messages(self, messages: list[dict]) -> list[dict]:

