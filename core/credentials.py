@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from typing import Any
 
 SECRET_NAMES = ("api_key", "apikey", "api-key", "access_token", "token", "password", "passwd", "secret",
@@ -70,18 +71,29 @@ def scrub_argv(argv: list[str]) -> list[str]:
     return out
 
 
-class ScrubFilter(logging.Filter):
-    """Rewrites a log record's message with `core.credentials.scrub_text`."""
+class RewriteFilter(logging.Filter):
+    """Rewrites a log record's message with `rewrite` (its arguments are formatted first: httpx passes a URL as one)."""
+
+    def __init__(self, rewrite: Callable[[str], str]):
+        super().__init__()
+        self.rewrite = rewrite
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
             message = record.getMessage()
         except Exception:  # noqa: BLE001 - a malformed record is left for logging to report
             return True
-        clean = scrub_text(message)
+        clean = self.rewrite(message)
         if clean != message:
             record.msg, record.args = clean, ()
         return True
+
+
+class ScrubFilter(RewriteFilter):
+    """Rewrites a log record's message with `core.credentials.scrub_text`."""
+
+    def __init__(self) -> None:
+        super().__init__(scrub_text)
 
 
 def scrub_log_handlers() -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import logging
 import re
 
+from core.credentials import RewriteFilter
+
 SECRET_PARAMS = ("api_key", "apikey", "key", "token", "access_token", "auth", "password", "secret", "signature", "sig")
 _PATTERN = re.compile(r"(?i)\b(" + "|".join(map(re.escape, SECRET_PARAMS)) + r")(=|%3D)([^&\s\"'<>#]+)")
 LOGGERS = ("httpx", "httpcore", "httpcore.connection", "httpcore.http11", "httpcore.http2", "httpcore.proxy",
@@ -19,18 +21,11 @@ def redact(text: str) -> str:
     return _PATTERN.sub(lambda m: f"{m.group(1)}{m.group(2)}***", text)
 
 
-class RedactFilter(logging.Filter):
-    """Rewrites a record's message with `redact` (its arguments are formatted first: httpx passes the URL as one)."""
+class RedactFilter(RewriteFilter):
+    """Rewrites a record's message with `redact`."""
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        try:
-            message = record.getMessage()
-        except Exception:  # noqa: BLE001 - a malformed record is left for logging to report
-            return True
-        clean = redact(message)
-        if clean != message:
-            record.msg, record.args = clean, ()
-        return True
+    def __init__(self) -> None:
+        super().__init__(redact)
 
 
 _FILTER = RedactFilter()
