@@ -14,12 +14,12 @@ GEMMA_CHAT = ("{% for m in messages %}<start_of_turn>{{ 'model' if m['role'] == 
               "{% endif %}")
 
 
-def gemma_tokenizer():
-    """A byte-level tokenizer (no merges) with Gemma's turn markers as special tokens and a Gemma chat template."""
+def byte_tokenizer(specials: list[str], bos: str, eos: str, chat_template: str):
+    """A byte-level tokenizer with no merges (the 256 byte symbols after `specials`); specials[0] pads, and those
+    after bos/eos are additional special tokens."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    specials = ["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>"]
     vocab = {t: i for i, t in enumerate(specials)}
     for ch in sorted(pre_tokenizers.ByteLevel.alphabet()):
         vocab[ch] = len(vocab)
@@ -27,10 +27,17 @@ def gemma_tokenizer():
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens(specials)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>",
-                                   additional_special_tokens=["<start_of_turn>", "<end_of_turn>"])
-    fast.chat_template = GEMMA_CHAT
+    extra = [t for t in specials[1:] if t not in (bos, eos)]
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=specials[0], bos_token=bos, eos_token=eos,
+                                   additional_special_tokens=extra)
+    fast.chat_template = chat_template
     return fast
+
+
+def gemma_tokenizer():
+    """A byte-level tokenizer with Gemma's turn markers as special tokens and a Gemma chat template."""
+    return byte_tokenizer(["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>"], "<bos>", "<eos>",
+                          GEMMA_CHAT)
 
 
 def save_tiny_gemma3(folder: str | Path, seed: int = 0) -> Path:
@@ -65,4 +72,4 @@ def save_tiny_lora(model_folder: str | Path, folder: str | Path, seed: int = 1) 
     return Path(folder)
 
 
-__all__ = ["GEMMA_CHAT", "gemma_tokenizer", "save_tiny_gemma3", "save_tiny_lora"]
+__all__ = ["GEMMA_CHAT", "byte_tokenizer", "gemma_tokenizer", "save_tiny_gemma3", "save_tiny_lora"]

@@ -27,20 +27,9 @@ CHAT = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
 
 def _tokenizer():
     """A byte-level tokenizer with no merges (256 byte symbols + specials) and a ChatML-like template."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from testing.tiny_models import byte_tokenizer
 
-    vocab = {t: i for i, t in enumerate(SPECIALS)}
-    for ch in sorted(pre_tokenizers.ByteLevel.alphabet()):
-        vocab[ch] = len(vocab)
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens(SPECIALS)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>",
-                                   additional_special_tokens=["<|im_start|>", "<|im_end|>", "<image>"])
-    fast.chat_template = CHAT
-    return fast
+    return byte_tokenizer(SPECIALS, "<s>", "</s>", CHAT)
 
 
 def _llama_config(vocab: int):
