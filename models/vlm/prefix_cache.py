@@ -25,7 +25,7 @@ from typing import Any
 
 
 @dataclass
-class _Entry:
+class _CachedPrefix:
     ids: list[int]
     layers: list[tuple[Any, Any]]  # per layer (keys, values), [batch, heads, tokens, head_dim]
     nbytes: int
@@ -63,7 +63,7 @@ class PrefixCache:
         self.hits = 0
         self.misses = 0
         self.reused_tokens = 0
-        self._entries: OrderedDict[int, _Entry] = OrderedDict()
+        self._entries: OrderedDict[int, _CachedPrefix] = OrderedDict()
         self._next = 0
         self._lock = threading.Lock()
 
@@ -114,7 +114,7 @@ class PrefixCache:
         with self._lock:
             for key in [k for k, e in self._entries.items() if common_prefix(e.ids, ids) == len(e.ids)]:
                 del self._entries[key]  # extended by the new entry: every lookup it served, the new one serves
-            self._entries[self._next] = _Entry(list(ids), layers, nbytes)
+            self._entries[self._next] = _CachedPrefix(list(ids), layers, nbytes)
             self._next += 1
             while self.nbytes > self.max_bytes:
                 self._entries.popitem(last=False)
