@@ -52,3 +52,11 @@ class KGSearch:
 
     def web_search(self, query, k=5):
         return []
+
+
+class KGAndPageSearch(KGSearch):
+    """KGSearch whose web search also finds one page saying who makes Falcon 9: enough for every preset."""
+
+    def web_search(self, query, k=5):
+        return [{"page_url": "https://w/1", "page_name": "SpaceX", "score": 0.7,
+                 "page_snippet": "SpaceX manufactures the Falcon 9 rocket."}]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from PIL import Image
+from support import KGSearch
 
 from graph.agent import TurnInput
 from graph.build import build_agent
@@ -20,14 +21,10 @@ from tools.base import Hit
 QUESTION = "who manufactures this rocket?"
 
 
-class ManyPages:
+class ManyPages(KGSearch):
     """One KG entity and 50 long web pages, each naming itself (page-07 ...)."""
 
     name = "many-pages"
-
-    def image_search(self, image, k=5):
-        return [{"index": 0, "score": 0.95, "url": "https://kg/0", "entities": [
-            {"entity_name": "Falcon 9", "entity_attributes": {"manufacturer": "SpaceX"}}]}]
 
     def web_search(self, query, k=5):
         return [{"page_url": f"https://w/{i}", "page_name": f"page-{i:02d}", "score": 0.9 - i / 100,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
+from support import KGAndPageSearch
 
 from graph.agent import TurnInput
 from graph.build import build_agent
@@ -28,18 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 QUESTION = "who manufactures this rocket?"
 
 
-class KG:
-    """One image-KG entity and one web page: enough for every preset to find the answer."""
-
-    name = "fixed-kg"
-
-    def image_search(self, image, k=5):
-        return [{"index": 0, "score": 0.95, "url": "https://kg/0", "entities": [
-            {"entity_name": "Falcon 9", "entity_attributes": {"manufacturer": "SpaceX"}}]}]
-
-    def web_search(self, query, k=5):
-        return [{"page_url": "https://w/1", "page_name": "SpaceX", "score": 0.7,
-                 "page_snippet": "SpaceX manufactures the Falcon 9 rocket."}]
+KG = KGAndPageSearch  # one image-KG entity and one web page: enough for every preset to find the answer
 
 
 def turn(question: str = QUESTION) -> TurnInput:

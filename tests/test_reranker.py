@@ -246,6 +246,7 @@ def test_jina_m0_without_a_relevance_head_is_a_clear_error(jina_dir, tmp_path):
 
 def test_superlens_uses_the_multimodal_reranker_when_configured(jina_dir):
     from PIL import Image
+    from support import KGAndPageSearch
 
     from graph.agent import TurnInput
     from graph.build import build_agent
@@ -253,20 +254,10 @@ def test_superlens_uses_the_multimodal_reranker_when_configured(jina_dir):
     from models.resources import ModelPaths
     from tools.reranker import IMAGE_ITSELF
 
-    class KG:
-        name = "kg"
-
-        def image_search(self, image, k=5):
-            return [{"index": 0, "score": 0.95, "url": "https://kg/0", "entities": [
-                {"entity_name": "Falcon 9", "entity_attributes": {"manufacturer": "SpaceX"}}]}]
-
-        def web_search(self, query, k=5):
-            return [{"page_url": "https://w/1", "page_name": "SpaceX", "score": 0.7,
-                     "page_snippet": "SpaceX manufactures the Falcon 9 rocket."}]
 
     config = AgentConfig(preset="superlens", models=ModelPaths(reranker=jina_dir), warm_up=False,
                          budget=BudgetConfig(budget_s=60))
-    tr = build_agent(config, search=KG(), run_id="jina").run_turn(TurnInput(
+    tr = build_agent(config, search=KGAndPageSearch(), run_id="jina").run_turn(TurnInput(
         task=2, session_id="s", interaction_id="i", question="who manufactures this rocket?",
         image=Image.new("RGB", (64, 48), (200, 30, 30))))
     rerank = next(s for s in tr.tool_calls() if s.tool == "reranker")
