@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from PIL import Image, ImageDraw, ImageFont
@@ -60,3 +61,23 @@ class KGAndPageSearch(KGSearch):
     def web_search(self, query, k=5):
         return [{"page_url": "https://w/1", "page_name": "SpaceX", "score": 0.7,
                  "page_snippet": "SpaceX manufactures the Falcon 9 rocket."}]
+
+
+def model_loop_run(out: Path, run_id: str) -> list[dict]:
+    """`graph.run --task 3 --limit 1` (one four-turn conversation) with the model loop against the fake server
+    replaying testing.scripted_model, into `out/run_id`; the request bodies the server received."""
+    import pytest
+
+    from graph.run import main
+    from testing.fake_model_server import FakeOpenAIServer
+    from testing.scripted_model import ScriptedModel
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv("GLASSES_DEMO_DIR", str(Path(__file__).resolve().parents[1] / "data" / "demo"))
+    try:
+        with FakeOpenAIServer(responder=ScriptedModel()) as srv:
+            assert main(["--task", "3", "--limit", "1", "--model", f"openai:{srv.base_url}#fake-vlm", "--out",
+                         str(out), "--run-id", run_id, "--no-progress", "--no-plot"]) == 0
+            return list(srv.requests)
+    finally:
+        mp.undo()

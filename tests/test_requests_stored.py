@@ -10,10 +10,9 @@ import json
 from pathlib import Path
 
 import pytest
+from support import model_loop_run
 
 from core.sent import stored_message, stored_request
-from testing.fake_model_server import FakeOpenAIServer
-from testing.scripted_model import ScriptedModel
 from traces.requests import RequestNotStored, read_request
 from traces.schema import TurnTrace
 
@@ -23,18 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def model_run(tmp_path_factory):
     """Task 3 (one conversation of four turns) with the model loop against the fake server."""
-    from graph.run import main
-
     out = tmp_path_factory.mktemp("runs")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("GLASSES_DEMO_DIR", str(ROOT / "data" / "demo"))
-    try:
-        with FakeOpenAIServer(responder=ScriptedModel()) as srv:
-            assert main(["--task", "3", "--limit", "1", "--model", f"openai:{srv.base_url}#fake-vlm", "--out",
-                         str(out), "--run-id", "m", "--no-progress", "--no-plot"]) == 0
-            bodies = list(srv.requests)
-    finally:
-        mp.undo()
+    bodies = model_loop_run(out, "m")
     run = out / "m"
     traces = [TurnTrace.model_validate_json(p.read_text()) for p in sorted(run.glob("*__*.json"))]
     return run, traces, bodies

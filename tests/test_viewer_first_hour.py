@@ -10,9 +10,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from support import model_loop_run
 
-from testing.fake_model_server import FakeOpenAIServer
-from testing.scripted_model import ScriptedModel
 from traces.viewer import load_traces, render_run
 from traces.viewer_parts import KgImages, is_offline_demo_url
 
@@ -29,12 +28,10 @@ def runs(tmp_path_factory):
     from graph.run import main
 
     out = tmp_path_factory.mktemp("runs")
+    model_loop_run(out, "model")
     mp = pytest.MonkeyPatch()
     mp.setenv("GLASSES_DEMO_DIR", str(ROOT / "data" / "demo"))
     try:
-        with FakeOpenAIServer(responder=ScriptedModel()) as srv:
-            assert main(["--task", "3", "--limit", "1", "--model", f"openai:{srv.base_url}#fake-vlm", "--out",
-                         str(out), "--run-id", "model", "--no-progress", "--no-plot"]) == 0
         assert main(["--task", "2", "--limit", "5", "--out", str(out), "--run-id", "rule", "--no-progress",
                      "--no-plot"]) == 0
     finally:
