@@ -47,6 +47,7 @@ from models.vlm.base import (
     message_text,
     text_only_messages,
 )
+from models.vlm.decoding import DecodeStats, Decoded, GreedyGrammarDecoder
 from models.vlm.grammar import SchemaGrammars, stop_token_ids, xgrammar_available
 from models.vlm.prefix_cache import PrefixCache
 
@@ -194,7 +195,7 @@ class TransformersVLMBackend:
     def __init__(self, path: str | Path, device: str = "cpu", dtype: Any = None, trust_remote_code: bool = False,
                  max_image_side: int | None = None, chat_template: str | None = None, text_only: bool = False,
                  n_ctx: int | None = None, n_threads: int | None = None, cache_dir: str | Path | None = None,
-                 adapter: str | Path | None = None, prefix_cache_mb: int = 256):
+                 adapter: str | Path | None = None, prefix_cache_mb: int = 256, jump_forward: bool = True):
         import torch
         from transformers import AutoConfig
 
@@ -215,6 +216,9 @@ class TransformersVLMBackend:
         self.adapter = Path(adapter).expanduser() if adapter else None
         self.name = f"transformers:{self.source.name}" + (f"+{self.adapter.name}" if self.adapter else "")
         self.prefix_cache = PrefixCache(prefix_cache_mb << 20)
+        self.jump_forward = jump_forward
+        self.decode_stats = DecodeStats()  # totals over this backend's constrained decodings (models/vlm/decoding.py)
+        self._decoder: GreedyGrammarDecoder | None = None
         self._lock = threading.Lock()
         self._cancel = threading.Event()
         kw = dict(local_files_only=True, trust_remote_code=trust_remote_code)
@@ -378,7 +382,7 @@ class TransformersVLMBackend:
         """generate(), resuming from the prefix cache when the prompt is token ids only (a prompt with an image is
         computed whole: its image tokens' KV depend on the pixels). Returns the sequences and the prompt tokens
         that came from the cache. The filled cache is stored only after a generation that finished."""
-        cacheable = self.prefix_cache.max_bytes > 0 and set(inputs.keys()) <= {"input_ids", "attention_mask"}
+        cacheable = self.prefix_cache.max_bytes > 0 and self._token_ids_only(inputs)
         if not cacheable:
             return self.model.generate(**inputs, **gen), 0
         ids = inputs["input_ids"][0].tolist()
@@ -387,6 +391,34 @@ class TransformersVLMBackend:
         out = self.model.generate(**inputs, **gen, past_key_values=cache)
         self.prefix_cache.store(out[0, :cache.get_seq_length()].tolist(), cache)
         return out, n_cached
+
+    @staticmethod
+    def _token_ids_only(inputs: Any) -> bool:
+        return set(inputs.keys()) <= {"input_ids", "attention_mask"}
+
+    def _decoder_for(self, schema: dict | None, temperature: float, inputs: Any) -> GreedyGrammarDecoder | None:
+        """The jump-forward decoder (models/vlm/decoding.py) for a greedy, grammar-constrained reply to a prompt of
+        token ids; None for the rest (sampling, free text, images), which generate() writes."""
+        if schema is None or self.grammars is None or (temperature and temperature > 0) or not self._token_ids_only(inputs):
+            return None
+        if self._decoder is None:
+            self._decoder = GreedyGrammarDecoder(self.model, self.tokenizer, self.grammars.vocab_size,
+                                                 self.grammars.stop_ids)
+        return self._decoder
+
+    def _decode(self, decoder: GreedyGrammarDecoder, inputs: Any, schema: dict, max_tokens: int,
+                new: list[int]) -> tuple[Decoded, int]:
+        """A constrained greedy reply by `decoder`, resuming from the prefix cache (every call: the cache is where
+        the decoder keeps the sequence's keys and values). Returns it and the prompt tokens from the cache."""
+        ids = inputs["input_ids"][0].tolist()
+        cache, n_cached = self.prefix_cache.lookup(ids) if self.prefix_cache.max_bytes > 0 else (None, 0)
+        cache = cache if cache is not None else self.prefix_cache.empty()
+        done = decoder.decode(self.grammars.compiled(schema), ids, cache, n_cached, max_tokens,
+                              jump_forward=self.jump_forward, out=new, cancelled=self._cancel.is_set)
+        self.prefix_cache.store((ids + done.tokens)[:done.kv_tokens], cache)
+        for name in ("forwards", "tokens", "drafted", "accepted"):
+            setattr(self.decode_stats, name, getattr(self.decode_stats, name) + getattr(done.stats, name))
+        return done, n_cached
 
     def complete(self, messages: list[dict], tools: list[dict] | None = None, max_tokens: int = 512,
                  temperature: float = 0.0, response_schema: dict | None = None) -> ChatReply:
@@ -398,7 +430,7 @@ class TransformersVLMBackend:
 
         class StopWhenCancelled(StoppingCriteria):
             def __call__(self, input_ids, scores, **kw):
-                latest["ids"] = input_ids
+                latest["new"] = input_ids[0, n_in:].tolist()
                 return torch.full((input_ids.shape[0],), cancel.is_set(), dtype=torch.bool, device=input_ids.device)
 
         t0 = time.perf_counter()
@@ -412,21 +444,31 @@ class TransformersVLMBackend:
             token = scope.on_cancel(cancel.set) if scope is not None else None
             inputs, n_in = self._inputs(messages, max_tokens)
             gen = self._generation_options(max_tokens, temperature, schema, StoppingCriteriaList([StopWhenCancelled()]))
+            decoder = self._decoder_for(schema, temperature, inputs)
             try:
                 with torch.inference_mode():
-                    out, n_cached = self._generate(inputs, gen)
+                    if decoder is not None and schema is not None:
+                        decoded, n_cached = self._decode(decoder, inputs, schema, max_tokens, latest.setdefault("new", []))
+                    else:
+                        out, n_cached = self._generate(inputs, gen)
             except _Interrupted:
                 # the layer hook stopped a forward pass: in the prefill, or in a later token's step
-                done = latest["ids"][0, n_in:] if "ids" in latest else None
+                done = latest.get("new") or None
                 where = "during generation" if done is not None else "during the prompt's prefill"
                 raise ReplyCancelled(f"the turn ended {where}", ChatReply(
                     text=self.tokenizer.decode(done, skip_special_tokens=True).strip() if done is not None else "",
-                    usage=Usage(input_tokens=n_in, output_tokens=int(done.shape[0]) if done is not None else None),
+                    usage=Usage(input_tokens=n_in, output_tokens=len(done) if done is not None else None),
                     finish_reason="cancelled", latency_ms=(time.perf_counter() - t0) * 1000.0,
                     model=self.name, mode=mode, prompt_ids=inputs["input_ids"][0].tolist())) from None
             except Exception as e:  # noqa: BLE001
                 raise BackendError(f"local generation with {self.source} failed: {type(e).__name__}: {e}") from e
-            reply = self._reply(out[0, n_in:], n_in, max_tokens, gen, t0, mode)
+            if decoder is not None:
+                reply = ChatReply(text=self.tokenizer.decode(decoded.tokens, skip_special_tokens=True).strip(),
+                                  usage=Usage(input_tokens=n_in, output_tokens=len(decoded.tokens)),
+                                  finish_reason=decoded.finish, latency_ms=(time.perf_counter() - t0) * 1000.0,
+                                  model=self.name, mode=mode)
+            else:
+                reply = self._reply(out[0, n_in:], n_in, max_tokens, gen, t0, mode)
             reply.usage.cached_tokens = n_cached
             reply.prompt_ids = inputs["input_ids"][0].tolist()  # the trace's prefix measurement, in tokens
             if cancel.is_set():
