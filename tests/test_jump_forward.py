@@ -33,8 +33,7 @@ TOOLS = [_tool("image_search", {"type": "object", "properties": {}}),
                               "required": ["query"]}),
          _tool("ocr", {"type": "object", "properties": {"region": {"enum": ["whole", "center", "top"]}},
                        "required": ["region"]})]
-QUESTIONS = ["What is the tallest tower in Paris?", "Who makes this car?", "How many calories are in this snack?",
-             "When was this bridge built?", "What breed is the dog in the picture?", "Is this plant poisonous?"]
+QUESTIONS = ["What is the tallest tower in Paris?", "What breed is the dog in the picture?"]
 
 
 def _messages(question: str, step: int) -> list[dict]:
@@ -65,6 +64,15 @@ def _backend(folder, **kw):
     return TransformersVLMBackend(folder, **kw)
 
 
+@pytest.fixture(scope="module")
+def backends(tiny_gemma):
+    """The same model with and without jump-forward, sharing one set of compiled grammars (compiling a schema
+    against a 262k vocabulary takes seconds)."""
+    jumping, stepping = _backend(tiny_gemma), _backend(tiny_gemma, jump_forward=False)
+    stepping.grammars = jumping.grammars
+    return jumping, stepping
+
+
 def _short(schema: dict, n: int = 12) -> dict:
     """`schema` with every free string at most `n` characters: a random model then finishes its JSON, so the
     grammar's end (only stop tokens allowed) is reached as often as max_tokens."""
@@ -82,9 +90,13 @@ CASES = [(_short(DECISION), 96), (_short(ANSWER_SCHEMA["schema"]), 64), (DECISIO
 
 
 @pytest.mark.parametrize("prefix_cache_mb", [0, 64])
-def test_jump_forward_writes_the_tokens_of_plain_constrained_decoding(tiny_gemma, prefix_cache_mb):
-    jumping = _backend(tiny_gemma, prefix_cache_mb=prefix_cache_mb)
-    stepping = _backend(tiny_gemma, prefix_cache_mb=prefix_cache_mb, jump_forward=False)
+def test_jump_forward_writes_the_tokens_of_plain_constrained_decoding(backends, prefix_cache_mb):
+    from models.vlm.decoding import DecodeStats
+    from models.vlm.prefix_cache import PrefixCache
+
+    jumping, stepping = backends
+    for b in backends:
+        b.prefix_cache, b.decode_stats = PrefixCache(prefix_cache_mb << 20), DecodeStats()
     stops = set(jumping.grammars.stop_ids)
     n_calls, finishes = 0, []
     for question in QUESTIONS:
@@ -107,8 +119,9 @@ def test_jump_forward_writes_the_tokens_of_plain_constrained_decoding(tiny_gemma
     assert 0 < finishes.count("stop") < len(finishes)  # both ends were reached
     fast, slow = jumping.decode_stats, stepping.decode_stats
     assert fast.tokens == slow.tokens
-    # one forward pass per token and one for the prompt without jumping; far fewer with it
-    assert slow.forwards == slow.tokens + n_calls and slow.drafted == 0
+    # without jumping: the prompt's pass and one per token but the last (a cut reply) or plus one (the token
+    # that completed the grammar is fed, and its pass shows only stop tokens allowed); far fewer with it
+    assert slow.forwards == slow.tokens + finishes.count("stop") and slow.drafted == 0
     assert fast.forwards < 0.8 * slow.forwards
     # drafts were confirmed and drafts were refused (the model split a forced string its own way): both paths ran
     assert 0 < fast.accepted < fast.drafted
@@ -116,10 +129,11 @@ def test_jump_forward_writes_the_tokens_of_plain_constrained_decoding(tiny_gemma
         assert jumping.prefix_cache.hits > 0
 
 
-def test_the_decoder_matches_generate_token_for_token_with_the_draft_refused_everywhere(tiny_gemma):
+def test_the_decoder_matches_generate_token_for_token_with_the_draft_refused_everywhere(tiny_gemma, backends):
     """A drafter whose every draft is wrong (its first token is never allowed): each is refused and cut from the
     cache, and the reply is still plain decoding's."""
     backend = _backend(tiny_gemma, prefix_cache_mb=0)
+    backend.grammars = backends[0].grammars
     decoder = backend._decoder_for(ANSWER_SCHEMA["schema"], 0.0, {"input_ids": None})
     wrong = backend.tokenizer.convert_tokens_to_ids("<start_of_turn>")
     decoder._draft = lambda text: [wrong] * 3

@@ -118,7 +118,9 @@ class ModelConfig(BaseModel):
                                     "chatml); default: the GGUF's own template.")
     n_ctx: int | None = Field(None, ge=256, description="Context size in tokens: llamacpp n_ctx (default 4096); "
                               "transformers: longer prompts are refused with a clear error.")
-    n_threads: int | None = Field(None, ge=1, description="llamacpp / transformers: CPU threads.")
+    n_threads: int | None = Field(None, ge=1, description="llamacpp / transformers: CPU threads (transformers on a "
+                                  "CPU: default torch's, at most the CPUs less one; models.vlm.transformers_local."
+                                  "cpu_threads).")
     n_gpu_layers: int = Field(0, description="llamacpp: layers offloaded to the GPU (-1: all).")
     device: str = "cpu"
     dtype: str | None = Field(None, description="transformers: float32, bfloat16, float16 or auto.")

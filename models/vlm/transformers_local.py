@@ -79,6 +79,17 @@ def is_vision_config(config: Any) -> bool:
     return config.model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES or hasattr(config, "vision_config")
 
 
+def cpu_threads() -> int:
+    """torch's CPU threads for in-process generation when none are given: torch's default (the physical cores), but
+    never every CPU of the machine. On the 2-core machine this was measured on, with other processes running,
+    two threads made each decision about 4 times slower in wall and CPU time than one (docs/models.md): torch's
+    OpenMP threads wait for each other at every operation, and with no core to spare one of them is often not
+    running. One CPU is left to the agent's own threads (tools, grammar, graph) and the rest of the machine."""
+    import torch
+
+    return max(1, min(torch.get_num_threads(), (os.cpu_count() or 1) - 1))
+
+
 def file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as f:
@@ -208,8 +219,9 @@ class TransformersVLMBackend:
                                     "downloaded)")
         else:
             self.source = p
-        if n_threads:
-            torch.set_num_threads(n_threads)
+        threads = n_threads or (cpu_threads() if device == "cpu" else None)
+        if threads and threads != torch.get_num_threads():
+            torch.set_num_threads(threads)
         self.path = p
         self.device = device
         self.max_image_side = max_image_side
