@@ -19,8 +19,9 @@ plain decoding's reply is then the same tokens plus one stop token, which decode
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 
 @dataclass
@@ -80,9 +81,10 @@ class GreedyGrammarDecoder:
         dev = self.model.device
         n = len(ids)
         pos = torch.arange(start, start + n, device=dev)
-        out = self.model(input_ids=torch.tensor([ids], device=dev), attention_mask=torch.ones(1, start + n, dtype=torch.long, device=dev),
-                         position_ids=pos.unsqueeze(0), cache_position=pos, past_key_values=cache, use_cache=True,
-                         logits_to_keep=keep, return_dict=True)
+        mask = torch.ones(1, start + n, dtype=torch.long, device=dev)
+        out = self.model(input_ids=torch.tensor([ids], device=dev), attention_mask=mask, position_ids=pos.unsqueeze(0),
+                         cache_position=pos, past_key_values=cache, use_cache=True, logits_to_keep=keep,
+                         return_dict=True)
         # generate() copies the last position's logits to float32 before the logits processors
         return out.logits[0, -keep:, :].to(copy=True, dtype=torch.float32)
 

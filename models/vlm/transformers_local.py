@@ -47,7 +47,7 @@ from models.vlm.base import (
     message_text,
     text_only_messages,
 )
-from models.vlm.decoding import DecodeStats, Decoded, GreedyGrammarDecoder
+from models.vlm.decoding import Decoded, DecodeStats, GreedyGrammarDecoder
 from models.vlm.grammar import SchemaGrammars, stop_token_ids, xgrammar_available
 from models.vlm.prefix_cache import PrefixCache
 
@@ -411,7 +411,8 @@ class TransformersVLMBackend:
     def _decoder_for(self, schema: dict | None, temperature: float, inputs: Any) -> GreedyGrammarDecoder | None:
         """The jump-forward decoder (models/vlm/decoding.py) for a greedy, grammar-constrained reply to a prompt of
         token ids; None for the rest (sampling, free text, images), which generate() writes."""
-        if schema is None or self.grammars is None or (temperature and temperature > 0) or not self._token_ids_only(inputs):
+        sampling = bool(temperature and temperature > 0)
+        if schema is None or self.grammars is None or sampling or not self._token_ids_only(inputs):
             return None
         if self._decoder is None:
             self._decoder = GreedyGrammarDecoder(self.model, self.tokenizer, self.grammars.vocab_size,
@@ -422,6 +423,7 @@ class TransformersVLMBackend:
                 new: list[int]) -> tuple[Decoded, int]:
         """A constrained greedy reply by `decoder`, resuming from the prefix cache (every call: the cache is where
         the decoder keeps the sequence's keys and values). Returns it and the prompt tokens from the cache."""
+        assert self.grammars is not None  # _decoder_for gives a decoder only with grammars
         ids = inputs["input_ids"][0].tolist()
         cache, n_cached = self.prefix_cache.lookup(ids) if self.prefix_cache.max_bytes > 0 else (None, 0)
         cache = cache if cache is not None else self.prefix_cache.empty()
@@ -460,7 +462,8 @@ class TransformersVLMBackend:
             try:
                 with torch.inference_mode():
                     if decoder is not None and schema is not None:
-                        decoded, n_cached = self._decode(decoder, inputs, schema, max_tokens, latest.setdefault("new", []))
+                        decoded, n_cached = self._decode(decoder, inputs, schema, max_tokens,
+                                                         latest.setdefault("new", []))
                     else:
                         out, n_cached = self._generate(inputs, gen)
             except _Interrupted:
