@@ -215,8 +215,8 @@ def test_gemma_jump_forward_writes_the_tokens_of_plain_decoding(gemma_gguf):
     answers decoded with jump-forward are plain constrained greedy decoding's, token for token, in fewer passes."""
     from test_jump_forward import QUESTIONS, TOOLS, _messages, _plain
 
-    from glasses_rag.policies.model.replies import ANSWER_SCHEMA, decision_schema
     from glasses_rag.models.vlm.transformers_local import TransformersVLMBackend
+    from glasses_rag.policies.model.replies import ANSWER_SCHEMA, decision_schema
 
     backend = TransformersVLMBackend(gemma_gguf, dtype="float32", chat_template="gemma", text_only=True)
     stops = set(backend.grammars.stop_ids)

@@ -51,9 +51,12 @@ class GreedyGrammarDecoder:
     2-D attention mask of ones, position ids and cache positions), so each forward pass computes what
     generate()'s would; masking and argmax are generate()'s with xgrammar's logits processor."""
 
-    def __init__(self, model: Any, tokenizer: Any, vocab_size: int, stop_ids: list[int]):
+    def __init__(self, model: Any, tokenizer: Any, vocab_size: int, stop_ids: list[int],
+                 totals: DecodeStats | None = None):
         import torch
         import xgrammar as xgr
+
+        self.totals = totals if totals is not None else DecodeStats()  # summed over every decoding
 
         self.model = model
         self.tokenizer = tokenizer
@@ -101,6 +104,20 @@ class GreedyGrammarDecoder:
         scores = logits.unsqueeze(0)
         xgr.apply_token_bitmask_inplace(scores, self._bitmask)
         return int(torch.argmax(scores, dim=-1)[0])
+
+    def decode_cached(self, prefix_cache: Any, compiled_grammar: Any, prompt: list[int], max_new: int,
+                      jump_forward: bool = True, out: list[int] | None = None,
+                      cancelled: Callable[[], bool] = lambda: False) -> tuple[Decoded, int]:
+        """decode() resuming from the longest prefix of `prompt` in `prefix_cache` (a PrefixCache; the cache it gives
+        is where the sequence's keys and values are kept), the finished sequence's cache stored back. Returns the
+        reply and the prompt tokens that came from the cache."""
+        cache, n_cached = prefix_cache.lookup(prompt) if prefix_cache.max_bytes > 0 else (None, 0)
+        cache = cache if cache is not None else prefix_cache.empty()
+        done = self.decode(compiled_grammar, prompt, cache, n_cached, max_new, jump_forward, out, cancelled)
+        prefix_cache.store((prompt + done.tokens)[:done.kv_tokens], cache)
+        for name in ("forwards", "tokens", "drafted", "accepted"):
+            setattr(self.totals, name, getattr(self.totals, name) + getattr(done.stats, name))
+        return done, n_cached
 
     def decode(self, compiled_grammar: Any, prompt: list[int], cache: Any, n_cached: int, max_new: int,
                jump_forward: bool = True, out: list[int] | None = None,

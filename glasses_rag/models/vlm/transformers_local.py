@@ -409,30 +409,21 @@ class TransformersVLMBackend:
         return set(inputs.keys()) <= {"input_ids", "attention_mask"}
 
     def _decoder_for(self, schema: dict | None, temperature: float, inputs: Any) -> GreedyGrammarDecoder | None:
-        """The jump-forward decoder (models/vlm/decoding.py) for a greedy, grammar-constrained reply to a prompt of
-        token ids; None for the rest (sampling, free text, images), which generate() writes."""
+        """The jump-forward decoder (glasses_rag/models/vlm/decoding.py) for a greedy, grammar-constrained reply to a
+        prompt of token ids; None for the rest (sampling, free text, images), which generate() writes."""
         sampling = bool(temperature and temperature > 0)
         if schema is None or self.grammars is None or sampling or not self._token_ids_only(inputs):
             return None
         if self._decoder is None:
             self._decoder = GreedyGrammarDecoder(self.model, self.tokenizer, self.grammars.vocab_size,
-                                                 self.grammars.stop_ids)
+                                                 self.grammars.stop_ids, totals=self.decode_stats)
         return self._decoder
 
     def _decode(self, decoder: GreedyGrammarDecoder, inputs: Any, schema: dict, max_tokens: int,
                 new: list[int]) -> tuple[Decoded, int]:
-        """A constrained greedy reply by `decoder`, resuming from the prefix cache (every call: the cache is where
-        the decoder keeps the sequence's keys and values). Returns it and the prompt tokens from the cache."""
         assert self.grammars is not None  # _decoder_for gives a decoder only with grammars
-        ids = inputs["input_ids"][0].tolist()
-        cache, n_cached = self.prefix_cache.lookup(ids) if self.prefix_cache.max_bytes > 0 else (None, 0)
-        cache = cache if cache is not None else self.prefix_cache.empty()
-        done = decoder.decode(self.grammars.compiled(schema), ids, cache, n_cached, max_tokens,
-                              jump_forward=self.jump_forward, out=new, cancelled=self._cancel.is_set)
-        self.prefix_cache.store((ids + done.tokens)[:done.kv_tokens], cache)
-        for name in ("forwards", "tokens", "drafted", "accepted"):
-            setattr(self.decode_stats, name, getattr(self.decode_stats, name) + getattr(done.stats, name))
-        return done, n_cached
+        return decoder.decode_cached(self.prefix_cache, self.grammars.compiled(schema), inputs["input_ids"][0].tolist(),
+                                     max_tokens, jump_forward=self.jump_forward, out=new, cancelled=self._cancel.is_set)
 
     def complete(self, messages: list[dict], tools: list[dict] | None = None, max_tokens: int = 512,
                  temperature: float = 0.0, response_schema: dict | None = None) -> ChatReply:
