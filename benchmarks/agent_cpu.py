@@ -2,9 +2,9 @@
 
     python -m benchmarks.agent_cpu [--pairs 2] [--small 24] [--large 120] [--concurrency 32] [--rss-turns 2000]
 
-The model is the fake OpenAI-compatible server (glasses_rag/testing/fake_model_server.py) in its own process, answering with
-the decisions of glasses_rag/testing/decision_model.py: image_search, then web_search, then the answer, then the self-check
-(4 model calls and 2 tool calls per turn, over the local demo index, with the photo). Three figures:
+The model is the fake OpenAI-compatible server (glasses_rag/testing/fake_model_server.py) in its own process, answering
+with the decisions of glasses_rag/testing/decision_model.py: image_search, then web_search, then the answer, then the
+self-check (4 model calls and 2 tool calls per turn, over the local demo index, with the photo). Three figures:
 
 1. CPU per turn: `python -m graph.run --task 2 --model openai:<server>#fake-vlm` as a child process on `--small`
    and on `--large` demo rows (copies of the demo's, renamed), the server answering at once; the difference of

@@ -1,7 +1,8 @@
-"""Turns per second against a model server of fixed latency, one process vs worker processes: `python -m benchmarks.scaling`.
+"""Turns per second against a model server of fixed latency, one process vs worker processes: `python -m
+benchmarks.scaling`.
 
-The model is the fake OpenAI-compatible server (glasses_rag/testing/fake_model_server.py) in its own process (no GIL shared with
-the agent), answering every request after `--delay` seconds (300 ms by default) with scripted replies to the
+The model is the fake OpenAI-compatible server (glasses_rag/testing/fake_model_server.py) in its own process (no GIL
+shared with the agent), answering every request after `--delay` seconds (300 ms by default) with scripted replies to the
 agent's transcript prompts: decide -> web_search, decide -> answer (the answer rides on the decision), then the
 self-check (one chain-of-verification round trip). So a turn is `round trips x delay` of model time, and the ideal
 rate at concurrency c is
@@ -9,7 +10,8 @@ rate at concurrency c is
     ideal = c / (sequential model round trips per turn x delay)
 
 with the round trips read from the traces (`tokens.sequential_calls`). Each concurrency runs twice: in one process
-(`glasses_rag.harness.runner.run_task`, c threads) and in `--workers` processes (`glasses_rag.harness.workers.WorkerPool`, c / workers threads
+(`glasses_rag.harness.runner.run_task`, c threads) and in `--workers` processes
+(`glasses_rag.harness.workers.WorkerPool`, c / workers threads
 each, started and warmed before the clock starts, as a long run amortises their start). The figure is the
 measured rate over the ideal, for the whole run and for its steady state (completions after the first wave and
 before the last: the first wave starts every slot cold, the last drains). Search is off and there is no image, so

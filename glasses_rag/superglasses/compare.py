@@ -23,7 +23,8 @@ not be read offline); counted over WRONG answers only (our judged accuracy false
   like "salient region") and neither contains the other.
 Each count comes with its base: the wrong answers for which the rule can apply (e.g. multi-hop annotations).
 
-    python -m glasses_rag.superglasses.compare --run traces/runs/<run_id> [--reference refs.jsonl] [--json out.json] [--no-embed]
+    python -m glasses_rag.superglasses.compare --run traces/runs/<run_id> [--reference refs.jsonl] [--json out.json]
+        [--no-embed]
 
 Without annotations (a CRAG-MM run, a file with none) it says so and exits 2; two runs side by side are
 `python -m traces.diff`.

@@ -2,7 +2,8 @@
 completions only (the decisions), written as an adapter folder with a card.
 
     python -m glasses_rag.training.finetune --data sft.jsonl --model <folder | file.gguf> --out adapters/gemma-distill
-    accelerate launch -m glasses_rag.training.finetune --data sft.jsonl --model <VLM folder> --out adapters/vlm --dtype bfloat16
+    accelerate launch -m glasses_rag.training.finetune --data sft.jsonl --model <VLM folder> --out adapters/vlm
+        --dtype bfloat16
 
 The same command trains Gemma 3 270M on a CPU and a vision-language model on GPUs (a dataset with an `images`
 column is a vision dataset: the model loads with its processor; `accelerate launch` spreads it over the GPUs).
