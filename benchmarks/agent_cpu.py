@@ -175,7 +175,8 @@ def verdict(ok: bool) -> str:
 
 
 def report(args: argparse.Namespace, pairs: list[dict], conc: dict | None, rss: dict | None) -> None:
-    print(f"agent CPU: fake model server in its own process (glasses_rag/testing/decision_model.py: image_search, web_search, "
+    print(f"agent CPU: fake model server in its own process (glasses_rag/testing/decision_model.py: "
+          "image_search, web_search, "
           f"answer, self-check); {os.cpu_count()} CPU(s), load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     for i, p in enumerate(pairs):
         print(f"pair {i}: graph.run on {args.small} rows {p['small_s']:.2f} s CPU, on {args.large} rows "

@@ -235,9 +235,11 @@ def print_results(args: argparse.Namespace, results: list[dict]) -> None:
           f"no image; {os.cpu_count()} CPU(s), python {sys.version.split()[0]}; load average now "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"{'conc':>5} {'mode':<10}{'turns':>6}{'turns/s':>9}{'ideal':>8}{'of ideal':>9}{'steady':>8}{'of ideal':>9}"
-          f"{'seq calls':>10}{'turn s':>8}{'call ms':>8}{'rest ms':>8}{'cpu ms/turn':>12}{'server ms/turn':>15}{'cores busy':>11}{'load':>6}")
+          f"{'seq calls':>10}{'turn s':>8}{'call ms':>8}{'rest ms':>8}{'cpu ms/turn':>12}"
+          f"{'server ms/turn':>15}{'cores busy':>11}{'load':>6}")
     for r in results:
-        print(f"{r['concurrency']:>5} {r['mode']:<10}{r['turns']:>6}{r['turns_per_s']:>9.2f}{r['ideal_turns_per_s']:>8.2f}"
+        print(f"{r['concurrency']:>5} {r['mode']:<10}{r['turns']:>6}{r['turns_per_s']:>9.2f}"
+              f"{r['ideal_turns_per_s']:>8.2f}"
               f"{r['of_ideal']:>9.3f}{r['steady_turns_per_s']:>8.2f}{r['steady_of_ideal']:>9.3f}"
               f"{r['sequential_calls']:>10.2f}{r['mean_turn_s']:>8.2f}{r['call_ms']:>8.0f}{r['other_ms_per_turn']:>8.0f}"
               f"{r['cpu_ms_per_turn']:>12.1f}"

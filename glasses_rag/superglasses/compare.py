@@ -425,7 +425,8 @@ def no_annotations(run: str, reference: str | None, n_predicted: int) -> str:
              f"{run} holds no turn trace (a folder of runs?)" if not n_predicted else
              f"{run}: its traces carry no annotated trajectory (SuperGlasses rows' sub_questions; a CRAG-MM run has "
              "none)")
-    return (f"error: glasses_rag.superglasses.compare compares a run with annotated SuperGlasses trajectories, and {where}. "
+    return (f"error: glasses_rag.superglasses.compare compares a run with annotated SuperGlasses trajectories, "
+            f"and {where}. "
             f"To compare two runs on the same questions: python -m traces.diff RUN_A RUN_B")
 
 
