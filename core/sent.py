@@ -13,6 +13,7 @@ applied to the stored form.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from typing import Any
@@ -34,9 +35,15 @@ def _stored_part(part: Any) -> Any:
     if not isinstance(url, str) or not url.startswith("data:"):
         return part  # an http(s) URL is kept as sent
     ref = dict(image) if isinstance(image, dict) else {}
-    ref.update(url=STORED_IMAGE_PREFIX + hashlib.sha256(url.encode("ascii", "replace")).hexdigest(),
-               data_url_chars=len(url))
+    ref.update(url=_stored_url(url), data_url_chars=len(url))
     return {**part, "image_url": ref}
+
+
+@functools.lru_cache(maxsize=64)
+def _stored_url(url: str) -> str:
+    """Every request of a conversation carries the same data URL string (Python caches its hash, so the lookup is
+    cheap); hashing its ~250 KB again per request is not."""
+    return STORED_IMAGE_PREFIX + hashlib.sha256(url.encode("ascii", "replace")).hexdigest()
 
 
 def stored_message(message: dict[str, Any]) -> dict[str, Any]:
