@@ -16,6 +16,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import threading
+from collections import OrderedDict
 from typing import Any
 
 STORED_IMAGE_PREFIX = "sha256:"
@@ -23,8 +25,64 @@ STORED_IMAGE_PREFIX = "sha256:"
 
 def piece_hash(value: Any) -> str:
     """The content address of a JSON value: SHA-256 (first 32 hex digits) of its canonical JSON."""
+    try:
+        key = _frozen(value)
+    except _NotFrozen:
+        return _piece_hash(value)
+    with _HASHES_LOCK:
+        hit = _HASHES.get(key)
+        if hit is not None:
+            _HASHES.move_to_end(key)
+            return hit
+    h = _piece_hash(value)
+    with _HASHES_LOCK:
+        _HASHES[key] = h
+        while len(_HASHES) > _HASHES_MAX:
+            _HASHES.popitem(last=False)
+    return h
+
+
+def _piece_hash(value: Any) -> str:
     text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:32]
+
+
+# Every request of a turn repeats the system message, the tool specs and the transcript so far: their hashes are
+# kept by content (`_frozen`: equal keys are equal canonical JSON), bounded.
+_HASHES: OrderedDict[Any, str] = OrderedDict()
+_HASHES_LOCK = threading.Lock()
+_HASHES_MAX = 1024
+
+
+class _NotFrozen(Exception):
+    pass
+
+
+def _frozen(value: Any) -> Any:
+    """A hashable key of a JSON-like value such that equal keys mean equal canonical JSON (types kept: True, 1
+    and 1.0 differ; a float by its exact bits, so -0.0 is not 0.0). _NotFrozen for anything else."""
+    t = type(value)
+    if t is str:
+        return value
+    if t is dict:
+        items = []
+        for k, v in value.items():
+            if type(k) is not str:
+                raise _NotFrozen
+            items.append((k, _frozen(v)))
+        items.sort(key=_first)
+        return ("d", tuple(items))
+    if t is list or t is tuple:
+        return ("l", tuple(_frozen(v) for v in value))
+    if value is None or t is bool or t is int:
+        return (t, value)
+    if t is float:
+        return (t, value.hex())
+    raise _NotFrozen
+
+
+def _first(item: tuple[str, Any]) -> str:
+    return item[0]
 
 
 def _stored_part(part: Any) -> Any:
