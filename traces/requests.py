@@ -38,7 +38,7 @@ def write_pieces(run_dir: Path, pieces: dict[str, Any]) -> int:
     folder = Path(run_dir) / FOLDER
     with _STORED_LOCK:
         known = _STORED.setdefault(folder, set())
-        if len(known) > 200_000:  # bounded: past this, pieces are checked on disk again
+        if len(known) > 50_000:  # bounded (~5 MB): past this, pieces are checked on disk again
             known.clear()
         todo = [k for k in pieces if k not in known and _HASH.match(k)]
     new = 0
