@@ -7,6 +7,11 @@
 - `prepare(image, egocentric)`: the harness's own transform (the KDD Cup 2025 / CRAG-MM batch iterators
   resize egocentric frames, i.e. rows without an image_url, to 960x1280 with PIL's default resampling),
   then a bound on the longest side.
+- Photos are made on first use where caches keyed on their content may never need the pixels: bytes this process
+  decoded before come back as a `core.deferred_image.DeferredImage` (mode and size known, the decode known to
+  succeed), and the 960x1280 resize of a photo with a content key is deferred the same way. A repeated photo
+  whose data URL and image search are cached then costs no decode and no resize (~15 ms of CPU); any use of
+  its pixels makes them, and they are the pixels the eager path makes.
 
 Every change is listed in an `ImageInfo` that goes into the trace.
 
