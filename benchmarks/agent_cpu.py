@@ -244,9 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         pairs = cpu_per_turn(args, tmp) if args.pairs else []
+        split = split_figure(tmp) if args.split else None  # first in this process: its photos must be new to it
         conc = concurrency_figure(args, tmp) if args.concurrency else None
         rss = rss_figure(args, tmp) if args.rss_turns else None
-        split = split_figure(tmp) if args.split else None
     report(args, pairs, conc, rss, split)
     return 0
 
