@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from support import model_loop_run
 
-from core.sent import stored_message, stored_request
+from glasses_rag.core.sent import stored_message, stored_request
 from traces.requests import RequestNotStored, read_request
 from traces.schema import TurnTrace
 
@@ -114,7 +114,7 @@ def test_the_history_in_a_trace_is_bounded():
 def test_pieces_are_written_again_into_a_run_folder_deleted_since(tmp_path):
     import shutil
 
-    from core.sent import piece_hash
+    from glasses_rag.core.sent import piece_hash
     from traces.requests import read_piece, write_pieces
 
     value = {"kind": "x"}
