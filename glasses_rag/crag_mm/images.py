@@ -8,8 +8,8 @@
   resize egocentric frames, i.e. rows without an image_url, to 960x1280 with PIL's default resampling),
   then a bound on the longest side.
 - Photos are made on first use where caches keyed on their content may never need the pixels: bytes this process
-  decoded before come back as a `glasses_rag.core.deferred_image.DeferredImage` (mode and size known, the decode known to
-  succeed), and the 960x1280 resize of a photo with a content key is deferred the same way. A repeated photo
+  decoded before come back as a `glasses_rag.core.deferred_image.DeferredImage` (mode and size known, the decode
+  known to succeed), and the 960x1280 resize of a photo with a content key is deferred the same way. A repeated photo
   whose data URL and image search are cached then costs no decode and no resize (~15 ms of CPU); any use of
   its pixels makes them, and they are the pixels the eager path makes.
 
@@ -115,7 +115,8 @@ def _cell_parts(cell: Any) -> tuple[bytes | None, Any]:
 
 
 def deferred_image(mode: str, size: tuple[int, int], make: Callable[[], Any]) -> Any:
-    """A PIL image of this mode and size whose pixels are `make()`'s, made on first use (glasses_rag.core.deferred_image)."""
+    """A PIL image of this mode and size whose pixels are `make()`'s, made on first use
+    (glasses_rag.core.deferred_image)."""
     from glasses_rag.core.deferred_image import DeferredImage
 
     return DeferredImage(mode, size, make)
@@ -164,18 +165,22 @@ def load_image(cell: Any, max_side: int = MAX_SIDE) -> tuple[Any, ImageInfo]:
         return None, info
     if isinstance(cell, Image.Image):
         return _decode(cell, info, max_side)
-    data, path = _cell_parts(cell)
-    err = None
-    if not data and path:
-        data, err = _read_bounded(path)
-    if not data:
-        info.note = err or "no image given"
+    try:
+        data, path = _cell_parts(cell)
+        err = None
+        if not data and path:
+            data, err = _read_bounded(path)
+        if not data:
+            info.note = err or "no image given"
+            return None, info
+        info.source = str(path) if path else None
+        # the source bytes' hash is both the trace's record and the photo's cache key (no pixel hashing)
+        source_key = info.sha256 = hashlib.sha256(data).hexdigest()
+    except Exception as e:  # noqa: BLE001 - a cell of the wrong type, as _decode's own failures
+        info.note = f"corrupt image: could not be decoded: {type(e).__name__}: {e}"[:300]
         return None, info
-    info.source = str(path) if path else None
-    # the source bytes' hash is both the trace's record and the photo's cache key (no pixel hashing)
-    source_key = info.sha256 = hashlib.sha256(data).hexdigest()
     seen = DECODED_SOURCES.get((source_key, max_side))
-    if seen is not None:
+    if seen is not None and seen.size is not None:  # (only decodes that succeeded are kept: size is set)
         info = info.model_copy(update={"original_size": seen.original_size, "size": seen.size,
                                        "transforms": list(seen.transforms)})
         im = deferred_image("RGB", seen.size, lambda: _decode_bytes(data, max_side))
