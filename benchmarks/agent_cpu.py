@@ -2,9 +2,9 @@
 
     python -m benchmarks.agent_cpu [--pairs 2] [--small 24] [--large 120] [--concurrency 32] [--rss-turns 2000]
 
-The model is the fake OpenAI-compatible server (glasses_rag/testing/fake_model_server.py) in its own process, answering with
-the decisions of glasses_rag/testing/decision_model.py: image_search, then web_search, then the answer, then the self-check
-(4 model calls and 2 tool calls per turn, over the local demo index, with the photo). Three figures:
+The model is the fake OpenAI-compatible server (glasses_rag/testing/fake_model_server.py) in its own process, answering
+with the decisions of glasses_rag/testing/decision_model.py: image_search, then web_search, then the answer, then the
+self-check (4 model calls and 2 tool calls per turn, over the local demo index, with the photo). Three figures:
 
 1. CPU per turn: `python -m graph.run --task 2 --model openai:<server>#fake-vlm` as a child process on `--small`
    and on `--large` demo rows (copies of the demo's, renamed), the server answering at once; the difference of
@@ -201,7 +201,8 @@ def verdict(ok: bool) -> str:
 
 def report(args: argparse.Namespace, pairs: list[dict], conc: dict | None, rss: dict | None,
            split: dict | None = None) -> None:
-    print(f"agent CPU: fake model server in its own process (glasses_rag/testing/decision_model.py: image_search, web_search, "
+    print(f"agent CPU: fake model server in its own process (glasses_rag/testing/decision_model.py: "
+          "image_search, web_search, "
           f"answer, self-check); {os.cpu_count()} CPU(s), load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     for i, p in enumerate(pairs):
         print(f"pair {i}: graph.run on {args.small} rows {p['small_s']:.2f} s CPU, on {args.large} rows "

@@ -1,5 +1,6 @@
-"""The model requests of a run, as sent: content-addressed pieces under `<run folder>/requests/` (glasses_rag/core/sent.py says
-what the stored form is), written before the trace that names them, and read back whole by `read_request`.
+"""The model requests of a run, as sent: content-addressed pieces under `<run folder>/requests/`
+(glasses_rag/core/sent.py says what the stored form is), written before the trace that names them, and read back whole
+by `read_request`.
 
     from traces.requests import read_request
     call = trace.model_calls()[0]

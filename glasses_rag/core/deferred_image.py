@@ -1,8 +1,8 @@
 """`DeferredImage`: a PIL image whose pixels are made on first use, as PIL's own file images decode on first use.
 
 Its mode and size are known up front. A repeated photo is served by caches keyed on its content
-(glasses_rag.core.hashing.remember_key: the model's data URL, the image search), which never touch its pixels: its decode and
-the harness's 960x1280 resize (~15 ms of CPU) are then not paid at all. Any use of the pixels (`load`, `im`,
+(glasses_rag.core.hashing.remember_key: the model's data URL, the image search), which never touch its pixels: its
+decode and the harness's 960x1280 resize (~15 ms of CPU) are then not paid at all. Any use of the pixels (`load`, `im`,
 `tobytes`, numpy, `crop`, `resize`, `save`, ...) or of the file metadata (`info`) makes them, once, under a lock;
 `make` is the code the eager path runs, so they are the pixels an eager run would have had.
 """
