@@ -2,15 +2,16 @@
 
     python -m benchmarks.ablate --preset superlens --task 2
     python -m benchmarks.ablate --preset unsw-verify --task 2 --data heldout
-    python -m benchmarks.ablate --preset superlens --task 2 --data <folder> --index-dir <folder> --model openai:<url>#<m>
+    python -m benchmarks.ablate --preset superlens --task 2 --data <folder> --index-dir <folder>
+        --model openai:<url>#<m>
 
 Rows (SuperGlasses Table 4, 004 §4.3): A. no retrieval (every tool that finds the entity, searches or reads pages
 removed); then the paper's own rows when the preset lists them (`ablation` in its file: SuperLens' B. Mandatory
 Retrieval and C. Demand-Adaptive Retrieval, with one or two components removed); then, as extra rows labelled so,
 each module of the preset switched off (its routers and its self-check; a router switched off decides what the
-preset file says) and each tool removed from the allow-list. Each row gives accuracy and truthfulness, their change against the full
-preset over the same questions, and a paired bootstrap 95% interval of that change: the per-question differences
-resampled with replacement (2,000 resamples, seed 0), so a reader can tell noise from effect.
+preset file says) and each tool removed from the allow-list. Each row gives accuracy and truthfulness, their change
+against the full preset over the same questions, and a paired bootstrap 95% interval of that change: the per-question
+differences resampled with replacement (2,000 resamples, seed 0), so a reader can tell noise from effect.
 
 Every row is an ordinary resumable run folder under `<--out>/<bench id>/<row>`; the same command again reuses the
 finished turns. Rows run concurrently within graph.run's budget rule: a policy that runs on this machine's CPU

@@ -6,8 +6,8 @@ in the real model loop on questions the training never saw.
 
 1. Teacher: the rule-based planner (a heuristic; `--teacher` takes a model spec instead) runs the training
    conversations of `--data`, scored by the official per-turn scoring (the offline rule judge).
-2. Export (glasses_rag.training.export): one example per decision step, rendered by the model policy's own prompt code, the
-   decision as JSON; turns judged wrong relabelled "I don't know", the teacher's own "I don't know" kept.
+2. Export (glasses_rag.training.export): one example per decision step, rendered by the model policy's own prompt
+   code, the decision as JSON; turns judged wrong relabelled "I don't know", the teacher's own "I don't know" kept.
 3. Fine-tune (glasses_rag.training.finetune): TRL SFTTrainer + peft LoRA on the completions, on the CPU.
 4. Evaluate: the base model and base + adapter (ModelConfig.adapter) each run the evaluation conversations in the
    model loop (the model makes every decision, tools real, decisions constrained by the JSON-schema grammar),
@@ -22,8 +22,8 @@ never an answer.
 
 The model answers text-only (it cannot see the photo: the prompt says so and the image tools read it) with the
 self-check off (the adapter is not trained on it). Hyperparameters are the usual LoRA SFT settings
-(glasses_rag.training.finetune.FinetuneConfig) and `--steps` 48 (the budget of the feasibility study in issue 26); none was
-chosen on an evaluation.
+(glasses_rag.training.finetune.FinetuneConfig) and `--steps` 48 (the budget of the feasibility study in issue 26); none
+was chosen on an evaluation.
 """
 
 from __future__ import annotations

@@ -4,17 +4,17 @@
     python benchmarks/generalization.py --sets demo heldout --tasks 2 --json out.json
     python benchmarks/generalization.py --sweep               # threshold sweeps, on the tuning sets only
 
-Each set is a content folder `glasses_rag/crag_mm/benchmarks/<name>/` (glasses_rag.crag_mm.benchmark's format); a missing folder is skipped, so
-the script runs before the paraphrase and held-out sets exist. For each set it renders the dataset and its local
-search index under `data/<name>/` (the demo's under data/demo), then runs every task with
+Each set is a content folder `glasses_rag/crag_mm/benchmarks/<name>/` (glasses_rag.crag_mm.benchmark's format); a
+missing folder is skipped, so the script runs before the paraphrase and held-out sets exist. For each set it renders the
+dataset and its local search index under `data/<name>/` (the demo's under data/demo), then runs every task with
 
 * the default agent (`build_agent(AgentConfig(...))`, the rule-based planner), and
 * the same agent with retrieval tools removed (an allow-list without the tools tagged finds_entity or
   searches_web): the gap between the two is what retrieval adds (target: >= 0.20 truthfulness),
 
-scores each turn with the rule judge (approximate, offline) and the official counting (glasses_rag.crag_mm.evaluate), and prints
-per set and task: accuracy, missing, hallucination (turns judged wrong, before the multi-turn early stop; target
-<= 10%), truthfulness (turn level) and the official score (mean over conversations), then the ablation delta and
+scores each turn with the rule judge (approximate, offline) and the official counting (glasses_rag.crag_mm.evaluate),
+and prints per set and task: accuracy, missing, hallucination (turns judged wrong, before the multi-turn early stop;
+target <= 10%), truthfulness (turn level) and the official score (mean over conversations), then the ablation delta and
 the paraphrase delta (demo-paraphrase minus demo; target within 0.05).
 
 Generalisation discipline: thresholds are chosen with --sweep on the tuning sets (TUNING_SETS: the demo and two

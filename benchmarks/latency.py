@@ -385,7 +385,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def preset_setups(args) -> tuple[Any, list[tuple[str, str, Any, str]]]:
-    """The presets asked for, each against one fake server that answers as glasses_rag/testing/scripted_model.py scripts it."""
+    """The presets asked for, each against one fake server that answers as glasses_rag/testing/scripted_model.py scripts
+    it."""
     if not args.presets:
         return None, []
     from glasses_rag.models.vlm import ModelConfig

@@ -6,8 +6,8 @@
 
 Every other option is graph.run's (data, search, model, budget, judge, --limit, --concurrency, --out, --run-id).
 Each preset runs as an ordinary run folder under `<--out>/<bench id>/<preset>` (traces, run.json, report.json:
-the viewer, glasses_rag.superglasses.compare and the SuperGlasses export read them as any run); the same command again resumes.
-Presets run one after the other, each in a fresh process at the run's concurrency, so their latencies are
+the viewer, glasses_rag.superglasses.compare and the SuperGlasses export read them as any run); the same command again
+resumes. Presets run one after the other, each in a fresh process at the run's concurrency, so their latencies are
 comparable (--same-process is faster, but later presets then find caches filled). Per preset:
 truthfulness, accuracy, hallucination and missing rate as the scoring mode counts them officially (hallucination
 as graph.run prints it: (total - correct - missing) / total), "wrong" as the share of turns judged wrong, latency

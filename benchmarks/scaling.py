@@ -1,7 +1,8 @@
-"""Turns per second against a model server of fixed latency, one process vs worker processes: `python -m benchmarks.scaling`.
+"""Turns per second against a model server of fixed latency, one process vs worker processes: `python -m
+benchmarks.scaling`.
 
-The model is the fake OpenAI-compatible server (glasses_rag/testing/fake_model_server.py) in its own process (no GIL shared with
-the agent), answering every request after `--delay` seconds (300 ms by default) with scripted replies to the
+The model is the fake OpenAI-compatible server (glasses_rag/testing/fake_model_server.py) in its own process (no GIL
+shared with the agent), answering every request after `--delay` seconds (300 ms by default) with scripted replies to the
 agent's transcript prompts: decide -> web_search, decide -> answer (the answer rides on the decision), then the
 self-check (one chain-of-verification round trip). So a turn is `round trips x delay` of model time, and the ideal
 rate at concurrency c is
@@ -9,7 +10,8 @@ rate at concurrency c is
     ideal = c / (sequential model round trips per turn x delay)
 
 with the round trips read from the traces (`tokens.sequential_calls`). Each concurrency runs twice: in one process
-(`glasses_rag.harness.runner.run_task`, c threads) and in `--workers` processes (`glasses_rag.harness.workers.WorkerPool`, c / workers threads
+(`glasses_rag.harness.runner.run_task`, c threads) and in `--workers` processes
+(`glasses_rag.harness.workers.WorkerPool`, c / workers threads
 each, started and warmed before the clock starts, as a long run amortises their start). The figure is the
 measured rate over the ideal, for the whole run and for its steady state (completions after the first wave and
 before the last: the first wave starts every slot cold, the last drains). Search is off and there is no image, so
@@ -233,9 +235,11 @@ def print_results(args: argparse.Namespace, results: list[dict]) -> None:
           f"no image; {os.cpu_count()} CPU(s), python {sys.version.split()[0]}; load average now "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"{'conc':>5} {'mode':<10}{'turns':>6}{'turns/s':>9}{'ideal':>8}{'of ideal':>9}{'steady':>8}{'of ideal':>9}"
-          f"{'seq calls':>10}{'turn s':>8}{'call ms':>8}{'rest ms':>8}{'cpu ms/turn':>12}{'server ms/turn':>15}{'cores busy':>11}{'load':>6}")
+          f"{'seq calls':>10}{'turn s':>8}{'call ms':>8}{'rest ms':>8}{'cpu ms/turn':>12}"
+          f"{'server ms/turn':>15}{'cores busy':>11}{'load':>6}")
     for r in results:
-        print(f"{r['concurrency']:>5} {r['mode']:<10}{r['turns']:>6}{r['turns_per_s']:>9.2f}{r['ideal_turns_per_s']:>8.2f}"
+        print(f"{r['concurrency']:>5} {r['mode']:<10}{r['turns']:>6}{r['turns_per_s']:>9.2f}"
+              f"{r['ideal_turns_per_s']:>8.2f}"
               f"{r['of_ideal']:>9.3f}{r['steady_turns_per_s']:>8.2f}{r['steady_of_ideal']:>9.3f}"
               f"{r['sequential_calls']:>10.2f}{r['mean_turn_s']:>8.2f}{r['call_ms']:>8.0f}{r['other_ms_per_turn']:>8.0f}"
               f"{r['cpu_ms_per_turn']:>12.1f}"

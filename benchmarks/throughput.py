@@ -5,8 +5,8 @@
 The default agent (rule planner, local demo index, local models: MiniLM, OCR, the heuristic image embedder) runs the
 demo's task-2 questions at several concurrency levels, each level over the same turns (repeated --repeat times so
 16 conversations are really in flight). Printed per level: turns/s, how many turns ended by the time budget, and the
-CPU seconds per turn. Local models use one thread per call (glasses_rag.models.resources.limit_cpu_threads), so 16 turns at
-once share the cores instead of fighting over them. Target: no turn ends by budget at concurrency 16 on 2 cores.
+CPU seconds per turn. Local models use one thread per call (glasses_rag.models.resources.limit_cpu_threads), so 16 turns
+at once share the cores instead of fighting over them. Target: no turn ends by budget at concurrency 16 on 2 cores.
 (The CLI caps concurrency at the core count for CPU-bound policies unless --oversubscribe; this measures the
 uncapped case.)
 """

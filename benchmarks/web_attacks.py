@@ -8,8 +8,9 @@ Each attack runs as `python -m benchmarks.web_attacks --one NAME` under a wall-c
 "killed at the limit"). Figures: `seconds` (the attacked call), `peak_rss_mb` (the child's peak RSS above its
 RSS after imports), `busy_after` (worker threads still running 1.5 s after the call returned), `cpu_after_s` (CPU
 the process burned in the 2 s after the call returned), `exit_s` (from the call's return to the process's exit,
-through glasses_rag.core.calls.exit_process as the CLI exits), `outcome` (what the caller saw). Nothing leaves the machine:
-the "public" server is on 127.0.0.1 (allow-listed with GLASSES_WEB_ALLOW), the internal one on 127.0.0.2 and ::1.
+through glasses_rag.core.calls.exit_process as the CLI exits), `outcome` (what the caller saw). Nothing leaves the
+machine: the "public" server is on 127.0.0.1 (allow-listed with GLASSES_WEB_ALLOW), the internal one on 127.0.0.2 and
+::1.
 """
 
 from __future__ import annotations

@@ -30,8 +30,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 class _Parser(argparse.ArgumentParser):
-    """Options are parsed as text, then validated by the configuration fields they set (glasses_rag/harness/cli.py); the run's
-    own options get their defaults, and the benchmark's defaults are applied."""
+    """Options are parsed as text, then validated by the configuration fields they set (glasses_rag/harness/cli.py); the
+    run's own options get their defaults, and the benchmark's defaults are applied."""
 
     def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
         from glasses_rag.harness.cli import convert

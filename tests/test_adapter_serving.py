@@ -1,5 +1,6 @@
 """Serving a LoRA adapter: in-process (transformers + peft, merged at load) and through an OpenAI-compatible server
-that routes LoRA modules as vLLM 0.10.2 does (glasses_rag/testing/vllm_emulation.py: --enable-lora --lora-modules name=path)."""
+that routes LoRA modules as vLLM 0.10.2 does (glasses_rag/testing/vllm_emulation.py: --enable-lora --lora-modules
+name=path)."""
 
 from __future__ import annotations
 

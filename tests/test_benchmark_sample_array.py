@@ -1,4 +1,5 @@
-"""The `sample-array` image source of glasses_rag.crag_mm.benchmark: numeric sample data rendered offline, bad recipes refused."""
+"""The `sample-array` image source of glasses_rag.crag_mm.benchmark: numeric sample data rendered offline, bad recipes
+refused."""
 
 from __future__ import annotations
 

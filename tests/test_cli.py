@@ -10,8 +10,8 @@ import pytest
 
 from glasses_rag.harness.cli import field_at
 from glasses_rag.harness.run_options import ROOTS, options
-from graph.config import AgentConfig
 from glasses_rag.harness.session import agent_config
+from graph.config import AgentConfig
 from graph.run import build_parser, configure_logging
 
 

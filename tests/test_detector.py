@@ -1,4 +1,5 @@
-"""glasses_rag.models.detector: real transformers code paths with tiny random models, and the heuristics on real images."""
+"""glasses_rag.models.detector: real transformers code paths with tiny random models, and the heuristics on real
+images."""
 
 from __future__ import annotations
 

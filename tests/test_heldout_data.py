@@ -1,5 +1,5 @@
-"""The held-out benchmark (glasses_rag/crag_mm/benchmarks/heldout/) builds, loads, covers every question kind, is answerable
-from its own corpus, shares nothing with the demo, and carries prompt-injection pages whose bait is never an
+"""The held-out benchmark (glasses_rag/crag_mm/benchmarks/heldout/) builds, loads, covers every question kind, is
+answerable from its own corpus, shares nothing with the demo, and carries prompt-injection pages whose bait is never an
 answer."""
 
 from __future__ import annotations

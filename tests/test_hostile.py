@@ -1,4 +1,5 @@
-"""Hostile inputs: every case ends in a clear error or "I don't know", the run goes on, and no trace is lost or corrupted.
+"""Hostile inputs: every case ends in a clear error or "I don't know", the run goes on, and no trace is lost or
+corrupted.
 
 Runs the real agent (graph.agent.Agent + glasses_rag.harness.runner.run_task), the real tools and, unless a case
 needs another policy, the rule-based planner over the embedded demo index. After every run each

@@ -193,7 +193,8 @@ class _FakeLlama:
 
 
 class _FakeGrammar:
-    """llama-cpp-python's LlamaGrammar.from_json_schema: GBNF from a schema, or an exception for what it cannot convert."""
+    """llama-cpp-python's LlamaGrammar.from_json_schema: GBNF from a schema, or an exception for what it cannot
+    convert."""
 
     def __init__(self, schema: dict):
         self.schema = schema

@@ -1,5 +1,5 @@
-"""The paraphrase set (glasses_rag/crag_mm/benchmarks/demo-paraphrase) is the demo said in other words: same rows, turns,
-answers, labels and images; every query reworded beyond case and punctuation."""
+"""The paraphrase set (glasses_rag/crag_mm/benchmarks/demo-paraphrase) is the demo said in other words: same rows,
+turns, answers, labels and images; every query reworded beyond case and punctuation."""
 
 from __future__ import annotations
 

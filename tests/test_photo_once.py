@@ -106,3 +106,59 @@ def test_request_bodies_are_serialised_exactly_as_json_dumps():
     ]
     for body in bodies:
         assert dumps_body(body) == json.dumps(body)
+
+
+def test_a_repeated_photo_is_not_decoded_or_resized_until_its_pixels_are_used(monkeypatch):
+    import numpy as np
+
+    import glasses_rag.crag_mm.images as images
+    from glasses_rag.core.deferred_image import DeferredImage
+
+    data = _jpeg((40, 80, 160), (140, 100))
+    first, info_first = prepare(*load_image(data), egocentric=True)  # a new photo: decoded now
+    decoded: list[int] = []
+    real = images._decode
+
+    def counted(*a, **k):
+        decoded.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(images, "_decode", counted)
+    raw, raw_info = load_image(data)
+    again, info_again = prepare(raw, raw_info, egocentric=True)
+    assert isinstance(raw, DeferredImage) and isinstance(again, DeferredImage)
+    assert not raw.materialized and not again.materialized and decoded == []
+    assert (raw.mode, raw.size, again.size) == ("RGB", (140, 100), (960, 1280))
+    assert info_again == info_first and raw_info.sha256 == info_first.sha256
+    # the content-keyed caches serve it without its pixels
+    assert known_key(again) == known_key(first)
+    url = vlm_base.image_to_data_url(first)
+    assert vlm_base.image_to_data_url(again) == url and not again.materialized
+    # its pixels, once used, are the eager path's, made once
+    assert np.array_equal(np.asarray(again), np.asarray(first)) and again.materialized and decoded == [1]
+    assert again.crop((0, 0, 10, 10)).tobytes() == first.crop((0, 0, 10, 10)).tobytes() and decoded == [1]
+    assert image_key(again) == image_key(first) and raw.info == Image.open(io.BytesIO(data)).info
+
+
+def test_a_deferred_image_is_made_once_across_threads():
+    from concurrent.futures import ThreadPoolExecutor
+
+    from glasses_rag.core.deferred_image import DeferredImage
+
+    made: list[int] = []
+
+    def make():
+        made.append(1)
+        return Image.new("RGB", (64, 48), (9, 8, 7))
+
+    im = DeferredImage("RGB", (64, 48), make)
+    with ThreadPoolExecutor(8) as pool:
+        out = list(pool.map(lambda _: im.resize((32, 24)).tobytes(), range(16)))
+    assert made == [1] and len(set(out)) == 1
+    bad = DeferredImage("RGB", (10, 10), lambda: Image.new("L", (10, 10)))
+    try:
+        bad.load()
+    except ValueError as e:
+        assert "expected RGB" in str(e)
+    else:
+        raise AssertionError("a deferred image whose maker gives other pixels must refuse them")

@@ -59,7 +59,8 @@ CURRENCY_CONVERTER = r'''
 
     PER_DOLLAR = {"USD": 1.0, "EUR": 0.92, "CHF": 0.88}
     SHOWN = {"USD": "${:.2f}", "EUR": "€{:.2f}", "CHF": "CHF {:.2f}"}
-    ASKED = {"euro": "EUR", "euros": "EUR", "swiss franc": "CHF", "swiss francs": "CHF", "franc": "CHF", "francs": "CHF"}
+    ASKED = {"euro": "EUR", "euros": "EUR", "swiss franc": "CHF", "swiss francs": "CHF",
+             "franc": "CHF", "francs": "CHF"}
 
 
     def asked_currency(r):

@@ -109,3 +109,18 @@ def test_the_history_in_a_trace_is_bounded():
                   search_backend="b", budget_s=1, max_steps=1, answer="a", abstained=False, ended_by="answer",
                   latency_ms=1, history=[{"question": huge, "answer": "ok"}])
     assert len(t.history[0].question) < TRACE_INPUT_LIMIT + 100 and t.history[0].question.endswith("in all]")
+
+
+def test_pieces_are_written_again_into_a_run_folder_deleted_since(tmp_path):
+    import shutil
+
+    from glasses_rag.core.sent import piece_hash
+    from traces.requests import read_piece, write_pieces
+
+    value = {"kind": "x"}
+    pieces = {piece_hash(value): value}
+    assert write_pieces(tmp_path, pieces) == 1
+    assert write_pieces(tmp_path, pieces) == 0  # known to this process: not looked up or written again
+    shutil.rmtree(tmp_path / "requests")
+    assert write_pieces(tmp_path, pieces) == 1
+    assert read_piece(tmp_path, piece_hash(value)) == value

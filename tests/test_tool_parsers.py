@@ -18,7 +18,8 @@ Q = {"query": "red bottle"}
     ('Looking.\n<tool_call>\n{"name": "web_search", "parameters": {"query": "red bottle"}}\n</tool_call>',
      [("web_search", Q)], "Looking."),
     ("<tool_call>{'name': 'web_search', 'arguments': {'query': 'red bottle'},}", [("web_search", Q)], ""),  # open
-    ('<tool_call>[{"name": "ocr", "arguments": {}}, {"name": "web_search", "arguments": "{\\"query\\": \\"red bottle\\"}"}]'
+    ('<tool_call>[{"name": "ocr", "arguments": {}}, '
+     '{"name": "web_search", "arguments": "{\\"query\\": \\"red bottle\\"}"}]'
      "</tool_call>", [("ocr", {}), ("web_search", Q)], ""),
     ('<|python_tag|>{"name": "web_search", "parameters": {"query": "red bottle"}}', [("web_search", Q)], ""),
     ('{"name": "ocr", "parameters": {}}; {"name": "web_search", "arguments": {"query": "red bottle"}}',

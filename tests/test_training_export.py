@@ -1,5 +1,5 @@
-"""glasses_rag.training.export: each decision step of a turn as a training example whose prompt is the request the model policy
-sent (TRL's conversational prompt-completion format), labelled from the run's scores."""
+"""glasses_rag.training.export: each decision step of a turn as a training example whose prompt is the request the model
+policy sent (TRL's conversational prompt-completion format), labelled from the run's scores."""
 
 from __future__ import annotations
 

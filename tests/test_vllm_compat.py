@@ -1,5 +1,5 @@
-"""The request path against a server that behaves as vLLM does (glasses_rag/testing/vllm_emulation.py): native tool calls in
-every parser shape, streamed or not, the streaming parsers' hold-back, a per-request chat_template refused with
+"""The request path against a server that behaves as vLLM does (glasses_rag/testing/vllm_emulation.py): native tool
+calls in every parser shape, streamed or not, the streaming parsers' hold-back, a per-request chat_template refused with
 400, json_object ignoring the schema, sampling filled from generation_config.json, and replica affinity."""
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 A capability says what a planner passes to a tool that has it (`inputs`: planner slots, which a tool receives under
 the argument names it maps them to) and what the tool's output means for answering (`answer`: the facts it writes
 answer questions of some type, with units the answer-type check must accept). The built-in capabilities below are
-those the rule planner's plan table (glasses_rag/policies/rules/planner_table.yaml) names. A tool file may declare a new one
-next to its tool, with the hooks the planner needs to use it without a plan-table row: `due` (when to call it, given
+those the rule planner's plan table (glasses_rag/policies/rules/planner_table.yaml) names. A tool file may declare a new
+one next to its tool, with the hooks the planner needs to use it without a plan-table row: `due` (when to call it, given
 the planner's reading of the turn) and `slots` (how to compute its inputs). `search` names the SuperGlasses hop kind
 ("image" -> "Image Search", "text" -> "Text Search") that a trace export gives its calls.
 
@@ -56,8 +56,8 @@ class Reading(Protocol):
 
 @dataclass(frozen=True)
 class AnswerUse:
-    """What a capability's output means for answering: the facts its tools write (glasses_rag.core.types.Fact, `value` first)
-    answer questions of `kind` (None: whatever type the question expects). `units` are units such answers may
+    """What a capability's output means for answering: the facts its tools write (glasses_rag.core.types.Fact, `value`
+    first) answer questions of `kind` (None: whatever type the question expects). `units` are units such answers may
     carry that the answer-type check must accept (a new currency, say). `first`: tried before the question type's
     own answer sources (a conversion answers the question asked), else after them (a fallback such as a caption).
     `question_types`: the question types it may answer (empty: any)."""

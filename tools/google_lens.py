@@ -11,7 +11,8 @@ from tools.registry import tool
 @tool(profiles={"superglasses"}, tags={"finds_entity"}, writes={"evidence"}, requires=missing_lens)
 def google_lens(ctx: ToolContext, use_crop: bool = True, refine: str = "",
                 k: Annotated[int, Field(ge=1, le=20)] = 5) -> ToolOutput:
-    """Reverse image search on the open web (Google Lens, through a SerpApi-compatible API): names the pictured entity and finds pages showing it.
+    """Reverse image search on the open web (Google Lens, through a SerpApi-compatible API): names the pictured entity
+    and finds pages showing it.
 
     Args:
         use_crop: search with the detected object crop when there is one, else the whole photo

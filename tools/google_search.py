@@ -20,7 +20,8 @@ def rank_score(position: int) -> float:
 
 @tool(tasks={2, 3}, profiles={"superglasses"}, tags={"searches_web"}, writes={"evidence"}, requires=missing_key)
 def google_search(ctx: ToolContext, query: str, k: Annotated[int, Field(ge=1, le=20)] = 5) -> ToolOutput:
-    """Search the open web (Google, through a SerpApi-compatible API); returns page titles, snippets and urls, best first.
+    """Search the open web (Google, through a SerpApi-compatible API); returns page titles, snippets and urls, best
+    first.
 
     Args:
         query: search keywords, e.g. the entity name plus what is asked about it

@@ -68,7 +68,8 @@ def model_decouple(llm: Any, ctx: ToolContext, question: str, entity: str | None
 
 @tool(profiles={"crag-mm", "superglasses"}, tags={"decouples_query"}, writes={"sub_questions"})
 def query_decoupler(ctx: ToolContext, question: str = "", entity: str = "") -> ToolOutput:
-    """Rewrite the question into stand-alone sub-questions: split compound questions and replace 'this'/'it' with the entity.
+    """Rewrite the question into stand-alone sub-questions: split compound questions and replace 'this'/'it' with the
+    entity.
 
     Args:
         question: the question to decouple (default: the turn's question)

@@ -46,7 +46,8 @@ def reranker(ctx: ToolContext, query: str = "", lam: Annotated[float, Field(ge=0
              min_score: Annotated[float | None, Field(ge=-1, le=1, allow_inf_nan=False)] = None,
              image_weight: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = 0.0,
              dynamic: bool = True) -> ToolOutput:
-    """Rerank the evidence gathered so far against the question and drop weak items (dynamic threshold median - lam*MAD).
+    """Rerank the evidence gathered so far against the question and drop weak items (dynamic threshold median -
+    lam*MAD).
 
     Args:
         query: what the evidence should answer (default: the turn's question)

@@ -1,5 +1,6 @@
-"""The model requests of a run, as sent: content-addressed pieces under `<run folder>/requests/` (glasses_rag/core/sent.py says
-what the stored form is), written before the trace that names them, and read back whole by `read_request`.
+"""The model requests of a run, as sent: content-addressed pieces under `<run folder>/requests/`
+(glasses_rag/core/sent.py says what the stored form is), written before the trace that names them, and read back whole
+by `read_request`.
 
     from traces.requests import read_request
     call = trace.model_calls()[0]
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,11 @@ from glasses_rag.core.sent import piece_hash
 
 FOLDER = "requests"
 _HASH = re.compile(r"^[0-9a-f]{32}$")
+# pieces this process wrote or found, per folder (the last few folders): a run's system text and tool specs recur
+# in every request, and checking the disk for each (a stat per piece, ~20 a turn) costs more than the set
+_STORED: OrderedDict[Path, set[str]] = OrderedDict()
+_STORED_LOCK = threading.Lock()
+_STORED_FOLDERS = 16
 
 
 class RequestNotStored(LookupError):
@@ -31,16 +39,24 @@ class RequestNotStored(LookupError):
 def write_pieces(run_dir: Path, pieces: dict[str, Any]) -> int:
     """Writes the pieces not yet stored; returns how many were new."""
     folder = Path(run_dir) / FOLDER
+    present = folder.is_dir()  # a folder deleted since (a run redone from scratch) forgets what it held
+    with _STORED_LOCK:
+        known = _STORED.setdefault(folder, set())
+        _STORED.move_to_end(folder)
+        while len(_STORED) > _STORED_FOLDERS:
+            _STORED.popitem(last=False)
+        if not present or len(known) > 50_000:  # bounded (~5 MB): past this, pieces are checked on disk again
+            known.clear()
+        todo = [k for k in pieces if k not in known and _HASH.match(k)]
     new = 0
-    for key, value in pieces.items():
-        if not _HASH.match(key):
-            continue
+    for key in todo:
         path = folder / f"{key}.json"
-        if path.exists():
-            continue
-        folder.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(path, json.dumps(value, ensure_ascii=False, sort_keys=True))
-        new += 1
+        if not path.exists():  # (a resumed run's pieces are on disk already)
+            folder.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(path, json.dumps(pieces[key], ensure_ascii=False, sort_keys=True))
+            new += 1
+        with _STORED_LOCK:
+            known.add(key)
     return new
 
 

@@ -223,8 +223,8 @@ Counted = tuple[str, bool, bool]  # (label report.json counted, early stopped, a
 
 
 def counted_results(run_dir: Path, superglasses: bool) -> tuple[dict[tuple[str, int], Counted], str]:
-    """(session, turn) -> (label report.json counted, early stopped, also missing), and where outcomes come from. Empty on a
-    SuperGlasses run (its traces hold the SuperGlasses judge's score) or without a readable report.json."""
+    """(session, turn) -> (label report.json counted, early stopped, also missing), and where outcomes come from. Empty
+    on a SuperGlasses run (its traces hold the SuperGlasses judge's score) or without a readable report.json."""
     if superglasses:
         return {}, "SuperGlasses judge's score in each trace (accuracy: the whole answer judged)"
     from glasses_rag.crag_mm.evaluate import EvalReport

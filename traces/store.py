@@ -17,7 +17,8 @@ from traces.schema import TurnTrace
 
 
 def _clean(value: Any, nonfinite: Any) -> Any:
-    """JSON-safe copy: lone surrogates and bad bytes replaced, unknown objects as repr, non-finite floats as `nonfinite`."""
+    """JSON-safe copy: lone surrogates and bad bytes replaced, unknown objects as repr, non-finite floats as
+    `nonfinite`."""
     if isinstance(value, str):
         return value.encode("utf-8", "replace").decode("utf-8")
     if isinstance(value, (bytes, bytearray)):

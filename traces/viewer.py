@@ -229,7 +229,9 @@ def _pre(label: str, text: str) -> str:
 def _model_calls(step: TraceEvent) -> str:
     rows = []
     for c in step.model_calls:
-        tokens = f"{c.prompt_tokens if c.prompt_tokens is not None else '?'} + {c.completion_tokens if c.completion_tokens is not None else '?'}"
+        prompt = c.prompt_tokens if c.prompt_tokens is not None else "?"
+        completion = c.completion_tokens if c.completion_tokens is not None else "?"
+        tokens = f"{prompt} + {completion}"
         flags = " · cancelled" if c.cancelled else ""
         rows.append(f"<tr><td>{h(c.purpose)}</td><td>{h(c.mode)}</td><td>{h(tokens)}</td><td>{_ms(c.latency_ms)}</td>"
                     f"<td>{h(c.finish_reason)}{flags}</td><td class='snippet'><pre>{h(c.error or c.raw_reply)}</pre></td></tr>")
@@ -383,19 +385,23 @@ def _turn_html(t: TurnTrace, thumb: Thumb | None, thumb_class: str, why_missing:
     note = f'<div class="note">image note: {h(t.image.note)}</div>' if t.image.note else ""
     if t.image.transforms:
         note += f'<div class="note">image: {h(", ".join(t.image.transforms))}</div>'
+    heading = f'<h3>Turn {t.turn_index} <span class="muted">{h(t.interaction_id)}</span></h3>'
+    figure = _turn_figure(t, thumb, thumb_class, why_missing, colours, repeat_photo)
+    truth = h(t.ground_truth) if t.ground_truth is not None else '<span class="muted">none</span>'
+    entity = f' <span class="muted">entity: {h(t.entity)}</span>' if t.entity else ""
     return f"""
 <article class="turn score-{score}" data-score="{score}" data-tools=" {h(' '.join(tools))} " data-error="{int(has_err)}"
   id="turn-{h(t.session_id)}-{t.turn_index}">
- <header class="turn-head"><h3>Turn {t.turn_index} <span class="muted">{h(t.interaction_id)}</span></h3>{' '.join(meta)}</header>
+ <header class="turn-head">{heading}{' '.join(meta)}</header>
  <div class="turn-grid">
-  <div class="fig">{_turn_figure(t, thumb, thumb_class, why_missing, colours, repeat_photo)}{note}{x.get("source", "")}</div>
+  <div class="fig">{figure}{note}{x.get("source", "")}</div>
   <div class="qa">
    {x.get("history", "")}<div class="question"><span class="k">Q</span> {h(t.question)}</div>
    <div class="labels">{labels}</div>
    <div class="answer"><span class="k">answer</span> <span class="v">{h(t.answer)}</span></div>
-   <div class="truth"><span class="k">ground truth</span> <span class="v">{h(t.ground_truth) if t.ground_truth is not None else '<span class="muted">none</span>'}</span></div>
+   <div class="truth"><span class="k">ground truth</span> <span class="v">{truth}</span></div>
    <div class="scoreline"><span class="k">score</span> <span class="badge score-{score}">{score}</span>
-     <span class="muted">{h(t.judge)}</span>{f' <span class="muted">entity: {h(t.entity)}</span>' if t.entity else ''}{_counted(t, counted)}</div>
+     <span class="muted">{h(t.judge)}</span>{entity}{_counted(t, counted)}</div>
    {err}
    <div class="tools">{''.join(f'<span class="chip tool">{h(x)}</span>' for x in tools)}</div>
   </div>
@@ -506,8 +512,10 @@ def _header_html(run_dir: Path, run: dict[str, Any], report: dict[str, Any] | No
     skip = ""
     if skipped:
         items = "".join(f"<li><code>{h(n)}</code> <span class='muted'>{h(why)}</span></li>" for n, why in skipped)
-        skip = f'<div class="skipped"><b>{len(skipped)} trace file(s) skipped (damaged or not a turn trace):</b><ul>{items}</ul></div>'
-    return f'<header class="run"><h1>Run {h(fields[0][1])}</h1><div class="runmeta">{kv}</div>{metrics}{probs}{skip}</header>'
+        skip = (f'<div class="skipped"><b>{len(skipped)} trace file(s) skipped (damaged or not a turn trace):</b>'
+                f'<ul>{items}</ul></div>')
+    return (f'<header class="run"><h1>Run {h(fields[0][1])}</h1><div class="runmeta">{kv}</div>'
+            f'{metrics}{probs}{skip}</header>')
 
 
 def _controls(tools: list[str], counts: dict[str, int], explain: str = "") -> str:
@@ -519,43 +527,77 @@ def _controls(tools: list[str], counts: dict[str, int], explain: str = "") -> st
  <label>tool <select id="f-tool"><option value="">any</option>{opts}</select></label>
  <label><input type="checkbox" id="f-error"> errors only</label>
  <input type="search" id="f-text" placeholder="search text (question, answer, snippets…)" size="34">
- <button type="button" id="expand-all">expand all steps</button><button type="button" id="collapse-all">collapse all</button>
+ <button type="button" id="expand-all">expand all steps</button>\
+<button type="button" id="collapse-all">collapse all</button>
  <span id="shown" class="muted"></span>{explain}
 </nav>"""
 
 
 CSS = """
-*{box-sizing:border-box}body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;background:#f4f5f7;color:#1d1d1f}
-main{padding:0 18px 40px}header.run{background:#1f2933;color:#f5f7fa;padding:14px 18px}header.run h1{margin:0 0 8px;font-size:20px}
-.runmeta{display:flex;flex-wrap:wrap;gap:4px 18px;margin-bottom:10px}.kv{margin:2px 0}.kv .k{color:#7b8794;margin-right:6px;font-size:12px;text-transform:uppercase;letter-spacing:.03em}
-header.run .kv .k{color:#9aa5b1}pre{white-space:pre-wrap;word-break:break-word;margin:2px 0;font:12px/1.4 ui-monospace,Menlo,Consolas,monospace;background:#f0f1f3;padding:4px 6px;border-radius:4px}
-table.metrics{border-collapse:collapse;font-size:12px;background:#fff;color:#1d1d1f;margin:6px 0}table.metrics th,table.metrics td{border:1px solid #d2d6dc;padding:2px 6px}
-td.num{text-align:right;font-variant-numeric:tabular-nums}.notes{font-size:12px;color:#cbd2d9;margin:4px 0}details.slices summary{cursor:pointer;color:#9aa5b1}
-.warn{background:#7a4d00;color:#fff;padding:4px 8px;border-radius:4px;margin:4px 0}.skipped{background:#fde8e8;color:#9b1c1c;padding:6px 10px;border-radius:4px;margin-top:6px}
-nav.controls{position:sticky;top:0;z-index:5;background:#fff;border-bottom:1px solid #d2d6dc;padding:8px 18px;display:flex;flex-wrap:wrap;gap:8px 14px;align-items:center;box-shadow:0 1px 3px rgba(0,0,0,.06)}
-nav.controls label{cursor:pointer}section.conv{background:#fff;border-radius:8px;margin:16px 0;padding:10px 14px;box-shadow:0 1px 3px rgba(0,0,0,.08)}
-section.conv>h2{margin:2px 0 8px;font-size:16px}article.turn{border-top:1px solid #e4e7eb;padding:10px 0 6px;border-left:5px solid #9aa5b1;padding-left:10px;margin:6px 0}
+*{box-sizing:border-box}
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;background:#f4f5f7;color:#1d1d1f}
+main{padding:0 18px 40px}header.run{background:#1f2933;color:#f5f7fa;padding:14px 18px}
+header.run h1{margin:0 0 8px;font-size:20px}
+.runmeta{display:flex;flex-wrap:wrap;gap:4px 18px;margin-bottom:10px}.kv{margin:2px 0}
+.kv .k{color:#7b8794;margin-right:6px;font-size:12px;text-transform:uppercase;letter-spacing:.03em}
+header.run .kv .k{color:#9aa5b1}
+pre{white-space:pre-wrap;word-break:break-word;margin:2px 0;font:12px/1.4 ui-monospace,Menlo,Consolas,monospace;
+background:#f0f1f3;padding:4px 6px;border-radius:4px}
+table.metrics{border-collapse:collapse;font-size:12px;background:#fff;color:#1d1d1f;margin:6px 0}
+table.metrics th,table.metrics td{border:1px solid #d2d6dc;padding:2px 6px}
+td.num{text-align:right;font-variant-numeric:tabular-nums}.notes{font-size:12px;color:#cbd2d9;margin:4px 0}
+details.slices summary{cursor:pointer;color:#9aa5b1}
+.warn{background:#7a4d00;color:#fff;padding:4px 8px;border-radius:4px;margin:4px 0}
+.skipped{background:#fde8e8;color:#9b1c1c;padding:6px 10px;border-radius:4px;margin-top:6px}
+nav.controls{position:sticky;top:0;z-index:5;background:#fff;border-bottom:1px solid #d2d6dc;padding:8px 18px;
+display:flex;flex-wrap:wrap;gap:8px 14px;align-items:center;box-shadow:0 1px 3px rgba(0,0,0,.06)}
+nav.controls label{cursor:pointer}
+section.conv{background:#fff;border-radius:8px;margin:16px 0;padding:10px 14px;box-shadow:0 1px 3px rgba(0,0,0,.08)}
+section.conv>h2{margin:2px 0 8px;font-size:16px}
+article.turn{border-top:1px solid #e4e7eb;padding:10px 0 6px;border-left:5px solid #9aa5b1;padding-left:10px;
+margin:6px 0}
 article.turn.score-correct{border-left-color:#2f9e44}article.turn.score-missing{border-left-color:#e8a100}article.turn.score-incorrect{border-left-color:#d64545}
-.turn-head{display:flex;flex-wrap:wrap;gap:6px 10px;align-items:baseline}.turn-head h3{margin:0;font-size:15px}.turn-grid{display:flex;flex-wrap:wrap;gap:14px;margin:8px 0}
-.qa{flex:1 1 380px;min-width:300px}.question{font-size:16px;font-weight:600;margin-bottom:4px}.answer,.truth,.scoreline{margin:4px 0}.answer .v{font-weight:600}
+.turn-head{display:flex;flex-wrap:wrap;gap:6px 10px;align-items:baseline}.turn-head h3{margin:0;font-size:15px}
+.turn-grid{display:flex;flex-wrap:wrap;gap:14px;margin:8px 0}
+.qa{flex:1 1 380px;min-width:300px}.question{font-size:16px;font-weight:600;margin-bottom:4px}
+.answer,.truth,.scoreline{margin:4px 0}.answer .v{font-weight:600}
 .qa .k{color:#7b8794;font-size:12px;text-transform:uppercase;margin-right:6px}
-.thumb{position:relative;background-size:100% 100%;background-repeat:no-repeat;border-radius:4px;background-color:#222;flex:none}
-.thumb.placeholder{width:320px;height:200px;background:repeating-linear-gradient(45deg,#e4e7eb,#e4e7eb 10px,#f5f7fa 10px,#f5f7fa 20px);display:flex;flex-direction:column;align-items:center;justify-content:center;color:#52606d;text-align:center;padding:8px;font-size:12px}
-.thumb.placeholder ul{text-align:left;margin:4px 0;padding-left:16px}.box{position:absolute;border:2px solid #ff3b30;box-shadow:0 0 0 1px rgba(0,0,0,.5)}
-.box-label{position:absolute;left:-2px;top:-18px;font-size:11px;line-height:16px;color:#000;padding:0 4px;white-space:nowrap;max-width:460px;overflow:hidden;text-overflow:ellipsis;border-radius:2px 2px 0 0}
-.note{font-size:12px;color:#7a4d00;max-width:480px}.chip{display:inline-block;background:#e4e7eb;border-radius:10px;padding:0 8px;margin:1px 2px;font-size:12px}
+.thumb{position:relative;background-size:100% 100%;background-repeat:no-repeat;border-radius:4px;background-color:#222;
+flex:none}
+.thumb.placeholder{width:320px;height:200px;
+background:repeating-linear-gradient(45deg,#e4e7eb,#e4e7eb 10px,#f5f7fa 10px,#f5f7fa 20px);display:flex;
+flex-direction:column;align-items:center;justify-content:center;color:#52606d;text-align:center;padding:8px;font-size:12px}
+.thumb.placeholder ul{text-align:left;margin:4px 0;padding-left:16px}
+.box{position:absolute;border:2px solid #ff3b30;box-shadow:0 0 0 1px rgba(0,0,0,.5)}
+.box-label{position:absolute;left:-2px;top:-18px;font-size:11px;line-height:16px;color:#000;padding:0 4px;
+white-space:nowrap;max-width:460px;overflow:hidden;text-overflow:ellipsis;border-radius:2px 2px 0 0}
+.note{font-size:12px;color:#7a4d00;max-width:480px}
+.chip{display:inline-block;background:#e4e7eb;border-radius:10px;padding:0 8px;margin:1px 2px;font-size:12px}
 .chip.tool{background:#dbeafe;color:#1e40af}.chip.label{background:#f0f1f3}.muted{color:#7b8794;font-size:12px}
-.badge{display:inline-block;border-radius:4px;padding:0 7px;font-size:12px;font-weight:600;color:#fff;background:#7b8794}
+.badge{display:inline-block;border-radius:4px;padding:0 7px;font-size:12px;font-weight:600;color:#fff;
+background:#7b8794}
 .badge.score-correct{background:#2f9e44}.badge.score-missing{background:#e8a100}.badge.score-incorrect{background:#d64545}.badge.score-unscored{background:#7b8794}.badge.err{background:#c81e1e}
-.steps-head{font-weight:600;margin:4px 0}.steps-head button{font-size:11px}details.step{border:1px solid #e4e7eb;border-radius:5px;margin:3px 0;background:#fbfbfc}
-details.step>summary{cursor:pointer;padding:3px 8px;display:flex;flex-wrap:wrap;gap:4px 10px;align-items:center}details.step.has-error{border-color:#d64545;background:#fff5f5}
-.step-body{padding:4px 12px 8px}.idx{color:#7b8794;font-variant-numeric:tabular-nums}.node{font-weight:600;font-size:12px;text-transform:uppercase}
+.steps-head{font-weight:600;margin:4px 0}.steps-head button{font-size:11px}
+details.step{border:1px solid #e4e7eb;border-radius:5px;margin:3px 0;background:#fbfbfc}
+details.step>summary{cursor:pointer;padding:3px 8px;display:flex;flex-wrap:wrap;gap:4px 10px;align-items:center}
+details.step.has-error{border-color:#d64545;background:#fff5f5}
+.step-body{padding:4px 12px 8px}.idx{color:#7b8794;font-variant-numeric:tabular-nums}
+.node{font-weight:600;font-size:12px;text-transform:uppercase}
 .node-act{color:#1e40af}.node-plan{color:#6b21a8}.node-answer{color:#065f46}.node-self_check{color:#92400e}.node-final{color:#111}
 .times{margin-left:auto;color:#7b8794;font-size:12px;font-variant-numeric:tabular-nums}.swatch{display:inline-block;width:12px;height:12px;border-radius:2px}
-.error{color:#b91c1c;background:#fde8e8;border:1px solid #f8b4b4;border-radius:4px;padding:4px 8px;margin:4px 0;white-space:pre-wrap;word-break:break-word}
-.kv.ok .v{color:#2f9e44}.kv.bad .v{color:#b91c1c}table.results{border-collapse:collapse;width:100%;font-size:12px;margin-top:6px}
-table.results th,table.results td{border:1px solid #e4e7eb;padding:2px 5px;vertical-align:top;text-align:left}td.url{max-width:260px;word-break:break-all}
-td.snippet{max-width:520px;word-break:break-word}.explain{font-size:12px;max-width:1100px}details.sent{border:1px solid #e4e7eb;border-radius:5px;margin:3px 0;padding:2px 8px;background:#fbfbfc}details.sent>summary,details.history>summary,details.tools-spec>summary{cursor:pointer;font-size:12px}.msg{margin:4px 0}.msg .k{font-size:11px}.requests{margin-top:6px}.kg{display:inline-block;width:64px;height:64px;background-size:contain;background-repeat:no-repeat;background-position:center;border-radius:3px}.offline{color:#52606d}header.run .explain{color:#fde68a;margin:2px 0 6px}.hidden{display:none!important}#empty{padding:20px;color:#7b8794}
+.error{color:#b91c1c;background:#fde8e8;border:1px solid #f8b4b4;border-radius:4px;padding:4px 8px;margin:4px 0;
+white-space:pre-wrap;word-break:break-word}
+.kv.ok .v{color:#2f9e44}.kv.bad .v{color:#b91c1c}
+table.results{border-collapse:collapse;width:100%;font-size:12px;margin-top:6px}
+table.results th,table.results td{border:1px solid #e4e7eb;padding:2px 5px;vertical-align:top;text-align:left}
+td.url{max-width:260px;word-break:break-all}
+td.snippet{max-width:520px;word-break:break-word}.explain{font-size:12px;max-width:1100px}
+details.sent{border:1px solid #e4e7eb;border-radius:5px;margin:3px 0;padding:2px 8px;background:#fbfbfc}
+details.sent>summary,details.history>summary,details.tools-spec>summary{cursor:pointer;font-size:12px}.msg{margin:4px 0}
+.msg .k{font-size:11px}.requests{margin-top:6px}
+.kg{display:inline-block;width:64px;height:64px;background-size:contain;background-repeat:no-repeat;
+background-position:center;border-radius:3px}.offline{color:#52606d}header.run .explain{color:#fde68a;margin:2px 0 6px}
+.hidden{display:none!important}#empty{padding:20px;color:#7b8794}
 """
 
 JS = """

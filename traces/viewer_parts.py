@@ -107,7 +107,8 @@ def history_html(trace: TurnTrace) -> str:
     items = "".join(f"<li><span class='k'>Q</span> {h(t.question)} <span class='k'>A</span> {h(t.answer)}"
                     + (f" <span class='muted'>({h(t.entity)})</span>" if t.entity else "") + "</li>"
                     for t in trace.history)
-    return f'<details class="history"><summary>history given ({len(trace.history)} turn(s))</summary><ol>{items}</ol></details>'
+    return (f'<details class="history"><summary>history given ({len(trace.history)} turn(s))</summary>'
+            f'<ol>{items}</ol></details>')
 
 
 def image_source_html(trace: TurnTrace) -> str:

@@ -31,7 +31,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Callable
-from concurrent.futures import Future, wait
+from concurrent.futures import CancelledError, Future, wait
 from typing import Any, NoReturn
 
 from glasses_rag.core.types import ModelCall
@@ -305,7 +305,7 @@ def run_many(fns: list[Callable[[], Any]], timeout_s: float, parent: CancelScope
         if inline[i]:
             out[i] = _run_inline(children[i], fn)
     if futs:
-        _, not_done = wait(futs.values(), timeout=timeout_s)
+        not_done = _wait_all(list(futs.values()), timeout_s)
         winding_down = []
         for i, fut in futs.items():
             if fut in not_done:
@@ -325,6 +325,19 @@ def run_many(fns: list[Callable[[], Any]], timeout_s: float, parent: CancelScope
         if child is not parent:
             child.detach()
     return out
+
+
+def _wait_all(futs: list[Future], timeout_s: float) -> set[Future]:
+    """The futures not done by the deadline. One future (a single call: every model request of a turn) is waited
+    on directly, without the waiter objects `concurrent.futures.wait` builds and installs on each future."""
+    if len(futs) != 1:
+        return wait(futs, timeout=timeout_s)[1]
+    fut = futs[0]
+    try:
+        fut.exception(timeout=timeout_s)
+    except (TimeoutError, CancelledError):
+        pass
+    return set() if fut.done() else {fut}
 
 
 def run_with_deadline(fn: Callable[[], Any], timeout_s: float, parent: CancelScope | None = None,

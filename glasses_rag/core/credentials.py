@@ -32,6 +32,8 @@ _QUOTED = re.compile(rf"(?i)([\"']({_NAMES})[\"']\s*:\s*)([\"'])((?:(?!\3)[^\\\n
 
 def public_url(url: str) -> str:
     """`url` without the userinfo part (user and password) of its authority."""
+    if "@" not in url:  # no userinfo without an '@' (a whole trace's JSON is passed here: the scan is the cost)
+        return url
     return _USERINFO.sub(r"\1", url)
 
 

@@ -13,8 +13,11 @@ applied to the stored form.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import threading
+from collections import OrderedDict
 from typing import Any
 
 STORED_IMAGE_PREFIX = "sha256:"
@@ -22,8 +25,64 @@ STORED_IMAGE_PREFIX = "sha256:"
 
 def piece_hash(value: Any) -> str:
     """The content address of a JSON value: SHA-256 (first 32 hex digits) of its canonical JSON."""
+    try:
+        key = _frozen(value)
+    except _NotFrozen:
+        return _piece_hash(value)
+    with _HASHES_LOCK:
+        hit = _HASHES.get(key)
+        if hit is not None:
+            _HASHES.move_to_end(key)
+            return hit
+    h = _piece_hash(value)
+    with _HASHES_LOCK:
+        _HASHES[key] = h
+        while len(_HASHES) > _HASHES_MAX:
+            _HASHES.popitem(last=False)
+    return h
+
+
+def _piece_hash(value: Any) -> str:
     text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:32]
+
+
+# Every request of a turn repeats the system message, the tool specs and the transcript so far: their hashes are
+# kept by content (`_frozen`: equal keys are equal canonical JSON), bounded.
+_HASHES: OrderedDict[Any, str] = OrderedDict()
+_HASHES_LOCK = threading.Lock()
+_HASHES_MAX = 1024
+
+
+class _NotFrozen(Exception):
+    pass
+
+
+def _frozen(value: Any) -> Any:
+    """A hashable key of a JSON-like value such that equal keys mean equal canonical JSON (types kept: True, 1
+    and 1.0 differ; a float by its exact bits, so -0.0 is not 0.0). _NotFrozen for anything else."""
+    t = type(value)
+    if t is str:
+        return value
+    if t is dict:
+        items = []
+        for k, v in value.items():
+            if type(k) is not str:
+                raise _NotFrozen
+            items.append((k, _frozen(v)))
+        items.sort(key=_first)
+        return ("d", tuple(items))
+    if t is list or t is tuple:
+        return ("l", tuple(_frozen(v) for v in value))
+    if value is None or t is bool or t is int:
+        return (t, value)
+    if t is float:
+        return (t, value.hex())
+    raise _NotFrozen
+
+
+def _first(item: tuple[str, Any]) -> str:
+    return item[0]
 
 
 def _stored_part(part: Any) -> Any:
@@ -34,9 +93,15 @@ def _stored_part(part: Any) -> Any:
     if not isinstance(url, str) or not url.startswith("data:"):
         return part  # an http(s) URL is kept as sent
     ref = dict(image) if isinstance(image, dict) else {}
-    ref.update(url=STORED_IMAGE_PREFIX + hashlib.sha256(url.encode("ascii", "replace")).hexdigest(),
-               data_url_chars=len(url))
+    ref.update(url=_stored_url(url), data_url_chars=len(url))
     return {**part, "image_url": ref}
+
+
+@functools.lru_cache(maxsize=64)
+def _stored_url(url: str) -> str:
+    """Every request of a conversation carries the same data URL string (Python caches its hash, so the lookup is
+    cheap); hashing its ~250 KB again per request is not."""
+    return STORED_IMAGE_PREFIX + hashlib.sha256(url.encode("ascii", "replace")).hexdigest()
 
 
 def stored_message(message: dict[str, Any]) -> dict[str, Any]:

@@ -7,6 +7,11 @@
 - `prepare(image, egocentric)`: the harness's own transform (the KDD Cup 2025 / CRAG-MM batch iterators
   resize egocentric frames, i.e. rows without an image_url, to 960x1280 with PIL's default resampling),
   then a bound on the longest side.
+- Photos are made on first use where caches keyed on their content may never need the pixels: bytes this process
+  decoded before come back as a `glasses_rag.core.deferred_image.DeferredImage` (mode and size known, the decode
+  known to succeed), and the 960x1280 resize of a photo with a content key is deferred the same way. A repeated photo
+  whose data URL and image search are cached then costs no decode and no resize (~15 ms of CPU); any use of
+  its pixels makes them, and they are the pixels the eager path makes.
 
 Every change is listed in an `ImageInfo` that goes into the trace.
 
@@ -22,7 +27,10 @@ import hashlib
 import io
 import os
 import stat
+import threading
 import warnings
+from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -106,33 +114,105 @@ def _cell_parts(cell: Any) -> tuple[bytes | None, Any]:
     return None, cell if isinstance(cell, (str, Path)) else None
 
 
+def deferred_image(mode: str, size: tuple[int, int], make: Callable[[], Any]) -> Any:
+    """A PIL image of this mode and size whose pixels are `make()`'s, made on first use
+    (glasses_rag.core.deferred_image)."""
+    from glasses_rag.core.deferred_image import DeferredImage
+
+    return DeferredImage(mode, size, make)
+
+
+class _DecodedSources:
+    """What decoding a photo's bytes gave (sizes and transforms), by the bytes' SHA-256 and the size bound: a photo
+    seen before is returned deferred (`DeferredImage`), its decode known to succeed. Bounded; a few hundred bytes
+    an entry."""
+
+    def __init__(self, max_items: int = 4096):
+        self._lock = threading.Lock()
+        self._seen: OrderedDict[tuple[str, int], ImageInfo] = OrderedDict()
+        self._max = max_items
+
+    def get(self, key: tuple[str, int]) -> ImageInfo | None:
+        with self._lock:
+            hit = self._seen.get(key)
+            if hit is not None:
+                self._seen.move_to_end(key)
+            return hit
+
+    def put(self, key: tuple[str, int], info: ImageInfo) -> None:
+        with self._lock:
+            self._seen[key] = info
+            self._seen.move_to_end(key)
+            while len(self._seen) > self._max:
+                self._seen.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._seen.clear()
+
+
+DECODED_SOURCES = _DecodedSources()
+
+
 def load_image(cell: Any, max_side: int = MAX_SIDE) -> tuple[Any, ImageInfo]:
-    """An RGB PIL image (or None) and what was done to it. Never raises for bad input."""
-    from PIL import Image, ImageOps
+    """An RGB PIL image (or None) and what was done to it. Never raises for bad input. Bytes decoded before in
+    this process are returned as a `DeferredImage` (decoded again only if its pixels are used)."""
+    from PIL import Image
 
     info = ImageInfo()
     if cell is None:
         info.note = "no image given"
         return None, info
-    source_key = None
+    if isinstance(cell, Image.Image):
+        return _decode(cell, info, max_side)
     try:
-        if isinstance(cell, Image.Image):
-            im = cell
+        data, path = _cell_parts(cell)
+        err = None
+        if not data and path:
+            data, err = _read_bounded(path)
+        if not data:
+            info.note = err or "no image given"
+            return None, info
+        info.source = str(path) if path else None
+        # the source bytes' hash is both the trace's record and the photo's cache key (no pixel hashing)
+        source_key = info.sha256 = hashlib.sha256(data).hexdigest()
+    except Exception as e:  # noqa: BLE001 - a cell of the wrong type, as _decode's own failures
+        info.note = f"corrupt image: could not be decoded: {type(e).__name__}: {e}"[:300]
+        return None, info
+    seen = DECODED_SOURCES.get((source_key, max_side))
+    if seen is not None and seen.size is not None:  # (only decodes that succeeded are kept: size is set)
+        info = info.model_copy(update={"original_size": seen.original_size, "size": seen.size,
+                                       "transforms": list(seen.transforms)})
+        im = deferred_image("RGB", seen.size, lambda: _decode_bytes(data, max_side))
+    else:
+        im, info = _decode(data, info, max_side)
+        if im is None:
+            return None, info
+        DECODED_SOURCES.put((source_key, max_side), info.model_copy(update={"transforms": list(info.transforms)}))
+    remember_key(im, "decoded", source_key, max_side)  # its pixels are a function of the bytes
+    return im, info
+
+
+def _decode_bytes(data: bytes, max_side: int) -> Any:
+    """The pixels `load_image` made from these bytes before (a `DeferredImage`'s `make`)."""
+    im, info = _decode(data, ImageInfo(), max_side)
+    if im is None:
+        raise ValueError(info.note or "image could not be decoded again")
+    return im
+
+
+def _decode(source: Any, info: ImageInfo, max_side: int) -> tuple[Any, ImageInfo]:
+    """`source` (bytes, or a PIL image handed in) decoded and bounded as `load_image` describes."""
+    from PIL import Image, ImageOps
+
+    try:
+        if isinstance(source, Image.Image):
+            im = source
         else:
-            data, path = _cell_parts(cell)
-            err = None
-            if not data and path:
-                data, err = _read_bounded(path)
-            if not data:
-                info.note = err or "no image given"
-                return None, info
-            info.source = str(path) if path else None
-            # the source bytes' hash is both the trace's record and the photo's cache key (no pixel hashing)
-            source_key = info.sha256 = hashlib.sha256(data).hexdigest()
             try:
                 with warnings.catch_warnings():  # PIL's soft limit warns; our own pixel cap decides below
                     warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-                    im = Image.open(io.BytesIO(data))
+                    im = Image.open(io.BytesIO(source))
             except Image.DecompressionBombError as e:  # over PIL's own hard limit: refused before decoding
                 info.note = f"image too large to decode safely: {e}"[:300]
                 return None, info
@@ -158,8 +238,6 @@ def load_image(cell: Any, max_side: int = MAX_SIDE) -> tuple[Any, ImageInfo]:
         if im.mode != "RGB":
             im = im.convert("RGB")
         info.size = (im.width, im.height)
-        if source_key is not None:  # decoded from bytes: its pixels are a function of them
-            remember_key(im, "decoded", source_key, max_side)
         return im, info
     except Exception as e:  # noqa: BLE001 - corrupt bytes, truncated files, unknown formats
         info.note = f"corrupt image: could not be decoded: {type(e).__name__}: {e}"[:300]
@@ -176,9 +254,12 @@ def prepare(image: Any, info: ImageInfo, egocentric: bool | None, mode: ImagePre
     transforms = list(info.transforms)
     if mode == "harness" and egocentric:
         if image.size != EGOCENTRIC_SIZE:
-            image = image.resize(EGOCENTRIC_SIZE)  # PIL's default resampling, as the harness
+            if known_key(source) is not None:  # content-keyed caches may never need its pixels: made on first use
+                image = deferred_image(source.mode, EGOCENTRIC_SIZE, lambda: source.resize(EGOCENTRIC_SIZE))
+            else:
+                image = image.resize(EGOCENTRIC_SIZE)  # PIL's default resampling, as the harness
             transforms.append("resized to 960x1280 (official harness)")
-    elif max(image.size) > max_side:
+    elif max(image.size) > max_side:  # rare (a photo over 2048 px): made at once
         image = image.copy()
         image.thumbnail((max_side, max_side))
         transforms.append(f"downscaled to {image.width}x{image.height}")

@@ -1,5 +1,6 @@
 """What `python -m graph.run` takes: the run's own options (`RunOptions`: task, data, output, scoring) and the
-table of every command-line option with the configuration field it sets (glasses_rag/harness/cli.py builds the parser from it).
+table of every command-line option with the configuration field it sets (glasses_rag/harness/cli.py builds the parser
+from it).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The one client for OpenAI-compatible HTTP servers (vLLM, llama.cpp server, SGLang, OpenAI): one retry policy.
 
-Used by the model backend (glasses_rag/models/vlm/openai_server.py), the LLM judges (glasses_rag.crag_mm.scoring, glasses_rag.superglasses.logs)
-and anything else that talks to such a server. Retries with tenacity (exponential backoff) on connection
-errors, timeouts, 429 and 5xx; any other 4xx is a `BackendError` at once, with the server's message.
+Used by the model backend (glasses_rag/models/vlm/openai_server.py), the LLM judges (glasses_rag.crag_mm.scoring,
+glasses_rag.superglasses.logs) and anything else that talks to such a server. Retries with tenacity (exponential
+backoff) on connection errors, timeouts, 429 and 5xx; any other 4xx is a `BackendError` at once, with the server's
+message.
 
 Requests run on one asyncio event loop in a daemon thread (aiohttp, whose client costs a fraction of the CPU per
 request that httpx's does: what limits how many conversations one process can drive), whatever thread asks. That
@@ -13,8 +14,8 @@ streamed ones, hence `chat(..., stream=True)`, which assembles the SSE chunks in
 
 Several base URLs (replicas of one model) are used by least outstanding requests; a replica that fails to
 connect or answers 5xx is taken out for a cool-down (doubling, up to a minute) and tried again after it. Requests
-made under `glasses_rag.core.calls.affinity(key)` (a conversation) stay on the replica the key first went to, so its prefix
-cache (vLLM's automatic prefix caching, its multimodal input cache) already holds the photo and the system
+made under `glasses_rag.core.calls.affinity(key)` (a conversation) stay on the replica the key first went to, so its
+prefix cache (vLLM's automatic prefix caching, its multimodal input cache) already holds the photo and the system
 prompt; they go elsewhere (least outstanding) only while that replica is down or has `max_outstanding` requests
 in flight, and a key whose replica went down is moved for good.
 
@@ -85,8 +86,8 @@ class BackendError(RuntimeError):
 
 class ServerUnreachable(BackendError):
     """Every attempt failed in transport (no connection, timeouts, 5xx, 429): the server is down or overloaded, the
-    request itself was not refused. Its class name is `glasses_rag.core.types.TRANSPORT_ERROR`, which marks such a call in a
-    trace."""
+    request itself was not refused. Its class name is `glasses_rag.core.types.TRANSPORT_ERROR`, which marks such a call
+    in a trace."""
 
 
 class ReplyTooLarge(BackendError):

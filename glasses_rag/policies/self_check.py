@@ -21,8 +21,8 @@ class Verifier(Protocol):
 
     def verify(self, question: str, draft: AnswerDraft, evidence: list[str], image: Any = None,
                view: Any = None) -> Verdict:
-        """`view` is the turn as the policy saw it (glasses_rag.policies.protocol.PolicyView), for verifiers that reuse the turn's
-        transcript; others read `evidence`."""
+        """`view` is the turn as the policy saw it (glasses_rag.policies.protocol.PolicyView), for verifiers that reuse
+        the turn's transcript; others read `evidence`."""
         ...
 
 

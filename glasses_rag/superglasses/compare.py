@@ -23,7 +23,8 @@ not be read offline); counted over WRONG answers only (our judged accuracy false
   like "salient region") and neither contains the other.
 Each count comes with its base: the wrong answers for which the rule can apply (e.g. multi-hop annotations).
 
-    python -m glasses_rag.superglasses.compare --run traces/runs/<run_id> [--reference refs.jsonl] [--json out.json] [--no-embed]
+    python -m glasses_rag.superglasses.compare --run traces/runs/<run_id> [--reference refs.jsonl] [--json out.json]
+        [--no-embed]
 
 Without annotations (a CRAG-MM run, a file with none) it says so and exits 2; two runs side by side are
 `python -m traces.diff`.
@@ -424,7 +425,8 @@ def no_annotations(run: str, reference: str | None, n_predicted: int) -> str:
              f"{run} holds no turn trace (a folder of runs?)" if not n_predicted else
              f"{run}: its traces carry no annotated trajectory (SuperGlasses rows' sub_questions; a CRAG-MM run has "
              "none)")
-    return (f"error: glasses_rag.superglasses.compare compares a run with annotated SuperGlasses trajectories, and {where}. "
+    return (f"error: glasses_rag.superglasses.compare compares a run with annotated SuperGlasses trajectories, "
+            f"and {where}. "
             f"To compare two runs on the same questions: python -m traces.diff RUN_A RUN_B")
 
 

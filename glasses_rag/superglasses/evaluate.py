@@ -5,15 +5,15 @@
   OpenAI-compatible server through the project's one client (glasses_rag.crag_mm.scoring.LLMJudge: JSON-schema response
   format, retries, an unusable reply counted as wrong). The prompt is the exact text of Fig. 16
   (prompts/README_superglasses_judge.md says where it comes from). `"rule"` is the
-  offline "superglasses rule judge (approximate)" (glasses_rag.crag_mm.scoring.RuleJudge's matching rules); it is not the
-  paper's metric. SuperGlasses scores accuracy only: the whole answer is judged (no 75-token cut), and
+  offline "superglasses rule judge (approximate)" (glasses_rag.crag_mm.scoring.RuleJudge's matching rules); it is not
+  the paper's metric. SuperGlasses scores accuracy only: the whole answer is judged (no 75-token cut), and
   "I don't know" is not correct (it is listed as `missing`).
 - Slices, after the paper's Tables 3/5/6/7: difficulty; hops (1, 2, 3, 4, and 5+) and hop group (1, >=2);
   information seeking (None / Image / Text / Both, from the annotated sub-questions' tools); domain; category
   (a question counts under each of its categories); dynamism; glasses; plus use_image and image_quality.
   The hop count is the annotated `hops`, else the number of annotated sub-questions.
-- Comparison with the annotated trajectories (glasses_rag.superglasses.compare), and the annotation statistics the paper quotes
-  (sub-questions and tool uses per question) recomputed on the questions run.
+- Comparison with the annotated trajectories (glasses_rag.superglasses.compare), and the annotation statistics the
+  paper quotes (sub-questions and tool uses per question) recomputed on the questions run.
 """
 
 from __future__ import annotations
@@ -57,7 +57,8 @@ def read_prompt(name: str, folder: Path = PROMPTS_DIR) -> str:
 
 
 class SuperGlassesRuleJudge(RuleJudge):
-    """Offline stand-in for the paper's LLM judge: glasses_rag.crag_mm.scoring.RuleJudge's rules. NOT the paper's metric."""
+    """Offline stand-in for the paper's LLM judge: glasses_rag.crag_mm.scoring.RuleJudge's rules. NOT the paper's
+    metric."""
 
     name = "superglasses rule judge (approximate)"
 

@@ -1,4 +1,5 @@
-"""Load the SuperGlasses benchmark (Hugging Face `xandery/SuperGlasses`) into `glasses_rag.crag_mm.schema.Conversation`s, offline.
+"""Load the SuperGlasses benchmark (Hugging Face `xandery/SuperGlasses`) into
+`glasses_rag.crag_mm.schema.Conversation`s, offline.
 
 The dataset has two configs, each with one split `test`:
 - `queries`: one row per question: `id`, `image_id` (int), `image`, `question`, `answer` (the ground truth),
@@ -18,8 +19,9 @@ ground truth, and every other column kept as the turn's labels (carried into the
 are handled, and why:
 - `use_image` "No" (the annotators say the question can be answered without the picture): run like every other
   row, with its image. The abstract counts all 2,422 image-question pairs, so no row is left out; the label is
-  kept, so accuracy can be sliced by it. (The paper's exact treatment could not be read offline; see docs/superglasses.md.)
-  `use_image_no="no-image"` runs such rows without the image, `"skip"` leaves them out (each one reported).
+  kept, so accuracy can be sliced by it. (The paper's exact treatment could not be read offline; see
+  docs/superglasses.md.) `use_image_no="no-image"` runs such rows without the image, `"skip"` leaves them out (each one
+  reported).
 - a row whose `image_id` is in no images file and whose own `image` cell holds no picture: run without an
   image (the trace notes why); counted in `image_errors`.
 - a JPEG that ends early (some SuperGlasses captures are truncated) is decoded leniently, as other SuperGlasses
@@ -177,9 +179,9 @@ def _int_or_none(v: Any) -> int | None:
 
 
 def _image_cell(value: Any, roots: list[Path]) -> tuple[Any, str | None]:
-    """An `image` cell as something glasses_rag.crag_mm.images.load_image reads ({bytes, path} dicts, bytes, or an existing path
-    inside the dataset's folder or the user's image root: glasses_rag.crag_mm.images.confine), and why not when it cannot be:
-    (None, None) when it holds no picture, (None, why) when its path is refused."""
+    """An `image` cell as something glasses_rag.crag_mm.images.load_image reads ({bytes, path} dicts, bytes, or an
+    existing path inside the dataset's folder or the user's image root: glasses_rag.crag_mm.images.confine), and why not
+    when it cannot be: (None, None) when it holds no picture, (None, why) when its path is refused."""
     from glasses_rag.crag_mm.images import confine
 
     if isinstance(value, dict):

@@ -29,8 +29,8 @@ per-request chat_template is refused unless trusted, LoRA modules are routed by 
 name: 404; `/models` lists them with their parent), and `effective[i]` holds the sampling values vLLM would run
 request i with (its generation_config filling what the request left out). Sockets use TCP_NODELAY.
 
-`python -m glasses_rag.testing.fake_model_server --delay 0.3 --responder path/to/file.py:function` serves in its own process (for
-benchmarks: no GIL shared with the client) and prints its base URL.
+`python -m glasses_rag.testing.fake_model_server --delay 0.3 --responder path/to/file.py:function` serves in its own
+process (for benchmarks: no GIL shared with the client) and prints its base URL.
 """
 
 from __future__ import annotations

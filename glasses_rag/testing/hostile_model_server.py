@@ -13,8 +13,8 @@ schema), chosen by `mode`:
 - `huge-body`: a non-streamed JSON reply of `size` bytes (a 200 MB answer), announced in Content-Length.
 
 It is bounded so it can never outlive a test: each reply stops after `reply_s` seconds or `reply_bytes` bytes,
-and `python -m glasses_rag.testing.hostile_model_server` exits after `--lifetime` seconds. The reply's body is built once
-per piece, never whole, so the server itself stays small. `sent[i]` is how many bytes reply i got out.
+and `python -m glasses_rag.testing.hostile_model_server` exits after `--lifetime` seconds. The reply's body is built
+once per piece, never whole, so the server itself stays small. `sent[i]` is how many bytes reply i got out.
 """
 
 from __future__ import annotations

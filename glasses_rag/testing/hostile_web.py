@@ -8,7 +8,8 @@ machine).
 
 Routes: `/secret` (an internal admin page: "The admin password of Ssrfa is hunter2."), `/redirect?to=URL` (302),
 `/loop` (302 to itself), `/endless` (HTML that never ends, sent fast), `/gzip-bomb?mb=N` (N MiB of zeros
-gzip-compressed, `encoding=` to claim another Content-Encoding), `/trickle` (an HTML page sent 1 byte per second), `/stall` (headers, then nothing), `/bomb?kb=N` (N KB of
+gzip-compressed, `encoding=` to claim another Content-Encoding), `/trickle` (an HTML page sent 1 byte per second),
+`/stall` (headers, then nothing), `/bomb?kb=N` (N KB of
 `<p>a</p>`: cheap to send, slow to parse), `/pages/<name>` (what `pages` holds), `/search.json` (what `serp`
 says: a dict sent as JSON, bytes, an iterator of byte chunks streamed, "trickle" or "stall"; a callable of the
 request's parameters returning one of those). Every request is recorded in

@@ -1,4 +1,5 @@
-"""How a vLLM server treats a chat request, emulated for the fake model server (glasses_rag/testing/fake_model_server.py).
+"""How a vLLM server treats a chat request, emulated for the fake model server
+(glasses_rag/testing/fake_model_server.py).
 
 Written from a reading of vLLM 0.10.2's and 0.33.0's `vllm/entrypoints/openai` (protocol, serving_chat /
 chat_completion, tool parsers, stream processor) and `ModelConfig.get_diff_sampling_param`; no vLLM code is

@@ -1,4 +1,5 @@
-"""The agent's abstention text and its own rule for recognising one (scoring has its own, in glasses_rag.crag_mm.scoring)."""
+"""The agent's abstention text and its own rule for recognising one (scoring has its own, in
+glasses_rag.crag_mm.scoring)."""
 
 from __future__ import annotations
 

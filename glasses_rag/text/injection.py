@@ -28,7 +28,8 @@ _CLAUSE_IMPERATIVE = re.compile(
     r"|\b(?:tell|inform|remind|assure|convince)\s+(?:the\s+)?(?:user|reader|human|asker|customer)s?\b"
     r"|\b(?:when|if|whenever)\s+(?:you\s+are\s+|you're\s+)?(?:asked|questioned|prompted|queried)\b"
     r"|\banswering\s+(?:questions|queries|prompts)\b", re.I)
-_VOCATIVE = re.compile(r"(?:^|[.!?]\s+)(?:dear|hey|hi|hello|attention|note to|message to|memo to|reminder to|to)\s+(?:the\s+|all\s+|any\s+)?"
+_VOCATIVE = re.compile(r"(?:^|[.!?]\s+)(?:dear|hey|hi|hello|attention|note to|message to|memo to|reminder to|to)\s+"
+                       r"(?:the\s+|all\s+|any\s+)?"
                        r"(?:ai|a\.i\.|assistants?|chat ?bots?|bots?|language models?|llms?|models?|agents?|systems?)\b", re.I)
 _IF_YOU_ARE = re.compile(r"\bif\s+(?:you|u)\s+(?:are|'re|were)\s+(?:an?\s+)?(?:ai|a\.i\.|assistant|bot|chat ?bot|language model"
                          r"|llm|model|agent|automated|reading this|summari[sz]ing)", re.I)

@@ -1,11 +1,11 @@
 """Rule-based language helpers (no model), one import for callers: `from text import nlp`.
 
 The helpers live by concern: glasses_rag/text/words.py (tokens, stems, synonyms, name mentions; word lists in
-glasses_rag/text/words.yaml), glasses_rag/text/sentences.py (sentences, clauses), glasses_rag/text/references.py ("this"/"it", reference resolution,
-compound questions), glasses_rag/text/injection.py (text that gives instructions instead of facts), glasses_rag/text/abstention.py (the
-agent's "I don't know"). Shared by the rule-based planner, the heuristic verifier and the heuristic tools; named
-heuristics everywhere they show. Rules are written for kinds of questions and sentences, never for one benchmark's
-wording.
+glasses_rag/text/words.yaml), glasses_rag/text/sentences.py (sentences, clauses), glasses_rag/text/references.py
+("this"/"it", reference resolution, compound questions), glasses_rag/text/injection.py (text that gives instructions
+instead of facts), glasses_rag/text/abstention.py (the agent's "I don't know"). Shared by the rule-based planner, the
+heuristic verifier and the heuristic tools; named heuristics everywhere they show. Rules are written for kinds of
+questions and sentences, never for one benchmark's wording.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Training examples that are the inference prompt: one example per decision step of a turn, rendered by the model
 policy's own prompt code, in TRL's conversational prompt-completion format.
 
-    python -m glasses_rag.training.export --run traces/runs/<run_id> --out sft.jsonl [--wrong idk|drop|keep] [--keep all]
+    python -m glasses_rag.training.export --run traces/runs/<run_id> --out sft.jsonl
+        [--wrong idk|drop|keep] [--keep all]
     python -m glasses_rag.training.export --superglasses annotations.jsonl --out sft.jsonl
 
 Each line (TRL docs, "Dataset formats and types": conversational prompt-completion; SFTTrainer then computes the
@@ -15,11 +16,12 @@ loss on the completion only):
      "tools": [<function specs>]                   (only with --mode native)
      "meta": {"session_id", "interaction_id", "step", "label"}}
 
-The prompt is what `glasses_rag.policies.model.policy.ModelPolicy.decide_messages` renders from the view the policy had at that
-step, rebuilt from the trace (the calls' recorded state updates, typed again; evidence as the prompt shows it, not
-the trace's one-line summaries). The completion is the decision in the mode the model will run: `structured`
+The prompt is what `glasses_rag.policies.model.policy.ModelPolicy.decide_messages` renders from the view the policy had
+at that step, rebuilt from the trace (the calls' recorded state updates, typed again; evidence as the prompt shows it,
+not the trace's one-line summaries). The completion is the decision in the mode the model will run: `structured`
 (default) is the compact JSON the decision schema's grammar lets the model write (keys in schema order, no free
-whitespace but the one space after ':' and ',' that xgrammar's compact JSON writes), each tool call one decision (calls the teacher ran together become consecutive decisions, each
+whitespace but the one space after ':' and ',' that xgrammar's compact JSON writes), each tool call one decision (calls
+the teacher ran together become consecutive decisions, each
 seeing the previous one's result), the last decision the answer itself; `native` is an assistant tool call (the
 `final_answer` function to answer).
 
@@ -267,8 +269,9 @@ def trace_from_superglasses(log: SGLog) -> TurnTrace | None:
 
 
 def save_images(data: str | Path, folder: str | Path, limit: int | None = None) -> int:
-    """Each conversation's photo of a dataset (any layout glasses_rag.crag_mm.dataset reads) as `folder/<session_id>.jpg`, for
-    `--image-dir`; returns how many were written (rows without a usable image are skipped)."""
+    """Each conversation's photo of a dataset (any layout glasses_rag.crag_mm.dataset reads) as
+    `folder/<session_id>.jpg`, for `--image-dir`; returns how many were written (rows without a usable image are
+    skipped)."""
     from glasses_rag.crag_mm.dataset import decode_image, load_conversations
 
     out = Path(folder)

@@ -2,7 +2,8 @@
 completions only (the decisions), written as an adapter folder with a card.
 
     python -m glasses_rag.training.finetune --data sft.jsonl --model <folder | file.gguf> --out adapters/gemma-distill
-    accelerate launch -m glasses_rag.training.finetune --data sft.jsonl --model <VLM folder> --out adapters/vlm --dtype bfloat16
+    accelerate launch -m glasses_rag.training.finetune --data sft.jsonl --model <VLM folder> --out adapters/vlm
+        --dtype bfloat16
 
 The same command trains Gemma 3 270M on a CPU and a vision-language model on GPUs (a dataset with an `images`
 column is a vision dataset: the model loads with its processor; `accelerate launch` spreads it over the GPUs).
@@ -278,7 +279,8 @@ def write_card(out: Path, card: dict[str, Any]) -> None:
     text = (f"# LoRA adapter\n\nBase model: `{card['base_model']}`\n\n"
             f"Data: `{card['data']['file']}` (sha256 {card['data']['sha256'][:16]}, {card['data']['examples']} "
             f"examples, {card['data']['left_out_too_long']} left out as longer than {hp['max_length']} tokens)\n\n"
-            f"Trained with `python -m glasses_rag.training.finetune` (TRL SFTTrainer + peft LoRA, loss on the {hp['loss']}s): "
+            f"Trained with `python -m glasses_rag.training.finetune` (TRL SFTTrainer + peft LoRA, loss on the "
+            f"{hp['loss']}s): "
             f"r {hp['lora_r']}, alpha {hp['lora_alpha']}, dropout {hp['lora_dropout']}, targets {hp['target_modules']}, "
             f"learning rate {hp['learning_rate']}, batch {hp['batch_size']} x {hp['grad_accum']} accumulation, "
             f"{card['steps']} steps, seed {hp['seed']}, on {card['device']}: {card['seconds']} s "

@@ -1,9 +1,9 @@
 """The chat template a training run uses, chosen in one place.
 
 A model's own template is used when it has one; a GGUF converted by transformers has none (the GGUF's template is
-not carried over), so a model without one gets the bundled template of its family (glasses_rag/models/vlm/chat_templates:
-gemma, chatml for Qwen, llama3), unless one is named. The bundled templates render tool calls and answers and
-mark the assistant's turns with `{% generation %}` for TRL's `assistant_only_loss`.
+not carried over), so a model without one gets the bundled template of its family
+(glasses_rag/models/vlm/chat_templates: gemma, chatml for Qwen, llama3), unless one is named. The bundled templates
+render tool calls and answers and mark the assistant's turns with `{% generation %}` for TRL's `assistant_only_loss`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The text-extraction worker process: `python -m glasses_rag.web.extract_worker` (started by glasses_rag.web.extraction, never by hand).
+"""The text-extraction worker process: `python -m glasses_rag.web.extract_worker` (started by
+glasses_rag.web.extraction, never by hand).
 
 Reads length-prefixed JSON jobs `{"body", "url", "chunk_words", "timeout_s"}` on stdin and answers each with
 `{"title", "text", "chunks"}` or `{"error"}` on the stdout it was started with (anything a library prints goes to

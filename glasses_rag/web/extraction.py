@@ -3,8 +3,8 @@
 trafilatura can spend minutes of CPU on a hostile page (2 MB of `<p>a</p>` took 86 s), and a thread cannot be
 stopped. So a page's text is extracted by `python -m glasses_rag.web.extract_worker`, a child process that imports
 trafilatura once and serves one job at a time over pipes. The caller waits in slices: when the job's time limit
-passes or the turn's cancel scope (glasses_rag.core.calls.current_scope()) is cancelled, the worker is killed (SIGKILL) and
-reaped at once, so no process keeps a core busy after its turn; the next job starts a fresh worker. Idle workers
+passes or the turn's cancel scope (glasses_rag.core.calls.current_scope()) is cancelled, the worker is killed (SIGKILL)
+and reaped at once, so no process keeps a core busy after its turn; the next job starts a fresh worker. Idle workers
 are reused (at most `max_workers` at once) and end with the process (at exit, or at EOF on their stdin).
 """
 
@@ -147,8 +147,9 @@ class Extractor:
             self._cond.notify()
 
     def run(self, body: str, url: str | None, timeout_s: float, chunk_words: int = 120) -> dict[str, Any]:
-        """{title, text, chunks} or {error} of one page; ExtractionTimeout past `timeout_s`, glasses_rag.core.calls.Cancelled
-        when the turn ends first (either way the worker is killed before this returns)."""
+        """{title, text, chunks} or {error} of one page; ExtractionTimeout past `timeout_s`,
+        glasses_rag.core.calls.Cancelled when the turn ends first (either way the worker is killed before this
+        returns)."""
         limit = _Limit(timeout_s, current_scope())
         worker = self._acquire(limit)
         try:

@@ -9,9 +9,9 @@ resolved first and every address they resolve to must pass; integer and octal/he
 never string matching. `allow` (GLASSES_WEB_ALLOW: host names, addresses or CIDR networks) opens exceptions for
 tests and intranets.
 
-The transport (glasses_rag.web.guarded_http) applies the policy where connections are made: on the addresses a host resolves
-to, before connecting, on every redirect hop, and on the peer address of the connected socket; it connects to the
-address it vetted, so a DNS answer that changes between the check and the connect (rebinding) is never used.
+The transport (glasses_rag.web.guarded_http) applies the policy where connections are made: on the addresses a host
+resolves to, before connecting, on every redirect hop, and on the peer address of the connected socket; it connects to
+the address it vetted, so a DNS answer that changes between the check and the connect (rebinding) is never used.
 """
 
 from __future__ import annotations

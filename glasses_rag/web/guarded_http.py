@@ -2,15 +2,15 @@
 and stops when its turn ends.
 
 httpx sends through httpcore, which makes each connection with a `NetworkBackend`. `GuardedBackend` is that
-backend: it resolves the host once, checks every address with the `FetchPolicy` (glasses_rag.web.fetch_policy), connects to
-a vetted address itself (so the name is never resolved again: no DNS rebinding), checks the connected socket's
+backend: it resolves the host once, checks every address with the `FetchPolicy` (glasses_rag.web.fetch_policy), connects
+to a vetted address itself (so the name is never resolved again: no DNS rebinding), checks the connected socket's
 peer address, and hands httpcore a `GuardedStream`. Host header, SNI and certificate checks keep the host name
 (httpcore takes them from the URL, not from the address connected to).
 
 Every connect, TLS handshake, read and write waits in slices of at most `POLL_S` and, between slices, checks
 the request's `Guard`: its total deadline (set with `deadline(total_s)` around the whole request, redirects and
-body included) and the cancel scope of the calling turn (glasses_rag.core.calls.current_scope()). So a server that sends a
-byte per second is cut at the deadline, and a turn that ends stops its requests within a slice; the socket is
+body included) and the cancel scope of the calling turn (glasses_rag.core.calls.current_scope()). So a server that sends
+a byte per second is cut at the deadline, and a turn that ends stops its requests within a slice; the socket is
 closed by httpcore as the exception passes. Clients keep no idle connections (no socket outlives a request) and
 ignore proxy variables (a proxy would make the policy check the proxy's address instead of the page's).
 

@@ -1,11 +1,12 @@
 """Open-web search for SuperGlasses runs, as SuperLens does it: SerpApi Google + Google Lens, a page reader, and the
 two-level disk cache in front of all of them.
 
-Configured by `WebConfig` (glasses_rag.web.config), from the environment by default (read when first used; `reset_open_web()`
-re-reads it); docs/open-web.md lists every variable. Two HTTP clients: one for the operator-configured SerpApi
-server, one for URLs taken from search results, whose every connection the fetch policy vets (glasses_rag.web.fetch_policy).
-Both have a total deadline per request and stop when the turn ends (glasses_rag.web.guarded_http); text extraction runs in
-worker processes killed at their deadline (glasses_rag.web.extraction).
+Configured by `WebConfig` (glasses_rag.web.config), from the environment by default (read when first used;
+`reset_open_web()` re-reads it); docs/open-web.md lists every variable. Two HTTP clients: one for the
+operator-configured SerpApi server, one for URLs taken from search results, whose every connection the fetch policy vets
+(glasses_rag.web.fetch_policy). Both have a total deadline per request and stop when the turn ends
+(glasses_rag.web.guarded_http); text extraction runs
+in worker processes killed at their deadline (glasses_rag.web.extraction).
 """
 
 from __future__ import annotations

@@ -4,14 +4,14 @@ SuperLens searches the open web with SerpApi's Google search and Google Lens eng
 `GET {base_url}/search.json?engine=google&q=...&api_key=...` and `...engine=google_lens&url=<public image url>`.
 The key is read from the environment (SERPAPI_API_KEY by default) at call time, so a missing key is a clear
 `SerpApiError` inside the tool call (a tool error in the trace), never a crash at start-up. SerpApi takes the key
-only as a URL parameter, so it stays there, and every logger that prints URLs redacts it (glasses_rag.web.redact). The base
-URL is configured by the operator (SERPAPI_BASE_URL), not taken from search results: it is not subject to the
+only as a URL parameter, so it stays there, and every logger that prints URLs redacts it (glasses_rag.web.redact). The
+base URL is configured by the operator (SERPAPI_BASE_URL), not taken from search results: it is not subject to the
 fetch policy, but its replies have the same total deadline, cancellation and byte bound as pages
 (glasses_rag.web.guarded_http): a reply over `max_bytes` is an error, and at most `max_items` items of a list are read.
 
-Retries follow the project's HTTP policy (glasses_rag.models.openai_client): tenacity, exponential back-off, on connection
-errors, timeouts, 429 and 5xx; any other 4xx and an `error` in the JSON fail at once with the server's message.
-The back-off sleeps stop when the turn ends.
+Retries follow the project's HTTP policy (glasses_rag.models.openai_client): tenacity, exponential back-off, on
+connection errors, timeouts, 429 and 5xx; any other 4xx and an `error` in the JSON fail at once with the server's
+message. The back-off sleeps stop when the turn ends.
 
 Readers (`web_results`, `lens_results`) validate each item with a pydantic model, cut its text fields, and skip a
 malformed item with a note that names it (`organic_results[3] skipped: position: ...`), keeping the rest.

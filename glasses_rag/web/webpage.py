@@ -2,12 +2,12 @@
 text in a worker process under a time limit, split it into chunks.
 
 SuperLens' web page reader "extracts and cleans the raw HTML" of retrieved pages before reranking. Here:
-- fetching (`fetch`): http(s) only, through a guarded client (glasses_rag.web.guarded_http: every connection vetted by the
-  fetch policy, one total deadline for connect, every redirect hop and every read, stopped when the turn ends);
+- fetching (`fetch`): http(s) only, through a guarded client (glasses_rag.web.guarded_http: every connection vetted
+  by the fetch policy, one total deadline for connect, every redirect hop and every read, stopped when the turn ends);
   redirects followed hop by hop (at most `max_redirects`, each hop's scheme checked and its connection vetted);
   at most `max_bytes` read (the rest is never downloaded); only HTML / XHTML / plain-text replies;
-- extraction (`read_page`): at most `max_html_bytes` of the body handed to trafilatura + pysbd (glasses_rag.web.page_text) in
-  a worker process that is killed at `extract_timeout_s` (glasses_rag.web.extraction).
+- extraction (`read_page`): at most `max_html_bytes` of the body handed to trafilatura + pysbd
+  (glasses_rag.web.page_text) in a worker process that is killed at `extract_timeout_s` (glasses_rag.web.extraction).
 """
 
 from __future__ import annotations

@@ -59,7 +59,8 @@ class ModelConfig(BaseModel):
                                 "as each request's model. The policy's name shows it (model+adapter). In a spec "
                                 "string: <spec>+adapter=<folder or name>.")
     prompt_profile: Literal["full", "compact"] = Field(
-        "full", description="How the model policy writes its prompts (glasses_rag/policies/model/prompts.py): 'full' (the default) "
+        "full", description="How the model policy writes its prompts (glasses_rag/policies/model/prompts.py): "
+        "'full' (the default) "
         "or 'compact' (a shorter system text and tool list, for small models; docs/models.md). Each model call's "
         "trace record names the profile that rendered its prompt.")
     prefix_cache_mb: int = Field(256, ge=0, description="transformers: memory for the KV cache of earlier prompts, "

@@ -91,7 +91,8 @@ class ChatBackend(Protocol):
 
     `complete` uses the strongest constraint offered that it supports: `response_schema`
     (`{"name": ..., "schema": {...}}`) before `tools` before plain generation, and says which in
-    `ChatReply.mode`. It must stop (raise `Cancelled`) soon after `glasses_rag.core.calls.current_scope()` is cancelled."""
+    `ChatReply.mode`. It must stop (raise `Cancelled`) soon after `glasses_rag.core.calls.current_scope()` is
+    cancelled."""
 
     name: str
     supports_native_tools: bool
@@ -236,8 +237,8 @@ class _EncodedImages:
 
 
 class _UrlsByContent:
-    """Data URLs by the photo's content key (glasses_rag.core.hashing.remember_key), bounded by their total size: the same
-    photo in another conversation (a repeated row, a resumed run) is not resized and encoded again."""
+    """Data URLs by the photo's content key (glasses_rag.core.hashing.remember_key), bounded by their total size: the
+    same photo in another conversation (a repeated row, a resumed run) is not resized and encoded again."""
 
     def __init__(self, max_chars: int = 32 * 1024 * 1024):
         self._lock = threading.Lock()

@@ -56,11 +56,12 @@ class OpenAICompatibleBackend:
     does not enforce). The same goes for streaming, and for a per-request `chat_template` that the server
     refuses. A streamed reply to a request with tools that vLLM's parser held back (or an SSE error event in
     its place, vLLM 0.10.2 with `tool_choice: "required"`) is asked again unstreamed at once, each request for
-    itself, and requests with tools are not streamed afterwards. Every request carries explicit sampling values (`sampling`), so a server's generation_config.json
+    itself, and requests with tools are not streamed afterwards. Every request carries explicit sampling values
+    (`sampling`), so a server's generation_config.json
     fills none of them. Tool calls that a server left in the text are parsed (glasses_rag/models/vlm/tool_parsers.py).
     Retries (tenacity) on connection errors, timeouts, 5xx and 429 are the client's. Cancelling the caller's
-    scope closes the connection (see glasses_rag/models/openai_client.py). `model=None` asks the server's /models for the
-    first model it serves.
+    scope closes the connection (see glasses_rag/models/openai_client.py). `model=None` asks the server's /models for
+    the first model it serves.
     """
 
     def __init__(self, base_url: str | Sequence[str], model: str | None = None, api_key: str | None = None,

@@ -1,9 +1,10 @@
-"""Reuse of the KV cache of prompts already computed, for in-process generation (glasses_rag/models/vlm/transformers_local.py).
+"""Reuse of the KV cache of prompts already computed, for in-process generation
+(glasses_rag/models/vlm/transformers_local.py).
 
 A model policy's requests share long prefixes: the system text and tool list are the same for every call of a run,
-and a turn's calls repeat the previous prompt and add to it (glasses_rag/policies/model/prompts.py). A server keeps the KV cache of
-what it computed and resumes from the longest stored prefix (vLLM's automatic prefix caching, llama.cpp's prompt
-cache); this does the same in-process: after a generation, the cache of its tokens (prompt and reply) is stored,
+and a turn's calls repeat the previous prompt and add to it (glasses_rag/policies/model/prompts.py). A server keeps the
+KV cache of what it computed and resumes from the longest stored prefix (vLLM's automatic prefix caching, llama.cpp's
+prompt cache); this does the same in-process: after a generation, the cache of its tokens (prompt and reply) is stored,
 keyed by those token ids; a later prompt that starts with the same ids gets a cache holding that common prefix and
 computes only the rest. Entries are whole per-layer key/value tensors, bounded by `max_bytes` (least recently used
 dropped first); an entry that another one extends is dropped as redundant.

@@ -19,7 +19,8 @@ token (a StoppingCriteria). Decoding is greedy unless temperature > 0. A call wi
 the reply's mode is then "structured". Tools go through the policy's JSON protocol (the decision
 schema lists the allowed tools and their arguments).
 
-A prompt without an image resumes from the KV cache of the longest prefix already computed (glasses_rag/models/vlm/prefix_cache.py,
+A prompt without an image resumes from the KV cache of the longest prefix already computed
+(glasses_rag/models/vlm/prefix_cache.py,
 `prefix_cache_mb`). `adapter`: a peft LoRA folder merged into the weights at load (see merged_adapter).
 """
 

@@ -1,12 +1,13 @@
 """The model policy: any chat backend (vLLM or another OpenAI-compatible server, transformers, llama.cpp) as a
 `glasses_rag.policies.protocol.Policy`, plus its self-check verifier (glasses_rag/policies/model/verify.py).
 
-Each request is the turn's transcript (glasses_rag/policies/model/prompts.py: the same system text, tools, photo and question
-first, the finished calls and their results after, what is asked now last) constrained as strongly as the backend
-allows: a JSON schema of the decision (one branch per allowed tool with that tool's argument schema, and one
+Each request is the turn's transcript (glasses_rag/policies/model/prompts.py: the same system text, tools, photo and
+question first, the finished calls and their results after, what is asked now last) constrained as strongly as the
+backend allows: a JSON schema of the decision (one branch per allowed tool with that tool's argument schema, and one
 branch that answers with the answer itself, so deciding to answer costs no second round trip), else the tools as
-native functions plus `final_answer`, else JSON asked for in the text. Replies are read by glasses_rag/policies/model/replies.py;
-every request is reported as a ModelCall (tokens, latency, finish reason, raw reply, mode, prompt blocks).
+native functions plus `final_answer`, else JSON asked for in the text. Replies are read by
+glasses_rag/policies/model/replies.py; every request is reported as a ModelCall (tokens, latency, finish reason, raw
+reply, mode, prompt blocks).
 """
 
 from __future__ import annotations

@@ -161,8 +161,8 @@ def apply_to_config(preset: Preset, config: Any) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m glasses_rag.policies.presets [NAME_OR_FILE ...]`: each preset described (every bundled one without arguments);
-    a file that is not a valid preset prints its one-line error and exits 2."""
+    """`python -m glasses_rag.policies.presets [NAME_OR_FILE ...]`: each preset described (every bundled one without
+    arguments); a file that is not a valid preset prints its one-line error and exits 2."""
     import sys
 
     from glasses_rag.policies.presets.assemble import describe

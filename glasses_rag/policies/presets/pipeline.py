@@ -1,4 +1,5 @@
-"""`PipelinePolicy`: a glasses_rag.policies.protocol.Policy that follows a preset's steps in their fixed, conditional order.
+"""`PipelinePolicy`: a glasses_rag.policies.protocol.Policy that follows a preset's steps in their fixed, conditional
+order.
 
 At the turn's first decision the preset's routers decide (once: the result is kept for the turn); every decision
 then walks the steps in order, skips those whose conditions do not hold or whose tool the run does not allow, takes
@@ -136,8 +137,8 @@ class PipelinePolicy:
         self.warm: list[Any] = []  # what to load before the first turn (the reranker's model), not inside one
 
     def answer_context(self, view: PolicyView) -> tuple[PolicyView, ContextReport | None]:
-        """The turn as the answer model reads it (glasses_rag/policies/presets/context.py); unchanged offline or without a
-        context rule in the preset."""
+        """The turn as the answer model reads it (glasses_rag/policies/presets/context.py); unchanged offline or without
+        a context rule in the preset."""
         spec = self.preset.answer.context if self.preset.answer is not None else None
         if spec is None or self.backend is None:
             return view, None

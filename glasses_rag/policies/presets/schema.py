@@ -1,7 +1,8 @@
 """What a preset file says, validated: which policy, which tools in which order, which routers, answer rules,
 verification and thresholds, each step citing the paper section it follows.
 
-A preset is data (glasses_rag/policies/presets/<name>.yaml, or any YAML file of this shape); glasses_rag/policies/presets/pipeline.py runs the
+A preset is data (glasses_rag/policies/presets/<name>.yaml, or any YAML file of this shape);
+glasses_rag/policies/presets/pipeline.py runs the
 steps of a `pipeline` preset, the model loop and the rule planner run the two others.
 """
 
@@ -78,7 +79,8 @@ class Step(_Strict):
 
 
 class ContextSpec(_Strict):
-    """What the answer model reads (glasses_rag/policies/presets/context.py): the reranker's kept list, within token budgets."""
+    """What the answer model reads (glasses_rag/policies/presets/context.py): the reranker's kept list, within token
+    budgets."""
 
     follows: str
     reranked_only: bool = Field(True, description="When the reranker ran, its kept list is the whole context; the "

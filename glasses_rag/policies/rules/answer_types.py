@@ -3,8 +3,8 @@
 `expected_answer(question)` says what kind of answer a question wants (person, place, year, date, time, weekday,
 number, quantity with a dimension, money in a currency, duration, yes/no, name, free text), from its wh-word and its
 head noun; `matches(text, spec)` tells whether a text can hold such an answer. The rule-based planner enforces the
-type on every source (glasses_rag/policies/rules/answer_check.py). Quantities live in units.py, dates in dates.py, names in
-names.py, answer spans in spans.py (re-exported here).
+type on every source (glasses_rag/policies/rules/answer_check.py). Quantities live in units.py, dates in dates.py, names
+in names.py, answer spans in spans.py (re-exported here).
 """
 
 from __future__ import annotations
@@ -257,7 +257,8 @@ _CALENDAR: dict[str, Callable[[str], bool]] = {
 
 
 def matches(text: str, spec: AnswerSpec | str | None, *, cased: bool = True, units: UnitTable = DEFAULT) -> bool:
-    """Can `text` hold an answer of this kind? `cased=False` for lower-cased KG values (names cannot be told by case)."""
+    """Can `text` hold an answer of this kind? `cased=False` for lower-cased KG values (names cannot be told by
+    case)."""
     a = text or ""
     if isinstance(spec, str) or spec is None:
         spec = AnswerSpec(kind=spec or "text")  # type: ignore[arg-type]

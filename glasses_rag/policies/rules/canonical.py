@@ -22,7 +22,8 @@ _OPENER = re.compile(
     r"|remind me)\b[,:]?\s*"
     r"|(?:can|could|would|will) you (?:please |kindly )?(?=(?:identify|name|recogni[sz]e|describe)\b)"
     r"|(?:do|does) (?:you|anyone|anybody) (?:happen to )?know\b[,:]?\s*|any idea\b[,:]?\s*"
-    r"|i (?:want|would like|need|wanna) to (?:know|find out)\b[,:]?\s*|i (?:wonder|am wondering|am curious)\b(?: about)?[,:]?\s*"
+    r"|i (?:want|would like|need|wanna) to (?:know|find out)\b[,:]?\s*"
+    r"|i (?:wonder|am wondering|am curious)\b(?: about)?[,:]?\s*"
     r"|(?:please )?(?:tell|show|give) me\b[,:]?\s*|let me know\b[,:]?\s*|i need to know\b[,:]?\s*)", re.I)
 _TRAILING = re.compile(r"(?:[,\s]+(?:please|thanks|thank you|right now|for me))+$", re.I)
 _PERSON_NP = re.compile(rf"\b(?:{PEOPLE})\b", re.I)
@@ -31,7 +32,8 @@ _DET_START = re.compile(r"^(?:the|this|that|these|those|its|his|her|their|my)\b"
 _SUBJECT = r"(?:(?:the|this|that|these|those|my|his|her|its|their|a|an)\b(?: [\w'-]+){0,6}?|it|he|she|they|this|that)"
 _COPULA = r"(?:is|are|was|were)"
 _EGO = (r"(?:am i|are we|i am|we are)(?: currently| now| standing)? (?:looking at|seeing|viewing|watching|holding|facing|"
-        r"pointing (?:at|to)|standing (?:in front of|next to|near|at|on|in)|in front of|on|in|at|visiting|reading|drinking|eating)")
+        r"pointing (?:at|to)|standing (?:in front of|next to|near|at|on|in)|in front of|on|in|at|"
+        r"visiting|reading|drinking|eating)")
 _EGO_WH = re.compile(rf"^({_WH})((?: (?!(?:is|are|was|were)\b)[a-z-]+){{0,3}}?) {_EGO}(?: (?:right )?(?:now|here))?$", re.I)
 _EGO_NP = re.compile(rf"\bthe ((?:[a-z-]+ ){{0,2}}[a-z-]+) (?:that |which )?{_EGO}\b(?: (?:right )?(?:now|here))?", re.I)
 _IN_PHOTO_NP = re.compile(r"\bthe ((?:[a-z-]+ ){0,2}[a-z-]+) (?:(?:in|on|from) (?:this|the|my) (?:photo|picture|image|pic|shot|"
@@ -133,7 +135,8 @@ def _point_at_photo(q: str) -> str:
 def _plain_order(q: str) -> str:
     q = _invert_embedded(q)
     # "what animal could this be" -> "what animal is this": a guess asked for is still "which one is it"
-    q = re.sub(r"^((?:what|which|who)(?: [a-z-]+){0,3}?) (?:could|might|would|may|can) (this|that|these|those|it)((?: [a-z-]+){0,2}) be$",
+    q = re.sub(r"^((?:what|which|who)(?: [a-z-]+){0,3}?) (?:could|might|would|may|can) "
+               r"(this|that|these|those|it)((?: [a-z-]+){0,2}) be$",
                lambda m: f"{m.group(1)} {'are' if m.group(2).lower() in ('these', 'those') else 'is'} {m.group(2)}{m.group(3)}",
                q, flags=re.I)
     m = _NUMBER_OF.match(q)

@@ -1,5 +1,5 @@
-"""Plan-table conditions, each registered by name (glasses_rag/policies/rules/registry.py:condition): fn(turn, part) -> bool. A
-plan step is due when all its conditions hold (`part` is None for the compound-question steps)."""
+"""Plan-table conditions, each registered by name (glasses_rag/policies/rules/registry.py:condition): fn(turn, part) ->
+bool. A plan step is due when all its conditions hold (`part` is None for the compound-question steps)."""
 
 from __future__ import annotations
 

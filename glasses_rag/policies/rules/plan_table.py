@@ -1,9 +1,9 @@
 """The rule-based planner's plan table: question type -> ordered tool capabilities and answer sources.
 
-The table is data (glasses_rag/policies/rules/planner_table.yaml), validated here: every step names a capability the planner
-fills the inputs of (tools/capability.py:BUILTIN), every condition, query kind and answer source is one registered
-by name in the planner (glasses_rag/policies/rules/registry.py: conditions.py, slots.py, sources/), and every question type has
-a row. `load_plan_table()` reads the bundled table; a different file can
+The table is data (glasses_rag/policies/rules/planner_table.yaml), validated here: every step names a capability the
+planner fills the inputs of (tools/capability.py:BUILTIN), every condition, query kind and answer source is one
+registered by name in the planner (glasses_rag/policies/rules/registry.py: conditions.py, slots.py, sources/), and every
+question type has a row. `load_plan_table()` reads the bundled table; a different file can
 be passed (RulePlannerConfig.plan_table).
 """
 

@@ -1,6 +1,7 @@
 """Question types (rule-based, no model): which row of the plan table a question takes.
 
-`classify` names the question type that picks a row of the planner's plan table (glasses_rag/policies/rules/planner_table.yaml):
+`classify` names the question type that picks a row of the planner's plan table
+(glasses_rag/policies/rules/planner_table.yaml):
 recognition, attribute (of the pictured entity), web_fact, text_in_image, comparison, multi_hop, aggregation,
 follow_up, conversion. The question is first read in its canonical form (canonical.py); recognition.py tells
 recognition questions, shapes.py takes comparisons, multi-hop questions and conversions apart (re-exported here).

@@ -6,8 +6,8 @@ in order, and the answer sources to try), and calls tools through their capabili
 tool file declares are called when their `due` hook says so (capabilities.py). The answer step tries the type's
 answer sources by name (sources/), enforces the answer type the question expects on every one (answer_check.py),
 answers comparisons and multi-hop questions only when every hop is supported, never takes an answer from retrieved
-text that gives instructions (glasses_rag/text/injection.py), and abstains when the evidence is weak: a wrong answer costs more
-than "I don't know". The package layout is described in docs/planner.md.
+text that gives instructions (glasses_rag/text/injection.py), and abstains when the evidence is weak: a wrong answer
+costs more than "I don't know". The package layout is described in docs/planner.md.
 """
 
 from __future__ import annotations

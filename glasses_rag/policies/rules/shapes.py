@@ -156,8 +156,10 @@ _UNIT_WORDS = r"[a-z]+(?: [a-z]+)?(?:/[a-z]+)?"
 _CONVERT = [
     re.compile(rf"\bhow many ({_UNIT_WORDS}?)(?: tall| long| high| wide| deep| heavy| far| away| across)? (?:is|are|was|were|"
                rf"would be|would that be) (?:that|it|this|they|those|these)\b"),
-    re.compile(rf"\bhow many ({_UNIT_WORDS}?) (?:does|do|did) (?:that|it|this|they|those|these)(?: [a-z]+)? (?:weigh|measure)\b"),
-    re.compile(rf"\b(?:what|how much|how far|how long|how tall|how heavy) (?:is|are|was|would) (?:that|it|this|they|those|these)"
+    re.compile(rf"\bhow many ({_UNIT_WORDS}?) (?:does|do|did) (?:that|it|this|they|those|these)"
+               rf"(?: [a-z]+)? (?:weigh|measure)\b"),
+    re.compile(rf"\b(?:what|how much|how far|how long|how tall|how heavy) (?:is|are|was|would) "
+               rf"(?:that|it|this|they|those|these)"
                rf"(?: be)? in ({_UNIT_WORDS})\s*\??$"),
     re.compile(rf"\bconvert (?:that|it|this|the [a-z]+) (?:to|into) ({_UNIT_WORDS})\s*\??$"),
     re.compile(rf"\bhow (?:tall|high|long|far|deep|wide|heavy|big|fast) (?:is|are|was|were) (?:that|it|this|they|these|those)"

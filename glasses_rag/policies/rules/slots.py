@@ -1,5 +1,5 @@
-"""What the planner passes to tools: slot providers by name (glasses_rag/policies/rules/registry.py:slot). A capability lists
-the slots its tools receive (tools.capability.Capability.inputs); each tool maps them to its own argument names
+"""What the planner passes to tools: slot providers by name (glasses_rag/policies/rules/registry.py:slot). A capability
+lists the slots its tools receive (tools.capability.Capability.inputs); each tool maps them to its own argument names
 (`inputs` of @tool). The `query` slot holds one of the query kinds a plan step names (registry.query)."""
 
 from __future__ import annotations

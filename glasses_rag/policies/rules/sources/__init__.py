@@ -1,5 +1,5 @@
-"""The planner's answer sources, each registered by name (glasses_rag/policies/rules/registry.py:source) in the module of its
-concern; importing this package registers them all. The plan table names them per question type:
+"""The planner's answer sources, each registered by name (glasses_rag/policies/rules/registry.py:source) in the module
+of its concern; importing this package registers them all. The plan table names them per question type:
 
 - identity.py: entity_name (the recognised entity's own name)
 - kg.py: kg_attribute (the KG attribute asked for), class_attribute ("what breed is this dog?")

@@ -1,5 +1,5 @@
-"""Answer sources from the facts tools wrote (glasses_rag.core.types.Fact): any fact of the expected type, and the value a
-`converts_units` tool converted."""
+"""Answer sources from the facts tools wrote (glasses_rag.core.types.Fact): any fact of the expected type, and the value
+a `converts_units` tool converted."""
 
 from __future__ import annotations
 
