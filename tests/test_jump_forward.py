@@ -1,7 +1,8 @@
-"""Jump-forward decoding (glasses_rag/models/vlm/decoding.py) on a tiny Gemma 3 built from a config with the real Gemma 3
-tokenizer: the tokens and text it writes are those of plain constrained greedy decoding (transformers' generate()
-with xgrammar's logits processor), for decisions, answers and replies cut by max_tokens, from a cold cache and from
-the prefix cache; it takes fewer forward passes than tokens; drafts the model does not confirm are dropped."""
+"""Jump-forward decoding (glasses_rag/models/vlm/decoding.py) on a tiny Gemma 3 built from a config with the real
+Gemma 3 tokenizer: the tokens and text it writes are those of plain constrained greedy decoding (transformers'
+generate() with xgrammar's logits processor), for decisions, answers and replies cut by max_tokens, from a cold
+cache and from the prefix cache; it takes fewer forward passes than tokens; drafts the model does not confirm are
+dropped."""
 
 from __future__ import annotations
 
@@ -24,26 +25,44 @@ def tiny_gemma(tmp_path_factory):
 
 
 def _tool(name: str, params: dict) -> ToolSpec:
-    return ToolSpec(name=name, signature=f"{name}()", description=name,
-                    json_schema={"type": "function", "function": {"name": name, "parameters": params}})
+    return ToolSpec(
+        name=name,
+        signature=f"{name}()",
+        description=name,
+        json_schema={"type": "function", "function": {"name": name, "parameters": params}},
+    )
 
 
-TOOLS = [_tool("image_search", {"type": "object", "properties": {}}),
-         _tool("web_search", {"type": "object", "properties": {"query": {"type": "string", "maxLength": 60}},
-                              "required": ["query"]}),
-         _tool("ocr", {"type": "object", "properties": {"region": {"enum": ["whole", "center", "top"]}},
-                       "required": ["region"]})]
+TOOLS = [
+    _tool("image_search", {"type": "object", "properties": {}}),
+    _tool(
+        "web_search",
+        {"type": "object", "properties": {"query": {"type": "string", "maxLength": 60}}, "required": ["query"]},
+    ),
+    _tool(
+        "ocr",
+        {"type": "object", "properties": {"region": {"enum": ["whole", "center", "top"]}}, "required": ["region"]},
+    ),
+]
 QUESTIONS = ["What is the tallest tower in Paris?", "What breed is the dog in the picture?"]
 
 
 def _messages(question: str, step: int) -> list[dict]:
-    system = {"role": "system", "content": "You plan tool calls. Tools: image_search(), web_search(query), "
-                                           "ocr(region). Reply with one JSON decision."}
+    system = {
+        "role": "system",
+        "content": "You plan tool calls. Tools: image_search(), web_search(query), "
+        "ocr(region). Reply with one JSON decision.",
+    }
     msgs = [system, {"role": "user", "content": f"Question: {question}"}]
     for i in range(step):
-        msgs += [{"role": "assistant", "content": f'{{"action":"call_tool","tool":"web_search","arguments":'
-                                                  f'{{"query":"{question} {i}"}},"rationale":"look it up"}}'},
-                 {"role": "user", "content": f"Result {i}: a page about {question.lower()}"}]
+        msgs += [
+            {
+                "role": "assistant",
+                "content": f'{{"action":"call_tool","tool":"web_search","arguments":'
+                f'{{"query":"{question} {i}"}},"rationale":"look it up"}}',
+            },
+            {"role": "user", "content": f"Result {i}: a page about {question.lower()}"},
+        ]
     return [*msgs, {"role": "user", "content": "Decide the next step."}]
 
 
@@ -51,10 +70,17 @@ def _plain(backend, messages: list[dict], schema: dict, max_tokens: int) -> list
     """Plain constrained greedy decoding: generate() with xgrammar's logits processor, no cache given."""
     inputs, n_in = backend._inputs(messages, max_tokens)
     with torch.inference_mode():
-        out = backend.model.generate(**inputs, max_new_tokens=max_tokens, do_sample=False, temperature=None,
-                                     top_p=None, top_k=None, pad_token_id=backend.tokenizer.pad_token_id,
-                                     logits_processor=[backend.grammars.logits_processor(schema)],
-                                     eos_token_id=backend.grammars.stop_ids)
+        out = backend.model.generate(
+            **inputs,
+            max_new_tokens=max_tokens,
+            do_sample=False,
+            temperature=None,
+            top_p=None,
+            top_k=None,
+            pad_token_id=backend.tokenizer.pad_token_id,
+            logits_processor=[backend.grammars.logits_processor(schema)],
+            eos_token_id=backend.grammars.stop_ids,
+        )
     return out[0, n_in:].tolist()
 
 

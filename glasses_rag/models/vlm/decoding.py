@@ -51,8 +51,9 @@ class GreedyGrammarDecoder:
     2-D attention mask of ones, position ids and cache positions), so each forward pass computes what
     generate()'s would; masking and argmax are generate()'s with xgrammar's logits processor."""
 
-    def __init__(self, model: Any, tokenizer: Any, vocab_size: int, stop_ids: list[int],
-                 totals: DecodeStats | None = None):
+    def __init__(
+        self, model: Any, tokenizer: Any, vocab_size: int, stop_ids: list[int], totals: DecodeStats | None = None
+    ):
         import torch
         import xgrammar as xgr
 
@@ -86,9 +87,16 @@ class GreedyGrammarDecoder:
         n = len(ids)
         pos = torch.arange(start, start + n, device=dev)
         mask = torch.ones(1, start + n, dtype=torch.long, device=dev)
-        out = self.model(input_ids=torch.tensor([ids], device=dev), attention_mask=mask, position_ids=pos.unsqueeze(0),
-                         cache_position=pos, past_key_values=cache, use_cache=True, logits_to_keep=keep,
-                         return_dict=True)
+        out = self.model(
+            input_ids=torch.tensor([ids], device=dev),
+            attention_mask=mask,
+            position_ids=pos.unsqueeze(0),
+            cache_position=pos,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=keep,
+            return_dict=True,
+        )
         # generate() copies the last position's logits to float32 before the logits processors
         return out.logits[0, -keep:, :].to(copy=True, dtype=torch.float32)
 
@@ -105,23 +113,38 @@ class GreedyGrammarDecoder:
         xgr.apply_token_bitmask_inplace(scores, self._bitmask)
         return int(torch.argmax(scores, dim=-1)[0])
 
-    def decode_cached(self, prefix_cache: Any, compiled_grammar: Any, prompt: list[int], max_new: int,
-                      jump_forward: bool = True, out: list[int] | None = None,
-                      cancelled: Callable[[], bool] = lambda: False) -> tuple[Decoded, int]:
+    def decode_cached(
+        self,
+        prefix_cache: Any,
+        compiled_grammar: Any,
+        prompt: list[int],
+        max_new: int,
+        jump_forward: bool = True,
+        out: list[int] | None = None,
+        cancelled: Callable[[], bool] = lambda: False,
+    ) -> tuple[Decoded, int]:
         """decode() resuming from the longest prefix of `prompt` in `prefix_cache` (a PrefixCache; the cache it gives
         is where the sequence's keys and values are kept), the finished sequence's cache stored back. Returns the
         reply and the prompt tokens that came from the cache."""
         cache, n_cached = prefix_cache.lookup(prompt) if prefix_cache.max_bytes > 0 else (None, 0)
         cache = cache if cache is not None else prefix_cache.empty()
         done = self.decode(compiled_grammar, prompt, cache, n_cached, max_new, jump_forward, out, cancelled)
-        prefix_cache.store((prompt + done.tokens)[:done.kv_tokens], cache)
+        prefix_cache.store((prompt + done.tokens)[: done.kv_tokens], cache)
         for name in ("forwards", "tokens", "drafted", "accepted"):
             setattr(self.totals, name, getattr(self.totals, name) + getattr(done.stats, name))
         return done, n_cached
 
-    def decode(self, compiled_grammar: Any, prompt: list[int], cache: Any, n_cached: int, max_new: int,
-               jump_forward: bool = True, out: list[int] | None = None,
-               cancelled: Callable[[], bool] = lambda: False) -> Decoded:
+    def decode(
+        self,
+        compiled_grammar: Any,
+        prompt: list[int],
+        cache: Any,
+        n_cached: int,
+        max_new: int,
+        jump_forward: bool = True,
+        out: list[int] | None = None,
+        cancelled: Callable[[], bool] = lambda: False,
+    ) -> Decoded:
         """Decode after `prompt`, whose first `n_cached` tokens are in `cache` (a DynamicCache holding exactly
         those). `out` (optional) is filled as tokens are chosen, so a caller interrupted mid-forward sees them."""
         import xgrammar as xgr
