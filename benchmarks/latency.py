@@ -205,9 +205,12 @@ def measure(label: str, note: str, policy: Any, args, conversations, search, pre
     agent = build_agent(cfg, search=search, run_id=f"bench-{label}", task=tasks[0] if len(tasks) == 1 else None)
     load_s = time.perf_counter() - t0
     cold = None if args.once else run_turns(agent, conversations[:1])[0]  # the first turn pays lazy loading
+    stats = getattr(getattr(agent.policy, "backend", None), "decode_stats", None)  # in-process decoding
+    before = dict(vars(stats)) if stats is not None else None
     cpu0 = _cpu_s()
     turns = run_turns(agent, conversations)  # timing pass (tracemalloc would slow it)
     cpu_s = _cpu_s() - cpu0
+    decoding = {k: v - before[k] for k, v in vars(stats).items()} if stats is not None and before is not None else None
     comps: dict[str, list[float]] = {}
     for trace in turns:
         for k, v in breakdown(trace).items():
@@ -224,7 +227,7 @@ def measure(label: str, note: str, policy: Any, args, conversations, search, pre
         "errors": dict(Counter(k for t in turns for k in t.error_kinds())),
         "tokens": token_figures(turns), "model_loop": loop_figures(turns),
         "tracemalloc_peak_mib": peak, "max_rss_mib": round(rss_kib / 1024, 1),
-        "cpu": cpu_figures(turns, cpu_s),
+        "cpu": cpu_figures(turns, cpu_s), "decoding": decoding,
     }
 
 
@@ -279,6 +282,7 @@ def format_result(r: dict[str, Any]) -> str:
                  f"ended_by {r['ended_by']}; errors {r['errors'] or 'none'}")
     lines += _model_lines(r["tokens"]) + _loop_lines(r.get("model_loop"))
     lines += cpu_lines(r.get("cpu")) if r["tokens"] else []
+    lines += decoding_lines(r.get("decoding"))
     memory = (f"tracemalloc peak {r['tracemalloc_peak_mib']:.1f} MiB (Python allocations during the turns); "
               if r["tracemalloc_peak_mib"] is not None else "")
     lines.append(f"   memory: {memory}max RSS {r['max_rss_mib']:.0f} MiB (process so far)")
@@ -330,6 +334,15 @@ def cpu_lines(c: dict[str, Any] | None) -> list[str]:
             f"   prompt tokens from the prefix cache: {share}; prompt profiles {c['prompt_profiles'] or 'n/a'}"]
 
 
+def decoding_lines(d: dict[str, int] | None) -> list[str]:
+    """In-process constrained decoding (glasses_rag/models/vlm/decoding.py): forward passes against tokens written."""
+    if not d or not d.get("tokens"):
+        return []
+    return [f"   in-process decoding: {d['tokens']} token(s) in {d['forwards']} forward pass(es) "
+            f"({d['forwards'] / d['tokens']:.2f} per token, the prompts' included); jump-forward drafted "
+            f"{d['drafted']} token(s), {d['accepted']} confirmed by the model's own choice"]
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python benchmarks/latency.py", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -359,6 +372,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="for --transformers / --openai: the model policy's prompt profile (default full)")
     p.add_argument("--prefix-cache-mb", type=int, default=None,
                    help="for --transformers: memory of the prompt prefix cache (0: off; default the library's)")
+    p.add_argument("--no-jump-forward", action="store_true",
+                   help="for --transformers: one forward pass per token (the replies are the same; for comparison)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="for --transformers: torch CPU threads (default torch's: the physical cores)")
     p.add_argument("--openai", default=None, help="OpenAI-compatible server as URL#MODEL, e.g. http://127.0.0.1:8000/v1#Qwen/Qwen2.5-VL-7B-Instruct")
     p.add_argument("--detector", type=Path, default=None, help="local GroundingDINO/OWLv2 folder")
     p.add_argument("--clip", type=Path, default=None, help="local CLIP folder for the demo image index")
@@ -414,7 +431,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.transformers is not None:
         cfg = model_config_from_options(f"transformers:{args.transformers}", device=args.device,
                                         chat_template=args.chat_template, dtype=args.dtype,
-                                        prefix_cache_mb=args.prefix_cache_mb, **options)
+                                        prefix_cache_mb=args.prefix_cache_mb, n_threads=args.threads,
+                                        jump_forward=False if args.no_jump_forward else None, **options)
         setups.append(("transformers", f"local transformers model {args.transformers} on {args.device}", cfg))
     if args.openai:
         setups.append(("openai", f"OpenAI-compatible server {args.openai}",

@@ -209,3 +209,24 @@ def test_gemma_through_llama_cpp_server(tmp_path, gemma_gguf):
         server.terminate()
         server.wait(timeout=30)
         log.close()
+
+
+def test_gemma_jump_forward_writes_the_tokens_of_plain_decoding(gemma_gguf):
+    """The real model in float32 (where a pass over several tokens computes what single steps compute): decisions and
+    answers decoded with jump-forward are plain constrained greedy decoding's, token for token, in fewer passes."""
+    from test_jump_forward import QUESTIONS, TOOLS, _messages, _plain
+
+    from glasses_rag.models.vlm.transformers_local import TransformersVLMBackend
+    from glasses_rag.policies.model.replies import ANSWER_SCHEMA, decision_schema
+
+    backend = TransformersVLMBackend(gemma_gguf, dtype="float32", chat_template="gemma", text_only=True)
+    stops = set(backend.grammars.stop_ids)
+    for i, schema in enumerate([decision_schema(TOOLS)["schema"], ANSWER_SCHEMA["schema"]]):
+        msgs = _messages(QUESTIONS[i], i)
+        plain = _plain(backend, msgs, schema, 96)
+        reply = backend.complete(msgs, max_tokens=96, response_schema={"name": "x", "schema": schema})
+        assert plain[-1] in stops and reply.finish_reason == "stop"
+        assert reply.usage.output_tokens == len(plain) - 1
+        assert reply.text == backend.tokenizer.decode(plain, skip_special_tokens=True).strip()
+    stats = backend.decode_stats
+    assert stats.accepted > 0 and stats.forwards < 0.7 * stats.tokens

@@ -133,6 +133,9 @@ _MODEL = [
     Option("--decision-mode", "model.decision_mode", MODEL),
     Option("--adapter", "model.adapter", MODEL), Option("--prompt-profile", "model.prompt_profile", MODEL),
     Option("--prefix-cache-mb", "model.prefix_cache_mb", MODEL),
+    Option("--no-jump-forward", "model.jump_forward", MODEL, "negate", dest="jump_forward",
+           help="transformers: one forward pass per token even where the grammar forces the text (for comparison: "
+           "the replies are the same)."),
     Option("--response-format", "model.response_format", MODEL),
     Option("--no-stream", "model.stream", MODEL, "negate", dest="stream",
            help="openai: ask for whole replies, not streamed ones (by default replies stream, so a cancelled "

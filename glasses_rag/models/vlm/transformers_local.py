@@ -48,6 +48,7 @@ from glasses_rag.models.vlm.base import (
     message_text,
     text_only_messages,
 )
+from glasses_rag.models.vlm.decoding import Decoded, DecodeStats, GreedyGrammarDecoder
 from glasses_rag.models.vlm.grammar import SchemaGrammars, stop_token_ids, xgrammar_available
 from glasses_rag.models.vlm.prefix_cache import PrefixCache
 
@@ -77,6 +78,17 @@ def is_vision_config(config: Any) -> bool:
     from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
 
     return config.model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES or hasattr(config, "vision_config")
+
+
+def cpu_threads() -> int:
+    """torch's CPU threads for in-process generation when none are given: torch's default (the physical cores), but
+    never every CPU of the machine. On the 2-core machine this was measured on, with other processes running,
+    two threads made each decision about 4 times slower in wall and CPU time than one (docs/models.md): torch's
+    OpenMP threads wait for each other at every operation, and with no core to spare one of them is often not
+    running. One CPU is left to the agent's own threads (tools, grammar, graph) and the rest of the machine."""
+    import torch
+
+    return max(1, min(torch.get_num_threads(), (os.cpu_count() or 1) - 1))
 
 
 def file_sha256(path: Path) -> str:
@@ -195,7 +207,7 @@ class TransformersVLMBackend:
     def __init__(self, path: str | Path, device: str = "cpu", dtype: Any = None, trust_remote_code: bool = False,
                  max_image_side: int | None = None, chat_template: str | None = None, text_only: bool = False,
                  n_ctx: int | None = None, n_threads: int | None = None, cache_dir: str | Path | None = None,
-                 adapter: str | Path | None = None, prefix_cache_mb: int = 256):
+                 adapter: str | Path | None = None, prefix_cache_mb: int = 256, jump_forward: bool = True):
         import torch
         from transformers import AutoConfig
 
@@ -208,14 +220,18 @@ class TransformersVLMBackend:
                                     "downloaded)")
         else:
             self.source = p
-        if n_threads:
-            torch.set_num_threads(n_threads)
+        threads = n_threads or (cpu_threads() if device == "cpu" else None)
+        if threads and threads != torch.get_num_threads():
+            torch.set_num_threads(threads)
         self.path = p
         self.device = device
         self.max_image_side = max_image_side
         self.adapter = Path(adapter).expanduser() if adapter else None
         self.name = f"transformers:{self.source.name}" + (f"+{self.adapter.name}" if self.adapter else "")
         self.prefix_cache = PrefixCache(prefix_cache_mb << 20)
+        self.jump_forward = jump_forward
+        self.decode_stats = DecodeStats()  # totals over this backend's constrained decodings (models/vlm/decoding.py)
+        self._decoder: GreedyGrammarDecoder | None = None
         self._lock = threading.Lock()
         self._cancel = threading.Event()
         kw = dict(local_files_only=True, trust_remote_code=trust_remote_code)
@@ -379,7 +395,7 @@ class TransformersVLMBackend:
         """generate(), resuming from the prefix cache when the prompt is token ids only (a prompt with an image is
         computed whole: its image tokens' KV depend on the pixels). Returns the sequences and the prompt tokens
         that came from the cache. The filled cache is stored only after a generation that finished."""
-        cacheable = self.prefix_cache.max_bytes > 0 and set(inputs.keys()) <= {"input_ids", "attention_mask"}
+        cacheable = self.prefix_cache.max_bytes > 0 and self._token_ids_only(inputs)
         if not cacheable:
             return self.model.generate(**inputs, **gen), 0
         ids = inputs["input_ids"][0].tolist()
@@ -388,6 +404,27 @@ class TransformersVLMBackend:
         out = self.model.generate(**inputs, **gen, past_key_values=cache)
         self.prefix_cache.store(out[0, :cache.get_seq_length()].tolist(), cache)
         return out, n_cached
+
+    @staticmethod
+    def _token_ids_only(inputs: Any) -> bool:
+        return set(inputs.keys()) <= {"input_ids", "attention_mask"}
+
+    def _decoder_for(self, schema: dict | None, temperature: float, inputs: Any) -> GreedyGrammarDecoder | None:
+        """The jump-forward decoder (glasses_rag/models/vlm/decoding.py) for a greedy, grammar-constrained reply to a
+        prompt of token ids; None for the rest (sampling, free text, images), which generate() writes."""
+        sampling = bool(temperature and temperature > 0)
+        if schema is None or self.grammars is None or sampling or not self._token_ids_only(inputs):
+            return None
+        if self._decoder is None:
+            self._decoder = GreedyGrammarDecoder(self.model, self.tokenizer, self.grammars.vocab_size,
+                                                 self.grammars.stop_ids, totals=self.decode_stats)
+        return self._decoder
+
+    def _decode(self, decoder: GreedyGrammarDecoder, inputs: Any, schema: dict, max_tokens: int,
+                new: list[int]) -> tuple[Decoded, int]:
+        assert self.grammars is not None  # _decoder_for gives a decoder only with grammars
+        return decoder.decode_cached(self.prefix_cache, self.grammars.compiled(schema), inputs["input_ids"][0].tolist(),
+                                     max_tokens, jump_forward=self.jump_forward, out=new, cancelled=self._cancel.is_set)
 
     def complete(self, messages: list[dict], tools: list[dict] | None = None, max_tokens: int = 512,
                  temperature: float = 0.0, response_schema: dict | None = None) -> ChatReply:
@@ -399,7 +436,7 @@ class TransformersVLMBackend:
 
         class StopWhenCancelled(StoppingCriteria):
             def __call__(self, input_ids, scores, **kw):
-                latest["ids"] = input_ids
+                latest["new"] = input_ids[0, n_in:].tolist()
                 return torch.full((input_ids.shape[0],), cancel.is_set(), dtype=torch.bool, device=input_ids.device)
 
         t0 = time.perf_counter()
@@ -413,21 +450,32 @@ class TransformersVLMBackend:
             token = scope.on_cancel(cancel.set) if scope is not None else None
             inputs, n_in = self._inputs(messages, max_tokens)
             gen = self._generation_options(max_tokens, temperature, schema, StoppingCriteriaList([StopWhenCancelled()]))
+            decoder = self._decoder_for(schema, temperature, inputs)
             try:
                 with torch.inference_mode():
-                    out, n_cached = self._generate(inputs, gen)
+                    if decoder is not None and schema is not None:
+                        decoded, n_cached = self._decode(decoder, inputs, schema, max_tokens,
+                                                         latest.setdefault("new", []))
+                    else:
+                        out, n_cached = self._generate(inputs, gen)
             except _Interrupted:
                 # the layer hook stopped a forward pass: in the prefill, or in a later token's step
-                done = latest["ids"][0, n_in:] if "ids" in latest else None
+                done = latest.get("new") or None
                 where = "during generation" if done is not None else "during the prompt's prefill"
                 raise ReplyCancelled(f"the turn ended {where}", ChatReply(
                     text=self.tokenizer.decode(done, skip_special_tokens=True).strip() if done is not None else "",
-                    usage=Usage(input_tokens=n_in, output_tokens=int(done.shape[0]) if done is not None else None),
+                    usage=Usage(input_tokens=n_in, output_tokens=len(done) if done is not None else None),
                     finish_reason="cancelled", latency_ms=(time.perf_counter() - t0) * 1000.0,
                     model=self.name, mode=mode, prompt_ids=inputs["input_ids"][0].tolist())) from None
             except Exception as e:  # noqa: BLE001
                 raise BackendError(f"local generation with {self.source} failed: {type(e).__name__}: {e}") from e
-            reply = self._reply(out[0, n_in:], n_in, max_tokens, gen, t0, mode)
+            if decoder is not None:
+                reply = ChatReply(text=self.tokenizer.decode(decoded.tokens, skip_special_tokens=True).strip(),
+                                  usage=Usage(input_tokens=n_in, output_tokens=len(decoded.tokens)),
+                                  finish_reason=decoded.finish, latency_ms=(time.perf_counter() - t0) * 1000.0,
+                                  model=self.name, mode=mode)
+            else:
+                reply = self._reply(out[0, n_in:], n_in, max_tokens, gen, t0, mode)
             reply.usage.cached_tokens = n_cached
             reply.prompt_ids = inputs["input_ids"][0].tolist()  # the trace's prefix measurement, in tokens
             if cancel.is_set():

