@@ -9,7 +9,7 @@ rate at concurrency c is
     ideal = c / (sequential model round trips per turn x delay)
 
 with the round trips read from the traces (`tokens.sequential_calls`). Each concurrency runs twice: in one process
-(`glasses_rag.harness.runner.run_task`, c threads) and in `--workers` processes (`glasses_rag.harness.workers.WorkerPool`, c / workers threads
+(`glasses_rag.harness.runner.run_task`, c threads) and in `--workers` processes (`glasses_rag.harness.workers.ProcessWorkerPool`, c / workers threads
 each, started and warmed before the clock starts, as a long run amortises their start). The figure is the
 measured rate over the ideal, for the whole run and for its steady state (completions after the first wave and
 before the last: the first wave starts every slot cold, the last drains). Search is off and there is no image, so
@@ -151,12 +151,12 @@ def run_one_process(url: str, c: int, turns: int, out: Path, stream: bool) -> di
 
 
 def run_workers(url: str, c: int, workers: int, turns: int, out: Path, stream: bool) -> dict:
-    from glasses_rag.harness.workers import WorkerPool, WorkerSpec
+    from glasses_rag.harness.workers import ProcessWorkerPool, WorkerSpec
 
     per = max(1, c // workers)
     spec = WorkerSpec(config=agent_config(url, per, stream), task=2, out=out, run_id=f"workers{c}", concurrency=per,
                       summarize=turn_summary)
-    with WorkerPool(spec, workers) as pool:
+    with ProcessWorkerPool(spec, workers) as pool:
         pool.run(conversations(f"warm{workers}-{c}", c))  # one wave: imports done, threads and connections made
         clock = Clock(pool.pids)
         t = clock.timed(lambda: pool.run(conversations(f"workers{c}", turns), on_record=clock.turn))

@@ -1,7 +1,7 @@
 """Answer-type enforcement: an answer whose type does not fit what the question asks is never returned.
 
 Every answer source the plan table names (and every fact an extension capability's tool wrote) passes `refuse`
-before it may answer (glasses_rag/policies/rules/reading.py:Turn.checked). The expected type comes from the question's wh-word
+before it may answer (glasses_rag/policies/rules/reading.py:TurnReading.checked). The expected type comes from the question's wh-word
 and head noun (answer_types.expected_answer); an answer is refused when
 
 - its text cannot hold an answer of that type (a year where a person is asked, a length where a weight is, a price
@@ -22,7 +22,7 @@ from glasses_rag.core.types import Hit
 from glasses_rag.policies.rules.answer_types import YEAR, matches
 from glasses_rag.policies.rules.candidates import Part
 from glasses_rag.policies.rules.lexicon import CLASS_KEYS, WORDS
-from glasses_rag.policies.rules.units import UnitTable
+from glasses_rag.text.units import UnitTable
 from glasses_rag.text import nlp
 
 _NAME_NOUNS = frozenset(WORDS.name_nouns)
