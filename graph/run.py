@@ -129,7 +129,7 @@ def resolve_benchmark(p: argparse.ArgumentParser, args: argparse.Namespace) -> a
     return args
 
 
-def agent_config(args: argparse.Namespace) -> Any:
+def agent_config_from_args(args: argparse.Namespace) -> Any:
     """The command line as an AgentConfig (the only place the CLI decides anything about the agent): the agent
     options given, the model options on top of --model / --model-config, the benchmark's tool profile."""
     from glasses_rag.harness.cli import nested
@@ -417,6 +417,11 @@ def header_lines(args: argparse.Namespace, agent: Any, scoring: Scoring, source:
     """What the run is made of: every component by name (heuristic stand-ins say so in their names)."""
     sg = scoring.superglasses
     verifier = getattr(agent.verifier, "name", "off") if agent.verifier is not None else "off"
+    web: list[str] = []
+    if sg:  # imported only for a SuperGlasses run
+        from glasses_rag.superglasses.evaluate import open_web_line
+
+        web = [f"web:    {open_web_line()}"]
     return [
         ("SuperGlasses (single-turn, image + open web)" if sg else f"task {args.task} ({TASK_TEXT[args.task]})")
         + f" on {source}: {rows if rows is not None else '?'} conversation(s)",
@@ -425,7 +430,7 @@ def header_lines(args: argparse.Namespace, agent: Any, scoring: Scoring, source:
         f"tools:  {', '.join(tools)}" + not_offered_text(agent.registry.unavailable),
         f"self-check: {verifier}",
         f"judge:  {scoring.describe()}",
-        *([f"web:    {open_web_line()}"] if sg else []),
+        *web,
         f"traces: {traces}",
         f"concurrency: {concurrency}" + (f" in each of {args.workers} worker processes" if args.workers > 1 else ""),
         f"warm-up: {warm_s:.1f}s (models loaded, indexes built)",
@@ -459,7 +464,7 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
     from traces.store import TraceStore
 
     build_content(args)  # before the config: a benchmark content folder brings its own search index
-    config = agent_config(args)
+    config = agent_config_from_args(args)
     source, conversations = load_data(args)  # streamed: a dataset is never held decoded in memory
     scoring = Scoring(args)
     kind = "superglasses" if scoring.superglasses else f"task{args.task}"
@@ -499,11 +504,16 @@ def _run_claimed(args: argparse.Namespace, argv: list[str] | None, config: Any, 
     write_json_atomic(store.dir / "run.json", manifest)  # written first: a resumed run checks it
     stats, records = run_and_collect(args, agent, conversations, store, scoring, concurrency)
     report, files, text = write_reports(args, scoring, records, store)
+    web_cache = None
+    if scoring.superglasses:
+        from glasses_rag.superglasses.evaluate import open_web_stats
+
+        web_cache = open_web_stats()
     write_json_atomic(store.dir / "run.json", scrub_data({
         **manifest, "status": "finished", "stats": stats.model_dump(), "turns": stats.turns,
         "resumed_turns": stats.resumed_turns, "failed_conversations": stats.failed_conversations,
         "search_cache": agent.resources.search.stats() if hasattr(agent.resources.search, "stats") else None,
-        "web_cache": open_web_stats() if scoring.superglasses else None, "seconds": round(time.time() - t0, 2),
+        "web_cache": web_cache, "seconds": round(time.time() - t0, 2),
         "load_report": conversations.report.model_dump() if hasattr(conversations, "report") else None,
     }))
     print(scrub_text("\n".join(summary_lines(stats))))  # first: how the turns ended is what a newcomer must not miss
@@ -605,17 +615,6 @@ def plot_run(scoring: Scoring, report: Any, run_dir: Path) -> Path:
     sg_report = sge.SuperGlassesReport.model_validate_json((run_dir / "superglasses_report.json").read_text("utf-8"))
     return sge.plot_superglasses(sg_report, run_dir / "superglasses_accuracy.png")
 
-
-def open_web_line() -> str:
-    from glasses_rag.superglasses import evaluate as sge
-
-    return sge.open_web_line()
-
-
-def open_web_stats() -> Any:
-    from glasses_rag.superglasses import evaluate as sge
-
-    return sge.open_web_stats()
 
 if __name__ == "__main__":
     from glasses_rag.core.calls import exit_process

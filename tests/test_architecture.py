@@ -6,7 +6,7 @@ shared types (`glasses_rag.core`) <- text utilities (`glasses_rag.text`) <- the 
 SuperGlasses (`glasses_rag.superglasses`) <- the policies (`glasses_rag.policies`) <- the agent (`graph`) <- training
 (`glasses_rag.training`) <- the run harness (`glasses_rag.harness`) <- front ends (the CLI `graph.run`, the starter-kit
 adapter, the trace viewer and run diff, which read every benchmark's reports) <- benchmarks and test doubles.
-Checked on the source, every import statement included (also those inside functions), so a lazy import that goes the
+One class per name across the code (test_one_class_per_name). Checked on the source, every import statement included (also those inside functions), so a lazy import that goes the
 wrong way, or closes a cycle, fails here.
 """
 
@@ -177,6 +177,33 @@ def test_the_size_check_finds_a_long_function_and_a_long_class():
     assert oversized(long_function, "a.py") == ["a.py:1 f (61 lines)"]
     assert oversized(long_class, "b.py") == ["b.py:1 C (301 lines)"]
     assert oversized("def g():\n" + "    x = 1\n" * (MAX_FUNCTION_LINES - 1), "c.py") == []
+
+
+CODE = ("glasses_rag", "graph", "tools", "traces")
+
+
+def classes_named_twice(sources: dict[str, str]) -> dict[str, list[str]]:
+    """Class names defined more than once across `sources` (where -> source), private and nested ones included:
+    a name says one thing in the whole code, so a reader (or a grep) never lands on the wrong class."""
+    where: dict[str, list[str]] = {}
+    for path, source in sources.items():
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ClassDef):
+                where.setdefault(node.name, []).append(f"{path}:{node.lineno}")
+    return {name: places for name, places in sorted(where.items()) if len(places) > 1}
+
+
+def test_one_class_per_name():
+    sources = {str(f.relative_to(ROOT)): f.read_text(encoding="utf-8")
+               for pkg in CODE for f in sorted((ROOT / pkg).rglob("*.py"))}
+    assert len(sources) > 100  # the whole code is scanned
+    assert not classes_named_twice(sources)
+
+
+def test_the_name_check_finds_a_class_defined_twice():
+    found = classes_named_twice({"a.py": "class Turn:\n    pass\n", "b.py": "def f():\n    class Turn:\n        pass\n",
+                                 "c.py": "class _Worker:\n    pass\n"})
+    assert found == {"Turn": ["a.py:1", "b.py:2"]}
 
 
 def _top_level_names(dist: md.Distribution) -> set[str]:

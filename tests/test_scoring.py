@@ -5,7 +5,6 @@ import importlib.util
 import pytest
 
 import glasses_rag.crag_mm.scoring as scoring
-from glasses_rag.crag_mm.scoring import tokenizer, truncation
 from glasses_rag.crag_mm.scoring import (
     KDDCUP2025_RESPONSE_FORMAT,
     MODES,
@@ -24,6 +23,8 @@ from glasses_rag.crag_mm.scoring import (
     parse_kddcup2025_verdict,
     render_user_prompt,
     score_turn,
+    tokenizer,
+    truncation,
 )
 from glasses_rag.testing.fake_model_server import FakeOpenAIServer
 

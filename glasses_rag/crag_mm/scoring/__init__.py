@@ -83,7 +83,7 @@ from glasses_rag.crag_mm.scoring.modes import (
     TurnResult,
     get_mode,
 )
-from glasses_rag.crag_mm.scoring.rule_judge import RuleJudge, extract_quantities, normalize, split_items
+from glasses_rag.crag_mm.scoring.rule_judge import RuleJudge, extract_quantities, normalize_answer, split_items
 from glasses_rag.crag_mm.scoring.tokenizer import (
     OFFICIAL_TOKENIZER_BYTES,
     OFFICIAL_TOKENIZER_REPO,
@@ -115,7 +115,7 @@ __all__ = [
     "OFFICIAL_TOKENIZER_SHA256", "OfficialTokenizer", "OfficialTokenizerTruncator", "PACKAGE_DIST", "PACKAGE_MODULE",
     "PACKAGE_TOKENIZER_SHA256", "PROMPTS_DIR", "RuleJudge", "ScoringMode", "TokenizerTruncator", "Truncator",
     "TurnResult", "TurnScore", "WhitespaceApproxTruncator", "clean_text", "default_truncator", "extract_quantities",
-    "flags_label", "get_mode", "is_exact_match", "is_idk", "load_prompts", "make_judge", "make_truncator", "normalize",
+    "flags_label", "get_mode", "is_exact_match", "is_idk", "load_prompts", "make_judge", "make_truncator", "normalize_answer",
     "official_tokenizer", "official_truncator", "package_tokenizer_file", "parse_crag_mm_release_verdict",
     "parse_judge_output", "parse_kddcup2025_verdict", "rebuild_official_tokenizer_json", "render_user_prompt",
     "score_trace", "score_turn", "split_items",

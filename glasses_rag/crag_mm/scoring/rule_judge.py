@@ -44,10 +44,10 @@ _STOP = {
 }
 
 
-def normalize(text: str) -> str:
+def normalize_answer(text: str) -> str:
     """Lowercase, strip accents, drop thousands separators and punctuation (a decimal point between
     digits is kept), remove articles, collapse whitespace."""
-    t = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii").lower()
+    t = unicodedata.normalize_answer("NFKD", text).encode("ascii", "ignore").decode("ascii").lower()
     t = re.sub(r"(?<=\d),(?=\d{3}\b)", "", t)
     t = re.sub(r"(?<!\d)\.|\.(?!\d)", " ", t)
     t = re.sub(r"[^\w\s.%$]", " ", t)
@@ -72,7 +72,7 @@ def _contains(haystack: str, needle: str) -> bool:
 def extract_quantities(text: str) -> list[Quantity]:
     """The numbers in `text` with the unit after each, in this judge's own small unit table (no conversion; only
     `value` and `unit` are compared). Spans are in the NFKD, lower-cased text; no dimension is set."""
-    t = unicodedata.normalize("NFKD", text).lower()
+    t = unicodedata.normalize_answer("NFKD", text).lower()
     out: list[Quantity] = []
     for m in _NUM.finditer(t):
         try:
@@ -115,7 +115,7 @@ _LIST_SPLIT = re.compile(r"\s*(?:,|;|/|\band\b|&|\n|\*|•)\s*")
 
 
 def split_items(text: str) -> list[str]:
-    items = [normalize(x) for x in _LIST_SPLIT.split(text)]
+    items = [normalize_answer(x) for x in _LIST_SPLIT.split(text)]
     return [x for x in items if x]
 
 
@@ -141,8 +141,8 @@ class RuleJudge:
         self.rel_tol = rel_tol
 
     def judge(self, query: str, ground_truth: str, response: str) -> JudgeVerdict:
-        gt = normalize(ground_truth)
-        resp = normalize(response)
+        gt = normalize_answer(ground_truth)
+        resp = normalize_answer(response)
         if not gt:
             return JudgeVerdict(correct=False, reason="rule: empty ground truth")
         if gt == resp:

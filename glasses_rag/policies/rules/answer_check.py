@@ -22,8 +22,8 @@ from glasses_rag.core.types import Hit
 from glasses_rag.policies.rules.answer_types import YEAR, matches
 from glasses_rag.policies.rules.candidates import Part
 from glasses_rag.policies.rules.lexicon import CLASS_KEYS, WORDS
-from glasses_rag.text.units import UnitTable
 from glasses_rag.text import nlp
+from glasses_rag.text.units import UnitTable
 
 _NAME_NOUNS = frozenset(WORDS.name_nouns)
 _SINGLE_CHARACTER_NOUNS = frozenset(WORDS.single_character_nouns)

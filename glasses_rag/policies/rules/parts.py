@@ -8,8 +8,8 @@ from glasses_rag.policies.rules.answer_types import expected_answer
 from glasses_rag.policies.rules.candidates import Part
 from glasses_rag.policies.rules.questions import classify, conversion_target
 from glasses_rag.policies.rules.spec import ExpectedAnswer
-from glasses_rag.text.units import UnitTable
 from glasses_rag.text import nlp
+from glasses_rag.text.units import UnitTable
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from glasses_rag.policies.rules.lexicon import CLASS_KEYS
 from glasses_rag.policies.rules.parts import PartsContext, build_parts
 from glasses_rag.policies.rules.registry import SOURCES
 from glasses_rag.policies.rules.spec import ExpectedAnswer
-from glasses_rag.text.units import DEFAULT, UnitTable
 from glasses_rag.text import nlp
+from glasses_rag.text.units import DEFAULT, UnitTable
 
 if TYPE_CHECKING:
     from tools.capability import Capability

@@ -18,8 +18,8 @@ from glasses_rag.policies.rules.dates import (
 )
 from glasses_rag.policies.rules.names import NamePhrase, name_phrases
 from glasses_rag.policies.rules.spec import ExpectedAnswer
-from glasses_rag.text.units import DEFAULT, Quantity, UnitTable
 from glasses_rag.text.sentences import clauses
+from glasses_rag.text.units import DEFAULT, Quantity, UnitTable
 from glasses_rag.text.words import content_words, normalize, stem, words
 
 # words before a name that say it is where something is ("in Bergen", "overlooks Kunming Lake", "native to Mexico")
