@@ -6,8 +6,8 @@ shared types (`glasses_rag.core`) <- text utilities (`glasses_rag.text`) <- the 
 SuperGlasses (`glasses_rag.superglasses`) <- the policies (`glasses_rag.policies`) <- the agent (`graph`) <- training
 (`glasses_rag.training`) <- the run harness (`glasses_rag.harness`) <- front ends (the CLI `graph.run`, the starter-kit
 adapter, the trace viewer and run diff, which read every benchmark's reports) <- benchmarks and test doubles.
-One class per name across the code (test_one_class_per_name). Checked on the source, every import statement included (also those inside functions), so a lazy import that goes the
-wrong way, or closes a cycle, fails here.
+Checked on the source, every import statement included (also those inside functions), so a lazy import that goes the
+wrong way, or closes a cycle, fails here. Also here: one class per name across the code, sizes of functions and classes.
 """
 
 from __future__ import annotations
