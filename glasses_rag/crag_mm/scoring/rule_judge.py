@@ -47,7 +47,7 @@ _STOP = {
 def normalize_answer(text: str) -> str:
     """Lowercase, strip accents, drop thousands separators and punctuation (a decimal point between
     digits is kept), remove articles, collapse whitespace."""
-    t = unicodedata.normalize_answer("NFKD", text).encode("ascii", "ignore").decode("ascii").lower()
+    t = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii").lower()
     t = re.sub(r"(?<=\d),(?=\d{3}\b)", "", t)
     t = re.sub(r"(?<!\d)\.|\.(?!\d)", " ", t)
     t = re.sub(r"[^\w\s.%$]", " ", t)
@@ -72,7 +72,7 @@ def _contains(haystack: str, needle: str) -> bool:
 def extract_quantities(text: str) -> list[Quantity]:
     """The numbers in `text` with the unit after each, in this judge's own small unit table (no conversion; only
     `value` and `unit` are compared). Spans are in the NFKD, lower-cased text; no dimension is set."""
-    t = unicodedata.normalize_answer("NFKD", text).lower()
+    t = unicodedata.normalize("NFKD", text).lower()
     out: list[Quantity] = []
     for m in _NUM.finditer(t):
         try:
