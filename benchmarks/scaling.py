@@ -9,9 +9,10 @@ rate at concurrency c is
     ideal = c / (sequential model round trips per turn x delay)
 
 with the round trips read from the traces (`tokens.sequential_calls`). Each concurrency runs twice: in one process
-(`glasses_rag.harness.runner.run_task`, c threads) and in `--workers` processes (`glasses_rag.harness.workers.ProcessWorkerPool`, c / workers threads
-each, started and warmed before the clock starts, as a long run amortises their start). The figure is the
-measured rate over the ideal, for the whole run and for its steady state (completions after the first wave and
+(`glasses_rag.harness.runner.run_task`, c threads) and in `--workers` processes
+(`glasses_rag.harness.workers.ProcessWorkerPool`, c / workers threads each, started and warmed before the clock
+starts, as a long run amortises their start). The figure is the measured rate over the ideal, for the whole run
+and for its steady state (completions after the first wave and
 before the last: the first wave starts every slot cold, the last drains). Search is off and there is no image, so
 what is measured is the framework: graph, policy, HTTP client, traces written to disk, and (with workers) the
 hand-off of conversations and records between processes. Every conversation has one turn of task 2.

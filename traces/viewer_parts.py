@@ -64,7 +64,8 @@ def _one_request(n: int, purpose: str, sent: dict[str, Any], before: dict[str, A
     if before is not None:
         while kept < min(len(ids), len(before["message_ids"])) and ids[kept] == before["message_ids"][kept]:
             kept += 1
-    rows = "".join(f'<div class="msg"><span class="k">{h(m.get("role"))}</span><pre class="v">{h(stored_message_text(m))}'
+    rows = "".join(f'<div class="msg"><span class="k">{h(m.get("role"))}</span>'
+                   f'<pre class="v">{h(stored_message_text(m))}'
                    f"</pre></div>" for m in msgs[kept:])
     same = f'<div class="muted">messages 1–{kept} as in the request before</div>' if kept else ""
     tools = ""

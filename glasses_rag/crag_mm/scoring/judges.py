@@ -10,7 +10,8 @@ from glasses_rag.crag_mm.scoring.rule_judge import RuleJudge
 from glasses_rag.crag_mm.scoring.verdict import Judge
 
 
-def make_judge(spec: str, mode: str | ScoringMode = DEFAULT_MODE, api_key: str | None = None, **kw: Any) -> Judge | None:
+def make_judge(spec: str, mode: str | ScoringMode = DEFAULT_MODE, api_key: str | None = None,
+               **kw: Any) -> Judge | None:
     """``"none"`` -> None (exact match only), ``"rule"`` -> :class:`RuleJudge`,
     ``"openai:<base_url>#<model>"`` -> :class:`LLMJudge` with the prompt of ``mode``."""
     if spec == "none":

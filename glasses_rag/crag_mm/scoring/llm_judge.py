@@ -214,8 +214,8 @@ class LLMJudge:
             if self.mode.judge_structured:
                 if message.get("refusal") or not content:
                     # the SDK returns parsed=None (no exception, no retry): no verdict
-                    return JudgeVerdict(correct=None, status="no-verdict",
-                                        reason=f"judge-no-verdict: {'refusal' if message.get('refusal') else 'empty reply'}",
+                    why = "refusal" if message.get("refusal") else "empty reply"
+                    return JudgeVerdict(correct=None, status="no-verdict", reason=f"judge-no-verdict: {why}",
                                         raw=message.get("refusal") or content)
                 if choice.get("finish_reason") == "length":
                     continue  # the SDK raises LengthFinishReasonError: retried

@@ -34,7 +34,8 @@ _UNITS = {
 }
 _SCALE = {"thousand": 1e3, "million": 1e6, "billion": 1e9, "bn": 1e9, "trillion": 1e12}
 _NUM = re.compile(
-    r"(?P<cur>\$)?\s*(?P<num>-?\d+(?:,\d{3})*(?:\.\d+)?|-?\.\d+)\s*(?P<scale>thousand|million|billion|trillion|bn)?\s*(?P<unit>%|[a-z]+)?",
+    r"(?P<cur>\$)?\s*(?P<num>-?\d+(?:,\d{3})*(?:\.\d+)?|-?\.\d+)\s*(?P<scale>thousand|million|billion|trillion|bn)?"
+    r"\s*(?P<unit>%|[a-z]+)?",
     re.IGNORECASE,
 )
 _STOP = {

@@ -3,8 +3,8 @@
 `expected_answer(question)` says what kind of answer a question wants (person, place, year, date, time, weekday,
 number, quantity with a dimension, money in a currency, duration, yes/no, name, free text), from its wh-word and its
 head noun; `matches(text, spec)` tells whether a text can hold such an answer. The rule-based planner enforces the
-type on every source (glasses_rag/policies/rules/answer_check.py). Quantities live in units.py, dates in dates.py, names in
-names.py, answer spans in spans.py (re-exported here).
+type on every source (glasses_rag/policies/rules/answer_check.py). Quantities live in glasses_rag/text/units.py, dates
+in dates.py, names in names.py, answer spans in spans.py (re-exported here).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from glasses_rag.text.units import (
     unit_of,
 )
 
-__all__ = ["AnswerKind", "ExpectedAnswer", "NamePhrase", "Quantity", "YEAR", "answer_span", "expected_answer", "head_noun",
-           "matches", "name_phrases", "parse_number", "quantities", "unit_dimension", "unit_of"]
+__all__ = ["AnswerKind", "ExpectedAnswer", "NamePhrase", "Quantity", "YEAR", "answer_span", "expected_answer",
+           "head_noun", "matches", "name_phrases", "parse_number", "quantities", "unit_dimension", "unit_of"]
 
 _DIMENSION_OF = [
     ("length", r"tall|high|long|far|deep|wide|thick|big around|distant|away|in diameter|wingspan"),
@@ -211,7 +211,8 @@ def expected_answer(question: str, units: UnitTable = DEFAULT) -> ExpectedAnswer
     if _YES_NO_START.search(q) and not re.search(r"\bor\b", q):
         return ExpectedAnswer(kind="yes_no")
     noun = head_noun(q)
-    spec = next((s for s in (rule(q, noun) for rule in RULES) if s is not None), None) or ExpectedAnswer(kind="text", noun=noun)
+    spec = (next((s for s in (rule(q, noun) for rule in RULES) if s is not None), None)
+            or ExpectedAnswer(kind="text", noun=noun))
     if _OTHER.search(q):
         spec = spec.model_copy(update={"other": True})
     return _in_currency(spec, q, units)

@@ -38,7 +38,8 @@ def step_offers(turn: TurnReading, step: PlanStep, part: Part | None) -> list[tu
     return combine({s: SLOTS[s](turn, part, step.query) for s in BUILTIN[step.uses].inputs})
 
 
-def calls_for(turn: TurnReading, tools: list[ToolSpec], offers: list[tuple[dict[str, Any], str | None]]) -> list[ParallelCall]:
+def calls_for(turn: TurnReading, tools: list[ToolSpec],
+              offers: list[tuple[dict[str, Any], str | None]]) -> list[ParallelCall]:
     """A call per tool and offer, unless the same call already ran."""
     out: list[ParallelCall] = []
     for offer, sub in offers:

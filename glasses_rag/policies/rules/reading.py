@@ -98,7 +98,8 @@ class TurnReading:
         """The best answer of this type to the question from what was gathered: the question type's own answer
         sources, asked for that type ("money" -> "$1.49" for "how much is it in euros?")."""
         for part in self.parts:
-            asked = part.expecting(ExpectedAnswer(kind=kind, counted=part.spec.counted, noun=part.spec.noun))  # type: ignore[arg-type]
+            spec = ExpectedAnswer(kind=kind, counted=part.spec.counted, noun=part.spec.noun)  # type: ignore[arg-type]
+            asked = part.expecting(spec)
             for name in self.p.table.types[part.qtype].answer:
                 got = self.source(name, asked)
                 if got is not None:

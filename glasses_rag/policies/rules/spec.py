@@ -1,4 +1,5 @@
-"""What kind of answer a question wants: `ExpectedAnswer` (see glasses_rag/policies/rules/answer_types.py:expected_answer)."""
+"""What kind of answer a question wants: `ExpectedAnswer` (see
+glasses_rag/policies/rules/answer_types.py:expected_answer)."""
 
 from __future__ import annotations
 

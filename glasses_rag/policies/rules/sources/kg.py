@@ -27,7 +27,8 @@ def _typed_keys(turn: TurnReading, hit: Hit, spec: ExpectedAnswer) -> list[str]:
     return [k for k in keys if nlp.shares_stem(spec.counted, k)] if spec.counted else keys
 
 
-def _key_score(turn: TurnReading, spec: ExpectedAnswer, key: str, sim: float, asked: set[str], typed_single: bool) -> float | None:
+def _key_score(turn: TurnReading, spec: ExpectedAnswer, key: str, sim: float, asked: set[str],
+               typed_single: bool) -> float | None:
     """How well an attribute name matches what is asked; None under the floor that applies to it. A name all of whose
     words are asked wins over one that adds a qualifier ("name" over "scientific name" for "what is its name?")."""
     kstems = nlp.stems(key)
