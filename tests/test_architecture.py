@@ -149,6 +149,21 @@ def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": frozenset({"b"}), "b": frozenset({"a"}), "c": frozenset()}) == [["a", "b"]]
 
 
+def _doc_section(title: str) -> str:
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    return text.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_architecture_page_shows_these_layers_and_every_package():
+    rows = [line for line in _doc_section("Packages in layers").splitlines() if re.match(r"\| \d+ \|", line)]
+    documented = [{u for u in re.findall(r"`([\w.]+)`", row) if u in UNITS} for row in rows]
+    assert documented == [set(layer) for layer in LAYERS]
+    tree = _doc_section("The tree")
+    packages = {f.parent.relative_to(ROOT) for pkg in TOP_PACKAGES for f in (ROOT / pkg).rglob("__init__.py")}
+    missing = sorted(str(d) for d in packages if len(d.parts) <= 3 and not re.search(rf"\b{d.name}/", tree))
+    assert not missing, f"docs/architecture.md's tree lacks {missing}"
+
+
 LIBRARY = ("glasses_rag/core", "glasses_rag/text", "glasses_rag/web", "glasses_rag/models", "tools",
            "glasses_rag/crag_mm", "glasses_rag/superglasses", "glasses_rag/policies", "glasses_rag/harness", "traces", "graph")
 MAX_FUNCTION_LINES, MAX_CLASS_LINES = 60, 300
