@@ -197,18 +197,30 @@ def test_the_size_check_finds_a_long_function_and_a_long_class():
 CODE = ("glasses_rag", "graph", "tools", "traces")
 
 
+def _type_names(tree: ast.Module) -> list[tuple[str, int]]:
+    """Classes (private and nested ones included) and module-level type aliases (`ErrorKind = Literal[...]`: a
+    CamelCase name given a type expression, not a call's result, at the top of a module) with their line."""
+    found = [(n.name, n.lineno) for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
+    for n in tree.body:
+        if not isinstance(n, (ast.Assign, ast.AnnAssign)) or isinstance(n.value, ast.Call):
+            continue  # `BaseAgent = _import_base_agent()` names a class defined above, not a second one
+        targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+        found += [(t.id, n.lineno) for t in targets
+                  if isinstance(t, ast.Name) and re.fullmatch(r"_?[A-Z]\w*[a-z]\w*", t.id)]
+    return found
+
+
 def classes_named_twice(sources: dict[str, str]) -> dict[str, list[str]]:
-    """Class names defined more than once across `sources` (where -> source), private and nested ones included:
-    a name says one thing in the whole code, so a reader (or a grep) never lands on the wrong class."""
+    """Type names (classes, type aliases) defined more than once across `sources` (where -> source): a name says one
+    thing in the whole code, so a reader (or a grep) never lands on the wrong class."""
     where: dict[str, list[str]] = {}
     for path, source in sources.items():
-        for node in ast.walk(ast.parse(source)):
-            if isinstance(node, ast.ClassDef):
-                where.setdefault(node.name, []).append(f"{path}:{node.lineno}")
+        for name, line in _type_names(ast.parse(source)):
+            where.setdefault(name, []).append(f"{path}:{line}")
     return {name: places for name, places in sorted(where.items()) if len(places) > 1}
 
 
-def test_one_class_per_name():
+def test_one_class_per_name():  # type aliases included
     sources = {str(f.relative_to(ROOT)): f.read_text(encoding="utf-8")
                for pkg in CODE for f in sorted((ROOT / pkg).rglob("*.py"))}
     assert len(sources) > 100  # the whole code is scanned
@@ -217,8 +229,9 @@ def test_one_class_per_name():
 
 def test_the_name_check_finds_a_class_defined_twice():
     found = classes_named_twice({"a.py": "class Turn:\n    pass\n", "b.py": "def f():\n    class Turn:\n        pass\n",
-                                 "c.py": "class _Worker:\n    pass\n"})
-    assert found == {"Turn": ["a.py:1", "b.py:2"]}
+                                 "c.py": "class _Worker:\n    pass\nMode = int\nMAX_S = 1\n",
+                                 "d.py": "Mode: TypeAlias = str\nMAX_S = 2\nTurn = make_class()\n"})
+    assert found == {"Mode": ["c.py:3", "d.py:1"], "Turn": ["a.py:1", "b.py:2"]}
 
 
 def _top_level_names(dist: md.Distribution) -> set[str]:

@@ -28,7 +28,7 @@ ALL_TASKS = frozenset({1, 2, 3})
 DEFAULT_PROFILE = "crag-mm"
 PROFILES = frozenset({"crag-mm", "superglasses"})
 
-ErrorKind = Literal["unknown_tool", "not_allowed", "bad_arguments"]
+CallErrorKind = Literal["unknown_tool", "not_allowed", "bad_arguments"]
 
 
 class ToolCall(BaseModel):
@@ -41,9 +41,9 @@ class ToolCall(BaseModel):
 class ToolCallError(Exception):
     """A proposed call that cannot run."""
 
-    def __init__(self, kind: ErrorKind, message: str):
+    def __init__(self, kind: CallErrorKind, message: str):
         super().__init__(message)
-        self.kind: ErrorKind = kind
+        self.kind: CallErrorKind = kind
         self.message = message
 
 

@@ -67,7 +67,8 @@ IMAGE_QUALITY: list[str] = list(get_args(ImageQuality))
 
 # What a question tests (questions.json `kind`; not a CRAG-MM label): recognition, kg (answer in the
 # image KG), web (needs web search), ocr (text in the image), general (no image needed), ...
-Kind = Literal["recognition", "kg", "web", "ocr", "multi-hop", "comparison", "aggregation", "no-answer", "general"]
+QuestionKind = Literal["recognition", "kg", "web", "ocr", "multi-hop", "comparison", "aggregation", "no-answer",
+                       "general"]
 
 
 Slug = Annotated[str, Field(pattern=r"^[a-z0-9]+(-[a-z0-9]+)*$")]  # file names and URL paths
@@ -326,7 +327,7 @@ class ContentTurn(_Model):
     domain: Domain
     query_category: QueryCategory
     dynamism: Dynamism
-    kind: Kind
+    kind: QuestionKind
     needs_web: bool
     needs_ocr: bool
 
