@@ -14,8 +14,15 @@ from tools.capability import Capability
 from tools.registry import tool
 from traces.schema import TurnTrace
 
-ENTRY_POINTS = {"tool": tool, "Capability": Capability, "ToolOutput": ToolOutput, "build_agent": build_agent,
-                "Agent.run_turn": Agent.run_turn, "Policy": Policy, "TurnTrace": TurnTrace}
+ENTRY_POINTS = {
+    "tool": tool,
+    "Capability": Capability,
+    "ToolOutput": ToolOutput,
+    "build_agent": build_agent,
+    "Agent.run_turn": Agent.run_turn,
+    "Policy": Policy,
+    "TurnTrace": TurnTrace,
+}
 # where an entry point's example lives when not in its own docstring (a method's example in its class's, which keeps
 # the method within the size limit of tests/test_architecture.py)
 EXAMPLE_IN = {"Agent.run_turn": Agent}

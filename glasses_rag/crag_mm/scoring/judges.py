@@ -10,8 +10,9 @@ from glasses_rag.crag_mm.scoring.rule_judge import RuleJudge
 from glasses_rag.crag_mm.scoring.verdict import Judge
 
 
-def make_judge(spec: str, mode: str | ScoringMode = DEFAULT_MODE, api_key: str | None = None,
-               **kw: Any) -> Judge | None:
+def make_judge(
+    spec: str, mode: str | ScoringMode = DEFAULT_MODE, api_key: str | None = None, **kw: Any
+) -> Judge | None:
     """``"none"`` -> None (exact match only), ``"rule"`` -> :class:`RuleJudge`,
     ``"openai:<base_url>#<model>"`` -> :class:`LLMJudge` with the prompt of ``mode``."""
     if spec == "none":
@@ -19,7 +20,7 @@ def make_judge(spec: str, mode: str | ScoringMode = DEFAULT_MODE, api_key: str |
     if spec == "rule":
         return RuleJudge()
     if spec.startswith("openai:"):
-        base, _, model = spec[len("openai:"):].partition("#")
+        base, _, model = spec[len("openai:") :].partition("#")
         if not base or not model:
             raise ValueError("judge spec must be openai:<base_url>#<model>")
         return LLMJudge(base, model, api_key, mode=mode, **kw)

