@@ -228,14 +228,14 @@ def own_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from graph import run
+    from glasses_rag.harness import run_scoring
 
     mine, args = parse(argv, own_parser())
     try:
         base = base_config(args).model_copy(update={"preset": mine.preset})
         root = Path(args.out) / bench_id(f"ablate-{Path(mine.preset).stem}", args, base)
         todo = variants(mine.preset, args.task, base.tools, root)
-        scoring = run.Scoring(args)
+        scoring = run_scoring.Scoring(args)
     except (ValueError, FileNotFoundError, ImportError, OSError) as e:
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
         return 2

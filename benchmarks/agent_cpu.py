@@ -101,15 +101,17 @@ def cpu_per_turn(args: argparse.Namespace, tmp: Path) -> list[dict]:
 
 def cli_agent(model: str, data: Path, out: Path, run_id: str, concurrency: int) -> tuple[Any, Callable, Any]:
     """The agent, scoring and conversations `python -m graph.run` would build for these options."""
+    from glasses_rag.harness import run_data, session
+    from glasses_rag.harness.run_scoring import Scoring
     from graph import run as cli
     from graph.build import build_agent
 
     parser = cli.build_parser()
     args = cli.resolve_benchmark(parser, parser.parse_args(
         cli_args(model, data, out, run_id, "--concurrency", str(concurrency))))
-    cli.build_content(args)
-    config = cli.agent_config_from_args(args)
-    scoring = cli.Scoring(args)
+    run_data.build_content(args)
+    config = session.agent_config_from_args(args)
+    scoring = Scoring(args)
     agent = build_agent(config, run_id=run_id, task=args.task)
 
     def run(conversations: Any, c: int, store: Any, on_turn: Callable | None = None) -> Any:
@@ -118,7 +120,7 @@ def cli_agent(model: str, data: Path, out: Path, run_id: str, concurrency: int) 
         return run_task(agent, conversations, args.task, store, scorer=scoring, concurrency=c, on_turn=on_turn,
                         image_prep=args.image_prep, history_answer=scoring.truncator.truncate)
 
-    return agent, run, lambda d: cli.load_data(argparse.Namespace(**{**vars(args), "data": str(d)}))[1]
+    return agent, run, lambda d: run_data.load_data(argparse.Namespace(**{**vars(args), "data": str(d)}))[1]
 
 
 def wall_of(run: Callable[[], Any]) -> float:

@@ -38,7 +38,7 @@ for k, v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OF
              "TOKENIZERS_PARALLELISM": "false", "ANONYMIZED_TELEMETRY": "False"}.items():
     os.environ.setdefault(k, v)
 
-CONTENT = ROOT / "crag" / "benchmarks"
+CONTENT = ROOT / "glasses_rag" / "crag_mm" / "benchmarks"
 DEFAULT_SETS = ["demo", "demo-paraphrase", "heldout"]
 TUNING_SETS = ["demo", "tuning-rewordings", "tuning-extra"]
 TASK_SPLIT = {1: "single_turn", 2: "single_turn", 3: "multi_turn"}

@@ -134,24 +134,24 @@ def summarize(label: str, preset: str | None, policy: str, run_dir: Path, report
 def run_row(args: argparse.Namespace, label: str, config: Any, root: Path, scoring: Any, concurrency: int,
             search: Any = None) -> Row:
     """One configuration over the data, in the resumable run folder `root/label`."""
-    from graph import run
+    from glasses_rag.harness import run_data, run_folder, run_scoring, session
     from graph.build import build_agent
     from traces.store import TraceStore, write_json_atomic
 
     t0 = time.time()
-    source, conversations = run.load_data(args)
+    source, conversations = run_data.load_data(args)
     store = TraceStore(root, label)
-    lock = run.claim_run_folder(store, run.run_fingerprint(args, config, source), args.resume_anyway)
+    lock = run_folder.claim_run_folder(store, run_folder.run_fingerprint(args, config, source), args.resume_anyway)
     try:
         agent = build_agent(config, run_id=f"{root.name}/{label}", task=args.task, search=search)
         manifest = {"run_id": f"{root.name}/{label}", "benchmark": args.benchmark, "task": args.task,
                     "data": str(source), "policy": agent.policy_name, "preset": config.preset,
                     "search": agent.search_name, "judge": scoring.judge_name, "config": config.model_dump(mode="json"),
-                    "config_fingerprint": agent.fingerprint, "run_fingerprint": run.run_fingerprint(args, config, source),
+                    "config_fingerprint": agent.fingerprint, "run_fingerprint": run_folder.run_fingerprint(args, config, source),
                     "status": "running"}
         write_json_atomic(store.dir / "run.json", manifest)
-        stats, records = run.run_and_collect(args, agent, conversations, store, scoring, concurrency)
-        report, _, _ = run.write_reports(args, scoring, records, store)
+        stats, records = session.run_and_collect(args, agent, conversations, store, scoring, concurrency)
+        report, _, _ = run_scoring.write_reports(args, scoring, records, store)
         write_json_atomic(store.dir / "run.json", {**manifest, "status": "finished", "stats": stats.model_dump(),
                                                     "turns": stats.turns, "resumed_turns": stats.resumed_turns})
         figures = turn_figures(store, {(r.session_id, r.turn_index) for r in records})
@@ -162,19 +162,19 @@ def run_row(args: argparse.Namespace, label: str, config: Any, root: Path, scori
 
 def base_config(args: argparse.Namespace) -> Any:
     """The agent configuration graph.run would build from these options (the data's own index included)."""
-    from graph import run
+    from glasses_rag.harness import run_data, session
 
-    run.build_content(args)  # before the config: a benchmark content folder brings its own search index
-    return run.agent_config_from_args(args)
+    run_data.build_content(args)  # before the config: a benchmark content folder brings its own search index
+    return session.agent_config_from_args(args)
 
 
 def concurrency_for(args: argparse.Namespace, config: Any, default: int = 1) -> tuple[int, str]:
     """--concurrency (`default` when not given), capped at the core count for a policy that runs on this machine's
     CPU (graph.run's rule)."""
-    from graph import run
+    from glasses_rag.harness import session
 
     wanted = args.concurrency if getattr(args, "concurrency_given", True) else default
-    return run.effective_concurrency(argparse.Namespace(**{**vars(args), "concurrency": wanted}), config)
+    return session.effective_concurrency(argparse.Namespace(**{**vars(args), "concurrency": wanted}), config)
 
 
 def fmt(v: float, width: int = 7, digits: int = 3) -> str:

@@ -128,8 +128,8 @@ def chart(rows: list[Row], path: Path, title: str) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from glasses_rag.harness import run_scoring
     from glasses_rag.policies.presets import load_preset
-    from graph import run
 
     argv = list(sys.argv[1:] if argv is None else argv)
     mine, args = parse(argv, own_parser())
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         for n in names:
             load_preset(n)  # a typo fails here, before anything runs
         base = base_config(args)
-        scoring = run.Scoring(args)
+        scoring = run_scoring.Scoring(args)
     except (ValueError, FileNotFoundError, ImportError, OSError) as e:
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
@@ -172,13 +172,13 @@ ROW_MARK = "PRESET-ROW "
 
 
 def one_preset(args: argparse.Namespace, base: Any, name: str, root: Path, scoring: Any) -> Row:
-    from graph import run
+    from glasses_rag.harness import run_folder
 
     config = base.model_copy(update={"preset": name})
     concurrency, _ = concurrency_for(args, config)
     try:
         return run_row(args, Path(name).stem, config, root, scoring, concurrency)
-    except (run.RunRefused, ValueError, OSError) as e:
+    except (run_folder.RunRefused, ValueError, OSError) as e:
         return Row(label=Path(name).stem, preset=name, error=f"{type(e).__name__}: {e}")
 
 

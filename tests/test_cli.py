@@ -10,8 +10,9 @@ import pytest
 
 from glasses_rag.harness.cli import field_at
 from glasses_rag.harness.run_options import ROOTS, options
+from glasses_rag.harness.session import agent_config_from_args
 from graph.config import AgentConfig
-from graph.run import agent_config_from_args, build_parser, configure_logging
+from graph.run import build_parser, configure_logging
 
 
 def test_help_prints_each_default_once_and_the_environment_variables(capsys):

@@ -108,7 +108,8 @@ def test_bad_paths_and_specs_give_a_clear_error_not_a_traceback(tmp_path, capsys
 
 
 def test_data_naming_a_benchmark_content_folder_builds_it_and_searches_its_own_index(tmp_path):
-    from graph.run import build_content, build_parser
+    from glasses_rag.harness.run_data import build_content
+    from graph.run import build_parser
 
     args = build_parser().parse_args(["--task", "1", "--data", "demo-paraphrase", "--demo-dir", str(tmp_path / "demo")])
     built = build_content(args)

@@ -26,7 +26,7 @@ from glasses_rag.crag_mm.benchmark import (
 from glasses_rag.crag_mm.dataset import load_conversations
 from glasses_rag.crag_mm.demo import demo_content
 
-HELDOUT = Path(__file__).resolve().parents[1] / "crag" / "benchmarks" / "heldout"
+HELDOUT = Path(__file__).resolve().parents[1] / "glasses_rag" / "crag_mm" / "benchmarks" / "heldout"
 
 # Answers that are not stated word for word but follow from facts that are: query -> the facts it needs.
 DERIVED = {

@@ -135,7 +135,7 @@ def test_a_server_that_reports_no_usage_gives_unknown_token_counts_not_zero(srv)
     from glasses_rag.core.calls import collect_model_calls
     from glasses_rag.harness.runner import RunStats
     from glasses_rag.models.vlm.base import complete_and_report
-    from graph.run import summary_lines
+    from glasses_rag.harness.console import summary_lines
     from traces.schema import TokenTotals
 
     reply = F.text_reply('{"action": "answer"}')

@@ -62,9 +62,10 @@ def test_the_cli_and_the_starter_kit_give_the_same_answers(tmp_path):
 
 def test_the_cli_defaults_are_the_agent_config_defaults():
     """No option means the library's default agent: the CLI does not carry its own copy of the thresholds."""
+    from glasses_rag.harness.session import agent_config_from_args
     from glasses_rag.policies.rules.rule_planner import RulePlannerConfig
     from graph.config import AgentConfig
-    from graph.run import agent_config_from_args, build_parser, resolve_benchmark
+    from graph.run import build_parser, resolve_benchmark
 
     parser = build_parser()
     config = agent_config_from_args(resolve_benchmark(parser, parser.parse_args(["--task", "2"])))

@@ -1,0 +1,102 @@
+"""What a run prints: the header naming every component, the summary of how turns ended, closing warnings."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from glasses_rag.harness.run_scoring import Scoring
+
+TASK_TEXT = {1: "single-turn, image-KG search only", 2: "single-turn, image-KG + web search", 3: "multi-turn, image-KG + web search"}
+
+
+def search_line(agent: Any, superglasses: bool) -> str:
+    if superglasses and agent.search_name == "none":
+        return "none (no local index: the open-web tools search the web)"
+    return agent.search_name
+
+
+def summary_lines(stats: Any) -> list[str]:
+    ended = ", ".join(f"{k} {v}" for k, v in sorted(stats.ended_by.items())) or "none"
+    lines = [f"turns:   {stats.turns} ({stats.resumed_turns} resumed); ended by: {ended}"]
+    errors = ", ".join(f"{k} {v}" for k, v in sorted(stats.errors.items()))
+    lines.append(f"errors:  {errors} (in {stats.turns_with_errors} turn(s))" if errors else "errors:  none")
+    if stats.turns:
+        lines.append(f"tools:   {stats.tool_calls} call(s), {stats.tool_calls / stats.turns:.2f} per turn")
+    if stats.model_calls:
+        lines += model_lines(stats)
+    return lines
+
+
+def model_lines(stats: Any) -> list[str]:
+    """Model calls per turn (and on the critical path), the loop's decisions and tool calls, requests per replica."""
+    n = max(1, stats.turns)
+    unreported = stats.calls_without_usage
+    lines = [f"model:   {stats.model_calls} call(s): {stats.model_calls / n:.2f} per turn, "
+             f"{stats.sequential_calls / n:.2f} one after another; {stats.prompt_tokens} prompt + "
+             f"{stats.completion_tokens} completion tokens"
+             + (f" ({unreported} call(s) without token counts from the backend)" if unreported else "")]
+    if stats.loop.decisions or stats.loop.decisions_cancelled:
+        lines.append(f"loop:    {stats.loop.summary()}")
+    if stats.replicas:
+        lines.append("replicas: " + ", ".join(f"{k} {v}" for k, v in sorted(stats.replicas.items())))
+    return lines
+
+
+def header_lines(args: argparse.Namespace, agent: Any, scoring: Scoring, source: Any, rows: Any, tools: list[str],
+                 traces: Path, concurrency: str, warm_s: float) -> list[str]:
+    """What the run is made of: every component by name (heuristic stand-ins say so in their names)."""
+    sg = scoring.superglasses
+    verifier = getattr(agent.verifier, "name", "off") if agent.verifier is not None else "off"
+    web: list[str] = []
+    if sg:  # imported only for a SuperGlasses run
+        from glasses_rag.superglasses.evaluate import open_web_line
+
+        web = [f"web:    {open_web_line()}"]
+    return [
+        ("SuperGlasses (single-turn, image + open web)" if sg else f"task {args.task} ({TASK_TEXT[args.task]})")
+        + f" on {source}: {rows if rows is not None else '?'} conversation(s)",
+        f"policy: {agent.policy_name}",
+        f"search: {search_line(agent, sg)}",
+        f"tools:  {', '.join(tools)}" + not_offered_text(agent.registry.unavailable),
+        f"self-check: {verifier}",
+        f"judge:  {scoring.describe()}",
+        *web,
+        f"traces: {traces}",
+        f"concurrency: {concurrency}" + (f" in each of {args.workers} worker processes" if args.workers > 1 else ""),
+        f"warm-up: {warm_s:.1f}s (models loaded, indexes built)",
+    ]
+
+
+def not_offered_text(missing: dict[str, str]) -> str:
+    """'; not offered: google_lens (SERPAPI_API_KEY not set), ...': tools left out for what they lack here."""
+    if not missing:
+        return ""
+    return "; not offered: " + ", ".join(f"{n} ({why})" for n, why in sorted(missing.items()))
+
+
+def closing_lines(stats: Any, budget_s: float, conversations: Any) -> list[str]:
+    """Warnings after the report: turns lost to the budget, failed conversations, skipped rows."""
+    lines = []
+    by_budget = stats.ended_by.get("time_budget", 0)
+    if stats.turns and by_budget / stats.turns > 0.1:
+        lines.append(f"warning: {by_budget} of {stats.turns} turn(s) ran out of their {budget_s:g}s budget; answers "
+                     "were lost to time, not to the questions (lower --concurrency, raise --budget or use a faster "
+                     "model)")
+    if stats.failed_conversations:
+        lines.append(f"failed:  {stats.failed_conversations} conversation(s) raised (see log); the others were kept")
+    skipped = getattr(getattr(conversations, "report", None), "skipped", 0)
+    if skipped:
+        lines.append(f"data:    {skipped} malformed row(s) skipped; reasons in run.json")
+    return lines
+
+
+def unreachable_line(stats: Any) -> str | None:
+    """An error line when most turns could not reach their model server: their answers are not the model's."""
+    if not stats.turns or (stats.turns_unreachable * 2 <= stats.turns and not stats.stopped_unreachable):
+        return None
+    stopped = (" it stopped starting turns after the server was unreachable in several turns in a row (the same "
+               "command resumes once the server is back);" if stats.stopped_unreachable else "")
+    return (f"error: {stats.turns_unreachable} of {stats.turns} turn(s) could not reach the model server (the "
+            f"traces' `error` says why);{stopped} the scores above are not the model's")

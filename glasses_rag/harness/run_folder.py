@@ -1,0 +1,64 @@
+"""A run folder: its fingerprint, its lock, and the checks made before a run may write into it."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def run_fingerprint(args: argparse.Namespace, config: Any, source: Any) -> str:
+    """What must match for a run folder's finished turns to be reused: the agent, the task, the data, the scoring."""
+    import hashlib
+
+    parts = [config.fingerprint(), args.benchmark, args.task, str(source), args.split, args.image_prep, args.scoring_mode, args.judge,
+             str(args.tokenizer)]
+    return hashlib.sha256("\0".join(map(str, parts)).encode()).hexdigest()[:16]
+
+
+class RunRefused(Exception):
+    """The run folder cannot be used as asked (held by another process, or made with another configuration), or a
+    model server the run needs cannot be reached."""
+
+
+def check_model_servers(*parts: Any) -> None:
+    """At warm-up: every HTTP model the run uses (the policy's, an LLM judge's) takes a connection on at least one
+    replica, or the run stops here with one line (instead of minutes of retries and a report of "I don't know"s)."""
+    for part in parts:
+        client = getattr(part, "client", None)
+        check = getattr(client, "unreachable", None)
+        if not callable(check):
+            continue
+        down = check()
+        if down and len(down) == len(getattr(client, "replicas", down)):
+            raise RunRefused(f"cannot reach the model server {'; '.join(down)} (is it running? see --model)")
+
+
+def claim_run_folder(store: Any, fingerprint: str, resume_anyway: bool) -> Any:
+    """Lock the run folder for this process, clear temp files a killed writer left, and refuse to mix traces made
+    under another configuration (unless asked to). Returns the held lock."""
+    import json
+
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(str(store.dir / ".lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise RunRefused(f"another process is running in {store.dir} (its lock is held); wait for it or use another "
+                         "--run-id") from None
+    from traces.store import remove_stale_tmp
+
+    remove_stale_tmp(store.dir)
+    remove_stale_tmp(store.dir / "requests")
+    previous = store.dir / "run.json"
+    if previous.exists() and not resume_anyway:
+        try:
+            old = json.loads(previous.read_text(encoding="utf-8"))
+        except ValueError:
+            old = {}
+        if old.get("run_fingerprint") != fingerprint:
+            lock.release()
+            raise RunRefused(f"{store.dir} holds a run made with a different configuration (policy "
+                             f"{old.get('policy', '?')!r}, task {old.get('task', '?')}, data {old.get('data', '?')!r}); "
+                             "use another --run-id, or --resume-anyway to keep its finished turns")
+    return lock

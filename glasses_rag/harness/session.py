@@ -1,0 +1,173 @@
+"""One run from parsed command-line options: data, agent, run folder, turns, reports (`python -m graph.run`
+is its command line)."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+import time
+from typing import Any
+
+from glasses_rag.core.credentials import scrub_argv, scrub_data, scrub_text
+from glasses_rag.harness.console import closing_lines, header_lines, summary_lines, unreachable_line
+from glasses_rag.harness.run_data import build_content, load_data
+from glasses_rag.harness.run_folder import check_model_servers, claim_run_folder, run_fingerprint
+from glasses_rag.harness.run_scoring import SCORING_OPTIONS, Scoring, plot_run, worker_scoring, write_reports
+
+
+def agent_config_from_args(args: argparse.Namespace) -> Any:
+    """The command line as an AgentConfig (the only place the CLI decides anything about the agent): the agent
+    options given, the model options on top of --model / --model-config, the benchmark's tool profile."""
+    from glasses_rag.harness.cli import nested
+    from glasses_rag.harness.run_options import MODEL_OPTIONS, options
+    from glasses_rag.models.openai_client import pool_size_for
+    from glasses_rag.models.vlm import model_config_from_options
+    from graph.config import AgentConfig
+
+    given = nested(args, options(), "agent")
+    model = model_config_from_options(args.model, args.model_config, pool_size=pool_size_for(args.concurrency),
+                                      **{k: getattr(args, k) for k in MODEL_OPTIONS})
+    given["policy"] = model if model is not None else "rule"
+    given.setdefault("tools", {})["profile"] = args.benchmark
+    return AgentConfig.model_validate(given)
+
+
+def cpu_bound(config: Any) -> bool:
+    """Does the policy run on this machine's CPU (the rule planner and its local models, in-process models)?"""
+    if config.preset:
+        from glasses_rag.policies.presets import load_preset
+
+        if load_preset(config.preset).policy == "rule":  # the rule planner decides, whatever model is configured
+            return True
+    backend = getattr(config.policy, "backend", None)
+    if backend is None and isinstance(config.policy, str):
+        backend = "rule" if config.policy == "rule" else config.policy.partition(":")[0]
+    return backend in ("rule", "transformers", "llamacpp")
+
+
+def effective_concurrency(args: argparse.Namespace, config: Any) -> tuple[int, str]:
+    """--concurrency, capped at the core count for a CPU-bound policy (turns would lose their budget otherwise)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = max(1, cores // args.workers)  # each worker process runs --concurrency conversations
+    if args.concurrency > cores and cpu_bound(config) and not args.oversubscribe:
+        per = " per worker process" if args.workers > 1 else ""
+        return cores, (f" (capped from {args.concurrency}: the policy runs on this machine's {cores} CPU core(s)"
+                       f"{per}; --oversubscribe to lift it)")
+    return args.concurrency, ""
+
+
+def run(args: argparse.Namespace, argv: list[str] | None) -> int:
+    from traces.store import TraceStore
+
+    build_content(args)  # before the config: a benchmark content folder brings its own search index
+    config = agent_config_from_args(args)
+    source, conversations = load_data(args)  # streamed: a dataset is never held decoded in memory
+    scoring = Scoring(args)
+    kind = "superglasses" if scoring.superglasses else f"task{args.task}"
+    store = TraceStore(args.out, args.run_id or f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}")
+    fingerprint = run_fingerprint(args, config, source)
+    lock = claim_run_folder(store, fingerprint, args.resume_anyway)
+    try:
+        return _run_claimed(args, argv, config, source, conversations, scoring, store, fingerprint)
+    finally:
+        lock.release()  # also on Ctrl-C: the folder is free for the resume
+
+
+def _run_claimed(args: argparse.Namespace, argv: list[str] | None, config: Any, source: Any, conversations: Any,
+                 scoring: Scoring, store: Any, fingerprint: str) -> int:
+    from graph.build import build_agent
+    from traces.store import write_json_atomic
+
+    t0 = time.time()
+    concurrency, capped = effective_concurrency(args, config)
+    agent = build_agent(config, run_id=store.dir.name, task=args.task)  # models loaded and indexes built here
+    check_model_servers(agent.llm, scoring.judge)
+    used = agent.config  # with the preset applied
+    tools = [t.name for t in agent.registry.for_task(args.task, used.tools.allowed, used.tools.profile)]
+    print(scrub_text("\n".join(header_lines(args, agent, scoring, source, getattr(conversations, "rows", None), tools,
+                                            store.dir, f"{concurrency}{capped}", time.time() - t0))), flush=True)
+    manifest = {
+        "run_id": store.dir.name, "benchmark": args.benchmark, "task": args.task, "data": str(source),
+        "policy": agent.policy_name, "search": agent.search_name, "judge": scoring.judge_name,
+        "scoring_mode": args.scoring_mode, "truncation": scoring.truncator.name, "tools": tools,
+        "tools_not_offered": agent.registry.unavailable,
+        "budget_s": config.budget.budget_s, "max_steps": config.budget.max_steps, "concurrency": concurrency,
+        "workers": args.workers, "config": config.model_dump(mode="json"), "config_fingerprint": agent.fingerprint,
+        "run_fingerprint": fingerprint, "argv": scrub_argv(sys.argv[1:] if argv is None else argv),
+        "status": "running",
+    }
+    manifest = scrub_data(manifest)  # a model config's api_key as ***, URL userinfo removed
+    write_json_atomic(store.dir / "run.json", manifest)  # written first: a resumed run checks it
+    stats, records = run_and_collect(args, agent, conversations, store, scoring, concurrency)
+    report, files, text = write_reports(args, scoring, records, store)
+    web_cache = None
+    if scoring.superglasses:  # imported only for a SuperGlasses run
+        from glasses_rag.superglasses.evaluate import open_web_stats
+
+        web_cache = open_web_stats()
+    write_json_atomic(store.dir / "run.json", scrub_data({
+        **manifest, "status": "finished", "stats": stats.model_dump(), "turns": stats.turns,
+        "resumed_turns": stats.resumed_turns, "failed_conversations": stats.failed_conversations,
+        "search_cache": agent.resources.search.stats() if hasattr(agent.resources.search, "stats") else None,
+        "web_cache": web_cache, "seconds": round(time.time() - t0, 2),
+        "load_report": conversations.report.model_dump() if hasattr(conversations, "report") else None,
+    }))
+    print(scrub_text("\n".join(summary_lines(stats))))  # first: how the turns ended is what a newcomer must not miss
+    print(scrub_text(text))
+    for line in closing_lines(stats, config.budget.budget_s, conversations):
+        print(scrub_text(line))
+    if not args.no_plot:
+        files["plot"] = plot_run(scoring, report, store.dir)  # after the summary
+    print("report: " + ", ".join(str(p) for p in files.values()))
+    unreachable = unreachable_line(stats)
+    if unreachable:
+        print(unreachable, file=sys.stderr)
+        return 1
+    return 0 if not stats.failed_conversations else 1
+
+
+def run_and_collect(args: argparse.Namespace, agent: Any, conversations: Any, store: Any, scoring: Scoring,
+                    concurrency: int) -> tuple[Any, list[Any]]:
+    """Run every conversation; keep one compact scoring record per turn (the traces themselves are dropped)."""
+    from glasses_rag.crag_mm.evaluate import TurnRecord, record_from_trace
+    from glasses_rag.harness.runner import run_task
+
+    records: list[TurnRecord] = []
+
+    def keep_record(trace: Any) -> None:
+        records.append(record_from_trace(trace))
+
+    bar = None
+    if not args.no_progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=getattr(conversations, "rows", None), unit="conversation", file=sys.stderr)
+    try:
+        progress = (lambda n: bar.update(1)) if bar else None
+        fingerprint = None if args.resume_anyway else agent.fingerprint
+        if args.workers > 1:
+            stats = _run_in_workers(args, agent, conversations, store, concurrency, progress, fingerprint,
+                                    records.append)
+        else:
+            stats = run_task(agent, conversations, args.task, store, scorer=scoring, concurrency=concurrency,
+                             progress=progress, on_turn=keep_record, image_prep=args.image_prep,
+                             history_answer=scoring.truncator.truncate, fingerprint=fingerprint)
+    finally:
+        if bar:
+            bar.close()
+    return stats, records
+
+
+def _run_in_workers(args: argparse.Namespace, agent: Any, conversations: Any, store: Any, concurrency: int,
+                    progress: Any, fingerprint: str | None, on_record: Any) -> Any:
+    """The same run in `--workers` processes, each building its own agent and scoring from picklable options."""
+    from glasses_rag.crag_mm.evaluate import record_from_trace
+    from glasses_rag.harness.workers import WorkerSpec, run_task_in_workers
+
+    spec = WorkerSpec(config=agent.config, task=args.task, out=store.dir.parent, run_id=agent.run_id,
+                      concurrency=concurrency, image_prep=args.image_prep, fingerprint=fingerprint,
+                      scoring=functools.partial(worker_scoring, {k: getattr(args, k) for k in SCORING_OPTIONS}),
+                      summarize=record_from_trace)
+    return run_task_in_workers(spec, conversations, args.workers, progress=progress, on_record=on_record)
