@@ -114,7 +114,7 @@ def cli_agent(model: str, data: Path, out: Path, run_id: str, concurrency: int) 
     args = cli.resolve_benchmark(parser, parser.parse_args(
         cli_args(model, data, out, run_id, "--concurrency", str(concurrency))))
     run_data.build_content(args)
-    config = session.agent_config(args)
+    config = session.agent_config_from_args(args)
     scoring = Scoring(args)
     agent = build_agent(config, run_id=run_id, task=args.task)
 

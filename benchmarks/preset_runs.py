@@ -165,7 +165,7 @@ def base_config(args: argparse.Namespace) -> Any:
     from glasses_rag.harness import run_data, session
 
     run_data.build_content(args)  # before the config: a benchmark content folder brings its own search index
-    return session.agent_config(args)
+    return session.agent_config_from_args(args)
 
 
 def concurrency_for(args: argparse.Namespace, config: Any, default: int = 1) -> tuple[int, str]:

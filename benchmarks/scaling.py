@@ -1,8 +1,7 @@
-"""Turns per second against a model server of fixed latency, one process vs worker processes: `python -m
-benchmarks.scaling`.
+"""Turns per second against a model server of fixed latency, one process vs worker processes: `python -m benchmarks.scaling`.
 
-The model is the fake OpenAI-compatible server (glasses_rag/testing/fake_model_server.py) in its own process (no GIL
-shared with the agent), answering every request after `--delay` seconds (300 ms by default) with scripted replies to the
+The model is the fake OpenAI-compatible server (glasses_rag/testing/fake_model_server.py) in its own process (no GIL shared with
+the agent), answering every request after `--delay` seconds (300 ms by default) with scripted replies to the
 agent's transcript prompts: decide -> web_search, decide -> answer (the answer rides on the decision), then the
 self-check (one chain-of-verification round trip). So a turn is `round trips x delay` of model time, and the ideal
 rate at concurrency c is
@@ -11,9 +10,9 @@ rate at concurrency c is
 
 with the round trips read from the traces (`tokens.sequential_calls`). Each concurrency runs twice: in one process
 (`glasses_rag.harness.runner.run_task`, c threads) and in `--workers` processes
-(`glasses_rag.harness.workers.WorkerPool`, c / workers threads
-each, started and warmed before the clock starts, as a long run amortises their start). The figure is the
-measured rate over the ideal, for the whole run and for its steady state (completions after the first wave and
+(`glasses_rag.harness.workers.ProcessWorkerPool`, c / workers threads each, started and warmed before the clock
+starts, as a long run amortises their start). The figure is the measured rate over the ideal, for the whole run
+and for its steady state (completions after the first wave and
 before the last: the first wave starts every slot cold, the last drains). Search is off and there is no image, so
 what is measured is the framework: graph, policy, HTTP client, traces written to disk, and (with workers) the
 hand-off of conversations and records between processes. Every conversation has one turn of task 2.
@@ -153,12 +152,12 @@ def run_one_process(url: str, c: int, turns: int, out: Path, stream: bool) -> di
 
 
 def run_workers(url: str, c: int, workers: int, turns: int, out: Path, stream: bool) -> dict:
-    from glasses_rag.harness.workers import WorkerPool, WorkerSpec
+    from glasses_rag.harness.workers import ProcessWorkerPool, WorkerSpec
 
     per = max(1, c // workers)
     spec = WorkerSpec(config=agent_config(url, per, stream), task=2, out=out, run_id=f"workers{c}", concurrency=per,
                       summarize=turn_summary)
-    with WorkerPool(spec, workers) as pool:
+    with ProcessWorkerPool(spec, workers) as pool:
         pool.run(conversations(f"warm{workers}-{c}", c))  # one wave: imports done, threads and connections made
         clock = Clock(pool.pids)
         t = clock.timed(lambda: pool.run(conversations(f"workers{c}", turns), on_record=clock.turn))
@@ -235,11 +234,9 @@ def print_results(args: argparse.Namespace, results: list[dict]) -> None:
           f"no image; {os.cpu_count()} CPU(s), python {sys.version.split()[0]}; load average now "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"{'conc':>5} {'mode':<10}{'turns':>6}{'turns/s':>9}{'ideal':>8}{'of ideal':>9}{'steady':>8}{'of ideal':>9}"
-          f"{'seq calls':>10}{'turn s':>8}{'call ms':>8}{'rest ms':>8}{'cpu ms/turn':>12}"
-          f"{'server ms/turn':>15}{'cores busy':>11}{'load':>6}")
+          f"{'seq calls':>10}{'turn s':>8}{'call ms':>8}{'rest ms':>8}{'cpu ms/turn':>12}{'server ms/turn':>15}{'cores busy':>11}{'load':>6}")
     for r in results:
-        print(f"{r['concurrency']:>5} {r['mode']:<10}{r['turns']:>6}{r['turns_per_s']:>9.2f}"
-              f"{r['ideal_turns_per_s']:>8.2f}"
+        print(f"{r['concurrency']:>5} {r['mode']:<10}{r['turns']:>6}{r['turns_per_s']:>9.2f}{r['ideal_turns_per_s']:>8.2f}"
               f"{r['of_ideal']:>9.3f}{r['steady_turns_per_s']:>8.2f}{r['steady_of_ideal']:>9.3f}"
               f"{r['sequential_calls']:>10.2f}{r['mean_turn_s']:>8.2f}{r['call_ms']:>8.0f}{r['other_ms_per_turn']:>8.0f}"
               f"{r['cpu_ms_per_turn']:>12.1f}"

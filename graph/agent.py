@@ -43,7 +43,31 @@ class TurnInput(BaseModel):
 
 
 class Agent:
-    """A policy, a verifier, tools and shared resources, run turn by turn through the LangGraph graph."""
+    """A policy, a verifier, tools and shared resources, run turn by turn through the LangGraph graph.
+
+    Built by `graph.build.build_agent` (the one way); `run_turn` answers one turn and returns its `TurnTrace`.
+
+    Example:
+        >>> from glasses_rag.crag_mm.search import NullSearch
+        >>> from glasses_rag.policies.protocol import ScriptedPolicy
+        >>> from graph.agent import TurnInput
+        >>> from graph.build import build_agent
+        >>> from graph.config import AgentConfig
+        >>> from tools import ToolRegistry
+        >>> policy = ScriptedPolicy([], answer={"answer": "Paris", "confidence": 0.8})
+        >>> agent = build_agent(AgentConfig(warm_up=False), search=NullSearch(), registry=ToolRegistry([]),
+        ...                     policy=policy)
+        >>> inp = TurnInput(task=1, session_id="s1", interaction_id="s1-0", question="what is the capital of France?")
+        >>> trace = agent.run_turn(inp)  # nothing was looked up: the self-check finds no support and abstains
+        >>> trace.answer, trace.abstained, trace.ended_by
+        ("I don't know", True, 'answer')
+        >>> unchecked = build_agent(AgentConfig(warm_up=False, self_check="off"), search=NullSearch(),
+        ...                         registry=ToolRegistry([]), policy=policy)
+        >>> unchecked.run_turn(inp).answer
+        'Paris'
+        >>> agent.run_turn(TurnInput(task=1, session_id="s1", interaction_id="s1-1", question=" ")).error
+        'empty question'
+    """
 
     def __init__(self, policy: Policy, resources: Any, config: AgentConfig, registry: ToolRegistry,
                  verifier: Verifier | None, llm: Any = None, run_id: str | None = None):
@@ -63,6 +87,16 @@ class Agent:
         return getattr(self.policy, "name", type(self.policy).__name__)
 
     def run_turn(self, inp: TurnInput) -> TurnTrace:
+        """Answer one turn within the configured budget and return its trace; a turn never raises.
+
+        Args:
+            inp: the turn: task, ids, question, image (a PIL image or None) and the conversation's earlier turns.
+
+        Returns:
+            The `TurnTrace`: every step, the answer ("I don't know" when the agent abstains) and why the turn ended
+            (`answer`, `step_limit`, `time_budget` or `error`, with the error in the trace, never raised). Example:
+            the class docstring.
+        """
         b = self.config.budget
         question = (inp.question or "").strip()
         notes: list[str] = []

@@ -51,10 +51,35 @@ def build_agent(config: AgentConfig | None = None, *, search: Any = None, policy
                 registry: ToolRegistry | None = None, run_id: str | None = None, task: int | None = None) -> Agent:
     """An Agent from one configuration.
 
-    `search` overrides `config.search` with a backend object (e.g. the official pipeline the starter kit
-    hands over; it is wrapped in the search cache unless `config.search.cache` is off); `policy` and
-    `registry` override the configured ones (tests, scripted policies). `task=1` builds the search backend
-    without web search."""
+    Args:
+        config: the whole configuration (`AgentConfig()`: the defaults of the CLI; its preset, if any, applied).
+        search: a search backend object that overrides `config.search` (e.g. the official pipeline the starter kit
+            hands over); it is wrapped in the search cache unless `config.search.cache` is off.
+        policy: a policy that overrides the configured one (tests, scripted policies).
+        registry: the tools, overriding the configured ones (default: the built-in tools and those of
+            `config.tools.modules` that have what they need on this machine).
+        run_id: the run's id, written into every trace (default: a fresh one).
+        task: 1 builds the search backend without web search.
+
+    Example:
+        >>> from glasses_rag.crag_mm.search import NullSearch
+        >>> from glasses_rag.policies.protocol import ScriptedPolicy
+        >>> from graph.agent import TurnInput
+        >>> from graph.build import build_agent
+        >>> from graph.config import AgentConfig
+        >>> from tools import Fact, ToolContext, ToolOutput, ToolRegistry, tool
+        >>> @tool(tasks={1, 2, 3}, writes={"facts"})
+        ... def echo(ctx: ToolContext, text: str) -> ToolOutput:
+        ...     '''Repeat a text.'''
+        ...     return ToolOutput(summary=text, update={"facts": [Fact(text=text, source="echo")]})
+        >>> policy = ScriptedPolicy([{"action": "call_tool", "tool": "echo", "arguments": {"text": "hi"}}],
+        ...                         answer={"answer": "hi", "confidence": 0.9})
+        >>> agent = build_agent(AgentConfig(warm_up=False), search=NullSearch(), policy=policy,
+        ...                     registry=ToolRegistry([echo.__tool__]), run_id="example")
+        >>> trace = agent.run_turn(TurnInput(task=1, session_id="s1", interaction_id="s1-0", question="say hi"))
+        >>> [c.tool for c in trace.tool_calls()], trace.answer, trace.ended_by
+        (['echo'], 'hi', 'answer')
+    """
     from glasses_rag.crag_mm.cache import CachedSearch
     from glasses_rag.crag_mm.search import as_search_backend, make_search
     from glasses_rag.models.resources import Resources, limit_cpu_threads

@@ -13,7 +13,7 @@ from glasses_rag.policies.rules.candidates import Part
 from glasses_rag.policies.rules.canonical import canonical
 from glasses_rag.policies.rules.relations import relation_clash
 from glasses_rag.policies.rules.sources.ocr import label_like
-from glasses_rag.policies.rules.units import DEFAULT
+from glasses_rag.text.units import DEFAULT
 from graph.agent import TurnInput
 from graph.build import build_agent
 from graph.config import AgentConfig

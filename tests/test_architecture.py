@@ -7,7 +7,7 @@ SuperGlasses (`glasses_rag.superglasses`) <- the policies (`glasses_rag.policies
 (`glasses_rag.training`) <- the run harness (`glasses_rag.harness`) <- front ends (the CLI `graph.run`, the starter-kit
 adapter, the trace viewer and run diff, which read every benchmark's reports) <- benchmarks and test doubles.
 Checked on the source, every import statement included (also those inside functions), so a lazy import that goes the
-wrong way, or closes a cycle, fails here.
+wrong way, or closes a cycle, fails here. Also here: one class per name across the code, sizes of functions and classes.
 """
 
 from __future__ import annotations
@@ -149,6 +149,21 @@ def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": frozenset({"b"}), "b": frozenset({"a"}), "c": frozenset()}) == [["a", "b"]]
 
 
+def _doc_section(title: str) -> str:
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    return text.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_architecture_page_shows_these_layers_and_every_package():
+    rows = [line for line in _doc_section("Packages in layers").splitlines() if re.match(r"\| \d+ \|", line)]
+    documented = [{u for u in re.findall(r"`([\w.]+)`", row) if u in UNITS} for row in rows]
+    assert documented == [set(layer) for layer in LAYERS]
+    tree = _doc_section("The tree")
+    packages = {f.parent.relative_to(ROOT) for pkg in TOP_PACKAGES for f in (ROOT / pkg).rglob("__init__.py")}
+    missing = sorted(str(d) for d in packages if len(d.parts) <= 3 and not re.search(rf"\b{d.name}/", tree))
+    assert not missing, f"docs/architecture.md's tree lacks {missing}"
+
+
 LIBRARY = ("glasses_rag/core", "glasses_rag/text", "glasses_rag/web", "glasses_rag/models", "tools",
            "glasses_rag/crag_mm", "glasses_rag/superglasses", "glasses_rag/policies", "glasses_rag/harness", "traces", "graph")
 MAX_FUNCTION_LINES, MAX_CLASS_LINES = 60, 300
@@ -203,6 +218,47 @@ def test_the_size_check_counts_statements_not_layout():
     documented = 'def f():\n    """One.\n\n    Two."""\n    return g(1, 2, 3)\n'
     sizes = [logical_lines(ast.parse(src).body[0]) for src in (one_line, spread, documented)]
     assert sizes == [3, 3, 5]
+
+
+CODE = ("glasses_rag", "graph", "tools", "traces")
+
+
+def _type_names(tree: ast.Module) -> list[tuple[str, int]]:
+    """Classes (private and nested ones included) and module-level type aliases (`ErrorKind = Literal[...]`: a
+    CamelCase name given a type expression, not a call's result, at the top of a module) with their line."""
+    found = [(n.name, n.lineno) for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
+    for n in tree.body:
+        if not isinstance(n, (ast.Assign, ast.AnnAssign)) or isinstance(n.value, ast.Call):
+            continue  # `BaseAgent = _import_base_agent()` names a class defined above, not a second one
+        targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+        found += [(t.id, n.lineno) for t in targets
+                  if isinstance(t, ast.Name) and re.fullmatch(r"_?[A-Z]\w*[a-z]\w*", t.id)]
+    return found
+
+
+def classes_named_twice(sources: dict[str, str]) -> dict[str, list[str]]:
+    """Type names (classes, type aliases) defined more than once across `sources` (where -> source): a name says one
+    thing in the whole code, so a reader (or a grep) never lands on the wrong class."""
+    where: dict[str, list[str]] = {}
+    for path, source in sources.items():
+        for name, line in _type_names(ast.parse(source)):
+            where.setdefault(name, []).append(f"{path}:{line}")
+    return {name: places for name, places in sorted(where.items()) if len(places) > 1}
+
+
+def test_one_class_per_name():  # type aliases included
+    sources = {str(f.relative_to(ROOT)): f.read_text(encoding="utf-8")
+               for pkg in CODE for f in sorted((ROOT / pkg).rglob("*.py"))}
+    assert len(sources) > 100  # the whole code is scanned
+    assert not classes_named_twice(sources)
+
+
+def test_the_name_check_finds_a_class_defined_twice():
+    found = classes_named_twice({"a.py": "class Turn:\n    pass\n", "b.py": "def f():\n    class Turn:\n        pass\n",
+                                 "c.py": "class _Worker:\n    pass\nMode = int\nMAX_S = 1\n",
+                                 "d.py": "Mode: TypeAlias = str\nMAX_S = 2\nTurn = make_class()\n"})
+    assert found == {"Mode": ["c.py:3", "d.py:1"], "Turn": ["a.py:1", "b.py:2"]}
+
 
 
 def _top_level_names(dist: md.Distribution) -> set[str]:

@@ -10,7 +10,7 @@ import pytest
 
 from glasses_rag.harness.cli import field_at
 from glasses_rag.harness.run_options import ROOTS, options
-from glasses_rag.harness.session import agent_config
+from glasses_rag.harness.session import agent_config_from_args
 from graph.config import AgentConfig
 from graph.run import build_parser, configure_logging
 
@@ -37,8 +37,8 @@ def test_every_option_sets_an_existing_field_and_shows_its_default():
 
 def test_no_option_means_the_library_default_agent_and_options_reach_their_fields():
     p = build_parser()
-    assert agent_config(p.parse_args(["--task", "2"])) == AgentConfig(tools={"profile": "crag-mm"})
-    cfg = agent_config(p.parse_args(["--task", "2", "--budget", "3", "--image-tie-margin", "0.02", "--tools",
+    assert agent_config_from_args(p.parse_args(["--task", "2"])) == AgentConfig(tools={"profile": "crag-mm"})
+    cfg = agent_config_from_args(p.parse_args(["--task", "2", "--budget", "3", "--image-tie-margin", "0.02", "--tools",
                                      "ocr, image_search", "--tools-module", "a", "--tools-module", "b",
                                      "--search", "none"]))
     assert cfg.budget.budget_s == 3.0 and cfg.planner.image_tie_margin == 0.02

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from glasses_rag.policies.rules.answer_types import AnswerSpec, answer_span, expected_answer, matches, quantities
+from glasses_rag.policies.rules.answer_types import ExpectedAnswer, answer_span, expected_answer, matches, quantities
 from glasses_rag.policies.rules.questions import (
     classify,
     conversion_target,
@@ -111,12 +111,12 @@ def test_comparisons_multi_hop_and_conversions_are_taken_apart():
 # ---- answer types ----------------------------------------------------------------------------------
 
 def test_expected_answer_types():
-    assert expected_answer("how tall is it?") == AnswerSpec(kind="quantity", dimension="length")
+    assert expected_answer("how tall is it?") == ExpectedAnswer(kind="quantity", dimension="length")
     assert expected_answer("who invented the sport played with this ball?").kind == "person"
     assert expected_answer("when did it open?").kind == "date"
     assert expected_answer("in what year was it built?").kind == "year"
     assert expected_answer("is it poisonous?").kind == "yes_no"
-    assert expected_answer("how many wheels does it have?") == AnswerSpec(kind="number", counted="wheels")
+    assert expected_answer("how many wheels does it have?") == ExpectedAnswer(kind="number", counted="wheels")
     assert expected_answer("which river flows past it?").kind == "place"
     assert expected_answer("how much is a ticket?").kind == "money"
 

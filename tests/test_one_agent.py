@@ -62,13 +62,13 @@ def test_the_cli_and_the_starter_kit_give_the_same_answers(tmp_path):
 
 def test_the_cli_defaults_are_the_agent_config_defaults():
     """No option means the library's default agent: the CLI does not carry its own copy of the thresholds."""
-    from glasses_rag.harness.session import agent_config
+    from glasses_rag.harness.session import agent_config_from_args
     from glasses_rag.policies.rules.rule_planner import RulePlannerConfig
     from graph.config import AgentConfig
     from graph.run import build_parser, resolve_benchmark
 
     parser = build_parser()
-    config = agent_config(resolve_benchmark(parser, parser.parse_args(["--task", "2"])))
+    config = agent_config_from_args(resolve_benchmark(parser, parser.parse_args(["--task", "2"])))
     assert config.planner == RulePlannerConfig()
     assert config.abstain_below == AgentConfig.model_fields["abstain_below"].default
     assert config.budget == AgentConfig.model_fields["budget"].default_factory()  # type: ignore[misc]

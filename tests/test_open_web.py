@@ -10,7 +10,7 @@ from support import make_agent
 
 from glasses_rag.policies.protocol import AnswerDraft, Decision, ScriptedPolicy
 from glasses_rag.web import open_web
-from glasses_rag.web.page_text import chunk_text, sentences
+from glasses_rag.web.page_text import chunk_text, paragraph_sentences
 from glasses_rag.web.serpapi import SerpApiClient, SerpApiError
 from graph.agent import TurnInput
 from tools import default_registry
@@ -131,7 +131,7 @@ def test_page_reader_bounds_the_download(web, monkeypatch):
 
 
 def test_sentence_chunks_respect_abbreviations_and_the_word_bound():
-    assert sentences("Dr. Smith flew 3.5 km. It was fun.") == ["Dr. Smith flew 3.5 km.", "It was fun."]
+    assert paragraph_sentences("Dr. Smith flew 3.5 km. It was fun.") == ["Dr. Smith flew 3.5 km.", "It was fun."]
     text = "\n".join(["One two three four five. Six seven eight nine ten."] * 3)
     chunks = chunk_text(text, chunk_words=10)
     assert chunks == ["One two three four five. Six seven eight nine ten."] * 3

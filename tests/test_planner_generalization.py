@@ -10,7 +10,7 @@ from PIL import Image
 from support import sign
 
 from glasses_rag.policies.protocol import IDK
-from glasses_rag.policies.rules.answer_types import AnswerSpec, answer_span, expected_answer, head_noun
+from glasses_rag.policies.rules.answer_types import ExpectedAnswer, answer_span, expected_answer, head_noun
 from glasses_rag.policies.rules.questions import canonical, classify, parse_bridge
 from glasses_rag.text import nlp
 from graph.agent import TurnInput
@@ -83,7 +83,7 @@ def test_head_noun_and_counted_noun():
     assert head_noun("which coat pattern does this dog have?") == "pattern"
     assert head_noun("in which plant family is this fern?") == "family"
     assert head_noun("what is a group of these birds called?") is None  # "a group of": not a group's name
-    assert expected_answer("which coffee shop roasted these beans?") == AnswerSpec(kind="name", noun="shop")
+    assert expected_answer("which coffee shop roasted these beans?") == ExpectedAnswer(kind="name", noun="shop")
     assert expected_answer("how much sugar does this have?").counted == "sugar"
 
 
@@ -121,10 +121,10 @@ def test_answer_spans_hold_to_the_type():
     # a name in subject position is not where something is
     assert answer_span("The Ostrava Trust restored the cutter in 1990.", where, "where is the cutter kept?") is None
     assert answer_span("The cutter is kept at Brill Harbour.", where, "where is the cutter kept?") == "Brill Harbour"
-    who = AnswerSpec(kind="person")
+    who = ExpectedAnswer(kind="person")
     assert answer_span("The map was drawn by Ines Vale and Tomas Ruiz in 1821.", who,
                        "who drew the map?") == "Ines Vale and Tomas Ruiz"
-    named = AnswerSpec(kind="text", noun="engine")
+    named = ExpectedAnswer(kind="text", noun="engine")
     assert answer_span("Vale joined the Bristol Engine Works, where she tuned the Kestrel Mark II engine.", named,
                        "what was her first engine called?") == "the Kestrel Mark II engine"
 

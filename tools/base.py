@@ -94,7 +94,29 @@ def check_update(update: dict[str, Any], allowed: frozenset[str] | set[str]) -> 
 
 
 class ToolOutput(BaseModel):
-    """What a tool returns. `summary` is what a policy reads; `update` is what the tool adds to the state."""
+    """What a tool returns. `summary` is what a policy reads; `update` is what the tool adds to the state.
+
+    The update is checked against the fields the tool declared (`@tool(writes={...})`) and their types before the
+    graph folds it into the state with each field's reducer; wrap a value in `Replace` to overwrite a merged field.
+
+    Args:
+        summary: one or two lines on what the call found, for the policy and the trace.
+        method: which implementation ran, e.g. "rapidocr" or "heuristic:saliency-crop".
+        keywords: the search keywords used, for the trace (a SuperGlasses hop).
+        update: `ToolState` field -> value (or `Replace(value)`).
+
+    Example:
+        >>> from tools.base import Fact, Replace, ToolOutput, check_update
+        >>> out = ToolOutput(summary="1 fact", method="heuristic:example",
+        ...                  update={"facts": [Fact(text="5 km = 3.1 mi", source="convert_units", value="3.1 mi")]})
+        >>> check_update(out.update, {"facts"})["facts"][0].value
+        '3.1 mi'
+        >>> check_update({"ocr_text": "EXIT"}, {"facts"})
+        Traceback (most recent call last):
+        ...
+        ValueError: ...ocr_text...
+        >>> reranked = ToolOutput(summary="kept 1 of 3 hits", update={"evidence": Replace([])})
+    """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 

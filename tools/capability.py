@@ -70,6 +70,38 @@ class AnswerUse:
 
 @dataclass(frozen=True, eq=False)
 class Capability:
+    """A kind of work tools do, declared once; tools name it in `@tool(tags={...})` and planners pick tools by it.
+
+    Two capabilities are the same when their names are (a set of tags holds one per name).
+
+    Args:
+        name: a snake_case word, unique among capabilities (the built-in ones are in `BUILTIN`).
+        description: what the work is and which state field it writes, for people and model policies.
+        inputs: the planner slots passed to its tools (each under the tool's own argument name, see
+            `@tool(inputs=...)`); every one needs a provider: a slot the planner fills, or a `slots` hook.
+        search: the SuperGlasses hop kind of its calls ("image" or "text"), when it searches.
+        due: when a planner should call it, given its `Reading` of the turn (for a capability no plan-table row
+            names).
+        slots: input name -> a hook computing that input from the `Reading`.
+        answer: what its output means for answering (an `AnswerUse`), when its facts answer questions.
+
+    Example:
+        >>> from tools import Capability, ToolContext, ToolOutput, tool
+        >>> SPELLS = Capability("spells_word", "spells the entity's name letter by letter (writes facts)",
+        ...                     inputs=("word",), slots={"word": lambda r: r.entity or ""},
+        ...                     due=lambda r: "spell" in r.question and r.entity is not None)
+        >>> @tool(tags={SPELLS}, writes={"facts"})
+        ... def spell(ctx: ToolContext, word: str) -> ToolOutput:
+        ...     '''Spell a word out, letter by letter.'''
+        ...     return ToolOutput(summary="-".join(word.upper()))
+        >>> spell.__tool__.has("spells_word"), spell.__tool__.capabilities == (SPELLS,)
+        (True, True)
+        >>> Capability("Spells Word", "not a snake_case name")
+        Traceback (most recent call last):
+        ...
+        ValueError: capability name must be a snake_case word, not 'Spells Word'
+    """
+
     name: str
     description: str
     inputs: tuple[str, ...] = ()  # planner slots passed to its tools (under the tool's own argument names)
@@ -92,7 +124,8 @@ class Capability:
         return isinstance(other, Capability) and other.name == self.name
 
 
-# The capabilities the plan table names. The planner fills their inputs itself (graph/planner: slots by name).
+# The capabilities the plan table names. The planner fills their inputs itself (glasses_rag/policies/rules/slots.py:
+# slots by name).
 FINDS_ENTITY = Capability("finds_entity", "identifies the pictured entity (writes evidence: image-KG or open-web "
                           "hits)", search="image")
 LOCATES_OBJECT = Capability("locates_object", "finds the object the question points at (writes crop)", ("target",))

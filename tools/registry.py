@@ -28,7 +28,7 @@ ALL_TASKS = frozenset({1, 2, 3})
 DEFAULT_PROFILE = "crag-mm"
 PROFILES = frozenset({"crag-mm", "superglasses"})
 
-ErrorKind = Literal["unknown_tool", "not_allowed", "bad_arguments"]
+CallErrorKind = Literal["unknown_tool", "not_allowed", "bad_arguments"]
 
 
 class ToolCall(BaseModel):
@@ -41,9 +41,9 @@ class ToolCall(BaseModel):
 class ToolCallError(Exception):
     """A proposed call that cannot run."""
 
-    def __init__(self, kind: ErrorKind, message: str):
+    def __init__(self, kind: CallErrorKind, message: str):
         super().__init__(message)
-        self.kind: ErrorKind = kind
+        self.kind: CallErrorKind = kind
         self.message = message
 
 
@@ -287,21 +287,41 @@ def tool(fn: Callable | None = None, *, name: str | None = None, tasks: Iterable
     """Make a function a tool: `fn.__tool__` is its `Tool`. Nothing is registered anywhere; an agent gets its
     tools explicitly (`ToolRegistry([...])`, built by `build_agent` from the configuration).
 
-    Usage::
+    The function takes a `ToolContext` first (what it may read of the turn), then its own arguments, each with a
+    type annotation (they become the JSON schema a model sees; the docstring's `Args:` lines their descriptions),
+    and returns a `ToolOutput`. Its docstring's first paragraph is the description policies read.
 
-        @tool(tasks={2, 3}, tags={"searches_web"}, writes={"evidence"})
-        def web_search(ctx: ToolContext, query: str, k: int = 5) -> ToolOutput:
-            \"\"\"Search the web for pages about `query`.\"\"\"
+    Args:
+        fn: the function, when used as a bare `@tool`.
+        name: the tool's name (default: the function's).
+        tasks: the CRAG-MM tasks (1, 2, 3) that may call it.
+        tags: capability names (the built-in ones in `tools.capability.BUILTIN`) or `Capability` objects (a new
+            capability declared next to the tool), through which planners pick tools; other names are plain tags.
+        writes: the `ToolState` fields the tool's `ToolOutput.update` may touch (anything else is refused).
+        profiles: the benchmark profiles (see `PROFILES`) whose runs offer the tool (default: CRAG-MM only).
+        blocking: False declares a tool that does quick local work and never waits on I/O or a model: it then runs
+            in the graph's own thread, saving a thread hand-off per call, but it cannot be abandoned at the time
+            budget like a blocking tool.
+        inputs: the tool's argument names -> the planner slots of its capabilities, when they differ
+            (`{"q": "query"}`).
+        requires: returns what the tool lacks on this machine (a key, a setting) or None: an agent built from its
+            configuration does not offer a tool that lacks something, and the run header names it with the reason.
 
-    `writes` names the `ToolState` fields the tool's `ToolOutput.update` may touch; `tags` are capability names
-    (the built-in ones in `tools.capability.BUILTIN`) or `Capability` objects (a new capability declared next to
-    the tool), through which planners pick tools; `inputs` maps the tool's argument names to the planner slots
-    of its capabilities when they differ (`{"q": "query"}`); `profiles` are the benchmark profiles (see
-    `PROFILES`) whose runs offer the tool (default: CRAG-MM only). `blocking=False` declares a tool that does quick
-    local work and never waits on I/O or a model: it then runs in the graph's own thread, saving a thread hand-off
-    per call, but it cannot be abandoned at the time budget like a blocking tool. `requires` returns what the tool
-    lacks on this machine (a key, a setting) or None: an agent built from its configuration does not offer a tool
-    that lacks something, and the run header names it with the reason.
+    Example:
+        >>> from tools import Fact, ToolContext, ToolOutput, ToolRegistry, tool
+        >>> @tool(tasks={1, 2, 3}, writes={"facts"})
+        ... def shout(ctx: ToolContext, text: str) -> ToolOutput:
+        ...     '''Upper-case a text.
+        ...
+        ...     Args:
+        ...         text: the words to shout
+        ...     '''
+        ...     loud = text.upper()
+        ...     return ToolOutput(summary=loud, update={"facts": [Fact(text=loud, source="shout")]})
+        >>> shout.__tool__.signature
+        'shout(text: string) - Upper-case a text.'
+        >>> ToolRegistry([shout.__tool__]).names()
+        ['shout']
     """
 
     def wrap(f: Callable) -> Callable:

@@ -276,7 +276,37 @@ class TokenTotals(BaseModel):
 
 
 class TurnTrace(BaseModel):
-    model_config = ConfigDict(validate_assignment=True)  # a ground truth set after the turn is bounded too
+    """The record of one answered turn: what the agent was given, every step it took, its answer and its score.
+
+    One JSON line per turn in a run's `traces.jsonl` (`traces.store.TraceStore`); older schema versions are
+    upgraded on reading. Long texts are bounded (`bounded_text`), a ground truth set after the turn included.
+
+    Args:
+        run_id, task, session_id, interaction_id, turn_index: where the turn belongs.
+        question, image, labels, history: what the agent was given (the image as `ImageInfo`, not its pixels).
+        policy, search_backend, budget_s, max_steps, config_fingerprint: what answered it, under which limits.
+        steps: the events in order: plan, tool call, answer, verdict and final events (`TraceEvent`).
+        answer, abstained, confidence, entity: the answer ("I don't know" when abstained).
+        ended_by: why the turn ended: "answer", "step_limit", "time_budget" or "error" (with `error`).
+        latency_ms, tokens: its wall time and model tokens.
+        ground_truth, score, judge: set when the run is scored.
+
+    Example:
+        >>> from traces.schema import FinalEvent, TurnTrace
+        >>> trace = TurnTrace(run_id="r1", task=1, session_id="s1", interaction_id="s1-0", turn_index=0,
+        ...                   question="what is this?", policy="scripted", search_backend="none", budget_s=10.0,
+        ...                   max_steps=8, steps=[FinalEvent(answer="I don't know", decision="abstain")],
+        ...                   answer="I don't know", abstained=True, ended_by="answer", latency_ms=1.5)
+        >>> trace.tool_calls(), trace.error_kinds()
+        ([], [])
+        >>> TurnTrace.model_validate_json(trace.model_dump_json()) == trace
+        True
+    """
+
+    # validate_assignment: a ground truth set after the turn is bounded too; the JSON schema describes the model
+    # with the docstring's first paragraph only (not its arguments and example)
+    model_config = ConfigDict(validate_assignment=True, json_schema_extra=lambda schema: schema.update(
+        description=" ".join((TurnTrace.__doc__ or "").split("\n\n")[0].split())))
 
     schema_version: Literal["3.0"] = "3.0"
     run_id: str

@@ -26,11 +26,11 @@ import re
 import sys
 from collections import Counter
 from collections.abc import Iterable
-from html import escape
 from pathlib import Path
 from typing import Any
 
 from traces.schema import AnswerEvent, FinalEvent, PlanEvent, ToolCallEvent, TraceEvent, TurnTrace, VerdictEvent
+from traces.viewer_parts import h
 
 THUMB_SIDE = 480
 SCORES = ("correct", "missing", "incorrect", "unscored")
@@ -41,13 +41,6 @@ METRIC_TITLES = {"incorrect": "the official hallucination count: total - correct
                  "truthfulness": "(2*correct + missing)/total - 1 (official; 0.0 when total <= 1)",
                  "hallucination_rate": "incorrect / total", "exact_match": "answers equal to the ground truth"}
 BOX_COLOURS = ("#ff3b30", "#00c7be", "#ffcc00", "#af52de", "#34c759", "#ff9500", "#5ac8fa")
-
-
-def h(value: Any) -> str:
-    """Escaped text for HTML content and (double- or single-quoted) attributes."""
-    if value is None:
-        return ""
-    return escape(value if isinstance(value, str) else str(value), quote=True)
 
 
 # ------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ MESSAGE_CHARS = 20_000  # characters of one message shown on the page (read_requ
 
 
 def h(value: Any) -> str:
+    """Escaped text for HTML content and (double- or single-quoted) attributes."""
     return "" if value is None else escape(value if isinstance(value, str) else str(value), quote=True)
 
 
@@ -36,7 +37,7 @@ def _part_text(part: Any) -> str:
     return json.dumps(part, ensure_ascii=False)
 
 
-def message_text(message: dict[str, Any]) -> str:
+def stored_message_text(message: dict[str, Any]) -> str:
     """A stored message as readable text: its text parts, images as their hash, tool calls as JSON."""
     content = message.get("content")
     text = "".join(_part_text(p) for p in content) if isinstance(content, list) else str(content or "")
@@ -63,7 +64,8 @@ def _one_request(n: int, purpose: str, sent: dict[str, Any], before: dict[str, A
     if before is not None:
         while kept < min(len(ids), len(before["message_ids"])) and ids[kept] == before["message_ids"][kept]:
             kept += 1
-    rows = "".join(f'<div class="msg"><span class="k">{h(m.get("role"))}</span><pre class="v">{h(message_text(m))}'
+    rows = "".join(f'<div class="msg"><span class="k">{h(m.get("role"))}</span>'
+                   f'<pre class="v">{h(stored_message_text(m))}'
                    f"</pre></div>" for m in msgs[kept:])
     same = f'<div class="muted">messages 1–{kept} as in the request before</div>' if kept else ""
     tools = ""

@@ -187,7 +187,7 @@ def report_model_call(call: ModelCall) -> None:
         calls.append(call)
 
 
-class WorkerPool:
+class DaemonThreadPool:
     """Reusable daemon worker threads; grows when every worker is busy (or abandoned), shrinks when idle.
 
     Unlike ThreadPoolExecutor, whose workers the interpreter joins at exit, a worker stuck in a hung call
@@ -256,7 +256,7 @@ class WorkerPool:
             return self._lock.wait_for(lambda: self._busy == 0, timeout=timeout_s)
 
 
-WORKERS = WorkerPool()
+WORKERS = DaemonThreadPool()
 
 
 def _in_scope(s: CancelScope, fn: Callable[[], Any]) -> Any:

@@ -67,7 +67,8 @@ IMAGE_QUALITY: list[str] = list(get_args(ImageQuality))
 
 # What a question tests (questions.json `kind`; not a CRAG-MM label): recognition, kg (answer in the
 # image KG), web (needs web search), ocr (text in the image), general (no image needed), ...
-Kind = Literal["recognition", "kg", "web", "ocr", "multi-hop", "comparison", "aggregation", "no-answer", "general"]
+QuestionKind = Literal["recognition", "kg", "web", "ocr", "multi-hop", "comparison", "aggregation", "no-answer",
+                       "general"]
 
 
 Slug = Annotated[str, Field(pattern=r"^[a-z0-9]+(-[a-z0-9]+)*$")]  # file names and URL paths
@@ -301,7 +302,7 @@ ImageSource = Annotated[SkimageImage | SklearnImage | MatplotlibImage | SignImag
 # --------------------------------------------------------------------------------------------
 
 
-class Page(_Model):
+class ContentPage(_Model):
     slug: Slug  # page_url = <site>/wiki/<slug>
     title: str
     snippet: str
@@ -315,23 +316,23 @@ class Entity(_Model):
     domain: Domain
     image: ImageSource
     attrs: dict[str, str]
-    pages: list[Page] = []  # web pages about this entity (web.json `about` = name)
+    pages: list[ContentPage] = []  # web pages about this entity (web.json `about` = name)
     distractor: bool = False  # in the KG to be confused with others; never asked about
     mostly_text: bool = False  # a sign or label: blurred captures stay legible
 
 
-class Turn(_Model):
+class ContentTurn(_Model):
     query: str = Field(min_length=1)
     answer: str = Field(min_length=1)  # IDK when nothing answers it
     domain: Domain
     query_category: QueryCategory
     dynamism: Dynamism
-    kind: Kind
+    kind: QuestionKind
     needs_web: bool
     needs_ocr: bool
 
     @model_validator(mode="after")
-    def _no_answer(self) -> Turn:
+    def _no_answer(self) -> ContentTurn:
         if (self.answer == IDK) != (self.kind == "no-answer"):
             raise ValueError(f"kind 'no-answer' goes with the answer {IDK!r}, and only with it")
         return self
@@ -347,12 +348,12 @@ class _Image(_Model):
     image_url: Annotated[str, Field(pattern=r"^https?://\S+$")] | None
 
 
-class SingleTurn(_Image, Turn):
+class SingleTurn(_Image, ContentTurn):
     pass
 
 
 class MultiTurn(_Image):
-    turns: list[Turn] = Field(min_length=1)
+    turns: list[ContentTurn] = Field(min_length=1)
 
 
 class BenchmarkInfo(_Model):
@@ -368,7 +369,7 @@ class _EntitiesFile(_Model):
 
 
 class _PagesFile(_Model):
-    pages: list[Page]
+    pages: list[ContentPage]
 
 
 class _QuestionsFile(_Model):
@@ -380,7 +381,7 @@ class _QuestionsFile(_Model):
 class Content(_Model):
     info: BenchmarkInfo
     entities: list[Entity]
-    pages: list[Page]  # about no entity
+    pages: list[ContentPage]  # about no entity
     single_turn: list[SingleTurn]
     multi_turn: list[MultiTurn]
 
@@ -708,7 +709,7 @@ def _write(c: Content, p: DatasetPaths) -> None:
     rng = np.random.default_rng(info.seed)  # one stream, drawn row by row: single-turn rows, then multi-turn
     meta: dict[str, dict] = {}
 
-    def row(session_id: str, pic: _Image, turns: list[Turn]) -> dict:
+    def row(session_id: str, pic: _Image, turns: list[ContentTurn]) -> dict:
         e = by_slug[pic.entity]
         im = degrade(originals[e.slug], pic.image_quality, rng, text=e.mostly_text)
         t: dict[str, list] = {k: [] for k in ("interaction_id", "domain", "query_category", "dynamism", "query",

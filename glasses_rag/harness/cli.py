@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal, get_args, get_origin
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
-Kind = Literal["value", "flag", "negate", "list", "append"]
+OptionKind = Literal["value", "flag", "negate", "list", "append"]
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,8 @@ class Option:
     flag: str
     path: str  # "<root>.<field>[.<field>...]", root one of the models given to `add_options`
     group: str
-    kind: Kind = "value"  # flag: --x sets True; negate: --no-x sets False; list: comma-separated; append: repeatable
+    # flag: --x sets True; negate: --no-x sets False; list: comma-separated; append: repeatable
+    kind: OptionKind = "value"
     dest: str | None = None  # the argparse attribute (default: the flag's name)
     help: str | None = None  # the command line's wording where the field's description does not fit a flag
     metavar: str | None = None

@@ -49,6 +49,11 @@ def header_lines(args: argparse.Namespace, agent: Any, scoring: Scoring, source:
     """What the run is made of: every component by name (heuristic stand-ins say so in their names)."""
     sg = scoring.superglasses
     verifier = getattr(agent.verifier, "name", "off") if agent.verifier is not None else "off"
+    web: list[str] = []
+    if sg:  # imported only for a SuperGlasses run
+        from glasses_rag.superglasses.evaluate import open_web_line
+
+        web = [f"web:    {open_web_line()}"]
     return [
         ("SuperGlasses (single-turn, image + open web)" if sg else f"task {args.task} ({TASK_TEXT[args.task]})")
         + f" on {source}: {rows if rows is not None else '?'} conversation(s)",
@@ -57,7 +62,7 @@ def header_lines(args: argparse.Namespace, agent: Any, scoring: Scoring, source:
         f"tools:  {', '.join(tools)}" + not_offered_text(agent.registry.unavailable),
         f"self-check: {verifier}",
         f"judge:  {scoring.describe()}",
-        *([f"web:    {open_web_line()}"] if sg else []),
+        *web,
         f"traces: {traces}",
         f"concurrency: {concurrency}" + (f" in each of {args.workers} worker processes" if args.workers > 1 else ""),
         f"warm-up: {warm_s:.1f}s (models loaded, indexes built)",
@@ -95,15 +100,3 @@ def unreachable_line(stats: Any) -> str | None:
                "command resumes once the server is back);" if stats.stopped_unreachable else "")
     return (f"error: {stats.turns_unreachable} of {stats.turns} turn(s) could not reach the model server (the "
             f"traces' `error` says why);{stopped} the scores above are not the model's")
-
-
-def open_web_line() -> str:
-    from glasses_rag.superglasses import evaluate as sge
-
-    return sge.open_web_line()
-
-
-def open_web_stats() -> Any:
-    from glasses_rag.superglasses import evaluate as sge
-
-    return sge.open_web_stats()

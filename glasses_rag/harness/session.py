@@ -11,13 +11,13 @@ import time
 from typing import Any
 
 from glasses_rag.core.credentials import scrub_argv, scrub_data, scrub_text
-from glasses_rag.harness.console import closing_lines, header_lines, open_web_stats, summary_lines, unreachable_line
+from glasses_rag.harness.console import closing_lines, header_lines, summary_lines, unreachable_line
 from glasses_rag.harness.run_data import build_content, load_data
 from glasses_rag.harness.run_folder import check_model_servers, claim_run_folder, run_fingerprint
 from glasses_rag.harness.run_scoring import SCORING_OPTIONS, Scoring, plot_run, worker_scoring, write_reports
 
 
-def agent_config(args: argparse.Namespace) -> Any:
+def agent_config_from_args(args: argparse.Namespace) -> Any:
     """The command line as an AgentConfig (the only place the CLI decides anything about the agent): the agent
     options given, the model options on top of --model / --model-config, the benchmark's tool profile."""
     from glasses_rag.harness.cli import nested
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace, argv: list[str] | None) -> int:
     from traces.store import TraceStore
 
     build_content(args)  # before the config: a benchmark content folder brings its own search index
-    config = agent_config(args)
+    config = agent_config_from_args(args)
     source, conversations = load_data(args)  # streamed: a dataset is never held decoded in memory
     scoring = Scoring(args)
     kind = "superglasses" if scoring.superglasses else f"task{args.task}"
@@ -102,11 +102,16 @@ def _run_claimed(args: argparse.Namespace, argv: list[str] | None, config: Any, 
     write_json_atomic(store.dir / "run.json", manifest)  # written first: a resumed run checks it
     stats, records = run_and_collect(args, agent, conversations, store, scoring, concurrency)
     report, files, text = write_reports(args, scoring, records, store)
+    web_cache = None
+    if scoring.superglasses:  # imported only for a SuperGlasses run
+        from glasses_rag.superglasses.evaluate import open_web_stats
+
+        web_cache = open_web_stats()
     write_json_atomic(store.dir / "run.json", scrub_data({
         **manifest, "status": "finished", "stats": stats.model_dump(), "turns": stats.turns,
         "resumed_turns": stats.resumed_turns, "failed_conversations": stats.failed_conversations,
         "search_cache": agent.resources.search.stats() if hasattr(agent.resources.search, "stats") else None,
-        "web_cache": open_web_stats() if scoring.superglasses else None, "seconds": round(time.time() - t0, 2),
+        "web_cache": web_cache, "seconds": round(time.time() - t0, 2),
         "load_report": conversations.report.model_dump() if hasattr(conversations, "report") else None,
     }))
     print(scrub_text("\n".join(summary_lines(stats))))  # first: how the turns ended is what a newcomer must not miss

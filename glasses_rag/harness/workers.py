@@ -172,7 +172,7 @@ class WorkerStartError(RuntimeError):
 
 
 @dataclass
-class _Worker:
+class _WorkerProcess:
     process: BaseProcess
     conn: Connection
     in_flight: dict[str, int] = field(default_factory=dict)  # session id -> its turn count (for progress)
@@ -194,7 +194,7 @@ def _sigint_ignored() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-class WorkerPool:
+class ProcessWorkerPool:
     """`workers` processes, each running `spec.concurrency` conversations at once. Use as a context manager:
     entering starts them and waits until every agent is built; `run` may be called more than once."""
 
@@ -203,12 +203,12 @@ class WorkerPool:
             raise ValueError(f"workers must be at least 1, not {workers}")
         self.spec = spec.model_copy(update={"log_level": logging.getLogger().getEffectiveLevel()})
         self.size = workers
-        self.workers: list[_Worker] = []
+        self.workers: list[_WorkerProcess] = []
         self._stats = RunStats()
         self._progress: Callable[[int], None] | None = None
         self._on_record: Callable[[Any], None] | None = None
 
-    def __enter__(self) -> WorkerPool:
+    def __enter__(self) -> ProcessWorkerPool:
         ctx = mp.get_context("spawn")  # a fresh interpreter each: nothing forked from the parent's threads
         try:
             with _sigint_ignored():
@@ -217,7 +217,7 @@ class WorkerPool:
                     process = ctx.Process(target=_worker_main, args=(self.spec, theirs), name=f"agent-worker-{i}")
                     process.start()
                     theirs.close()  # the worker's end lives in the worker only: its death reads as EOF here
-                    self.workers.append(_Worker(process, mine))
+                    self.workers.append(_WorkerProcess(process, mine))
             self._await_ready()
         except BaseException:
             self.close(stop=True)
@@ -288,7 +288,7 @@ class WorkerPool:
             except OSError:  # it died: this conversation fails with the others it held
                 self._lost(w)
 
-    def _receive(self, live: list[_Worker]) -> None:
+    def _receive(self, live: list[_WorkerProcess]) -> None:
         ready = set(wait([w.conn for w in live] + [w.process.sentinel for w in live]))
         for w in live:
             if w.conn in ready or w.process.sentinel in ready:
@@ -296,7 +296,7 @@ class WorkerPool:
                 if w.alive and not w.process.is_alive():
                     self._lost(w)
 
-    def _drain(self, w: _Worker, handle: Callable[[_Worker, tuple], None] | None) -> None:
+    def _drain(self, w: _WorkerProcess, handle: Callable[[_WorkerProcess, tuple], None] | None) -> None:
         """Reads what the worker has sent so far; its end of the pipe closing means it died."""
         try:
             while w.alive and w.conn.poll():
@@ -307,7 +307,7 @@ class WorkerPool:
             if w.alive:
                 self._lost(w)
 
-    def _handle(self, w: _Worker, message: tuple) -> None:
+    def _handle(self, w: _WorkerProcess, message: tuple) -> None:
         if message[0] == "turn":
             _, record, share = message
             self._stats.merge(share)
@@ -322,7 +322,7 @@ class WorkerPool:
             if self._progress is not None:
                 self._progress(turns)
 
-    def _lost(self, w: _Worker) -> None:
+    def _lost(self, w: _WorkerProcess) -> None:
         """A worker died: the conversations it was running fail (their finished turns stay on disk)."""
         w.alive = False
         w.process.join(5)
@@ -371,7 +371,7 @@ class WorkerPool:
                 w.alive = False
                 w.conn.close()
 
-    def _drain_discarding(self, w: _Worker) -> None:
+    def _drain_discarding(self, w: _WorkerProcess) -> None:
         """While ending: read (and drop) what the worker sends, so a worker writing to a full pipe can finish."""
         try:
             while w.conn.poll():
@@ -384,5 +384,5 @@ def run_task_in_workers(spec: WorkerSpec, conversations: Iterable[Conversation],
                         progress: Callable[[int], None] | None = None,
                         on_record: Callable[[Any], None] | None = None) -> RunStats:
     """`glasses_rag.harness.runner.run_task` over `workers` processes: the same traces, statistics and records."""
-    with WorkerPool(spec, workers) as pool:
+    with ProcessWorkerPool(spec, workers) as pool:
         return pool.run(conversations, progress=progress, on_record=on_record)

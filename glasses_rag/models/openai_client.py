@@ -112,7 +112,7 @@ class RequestCancelled(Cancelled):
         self.partial = partial
 
 
-class _Retryable(Exception):
+class _RetryableModelError(Exception):
     """A failure worth another try: connection error, timeout, 5xx or 429."""
 
     def __init__(self, message: str, replica_fault: bool = True):
@@ -497,11 +497,11 @@ class OpenAIClient:
                     return _checked(url, resp.status, await _read_body(resp, url, cap))
         except TimeoutError as e:
             failed = True
-            raise _Retryable(f"timed out after {self.timeout_s:g}s waiting for {url}") from e
+            raise _RetryableModelError(f"timed out after {self.timeout_s:g}s waiting for {url}") from e
         except aiohttp.ClientError as e:
             failed = True
-            raise _Retryable(f"cannot reach {url}: {type(e).__name__}: {e} (is the server running?)") from e
-        except _Retryable as e:
+            raise _RetryableModelError(f"cannot reach {url}: {type(e).__name__}: {e} (is the server running?)") from e
+        except _RetryableModelError as e:
             failed = e.replica_fault
             raise
         finally:
@@ -539,7 +539,7 @@ class OpenAIClient:
                        key: str | None = None, meta: dict[str, Any] | None = None) -> dict:
         attempts = self.max_retries + len(self.replicas)  # each extra replica is worth one more try
         retrying = AsyncRetrying(stop=stop_after_attempt(attempts), wait=self._wait,
-                                 retry=retry_if_exception_type(_Retryable), reraise=False)
+                                 retry=retry_if_exception_type(_RetryableModelError), reraise=False)
         try:
             async for attempt in retrying:
                 with attempt:
@@ -664,7 +664,7 @@ class OpenAIClient:
 def _checked(url: str, status: int, text: str) -> dict:
     """The reply's JSON object, or the error its status and text say (retryable, too long, refused)."""
     if status == 429 or (status >= 500 and not _says_unsupported(text)):
-        raise _Retryable(f"server error {status} from {url}: {text[:500]}", replica_fault=status != 429)
+        raise _RetryableModelError(f"server error {status} from {url}: {text[:500]}", replica_fault=status != 429)
     if status >= 400 and _says_too_long(text):
         raise ContextTooLong(f"the prompt and max_tokens do not fit the model's context at {url} ({status}): "
                              f"{text[:600]}", status=status)

@@ -106,9 +106,39 @@ class Decision(BaseModel):
 
 @runtime_checkable
 class Policy(Protocol):
-    """`name` appears in traces and CLI output; a heuristic policy says so in its name. A policy may set
+    """What decides each step of a turn (`decide`) and writes its answer (`answer`).
+
+    `name` appears in traces and CLI output; a heuristic policy says so in its name. A policy may set
     `blocking = False` when it decides with quick local work only (no I/O, no model server): the graph then calls
-    it in its own thread instead of a worker (it cannot be abandoned at the time budget, so it must be quick)."""
+    it in its own thread instead of a worker (it cannot be abandoned at the time budget, so it must be quick).
+    A reply a policy cannot turn into a decision or an answer is raised as a `PolicyReplyError`.
+
+    Args:
+        view: (of `decide` and `answer`) the `PolicyView` of the turn so far: question, history, the tools
+            offered, the steps done and what they found, the steps and seconds left.
+        image: (of `decide` and `answer`) the turn's image (a PIL image, the crop when one was made) or None.
+
+    Example:
+        >>> from glasses_rag.policies.protocol import IDK, AnswerDraft, Decision, Policy, PolicyView
+        >>> class LookOnce:
+        ...     name = "look-once (heuristic)"
+        ...     blocking = False
+        ...     def decide(self, view, image=None):
+        ...         if view.evidence or not view.tools_with("finds_entity") or view.ran("image_search"):
+        ...             return Decision(action="answer", rationale="nothing more to look up")
+        ...         return Decision(action="call_tool", tool="image_search", arguments={"k": 3})
+        ...     def answer(self, view, image=None):
+        ...         best = max(view.evidence, key=lambda h: h.score, default=None)
+        ...         if best is None or best.entity_name is None:
+        ...             return AnswerDraft(answer=IDK, confidence=0.0)
+        ...         return AnswerDraft(answer=best.entity_name, confidence=best.score)
+        >>> isinstance(LookOnce(), Policy)
+        True
+        >>> view = PolicyView(task=1, question="what is this?", has_image=True, tools=[], remaining_steps=4,
+        ...                   remaining_s=10.0)
+        >>> LookOnce().decide(view).action, LookOnce().answer(view).answer
+        ('answer', "I don't know")
+    """
 
     name: str
 

@@ -420,7 +420,7 @@ def _decisions(text: str) -> tuple[list[str], list[str]]:
     return need, declined
 
 
-def tools_in(value: Any, found: list[tuple[str, dict[str, Any]]] | None = None,
+def tools_named_in(value: Any, found: list[tuple[str, dict[str, Any]]] | None = None,
              notes: list[str] | None = None) -> list[tuple[str, dict[str, Any]]]:
     """The tools named in a `retrieval-tools`-like value, with the details given for each ({keywords, url, ...}).
 
@@ -434,13 +434,13 @@ def tools_in(value: Any, found: list[tuple[str, dict[str, Any]]] | None = None,
         return found
     if isinstance(value, (list, tuple)):
         for x in value:
-            tools_in(x, found, notes)
+            tools_named_in(x, found, notes)
         return found
     if isinstance(value, dict):
         d = {squash(k): (k, x) for k, x in value.items()}
         key = next((k for k in ("tool", "toolused", "toolname", "name", "type", "searchtool", "tooltype") if k in d), None)
         if key is not None:
-            names = [n for n, _ in tools_in(d[key][1])]
+            names = [n for n, _ in tools_named_in(d[key][1])]
             details = {k: x for k, x in value.items() if squash(k) != key}
             for n in names or []:
                 found.append((n, details))
@@ -489,7 +489,7 @@ def _hop_from(v: Any, question: str, where: str, problems: list[str] | None, unm
     if not any(found for found, _ in got):
         return None
     notes: list[str] = []
-    tools = tools_in(tool, notes=notes) if has_t else []
+    tools = tools_named_in(tool, notes=notes) if has_t else []
     for n in notes:
         _problem(problems, f"{where}: {n}")
     tool_name, details = tools[0] if tools else (NONE, {})
@@ -701,7 +701,7 @@ def _entry_decision(e: _Entry, hops: list[SGHop], hops_given: bool) -> tuple[lis
         if isinstance(tools_raw, str):
             decided, declined = _decisions(tools_raw)
         else:
-            decided = [n for n, _ in tools_in(tools_raw)]
+            decided = [n for n, _ in tools_named_in(tools_raw)]
     has_need, need_raw = e.pick(_NEED)
     need = _bool(need_raw) if has_need else None
     if has_need and need is None and need_raw is not None:

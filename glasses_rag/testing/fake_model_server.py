@@ -53,7 +53,7 @@ from typing import Any
 from glasses_rag.testing.vllm_emulation import VllmBehaviour
 
 
-class _Server(ThreadingHTTPServer):
+class _FakeModelHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     fake: FakeOpenAIServer
     request_queue_size = 512  # many clients connect at once in benchmarks
@@ -94,7 +94,7 @@ class FakeOpenAIServer:
         self.completed = 0
         self._conns: set[socket.socket] = set()
         self._lock = threading.Condition()
-        self.httpd = _Server(("127.0.0.1", port), _Handler)
+        self.httpd = _FakeModelHTTPServer(("127.0.0.1", port), _Handler)
         self.httpd.fake = self
         self.port = self.httpd.server_address[1]
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
@@ -227,7 +227,7 @@ class FakeOpenAIServer:
 class _Handler(BaseHTTPRequestHandler):
     """One connection to a FakeOpenAIServer (`self.fake`): routes, scripted replies, streams, aborts."""
 
-    server: _Server
+    server: _FakeModelHTTPServer
 
     @property
     def fake(self) -> FakeOpenAIServer:

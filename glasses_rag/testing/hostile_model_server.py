@@ -27,13 +27,13 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Literal
 
-Mode = Literal["endless", "endless-line", "huge-args", "huge-body"]
+HostileMode = Literal["endless", "endless-line", "huge-args", "huge-body"]
 MODES: tuple[str, ...] = ("endless", "endless-line", "huge-args", "huge-body")
 PIECE = 16 * 1024
 
 
 class HostileModelServer:
-    def __init__(self, mode: Mode = "endless", *, size: int = 6 * 1024 * 1024, reply_s: float = 60.0,
+    def __init__(self, mode: HostileMode = "endless", *, size: int = 6 * 1024 * 1024, reply_s: float = 60.0,
                  reply_bytes: int = 4 * 1024**3, port: int = 0):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")

@@ -38,7 +38,7 @@ SECRET_PAGE = ("<html><head><title>Ssrfa admin</title></head><body><article><h1>
 SLOW_S = 600.0  # the longest a slow reply goes on (a test never waits for it)
 
 
-class _Server(ThreadingHTTPServer):
+class _HostileWebHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, addr: tuple[str, int], handler: type, family: int):
@@ -70,7 +70,7 @@ class HostileWeb:
         self.disconnects: list[tuple[str, float]] = []
         self._lock = threading.Lock()
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self.server = _Server((host, 0), self._handler(), family)
+        self.server = _HostileWebHTTPServer((host, 0), self._handler(), family)
         if ssl_context is not None:  # HTTPS: the handshake runs as each connection is accepted
             self.server.socket = ssl_context.wrap_socket(self.server.socket, server_side=True)
         port = self.server.server_address[1]

@@ -1,4 +1,4 @@
-"""Rule-based language helpers (no model), one import for callers: `from text import nlp`.
+"""Rule-based language helpers (no model), one import for callers: `from glasses_rag.text import nlp`.
 
 The helpers live by concern: glasses_rag/text/words.py (tokens, stems, synonyms, name mentions; word lists in
 glasses_rag/text/words.yaml), glasses_rag/text/sentences.py (sentences, clauses), glasses_rag/text/references.py

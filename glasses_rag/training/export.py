@@ -51,7 +51,7 @@ from tools import default_registry
 from tools.base import HistoryTurn, field_adapter
 from traces.schema import AnswerEvent, ToolCallEvent, TurnTrace
 
-Mode = Literal["structured", "native"]
+ExportMode = Literal["structured", "native"]
 Wrong = Literal["idk", "drop", "keep"]
 SUPERGLASSES_TASK = 2  # SuperGlasses questions are single-turn with web search allowed
 _NO_IMAGE = object()  # stands for "the turn had a photo" when the model is text-only (the prompt only says so)
@@ -60,8 +60,8 @@ _NO_IMAGE = object()  # stands for "the turn had a photo" when the model is text
 class ExportOptions(BaseModel):
     """How examples are rendered and labelled; the policy options must match the ones the model will run with."""
 
-    mode: Mode = Field("structured", description="structured: JSON decisions (the grammar-constrained mode); "
-                       "native: assistant tool calls.")
+    mode: ExportMode = Field("structured", description="structured: JSON decisions (the grammar-constrained mode); "
+                             "native: assistant tool calls.")
     wrong: Wrong = Field("idk", description="A turn judged wrong: relabelled \"I don't know\", dropped, or kept.")
     keep_all: bool = Field(False, description="Ignore the scores: every turn as the teacher answered it.")
     abstentions: bool = Field(True, description="Keep the teacher's \"I don't know\" turns as abstention examples.")
@@ -90,7 +90,7 @@ class _Renderer:
     """A backend that is never called: it only tells the model policy what the model supports, so the policy
     renders its prompts exactly as it would for that model."""
 
-    def __init__(self, sees_images: bool, mode: Mode):
+    def __init__(self, sees_images: bool, mode: ExportMode):
         self.name = "training-export"
         self.supports_images = sees_images
         self.supports_structured = mode == "structured"
@@ -115,7 +115,8 @@ def _ordered(arguments: dict[str, Any], spec: ToolSpec | None) -> dict[str, Any]
     return {**{k: arguments[k] for k in props if k in arguments}, **{k: v for k, v in arguments.items() if k not in props}}
 
 
-def call_completion(tool: str, arguments: dict[str, Any], spec: ToolSpec | None, mode: Mode) -> dict[str, Any]:
+def call_completion(tool: str, arguments: dict[str, Any], spec: ToolSpec | None,
+                    mode: ExportMode) -> dict[str, Any]:
     args = _ordered(arguments, spec)
     if mode == "native":
         return {"role": "assistant", "content": "", "tool_calls": [
@@ -124,7 +125,7 @@ def call_completion(tool: str, arguments: dict[str, Any], spec: ToolSpec | None,
     return {"role": "assistant", "content": json.dumps(obj, ensure_ascii=False)}
 
 
-def answer_completion(answer: str, confidence: float, entity: str | None, mode: Mode) -> dict[str, Any]:
+def answer_completion(answer: str, confidence: float, entity: str | None, mode: ExportMode) -> dict[str, Any]:
     fields = {"answer": answer, "confidence": round(float(confidence), 2), "entity": entity, "rationale": ""}
     if mode == "native":
         return {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {

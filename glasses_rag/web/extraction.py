@@ -48,7 +48,7 @@ class _Limit:
         return min(left, POLL_S)
 
 
-class _Worker:
+class _ExtractionProcess:
     def __init__(self, memory_bytes: int) -> None:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")])),
                MEMORY_ENV: str(memory_bytes / 2**20)}
@@ -99,7 +99,7 @@ class _Worker:
         _LIVE.discard(self)
 
 
-_LIVE: weakref.WeakSet[_Worker] = weakref.WeakSet()
+_LIVE: weakref.WeakSet[_ExtractionProcess] = weakref.WeakSet()
 
 
 @atexit.register
@@ -114,11 +114,11 @@ class Extractor:
     def __init__(self, max_workers: int = 2, memory_bytes: int = 2048 * 2**20):
         self.max_workers = max_workers
         self.memory_bytes = memory_bytes
-        self._idle: list[_Worker] = []
+        self._idle: list[_ExtractionProcess] = []
         self._started = 0
         self._cond = threading.Condition()
 
-    def _acquire(self, limit: _Limit) -> _Worker:
+    def _acquire(self, limit: _Limit) -> _ExtractionProcess:
         with self._cond:
             while True:
                 if self._idle:
@@ -133,12 +133,12 @@ class Extractor:
                     break
                 self._cond.wait(limit.slice())
         try:
-            return _Worker(self.memory_bytes)
+            return _ExtractionProcess(self.memory_bytes)
         except BaseException:
             self._release(None)
             raise
 
-    def _release(self, worker: _Worker | None) -> None:
+    def _release(self, worker: _ExtractionProcess | None) -> None:
         with self._cond:
             if worker is not None:
                 self._idle.append(worker)

@@ -24,7 +24,7 @@ def _segmenter():
     return pysbd.Segmenter(language="en", clean=False)
 
 
-def sentences(text: str) -> list[str]:
+def paragraph_sentences(text: str) -> list[str]:
     """Sentences of one paragraph (pysbd)."""
     text = " ".join(text.split())
     if not text:
@@ -46,7 +46,7 @@ def chunk_text(text: str, chunk_words: int = CHUNK_WORDS) -> list[str]:
         cur, n = [], 0
 
     for para in text.split("\n"):
-        for sent in sentences(para):
+        for sent in paragraph_sentences(para):
             words = sent.split()
             if len(words) > chunk_words:
                 flush()

@@ -43,7 +43,7 @@ class SerpApiError(RuntimeError):
     """The search API could not produce results (no key, unreachable, rejected, or an error reply)."""
 
 
-class _Retryable(Exception):
+class _RetryableSearchError(Exception):
     pass
 
 
@@ -89,7 +89,7 @@ class SerpApiClient:
     def _send(self, params: dict[str, Any]) -> dict:
         try:
             return self._request(params)
-        except (SerpApiError, _Retryable) as e:  # a server may echo the key in its error text
+        except (SerpApiError, _RetryableSearchError) as e:  # a server may echo the key in its error text
             key = str(params.get("api_key") or "")
             if key and key in str(e):
                 raise type(e)(str(e).replace(key, "***")) from None
@@ -100,14 +100,14 @@ class SerpApiClient:
         try:
             status, body = self._get(url, params)
         except httpx.TimeoutException as e:
-            raise _Retryable(f"timed out waiting for {url}: {e}") from e
+            raise _RetryableSearchError(f"timed out waiting for {url}: {e}") from e
         except httpx.TransportError as e:
-            raise _Retryable(f"cannot reach {url}: {type(e).__name__}: {e}") from e
+            raise _RetryableSearchError(f"cannot reach {url}: {type(e).__name__}: {e}") from e
         except httpx.HTTPError as e:  # e.g. a body that cannot be decoded
             raise SerpApiError(f"unusable reply from {url}: {type(e).__name__}: {e}") from e
         text = body[:300].decode("utf-8", errors="replace")
         if status >= 500 or status == 429:
-            raise _Retryable(f"search API error {status} from {url}: {redact(text)}")
+            raise _RetryableSearchError(f"search API error {status} from {url}: {redact(text)}")
         try:
             data = json.loads(body)
         except ValueError:
@@ -127,7 +127,7 @@ class SerpApiClient:
         params["api_key"] = self.api_key()
         retrying = Retrying(stop=stop_after_attempt(self.max_retries + 1),
                             wait=wait_exponential(multiplier=self.retry_wait_s, max=20), sleep=_cancellable_sleep,
-                            retry=retry_if_exception_type(_Retryable), reraise=False)
+                            retry=retry_if_exception_type(_RetryableSearchError), reraise=False)
         try:
             for attempt in retrying:
                 with attempt:

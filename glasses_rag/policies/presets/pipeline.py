@@ -77,7 +77,7 @@ def _entity(view: PolicyView) -> str:
     return next((h.entity for h in reversed(view.history) if h.entity), "") or ""
 
 
-def fill(value: Any, view: PolicyView, route: Route, sub_question: str | None) -> Any:
+def fill_slot(value: Any, view: PolicyView, route: Route, sub_question: str | None) -> Any:
     """A step argument with its $slot replaced by this turn's value."""
     if value == "$question":
         return view.question
@@ -113,7 +113,7 @@ def step_calls(step: Step, spec: ToolSpec, view: PolicyView, route: Route) -> li
     for sq in subs:
         args = {}
         for k, v in step.args.items():
-            val = fill(v, view, route, sq)
+            val = fill_slot(v, view, route, sq)
             if k in props and val not in (None, ""):
                 args[k] = _clamp(val, props[k])
         calls.append(ParallelCall(tool=spec.name, arguments=args, sub_question=sq))

@@ -1,8 +1,8 @@
 """Answer-type enforcement: an answer whose type does not fit what the question asks is never returned.
 
 Every answer source the plan table names (and every fact an extension capability's tool wrote) passes `refuse`
-before it may answer (glasses_rag/policies/rules/reading.py:Turn.checked). The expected type comes from the question's
-wh-word and head noun (answer_types.expected_answer); an answer is refused when
+before it may answer (glasses_rag/policies/rules/reading.py:TurnReading.checked). The expected type comes from the
+question's wh-word and head noun (answer_types.expected_answer); an answer is refused when
 
 - its text cannot hold an answer of that type (a year where a person is asked, a length where a weight is, a price
   in dollars where euros are asked: answer_types.matches, with the units of this planner's tools);
@@ -22,8 +22,8 @@ from glasses_rag.core.types import Hit
 from glasses_rag.policies.rules.answer_types import YEAR, matches
 from glasses_rag.policies.rules.candidates import Part
 from glasses_rag.policies.rules.lexicon import CLASS_KEYS, WORDS
-from glasses_rag.policies.rules.units import UnitTable
 from glasses_rag.text import nlp
+from glasses_rag.text.units import UnitTable
 
 _NAME_NOUNS = frozenset(WORDS.name_nouns)
 _SINGLE_CHARACTER_NOUNS = frozenset(WORDS.single_character_nouns)

@@ -3,8 +3,8 @@
 `expected_answer(question)` says what kind of answer a question wants (person, place, year, date, time, weekday,
 number, quantity with a dimension, money in a currency, duration, yes/no, name, free text), from its wh-word and its
 head noun; `matches(text, spec)` tells whether a text can hold such an answer. The rule-based planner enforces the
-type on every source (glasses_rag/policies/rules/answer_check.py). Quantities live in units.py, dates in dates.py, names
-in names.py, answer spans in spans.py (re-exported here).
+type on every source (glasses_rag/policies/rules/answer_check.py). Quantities live in glasses_rag/text/units.py, dates
+in dates.py, names in names.py, answer spans in spans.py (re-exported here).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from glasses_rag.policies.rules.dates import DAY_OF_MONTH, FREQUENCY, MONTH, SEA
 from glasses_rag.policies.rules.lexicon import ORG_NOUNS, PERSON_NOUNS, PLACE_NOUNS, WORDS
 from glasses_rag.policies.rules.names import NamePhrase, name_phrases
 from glasses_rag.policies.rules.spans import answer_span
-from glasses_rag.policies.rules.spec import AnswerKind, AnswerSpec
-from glasses_rag.policies.rules.units import (
+from glasses_rag.policies.rules.spec import AnswerKind, ExpectedAnswer
+from glasses_rag.text.units import (
     DEFAULT,
     NUMBER,
     Quantity,
@@ -28,8 +28,8 @@ from glasses_rag.policies.rules.units import (
     unit_of,
 )
 
-__all__ = ["AnswerKind", "AnswerSpec", "NamePhrase", "Quantity", "YEAR", "answer_span", "expected_answer", "head_noun",
-           "matches", "name_phrases", "parse_number", "quantities", "unit_dimension", "unit_of"]
+__all__ = ["AnswerKind", "ExpectedAnswer", "NamePhrase", "Quantity", "YEAR", "answer_span", "expected_answer",
+           "head_noun", "matches", "name_phrases", "parse_number", "quantities", "unit_dimension", "unit_of"]
 
 _DIMENSION_OF = [
     ("length", r"tall|high|long|far|deep|wide|thick|big around|distant|away|in diameter|wingspan"),
@@ -95,7 +95,7 @@ def head_noun(question: str) -> str | None:
 
 
 # ---- expected_answer: rules tried in order, the first that fits wins ------------------------------------
-Rule = Callable[[str, "str | None"], "AnswerSpec | None"]  # (question, head noun) -> spec
+Rule = Callable[[str, "str | None"], "ExpectedAnswer | None"]  # (question, head noun) -> spec
 
 
 def _leading_noun(q: str) -> str | None:
@@ -105,130 +105,131 @@ def _leading_noun(q: str) -> str | None:
     return m.group(1) if m and not _WH_OR_VERB.match(q) else None
 
 
-def _by_head_noun(q: str, noun: str | None) -> AnswerSpec | None:
+def _by_head_noun(q: str, noun: str | None) -> ExpectedAnswer | None:
     noun = noun or _leading_noun(q)
     if noun in WORDS.head_kind:  # "what is the height of ...", "which year ...", "what is the price of ..."
         kind, dim = WORDS.head_kind[noun]
-        return AnswerSpec(kind=kind, dimension=dim)  # type: ignore[arg-type]
+        return ExpectedAnswer(kind=kind, dimension=dim)  # type: ignore[arg-type]
     return None
 
 
-def _money(q: str, noun: str | None) -> AnswerSpec | None:
+def _money(q: str, noun: str | None) -> ExpectedAnswer | None:
     if re.search(r"^(?:what|how much) (?:does|do|did|will|would) .*\b(?:cost|costs|charge)$", q.strip(" ?.!")):
-        return AnswerSpec(kind="money")  # "what does a bottle of this cost?"
+        return ExpectedAnswer(kind="money")  # "what does a bottle of this cost?"
     if re.search(r"^how much (?:is|are|was|were) (?:it|this|that|these|those|they)(?: one| ones)?$", q.strip(" ?.!")):
-        return AnswerSpec(kind="money")  # "how much is it?": its price
+        return ExpectedAnswer(kind="money")  # "how much is it?": its price
     if re.search(r"\bhow much\b.*\b(cost|costs|price|pay|charge|charges|fare|worth|spend|ticket|admission|fee)\b|\b(price|fare"
                  r"|cost|fee|admission)\b.*\b(of|for|is|does)\b|\bhow much (?:is|are|was|were) (?:a|an|the|one)\b", q):
-        return AnswerSpec(kind="money")
+        return ExpectedAnswer(kind="money")
     return None
 
 
-def _duration(q: str, noun: str | None) -> AnswerSpec | None:
+def _duration(q: str, noun: str | None) -> ExpectedAnswer | None:
     if re.search(r"\bhow often\b|\bhow frequently\b", q):
-        return AnswerSpec(kind="duration", dimension="frequency")
+        return ExpectedAnswer(kind="duration", dimension="frequency")
     if re.search(r"\bhow long (?:does|did|do|will|would|can|could|to|has|have|had|is the (?:wait|trip|flight|ride|drive|"
                  r"journey|walk|hike|tour|film|movie|show|season)|does it take|will it take)\b|\bhow many (?:hours|minutes|"
                  r"days|weeks|months|seconds)\b.*\b(take|last|live|sleep)", q):
-        return AnswerSpec(kind="duration")
+        return ExpectedAnswer(kind="duration")
     return None
 
 
-def _count(q: str, noun: str | None) -> AnswerSpec | None:
+def _count(q: str, noun: str | None) -> ExpectedAnswer | None:
     m = re.search(r"\bhow many ([a-z-]+)", q)
-    return AnswerSpec(kind="number", counted=m.group(1)) if m else None
+    return ExpectedAnswer(kind="number", counted=m.group(1)) if m else None
 
 
-def _calendar(q: str, noun: str | None) -> AnswerSpec | None:
+def _calendar(q: str, noun: str | None) -> ExpectedAnswer | None:
     if re.search(r"\b(?:what|which) year\b|\bin what year\b|\bwhat century\b", q):
-        return AnswerSpec(kind="year")
+        return ExpectedAnswer(kind="year")
     if re.search(r"\bwhat time\b|\bat what time\b|\b(?:when|what time) does (?:it|the|this)\b.*\b(open|close|leave|depart|"
                  r"arrive|start|end|run)\b", q):
-        return AnswerSpec(kind="time")
+        return ExpectedAnswer(kind="time")
     if re.search(r"\b(?:which|what) day\b", q):
-        return AnswerSpec(kind="weekday")
+        return ExpectedAnswer(kind="weekday")
     if re.search(r"\b(?:what|which) (?:exact )?date\b", q):
-        return AnswerSpec(kind="date", dimension="day")  # "on what date ...": a calendar day, not a year
+        return ExpectedAnswer(kind="date", dimension="day")  # "on what date ...": a calendar day, not a year
     if re.search(r"^\s*when\b|\bin which month\b|\bwhat month\b", q):
-        return AnswerSpec(kind="date")
+        return ExpectedAnswer(kind="date")
     return None
 
 
-def _measure(q: str, noun: str | None) -> AnswerSpec | None:
+def _measure(q: str, noun: str | None) -> ExpectedAnswer | None:
     if re.search(r"\bhow much\b", q) and re.search(r"\bweigh", q):
-        return AnswerSpec(kind="quantity", dimension="mass")
+        return ExpectedAnswer(kind="quantity", dimension="mass")
     # "how tall ..." opens the question (an embedded "... to measure how tall it is" does not say what is asked)
     m = re.search(r"^(?:[a-z]+ ){0,2}?how (tall|high|long|far|deep|wide|thick|heavy|fast|quickly|hot|cold|warm|old|big|large)\b", q)
     if m:
         dim = next(d for d, pat in _DIMENSION_OF if re.fullmatch(pat, m.group(1)))
-        return AnswerSpec(kind="quantity", dimension=dim)
+        return ExpectedAnswer(kind="quantity", dimension=dim)
     m = re.search(r"\bhow much ([a-z-]+) (?:does|do|did|is|are|was|were|has|have|had|can|will|would)\b", q)
     if m and m.group(1) not in ("is", "are", "was", "were", "does", "do", "did", "money"):
-        return AnswerSpec(kind="number", counted=m.group(1))  # "how much fat does it have": fat
+        return ExpectedAnswer(kind="number", counted=m.group(1))  # "how much fat does it have": fat
     if re.search(r"\bhow much\b", q):
-        return AnswerSpec(kind="number")
+        return ExpectedAnswer(kind="number")
     return None
 
 
-def _by_noun_class(q: str, noun: str | None) -> AnswerSpec | None:
+def _by_noun_class(q: str, noun: str | None) -> ExpectedAnswer | None:
     if noun and re.fullmatch(PERSON_NOUNS, noun):
-        return AnswerSpec(kind="person")
+        return ExpectedAnswer(kind="person")
     if noun and re.fullmatch(PLACE_NOUNS, noun):
-        return AnswerSpec(kind="place", noun=noun)
+        return ExpectedAnswer(kind="place", noun=noun)
     if noun and re.fullmatch(ORG_NOUNS, noun):  # "which coffee shop ...": the name of one
-        return AnswerSpec(kind="name", noun=noun)
+        return ExpectedAnswer(kind="name", noun=noun)
     return None
 
 
-def _seller(q: str, noun: str | None) -> AnswerSpec | None:
+def _seller(q: str, noun: str | None) -> ExpectedAnswer | None:
     if re.search(r"\bwhere(?: in [a-z]+(?: [a-z]+)?)? (?:can|could|do|does|should|would|might) (?:i|we|you|one|people) "
                  r"(?:buy|get|purchase|order|"
                  r"rent|hire|eat|try)\b", q):
-        return AnswerSpec(kind="name")  # "where can I buy one?": a seller's name, not a street
+        return ExpectedAnswer(kind="name")  # "where can I buy one?": a seller's name, not a street
     return None
 
 
-def _by_wh_word(q: str, noun: str | None) -> AnswerSpec | None:
+def _by_wh_word(q: str, noun: str | None) -> ExpectedAnswer | None:
     if re.search(r"^\s*where\b|\bwhere (?:is|are|was|were|does|do|did|can)\b|\b(?:which|what|in which|in what) (?:(?:is|was|"
                  r"are) the )?(?:" + PLACE_NOUNS + r")\b", q):
         place = re.search(r"\b(" + PLACE_NOUNS + r")\b", q)
-        return AnswerSpec(kind="place", noun=place.group(1) if place else None)
+        return ExpectedAnswer(kind="place", noun=place.group(1) if place else None)
     if re.search(r"^\s*(?:who|whom|whose)\b|\bby whom\b|\b(?:which|what) (?:" + PERSON_NOUNS + r")\b", q):
-        return AnswerSpec(kind="person")
+        return ExpectedAnswer(kind="person")
     if re.search(r"\b(?:which|what) (?:" + ORG_NOUNS + r")\b", q) or re.search(r"\bwhat is the name\b", q):
         org = re.search(r"\b(" + ORG_NOUNS + r")\b", q)
-        return AnswerSpec(kind="name", noun=org.group(1) if org else None)
+        return ExpectedAnswer(kind="name", noun=org.group(1) if org else None)
     return None
 
 
 RULES: list[Rule] = [_by_head_noun, _money, _duration, _count, _calendar, _measure, _by_noun_class, _seller, _by_wh_word]
 
 
-def expected_answer(question: str, units: UnitTable = DEFAULT) -> AnswerSpec:
+def expected_answer(question: str, units: UnitTable = DEFAULT) -> ExpectedAnswer:
     """What kind of answer the question wants; the first rule that fits wins."""
     q = " ".join((question or "").lower().replace("’", "'").split())
     q = re.sub(r"\b(what|who|where|when|how)'s\b", r"\1 is", q)
     if _YES_NO_START.search(q) and not re.search(r"\bor\b", q):
-        return AnswerSpec(kind="yes_no")
+        return ExpectedAnswer(kind="yes_no")
     noun = head_noun(q)
-    spec = next((s for s in (rule(q, noun) for rule in RULES) if s is not None), None) or AnswerSpec(kind="text", noun=noun)
+    spec = (next((s for s in (rule(q, noun) for rule in RULES) if s is not None), None)
+            or ExpectedAnswer(kind="text", noun=noun))
     if _OTHER.search(q):
         spec = spec.model_copy(update={"other": True})
     return _in_currency(spec, q, units)
 
 
-def _in_currency(spec: AnswerSpec, q: str, units: UnitTable) -> AnswerSpec:
+def _in_currency(spec: ExpectedAnswer, q: str, units: UnitTable) -> ExpectedAnswer:
     """A price asked in a currency ("how much is it in euros?", "how many yen is it?"): the answer must be in it."""
     names = "|".join(re.escape(n) for n in units.currency_names() if any(ch.isalpha() for ch in n))
     m = re.search(rf"\b(?:in|how many) ({names})\b", q, re.I) if names else None
     if m is None or spec.kind not in ("money", "number"):
         return spec
-    return AnswerSpec(kind="money", unit=units.currency_of(m.group(1)), other=spec.other)
+    return ExpectedAnswer(kind="money", unit=units.currency_of(m.group(1)), other=spec.other)
 
 
 # ---- matches: can a text hold an answer of this kind? ---------------------------------------------------
 
-def _matches_measure(a: str, spec: AnswerSpec, units: UnitTable) -> bool:
+def _matches_measure(a: str, spec: ExpectedAnswer, units: UnitTable) -> bool:
     qs = units.quantities(a)
     k = spec.kind
     if k == "quantity" and spec.unit:  # a conversion: the unit asked for
@@ -256,12 +257,11 @@ _CALENDAR: dict[str, Callable[[str], bool]] = {
 }
 
 
-def matches(text: str, spec: AnswerSpec | str | None, *, cased: bool = True, units: UnitTable = DEFAULT) -> bool:
-    """Can `text` hold an answer of this kind? `cased=False` for lower-cased KG values (names cannot be told by
-    case)."""
+def matches(text: str, spec: ExpectedAnswer | str | None, *, cased: bool = True, units: UnitTable = DEFAULT) -> bool:
+    """Can `text` hold an answer of this kind? `cased=False` for lower-cased KG values (names cannot be told by case)."""
     a = text or ""
     if isinstance(spec, str) or spec is None:
-        spec = AnswerSpec(kind=spec or "text")  # type: ignore[arg-type]
+        spec = ExpectedAnswer(kind=spec or "text")  # type: ignore[arg-type]
     k = spec.kind
     if k in ("text", "yes_no"):
         return bool(a.strip())

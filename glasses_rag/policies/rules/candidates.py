@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from glasses_rag.policies.rules.questions import QuestionType
-from glasses_rag.policies.rules.spec import AnswerSpec
+from glasses_rag.policies.rules.spec import ExpectedAnswer
 
 
 @dataclass(frozen=True)
@@ -15,10 +15,10 @@ class Part:
     original: str  # as asked
     resolved: str  # with "this"/"it" replaced by the entity
     qtype: QuestionType
-    spec: AnswerSpec
+    spec: ExpectedAnswer
     entity: str | None  # what the part is about (None for general knowledge)
 
-    def expecting(self, spec: AnswerSpec) -> Part:
+    def expecting(self, spec: ExpectedAnswer) -> Part:
         """The same part asking for another type of answer (Reading.answer_of)."""
         return replace(self, spec=spec)
 

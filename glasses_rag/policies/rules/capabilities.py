@@ -20,7 +20,7 @@ from typing import Any
 from glasses_rag.policies.protocol import ParallelCall
 from glasses_rag.policies.rules.candidates import Candidate, Offer, Part
 from glasses_rag.policies.rules.plan import calls_for, combine
-from glasses_rag.policies.rules.reading import Turn
+from glasses_rag.policies.rules.reading import TurnReading
 from glasses_rag.policies.rules.registry import SLOTS
 from glasses_rag.text import nlp
 from tools.capability import BUILTIN, Capability
@@ -28,12 +28,12 @@ from tools.capability import BUILTIN, Capability
 log = logging.getLogger(__name__)
 
 
-def extensions(turn: Turn) -> list[Capability]:
+def extensions(turn: TurnReading) -> list[Capability]:
     """The capabilities the turn's tools carry that are not built in."""
     return [c for name, c in sorted(turn.capabilities.items()) if name not in BUILTIN]
 
 
-def _hook(cap: Capability, what: str, fn: Any, turn: Turn) -> Any:
+def _hook(cap: Capability, what: str, fn: Any, turn: TurnReading) -> Any:
     """A tool file's hook, run so that a hook that raises only makes its capability not due (logged)."""
     try:
         return fn(turn)
@@ -42,7 +42,7 @@ def _hook(cap: Capability, what: str, fn: Any, turn: Turn) -> Any:
         return None
 
 
-def _offer(turn: Turn, cap: Capability) -> dict[str, list[Offer]]:
+def _offer(turn: TurnReading, cap: Capability) -> dict[str, list[Offer]]:
     part = turn.parts[0] if turn.parts else None
     out: dict[str, list[Offer]] = {}
     for s in cap.inputs:
@@ -55,7 +55,7 @@ def _offer(turn: Turn, cap: Capability) -> dict[str, list[Offer]]:
     return out
 
 
-def due_calls(turn: Turn) -> tuple[list[ParallelCall], list[str]]:
+def due_calls(turn: TurnReading) -> tuple[list[ParallelCall], list[str]]:
     """The calls of every extension capability that is due, and why."""
     calls: list[ParallelCall] = []
     why: list[str] = []
@@ -76,7 +76,7 @@ def _answers(cap: Capability, part: Part, first: bool) -> bool:
             and (not use.question_types or part.qtype in use.question_types))
 
 
-def answer(turn: Turn, part: Part, first: bool) -> Candidate | None:
+def answer(turn: TurnReading, part: Part, first: bool) -> Candidate | None:
     """An answer from the facts an extension capability's tools wrote (see the module docstring)."""
     for cap in extensions(turn):
         if not _answers(cap, part, first):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from glasses_rag.policies.rules.units import DEFAULT
+from glasses_rag.text.units import DEFAULT
 
 YEAR = re.compile(r"(?<![\d,.$])\b(?:(?:AD|A\.D\.|BC|BCE|CE)\s*\d{1,4}|\d{1,4}\s*(?:AD|A\.D\.|BC|BCE|CE)\b|1[0-9]{3}|20[0-9]{2})"
                   r"(?![\d,]\d|\.\d|\s*(?:" + DEFAULT.year_exclusion + r")\b)", re.I)

@@ -1,4 +1,4 @@
-"""The rule-based planner's word lists, as data (glasses_rag/policies/rules/words.yaml) validated here."""
+"""The rule-based planner's word lists, as data (glasses_rag/policies/rules/lexicon.yaml) validated here."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def alternation(words: tuple[str, ...]) -> str:
     return "|".join(sorted(words, key=len, reverse=True))
 
 
-WORDS = PlannerWords.model_validate(yaml.safe_load(Path(__file__).with_name("words.yaml").read_text(encoding="utf-8")))
+WORDS = PlannerWords.model_validate(yaml.safe_load(Path(__file__).with_name("lexicon.yaml").read_text("utf-8")))
 TYPE_WORDS = frozenset(stem(w) for w in WORDS.type_words)
 PLACE_KEYS = frozenset(stem(w) for w in WORDS.place_keys)
 PERSON_KEYS = frozenset(WORDS.person_keys)

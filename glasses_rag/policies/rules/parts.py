@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from glasses_rag.policies.rules.answer_types import expected_answer
 from glasses_rag.policies.rules.candidates import Part
 from glasses_rag.policies.rules.questions import classify, conversion_target
-from glasses_rag.policies.rules.spec import AnswerSpec
-from glasses_rag.policies.rules.units import UnitTable
+from glasses_rag.policies.rules.spec import ExpectedAnswer
 from glasses_rag.text import nlp
+from glasses_rag.text.units import UnitTable
 
 
 @dataclass(frozen=True)
@@ -24,12 +24,12 @@ class PartsContext:
     units: UnitTable
 
 
-def _expected(question: str, qtype: str, units: UnitTable) -> AnswerSpec:
+def _expected(question: str, qtype: str, units: UnitTable) -> ExpectedAnswer:
     """The answer type a part asks for; a conversion asks for its quantity in the unit it names."""
     target = conversion_target(question) if qtype == "conversion" else None
     if target is None:
         return expected_answer(question, units)
-    return AnswerSpec(kind="quantity", dimension=units.dimension(target), unit=target)
+    return ExpectedAnswer(kind="quantity", dimension=units.dimension(target), unit=target)
 
 
 def build_parts(question: str, sub_questions: list[str], max_parts: int, ctx: PartsContext) -> list[Part]:

@@ -9,7 +9,7 @@ from typing import Any
 from glasses_rag.policies.protocol import ParallelCall, ToolSpec
 from glasses_rag.policies.rules.candidates import Offer, Part
 from glasses_rag.policies.rules.plan_table import PlanStep
-from glasses_rag.policies.rules.reading import Turn
+from glasses_rag.policies.rules.reading import TurnReading
 from glasses_rag.policies.rules.registry import CONDITIONS, SLOTS
 from tools.capability import BUILTIN
 
@@ -33,12 +33,13 @@ def combine(slot_offers: dict[str, list[Offer]]) -> list[tuple[dict[str, Any], s
     return out
 
 
-def step_offers(turn: Turn, step: PlanStep, part: Part | None) -> list[tuple[dict[str, Any], str | None]]:
+def step_offers(turn: TurnReading, step: PlanStep, part: Part | None) -> list[tuple[dict[str, Any], str | None]]:
     """(slot values on offer, sub-question) for one step; several for a query per compared side."""
     return combine({s: SLOTS[s](turn, part, step.query) for s in BUILTIN[step.uses].inputs})
 
 
-def calls_for(turn: Turn, tools: list[ToolSpec], offers: list[tuple[dict[str, Any], str | None]]) -> list[ParallelCall]:
+def calls_for(turn: TurnReading, tools: list[ToolSpec],
+              offers: list[tuple[dict[str, Any], str | None]]) -> list[ParallelCall]:
     """A call per tool and offer, unless the same call already ran."""
     out: list[ParallelCall] = []
     for offer, sub in offers:
@@ -49,7 +50,7 @@ def calls_for(turn: Turn, tools: list[ToolSpec], offers: list[tuple[dict[str, An
     return out
 
 
-def due(turn: Turn, steps: list[PlanStep], part: Part | None) -> tuple[list[ParallelCall], str]:
+def due(turn: TurnReading, steps: list[PlanStep], part: Part | None) -> tuple[list[ParallelCall], str]:
     """The calls of the first due step, plus those of the steps right after it marked with_previous."""
     calls: list[ParallelCall] = []
     why: list[str] = []

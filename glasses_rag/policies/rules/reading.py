@@ -19,9 +19,9 @@ from glasses_rag.policies.rules.entity import entity_is_person, history_person, 
 from glasses_rag.policies.rules.lexicon import CLASS_KEYS
 from glasses_rag.policies.rules.parts import PartsContext, build_parts
 from glasses_rag.policies.rules.registry import SOURCES
-from glasses_rag.policies.rules.spec import AnswerSpec
-from glasses_rag.policies.rules.units import DEFAULT, UnitTable
+from glasses_rag.policies.rules.spec import ExpectedAnswer
 from glasses_rag.text import nlp
+from glasses_rag.text.units import DEFAULT, UnitTable
 
 if TYPE_CHECKING:
     from tools.capability import Capability
@@ -40,7 +40,7 @@ def capability_units(capabilities: Iterable[Capability]) -> UnitTable:
 _THAT_ONE = re.compile(r"\b(?:that|the other) one\b", re.I)
 
 
-class Turn:
+class TurnReading:
     """One view as the planner reads it. `planner` gives the embedder, the thresholds and the plan table."""
 
     def __init__(self, planner: Any, view: PolicyView):
@@ -98,7 +98,8 @@ class Turn:
         """The best answer of this type to the question from what was gathered: the question type's own answer
         sources, asked for that type ("money" -> "$1.49" for "how much is it in euros?")."""
         for part in self.parts:
-            asked = part.expecting(AnswerSpec(kind=kind, counted=part.spec.counted, noun=part.spec.noun))  # type: ignore[arg-type]
+            spec = ExpectedAnswer(kind=kind, counted=part.spec.counted, noun=part.spec.noun)  # type: ignore[arg-type]
+            asked = part.expecting(spec)
             for name in self.p.table.types[part.qtype].answer:
                 got = self.source(name, asked)
                 if got is not None:

@@ -20,7 +20,7 @@ from glasses_rag.policies.rules.candidates import Candidate, Part
 from glasses_rag.policies.rules.config import RulePlannerConfig
 from glasses_rag.policies.rules.plan import due
 from glasses_rag.policies.rules.plan_table import load_plan_table
-from glasses_rag.policies.rules.reading import Turn
+from glasses_rag.policies.rules.reading import TurnReading
 from glasses_rag.policies.rules.sources.kg import holds_for_rivals
 
 __all__ = ["RuleBasedPlanner", "RulePlannerConfig"]
@@ -56,7 +56,7 @@ class RuleBasedPlanner:
         return self._embedder
 
     def decide(self, view: PolicyView, image: Any = None) -> Decision:
-        t = Turn(self, view)
+        t = TurnReading(self, view)
         if view.remaining_steps <= 0:
             return Decision(action="answer", rationale="no tool calls left", needs_retrieval=bool(view.done))
         if len(t.parts) > 1:
@@ -78,7 +78,7 @@ class RuleBasedPlanner:
         return Decision(action="answer", rationale="the plan for this question type is complete",
                         needs_retrieval=bool(view.done))
 
-    def _answer_part(self, t: Turn, part: Part) -> tuple[Candidate | None, str | None]:
+    def _answer_part(self, t: TurnReading, part: Part) -> tuple[Candidate | None, str | None]:
         """The first answer the part's sources give: extension capabilities marked `first`, the question type's own
         sources (plan table), then the other extension capabilities."""
         got = capabilities.answer(t, part, first=True)
@@ -91,7 +91,7 @@ class RuleBasedPlanner:
         return capabilities.answer(t, part, first=False), None
 
     def answer(self, view: PolicyView, image: Any = None) -> AnswerDraft:
-        t = Turn(self, view)
+        t = TurnReading(self, view)
         got: list[Candidate] = []
         for part in t.parts:
             cand, source = self._answer_part(t, part)

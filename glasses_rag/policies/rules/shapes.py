@@ -10,8 +10,8 @@ from typing import Literal
 from pydantic import BaseModel
 
 from glasses_rag.policies.rules.lexicon import WORDS
-from glasses_rag.policies.rules.units import unit_of
 from glasses_rag.text import nlp
+from glasses_rag.text.units import unit_of
 
 # ---- comparison ----------------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ import re
 
 from glasses_rag.policies.rules.candidates import Offer, Part
 from glasses_rag.policies.rules.questions import conversion_target, parse_bridge, parse_comparison
-from glasses_rag.policies.rules.reading import Turn
+from glasses_rag.policies.rules.reading import TurnReading
 from glasses_rag.policies.rules.registry import QUERIES, query, slot
 from glasses_rag.policies.rules.sources.comparison import missing_sides, side_query
 from glasses_rag.policies.rules.sources.multihop import hop2_question
@@ -30,41 +30,41 @@ def target_phrase(q: str) -> str:
 
 
 @slot("target")
-def target(turn: Turn, part: Part | None, kind: str | None) -> list[Offer]:
+def target(turn: TurnReading, part: Part | None, kind: str | None) -> list[Offer]:
     return [Offer(target_phrase(part.original if part else turn.question))]
 
 
 @slot("question")
-def question(turn: Turn, part: Part | None, kind: str | None) -> list[Offer]:
+def question(turn: TurnReading, part: Part | None, kind: str | None) -> list[Offer]:
     return [Offer(turn.v.question)]
 
 
 @slot("entity")
-def entity(turn: Turn, part: Part | None, kind: str | None) -> list[Offer]:
+def entity(turn: TurnReading, part: Part | None, kind: str | None) -> list[Offer]:
     return [Offer(turn.entity or "")]
 
 
 @slot("value")
-def value(turn: Turn, part: Part | None, kind: str | None) -> list[Offer]:
+def value(turn: TurnReading, part: Part | None, kind: str | None) -> list[Offer]:
     """The quantity a conversion question converts (no call without one)."""
     qty = quantity(turn, part) if part is not None and conversion_target(part.original) else None
     return [Offer(qty[0], part.resolved)] if qty and part is not None else []
 
 
 @slot("from_unit")
-def from_unit(turn: Turn, part: Part | None, kind: str | None) -> list[Offer]:
+def from_unit(turn: TurnReading, part: Part | None, kind: str | None) -> list[Offer]:
     qty = quantity(turn, part) if part is not None else None
     return [Offer(qty[1])] if qty else []
 
 
 @slot("to_unit")
-def to_unit(turn: Turn, part: Part | None, kind: str | None) -> list[Offer]:
+def to_unit(turn: TurnReading, part: Part | None, kind: str | None) -> list[Offer]:
     unit = conversion_target(part.original) if part is not None else None
     return [Offer(unit)] if unit else []
 
 
 @slot("query")
-def query_slot(turn: Turn, part: Part | None, kind: str | None) -> list[Offer]:
+def query_slot(turn: TurnReading, part: Part | None, kind: str | None) -> list[Offer]:
     """The search query of the step's query kind; no value when the step names none."""
     return QUERIES[kind](turn, part) if kind is not None else [Offer(None)]
 
@@ -72,14 +72,14 @@ def query_slot(turn: Turn, part: Part | None, kind: str | None) -> list[Offer]:
 # ---- query kinds ----------------------------------------------------------------------------------------
 
 @query("part")
-def part_query(turn: Turn, part: Part | None) -> list[Offer]:
+def part_query(turn: TurnReading, part: Part | None) -> list[Offer]:
     """The question part with "this"/"it" resolved, as keywords."""
     q = part.resolved if part else turn.question
     return [Offer(nlp.keywords(q, part.entity if part else turn.entity), q)]
 
 
 @query("hop1")
-def hop1_query(turn: Turn, part: Part | None) -> list[Offer]:
+def hop1_query(turn: TurnReading, part: Part | None) -> list[Offer]:
     """Hop 1 of a multi-hop question ("which cafe served <entity>?")."""
     if part is None:
         return part_query(turn, part)
@@ -89,7 +89,7 @@ def hop1_query(turn: Turn, part: Part | None) -> list[Offer]:
 
 
 @query("hop2")
-def hop2_query(turn: Turn, part: Part | None) -> list[Offer]:
+def hop2_query(turn: TurnReading, part: Part | None) -> list[Offer]:
     """Hop 2, about the bridge entity hop 1 found (none before)."""
     if part is None:
         return part_query(turn, part)
@@ -101,7 +101,7 @@ def hop2_query(turn: Turn, part: Part | None) -> list[Offer]:
 
 
 @query("sides")
-def sides_query(turn: Turn, part: Part | None) -> list[Offer]:
+def sides_query(turn: TurnReading, part: Part | None) -> list[Offer]:
     """One query per compared side that has no value yet."""
     if part is None:
         return part_query(turn, part)
@@ -110,14 +110,14 @@ def sides_query(turn: Turn, part: Part | None) -> list[Offer]:
 
 
 @query("ocr_name")
-def ocr_name_query(turn: Turn, part: Part | None) -> list[Offer]:
+def ocr_name_query(turn: TurnReading, part: Part | None) -> list[Offer]:
     """The name read in the photo (its first lines)."""
     title = turn.ocr_title()
     return [Offer(title, title)] if title else []
 
 
 @query("quantity")
-def quantity_query(turn: Turn, part: Part | None) -> list[Offer]:
+def quantity_query(turn: TurnReading, part: Part | None) -> list[Offer]:
     """The entity and the measured dimension, for a conversion."""
     if part is None:
         return part_query(turn, part)

@@ -17,9 +17,9 @@ from glasses_rag.policies.rules.dates import (
     YEAR,
 )
 from glasses_rag.policies.rules.names import NamePhrase, name_phrases
-from glasses_rag.policies.rules.spec import AnswerSpec
-from glasses_rag.policies.rules.units import DEFAULT, Quantity, UnitTable
+from glasses_rag.policies.rules.spec import ExpectedAnswer
 from glasses_rag.text.sentences import clauses
+from glasses_rag.text.units import DEFAULT, Quantity, UnitTable
 from glasses_rag.text.words import content_words, normalize, stem, words
 
 # words before a name that say it is where something is ("in Bergen", "overlooks Kunming Lake", "native to Mexico")
@@ -34,7 +34,7 @@ _PLACE_NAME = re.compile(r"\b(?:City|Town|Village|County|State|Province|Island|I
 class _Context:
     """What a span is cut for: the sentence, the question's words (less the names to avoid) and where they stand."""
 
-    def __init__(self, sentence: str, spec: AnswerSpec, question: str, avoid: list[str] | None, units: UnitTable):
+    def __init__(self, sentence: str, spec: ExpectedAnswer, question: str, avoid: list[str] | None, units: UnitTable):
         self.sentence, self.spec, self.units = sentence, spec, units
         self.avoid = [normalize(a) for a in (avoid or []) if a]
         avoided = {w for a in self.avoid for w in a.split()}  # the entity's own name says nothing of where the answer is
@@ -227,7 +227,7 @@ def _free_text_span(c: _Context) -> str | None:
     return best
 
 
-def answer_span(sentence: str, spec: AnswerSpec, question: str = "", avoid: list[str] | None = None,
+def answer_span(sentence: str, spec: ExpectedAnswer, question: str = "", avoid: list[str] | None = None,
                 units: UnitTable = DEFAULT) -> str | None:
     """The short answer inside `sentence` for a question of this kind; None when the sentence holds none.
 

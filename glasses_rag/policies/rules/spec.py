@@ -1,4 +1,4 @@
-"""What kind of answer a question wants: `AnswerSpec` (see
+"""What kind of answer a question wants: `ExpectedAnswer` (see
 glasses_rag/policies/rules/answer_types.py:expected_answer)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ AnswerKind = Literal["person", "place", "year", "date", "time", "weekday", "numb
                      "yes_no", "name", "text"]
 
 
-class AnswerSpec(BaseModel):
+class ExpectedAnswer(BaseModel):
     model_config = ConfigDict(frozen=True)  # hashable: answers are memoised per part and spec
 
     kind: AnswerKind = "text"

@@ -8,7 +8,7 @@ import re
 from glasses_rag.policies.rules.answer_types import YEAR
 from glasses_rag.policies.rules.candidates import Candidate, Part, SideValue
 from glasses_rag.policies.rules.questions import Comparison, parse_comparison
-from glasses_rag.policies.rules.reading import Turn
+from glasses_rag.policies.rules.reading import TurnReading
 from glasses_rag.policies.rules.registry import source
 from glasses_rag.policies.rules.web_text import page_sentences
 from glasses_rag.text import nlp
@@ -22,11 +22,11 @@ _CUES = {"length": {"height", "tall", "high", "long", "length", "metr", "meter",
 _QUERY_WORDS = {"length": "height tall", "mass": "weight", "speed": "speed", "temperature": "temperature"}
 
 
-def is_self(turn: Turn, side: str) -> bool:
+def is_self(turn: TurnReading, side: str) -> bool:
     return bool(_SELF.search(side)) or (turn.entity is not None and nlp.mentions(side, turn.entity))
 
 
-def side_name(turn: Turn, side: str) -> str:
+def side_name(turn: TurnReading, side: str) -> str:
     if is_self(turn, side) and turn.entity:
         return turn.entity
     asked = re.search(re.escape(side.strip()), turn.question, re.I)  # as written in the question
@@ -50,7 +50,7 @@ def _year(text: str, context: str, event: str | None) -> tuple[float, str] | Non
     return float(int(digits.group(0)) * (-1 if re.search(r"BC", m.group(0), re.I) else 1)), m.group(0)
 
 
-def measure(turn: Turn, cmp: Comparison, text: str, context: str, event: str | None) -> tuple[float, str] | None:
+def measure(turn: TurnReading, cmp: Comparison, text: str, context: str, event: str | None) -> tuple[float, str] | None:
     """The value of the compared dimension in `text` (context: the attribute name or the sentence)."""
     if cmp.dimension == "year":
         return _year(text, context, event)
@@ -63,7 +63,7 @@ def measure(turn: Turn, cmp: Comparison, text: str, context: str, event: str | N
     return qs[0].base, qs[0].text
 
 
-def _kg_side(turn: Turn, cmp: Comparison, event: str | None) -> SideValue | None:
+def _kg_side(turn: TurnReading, cmp: Comparison, event: str | None) -> SideValue | None:
     for k, val in (turn.entity_hit.attributes or {}).items() if turn.entity_hit is not None else []:
         if nlp.is_instruction_attribute(k, val):
             continue
@@ -73,7 +73,7 @@ def _kg_side(turn: Turn, cmp: Comparison, event: str | None) -> SideValue | None
     return None
 
 
-def _web_side(turn: Turn, cmp: Comparison, side: str, name: str, event: str | None) -> SideValue | None:
+def _web_side(turn: TurnReading, cmp: Comparison, side: str, name: str, event: str | None) -> SideValue | None:
     best: tuple[float, SideValue] | None = None
     probe = f"{name} {side_query(cmp, side)}"
     for h in turn.web_hits:
@@ -91,7 +91,7 @@ def _web_side(turn: Turn, cmp: Comparison, side: str, name: str, event: str | No
     return best[1] if best else None
 
 
-def side_value(turn: Turn, cmp: Comparison, side: str, event: str | None) -> SideValue | None:
+def side_value(turn: TurnReading, cmp: Comparison, side: str, event: str | None) -> SideValue | None:
     """The side's value: from the entity's KG record when the side is the pictured entity, else from the web."""
     if is_self(turn, side):
         if turn.entity is None:
@@ -102,7 +102,7 @@ def side_value(turn: Turn, cmp: Comparison, side: str, event: str | None) -> Sid
     return _web_side(turn, cmp, side, side_name(turn, side), event)
 
 
-def side(turn: Turn, cmp: Comparison, side_text: str, event: str | None) -> SideValue | None:
+def side(turn: TurnReading, cmp: Comparison, side_text: str, event: str | None) -> SideValue | None:
     return turn.memo(("side", side_text, event), lambda: side_value(turn, cmp, side_text, event))
 
 
@@ -110,7 +110,7 @@ def _events(cmp: Comparison) -> list[str | None]:
     return list(cmp.events) or [None, None]
 
 
-def missing_sides(turn: Turn, part: Part) -> list[str]:
+def missing_sides(turn: TurnReading, part: Part) -> list[str]:
     """The compared sides no value was found for yet (the pictured side only once the entity is known)."""
     cmp = parse_comparison(part.original)
     if cmp is None:
@@ -120,7 +120,7 @@ def missing_sides(turn: Turn, part: Part) -> list[str]:
 
 
 @source("compare", checked=False)  # its answer is one of the sides, yes/no or before/after, with both values
-def compare(turn: Turn, part: Part) -> Candidate | None:
+def compare(turn: TurnReading, part: Part) -> Candidate | None:
     """Both sides' values compared in base units."""
     cmp = parse_comparison(part.original)
     if cmp is None:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from glasses_rag.policies.rules.candidates import Candidate, Part
 from glasses_rag.policies.rules.config import HISTORY_ENTITY_CONFIDENCE
-from glasses_rag.policies.rules.reading import Turn
+from glasses_rag.policies.rules.reading import TurnReading
 from glasses_rag.policies.rules.registry import source
 
 
 @source("entity_name")
-def entity_name(turn: Turn, part: Part) -> Candidate | None:
+def entity_name(turn: TurnReading, part: Part) -> Candidate | None:
     """The entity the image search recognised with confidence, or (without the photo) the one named earlier."""
     if turn.hit is not None and turn.image_conf > 0:
         return Candidate(turn.hit.entity_name or "", turn.image_conf,
@@ -19,7 +19,7 @@ def entity_name(turn: Turn, part: Part) -> Candidate | None:
     return None
 
 
-def class_or_name(turn: Turn, part: Part) -> Candidate | None:
+def class_or_name(turn: TurnReading, part: Part) -> Candidate | None:
     """What a recognition question gets from the KG: the class attribute it names, else the entity's name."""
     return turn.source("class_attribute", part) or (
         turn.source("entity_name", part) if part.qtype == "recognition" else None)

@@ -10,15 +10,15 @@ from glasses_rag.policies.rules.answer_types import YEAR, matches
 from glasses_rag.policies.rules.candidates import Candidate, Part
 from glasses_rag.policies.rules.config import HISTORY_ENTITY_CONFIDENCE
 from glasses_rag.policies.rules.lexicon import PLACE_KEYS, TYPE_WORDS
-from glasses_rag.policies.rules.reading import Turn
+from glasses_rag.policies.rules.reading import TurnReading
 from glasses_rag.policies.rules.recognition import class_noun
 from glasses_rag.policies.rules.registry import source
 from glasses_rag.policies.rules.relations import relation_clash
-from glasses_rag.policies.rules.spec import AnswerSpec
+from glasses_rag.policies.rules.spec import ExpectedAnswer
 from glasses_rag.text import nlp
 
 
-def _typed_keys(turn: Turn, hit: Hit, spec: AnswerSpec) -> list[str]:
+def _typed_keys(turn: TurnReading, hit: Hit, spec: ExpectedAnswer) -> list[str]:
     """The attribute names whose value has the expected type (never one that carries instructions)."""
     attrs = hit.attributes or {}
     keys = [str(k) for k, val in attrs.items()
@@ -27,7 +27,8 @@ def _typed_keys(turn: Turn, hit: Hit, spec: AnswerSpec) -> list[str]:
     return [k for k in keys if nlp.shares_stem(spec.counted, k)] if spec.counted else keys
 
 
-def _key_score(turn: Turn, spec: AnswerSpec, key: str, sim: float, asked: set[str], typed_single: bool) -> float | None:
+def _key_score(turn: TurnReading, spec: ExpectedAnswer, key: str, sim: float, asked: set[str],
+               typed_single: bool) -> float | None:
     """How well an attribute name matches what is asked; None under the floor that applies to it. A name all of whose
     words are asked wins over one that adds a qualifier ("name" over "scientific name" for "what is its name?")."""
     kstems = nlp.stems(key)
@@ -48,7 +49,7 @@ def _key_score(turn: Turn, spec: AnswerSpec, key: str, sim: float, asked: set[st
     return sim + (0.2 if shared else 0.0) + (0.1 if noun_ok or place_key else 0.0) + (0.1 if exact else 0.0)
 
 
-def kg_answer(turn: Turn, part: Part, hit: Hit | None = None) -> Candidate | None:
+def kg_answer(turn: TurnReading, part: Part, hit: Hit | None = None) -> Candidate | None:
     """The KG attribute the question asks for: a name that shares a stem with the question or is very similar to it,
     whose value has the expected answer type."""
     hit = hit or turn.entity_hit
@@ -82,12 +83,12 @@ def kg_answer(turn: Turn, part: Part, hit: Hit | None = None) -> Candidate | Non
 
 
 @source("kg_attribute")
-def kg_attribute(turn: Turn, part: Part) -> Candidate | None:
+def kg_attribute(turn: TurnReading, part: Part) -> Candidate | None:
     """The attribute of the entity's KG record that the question asks for, of the expected type."""
     return kg_answer(turn, part)
 
 
-def holds_for_rivals(turn: Turn, source_name: str, part: Part, cand: Candidate) -> bool:
+def holds_for_rivals(turn: TurnReading, source_name: str, part: Part, cand: Candidate) -> bool:
     """An answer drawn from the top match's KG record that every look-alike's record gives too."""
     if source_name not in ("kg_attribute", "class_attribute"):
         return False
@@ -99,7 +100,7 @@ def holds_for_rivals(turn: Turn, source_name: str, part: Part, cand: Candidate) 
 
 
 @source("class_attribute")
-def class_attribute(turn: Turn, part: Part) -> Candidate | None:
+def class_attribute(turn: TurnReading, part: Part) -> Candidate | None:
     """"what breed is this dog?": the KG attribute named by the class the question asks for."""
     noun = class_noun(part.original)
     hit = turn.entity_hit

@@ -6,14 +6,14 @@ from __future__ import annotations
 from glasses_rag.policies.rules.answer_types import expected_answer
 from glasses_rag.policies.rules.candidates import Candidate, Part
 from glasses_rag.policies.rules.questions import parse_bridge
-from glasses_rag.policies.rules.reading import Turn
+from glasses_rag.policies.rules.reading import TurnReading
 from glasses_rag.policies.rules.registry import source
 from glasses_rag.policies.rules.sources.web import web_answer
-from glasses_rag.policies.rules.spec import AnswerSpec
+from glasses_rag.policies.rules.spec import ExpectedAnswer
 from glasses_rag.text import nlp
 
 
-def _bridge_from_kg(turn: Turn, noun: str, clause: str) -> Candidate | None:
+def _bridge_from_kg(turn: TurnReading, noun: str, clause: str) -> Candidate | None:
     hit = turn.entity_hit
     if hit is None or not hit.attributes:
         return None
@@ -30,7 +30,7 @@ def _bridge_from_kg(turn: Turn, noun: str, clause: str) -> Candidate | None:
 
 
 @source("bridge", final=False, checked=False)  # hop 1: an entity to ask about, not an answer
-def bridge(turn: Turn, part: Part) -> Candidate | None:
+def bridge(turn: TurnReading, part: Part) -> Candidate | None:
     """Hop 1 of a multi-hop question: the entity the clause describes, from the KG record or the web."""
     b = parse_bridge(part.original)
     if b is None or turn.entity is None:
@@ -39,7 +39,7 @@ def bridge(turn: Turn, part: Part) -> Candidate | None:
     if got is not None:
         return got
     got = web_answer(turn, part, question=nlp.resolve_references(b.hop1, turn.entity),
-                     spec=AnswerSpec(kind="name", noun=b.noun))
+                     spec=ExpectedAnswer(kind="name", noun=b.noun))
     if got is not None:
         got.note = "hop 1: " + got.note
     return got
@@ -52,7 +52,7 @@ def hop2_question(part: Part, bridge_text: str) -> str:
 
 
 @source("bridge_hop")
-def bridge_hop(turn: Turn, part: Part) -> Candidate | None:
+def bridge_hop(turn: TurnReading, part: Part) -> Candidate | None:
     """Hop 2's answer about the bridge entity hop 1 found."""
     first = turn.source("bridge", part)
     if parse_bridge(part.original) is None or first is None:

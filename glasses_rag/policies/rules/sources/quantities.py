@@ -8,14 +8,14 @@ import re
 from glasses_rag.policies.rules.candidates import Candidate, Part
 from glasses_rag.policies.rules.config import WEB_QUANTITY_CONFIDENCE
 from glasses_rag.policies.rules.questions import conversion_target
-from glasses_rag.policies.rules.reading import Turn
+from glasses_rag.policies.rules.reading import TurnReading
 from glasses_rag.policies.rules.registry import source
 from glasses_rag.policies.rules.web_text import page_sentences
 from glasses_rag.text import nlp
 
 
 @source("count")
-def count(turn: Turn, part: Part) -> Candidate | None:
+def count(turn: TurnReading, part: Part) -> Candidate | None:
     """"how many X did it ...?" with no number stated: count the items a sentence lists after X."""
     noun = part.spec.counted
     if not noun:
@@ -30,12 +30,12 @@ def count(turn: Turn, part: Part) -> Candidate | None:
     return None
 
 
-def quantity(turn: Turn, part: Part) -> tuple[float, str, float] | None:
+def quantity(turn: TurnReading, part: Part) -> tuple[float, str, float] | None:
     """(value, unit, confidence) to convert: from the previous answer, else the entity's KG record or the web."""
     return turn.memo(("quantity", part.original), lambda: _quantity(turn, part))
 
 
-def _quantity(turn: Turn, part: Part) -> tuple[float, str, float] | None:
+def _quantity(turn: TurnReading, part: Part) -> tuple[float, str, float] | None:
     target = conversion_target(part.original)
     dim = turn.units.dimension(target) if target in turn.units.data.units else None
     if dim is None:

@@ -9,10 +9,10 @@ from glasses_rag.core.types import Hit
 from glasses_rag.policies.rules.answer_types import answer_span, matches, name_phrases
 from glasses_rag.policies.rules.candidates import Candidate, Part
 from glasses_rag.policies.rules.lexicon import TYPE_WORDS
-from glasses_rag.policies.rules.reading import Turn
+from glasses_rag.policies.rules.reading import TurnReading
 from glasses_rag.policies.rules.registry import source
 from glasses_rag.policies.rules.relations import relation_clash
-from glasses_rag.policies.rules.spec import AnswerSpec
+from glasses_rag.policies.rules.spec import ExpectedAnswer
 from glasses_rag.policies.rules.web_text import (
     names_another,
     page_sentences,
@@ -29,7 +29,7 @@ class Ask:
     """What a web sentence must answer, worked out once per question."""
 
     question: str
-    spec: AnswerSpec
+    spec: ExpectedAnswer
     entity: str | None  # what the sentence must be about (the entity, or hop 1's answer)
     must_mention: str | None
     topic: set[str]  # stems that show a text is about it
@@ -41,7 +41,7 @@ class Ask:
     avoid: list[str] = field(default_factory=list)
 
 
-def _ask(turn: Turn, part: Part, question: str, spec: AnswerSpec, must_mention: str | None,
+def _ask(turn: TurnReading, part: Part, question: str, spec: ExpectedAnswer, must_mention: str | None,
          avoid: list[str] | None) -> Ask:
     entity = must_mention or part.entity
     topic = (turn.topic_words(part.entity, turn.entity_hit if part.entity else None) if not must_mention
@@ -58,7 +58,7 @@ def _ask(turn: Turn, part: Part, question: str, spec: AnswerSpec, must_mention: 
                list(avoid or []))
 
 
-def _page_topic(turn: Turn, ask: Ask, h: Hit) -> set[str] | None:
+def _page_topic(turn: TurnReading, ask: Ask, h: Hit) -> set[str] | None:
     """Stems that show a sentence of this page is about the entity; None when the page is not to be read."""
     page = f"{h.title or ''}. {h.content or h.snippet}"
     page_topic = ask.topic
@@ -73,7 +73,7 @@ def _page_topic(turn: Turn, ask: Ask, h: Hit) -> set[str] | None:
     return page_topic
 
 
-def _sentence_fits(turn: Turn, ask: Ask, h: Hit, sent: str, page_topic: set[str], title_topical: bool) -> bool:
+def _sentence_fits(turn: TurnReading, ask: Ask, h: Hit, sent: str, page_topic: set[str], title_topical: bool) -> bool:
     spec, entity = ask.spec, ask.entity
     if not matches(sent, spec, units=turn.units):
         return False
@@ -91,7 +91,7 @@ def _sentence_fits(turn: Turn, ask: Ask, h: Hit, sent: str, page_topic: set[str]
     return not any(nlp.mentions(sent, o) and not nlp.mentions(sent, entity or "") for o in turn.other_names)
 
 
-def _sentences(turn: Turn, ask: Ask) -> list[tuple[str, Hit]]:
+def _sentences(turn: TurnReading, ask: Ask) -> list[tuple[str, Hit]]:
     """The web sentences that may answer: factual, of the expected type, about the entity (its name or class in
     the sentence or the page title) and not about a look-alike."""
     out: list[tuple[str, Hit]] = []
@@ -109,7 +109,7 @@ def _sentences(turn: Turn, ask: Ask) -> list[tuple[str, Hit]]:
     return out
 
 
-def _span(turn: Turn, ask: Ask, sent: str) -> str | None:
+def _span(turn: TurnReading, ask: Ask, sent: str) -> str | None:
     spec = ask.spec
     if spec.kind == "yes_no":
         return yes_no(sent, ask.qwords, ask.ent_words)
@@ -118,7 +118,7 @@ def _span(turn: Turn, ask: Ask, sent: str) -> str | None:
     return answer_span(sent, spec, ask.question, avoid=[ask.entity or "", *ask.avoid, *known], units=turn.units)
 
 
-def _score(turn: Turn, ask: Ask, sent: str, text: str, sim: float) -> float | None:
+def _score(turn: TurnReading, ask: Ask, sent: str, text: str, sim: float) -> float | None:
     """The sentence's score as an answer, None when it does not answer what is asked."""
     spec, qwords = ask.spec, ask.qwords
     swords = nlp.stems(sent)
@@ -135,7 +135,7 @@ def _score(turn: Turn, ask: Ask, sent: str, text: str, sim: float) -> float | No
         0.1 if spec.noun and spec.kind != "text" and nlp.stem(spec.noun) in swords else 0.0)  # "which county"
 
 
-def web_answer(turn: Turn, part: Part, question: str | None = None, spec: AnswerSpec | None = None,
+def web_answer(turn: TurnReading, part: Part, question: str | None = None, spec: ExpectedAnswer | None = None,
                must_mention: str | None = None, avoid: list[str] | None = None) -> Candidate | None:
     """The best web sentence that answers `question` (default: the part's), and the answer span in it."""
     ask = _ask(turn, part, question or part.resolved, spec or part.spec, must_mention, avoid)
@@ -159,6 +159,6 @@ def web_answer(turn: Turn, part: Part, question: str | None = None, spec: Answer
 
 
 @source("web_span")
-def web_span(turn: Turn, part: Part) -> Candidate | None:
+def web_span(turn: TurnReading, part: Part) -> Candidate | None:
     """The web sentence that answers the part (see web_answer)."""
     return web_answer(turn, part)

@@ -1,6 +1,6 @@
 """Numbers, units of measure and currencies in text (rule-based): `quantities(text)` finds each number with its
-unit and its span. The units are data (glasses_rag/policies/rules/units.yaml); a `UnitTable` may be extended with the
-units a tool's capability declares (tools.capability.AnswerUse.units), for one planner's turns only."""
+unit and its span. The units are data (glasses_rag/text/units.yaml); a `UnitTable` may be extended with the units a
+tool's capability declares (tools.capability.AnswerUse.units), for one planner's turns only."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ class CurrencyDef(BaseModel):
 
 
 class UnitData(BaseModel):
-    """glasses_rag/policies/rules/units.yaml."""
+    """glasses_rag/text/units.yaml."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     units: dict[str, UnitDef]
