@@ -89,15 +89,17 @@ def session_entities(paths: Any, task: int) -> dict[str, set[str]]:
     return out
 
 
-def held_out(name: str) -> bool:
-    return int(hashlib.sha256(name.encode()).hexdigest(), 16) % HOLDOUT_ONE_IN == 0
+def held_out(name: str, salt: str = "") -> bool:
+    return int(hashlib.sha256((salt + name).encode()).hexdigest(), 16) % HOLDOUT_ONE_IN == 0
 
 
-def make_split(train: dict[str, set[str]], evaluation: dict[str, set[str]] | None) -> Split:
-    """Training and evaluation sessions, disjoint by conversation and by pictured entity."""
+def make_split(train: dict[str, set[str]], evaluation: dict[str, set[str]] | None, salt: str = "") -> Split:
+    """Training and evaluation sessions, disjoint by conversation and by pictured entity. `salt` draws another
+    split of the same kind (the validation split, carved from the training conversations)."""
     if evaluation is None:
         labelled = all(train.values())
-        out = [s for s, ents in train.items() if (any(held_out(e) for e in ents) if labelled else held_out(s))]
+        out = [s for s, ents in train.items()
+               if (any(held_out(e, salt) for e in ents) if labelled else held_out(s, salt))]
         rest = [s for s in train if s not in set(out)]
         if labelled:  # a session picturing a held-out entity and another one: out of training too
             seen = {e for s in out for e in train[s]}
@@ -207,10 +209,12 @@ def teach(args: argparse.Namespace, paths: Any, split: Split, work: Path) -> tup
     convs = conversations(paths, args.task, split.train, args.train_limit)
     policy = args.teacher if args.teacher != "rule" else "rule"
     report, traces, cpu = run(agent_config(args, paths.root, policy, "on"), convs, args.task, work, "teacher")
-    opts = ExportOptions(wrong=args.wrong, tools=args.tools.split(","), budget_s=args.budget)
+    opts = ExportOptions(wrong=args.wrong, tools=args.tools.split(","), budget_s=args.budget,
+                         counterfactual=args.counterfactual, self_check=args.check_examples)
     examples = examples_from_run(traces, opts)
     out = write_examples(examples, work / "sft.jsonl")
-    labels = Counter(e.meta["label"] for e in examples if e.completion[0]["content"].startswith('{"action": "answer"'))
+    labels = Counter(e.meta["label"] for e in examples if e.completion[0]["content"].startswith('{"action": "answer"')
+                     or e.meta.get("purpose") == "verify")
     return out, {"turns": len(traces), "examples": len(examples), "answers": dict(labels),
                  "teacher_truthfulness": report.overall.truthfulness, "teacher_cpu_s": cpu}
 
@@ -228,7 +232,7 @@ def evaluate_both(args: argparse.Namespace, paths: Any, split: Split, adapter: s
     convs = conversations(paths, args.task, split.eval, args.eval_limit)
     out = {}
     for label, ad in (("base", None), ("tuned", adapter)):
-        report, traces, cpu = run(agent_config(args, paths.root, model_config(args, ad), "off"), convs, args.task,
+        report, traces, cpu = run(agent_config(args, paths.root, model_config(args, ad), args.self_check), convs, args.task,
                                   work, f"eval-{label}")
         out[label] = figures(report, traces)
         # the process's CPU seconds (model, tools, graph) per decision: the machine may be shared
@@ -268,6 +272,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tools", default=DEFAULT_TOOLS, help=f"the tools offered (default {DEFAULT_TOOLS})")
     p.add_argument("--wrong", choices=["idk", "drop", "keep"], default="idk", help="teacher turns judged wrong")
     p.add_argument("--steps", type=int, default=48, help="fine-tuning steps (batch 1; default 48)")
+    p.add_argument("--counterfactual", type=float, default=1.0, metavar="RATIO",
+                   help="counterfactual abstention examples per answered teacher turn (training.export; default 1.0, "
+                   "chosen on the validation split; 0: none)")
+    p.add_argument("--no-check-examples", dest="check_examples", action="store_false",
+                   help="no self-check examples in the export (then the evaluation runs with the self-check off)")
+    p.add_argument("--self-check", choices=["auto", "on", "off"], default="auto",
+                   help="the model's self-check in the evaluation, for both models (auto: on when the export has "
+                   "self-check examples, so the tuned model was trained on the verification it is asked)")
+    p.add_argument("--validate", action="store_true",
+                   help="evaluate on a validation split carved from the training conversations (by entity, another "
+                   "hash), training on the rest: for choosing options without looking at the evaluation split")
     p.add_argument("--budget", type=float, default=60.0, help="seconds per turn (a CPU model needs more than 10)")
     p.add_argument("--answer-reserve", type=float, default=20.0)
     p.add_argument("--max-steps", type=int, default=4, help="tool calls per turn")
@@ -291,8 +306,15 @@ def main(argv: list[str] | None = None) -> int:
     eval_paths = dataset(args.eval_data) if args.eval_data else paths
     if args.eval_index_dir:
         eval_paths = replace(eval_paths, root=Path(args.eval_index_dir))
+    if args.self_check == "auto":
+        args.self_check = "on" if args.check_examples else "off"
     split = make_split(session_entities(paths, args.task),
                        session_entities(eval_paths, args.task) if args.eval_data else None)
+    if args.validate:  # the evaluation split is set aside unread; the training conversations split again
+        entities = session_entities(paths, args.task)
+        inner = make_split({s: entities[s] for s in split.train}, None, salt="validation")
+        split = Split(train=inner.train, eval=inner.eval, by=f"{inner.by}, validation split of the training side")
+        eval_paths = paths
     print(f"split by {split.by}: {len(split.train)} training and {len(split.eval)} evaluation conversations "
           f"(task {args.task}); work folder {work}", file=sys.stderr, flush=True)
     data, counts = teach(args, paths, split, work)
@@ -303,7 +325,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"distill: teacher {args.teacher} on {args.data} ({counts['turns']} turns, {counts['examples']} examples), "
           f"student {args.model or 'gemma3-270m (transformers, in-process, text-only, grammar-constrained)'}, "
           f"{card['steps']} LoRA steps; evaluated on {result['base']['turns']} unseen turns of "
-          f"{args.eval_data or args.data} (split by {split.by}), self-check off, judge: rule (offline, approximate)")
+          f"{args.eval_data or args.data} (split by {split.by}), self-check {args.self_check}, "
+          f"counterfactual {args.counterfactual:g}, judge: rule (offline, approximate)")
     print(table(result))
     print(f"whole road: {(time.perf_counter() - t0) / 60:.1f} min (wall); work folder {work}")
     if args.json:

@@ -23,6 +23,7 @@ from graph.model_replies import (  # noqa: F401 - re-exported for callers and te
     decision_from_obj,
     decision_from_reply,
     decision_schema,
+    max_json_chars,
 )
 from graph.model_verify import ModelVerifier, combine_verdict  # noqa: F401 - re-exported
 from graph.policy import IDK, AnswerDraft, Decision, PolicyReplyError, PolicyView, ToolSpec
@@ -89,8 +90,18 @@ class ModelPolicy:
             self.backend, purpose, messages,
             response_schema=schema if "structured" in self.modes else None,
             tools=tools if "native_tools" in self.modes else None,
-            max_tokens=max_tokens or self.max_tokens, temperature=self.temperature,
+            max_tokens=self.token_cap(schema, max_tokens or self.max_tokens), temperature=self.temperature,
             prompt_profile=self.prompts.profile.name)
+
+    def token_cap(self, schema: dict | None, max_tokens: int) -> int:
+        """The token cap of a request: at least the longest reply its schema allows when a grammar enforces it
+        (every text field is bounded, graph/model_replies.py), so a constrained reply always finishes and parses;
+        a reply cut by the cap could not be read. Replies end at the grammar's end, so a higher cap costs nothing
+        unless the model writes a field to its bound."""
+        if schema is None or self.mode() != "structured":
+            return max_tokens
+        longest = max_json_chars(schema)
+        return max(max_tokens, int(longest)) if longest != float("inf") else max_tokens
 
     def ask(self, purpose: str, view: PolicyView, image: Any, text: str, schema: dict | None,
             max_tokens: int | None = None) -> ChatReply:
