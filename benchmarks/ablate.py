@@ -128,7 +128,7 @@ def paper_rows(preset: Any, data: dict[str, Any], names: list[str], root: Path) 
 def variants(preset_spec: str, task: int, tools_config: Any, root: Path) -> list[Variant]:
     """The full preset; no retrieval; the paper's own ablation rows (the preset's `ablation`); then, as extra rows,
     each module off (a preset file beside the runs) and each tool removed (rows equal to a paper row are left out)."""
-    from graph.presets import RETRIEVAL_TAGS, load_preset
+    from glasses_rag.policies.presets import RETRIEVAL_TAGS, load_preset
     from tools import default_registry
 
     preset = load_preset(preset_spec, tools_config.modules)
@@ -158,8 +158,8 @@ def variants(preset_spec: str, task: int, tools_config: Any, root: Path) -> list
 
 def run_variants(args: argparse.Namespace, base: Any, todo: list[Variant], root: Path, scoring: Any) -> list[Row]:
     """Every variant's run, several at once: the run's concurrency is shared among the rows running together."""
-    from crag.cache import CachedSearch
-    from crag.search import make_search
+    from glasses_rag.crag_mm.cache import CachedSearch
+    from glasses_rag.crag_mm.search import make_search
 
     configs = [base.model_copy(update={"preset": v.preset, "tools": base.tools.model_copy(update={"allowed": v.allowed})})
                for v in todo]
@@ -222,7 +222,7 @@ def own_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.ablate", add_help=False,
                                 description="Rerun a preset with each tool or module removed (SuperLens Table 4).")
     p.add_argument("-h", "--help", action="store_true", help="this help, then graph.run's options")
-    p.add_argument("--preset", required=True, help="a preset name (python -m graph.presets) or a preset YAML file")
+    p.add_argument("--preset", required=True, help="a preset name (python -m glasses_rag.policies.presets) or a preset YAML file")
     p.add_argument("--json", type=Path, default=None, help="where the table goes (default: <bench folder>/ablation.json)")
     return p
 
@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nchange = row minus the full preset on the same questions; 95% CI: paired bootstrap over questions "
           f"({N_RESAMPLES} resamples, seed {SEED}); policy: {rows[0].policy or '?'}")
     path = mine.json or root / "ablation.json"
-    from core.files import write_atomic
+    from glasses_rag.core.files import write_atomic
 
     write_atomic(path, json.dumps({"preset": mine.preset, "task": args.task, "data": str(args.data),
                                    "judge": scoring.judge_name, "rows": out}, indent=2, default=str) + "\n")
@@ -257,6 +257,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from core.calls import exit_process
+    from glasses_rag.core.calls import exit_process
 
     exit_process(main())

@@ -2,8 +2,8 @@
 
     python -m benchmarks.agent_cpu [--pairs 2] [--small 24] [--large 120] [--concurrency 32] [--rss-turns 2000]
 
-The model is the fake OpenAI-compatible server (testing/fake_model_server.py) in its own process, answering with
-the decisions of testing/decision_model.py: image_search, then web_search, then the answer, then the self-check
+The model is the fake OpenAI-compatible server (glasses_rag/testing/fake_model_server.py) in its own process, answering with
+the decisions of glasses_rag/testing/decision_model.py: image_search, then web_search, then the answer, then the self-check
 (4 model calls and 2 tool calls per turn, over the local demo index, with the photo). Three figures:
 
 1. CPU per turn: `python -m graph.run --task 2 --model openai:<server>#fake-vlm` as a child process on `--small`
@@ -35,7 +35,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
        "TOKENIZERS_PARALLELISM": "false", "ANONYMIZED_TELEMETRY": "False", "PYTHONPATH": str(ROOT)}
-RESPONDER = "testing.decision_model:respond"
+RESPONDER = "glasses_rag.testing.decision_model:respond"
 CPU_TARGET_MS, OF_IDEAL_TARGET, RSS_TARGET_KIB = 15.0, 0.85, 5.0
 
 
@@ -43,7 +43,7 @@ class Server:
     """The fake model server in its own process (its CPU is not the agent's)."""
 
     def __init__(self, delay_s: float):
-        self.proc = subprocess.Popen([sys.executable, "-m", "testing.fake_model_server", "--delay", str(delay_s),
+        self.proc = subprocess.Popen([sys.executable, "-m", "glasses_rag.testing.fake_model_server", "--delay", str(delay_s),
                                       "--responder", RESPONDER], stdout=subprocess.PIPE, text=True, env=ENV, cwd=ROOT)
         self.url = self.proc.stdout.readline().strip() if self.proc.stdout else ""
         if not self.url.startswith("http"):
@@ -113,7 +113,7 @@ def cli_agent(model: str, data: Path, out: Path, run_id: str, concurrency: int) 
     agent = build_agent(config, run_id=run_id, task=args.task)
 
     def run(conversations: Any, c: int, store: Any, on_turn: Callable | None = None) -> Any:
-        from graph.runner import run_task
+        from glasses_rag.harness.runner import run_task
 
         return run_task(agent, conversations, args.task, store, scorer=scoring, concurrency=c, on_turn=on_turn,
                         image_prep=args.image_prep, history_answer=scoring.truncator.truncate)
@@ -175,7 +175,7 @@ def verdict(ok: bool) -> str:
 
 
 def report(args: argparse.Namespace, pairs: list[dict], conc: dict | None, rss: dict | None) -> None:
-    print(f"agent CPU: fake model server in its own process (testing/decision_model.py: image_search, web_search, "
+    print(f"agent CPU: fake model server in its own process (glasses_rag/testing/decision_model.py: image_search, web_search, "
           f"answer, self-check); {os.cpu_count()} CPU(s), load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     for i, p in enumerate(pairs):
         print(f"pair {i}: graph.run on {args.small} rows {p['small_s']:.2f} s CPU, on {args.large} rows "
@@ -221,6 +221,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from core.calls import exit_process
+    from glasses_rag.core.calls import exit_process
 
     exit_process(main())

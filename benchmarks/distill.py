@@ -6,12 +6,12 @@ in the real model loop on questions the training never saw.
 
 1. Teacher: the rule-based planner (a heuristic; `--teacher` takes a model spec instead) runs the training
    conversations of `--data`, scored by the official per-turn scoring (the offline rule judge).
-2. Export (training.export): one example per decision step, rendered by the model policy's own prompt code, the
+2. Export (glasses_rag.training.export): one example per decision step, rendered by the model policy's own prompt code, the
    decision as JSON; turns judged wrong relabelled "I don't know", the teacher's own "I don't know" kept.
-3. Fine-tune (training.finetune): TRL SFTTrainer + peft LoRA on the completions, on the CPU.
+3. Fine-tune (glasses_rag.training.finetune): TRL SFTTrainer + peft LoRA on the completions, on the CPU.
 4. Evaluate: the base model and base + adapter (ModelConfig.adapter) each run the evaluation conversations in the
    model loop (the model makes every decision, tools real, decisions constrained by the JSON-schema grammar),
-   scored like every run (crag.scoring.score_trace, crag.evaluate.evaluate).
+   scored like every run (glasses_rag.crag_mm.scoring.score_trace, glasses_rag.crag_mm.evaluate.evaluate).
 
 Unseen: by default the evaluation is a split of `--data` by pictured entity (one entity in three, chosen by a
 hash of its name, goes to evaluation with every conversation that pictures it), so no evaluation conversation
@@ -22,7 +22,7 @@ never an answer.
 
 The model answers text-only (it cannot see the photo: the prompt says so and the image tools read it) with the
 self-check off (the adapter is not trained on it). Hyperparameters are the usual LoRA SFT settings
-(training.finetune.FinetuneConfig) and `--steps` 48 (the budget of the feasibility study in issue 26); none was
+(glasses_rag.training.finetune.FinetuneConfig) and `--steps` 48 (the budget of the feasibility study in issue 26); none was
 chosen on an evaluation.
 """
 
@@ -64,8 +64,8 @@ class Split(BaseModel):
 
 def dataset(spec: str) -> Any:
     """The dataset paths of a bundled content name or folder (rendered once), else a folder of parquet files."""
-    from crag.benchmark import dataset_paths, ensure_dataset, find_content, load_content
-    from crag.demo import demo_paths
+    from glasses_rag.crag_mm.benchmark import dataset_paths, ensure_dataset, find_content, load_content
+    from glasses_rag.crag_mm.demo import demo_paths
 
     content = find_content(spec)
     if content is None:
@@ -77,7 +77,7 @@ def dataset(spec: str) -> Any:
 def session_entities(paths: Any, task: int) -> dict[str, set[str]]:
     """Session id -> the entities its turns picture (empty sets without entity labels). Reads only those two
     fields of the questions file, in the order of the conversations."""
-    from crag.dataset import load_conversations
+    from glasses_rag.crag_mm.dataset import load_conversations
 
     labels = {}
     if paths.questions_json.is_file():
@@ -112,7 +112,7 @@ def make_split(train: dict[str, set[str]], evaluation: dict[str, set[str]] | Non
 
 
 def conversations(paths: Any, task: int, sessions: list[str], limit: int | None = None) -> list[Any]:
-    from crag.dataset import load_conversations
+    from glasses_rag.crag_mm.dataset import load_conversations
 
     want = set(sessions)
     convs = [c for c in load_conversations(getattr(paths, TASK_SPLIT[task])) if c.session_id in want]
@@ -131,7 +131,7 @@ def conversations(paths: Any, task: int, sessions: list[str], limit: int | None 
 
 
 def agent_config(args: argparse.Namespace, index_dir: Path, policy: Any, self_check: str) -> Any:
-    from crag.search import SearchConfig
+    from glasses_rag.crag_mm.search import SearchConfig
     from graph.config import AgentConfig, BudgetConfig, ToolsConfig
 
     return AgentConfig(policy=policy, search=SearchConfig(index_dir=index_dir), self_check=self_check,
@@ -142,10 +142,10 @@ def agent_config(args: argparse.Namespace, index_dir: Path, policy: Any, self_ch
 
 def run(config: Any, convs: list[Any], task: int, out_dir: Path, run_id: str) -> tuple[Any, list[Any], float]:
     """Run and score `convs` as every run is scored; returns (EvalReport, traces, CPU seconds)."""
-    from crag.evaluate import evaluate, record_from_trace
-    from crag.scoring import make_judge, make_truncator, score_trace
+    from glasses_rag.crag_mm.evaluate import evaluate, record_from_trace
+    from glasses_rag.crag_mm.scoring import make_judge, make_truncator, score_trace
+    from glasses_rag.harness.runner import run_task
     from graph.build import build_agent
-    from graph.runner import run_task
     from traces.store import TraceStore
 
     judge, truncator = make_judge("rule"), make_truncator(None)
@@ -159,11 +159,11 @@ def run(config: Any, convs: list[Any], task: int, out_dir: Path, run_id: str) ->
 
 
 def model_config(args: argparse.Namespace, adapter: str | None) -> Any:
-    from models.vlm import ModelConfig
+    from glasses_rag.models.vlm import ModelConfig
 
     name = "gemma3-270m" + ("+distilled" if adapter else " (base)")
     if args.model:
-        from models.vlm import parse_spec
+        from glasses_rag.models.vlm import parse_spec
 
         base = parse_spec(args.model).model_dump(exclude_unset=True)
         return ModelConfig.model_validate({**base, "adapter": adapter, "text_only": True,
@@ -204,7 +204,7 @@ def teach(args: argparse.Namespace, paths: Any, split: Split, work: Path) -> tup
     """The teacher's run on the training conversations, exported; returns the export and its counts."""
     from collections import Counter
 
-    from training.export import ExportOptions, examples_from_run, write_examples
+    from glasses_rag.training.export import ExportOptions, examples_from_run, write_examples
 
     convs = conversations(paths, args.task, split.train, args.train_limit)
     policy = args.teacher if args.teacher != "rule" else "rule"
@@ -220,7 +220,7 @@ def teach(args: argparse.Namespace, paths: Any, split: Split, work: Path) -> tup
 
 
 def train(args: argparse.Namespace, data: Path, work: Path) -> dict[str, Any]:
-    from training.finetune import FinetuneConfig, finetune
+    from glasses_rag.training.finetune import FinetuneConfig, finetune
 
     cfg = FinetuneConfig(data=str(data), model=args.model_path or str(gemma_gguf()), out=str(work / "adapter"),
                          max_steps=args.steps, grad_accum=1, seed=args.seed, threads=args.threads,

@@ -4,7 +4,7 @@
     python benchmarks/generalization.py --sets demo heldout --tasks 2 --json out.json
     python benchmarks/generalization.py --sweep               # threshold sweeps, on the tuning sets only
 
-Each set is a content folder `crag/benchmarks/<name>/` (crag.benchmark's format); a missing folder is skipped, so
+Each set is a content folder `glasses_rag/crag_mm/benchmarks/<name>/` (glasses_rag.crag_mm.benchmark's format); a missing folder is skipped, so
 the script runs before the paraphrase and held-out sets exist. For each set it renders the dataset and its local
 search index under `data/<name>/` (the demo's under data/demo), then runs every task with
 
@@ -12,7 +12,7 @@ search index under `data/<name>/` (the demo's under data/demo), then runs every 
 * the same agent with retrieval tools removed (an allow-list without the tools tagged finds_entity or
   searches_web): the gap between the two is what retrieval adds (target: >= 0.20 truthfulness),
 
-scores each turn with the rule judge (approximate, offline) and the official counting (crag.evaluate), and prints
+scores each turn with the rule judge (approximate, offline) and the official counting (glasses_rag.crag_mm.evaluate), and prints
 per set and task: accuracy, missing, hallucination (turns judged wrong, before the multi-turn early stop; target
 <= 10%), truthfulness (turn level) and the official score (mean over conversations), then the ablation delta and
 the paraphrase delta (demo-paraphrase minus demo; target within 0.05).
@@ -54,15 +54,15 @@ SWEEPS: dict[str, list[float]] = {
 
 def dataset_for(name: str, data_root: Path, content_root: Path = CONTENT) -> Any:
     """The rendered dataset of content folder `name` (built on first use, rebuilt when the content changes)."""
-    from crag.benchmark import dataset_paths, ensure_dataset, load_content
-    from crag.demo import demo_paths
+    from glasses_rag.crag_mm.benchmark import dataset_paths, ensure_dataset, load_content
+    from glasses_rag.crag_mm.demo import demo_paths
 
     paths = demo_paths() if name == "demo" and data_root == ROOT / "data" else dataset_paths(data_root / name)
     return ensure_dataset(load_content(content_root / name), paths)
 
 
 def agent_config(index_dir: Path, allowed: list[str] | None = None, **over: Any) -> Any:
-    from crag.search import SearchConfig
+    from glasses_rag.crag_mm.search import SearchConfig
     from graph.config import AgentConfig, ToolsConfig
 
     return AgentConfig(search=SearchConfig(index_dir=index_dir), tools=ToolsConfig(allowed=allowed), **over)
@@ -78,11 +78,11 @@ def without_retrieval(task: int) -> list[str]:
 def run_one(config: Any, paths: Any, task: int, limit: int | None, judge: Any, truncator: Any,
             run_id: str, out_dir: Path) -> tuple[Any, list[Any]]:
     """Run one task of one dataset with one configuration; returns (EvalReport, traces' compact records)."""
-    from crag.dataset import load_conversations
-    from crag.evaluate import TurnRecord, evaluate, record_from_trace
-    from crag.scoring import score_trace
+    from glasses_rag.crag_mm.dataset import load_conversations
+    from glasses_rag.crag_mm.evaluate import TurnRecord, evaluate, record_from_trace
+    from glasses_rag.crag_mm.scoring import score_trace
+    from glasses_rag.harness.runner import run_task
     from graph.build import build_agent
-    from graph.runner import run_task
     from traces.store import TraceStore
 
     agent = build_agent(config, run_id=run_id, task=task)
@@ -158,7 +158,7 @@ def sweep_abstain(sets: list[Any], judge: Any, truncator: Any, out_dir: Path, li
 
     One run with abstain_below=0 keeps every supported draft with its verified confidence; each threshold then
     turns the answers under it into "I don't know" (the same decision the self-check node makes)."""
-    from crag.scoring import score_turn
+    from glasses_rag.crag_mm.scoring import score_turn
 
     out = []
     for task in (1, 2):
@@ -181,7 +181,7 @@ def sweep_abstain(sets: list[Any], judge: Any, truncator: Any, out_dir: Path, li
 def sweep_planner(sets: list[Any], judge: Any, truncator: Any, out_dir: Path, limit: int | None, field: str,
                   values: list[float], tasks: tuple[int, ...]) -> list[dict]:
     """Truthfulness / hallucination vs one RulePlannerConfig threshold (a run per value and set, pooled)."""
-    from graph.planner.rule_planner import RulePlannerConfig
+    from glasses_rag.policies.rules.rule_planner import RulePlannerConfig
 
     out = []
     for task in tasks:
@@ -199,9 +199,9 @@ def sweep_planner(sets: list[Any], judge: Any, truncator: Any, out_dir: Path, li
 def sweep_image_floor(sets: list[Any]) -> list[dict]:
     """How often the top image-KG match is the pictured entity, by its score: precision and coverage of trusting
     matches at or above each floor (the image embedder's own floor is `match_floor`)."""
-    from crag.dataset import load_all
-    from crag.images import load_image, prepare
-    from crag.local_search import LocalSearchIndex
+    from glasses_rag.crag_mm.dataset import load_all
+    from glasses_rag.crag_mm.images import load_image, prepare
+    from glasses_rag.crag_mm.local_search import LocalSearchIndex
 
     rows = []
     for paths in sets:
@@ -249,7 +249,7 @@ def print_sweep(rows: list[dict]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sets", nargs="+", default=DEFAULT_SETS, help="content folder names under crag/benchmarks/")
+    p.add_argument("--sets", nargs="+", default=DEFAULT_SETS, help="content folder names under glasses_rag/crag_mm/benchmarks/")
     p.add_argument("--tasks", nargs="+", type=int, default=[1, 2, 3], choices=[1, 2, 3])
     p.add_argument("--limit", type=int, default=None, help="first N conversations of each task")
     p.add_argument("--no-ablation", action="store_true", help="skip the runs without retrieval tools")
@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import tempfile
 
-    from crag.scoring import make_judge, make_truncator
+    from glasses_rag.crag_mm.scoring import make_judge, make_truncator
 
     judge = make_judge("rule")
     truncator = make_truncator(None)

@@ -3,7 +3,7 @@
 Setups measured (each over the same demo conversations, turns in order with the agent's own history):
 
 * ``rule``      the default: rule-based planner (heuristic) + embedded local demo index;
-* ``vlm-fake``  the model policy over testing/fake_model_server.py, a scripted OpenAI-compatible server on
+* ``vlm-fake``  the model policy over glasses_rag/testing/fake_model_server.py, a scripted OpenAI-compatible server on
                 127.0.0.1 that answers instantly: it measures the FRAMEWORK's overhead around a model
                 (prompt building, HTTP, parsing, the self-check call), NOT any model's speed; the token
                 counts it reports are estimates (request characters / 4), not a tokenizer's;
@@ -62,8 +62,8 @@ def scripted_reply(body: dict) -> dict:
     """The fake server's reply, chosen from the request, so a whole turn runs the full model path: decide ->
     image_search (with an image), web_search once (when offered), then the answer inside the decision;
     verification: supported. Token counts are estimates (characters / 4, +256 per image)."""
-    from models.vlm.base import message_text
-    from testing.fake_model_server import FakeOpenAIServer as F
+    from glasses_rag.models.vlm.base import message_text
+    from glasses_rag.testing.fake_model_server import FakeOpenAIServer as F
 
     msgs = body.get("messages", [])
     texts = [message_text(m.get("content")) for m in msgs]
@@ -122,7 +122,7 @@ def _stats(xs: list[float]) -> dict[str, float]:
 def run_turns(agent, conversations, task: int | None = None) -> list:
     """All turns in order (history = the agent's own answers); the traces. `conversations` are (task,
     conversation) pairs, or conversations of `task`."""
-    from crag.images import load_image, prepare
+    from glasses_rag.crag_mm.images import load_image, prepare
     from graph.agent import TurnInput
     from tools.base import HistoryTurn
 
@@ -192,9 +192,9 @@ def _memory_pass(agent, conversations) -> float:
 
 def measure(label: str, note: str, policy: Any, args, conversations, search, preset: str | None = None) -> dict[str, Any]:
     """One setup over `conversations` ((task, conversation) pairs)."""
+    from glasses_rag.models.resources import ModelPaths
     from graph.build import build_agent
     from graph.config import AgentConfig, BudgetConfig
-    from models.resources import ModelPaths
 
     t0 = time.perf_counter()
     cfg = AgentConfig(policy=policy, preset=preset, self_check=args.self_check,
@@ -346,7 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     p.add_argument("--no-fake", action="store_true", help="skip the fake-server model setup")
     p.add_argument("--presets", default=None, help="also run these presets (comma-separated; 'all' for every one) "
-                   "with the scripted fake model (testing/scripted_model.py)")
+                   "with the scripted fake model (glasses_rag/testing/scripted_model.py)")
     p.add_argument("--fake-delay", type=float, default=0.0, help="seconds the fake model server takes per request "
                    "(e.g. 0.3 for a figure of turns/s against a model's round trip)")
     p.add_argument("--transformers", type=Path, default=None, help="local transformers folder or .gguf file")
@@ -368,13 +368,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def preset_setups(args) -> tuple[Any, list[tuple[str, str, Any, str]]]:
-    """The presets asked for, each against one fake server that answers as testing/scripted_model.py scripts it."""
+    """The presets asked for, each against one fake server that answers as glasses_rag/testing/scripted_model.py scripts it."""
     if not args.presets:
         return None, []
-    from graph.presets import preset_names
-    from models.vlm import ModelConfig
-    from testing.fake_model_server import FakeOpenAIServer
-    from testing.scripted_model import ScriptedModel
+    from glasses_rag.models.vlm import ModelConfig
+    from glasses_rag.policies.presets import preset_names
+    from glasses_rag.testing.fake_model_server import FakeOpenAIServer
+    from glasses_rag.testing.scripted_model import ScriptedModel
 
     names = preset_names() if args.presets == "all" else [n.strip() for n in args.presets.split(",") if n.strip()]
     server = FakeOpenAIServer(responder=ScriptedModel(), delay_s=args.fake_delay).start()
@@ -386,11 +386,11 @@ def preset_setups(args) -> tuple[Any, list[tuple[str, str, Any, str]]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from crag.dataset import load_all
-    from crag.demo import ensure_demo
-    from crag.local_search import LocalSearchIndex
-    from models.image_embedder import make_image_embedder
-    from models.vlm import ModelConfig, model_config_from_options
+    from glasses_rag.crag_mm.dataset import load_all
+    from glasses_rag.crag_mm.demo import ensure_demo
+    from glasses_rag.crag_mm.local_search import LocalSearchIndex
+    from glasses_rag.models.image_embedder import make_image_embedder
+    from glasses_rag.models.vlm import ModelConfig, model_config_from_options
 
     demo = ensure_demo(args.demo_dir)
     conversations = [(task, conv) for task in args.task
@@ -403,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
         setups.append(("rule", "default: rule-based planner (heuristic), embedded local demo index", "rule"))
     server = None
     if not args.no_fake:
-        from testing.fake_model_server import FakeOpenAIServer
+        from glasses_rag.testing.fake_model_server import FakeOpenAIServer
 
         server = FakeOpenAIServer(responder=scripted_reply, delay_s=args.fake_delay).start()
         delay = f"{args.fake_delay * 1000:.0f} ms per request" if args.fake_delay else "instant"
@@ -448,6 +448,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from core.calls import exit_process
+    from glasses_rag.core.calls import exit_process
 
     exit_process(main())

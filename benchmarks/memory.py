@@ -41,13 +41,13 @@ def rss_kib() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from crag.dataset import load_conversations
-    from crag.evaluate import TurnRecord, evaluate, record_from_trace
-    from crag.scoring import RuleJudge, make_truncator, score_trace
-    from crag.search import SearchConfig
+    from glasses_rag.crag_mm.dataset import load_conversations
+    from glasses_rag.crag_mm.evaluate import TurnRecord, evaluate, record_from_trace
+    from glasses_rag.crag_mm.scoring import RuleJudge, make_truncator, score_trace
+    from glasses_rag.crag_mm.search import SearchConfig
+    from glasses_rag.harness.runner import run_task
     from graph.build import build_agent
     from graph.config import AgentConfig
-    from graph.runner import run_task
     from traces.store import TraceStore
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -46,11 +46,11 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command
 from pydantic import BaseModel, Field
 
-from crag.search import NullSearch
+from glasses_rag.crag_mm.search import NullSearch
+from glasses_rag.policies.protocol import AnswerDraft, Decision, ScriptedPolicy
 from graph.agent import Agent, TurnInput
 from graph.build import build_agent
 from graph.config import AgentConfig, BudgetConfig
-from graph.policy import AnswerDraft, Decision, ScriptedPolicy
 from tools.base import ToolContext, ToolOutput
 from tools.registry import ToolRegistry, tool
 

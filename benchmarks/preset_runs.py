@@ -44,7 +44,7 @@ class Row(BaseModel):
     seconds: float = 0.0
     error: str | None = None
     correct_and_missing: int = Field(0, description="Questions counted as both correct and missing: why accuracy + "
-                                     "missing and truthfulness can pass 1 (crag.evaluate.BOTH_NOTE).")
+                                     "missing and truthfulness can pass 1 (glasses_rag.crag_mm.evaluate.BOTH_NOTE).")
     # per question ("session#turn"): (correct, missing) as the report counted them
     flags: dict[str, tuple[bool, bool]] = Field(default_factory=dict, exclude=True)
 
@@ -96,7 +96,7 @@ def turn_figures(store: Any, keys: set[tuple[str, int]]) -> list[dict[str, Any]]
 
 def question_flags(report: Any) -> dict[str, tuple[bool, bool]]:
     """(correct, missing) per question as the report's mode counts them (before or after the multi-turn stop)."""
-    from crag.scoring import get_mode
+    from glasses_rag.crag_mm.scoring import get_mode
 
     after = get_mode(report.mode).counts_after_early_stop
     out = {}

@@ -6,7 +6,7 @@
 
 Every other option is graph.run's (data, search, model, budget, judge, --limit, --concurrency, --out, --run-id).
 Each preset runs as an ordinary run folder under `<--out>/<bench id>/<preset>` (traces, run.json, report.json:
-the viewer, traces.compare and the SuperGlasses export read them as any run); the same command again resumes.
+the viewer, glasses_rag.superglasses.compare and the SuperGlasses export read them as any run); the same command again resumes.
 Presets run one after the other, each in a fresh process at the run's concurrency, so their latencies are
 comparable (--same-process is faster, but later presets then find caches filled). Per preset:
 truthfulness, accuracy, hallucination and missing rate as the scoring mode counts them officially (hallucination
@@ -37,7 +37,7 @@ COLUMNS = [("truth", "truthfulness", 3), ("acc", "accuracy", 3), ("halluc", "hal
 
 
 def own_parser() -> argparse.ArgumentParser:
-    from graph.presets import preset_names
+    from glasses_rag.policies.presets import preset_names
 
     p = argparse.ArgumentParser(prog="python -m benchmarks.presets", add_help=False,
                                 description="Run presets on the same questions and compare them.")
@@ -77,7 +77,7 @@ def table(rows: list[Row]) -> str:
 
 def both_note(rows: list[Row]) -> str | None:
     """Why a row's truthfulness or accuracy + missing passes 1, when one does (the official counting)."""
-    from crag.evaluate import BOTH_NOTE
+    from glasses_rag.crag_mm.evaluate import BOTH_NOTE
 
     hit = [r for r in rows if not r.error and r.correct_and_missing]
     if not hit:
@@ -128,8 +128,8 @@ def chart(rows: list[Row], path: Path, title: str) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from glasses_rag.policies.presets import load_preset
     from graph import run
-    from graph.presets import load_preset
 
     argv = list(sys.argv[1:] if argv is None else argv)
     mine, args = parse(argv, own_parser())
@@ -216,13 +216,13 @@ def strip_presets_options(argv: list[str]) -> list[str]:
 
 
 def write_json(path: Path, data: Any) -> None:
-    from core.files import write_atomic
+    from glasses_rag.core.files import write_atomic
 
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
 if __name__ == "__main__":
-    from core.calls import exit_process
+    from glasses_rag.core.calls import exit_process
 
     exit_process(main())

@@ -1,6 +1,6 @@
 """Turns per second against a model server of fixed latency, one process vs worker processes: `python -m benchmarks.scaling`.
 
-The model is the fake OpenAI-compatible server (testing/fake_model_server.py) in its own process (no GIL shared with
+The model is the fake OpenAI-compatible server (glasses_rag/testing/fake_model_server.py) in its own process (no GIL shared with
 the agent), answering every request after `--delay` seconds (300 ms by default) with scripted replies to the
 agent's transcript prompts: decide -> web_search, decide -> answer (the answer rides on the decision), then the
 self-check (one chain-of-verification round trip). So a turn is `round trips x delay` of model time, and the ideal
@@ -9,7 +9,7 @@ rate at concurrency c is
     ideal = c / (sequential model round trips per turn x delay)
 
 with the round trips read from the traces (`tokens.sequential_calls`). Each concurrency runs twice: in one process
-(`graph.runner.run_task`, c threads) and in `--workers` processes (`graph.workers.WorkerPool`, c / workers threads
+(`glasses_rag.harness.runner.run_task`, c threads) and in `--workers` processes (`glasses_rag.harness.workers.WorkerPool`, c / workers threads
 each, started and warmed before the clock starts, as a long run amortises their start). The figure is the
 measured rate over the ideal, for the whole run and for its steady state (completions after the first wave and
 before the last: the first wave starts every slot cold, the last drains). Search is off and there is no image, so
@@ -53,7 +53,7 @@ def _text(message: dict) -> str:
 def respond(body: dict) -> dict:
     """The fake model's reply to one request (runs in the server process). The request is the turn's transcript:
     earlier calls are assistant messages, and the last user message says what is asked now."""
-    from testing.fake_model_server import FakeOpenAIServer as F
+    from glasses_rag.testing.fake_model_server import FakeOpenAIServer as F
 
     messages = body.get("messages") or [{}]
     asked = _text(messages[-1])
@@ -83,7 +83,7 @@ def turn_summary(trace: Any) -> dict:
 
 def start_server(delay: float) -> tuple[subprocess.Popen, str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "testing.fake_model_server", "--delay", str(delay), "--responder",
+    proc = subprocess.Popen([sys.executable, "-m", "glasses_rag.testing.fake_model_server", "--delay", str(delay), "--responder",
                              f"{Path(__file__).resolve()}:respond"], stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     url = proc.stdout.readline().strip() if proc.stdout else ""
     if not url.startswith("http"):
@@ -93,10 +93,10 @@ def start_server(delay: float) -> tuple[subprocess.Popen, str]:
 
 
 def agent_config(url: str, concurrency: int, stream: bool) -> Any:
-    from crag.search import SearchConfig
+    from glasses_rag.crag_mm.search import SearchConfig
+    from glasses_rag.models.openai_client import pool_size_for
+    from glasses_rag.models.vlm import ModelConfig
     from graph.config import AgentConfig, BudgetConfig
-    from models.openai_client import pool_size_for
-    from models.vlm import ModelConfig
 
     return AgentConfig(policy=ModelConfig(backend="openai", base_url=url, model="fake-vlm", max_retries=0,
                                           pool_size=pool_size_for(concurrency), stream=stream),
@@ -104,7 +104,7 @@ def agent_config(url: str, concurrency: int, stream: bool) -> Any:
 
 
 def conversations(prefix: str, n: int) -> Iterator[Any]:
-    from crag.schema import Conversation, Turn
+    from glasses_rag.crag_mm.schema import Conversation, Turn
 
     for i in range(n):
         yield Conversation(session_id=f"{prefix}-{i}", turns=[Turn(interaction_id=f"{prefix}-{i}",
@@ -137,8 +137,8 @@ class Clock:
 
 
 def run_one_process(url: str, c: int, turns: int, out: Path, stream: bool) -> dict:
+    from glasses_rag.harness.runner import run_task
     from graph.build import build_agent
-    from graph.runner import run_task
     from traces.store import TraceStore
 
     agent = build_agent(agent_config(url, c, stream), run_id=f"one{c}")
@@ -151,7 +151,7 @@ def run_one_process(url: str, c: int, turns: int, out: Path, stream: bool) -> di
 
 
 def run_workers(url: str, c: int, workers: int, turns: int, out: Path, stream: bool) -> dict:
-    from graph.workers import WorkerPool, WorkerSpec
+    from glasses_rag.harness.workers import WorkerPool, WorkerSpec
 
     per = max(1, c // workers)
     spec = WorkerSpec(config=agent_config(url, per, stream), task=2, out=out, run_id=f"workers{c}", concurrency=per,
@@ -267,6 +267,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from core.calls import exit_process
+    from glasses_rag.core.calls import exit_process
 
     exit_process(main())

@@ -56,7 +56,7 @@ def make_rows(n: int, folder: Path) -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from crag.demo import ensure_demo
+    from glasses_rag.crag_mm.demo import ensure_demo
 
     table = pq.read_table(ensure_demo().single_turn / "validation.parquet")
     base = table.to_pylist()

@@ -5,7 +5,7 @@
 The default agent (rule planner, local demo index, local models: MiniLM, OCR, the heuristic image embedder) runs the
 demo's task-2 questions at several concurrency levels, each level over the same turns (repeated --repeat times so
 16 conversations are really in flight). Printed per level: turns/s, how many turns ended by the time budget, and the
-CPU seconds per turn. Local models use one thread per call (models.resources.limit_cpu_threads), so 16 turns at
+CPU seconds per turn. Local models use one thread per call (glasses_rag.models.resources.limit_cpu_threads), so 16 turns at
 once share the cores instead of fighting over them. Target: no turn ends by budget at concurrency 16 on 2 cores.
 (The CLI caps concurrency at the core count for CPU-bound policies unless --oversubscribe; this measures the
 uncapped case.)
@@ -20,11 +20,11 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
-    from crag.dataset import load_all
-    from crag.demo import ensure_demo
+    from glasses_rag.crag_mm.dataset import load_all
+    from glasses_rag.crag_mm.demo import ensure_demo
+    from glasses_rag.harness.runner import run_task
     from graph.build import build_agent
     from graph.config import AgentConfig
-    from graph.runner import run_task
     from traces.store import TraceStore
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     demo = ensure_demo()
     convs, _ = load_all(demo.multi_turn if args.task == 3 else demo.single_turn)
     agent = build_agent(AgentConfig(), task=args.task)  # warm: models loaded and indexes built before timing
-    agent.resources.get("ocr", __import__("models.ocr", fromlist=["OcrEngine"]).OcrEngine)
+    agent.resources.get("ocr", __import__("glasses_rag.models.ocr", fromlist=["OcrEngine"]).OcrEngine)
     print(f"task {args.task}: {len(convs)} conversation(s) x {args.repeat}, budget {agent.config.budget.budget_s:g}s")
     print(f"{'concurrency':>11} {'turns':>6} {'turns/s':>8} {'by budget':>9} {'CPU s/turn':>10}")
     ok = True

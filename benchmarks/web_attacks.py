@@ -8,7 +8,7 @@ Each attack runs as `python -m benchmarks.web_attacks --one NAME` under a wall-c
 "killed at the limit"). Figures: `seconds` (the attacked call), `peak_rss_mb` (the child's peak RSS above its
 RSS after imports), `busy_after` (worker threads still running 1.5 s after the call returned), `cpu_after_s` (CPU
 the process burned in the 2 s after the call returned), `exit_s` (from the call's return to the process's exit,
-through core.calls.exit_process as the CLI exits), `outcome` (what the caller saw). Nothing leaves the machine:
+through glasses_rag.core.calls.exit_process as the CLI exits), `outcome` (what the caller saw). Nothing leaves the machine:
 the "public" server is on 127.0.0.1 (allow-listed with GLASSES_WEB_ALLOW), the internal one on 127.0.0.2 and ::1.
 """
 
@@ -48,7 +48,7 @@ def _env(public: Any, tmp: Path, allow: str | None) -> None:
 
 
 def _read(url: str) -> str:
-    from web.open_web import get_open_web
+    from glasses_rag.web.open_web import get_open_web
 
     page, _ = get_open_web().read(url)
     if "hunter2" in page.text:
@@ -82,7 +82,7 @@ def attack_bomb(public: Any, internal: Any, v6: Any) -> str:
 
 
 def _in_turn(fn: Any, budget_s: float) -> str:
-    from core.calls import CallTimeout, CancelScope, run_with_deadline
+    from glasses_rag.core.calls import CallTimeout, CancelScope, run_with_deadline
 
     turn = CancelScope()
     try:
@@ -103,7 +103,7 @@ def attack_bomb_turn(public: Any, internal: Any, v6: Any) -> str:
 
 
 def _search(query: str) -> str:
-    from web.open_web import get_open_web
+    from glasses_rag.web.open_web import get_open_web
 
     try:
         results = get_open_web().web_search(query, k=5)[0]
@@ -114,14 +114,14 @@ def _search(query: str) -> str:
 
 
 def attack_serp_million(public: Any, internal: Any, v6: Any) -> str:
-    from testing.hostile_web import huge_results
+    from glasses_rag.testing.hostile_web import huge_results
 
     public.serp = lambda params: huge_results(1_000_000)
     return _search("million")
 
 
 def attack_serp_snippet(public: Any, internal: Any, v6: Any) -> str:
-    from testing.hostile_web import huge_snippet
+    from glasses_rag.testing.hostile_web import huge_snippet
 
     public.serp = lambda params: huge_snippet(200)
     out = _search("snippet")
@@ -153,8 +153,8 @@ def attack_key_in_logs(public: Any, internal: Any, v6: Any) -> str:
 
 def extraction_overhead(repeat: int = 20) -> dict[str, Any]:
     """Text extraction of ordinary pages in this process vs in the worker process (cold start, then warm)."""
-    from web.extraction import Extractor
-    from web.page_text import page_text
+    from glasses_rag.web.extraction import Extractor
+    from glasses_rag.web.page_text import page_text
 
     sentences = [f"Sentence number {i} tells the reader something about the harbour of Ssrfa." for i in range(1500)]
     pages = {"small_2kb": "<html><body><article>" + "".join(f"<p>{s}</p>" for s in sentences[:20]) + "</article></body></html>",
@@ -184,13 +184,13 @@ ATTACKS = {name[len("attack_"):]: fn for name, fn in globals().items() if name.s
 
 
 def run_one(name: str) -> None:
-    from core.calls import WORKERS, exit_process
-    from testing.hostile_web import HostileWeb
+    from glasses_rag.core.calls import WORKERS, exit_process
+    from glasses_rag.testing.hostile_web import HostileWeb
 
     with tempfile.TemporaryDirectory() as tmp, HostileWeb("127.0.0.1") as public, \
             HostileWeb("127.0.0.2") as internal, HostileWeb("::1") as v6:
         _env(public, Path(tmp), "127.0.0.1" if name not in ("ssrf_default",) else None)
-        import web.open_web  # noqa: F401 - imports before the baseline
+        import glasses_rag.web.open_web  # noqa: F401 - imports before the baseline
         rss0, t0 = _rss_mb(), time.perf_counter()
         outcome = ATTACKS[name](public, internal, v6)
         seconds = time.perf_counter() - t0

@@ -12,12 +12,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.calls import CancelScope, affinity, scope
+from glasses_rag.core.calls import CancelScope, affinity, scope
+from glasses_rag.policies.protocol import IDK, Policy, is_abstention
+from glasses_rag.policies.self_check import Verifier
 from graph.config import AgentConfig
 from graph.flow import build_graph
-from graph.policy import IDK, Policy, is_abstention
 from graph.state import AgentState, TurnContext
-from graph.verify import Verifier
 from tools.base import HistoryTurn
 from tools.registry import ToolRegistry
 from traces.schema import FinalEvent, ImageInfo, StepError, TokenTotals, TurnTrace, sequential_rounds

@@ -1,6 +1,6 @@
 """`build_agent`: the one place an agent is wired from its configuration.
 
-The CLI (graph/run.py), the starter-kit adapter (graph/starter_kit.py), the benchmarks and the tests all
+The CLI (graph/run.py), the starter-kit adapter (glasses_rag/harness/starter_kit.py), the benchmarks and the tests all
 build their agent with `build_agent(AgentConfig)`, so the same question gets the same answer everywhere.
 """
 
@@ -25,14 +25,14 @@ def load_tools(config: AgentConfig) -> ToolRegistry:
 def make_policy(config: AgentConfig, resources: Any) -> Any:
     """The rule-based planner (image-match floor from the config, else the search backend's), or a model policy."""
     if config.policy == "rule":
-        from graph.planner.rule_planner import RuleBasedPlanner
+        from glasses_rag.policies.rules.rule_planner import RuleBasedPlanner
 
         planner = config.planner
         if planner.min_image_score is None:
             floor = getattr(resources.search, "image_score_floor", None)
             planner = planner.model_copy(update={"min_image_score": 0.6 if floor is None else floor})
         return RuleBasedPlanner(resources.text_embedder, planner)
-    from graph.model_policy import make_model_policy
+    from glasses_rag.policies.model.policy import make_model_policy
 
     return make_model_policy(config.policy)
 
@@ -41,7 +41,7 @@ def make_verifier(config: AgentConfig, policy: Any) -> Any:
     """The policy's own verifier when it has one (a model self-check), else the named heuristic; None when off."""
     if config.self_check == "off":
         return None
-    from graph.verify import EvidenceSupportVerifier
+    from glasses_rag.policies.self_check import EvidenceSupportVerifier
 
     own = getattr(policy, "verifier", None)
     return own(config.verify_mode) if callable(own) else EvidenceSupportVerifier()
@@ -55,10 +55,10 @@ def build_agent(config: AgentConfig | None = None, *, search: Any = None, policy
     hands over; it is wrapped in the search cache unless `config.search.cache` is off); `policy` and
     `registry` override the configured ones (tests, scripted policies). `task=1` builds the search backend
     without web search."""
-    from crag.cache import CachedSearch
-    from crag.search import as_search_backend, make_search
-    from graph.presets import PresetBuild
-    from models.resources import Resources, limit_cpu_threads
+    from glasses_rag.crag_mm.cache import CachedSearch
+    from glasses_rag.crag_mm.search import as_search_backend, make_search
+    from glasses_rag.models.resources import Resources, limit_cpu_threads
+    from glasses_rag.policies.presets import PresetBuild
 
     preset = PresetBuild.of(config or AgentConfig())  # the preset's tools, self-check and thresholds applied
     config = preset.config

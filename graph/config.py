@@ -12,10 +12,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from crag.search import SearchConfig
-from graph.planner.rule_planner import RulePlannerConfig
-from models.resources import ModelPaths
-from models.vlm import ModelConfig
+from glasses_rag.crag_mm.search import SearchConfig
+from glasses_rag.models.resources import ModelPaths
+from glasses_rag.models.vlm import ModelConfig
+from glasses_rag.policies.rules.rule_planner import RulePlannerConfig
 
 
 class BudgetConfig(BaseModel):
@@ -45,7 +45,7 @@ class AgentConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
     preset: str | None = Field(None, description="A published agent design to run: react, rule, mmrag-baseline, "
-                               "superlens, unsw-verify, eurecom, no-retrieval (python -m graph.presets describes "
+                               "superlens, unsw-verify, eurecom, no-retrieval (python -m glasses_rag.policies.presets describes "
                                "them), or the path of a preset YAML file. It sets the tools, their order, the "
                                "self-check and its thresholds; steps that need a model use --model, and run as "
                                "named heuristic stand-ins without one.")
@@ -73,7 +73,7 @@ class AgentConfig(BaseModel):
         # its file's content
         dump = self.model_dump_json(exclude={"preset"} if self.preset is None else None)
         if self.preset is not None:
-            from graph.presets import preset_digest
+            from glasses_rag.policies.presets import preset_digest
 
             dump += preset_digest(self.preset)
         return hashlib.sha256(dump.encode()).hexdigest()[:16]

@@ -2,7 +2,7 @@
 
 Every node reads the per-turn `TurnContext` from LangGraph's run context and returns a partial state
 update with one typed trace event. Nothing here raises on bad model output or a failing tool: errors
-become events. Policy, tool and verifier calls run under the turn's deadline (core.calls).
+become events. Policy, tool and verifier calls run under the turn's deadline (glasses_rag.core.calls).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, Overwrite
 from pydantic import BaseModel
 
-from core.calls import CallTimeout, collect_model_calls, run_many, run_with_deadline
-from graph.policy import IDK, AnswerDraft, Decision, StepSummary, is_abstention
+from glasses_rag.core.calls import CallTimeout, collect_model_calls, run_many, run_with_deadline
+from glasses_rag.policies.protocol import IDK, AnswerDraft, Decision, StepSummary, is_abstention
 from graph.state import ActResult, AgentState, PendingCall, TurnContext
 from tools.base import ToolContext, ToolOutput, field_adapter
 from tools.registry import Tool, ToolCall, ToolCallError, ToolUpdateError

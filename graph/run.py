@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from core.credentials import scrub_argv, scrub_data, scrub_log_handlers, scrub_text
+from glasses_rag.core.credentials import scrub_argv, scrub_data, scrub_log_handlers, scrub_text
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a model hub at run time
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -32,12 +32,12 @@ TASK_TEXT = {1: "single-turn, image-KG search only", 2: "single-turn, image-KG +
 
 
 class _Parser(argparse.ArgumentParser):
-    """Options are parsed as text, then validated by the configuration fields they set (graph/cli.py); the run's
+    """Options are parsed as text, then validated by the configuration fields they set (glasses_rag/harness/cli.py); the run's
     own options get their defaults, and the benchmark's defaults are applied."""
 
     def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
-        from graph.cli import convert
-        from graph.run_options import ROOTS, options
+        from glasses_rag.harness.cli import convert
+        from glasses_rag.harness.run_options import ROOTS, options
 
         args = task_alias(list(sys.argv[1:] if args is None else args))
         parsed = convert(self, super().parse_args(args, namespace), options(), ROOTS)
@@ -67,7 +67,7 @@ def task_alias(argv: list[str]) -> list[str]:
 
 def environment_help() -> str:
     """The environment variables the run reads, for --help."""
-    from web.config import ENV, KEY_ENV, MB, WebConfig
+    from glasses_rag.web.config import ENV, KEY_ENV, MB, WebConfig
 
     rows = [(KEY_ENV, "SerpApi key for the SuperGlasses open-web tools (google_search, google_lens)."),
             ("OPENAI_API_KEY", "API key of an LLM judge (see --judge-api-key-env)."),
@@ -101,14 +101,14 @@ def _env_default(value: Any, scale: float | None, mb: int) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from graph.cli import add_options
-    from graph.run_options import ROOTS, options
+    from glasses_rag.harness.cli import add_options
+    from glasses_rag.harness.run_options import ROOTS, options
 
     description = textwrap.fill(
         "Run the agent on a CRAG-MM task (or SuperGlasses) and score it. Defaults are fully offline: the embedded "
         "demo benchmark, the embedded local search index, the rule-based planner (heuristic) and the rule judge "
         "(approximate). Every agent option is a field of graph.config.AgentConfig (its model options of "
-        "models.vlm.ModelConfig): help and defaults come from there.", 100)
+        "glasses_rag.models.vlm.ModelConfig): help and defaults come from there.", 100)
     p = _Parser(prog="python -m graph.run", description=description, epilog=environment_help(),
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_options(p, options(), ROOTS)
@@ -132,11 +132,11 @@ def resolve_benchmark(p: argparse.ArgumentParser, args: argparse.Namespace) -> a
 def agent_config(args: argparse.Namespace) -> Any:
     """The command line as an AgentConfig (the only place the CLI decides anything about the agent): the agent
     options given, the model options on top of --model / --model-config, the benchmark's tool profile."""
-    from graph.cli import nested
+    from glasses_rag.harness.cli import nested
+    from glasses_rag.harness.run_options import MODEL_OPTIONS, options
+    from glasses_rag.models.openai_client import pool_size_for
+    from glasses_rag.models.vlm import model_config_from_options
     from graph.config import AgentConfig
-    from graph.run_options import MODEL_OPTIONS, options
-    from models.openai_client import pool_size_for
-    from models.vlm import model_config_from_options
 
     given = nested(args, options(), "agent")
     model = model_config_from_options(args.model, args.model_config, pool_size=pool_size_for(args.concurrency),
@@ -147,22 +147,22 @@ def agent_config(args: argparse.Namespace) -> Any:
 
 
 def load_data(args: argparse.Namespace):
-    from crag.dataset import load_conversations
+    from glasses_rag.crag_mm.dataset import load_conversations
 
     if args.benchmark == "superglasses":
-        from crag.superglasses import load_superglasses
-        from crag.superglasses_sample import SAMPLE_NAMES, ensure_sample
+        from glasses_rag.superglasses.loader import load_superglasses
+        from glasses_rag.superglasses.sample import SAMPLE_NAMES, ensure_sample
 
         if args.data == "demo":
             raise ValueError("--benchmark superglasses needs --data: 'sample' (the offline sample, built on first "
                              "use), a local copy of xandery/SuperGlasses (folder of its parquet files) or the dataset "
                              "id when it is in the Hugging Face cache")
         if args.data in SAMPLE_NAMES:
-            from crag.demo import demo_paths
+            from glasses_rag.crag_mm.demo import demo_paths
 
             args.data = str(ensure_sample(demo_paths(args.demo_dir).root.parent / "superglasses-sample"))
         return args.data, load_superglasses(args.data, limit=args.limit, image_root=args.image_root)
-    from crag.superglasses import looks_like_superglasses
+    from glasses_rag.superglasses.loader import looks_like_superglasses
 
     built = build_content(args)
     if built is not None:
@@ -178,8 +178,8 @@ def build_content(args: argparse.Namespace) -> Any:
     """`--data` naming a benchmark content folder (bundled: demo, demo-paraphrase, heldout; or a folder with a
     benchmark.yaml): build its dataset and index once (data/<name>/ beside the demo), and search that index
     unless --index-dir says otherwise. None for any other --data."""
-    from crag.benchmark import dataset_paths, ensure_dataset, find_content, load_content
-    from crag.demo import demo_paths, ensure_demo
+    from glasses_rag.crag_mm.benchmark import dataset_paths, ensure_dataset, find_content, load_content
+    from glasses_rag.crag_mm.demo import demo_paths, ensure_demo
 
     if args.benchmark != "crag-mm":
         return None
@@ -201,7 +201,7 @@ def build_content(args: argparse.Namespace) -> Any:
 def cpu_bound(config: Any) -> bool:
     """Does the policy run on this machine's CPU (the rule planner and its local models, in-process models)?"""
     if config.preset:
-        from graph.presets import load_preset
+        from glasses_rag.policies.presets import load_preset
 
         if load_preset(config.preset).policy == "rule":  # the rule planner decides, whatever model is configured
             return True
@@ -291,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error_line(e)}", file=sys.stderr)
         return 2
     except RuntimeError as e:  # after the clause above: RecursionError is a RuntimeError
-        from models.openai_client import BackendError
+        from glasses_rag.models.openai_client import BackendError
 
         if not isinstance(e, BackendError):
             raise
@@ -315,7 +315,7 @@ def error_line(e: BaseException) -> str:
     return scrub_text(f"{type(e).__name__}: {' '.join(text.split())}")[:2000]
 
 
-OUR_LOGGERS = ("core", "text", "web", "models", "tools", "crag", "traces", "graph")
+OUR_LOGGERS = ("glasses_rag", "tools", "traces", "graph")
 
 
 def configure_logging(verbose: bool) -> None:
@@ -364,8 +364,8 @@ class Scoring:
     """How the run's turns are scored: the benchmark's judge, the 75-token truncation, the official mode."""
 
     def __init__(self, args: argparse.Namespace):
-        from crag.scoring import make_judge, make_truncator
-        from traces import superglasses_eval as sge
+        from glasses_rag.crag_mm.scoring import make_judge, make_truncator
+        from glasses_rag.superglasses import evaluate as sge
 
         self.superglasses = args.benchmark == "superglasses"
         self.mode = args.scoring_mode
@@ -381,8 +381,8 @@ class Scoring:
         return f"{self.judge_name}; scoring: {self.mode}; truncation: {self.truncator.name}"
 
     def __call__(self, trace: Any) -> Any:
-        from crag.scoring import score_trace
-        from traces import superglasses_eval as sge
+        from glasses_rag.crag_mm.scoring import score_trace
+        from glasses_rag.superglasses import evaluate as sge
 
         if not self.superglasses:
             return score_trace(trace, judge=self.judge, truncator=self.truncator, mode=self.mode)
@@ -395,7 +395,7 @@ SCORING_OPTIONS = ("benchmark", "scoring_mode", "judge", "judge_api_key_env", "t
 
 
 def worker_scoring(options: dict[str, Any]) -> tuple[Scoring, Any]:
-    """Scoring as each worker process builds it (graph.workers.WorkerSpec.scoring): the scorer, and the
+    """Scoring as each worker process builds it (glasses_rag.harness.workers.WorkerSpec.scoring): the scorer, and the
     truncation later turns see of an answer."""
     scoring = Scoring(argparse.Namespace(**options))
     return scoring, scoring.truncator.truncate
@@ -533,8 +533,8 @@ def unreachable_line(stats: Any) -> str | None:
 def run_and_collect(args: argparse.Namespace, agent: Any, conversations: Any, store: Any, scoring: Scoring,
                     concurrency: int) -> tuple[Any, list[Any]]:
     """Run every conversation; keep one compact scoring record per turn (the traces themselves are dropped)."""
-    from crag.evaluate import TurnRecord, record_from_trace
-    from graph.runner import run_task
+    from glasses_rag.crag_mm.evaluate import TurnRecord, record_from_trace
+    from glasses_rag.harness.runner import run_task
 
     records: list[TurnRecord] = []
 
@@ -565,8 +565,8 @@ def run_and_collect(args: argparse.Namespace, agent: Any, conversations: Any, st
 def _run_in_workers(args: argparse.Namespace, agent: Any, conversations: Any, store: Any, concurrency: int,
                     progress: Any, fingerprint: str | None, on_record: Any) -> Any:
     """The same run in `--workers` processes, each building its own agent and scoring from picklable options."""
-    from crag.evaluate import record_from_trace
-    from graph.workers import WorkerSpec, run_task_in_workers
+    from glasses_rag.crag_mm.evaluate import record_from_trace
+    from glasses_rag.harness.workers import WorkerSpec, run_task_in_workers
 
     spec = WorkerSpec(config=agent.config, task=args.task, out=store.dir.parent, run_id=agent.run_id,
                       concurrency=concurrency, image_prep=args.image_prep, fingerprint=fingerprint,
@@ -578,14 +578,14 @@ def _run_in_workers(args: argparse.Namespace, agent: Any, conversations: Any, st
 def write_reports(args: argparse.Namespace, scoring: Scoring, records: list[Any], store: Any
                   ) -> tuple[Any, dict[str, Any], str]:
     """The CRAG-MM report (and, on SuperGlasses, its own sliced report and logs); returns what to print."""
-    from crag.evaluate import evaluate, format_table, write_report
+    from glasses_rag.crag_mm.evaluate import evaluate, format_table, write_report
 
     report = evaluate(records, judge=scoring.judge, truncator=scoring.truncator, mode=args.scoring_mode)
     if not scoring.superglasses:
         files = write_report(report, store.dir, plot=False)  # the chart comes after the summary, not before
         return report, files, format_table(report)
-    from traces import superglasses_eval as sge
-    from traces.superglasses import read_run
+    from glasses_rag.superglasses import evaluate as sge
+    from glasses_rag.superglasses.logs import read_run
 
     # a SuperGlasses run writes its own report only (the CRAG-MM table would name metrics it is not scored by);
     # `report` is still returned for callers that tabulate any run alike (benchmarks.presets)
@@ -597,27 +597,27 @@ def write_reports(args: argparse.Namespace, scoring: Scoring, records: list[Any]
 def plot_run(scoring: Scoring, report: Any, run_dir: Path) -> Path:
     """The run's chart: CRAG-MM truthfulness by slice, or SuperGlasses accuracy by slice."""
     if not scoring.superglasses:
-        from crag.evaluate import plot_report
+        from glasses_rag.crag_mm.evaluate import plot_report
 
         return plot_report(report, run_dir / "truthfulness_by_slice.png")
-    from traces import superglasses_eval as sge
+    from glasses_rag.superglasses import evaluate as sge
 
     sg_report = sge.SuperGlassesReport.model_validate_json((run_dir / "superglasses_report.json").read_text("utf-8"))
     return sge.plot_superglasses(sg_report, run_dir / "superglasses_accuracy.png")
 
 
 def open_web_line() -> str:
-    from traces import superglasses_eval as sge
+    from glasses_rag.superglasses import evaluate as sge
 
     return sge.open_web_line()
 
 
 def open_web_stats() -> Any:
-    from traces import superglasses_eval as sge
+    from glasses_rag.superglasses import evaluate as sge
 
     return sge.open_web_stats()
 
 if __name__ == "__main__":
-    from core.calls import exit_process
+    from glasses_rag.core.calls import exit_process
 
     exit_process(main())  # cancels what is still in flight; never an abort in the interpreter's teardown

@@ -17,9 +17,9 @@ from typing import Annotated, Any
 from langgraph.managed import RemainingSteps
 from pydantic import Field, SkipValidation
 
-from core.calls import CancelScope
-from graph.policy import AnswerDraft, Policy, PolicyView, StepSummary, ToolSpec
-from graph.verify import Verifier
+from glasses_rag.core.calls import CancelScope
+from glasses_rag.policies.protocol import AnswerDraft, Policy, PolicyView, StepSummary, ToolSpec
+from glasses_rag.policies.self_check import Verifier
 from tools.base import HistoryTurn, ToolContext, ToolOutput, ToolState, Verdict
 from tools.registry import Tool, ToolCall, ToolRegistry
 from traces.schema import EndReason, ModelCall, StepError, TraceEvent

@@ -14,8 +14,8 @@ os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
 @pytest.fixture()
 def srv():
-    """A local fake OpenAI-compatible model server (testing/fake_model_server.py), stopped after the test."""
-    from testing.fake_model_server import FakeOpenAIServer
+    """A local fake OpenAI-compatible model server (glasses_rag/testing/fake_model_server.py), stopped after the test."""
+    from glasses_rag.testing.fake_model_server import FakeOpenAIServer
 
     with FakeOpenAIServer() as s:
         yield s

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from crag.superglasses_sample import jpeg, query_row, sample_dataset, sub_q, write_superglasses  # noqa: F401
+from glasses_rag.superglasses.sample import jpeg, query_row, sample_dataset, sub_q, write_superglasses  # noqa: F401
 
-# the builders are the library's (crag/superglasses_sample.py): the sample that ships is the data these tests use
+# the builders are the library's (glasses_rag/superglasses/sample.py): the sample that ships is the data these tests use
 small_dataset = sample_dataset
 
 
@@ -112,7 +112,7 @@ def organic(*results: tuple[str, str, str]) -> dict:
 
 def use_fixture_web(monkeypatch, web: FixtureWeb, cache_dir: Path, image_dir: Path | None = None) -> None:
     """Point the open-web tools at the fixture server (key, base URL, cache, image hosting) for one test."""
-    from web.open_web import reset_open_web
+    from glasses_rag.web.open_web import reset_open_web
 
     monkeypatch.setenv("SERPAPI_API_KEY", web.key)
     monkeypatch.setenv("SERPAPI_BASE_URL", web.base_url)

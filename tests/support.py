@@ -7,10 +7,10 @@ from typing import Any
 
 from PIL import Image, ImageDraw, ImageFont
 
-from crag.search import NullSearch
+from glasses_rag.crag_mm.search import NullSearch
+from glasses_rag.harness.runner import RunStats, run_task
 from graph.build import build_agent
 from graph.config import AgentConfig, BudgetConfig
-from graph.runner import RunStats, run_task
 from traces.schema import TurnTrace
 
 
@@ -65,12 +65,12 @@ class KGAndPageSearch(KGSearch):
 
 def model_loop_run(out: Path, run_id: str) -> list[dict]:
     """`graph.run --task 3 --limit 1` (one four-turn conversation) with the model loop against the fake server
-    replaying testing.scripted_model, into `out/run_id`; the request bodies the server received."""
+    replaying glasses_rag.testing.scripted_model, into `out/run_id`; the request bodies the server received."""
     import pytest
 
+    from glasses_rag.testing.fake_model_server import FakeOpenAIServer
+    from glasses_rag.testing.scripted_model import ScriptedModel
     from graph.run import main
-    from testing.fake_model_server import FakeOpenAIServer
-    from testing.scripted_model import ScriptedModel
 
     mp = pytest.MonkeyPatch()
     mp.setenv("GLASSES_DEMO_DIR", str(Path(__file__).resolve().parents[1] / "data" / "demo"))

@@ -1,5 +1,5 @@
 """Serving a LoRA adapter: in-process (transformers + peft, merged at load) and through an OpenAI-compatible server
-that routes LoRA modules as vLLM 0.10.2 does (testing/vllm_emulation.py: --enable-lora --lora-modules name=path)."""
+that routes LoRA modules as vLLM 0.10.2 does (glasses_rag/testing/vllm_emulation.py: --enable-lora --lora-modules name=path)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import urllib.request
 
 import pytest
 
-from graph.model_policy import make_model_policy
-from models.openai_client import BackendError
-from models.vlm import ModelConfig, make_backend, model_config_from_options, parse_spec
-from testing.fake_model_server import FakeOpenAIServer
-from testing.vllm_emulation import VllmBehaviour
+from glasses_rag.models.openai_client import BackendError
+from glasses_rag.models.vlm import ModelConfig, make_backend, model_config_from_options, parse_spec
+from glasses_rag.policies.model.policy import make_model_policy
+from glasses_rag.testing.fake_model_server import FakeOpenAIServer
+from glasses_rag.testing.vllm_emulation import VllmBehaviour
 
 BASE = "google/gemma-3-270m-it"
 MSGS = [{"role": "system", "content": "You answer questions."},
@@ -45,7 +45,7 @@ def test_adapter_in_spec_strings_and_options():
 def tiny(tmp_path_factory):
     pytest.importorskip("torch")
     pytest.importorskip("peft")
-    from testing.tiny_models import save_tiny_gemma3, save_tiny_lora
+    from glasses_rag.testing.tiny_models import save_tiny_gemma3, save_tiny_lora
 
     root = tmp_path_factory.mktemp("adapter")
     model = save_tiny_gemma3(root / "gemma3")

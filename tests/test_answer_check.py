@@ -6,17 +6,17 @@ from __future__ import annotations
 import pytest
 from PIL import Image
 
+from glasses_rag.policies.protocol import IDK
+from glasses_rag.policies.rules.answer_check import Context, is_own_name, refuse
+from glasses_rag.policies.rules.answer_types import expected_answer
+from glasses_rag.policies.rules.candidates import Part
+from glasses_rag.policies.rules.canonical import canonical
+from glasses_rag.policies.rules.relations import relation_clash
+from glasses_rag.policies.rules.sources.ocr import label_like
+from glasses_rag.policies.rules.units import DEFAULT
 from graph.agent import TurnInput
 from graph.build import build_agent
 from graph.config import AgentConfig
-from graph.planner.answer_check import Context, is_own_name, refuse
-from graph.planner.answer_types import expected_answer
-from graph.planner.candidates import Part
-from graph.planner.canonical import canonical
-from graph.planner.relations import relation_clash
-from graph.planner.sources.ocr import label_like
-from graph.planner.units import DEFAULT
-from graph.policy import IDK
 from tools.base import HistoryTurn, Hit
 
 

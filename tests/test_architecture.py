@@ -1,35 +1,53 @@
-"""Imports flow one way, package by package and file by file, with no cycle.
+"""Imports flow one way, layer by layer and file by file, with no cycle; the installed names collide with nothing.
 
-Layers, bottom to top: shared types (`core`) <- text utilities (`text`) <- outside services (`web`) <- models
-(`models`) <- tools (`tools`) <- search and data (`crag`) <- traces (`traces`) <- the agent (`graph`) <- the training road (`training`) <- front
-ends (`benchmarks`, the test doubles in `testing`; inside the agent package the CLI `graph.run` and the starter-kit
-adapter `graph.starter_kit`, which no library module imports). Checked on the source, every import statement
-included (also those inside functions), so a lazy import that goes the wrong way, or closes a cycle, fails here.
+Layers, bottom to top (a module belongs to the layer of its longest matching prefix):
+shared types (`glasses_rag.core`) <- text utilities (`glasses_rag.text`) <- the open web (`glasses_rag.web`) <- models
+(`glasses_rag.models`) <- tools (`tools`) <- the trace record (`traces`) <- CRAG-MM (`glasses_rag.crag_mm`) <-
+SuperGlasses (`glasses_rag.superglasses`) <- the policies (`glasses_rag.policies`) <- the agent (`graph`) <- training
+(`glasses_rag.training`) <- the run harness (`glasses_rag.harness`) <- front ends (the CLI `graph.run`, the starter-kit
+adapter, the trace viewer and run diff, which read every benchmark's reports) <- benchmarks and test doubles.
+Checked on the source, every import statement included (also those inside functions), so a lazy import that goes the
+wrong way, or closes a cycle, fails here.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.metadata as md
+import re
 from functools import cache
 from pathlib import Path
 
+from packaging.requirements import Requirement
+
 ROOT = Path(__file__).resolve().parents[1]
+FRONT_ENDS = ("graph.run", "glasses_rag.harness.starter_kit", "traces.viewer", "traces.viewer_parts", "traces.diff",
+              "traces.diff_page", "traces.run_diff")
 LAYERS: list[tuple[str, ...]] = [
-    ("core",), ("text",), ("web",), ("models",), ("tools",), ("crag",), ("traces",), ("graph",), ("training",),
-    ("benchmarks", "testing"),
+    ("glasses_rag",), ("glasses_rag.core",), ("glasses_rag.text",), ("glasses_rag.web",), ("glasses_rag.models",),
+    ("tools",), ("traces",), ("glasses_rag.crag_mm",), ("glasses_rag.superglasses",), ("glasses_rag.policies",),
+    ("graph",), ("glasses_rag.training",), ("glasses_rag.harness",), FRONT_ENDS, ("benchmarks", "glasses_rag.testing"),
 ]
-PACKAGES = tuple(p for layer in LAYERS for p in layer)
-FRONT_END_MODULES = ("graph.run", "graph.starter_kit")
+UNITS = tuple(p for layer in LAYERS for p in layer)
+TOP_PACKAGES = ("glasses_rag", "tools", "traces", "graph", "benchmarks")
+# what the install puts into site-packages: the four names the design fixes and the project's one namespace
+INSTALLED = {"glasses_rag", "graph", "tools", "traces"}
 
 
-def package_layer(package: str) -> int:
-    return next(i for i, layer in enumerate(LAYERS) if package in layer)
+def unit(module: str) -> str:
+    """The layer unit a module belongs to: the longest prefix of it named in LAYERS."""
+    return max((u for u in UNITS if module == u or module.startswith(u + ".")), key=len)
+
+
+def layer(module: str) -> int:
+    u = unit(module)
+    return next(i for i, names in enumerate(LAYERS) if u in names)
 
 
 @cache
 def modules() -> dict[str, Path]:
     out = {}
-    for pkg in PACKAGES:
+    for pkg in TOP_PACKAGES:
         for f in (ROOT / pkg).rglob("*.py"):
             rel = f.relative_to(ROOT).with_suffix("")
             parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
@@ -45,7 +63,7 @@ def _named(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.add(node.module)
             found.update(f"{node.module}.{a.name}" for a in node.names)
-    return {m for m in found if m.split(".")[0] in PACKAGES}
+    return {m for m in found if m.split(".")[0] in TOP_PACKAGES}
 
 
 @cache
@@ -63,23 +81,22 @@ def imports(module: str) -> frozenset[str]:
 
 def test_every_package_has_a_layer():
     tops = {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file()}
-    assert tops <= set(PACKAGES), sorted(tops - set(PACKAGES))
+    assert tops <= set(TOP_PACKAGES), sorted(tops - set(TOP_PACKAGES))
+    subs = {f"glasses_rag.{p.name}" for p in (ROOT / "glasses_rag").iterdir() if (p / "__init__.py").is_file()}
+    assert subs <= set(UNITS), sorted(subs - set(UNITS))
 
 
-def test_packages_import_only_their_own_layer_or_lower():
-    bad = []
-    for mod in sorted(modules()):
-        mine = package_layer(mod.split(".")[0])
-        for target in imports(mod):
-            if package_layer(target.split(".")[0]) > mine:
-                bad.append(f"{mod} imports {target}")
+def test_modules_import_only_their_own_layer_or_lower():
+    bad = [f"{mod} imports {target}" for mod in sorted(modules()) for target in imports(mod)
+           if layer(target) > layer(mod)]
     assert not bad, "\n".join(bad)
 
 
-def test_no_library_module_imports_a_front_end():
-    bad = [f"{mod} imports {t}" for mod in sorted(modules()) if not mod.startswith(("benchmarks", "testing"))
-           for t in imports(mod) if t in FRONT_END_MODULES and mod not in FRONT_END_MODULES]
-    assert not bad, "\n".join(bad)
+def test_the_layer_check_places_modules_by_their_longest_prefix():
+    assert unit("glasses_rag.harness.starter_kit") == "glasses_rag.harness.starter_kit"
+    assert layer("glasses_rag.harness.runner") < layer("graph.run") < layer("glasses_rag.testing.fake_model_server")
+    assert layer("traces.schema") < layer("glasses_rag.crag_mm.scoring") < layer("traces.viewer")
+    assert layer("glasses_rag.policies.rules.plan") < layer("graph.build")
 
 
 def _cycles(graph: dict[str, frozenset[str]]) -> list[list[str]]:
@@ -121,10 +138,10 @@ def test_no_import_cycle_between_files_lazy_imports_included():
     assert not _cycles({m: imports(m) for m in modules()})
 
 
-def test_no_import_cycle_between_packages():
+def test_no_import_cycle_between_layer_units():
     graph: dict[str, set[str]] = {}
     for mod in modules():
-        graph.setdefault(mod.split(".")[0], set()).update(t.split(".")[0] for t in imports(mod))
+        graph.setdefault(unit(mod), set()).update(unit(t) for t in imports(mod))
     assert not _cycles({k: frozenset(v - {k}) for k, v in graph.items()})
 
 
@@ -132,7 +149,8 @@ def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": frozenset({"b"}), "b": frozenset({"a"}), "c": frozenset()}) == [["a", "b"]]
 
 
-LIBRARY = ("core", "text", "web", "models", "tools", "crag", "traces", "graph")
+LIBRARY = ("glasses_rag/core", "glasses_rag/text", "glasses_rag/web", "glasses_rag/models", "tools",
+           "glasses_rag/crag_mm", "glasses_rag/superglasses", "glasses_rag/policies", "glasses_rag/harness", "traces", "graph")
 MAX_FUNCTION_LINES, MAX_CLASS_LINES = 60, 300
 
 
@@ -159,3 +177,56 @@ def test_the_size_check_finds_a_long_function_and_a_long_class():
     assert oversized(long_function, "a.py") == ["a.py:1 f (61 lines)"]
     assert oversized(long_class, "b.py") == ["b.py:1 C (301 lines)"]
     assert oversized("def g():\n" + "    x = 1\n" * (MAX_FUNCTION_LINES - 1), "c.py") == []
+
+
+def _top_level_names(dist: md.Distribution) -> set[str]:
+    """The import names a distribution installs: its top_level.txt, else the first part of each file it records."""
+    listed = dist.read_text("top_level.txt")
+    if listed:
+        return set(listed.split())
+    names = set()
+    for f in dist.files or []:
+        first = f.parts[0]
+        if first.endswith((".dist-info", ".data", ".pth")) or first in ("..", "__pycache__"):
+            continue
+        names.add(first[:-3] if first.endswith(".py") and len(f.parts) == 1 else first)
+    return names
+
+
+def _dependency_closure(root: str) -> dict[str, md.Distribution]:
+    """Every installed distribution the project depends on (its extras included), transitively."""
+    found: dict[str, md.Distribution] = {}
+    todo = [(root, True)]
+    while todo:
+        name, all_extras = todo.pop()
+        key = re.sub(r"[-_.]+", "-", name).lower()
+        if key in found:
+            continue
+        try:
+            found[key] = dist = md.distribution(name)
+        except md.PackageNotFoundError:
+            continue
+        for line in dist.requires or []:
+            req = Requirement(line)
+            extras = [{"extra": e} for e in dist.metadata.get_all("Provides-Extra") or []] if all_extras else []
+            if req.marker is None or any(req.marker.evaluate(e) for e in [{"extra": ""}, *extras]):
+                todo.append((req.name, False))
+    return found
+
+
+def test_installed_top_level_names_collide_with_no_dependency():
+    deps = _dependency_closure("glasses-rag")
+    assert "glasses-rag" in deps and len(deps) > 50  # the install and its dependencies are all there
+    assert _top_level_names(deps.pop("glasses-rag")) >= {"glasses_rag"}
+    clashes = {name: sorted(_top_level_names(d) & INSTALLED) for name, d in deps.items() if _top_level_names(d) & INSTALLED}
+    assert not clashes, clashes
+
+
+def test_the_install_declares_only_the_project_names():
+    import tomllib
+
+    from setuptools import find_packages
+
+    conf = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    tops = {p.split(".")[0] for p in find_packages(str(ROOT), include=conf["include"])}
+    assert tops == INSTALLED, tops

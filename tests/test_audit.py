@@ -21,9 +21,9 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from crag.dataset import load_conversations
-from crag.demo import ensure_demo
-from crag.images import MAX_DECODE_PIXELS, load_image
+from glasses_rag.crag_mm.dataset import load_conversations
+from glasses_rag.crag_mm.demo import ensure_demo
+from glasses_rag.crag_mm.images import MAX_DECODE_PIXELS, load_image
 from graph.run import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,7 +88,7 @@ def test_decompression_bombs_are_refused_before_decoding_and_memory_stays_bounde
     # eight bombs through the loader in a fresh process: peak RSS grows by far less than one full decode
     path = tmp_path / "bomb.png"
     path.write_bytes(bomb)
-    code = ("import resource, sys; from crag.images import load_image\n"
+    code = ("import resource, sys; from glasses_rag.crag_mm.images import load_image\n"
             "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
             f"for _ in range(8): load_image({str(path)!r})\n"
             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base)")
@@ -112,7 +112,7 @@ def test_exif_orientation_is_applied_and_noted():
 
 
 def test_a_full_disk_never_leaves_a_broken_report_or_temp_files(tmp_path, monkeypatch):
-    from crag.evaluate import TurnRecord, evaluate, write_report
+    from glasses_rag.crag_mm.evaluate import TurnRecord, evaluate, write_report
 
     report = evaluate([TurnRecord(session_id="s", turn_index=0, answer="Paris", ground_truth="Paris")])
     paths = write_report(report, tmp_path, plot=False)
@@ -182,7 +182,7 @@ def test_kg_and_web_entries_with_missing_keys_are_a_one_line_error(tmp_path, cap
 def test_a_damaged_embedding_cache_is_rebuilt_not_trusted(tmp_path):
     import shutil
 
-    from crag.local_search import LocalSearchIndex
+    from glasses_rag.crag_mm.local_search import LocalSearchIndex
 
     idx = tmp_path / "index"
     shutil.copytree(ensure_demo().root, idx, ignore=shutil.ignore_patterns("*.parquet"))

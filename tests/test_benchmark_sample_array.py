@@ -1,4 +1,4 @@
-"""The `sample-array` image source of crag.benchmark: numeric sample data rendered offline, bad recipes refused."""
+"""The `sample-array` image source of glasses_rag.crag_mm.benchmark: numeric sample data rendered offline, bad recipes refused."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from crag.benchmark import Entity, SampleArrayImage, SkimageImage
+from glasses_rag.crag_mm.benchmark import Entity, SampleArrayImage, SkimageImage
 
 
 def recipe(**kw) -> SampleArrayImage:

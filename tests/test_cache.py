@@ -1,4 +1,4 @@
-"""crag.cache.CachedSearch: identical results, copies, LRU bound, counters, thread safety, forwarding."""
+"""glasses_rag.crag_mm.cache.CachedSearch: identical results, copies, LRU bound, counters, thread safety, forwarding."""
 
 import threading
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from crag.cache import CachedSearch, image_key
-from crag.schema import ImageSearchResult, SearchBackend, WebSearchResult
+from glasses_rag.crag_mm.cache import CachedSearch, image_key
+from glasses_rag.crag_mm.schema import ImageSearchResult, SearchBackend, WebSearchResult
 
 
 class CountingBackend:
@@ -208,7 +208,7 @@ def test_thread_safety_under_concurrent_use():
 
 
 def test_identical_to_the_uncached_demo_index():
-    from crag.local_search import make_demo_search
+    from glasses_rag.crag_mm.local_search import make_demo_search
 
     base = make_demo_search()
     c = CachedSearch(base)
@@ -231,8 +231,8 @@ def test_identical_to_the_uncached_demo_index():
 
 
 def test_cached_backend_through_the_web_search_tool():
-    from crag.local_search import make_demo_search
-    from models.resources import Resources
+    from glasses_rag.crag_mm.local_search import make_demo_search
+    from glasses_rag.models.resources import Resources
     from tools import default_registry
     from tools.base import ToolContext
 

@@ -8,10 +8,10 @@ import re
 
 import pytest
 
-from graph.cli import field_at
+from glasses_rag.harness.cli import field_at
+from glasses_rag.harness.run_options import ROOTS, options
 from graph.config import AgentConfig
 from graph.run import agent_config, build_parser, configure_logging
-from graph.run_options import ROOTS, options
 
 
 def test_help_prints_each_default_once_and_the_environment_variables(capsys):
@@ -61,7 +61,7 @@ def test_verbose_raises_our_loggers_only():
     try:
         configure_logging(True)
         assert logging.getLogger("graph.nodes").getEffectiveLevel() == logging.DEBUG
-        assert logging.getLogger("web.serpapi").getEffectiveLevel() == logging.DEBUG
+        assert logging.getLogger("glasses_rag.web.serpapi").getEffectiveLevel() == logging.DEBUG
         assert logging.getLogger("httpx").getEffectiveLevel() >= logging.WARNING
         assert logging.getLogger("urllib3").getEffectiveLevel() >= logging.WARNING
     finally:

@@ -14,8 +14,8 @@ from PIL import Image
 pytest.importorskip("cragmm_search")
 pytest.importorskip("chromadb")
 
-from crag.cragmm_backend import CragMMSearch, build_cragmm_index, offline_snapshot_download  # noqa: E402
-from crag.schema import ImageSearchResult, SearchBackend, WebSearchResult  # noqa: E402
+from glasses_rag.crag_mm.cragmm_backend import CragMMSearch, build_cragmm_index, offline_snapshot_download  # noqa: E402
+from glasses_rag.crag_mm.schema import ImageSearchResult, SearchBackend, WebSearchResult  # noqa: E402
 
 
 def _bytes_to_unicode() -> list[str]:

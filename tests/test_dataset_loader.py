@@ -8,7 +8,7 @@ import pytest
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Image, List, Value
 from PIL import Image as PILImage
 
-from crag.dataset import IMAGE_URL_ONLY, LoadReport, decode_image, load_all, load_conversations
+from glasses_rag.crag_mm.dataset import IMAGE_URL_ONLY, LoadReport, decode_image, load_all, load_conversations
 
 DOMAINS = ["animal", "other", "shopping"]
 CATS = ["reasoning", "simple-knowledge", "simple-recognition"]

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from crag import demo
-from crag.benchmark import ContentError, dataset_paths, ensure_dataset, load_content
-from crag.dataset import load_all, load_conversations
-from crag.demo import DOMAINS, IMAGE_QUALITY, QUERY_CATEGORIES, ensure_demo
+from glasses_rag.crag_mm import demo
+from glasses_rag.crag_mm.benchmark import ContentError, dataset_paths, ensure_dataset, load_content
+from glasses_rag.crag_mm.dataset import load_all, load_conversations
+from glasses_rag.crag_mm.demo import DOMAINS, IMAGE_QUALITY, QUERY_CATEGORIES, ensure_demo
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""models.detector: real transformers code paths with tiny random models, and the heuristics on real images."""
+"""glasses_rag.models.detector: real transformers code paths with tiny random models, and the heuristics on real images."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from models.detector import (
+from glasses_rag.models.detector import (
     OCR_BOX_METHOD,
     SALIENCY_METHOD,
     ZeroShotDetector,

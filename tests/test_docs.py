@@ -114,8 +114,8 @@ def _sample(readme: str) -> list[str]:
 def test_the_readme_sample_is_the_default_run(tmp_path, capsys, monkeypatch):
     """The sample's header and summary lines are what `python -m graph.run --task 1` prints now (the default
     concurrency included), in that order; only paths, timings and counts of a shorter run may differ."""
+    from glasses_rag.harness.run_options import RunOptions
     from graph.run import main
-    from graph.run_options import RunOptions
 
     sample = _sample((ROOT / "README.md").read_text(encoding="utf-8"))
     assert f"concurrency: {RunOptions.model_fields['concurrency'].default}" in sample

@@ -14,7 +14,7 @@ import os
 
 import pytest
 
-from crag.evaluate import (
+from glasses_rag.crag_mm.evaluate import (
     EvalReport,
     TurnRecord,
     apply_early_stop,
@@ -26,8 +26,8 @@ from crag.evaluate import (
     write_atomic,
     write_report,
 )
-from crag.scoring import JudgeVerdict, LLMJudge, RuleJudge, WhitespaceApproxTruncator, make_truncator
-from testing.fake_model_server import FakeOpenAIServer
+from glasses_rag.crag_mm.scoring import JudgeVerdict, LLMJudge, RuleJudge, WhitespaceApproxTruncator, make_truncator
+from glasses_rag.testing.fake_model_server import FakeOpenAIServer
 
 MODES = ("kddcup2025", "crag-mm-release")
 APPROX = WhitespaceApproxTruncator()
@@ -390,7 +390,7 @@ def test_keep_turns_false_and_empty_evaluation(tmp_path, records):
 
 
 def test_a_finished_run_is_rescored_without_rerunning_the_agent(tmp_path, capsys):
-    from traces.rescore import main
+    from glasses_rag.crag_mm.rescore import main
     from traces.schema import TurnTrace
     from traces.store import TraceStore
 

@@ -8,12 +8,12 @@ import textwrap
 
 import pytest
 
-from crag.dataset import decode_image, load_all
-from crag.demo import ensure_demo
+from glasses_rag.crag_mm.dataset import decode_image, load_all
+from glasses_rag.crag_mm.demo import ensure_demo
+from glasses_rag.testing.fake_model_server import FakeOpenAIServer
 from graph.agent import TurnInput
 from graph.build import build_agent
 from graph.config import AgentConfig, ToolsConfig
-from testing.fake_model_server import FakeOpenAIServer
 
 PLUGIN = textwrap.dedent('''
     """A second web search, written as a user would: one file, one decorated function."""

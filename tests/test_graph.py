@@ -5,11 +5,11 @@ import time
 
 import pytest
 
-from crag.search import NullSearch
+from glasses_rag.crag_mm.search import NullSearch
+from glasses_rag.policies.protocol import AnswerDraft, Decision, ScriptedPolicy
 from graph.agent import TurnInput
 from graph.build import build_agent
 from graph.config import AgentConfig, BudgetConfig
-from graph.policy import AnswerDraft, Decision, ScriptedPolicy
 from tools.base import Hit, ToolContext, ToolOutput
 from tools.registry import ToolRegistry, tool
 from traces.schema import TurnTrace
@@ -166,7 +166,7 @@ def test_tool_schema_comes_from_signature_and_docstring():
 
 
 def test_parallel_calls_run_concurrently_and_each_is_a_step():
-    from graph.policy import ParallelCall
+    from glasses_rag.policies.protocol import ParallelCall
 
     d = Decision(action="call_tool", tool="sleepy", arguments={"seconds": 0.6},
                  parallel=[ParallelCall(tool="sleepy", arguments={"seconds": 0.6}),
@@ -182,7 +182,7 @@ def test_parallel_calls_run_concurrently_and_each_is_a_step():
 
 
 def test_parallel_calls_respect_the_step_limit():
-    from graph.policy import ParallelCall
+    from glasses_rag.policies.protocol import ParallelCall
 
     d = Decision(action="call_tool", tool="lookup", arguments={"query": "a"},
                  parallel=[ParallelCall(tool="lookup", arguments={"query": str(i)}) for i in range(10)])
@@ -210,8 +210,8 @@ def test_conversations_are_pulled_lazily_a_few_ahead_of_the_workers(tmp_path):
     conversations ahead of the finished ones, and every one of them runs."""
     from support import make_agent
 
-    from crag.schema import Conversation, Turn
-    from graph.runner import run_task
+    from glasses_rag.crag_mm.schema import Conversation, Turn
+    from glasses_rag.harness.runner import run_task
     from traces.store import TraceStore
 
     pulled, finished, ahead = [0], [0], []

@@ -1,4 +1,4 @@
-"""The held-out benchmark (crag/benchmarks/heldout/) builds, loads, covers every question kind, is answerable
+"""The held-out benchmark (glasses_rag/crag_mm/benchmarks/heldout/) builds, loads, covers every question kind, is answerable
 from its own corpus, shares nothing with the demo, and carries prompt-injection pages whose bait is never an
 answer."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from crag.benchmark import (
+from glasses_rag.crag_mm.benchmark import (
     DOMAINS,
     DYNAMISM,
     IDK,
@@ -23,8 +23,8 @@ from crag.benchmark import (
     ensure_dataset,
     load_content,
 )
-from crag.dataset import load_conversations
-from crag.demo import demo_content
+from glasses_rag.crag_mm.dataset import load_conversations
+from glasses_rag.crag_mm.demo import demo_content
 
 HELDOUT = Path(__file__).resolve().parents[1] / "crag" / "benchmarks" / "heldout"
 

@@ -1,6 +1,6 @@
 """Hostile inputs: every case ends in a clear error or "I don't know", the run goes on, and no trace is lost or corrupted.
 
-Runs the real agent (graph.agent.Agent + graph.runner.run_task), the real tools and, unless a case
+Runs the real agent (graph.agent.Agent + glasses_rag.harness.runner.run_task), the real tools and, unless a case
 needs another policy, the rule-based planner over the embedded demo index. After every run each
 turn must have exactly one trace file that parses back with TurnTrace.model_validate_json.
 """
@@ -17,9 +17,9 @@ import pytest
 from PIL import Image, ImageDraw
 from support import collect, make_agent
 
-from crag.schema import Conversation, Turn
-from graph.policy import IDK, AnswerDraft, Decision, ScriptedPolicy
-from graph.policy import is_abstention as is_idk
+from glasses_rag.crag_mm.schema import Conversation, Turn
+from glasses_rag.policies.protocol import IDK, AnswerDraft, Decision, ScriptedPolicy
+from glasses_rag.policies.protocol import is_abstention as is_idk
 from tools import default_registry
 from tools.base import Hit, ToolContext, ToolOutput
 from tools.registry import ToolRegistry, tool
@@ -36,12 +36,12 @@ SLACK_S = 1.0  # a turn may overrun its budget by this much at most
 
 @pytest.fixture(scope="module")
 def env():
-    from crag.dataset import load_all
-    from crag.demo import ensure_demo
-    from crag.local_search import LocalSearchIndex
-    from models.image_embedder import make_image_embedder
-    from models.ocr import OcrEngine
-    from models.text_embedder import get_text_embedder
+    from glasses_rag.crag_mm.dataset import load_all
+    from glasses_rag.crag_mm.demo import ensure_demo
+    from glasses_rag.crag_mm.local_search import LocalSearchIndex
+    from glasses_rag.models.image_embedder import make_image_embedder
+    from glasses_rag.models.ocr import OcrEngine
+    from glasses_rag.models.text_embedder import get_text_embedder
     from tools import default_registry
 
     reg = default_registry()
@@ -122,7 +122,7 @@ def sign(size=(320, 200), mode="RGB") -> Image.Image:
 
 
 def test_broken_tiny_huge_and_odd_mode_images(env, tmp_path):
-    from crag.dataset import decode_image
+    from glasses_rag.crag_mm.dataset import decode_image
 
     good = png_bytes(sign())
     truncated = Image.open(io.BytesIO(good[: len(good) // 2]))  # opens lazily, fails on load()
@@ -559,7 +559,7 @@ def test_tools_that_raise_return_junk_or_exit(env, tmp_path):
         assert step.error.kind == "tool_exception" and "SystemExit" in step.error.message
         assert is_idk(tr.answer) and tr.steps[-1].node == "final"
     # the real OCR tool, with an engine that dies
-    from models.resources import Resources  # noqa: F401
+    from glasses_rag.models.resources import Resources  # noqa: F401
 
     pol2 = ScriptedPolicy([call("ocr"), call("detect_crop", target="the sign")])
     agent = make_agent(pol2, env.search, env.reg, "broken")
@@ -597,8 +597,8 @@ def test_dataset_with_malformed_and_url_only_rows_runs_through(env, tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from crag.dataset import IMAGE_URL_ONLY, load_conversations
-    from crag.demo import ensure_demo
+    from glasses_rag.crag_mm.dataset import IMAGE_URL_ONLY, load_conversations
+    from glasses_rag.crag_mm.demo import ensure_demo
 
     table = pq.read_table(ensure_demo().single_turn / "validation.parquet")
     rows = table.slice(0, 4).to_pylist()

@@ -17,16 +17,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from crag.superglasses import load_superglasses
-from graph.model_prompts import HISTORY_TURNS, history_text
-from graph.policy import PolicyView
+from glasses_rag.policies.model.prompts import HISTORY_TURNS, history_text
+from glasses_rag.policies.protocol import PolicyView
+from glasses_rag.superglasses import logs as sg_logs
+from glasses_rag.superglasses.loader import load_superglasses
+from glasses_rag.testing.fake_model_server import FakeOpenAIServer
+from glasses_rag.web.serpapi import web_results
 from graph.run import main
-from testing.fake_model_server import FakeOpenAIServer
 from tools.base import HistoryTurn
-from traces import superglasses as sg_logs
 from traces.schema import TRACE_INPUT_LIMIT, ToolCallEvent
 from traces.viewer import render_run
-from web.serpapi import web_results
 
 ROOT = Path(__file__).resolve().parents[1]
 DEEP = "[" * 100_000 + "]" * 100_000

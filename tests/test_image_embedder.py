@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageFilter
 
-from models.image_embedder import ClipImageEmbedder, HeuristicImageEmbedder, make_image_embedder
+from glasses_rag.models.image_embedder import ClipImageEmbedder, HeuristicImageEmbedder, make_image_embedder
 
 
 def _photo(seed=0):
@@ -70,9 +70,9 @@ def test_clip_embedder_from_local_folder(tiny_clip):
 
 
 def test_clip_embedder_in_local_index(tiny_clip, tmp_path):
-    from crag.demo import ensure_demo
-    from crag.local_search import LocalSearchIndex
-    from crag.schema import ImageSearchResult
+    from glasses_rag.crag_mm.demo import ensure_demo
+    from glasses_rag.crag_mm.local_search import LocalSearchIndex
+    from glasses_rag.crag_mm.schema import ImageSearchResult
 
     root = ensure_demo().root
     idx = LocalSearchIndex(root, image_embedder=ClipImageEmbedder(tiny_clip), cache=False)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from crag.dataset import decode_image, load_all
-from crag.demo import ensure_demo, load_question_meta
-from crag.local_search import LocalSearchIndex
-from crag.schema import ImageSearchResult, SearchBackend, WebSearchResult
+from glasses_rag.crag_mm.dataset import decode_image, load_all
+from glasses_rag.crag_mm.demo import ensure_demo, load_question_meta
+from glasses_rag.crag_mm.local_search import LocalSearchIndex
+from glasses_rag.crag_mm.schema import ImageSearchResult, SearchBackend, WebSearchResult
 
 
 @pytest.fixture(scope="module")

@@ -10,13 +10,13 @@ import pytest
 from PIL import Image
 from support import collect, make_agent
 
-from core.calls import CallTimeout, CancelScope, collect_model_calls, run_with_deadline
-from crag.schema import Conversation, Turn
+from glasses_rag.core.calls import CallTimeout, CancelScope, collect_model_calls, run_with_deadline
+from glasses_rag.crag_mm.schema import Conversation, Turn
+from glasses_rag.models.vlm.base import complete_and_report
+from glasses_rag.models.vlm.openai_server import OpenAICompatibleBackend
+from glasses_rag.policies.model.policy import make_model_policy
+from glasses_rag.testing.fake_model_server import FakeOpenAIServer
 from graph.agent import TurnInput
-from graph.model_policy import make_model_policy
-from models.vlm.base import complete_and_report
-from models.vlm.openai_server import OpenAICompatibleBackend
-from testing.fake_model_server import FakeOpenAIServer
 from traces.store import TraceStore
 
 F = FakeOpenAIServer
@@ -42,7 +42,7 @@ def test_a_turn_scope_cancels_every_request_in_flight(srv):
     srv.push(("generate", "a", 5.0), ("generate", "b", 5.0))
     b = OpenAICompatibleBackend(srv.base_url, "fake-vlm", max_retries=0)
     turn = CancelScope()
-    from core.calls import run_many
+    from glasses_rag.core.calls import run_many
 
     def cancel_soon():
         time.sleep(0.3)

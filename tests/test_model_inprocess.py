@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from core.calls import CallTimeout, CancelScope, collect_model_calls, run_with_deadline, scope
-from models.vlm.base import ReplyCancelled, complete_and_report
+from glasses_rag.core.calls import CallTimeout, CancelScope, collect_model_calls, run_with_deadline, scope
+from glasses_rag.models.vlm.base import ReplyCancelled, complete_and_report
 
 ROOT = Path(__file__).resolve().parents[1]
 torch = pytest.importorskip("torch")
@@ -33,7 +33,7 @@ def tiny_backend(tmp_path_factory):
     from test_vlm_transformers import _llama_config, _tokenizer
     from transformers import LlamaForCausalLM
 
-    from models.vlm.transformers_local import TransformersVLMBackend
+    from glasses_rag.models.vlm.transformers_local import TransformersVLMBackend
 
     d = tmp_path_factory.mktemp("tiny_llama_inprocess")
     torch.manual_seed(0)
@@ -128,7 +128,7 @@ def test_missing_chat_template_is_a_one_line_error(tmp_path):
     from test_vlm_transformers import _llama_config, _tokenizer
     from transformers import LlamaForCausalLM
 
-    from models.vlm.transformers_local import TransformersVLMBackend
+    from glasses_rag.models.vlm.transformers_local import TransformersVLMBackend
 
     tok = _tokenizer()
     tok.chat_template = None
@@ -143,7 +143,7 @@ def test_missing_chat_template_is_a_one_line_error(tmp_path):
 
 
 def test_context_size_is_enforced(tiny_backend):
-    from models.vlm.base import BackendError
+    from glasses_rag.models.vlm.base import BackendError
 
     old = tiny_backend.n_ctx
     tiny_backend.n_ctx = 40
@@ -217,8 +217,8 @@ def fake_llama_cpp(monkeypatch, tmp_path):
 
 
 def test_llamacpp_serialises_cancels_and_flattens(fake_llama_cpp):
-    from graph.model_policy import decision_schema
-    from models.vlm.llamacpp import LlamaCppBackend
+    from glasses_rag.models.vlm.llamacpp import LlamaCppBackend
+    from glasses_rag.policies.model.policy import decision_schema
 
     b = LlamaCppBackend(fake_llama_cpp, chat_format="gemma")
     llm = _FakeLlama.instances[-1]
@@ -248,7 +248,7 @@ def test_llamacpp_serialises_cancels_and_flattens(fake_llama_cpp):
     assert llm.evaluated == n < 100 and not llm.busy
     assert calls[0].cancelled and calls[0].raw_reply.startswith("{")
     # the decision schema becomes llama.cpp's grammar, converted once per schema
-    from graph.policy import ToolSpec
+    from glasses_rag.policies.protocol import ToolSpec
 
     spec = ToolSpec(name="ocr", description="d", signature="ocr()", json_schema={
         "type": "function", "function": {"name": "ocr", "parameters": {"type": "object", "properties": {}}}})
@@ -277,7 +277,7 @@ def test_exit_waits_for_running_calls_or_ends_without_teardown():
     # a call still running at exit finishes before the interpreter tears down (atexit guard), output intact
     r = _python("""
         import time
-        from core.calls import CallTimeout, CancelScope, run_with_deadline
+        from glasses_rag.core.calls import CallTimeout, CancelScope, run_with_deadline
         def slow():
             time.sleep(0.8)
             print("call finished", flush=True)
@@ -289,7 +289,7 @@ def test_exit_waits_for_running_calls_or_ends_without_teardown():
     assert r.returncode == 0 and r.stdout.split() == ["abandoned", "call", "finished"], r.stderr
     # exit_process: the given exit code, at once when nothing runs
     r = _python("""
-        from core.calls import exit_process
+        from glasses_rag.core.calls import exit_process
         print("done")
         exit_process(3)
     """)
@@ -298,7 +298,7 @@ def test_exit_waits_for_running_calls_or_ends_without_teardown():
     t0 = time.monotonic()
     r = _python("""
         import time
-        from core.calls import CallTimeout, CancelScope, exit_process, run_with_deadline
+        from glasses_rag.core.calls import CallTimeout, CancelScope, exit_process, run_with_deadline
         try:
             run_with_deadline(lambda: time.sleep(30), 0.1, CancelScope())
         except CallTimeout:

@@ -14,15 +14,15 @@ import pytest
 from PIL import Image
 from support import make_agent
 
-import models.openai_client as oc
-from core.calls import collect_model_calls
+import glasses_rag.models.openai_client as oc
+from glasses_rag.core.calls import collect_model_calls
+from glasses_rag.models.vlm import ModelConfig, model_config_from_options, parse_spec
+from glasses_rag.models.vlm.openai_server import OpenAICompatibleBackend
+from glasses_rag.policies.model.policy import PROMPTS_DIR, ModelPolicy, decision_schema, make_model_policy
+from glasses_rag.policies.protocol import IDK, PolicyView
+from glasses_rag.testing.fake_model_server import FakeOpenAIServer
 from graph.agent import TurnInput
-from graph.model_policy import PROMPTS_DIR, ModelPolicy, decision_schema, make_model_policy
-from graph.policy import IDK, PolicyView
 from graph.state import tool_spec
-from models.vlm import ModelConfig, model_config_from_options, parse_spec
-from models.vlm.openai_server import OpenAICompatibleBackend
-from testing.fake_model_server import FakeOpenAIServer
 from tools import default_registry
 from tools.base import ToolContext, ToolOutput
 from tools.registry import ToolRegistry, tool
@@ -132,10 +132,10 @@ def test_stream_chunks_are_assembled(srv):
 
 
 def test_a_server_that_reports_no_usage_gives_unknown_token_counts_not_zero(srv):
-    from core.calls import collect_model_calls
+    from glasses_rag.core.calls import collect_model_calls
+    from glasses_rag.harness.runner import RunStats
+    from glasses_rag.models.vlm.base import complete_and_report
     from graph.run import summary_lines
-    from graph.runner import RunStats
-    from models.vlm.base import complete_and_report
     from traces.schema import TokenTotals
 
     reply = F.text_reply('{"action": "answer"}')
@@ -225,7 +225,7 @@ def test_text_only_sends_no_image_and_says_so(srv):
 
 
 def test_image_is_encoded_once_per_turn_and_size(srv, monkeypatch):
-    import models.vlm.base as base
+    import glasses_rag.models.vlm.base as base
 
     count = {"n": 0}
     real = base._encode
@@ -415,8 +415,8 @@ def test_a_repeated_call_is_not_run_again_and_the_turn_goes_to_its_answer(srv):
 
 
 def test_a_tool_without_arguments_that_ran_is_not_offered_again_by_the_schema():
-    from graph.model_policy import callable_again
-    from graph.policy import StepSummary
+    from glasses_rag.policies.model.policy import callable_again
+    from glasses_rag.policies.protocol import StepSummary
 
     no_args = {"type": "function", "function": {"name": "snap", "parameters": {"type": "object", "properties": {}}}}
     spec = _view().tools[0].model_copy(update={"name": "snap", "json_schema": no_args})
@@ -426,7 +426,7 @@ def test_a_tool_without_arguments_that_ran_is_not_offered_again_by_the_schema():
 
 
 def test_an_answer_copied_from_the_format_placeholder_is_i_dont_know():
-    from graph.model_replies import answer_from_text
+    from glasses_rag.policies.model.replies import answer_from_text
 
     assert answer_from_text('{"answer": "<answer or I don\'t know>", "confidence": 0.9}').answer == IDK
     assert answer_from_text('{"answer": "<b>Pepsi</b>", "confidence": 0.9}').answer == "<b>Pepsi</b>"

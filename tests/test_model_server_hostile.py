@@ -12,16 +12,16 @@ import tracemalloc
 
 import pytest
 
-from core.calls import collect_model_calls, run_many
-from crag.scoring import make_judge
-from graph.model_policy import decision_from_reply
-from models.openai_client import BackendError, ContextTooLong, ReplyTooLarge, reply_byte_cap
-from models.vlm import make_backend, parse_spec
-from models.vlm.base import complete_and_report, load_chat_template, loads_lenient, parse_arguments
-from models.vlm.openai_server import OpenAICompatibleBackend
-from testing.fake_model_server import FakeOpenAIServer
-from testing.hostile_model_server import HostileModelServer
-from testing.vllm_emulation import VllmBehaviour
+from glasses_rag.core.calls import collect_model_calls, run_many
+from glasses_rag.crag_mm.scoring import make_judge
+from glasses_rag.models.openai_client import BackendError, ContextTooLong, ReplyTooLarge, reply_byte_cap
+from glasses_rag.models.vlm import make_backend, parse_spec
+from glasses_rag.models.vlm.base import complete_and_report, load_chat_template, loads_lenient, parse_arguments
+from glasses_rag.models.vlm.openai_server import OpenAICompatibleBackend
+from glasses_rag.policies.model.policy import decision_from_reply
+from glasses_rag.testing.fake_model_server import FakeOpenAIServer
+from glasses_rag.testing.hostile_model_server import HostileModelServer
+from glasses_rag.testing.vllm_emulation import VllmBehaviour
 
 F = FakeOpenAIServer
 MSGS = [{"role": "user", "content": "hi"}]

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from graph.planner.answer_types import AnswerSpec, answer_span, expected_answer, matches, quantities
-from graph.planner.questions import classify, conversion_target, is_recognition, parse_bridge, parse_comparison
-from text import nlp
+from glasses_rag.policies.rules.answer_types import AnswerSpec, answer_span, expected_answer, matches, quantities
+from glasses_rag.policies.rules.questions import (
+    classify,
+    conversion_target,
+    is_recognition,
+    parse_bridge,
+    parse_comparison,
+)
+from glasses_rag.text import nlp
 
 # ---- sentences ----------------------------------------------------------------------------------
 

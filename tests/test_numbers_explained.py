@@ -9,8 +9,8 @@ from PIL import Image
 
 from benchmarks.preset_runs import Row
 from benchmarks.presets import both_note, chart, table
-from crag.evaluate import TurnRecord, evaluate, format_table, plot_report
-from crag.scoring import WhitespaceApproxTruncator
+from glasses_rag.crag_mm.evaluate import TurnRecord, evaluate, format_table, plot_report
+from glasses_rag.crag_mm.scoring import WhitespaceApproxTruncator
 
 IDK = "I don't know"
 

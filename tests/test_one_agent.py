@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 
-from crag.dataset import decode_image, load_all
-from crag.demo import ensure_demo
-from crag.local_search import LocalSearchIndex
-from crag.scoring import make_truncator
+from glasses_rag.crag_mm.dataset import decode_image, load_all
+from glasses_rag.crag_mm.demo import ensure_demo
+from glasses_rag.crag_mm.local_search import LocalSearchIndex
+from glasses_rag.crag_mm.scoring import make_truncator
+from glasses_rag.harness.starter_kit import GlassesRAGAgent
 from graph.run import main
-from graph.starter_kit import GlassesRAGAgent
 
 
 def harness_image(conv):
@@ -62,8 +62,8 @@ def test_the_cli_and_the_starter_kit_give_the_same_answers(tmp_path):
 
 def test_the_cli_defaults_are_the_agent_config_defaults():
     """No option means the library's default agent: the CLI does not carry its own copy of the thresholds."""
+    from glasses_rag.policies.rules.rule_planner import RulePlannerConfig
     from graph.config import AgentConfig
-    from graph.planner.rule_planner import RulePlannerConfig
     from graph.run import agent_config, build_parser, resolve_benchmark
 
     parser = build_parser()

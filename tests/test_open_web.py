@@ -8,14 +8,14 @@ from PIL import Image
 from sg_support import FixtureWeb, article, organic, use_fixture_web
 from support import make_agent
 
+from glasses_rag.policies.protocol import AnswerDraft, Decision, ScriptedPolicy
+from glasses_rag.web import open_web
+from glasses_rag.web.page_text import chunk_text, sentences
+from glasses_rag.web.serpapi import SerpApiClient, SerpApiError
 from graph.agent import TurnInput
-from graph.policy import AnswerDraft, Decision, ScriptedPolicy
 from tools import default_registry
 from tools.base import Hit, ToolContext
 from tools.registry import ToolCall, ToolCallError, ToolRegistry, tool
-from web import open_web
-from web.page_text import chunk_text, sentences
-from web.serpapi import SerpApiClient, SerpApiError
 
 REGISTRY = default_registry()
 google_search = REGISTRY.get("google_search").fn
@@ -121,7 +121,7 @@ def test_page_reader_extracts_main_text_chunks_and_caches(web):
 
 
 def test_page_reader_bounds_the_download(web, monkeypatch):
-    from web.webpage import read_page
+    from glasses_rag.web.webpage import read_page
 
     ow = open_web.get_open_web()
     config = ow.config.model_copy(update={"max_page_bytes": 20_000})

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from core.credentials import ScrubFilter, public_url, scrub_argv, scrub_data, scrub_text
-from core.files import write_atomic
+from glasses_rag.core.credentials import ScrubFilter, public_url, scrub_argv, scrub_data, scrub_text
+from glasses_rag.core.files import write_atomic
+from glasses_rag.testing.fake_model_server import FakeOpenAIServer
 from graph.run import configure_logging, main
-from testing.fake_model_server import FakeOpenAIServer
 
 KEY = "sk-live-SECRET-5150"
 PASSWORD = "pw-SECRET-9090"
@@ -66,7 +66,7 @@ def test_scrubbing_removes_userinfo_and_key_values_and_keeps_json_json():
         "policy": {"api_key": "***", "judge_api_key_env": "OPENAI_API_KEY", "name": None}}
     assert scrub_argv(["--api-key", KEY, "--model", f"openai:http://a:{PASSWORD}@h/v1#m"]) == [
         "--api-key", "***", "--model", "openai:http://h/v1#m"]
-    record = logging.LogRecord("models.openai_client", logging.WARNING, __file__, 1, "replica %s failed",
+    record = logging.LogRecord("glasses_rag.models.openai_client", logging.WARNING, __file__, 1, "replica %s failed",
                                (f"http://a:{PASSWORD}@h/v1",), None)
     assert ScrubFilter().filter(record) and record.getMessage() == "replica http://h/v1 failed"
     configure_logging(False)  # the CLI puts the filter on every handler of the root logger

@@ -1,4 +1,4 @@
-"""The paraphrase set (crag/benchmarks/demo-paraphrase) is the demo said in other words: same rows, turns,
+"""The paraphrase set (glasses_rag/crag_mm/benchmarks/demo-paraphrase) is the demo said in other words: same rows, turns,
 answers, labels and images; every query reworded beyond case and punctuation."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from crag.benchmark import dataset_paths, ensure_dataset, load_content
-from crag.dataset import load_conversations
-from crag.demo import DEMO_CONTENT, ensure_demo, load_question_meta
+from glasses_rag.crag_mm.benchmark import dataset_paths, ensure_dataset, load_content
+from glasses_rag.crag_mm.dataset import load_conversations
+from glasses_rag.crag_mm.demo import DEMO_CONTENT, ensure_demo, load_question_meta
 
 PARAPHRASE_CONTENT = DEMO_CONTENT.parent / "demo-paraphrase"
 

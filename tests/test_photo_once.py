@@ -7,13 +7,13 @@ import json
 from PIL import Image
 from support import KGSearch, make_agent
 
-import models.vlm.base as vlm_base
-from core.hashing import cache_key, image_key, known_key
-from crag.images import load_image, prepare
+import glasses_rag.models.vlm.base as vlm_base
+from glasses_rag.core.hashing import cache_key, image_key, known_key
+from glasses_rag.crag_mm.images import load_image, prepare
+from glasses_rag.policies.model.policy import make_model_policy
+from glasses_rag.testing.decision_model import respond
+from glasses_rag.testing.fake_model_server import FakeOpenAIServer
 from graph.agent import TurnInput
-from graph.model_policy import make_model_policy
-from testing.decision_model import respond
-from testing.fake_model_server import FakeOpenAIServer
 
 
 def _jpeg(colour: tuple[int, int, int], size: tuple[int, int] = (120, 90)) -> bytes:
@@ -90,7 +90,7 @@ def test_the_same_photo_in_another_conversation_is_not_encoded_again(monkeypatch
 
 
 def test_request_bodies_are_serialised_exactly_as_json_dumps():
-    from models.openai_client import dumps_body
+    from glasses_rag.models.openai_client import dumps_body
 
     url = vlm_base.image_to_data_url(Image.new("RGB", (300, 200), (5, 6, 7)))
     image = {"type": "image_url", "image_url": {"url": url, "detail": "auto"}}

@@ -11,14 +11,14 @@ import textwrap
 import pytest
 from test_planner import IDK, LIGHTHOUSE, PAGES, FakeSearch, ask
 
-from crag.dataset import decode_image, load_all
-from crag.demo import ensure_demo
+from glasses_rag.crag_mm.dataset import decode_image, load_all
+from glasses_rag.crag_mm.demo import ensure_demo
+from glasses_rag.policies.rules.answer_types import expected_answer
+from glasses_rag.superglasses.logs import TEXT, hop_tool, to_superglasses
 from graph.agent import TurnInput
 from graph.build import build_agent
 from graph.config import AgentConfig, ToolsConfig
-from graph.planner.answer_types import expected_answer
 from traces.schema import ToolCallEvent
-from traces.superglasses import TEXT, hop_tool, to_superglasses
 
 LENGTH_CONVERTER = '''
     """A length converter with a capability of its own (not the built-in converts_units)."""

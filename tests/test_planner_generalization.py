@@ -9,13 +9,13 @@ import pytest
 from PIL import Image
 from support import sign
 
+from glasses_rag.policies.protocol import IDK
+from glasses_rag.policies.rules.answer_types import AnswerSpec, answer_span, expected_answer, head_noun
+from glasses_rag.policies.rules.questions import canonical, classify, parse_bridge
+from glasses_rag.text import nlp
 from graph.agent import TurnInput
 from graph.build import build_agent
 from graph.config import AgentConfig
-from graph.planner.answer_types import AnswerSpec, answer_span, expected_answer, head_noun
-from graph.planner.questions import canonical, classify, parse_bridge
-from graph.policy import IDK
-from text import nlp
 from tools.base import HistoryTurn
 
 # ---- canonical form ------------------------------------------------------------------------------------
@@ -98,7 +98,7 @@ def test_relation_synonyms_meet_and_found_is_not_founded():
 def test_synonym_groups_are_validated_data():
     from pydantic import ValidationError
 
-    from text.nlp import SynonymGroups, _synonym_groups
+    from glasses_rag.text.nlp import SynonymGroups, _synonym_groups
 
     groups = _synonym_groups()
     assert ["write", "writer", "author", "wrote", "written"] in groups

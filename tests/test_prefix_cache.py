@@ -1,4 +1,4 @@
-"""The in-process backend's prefix cache (models/vlm/prefix_cache.py) on a tiny Gemma 3 built from a config.
+"""The in-process backend's prefix cache (glasses_rag/models/vlm/prefix_cache.py) on a tiny Gemma 3 built from a config.
 
 Greedy outputs must be the same token for token with and without the cache (sliding-window layers included), under
 the decision grammar too; the cache must be hit (the later prompts compute only their new tokens); a generation
@@ -11,12 +11,12 @@ import threading
 
 import pytest
 
-from core.calls import CancelScope, collect_model_calls, scope
-from graph.model_policy import ModelPolicy
-from graph.policy import PolicyView, ToolSpec
-from models.vlm.base import ReplyCancelled
-from models.vlm.prefix_cache import PrefixCache, common_prefix
-from testing.tiny_models import save_tiny_gemma3
+from glasses_rag.core.calls import CancelScope, collect_model_calls, scope
+from glasses_rag.models.vlm.base import ReplyCancelled
+from glasses_rag.models.vlm.prefix_cache import PrefixCache, common_prefix
+from glasses_rag.policies.model.policy import ModelPolicy
+from glasses_rag.policies.protocol import PolicyView, ToolSpec
+from glasses_rag.testing.tiny_models import save_tiny_gemma3
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -27,7 +27,7 @@ def gemma_dir(tmp_path_factory):
 
 
 def _backend(folder, mb: int):
-    from models.vlm.transformers_local import TransformersVLMBackend
+    from glasses_rag.models.vlm.transformers_local import TransformersVLMBackend
 
     return TransformersVLMBackend(folder, prefix_cache_mb=mb)
 
@@ -87,7 +87,7 @@ def test_structured_decisions_are_identical_with_the_cache(gemma_dir):
 
 
 def _schema(view):
-    from graph.model_replies import decision_schema
+    from glasses_rag.policies.model.replies import decision_schema
 
     return decision_schema(view.tools)
 

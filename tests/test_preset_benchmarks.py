@@ -117,7 +117,7 @@ def test_ablate_command_prints_a_table_4_style_table(tmp_path, demo_env, capsys)
                  "C. Demand-Adaptive Retrieval", "w/o Demand-Adaptive Answerer", "paired bootstrap",
                  "Extra (not in the paper's table): each module off", "w/o Multimodal Reranker (reranker)"):
         assert line in out
-    from graph.presets import load_preset
+    from glasses_rag.policies.presets import load_preset
 
     table_4 = load_preset("superlens").ablation.rows  # every Table 4 row, under the paper's group letter
     assert len(table_4) == 10
@@ -142,7 +142,7 @@ def test_presets_command_counts_model_calls_and_tokens_with_a_model(tmp_path, de
     from test_presets import Model
 
     from benchmarks.presets import main
-    from testing.fake_model_server import FakeOpenAIServer
+    from glasses_rag.testing.fake_model_server import FakeOpenAIServer
 
     with FakeOpenAIServer(responder=Model()) as srv:  # every reply: 10 prompt + 5 completion tokens
         assert main(["--task", "2", "--limit", "1", "--presets", "superlens,unsw-verify", "--out", str(tmp_path),

@@ -1,5 +1,5 @@
 """A pipeline preset's answer context with a model: the reranker's kept list only, within the paper's token
-budgets, counted with a local tokenizer or the named estimate (graph/presets/context.py)."""
+budgets, counted with a local tokenizer or the named estimate (glasses_rag/policies/presets/context.py)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import json
 from PIL import Image
 from support import KGSearch
 
+from glasses_rag.policies.presets.context import ESTIMATE, TokenCounter, answer_view, cut_hit
+from glasses_rag.policies.presets.schema import ContextSpec
+from glasses_rag.policies.protocol import PolicyView, StepSummary
+from glasses_rag.testing.fake_model_server import FakeOpenAIServer as F
+from glasses_rag.testing.scripted_model import ScriptedModel
 from graph.agent import TurnInput
 from graph.build import build_agent
 from graph.config import AgentConfig, BudgetConfig
-from graph.policy import PolicyView, StepSummary
-from graph.presets.context import ESTIMATE, TokenCounter, answer_view, cut_hit
-from graph.presets.schema import ContextSpec
-from testing.fake_model_server import FakeOpenAIServer as F
-from testing.scripted_model import ScriptedModel
 from tools.base import Hit
 
 QUESTION = "who manufactures this rocket?"

@@ -10,19 +10,19 @@ import pytest
 from PIL import Image
 from support import KGAndPageSearch
 
+from glasses_rag.policies.presets import load_preset, preset_names
+from glasses_rag.policies.presets.assemble import describe
+from glasses_rag.policies.presets.verifiers import IdkVariantVerifier, algorithm_1
+from glasses_rag.policies.protocol import IDK, AnswerDraft
+from glasses_rag.superglasses.compare import compare
+from glasses_rag.superglasses.logs import to_superglasses
+from glasses_rag.testing.fake_model_server import FakeOpenAIServer as F
+from glasses_rag.testing.scripted_model import ScriptedModel
 from graph.agent import TurnInput
 from graph.build import build_agent
 from graph.config import AgentConfig, BudgetConfig
-from graph.policy import IDK, AnswerDraft
-from graph.presets import load_preset, preset_names
-from graph.presets.assemble import describe
-from graph.presets.verifiers import IdkVariantVerifier, algorithm_1
-from testing.fake_model_server import FakeOpenAIServer as F
-from testing.scripted_model import ScriptedModel
-from traces.compare import compare
 from traces.schema import TurnTrace
 from traces.store import dump_trace
-from traces.superglasses import to_superglasses
 
 PRESETS = preset_names()
 ROOT = Path(__file__).resolve().parents[1]
@@ -159,7 +159,7 @@ def test_superlens_follows_figure_4_detector_and_decoupler_then_both_lenses_then
     assert [c.purpose for c in first.model_calls] == ["superlens-domain", "superlens-demand", "superlens-search"]
     log = to_superglasses(tr)
     assert log.need_retrieval is True and log.tool_decision and log.hops
-    report = compare([log], [log], embedder=None)  # traces.compare reads preset traces as any other
+    report = compare([log], [log], embedder=None)  # glasses_rag.superglasses.compare reads preset traces as any other
     assert report.n_matched == 1 and report.tool_choice_agreement == 1.0
 
 
@@ -244,7 +244,7 @@ def test_unsw_algorithm_1(context, consistent, s_cov, keep):
 
 
 def test_eurecom_idk_filter_turns_idk_variants_into_i_dont_know():
-    from models.text_embedder import get_text_embedder
+    from glasses_rag.models.text_embedder import get_text_embedder
 
     check = IdkVariantVerifier(get_text_embedder(None), 0.7)
     assert not check.verify("q", AnswerDraft(answer="Sorry, I don't know the answer.", confidence=0.9), []).supported
@@ -255,9 +255,9 @@ def test_eurecom_idk_filter_turns_idk_variants_into_i_dont_know():
 def test_superlens_on_superglasses_uses_the_open_web_lenses_and_reads_the_pages(tmp_path, monkeypatch):
     from sg_support import FixtureWeb, article, organic, use_fixture_web
 
-    from crag.search import NullSearch
+    from glasses_rag.crag_mm.search import NullSearch
+    from glasses_rag.web import open_web
     from graph.config import ToolsConfig
-    from web import open_web
 
     with FixtureWeb(image_dir=tmp_path / "img") as w, F(responder=Model()) as srv:
         w.pages["f9"] = ("text/html; charset=utf-8", article("Falcon 9", [
@@ -306,7 +306,7 @@ def _preset_file(tmp_path, steps: str) -> Path:
 
 
 def test_a_misspelled_tool_or_router_is_a_one_line_error_naming_the_closest(tmp_path, capsys):
-    from graph.presets import main
+    from glasses_rag.policies.presets import main
 
     typo = _preset_file(tmp_path, "  - {id: image, module: A, follows: x, tools: [image_serch]}\n")
     with pytest.raises(ValueError) as e:
@@ -326,8 +326,8 @@ def test_a_misspelled_tool_or_router_is_a_one_line_error_naming_the_closest(tmp_
 def test_the_docs_example_preset_has_tools_on_crag_mm_and_on_superglasses(tmp_path):
     import re
 
+    from glasses_rag.policies.presets import apply_to_config
     from graph.config import ToolsConfig
-    from graph.presets import apply_to_config
     from tools import default_registry
 
     text = (ROOT / "docs" / "presets.md").read_text(encoding="utf-8")
@@ -352,14 +352,14 @@ class PaperScale:
     name = "paper-scale"
 
     def similarity(self, text, variants):
-        from graph.presets.verifiers import TABLE_1
+        from glasses_rag.policies.presets.verifiers import TABLE_1
 
         return [next((s for t, s in TABLE_1 if t == text), 0.0)]
 
 
 def test_eurecom_idk_threshold_is_carried_onto_the_embedders_scale_by_table_1():
-    from graph.presets.verifiers import IDK_VARIANTS, TABLE_1, mapped_threshold
-    from models.text_embedder import get_text_embedder
+    from glasses_rag.models.text_embedder import get_text_embedder
+    from glasses_rag.policies.presets.verifiers import IDK_VARIANTS, TABLE_1, mapped_threshold
 
     assert mapped_threshold(PaperScale()) == pytest.approx(0.7, abs=1e-3)
     minilm = get_text_embedder(None)
@@ -470,8 +470,8 @@ def test_docs_stage_tables_match_the_logged_requests(name):
 
 
 def test_image_search_crop_only_searches_a_detection_alone_and_a_heuristic_crop_with_the_photo():
-    from core.types import Box
-    from models.resources import ModelPaths, Resources
+    from glasses_rag.core.types import Box
+    from glasses_rag.models.resources import ModelPaths, Resources
     from tools import ToolCall, ToolContext, default_registry
 
     sizes: list[tuple[int, int]] = []

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from core.calls import collect_model_calls
-from graph.model_policy import make_model_policy
-from graph.model_prompts import Prompts, prompt_profile
-from graph.policy import PolicyView, ToolSpec
-from testing.fake_model_server import FakeOpenAIServer
+from glasses_rag.core.calls import collect_model_calls
+from glasses_rag.policies.model.policy import make_model_policy
+from glasses_rag.policies.model.prompts import Prompts, prompt_profile
+from glasses_rag.policies.protocol import PolicyView, ToolSpec
+from glasses_rag.testing.fake_model_server import FakeOpenAIServer
 
 SEARCH = ToolSpec(name="web_search", signature='web_search(query: string, k: integer = 5)',
                   description="Search the web for pages about the query. Returns titles and urls.",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datasets
 
-from crag.demo import ensure_demo
+from glasses_rag.crag_mm.demo import ensure_demo
 
 
 def test_building_the_demo_prints_no_progress_bars(tmp_path, capfd):

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pytest
 
-from graph.model_policy import answer_from_text, decision_from_reply
-from graph.policy import PolicyReplyError
-from models.vlm.base import ChatReply
+from glasses_rag.models.vlm.base import ChatReply
+from glasses_rag.policies.model.policy import answer_from_text, decision_from_reply
+from glasses_rag.policies.protocol import PolicyReplyError
 from traces.schema import TurnTrace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,12 +38,12 @@ pytest.importorskip("accelerate")
 
 BUDGET_S = 20.0  # a loaded 2-core machine needs seconds per call; an idle one ends each turn in a few
 SLACK_S = 1.5  # turn-end bookkeeping beyond the budget
-RUN = "import sys; from graph.run import main; from core.calls import exit_process; exit_process(main(sys.argv[1:]))"
+RUN = "import sys; from graph.run import main; from glasses_rag.core.calls import exit_process; exit_process(main(sys.argv[1:]))"
 
 
 @pytest.fixture(scope="module")
 def gemma_gguf() -> Path:
-    from models.vlm.transformers_local import converted_gguf
+    from glasses_rag.models.vlm.transformers_local import converted_gguf
 
     path = gemma.assemble()  # the package's chunks joined (and checked) once under ~/.cache
     converted_gguf(path)  # converted once per machine, before the timed run
@@ -123,7 +123,7 @@ def test_gemma_drives_the_loop(tmp_path, gemma_gguf):
     asks for tool calls in most turns, not in every one, and for the summary line that counts them."""
     import jsonschema
 
-    from graph.model_replies import decision_schema
+    from glasses_rag.policies.model.replies import decision_schema
     from graph.state import tool_spec
     from tools import default_registry
 

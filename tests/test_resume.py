@@ -18,7 +18,7 @@ BASE = ["--task", "3", "--limit", "3", "--no-progress", "--budget", "30"]
 def warm():
     # Model loading must not eat a timed turn's budget differently in different runs (a cold first turn
     # can run out of time and answer "I don't know" where a warm one answers): load once, up front.
-    from models.text_embedder import get_text_embedder
+    from glasses_rag.models.text_embedder import get_text_embedder
 
     get_text_embedder().embed(["warm up"])
 

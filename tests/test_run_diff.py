@@ -1,5 +1,5 @@
 """traces.diff: runs side by side on the same questions, from the scoring they stored; filters; the presets folder;
-SuperGlasses runs; the page in headless Chromium; traces.compare without annotations."""
+SuperGlasses runs; the page in headless Chromium; glasses_rag.superglasses.compare without annotations."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from crag.evaluate import evaluate, records_from_traces, write_report
-from traces import compare as cmp
+from glasses_rag.crag_mm.evaluate import evaluate, records_from_traces, write_report
+from glasses_rag.superglasses import compare as cmp
 from traces.diff import main as diff_main
 from traces.run_diff import RowFilter, RunDiff, diff_runs, find_runs
 from traces.schema import FinalEvent, TokenTotals, ToolCallEvent, TurnTrace

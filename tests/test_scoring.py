@@ -4,8 +4,8 @@ import importlib.util
 
 import pytest
 
-import crag.scoring as scoring
-from crag.scoring import (
+import glasses_rag.crag_mm.scoring as scoring
+from glasses_rag.crag_mm.scoring import (
     KDDCUP2025_RESPONSE_FORMAT,
     MODES,
     LLMJudge,
@@ -24,7 +24,7 @@ from crag.scoring import (
     render_user_prompt,
     score_turn,
 )
-from testing.fake_model_server import FakeOpenAIServer
+from glasses_rag.testing.fake_model_server import FakeOpenAIServer
 
 # The starter kit's judge system message, copied from local_evaluation.py @ 6e1acbee (get_system_message).
 KDD_SYSTEM = (

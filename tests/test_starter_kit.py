@@ -11,10 +11,10 @@ from collections import deque
 
 import pytest
 
-from crag.dataset import decode_image, load_all
-from crag.demo import ensure_demo
-from crag.local_search import LocalSearchIndex
-from graph.starter_kit import (
+from glasses_rag.crag_mm.dataset import decode_image, load_all
+from glasses_rag.crag_mm.demo import ensure_demo
+from glasses_rag.crag_mm.local_search import LocalSearchIndex
+from glasses_rag.harness.starter_kit import (
     IDK,
     GlassesRAGAgent,
     NullSearch,

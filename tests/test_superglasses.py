@@ -12,17 +12,17 @@ import pytest
 from sg_support import FixtureWeb, article, organic, small_dataset, use_fixture_web
 from support import make_agent
 
+from glasses_rag.policies.protocol import AnswerDraft, Decision, ScriptedPolicy
+from glasses_rag.superglasses import compare as cmp
+from glasses_rag.superglasses import evaluate as sge
+from glasses_rag.superglasses import logs as sg
+from glasses_rag.superglasses.logs import IMAGE, NONE, TEXT, SGHop, SGLog, SGObject
+from glasses_rag.testing.fake_model_server import FakeOpenAIServer
 from graph.agent import TurnInput
-from graph.policy import AnswerDraft, Decision, ScriptedPolicy
-from testing.fake_model_server import FakeOpenAIServer
 from tools.base import Box, Hit, ToolContext, ToolOutput
 from tools.registry import ToolRegistry, tool
-from traces import compare as cmp
-from traces import superglasses as sg
-from traces import superglasses_eval as sge
 from traces.schema import StepError, ToolCallEvent, TraceHit, TurnTrace
 from traces.store import TraceStore
-from traces.superglasses import IMAGE, NONE, TEXT, SGHop, SGLog, SGObject
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -411,7 +411,7 @@ def test_compare_cli_reads_annotations_from_the_run_or_a_file(run_dir, tmp_path,
     assert rep["retrieval_agreement"] == 0.5 and rep["hop_bias"] == pytest.approx(0.5)
     assert rep["problems"] and "junk__00.json" in rep["problems"][0]
     assert cmp.main(["--run", str(tmp_path / "nope"), "--reference", str(tmp_path / "refs.json")]) == 2
-    res = subprocess.run([sys.executable, "-m", "traces.compare", "--predicted", str(out), "--reference",
+    res = subprocess.run([sys.executable, "-m", "glasses_rag.superglasses.compare", "--predicted", str(out), "--reference",
                           str(tmp_path / "refs.json"), "--no-embed"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert "tool choice agreement" in res.stdout and "sg-0" in res.stdout

@@ -59,9 +59,9 @@ def test_a_superglasses_run_writes_its_own_report_and_chart_only(sample_run):
 
 
 def test_lens_is_not_offered_without_its_image_hosting_even_with_a_key(monkeypatch):
+    from glasses_rag.web.config import missing_lens
     from graph.build import build_agent
     from graph.config import AgentConfig
-    from web.config import missing_lens
 
     for var in OPEN_WEB_ENV:
         monkeypatch.delenv(var, raising=False)

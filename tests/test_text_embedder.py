@@ -6,7 +6,13 @@ import math
 
 import numpy as np
 
-from models.text_embedder import BertNumpyEmbedder, TorchTextEmbedder, _erf, bundled_minilm_path, get_text_embedder
+from glasses_rag.models.text_embedder import (
+    BertNumpyEmbedder,
+    TorchTextEmbedder,
+    _erf,
+    bundled_minilm_path,
+    get_text_embedder,
+)
 
 TEXTS = ["The Falcon 9 is built by SpaceX.", "what rocket is this?", "Le café est fermé le lundi.",
          "St. Mary's Church bell, cast in the 1820s!", "", "word " * 400]  # empty and over-long inputs too

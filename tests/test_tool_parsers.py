@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from models.vlm.base import ChatReply, extract_json
-from models.vlm.openai_server import with_text_tool_calls
-from models.vlm.tool_parsers import tool_calls_from_text
+from glasses_rag.models.vlm.base import ChatReply, extract_json
+from glasses_rag.models.vlm.openai_server import with_text_tool_calls
+from glasses_rag.models.vlm.tool_parsers import tool_calls_from_text
 
 Q = {"query": "red bottle"}
 

@@ -3,7 +3,7 @@
 import pytest
 from PIL import Image, ImageDraw
 
-from models.resources import ModelPaths, Resources
+from glasses_rag.models.resources import ModelPaths, Resources
 from tools import HistoryTurn, Hit, Replace, ToolCall, ToolContext, default_registry
 
 REGISTRY = default_registry()
@@ -146,8 +146,8 @@ def test_reranker_orders_by_relevance_and_drops_outliers(resources):
 
 
 def test_heuristic_verifier_supports_grounded_answers_and_rejects_invented_ones():
-    from graph.policy import AnswerDraft
-    from graph.verify import EvidenceSupportVerifier
+    from glasses_rag.policies.protocol import AnswerDraft
+    from glasses_rag.policies.self_check import EvidenceSupportVerifier
 
     ev = [Hit(source="web", score=0.8, title="SpaceX", snippet="The Falcon 9 is built by SpaceX in Hawthorne.").text()]
     v = EvidenceSupportVerifier()

@@ -1,4 +1,4 @@
-"""training.export: each decision step of a turn as a training example whose prompt is the request the model policy
+"""glasses_rag.training.export: each decision step of a turn as a training example whose prompt is the request the model policy
 sent (TRL's conversational prompt-completion format), labelled from the run's scores."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ import pytest
 from PIL import Image
 from support import KGSearch, make_agent
 
-from core.types import ImageInfo
+from glasses_rag.core.types import ImageInfo
+from glasses_rag.policies.model.policy import make_model_policy
+from glasses_rag.superglasses.logs import SGHop, SGLog
+from glasses_rag.testing.fake_model_server import FakeOpenAIServer
+from glasses_rag.training.export import Example, main
 from graph.agent import TurnInput
-from graph.model_policy import make_model_policy
-from testing.fake_model_server import FakeOpenAIServer
 from traces.store import TraceStore
-from traces.superglasses import SGHop, SGLog
-from training.export import Example, main
 
 F = FakeOpenAIServer
 CALL = {"action": "call_tool", "tool": "image_search", "arguments": {"k": 3}, "rationale": "find it"}
@@ -70,7 +70,7 @@ def test_each_example_is_the_request_the_policy_sent(tmp_path):
                                  '{"action": "call_tool", "tool": "image_search", "arguments": {"k": 3}, "rationale": ""}'}]
     # ... exactly what the grammar of the decision schema accepts (xgrammar, as in-process generation uses it)
     xgr = pytest.importorskip("xgrammar")
-    from graph.model_replies import decision_schema
+    from glasses_rag.policies.model.replies import decision_schema
     from graph.state import tool_spec
     from tools import default_registry
 

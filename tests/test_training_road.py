@@ -24,7 +24,7 @@ def tiny_gemma(tmp_path_factory):
     import torch
     from transformers import AutoTokenizer, Gemma3ForCausalLM, Gemma3TextConfig
 
-    from models.vlm.transformers_local import converted_gguf
+    from glasses_rag.models.vlm.transformers_local import converted_gguf
 
     real = converted_gguf(gemma.assemble())
     tok = AutoTokenizer.from_pretrained(real, fix_mistral_regex=False)
@@ -41,7 +41,7 @@ def tiny_gemma(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def export(tmp_path_factory):
-    from training.export import main
+    from glasses_rag.training.export import main
 
     tmp = tmp_path_factory.mktemp("export")
     run, _ = _run(tmp, ["SpaceX", "I don't know"], ["correct", "missing"])
@@ -50,8 +50,8 @@ def export(tmp_path_factory):
 
 
 def test_trl_trains_on_the_export_with_the_bundled_template(tiny_gemma, export, tmp_path):
-    from training.finetune import FinetuneConfig, load_examples, load_model, trainer_for
-    from training.templates import chat_template_for, set_chat_template
+    from glasses_rag.training.finetune import FinetuneConfig, load_examples, load_model, trainer_for
+    from glasses_rag.training.templates import chat_template_for, set_chat_template
 
     cfg = FinetuneConfig(data=str(export), model=str(tiny_gemma), out=str(tmp_path / "a"), max_steps=2)
     model, tok = load_model(tiny_gemma, vision=False, dtype="auto")
@@ -71,7 +71,7 @@ def test_trl_trains_on_the_export_with_the_bundled_template(tiny_gemma, export, 
 def test_finetune_writes_a_card_resumes_and_stops_on_ctrl_c(tiny_gemma, export, tmp_path):
     from transformers import TrainerCallback
 
-    import training.finetune as ft
+    import glasses_rag.training.finetune as ft
 
     out = tmp_path / "adapter"
 
@@ -107,7 +107,7 @@ def test_finetune_writes_a_card_resumes_and_stops_on_ctrl_c(tiny_gemma, export, 
 
 def test_distill_runs_the_whole_road(tiny_gemma, tmp_path, capsys):
     from benchmarks.distill import METRICS, main
-    from models.vlm.base import load_chat_template
+    from glasses_rag.models.vlm.base import load_chat_template
 
     (tiny_gemma / "chat_template.jinja").write_text(load_chat_template("gemma"))  # the served model needs one
     out = tmp_path / "distill.json"
@@ -128,7 +128,7 @@ def test_bundled_templates_render_tool_calls_and_mark_the_assistant(tiny_gemma, 
     import jinja2
     from transformers import AutoTokenizer
 
-    from models.vlm.base import load_chat_template, without_generation_markers
+    from glasses_rag.models.vlm.base import load_chat_template, without_generation_markers
 
     tok = AutoTokenizer.from_pretrained(tiny_gemma, fix_mistral_regex=False)
     template = load_chat_template(name)

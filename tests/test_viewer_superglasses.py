@@ -26,7 +26,7 @@ def sg_run(tmp_path_factory) -> Path:
         use_fixture_web(mp, web, tmp / "cache", tmp / "img")
         assert cli.main(["--benchmark", "superglasses", "--data", str(data), "--out", str(tmp / "runs"),
                          "--run-id", "sg", "--no-progress", "--no-plot", "--budget", "60", "--tokenizer", "approx"]) == 0
-        from web.open_web import reset_open_web
+        from glasses_rag.web.open_web import reset_open_web
 
         reset_open_web()
     return tmp / "runs" / "sg"

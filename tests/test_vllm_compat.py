@@ -1,4 +1,4 @@
-"""The request path against a server that behaves as vLLM does (testing/vllm_emulation.py): native tool calls in
+"""The request path against a server that behaves as vLLM does (glasses_rag/testing/vllm_emulation.py): native tool calls in
 every parser shape, streamed or not, the streaming parsers' hold-back, a per-request chat_template refused with
 400, json_object ignoring the schema, sampling filled from generation_config.json, and replica affinity."""
 
@@ -12,17 +12,17 @@ import time
 import pytest
 from PIL import Image
 
-import models.openai_client as oc
-from core.calls import affinity, collect_model_calls, run_many, run_with_deadline
-from core.types import ModelCall, requests_per_replica
-from graph.model_policy import decision_from_reply, make_model_policy
-from graph.policy import PolicyView
+import glasses_rag.models.openai_client as oc
+from glasses_rag.core.calls import affinity, collect_model_calls, run_many, run_with_deadline
+from glasses_rag.core.types import ModelCall, requests_per_replica
+from glasses_rag.models.openai_client import _Stream
+from glasses_rag.models.vlm.base import complete_and_report
+from glasses_rag.models.vlm.openai_server import OpenAICompatibleBackend
+from glasses_rag.policies.model.policy import decision_from_reply, make_model_policy
+from glasses_rag.policies.protocol import PolicyView
+from glasses_rag.testing.fake_model_server import FakeOpenAIServer
+from glasses_rag.testing.vllm_emulation import VllmBehaviour
 from graph.state import tool_spec
-from models.openai_client import _Stream
-from models.vlm.base import complete_and_report
-from models.vlm.openai_server import OpenAICompatibleBackend
-from testing.fake_model_server import FakeOpenAIServer
-from testing.vllm_emulation import VllmBehaviour
 from tools import default_registry
 
 F = FakeOpenAIServer
@@ -239,7 +239,7 @@ def test_every_call_kind_sends_explicit_sampling_so_generation_config_fills_noth
 
 
 def test_the_llm_judge_sends_explicit_sampling():
-    from crag.scoring import LLMJudge
+    from glasses_rag.crag_mm.scoring import LLMJudge
 
     for mode in ("kddcup2025", "crag-mm-release"):
         with _vllm(generation_config=GENERATION_CONFIG) as srv:

@@ -3,9 +3,9 @@
 from PIL import Image
 from support import KGSearch, make_agent
 
+from glasses_rag.policies.model.policy import make_model_policy
+from glasses_rag.testing.fake_model_server import FakeOpenAIServer
 from graph.agent import TurnInput
-from graph.model_policy import make_model_policy
-from testing.fake_model_server import FakeOpenAIServer
 
 
 def test_vlm_policy_drives_tools_and_self_check_through_the_graph():

@@ -10,12 +10,12 @@ import time
 import pytest
 from PIL import Image
 
-from core.calls import collect_model_calls
-from graph.model_policy import ModelPolicy, make_model_policy
-from graph.policy import IDK, Policy, PolicyReplyError, PolicyView, StepSummary, ToolSpec
-from models.vlm import BackendError, load_model_config, parse_spec
-from models.vlm.openai_server import OpenAICompatibleBackend
-from testing.fake_model_server import FakeOpenAIServer
+from glasses_rag.core.calls import collect_model_calls
+from glasses_rag.models.vlm import BackendError, load_model_config, parse_spec
+from glasses_rag.models.vlm.openai_server import OpenAICompatibleBackend
+from glasses_rag.policies.model.policy import ModelPolicy, make_model_policy
+from glasses_rag.policies.protocol import IDK, Policy, PolicyReplyError, PolicyView, StepSummary, ToolSpec
+from glasses_rag.testing.fake_model_server import FakeOpenAIServer
 from tools.base import Hit
 
 F = FakeOpenAIServer
@@ -201,7 +201,7 @@ def test_model_from_server_list(srv):
 
 
 def draft(answer: str):
-    from graph.policy import AnswerDraft
+    from glasses_rag.policies.protocol import AnswerDraft
 
     return AnswerDraft(answer=answer, confidence=0.8)
 
@@ -281,7 +281,7 @@ def test_langchain_chat_model_bind_tools(srv):
     from langchain_core.messages import HumanMessage
     from langchain_core.tools import tool as lc_tool
 
-    from models.vlm.langchain_chat import BackendChatModel
+    from glasses_rag.models.vlm.langchain_chat import BackendChatModel
 
     @lc_tool
     def web_search(query: str) -> str:

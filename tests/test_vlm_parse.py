@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from graph.model_policy import answer_from_text, decision_from_reply, load_prompt
-from graph.policy import IDK, PolicyReplyError
-from models.vlm.base import ChatReply, ChatToolCall, extract_json, image_to_data_url, parse_arguments
+from glasses_rag.models.vlm.base import ChatReply, ChatToolCall, extract_json, image_to_data_url, parse_arguments
+from glasses_rag.policies.model.policy import answer_from_text, decision_from_reply, load_prompt
+from glasses_rag.policies.protocol import IDK, PolicyReplyError
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -110,7 +110,7 @@ def test_answers():
 
 
 def test_prompts_exist_and_render():
-    from graph.model_prompts import TEMPLATES
+    from glasses_rag.policies.model.prompts import TEMPLATES
 
     for name in TEMPLATES:
         t = load_prompt(name)

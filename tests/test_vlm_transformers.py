@@ -11,10 +11,10 @@ import json
 import pytest
 from PIL import Image
 
-from core.calls import collect_model_calls
-from graph.model_policy import make_model_policy
-from graph.policy import AnswerDraft, PolicyReplyError, PolicyView, ToolSpec
-from models.vlm.base import image_to_data_url
+from glasses_rag.core.calls import collect_model_calls
+from glasses_rag.models.vlm.base import image_to_data_url
+from glasses_rag.policies.model.policy import make_model_policy
+from glasses_rag.policies.protocol import AnswerDraft, PolicyReplyError, PolicyView, ToolSpec
 
 torch = pytest.importorskip("torch")
 
@@ -27,7 +27,7 @@ CHAT = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
 
 def _tokenizer():
     """A byte-level tokenizer with no merges (256 byte symbols + specials) and a ChatML-like template."""
-    from testing.tiny_models import byte_tokenizer
+    from glasses_rag.testing.tiny_models import byte_tokenizer
 
     return byte_tokenizer(SPECIALS, "<s>", "</s>", CHAT)
 
@@ -86,7 +86,7 @@ def _view():
 
 
 def test_text_only_causal_lm(text_model_dir):
-    from models.vlm.transformers_local import TransformersVLMBackend
+    from glasses_rag.models.vlm.transformers_local import TransformersVLMBackend
 
     b = TransformersVLMBackend(text_model_dir, device="cpu")
     assert not b.is_vision and not b.supports_images and not b.supports_native_tools
@@ -112,7 +112,7 @@ def test_text_only_policy_reports_junk_as_reply_errors(text_model_dir):
 
 
 def test_tiny_llava_vision_path(llava_dir):
-    from models.vlm.transformers_local import TransformersVLMBackend
+    from glasses_rag.models.vlm.transformers_local import TransformersVLMBackend
 
     b = TransformersVLMBackend(llava_dir, device="cpu", dtype="float32")
     assert b.is_vision and b.supports_images
@@ -136,7 +136,7 @@ def test_tiny_llava_vision_path(llava_dir):
 
 
 def test_missing_folder():
-    from models.vlm.transformers_local import TransformersVLMBackend
+    from glasses_rag.models.vlm.transformers_local import TransformersVLMBackend
 
     with pytest.raises(FileNotFoundError):
         TransformersVLMBackend("/nonexistent/model/folder")
@@ -158,7 +158,7 @@ BOUNDED = {"name": "bounded", "schema": {"anyOf": [
 
 @pytest.fixture(scope="module")
 def text_backend(text_model_dir):
-    from models.vlm.transformers_local import TransformersVLMBackend
+    from glasses_rag.models.vlm.transformers_local import TransformersVLMBackend
 
     return TransformersVLMBackend(text_model_dir)
 
@@ -166,7 +166,7 @@ def text_backend(text_model_dir):
 def test_structured_reply_is_schema_valid_json_ending_at_the_grammar_end(text_backend):
     import jsonschema
 
-    from models.vlm.base import complete_and_report
+    from glasses_rag.models.vlm.base import complete_and_report
 
     assert text_backend.supports_structured
     with collect_model_calls() as calls:
@@ -198,7 +198,7 @@ def test_the_decision_schema_features_are_enforced_by_the_grammar(text_backend):
     string-or-null: the schema features the decision and answer schemas use."""
     import xgrammar as xgr
 
-    from graph.model_replies import ANSWER_SCHEMA, decision_schema
+    from glasses_rag.policies.model.replies import ANSWER_SCHEMA, decision_schema
     from graph.state import tool_spec
     from tools import builtin_tools
 
@@ -233,12 +233,12 @@ def test_policy_decisions_from_the_transformers_backend_are_structured(text_mode
 
 
 def test_without_xgrammar_replies_are_free_and_reported_so(text_model_dir, monkeypatch):
-    import models.vlm.transformers_local as tl
+    import glasses_rag.models.vlm.transformers_local as tl
 
     monkeypatch.setattr(tl, "xgrammar_available", lambda: False)
     b = tl.TransformersVLMBackend(text_model_dir)
     assert not b.supports_structured and b.grammars is None
-    from models.vlm.base import complete_and_report
+    from glasses_rag.models.vlm.base import complete_and_report
 
     with collect_model_calls() as calls:
         r = complete_and_report(b, "decide", MSGS, response_schema=BOUNDED, max_tokens=5)
@@ -246,7 +246,7 @@ def test_without_xgrammar_replies_are_free_and_reported_so(text_model_dir, monke
 
 
 def test_stop_tokens_include_the_chat_templates_turn_end():
-    from models.vlm.grammar import stop_token_ids
+    from glasses_rag.models.vlm.grammar import stop_token_ids
 
     tok = _tokenizer()
     assert stop_token_ids(tok) == [tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")]
@@ -255,7 +255,7 @@ def test_stop_tokens_include_the_chat_templates_turn_end():
 def test_tiny_llava_structured_reply(llava_dir):
     import jsonschema
 
-    from models.vlm.transformers_local import TransformersVLMBackend
+    from glasses_rag.models.vlm.transformers_local import TransformersVLMBackend
 
     b = TransformersVLMBackend(llava_dir, device="cpu", dtype="float32")
     url = image_to_data_url(Image.new("RGB", (64, 48), (1, 2, 3)))
@@ -271,7 +271,7 @@ def test_no_mistral_regex_warning_for_a_large_non_mistral_vocabulary(tmp_path, c
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import AutoTokenizer, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    from models.vlm.transformers_local import TransformersVLMBackend
+    from glasses_rag.models.vlm.transformers_local import TransformersVLMBackend
 
     vocab = {t: i for i, t in enumerate(SPECIALS)}
     vocab.update({f"w{i}": len(SPECIALS) + i for i in range(100_001)})

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from web.config import WebConfig
-from web.lens_images import prune_images, publish_image
-from web.web_cache import DB_NAME, FORMAT, WebCache, _id, page_key, search_key
+from glasses_rag.web.config import WebConfig
+from glasses_rag.web.lens_images import prune_images, publish_image
+from glasses_rag.web.web_cache import DB_NAME, FORMAT, WebCache, _id, page_key, search_key
 
 
 class RunsCode:

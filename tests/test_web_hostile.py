@@ -21,17 +21,17 @@ import psutil
 import pytest
 from support import make_agent
 
-from core.calls import WORKERS, CallTimeout, Cancelled, CancelScope, run_with_deadline, scope
+from glasses_rag.core.calls import WORKERS, CallTimeout, Cancelled, CancelScope, run_with_deadline, scope
+from glasses_rag.policies.protocol import AnswerDraft, Decision, ScriptedPolicy
+from glasses_rag.testing.hostile_web import HostileWeb, huge_results, huge_snippet
+from glasses_rag.web import open_web
+from glasses_rag.web.config import WebConfig
+from glasses_rag.web.fetch_policy import FetchPolicy, RefusedURL
+from glasses_rag.web.guarded_http import guarded_client, tcp_connect
+from glasses_rag.web.open_web import OpenWeb
+from glasses_rag.web.serpapi import SerpApiClient, SerpApiError, web_results
+from glasses_rag.web.webpage import fetch
 from graph.agent import TurnInput
-from graph.policy import AnswerDraft, Decision, ScriptedPolicy
-from testing.hostile_web import HostileWeb, huge_results, huge_snippet
-from web import open_web
-from web.config import WebConfig
-from web.fetch_policy import FetchPolicy, RefusedURL
-from web.guarded_http import guarded_client, tcp_connect
-from web.open_web import OpenWeb
-from web.serpapi import SerpApiClient, SerpApiError, web_results
-from web.webpage import fetch
 
 ROOT = Path(__file__).resolve().parents[1]
 PUBLIC_IP = "93.184.215.14"  # stands for a public address; the fake network routes it to a loopback server
@@ -285,10 +285,10 @@ def test_the_turn_end_stops_a_connect_that_never_completes(make_web):
 
 EXIT_SCRIPT = textwrap.dedent("""
     import time
-    from core.calls import CallTimeout, CancelScope, exit_process, run_with_deadline
-    from testing.hostile_web import HostileWeb
-    from web.config import WebConfig
-    from web.open_web import OpenWeb
+    from glasses_rag.core.calls import CallTimeout, CancelScope, exit_process, run_with_deadline
+    from glasses_rag.testing.hostile_web import HostileWeb
+    from glasses_rag.web.config import WebConfig
+    from glasses_rag.web.open_web import OpenWeb
     with HostileWeb("127.0.0.1") as srv:
         web = OpenWeb(WebConfig(cache_dir=r"{cache}", allow=["127.0.0.1"], timeout_s=60))
         try:
@@ -440,7 +440,7 @@ def test_search_results_and_notes_come_back_from_the_cache(servers, make_web, mo
 
 
 def test_the_run_header_names_the_fetch_policy(monkeypatch):
-    from traces.superglasses_eval import open_web_line
+    from glasses_rag.superglasses.evaluate import open_web_line
 
     monkeypatch.delenv("GLASSES_WEB_ALLOW", raising=False)
     assert "pages: public addresses only, 15s per request" in open_web_line()
@@ -557,7 +557,7 @@ def test_search_api_rate_limits_and_junk_are_clear_errors(servers, reply, expect
 
 TWO_WRITERS = textwrap.dedent("""
     import sys
-    from web.web_cache import WebCache
+    from glasses_rag.web.web_cache import WebCache
     cache = WebCache(sys.argv[1])
     me = sys.argv[2]
     for i in range(150):
@@ -573,7 +573,7 @@ def test_two_processes_share_one_cache(tmp_path):
                               stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env) for name in ("a", "b")]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [o[1][-1000:] for o in outs]
-    from web.web_cache import WebCache
+    from glasses_rag.web.web_cache import WebCache
 
     cache = WebCache(tmp_path)
     assert cache.stats()["pages"]["entries"] == 310

@@ -16,7 +16,7 @@ from typing import Annotated, Any, get_args, get_origin, get_type_hints
 from langgraph.types import Overwrite
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from core.types import Box, Fact, HistoryTurn, Hit, Verdict, finite_score  # noqa: F401 - the tool contract
+from glasses_rag.core.types import Box, Fact, HistoryTurn, Hit, Verdict, finite_score  # noqa: F401 - the tool contract
 
 Replace = Overwrite  # LangGraph's own marker: bypass the field's reducer and write the value as is
 
@@ -112,8 +112,8 @@ class ToolContext(ToolState):
     question: str
     image: Any = None  # PIL.Image.Image or None (later turns may have no usable image)
     history: list[HistoryTurn] = Field(default_factory=list)
-    resources: Any = None  # models.resources.Resources: lazily loaded models and the search backend
-    llm: Any = Field(None, description="The policy's language model (a models.vlm ChatBackend) when one is "
+    resources: Any = None  # glasses_rag.models.resources.Resources: lazily loaded models and the search backend
+    llm: Any = Field(None, description="The policy's language model (a glasses_rag.models.vlm ChatBackend) when one is "
                                        "configured, for tools that can use one (e.g. the query decoupler).")
 
     def focus_image(self):

@@ -3,7 +3,7 @@
 A capability says what a planner passes to a tool that has it (`inputs`: planner slots, which a tool receives under
 the argument names it maps them to) and what the tool's output means for answering (`answer`: the facts it writes
 answer questions of some type, with units the answer-type check must accept). The built-in capabilities below are
-those the rule planner's plan table (graph/planner/planner_table.yaml) names. A tool file may declare a new one
+those the rule planner's plan table (glasses_rag/policies/rules/planner_table.yaml) names. A tool file may declare a new one
 next to its tool, with the hooks the planner needs to use it without a plan-table row: `due` (when to call it, given
 the planner's reading of the turn) and `slots` (how to compute its inputs). `search` names the SuperGlasses hop kind
 ("image" -> "Image Search", "text" -> "Text Search") that a trace export gives its calls.
@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from core.types import Fact, Hit
+from glasses_rag.core.types import Fact, Hit
 
 SearchKind = Literal["image", "text"]
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -56,7 +56,7 @@ class Reading(Protocol):
 
 @dataclass(frozen=True)
 class AnswerUse:
-    """What a capability's output means for answering: the facts its tools write (core.types.Fact, `value` first)
+    """What a capability's output means for answering: the facts its tools write (glasses_rag.core.types.Fact, `value` first)
     answer questions of `kind` (None: whatever type the question expects). `units` are units such answers may
     carry that the answer-type check must accept (a new currency, say). `first`: tried before the question type's
     own answer sources (a conversion answers the question asked), else after them (a fallback such as a caption).

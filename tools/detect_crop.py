@@ -1,4 +1,4 @@
-from text import nlp
+from glasses_rag.text import nlp
 from tools.base import ToolContext, ToolOutput
 from tools.registry import tool
 
@@ -13,8 +13,8 @@ def detect_crop(ctx: ToolContext, target: str = "the main object") -> ToolOutput
     Args:
         target: a short noun phrase naming the object, e.g. "the bottle" or "the street sign"
     """
-    from models.detector import make_detector, ocr_box_crop, saliency_crop
-    from models.ocr import OcrEngine
+    from glasses_rag.models.detector import make_detector, ocr_box_crop, saliency_crop
+    from glasses_rag.models.ocr import OcrEngine
 
     if ctx.image is None:
         raise ValueError("this turn has no usable image to crop")

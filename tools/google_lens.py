@@ -2,10 +2,10 @@ from typing import Annotated
 
 from pydantic import Field
 
+from glasses_rag.web.config import missing_lens
 from tools.base import Hit, ToolContext, ToolOutput
 from tools.google_search import rank_score, with_notes
 from tools.registry import tool
-from web.config import missing_lens
 
 
 @tool(profiles={"superglasses"}, tags={"finds_entity"}, writes={"evidence"}, requires=missing_lens)
@@ -18,7 +18,7 @@ def google_lens(ctx: ToolContext, use_crop: bool = True, refine: str = "",
         refine: optional words that narrow the image search (Google Lens `q`)
         k: how many visual matches
     """
-    from web.open_web import get_open_web
+    from glasses_rag.web.open_web import get_open_web
 
     if ctx.image is None:
         raise ValueError("this turn has no usable image to search with")

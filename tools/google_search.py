@@ -2,9 +2,9 @@ from typing import Annotated
 
 from pydantic import Field
 
+from glasses_rag.web.config import missing_key
 from tools.base import Hit, ToolContext, ToolOutput, search_query
 from tools.registry import tool
-from web.config import missing_key
 
 
 def with_notes(notes: list[str]) -> str:
@@ -26,7 +26,7 @@ def google_search(ctx: ToolContext, query: str, k: Annotated[int, Field(ge=1, le
         query: search keywords, e.g. the entity name plus what is asked about it
         k: how many pages
     """
-    from web.open_web import get_open_web
+    from glasses_rag.web.open_web import get_open_web
 
     query = search_query(query)
     web = get_open_web()

@@ -11,7 +11,7 @@ def ocr(ctx: ToolContext, region: Literal["image", "crop"] = "image") -> ToolOut
     Args:
         region: "image" for the whole photo, "crop" for the detected object only
     """
-    from models.ocr import OcrEngine
+    from glasses_rag.models.ocr import OcrEngine
 
     if ctx.image is None:
         raise ValueError("this turn has no usable image to read")

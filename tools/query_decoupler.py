@@ -11,8 +11,8 @@ import string
 from pathlib import Path
 from typing import Any
 
-from core.calls import Cancelled
-from text import nlp
+from glasses_rag.core.calls import Cancelled
+from glasses_rag.text import nlp
 from tools.base import ToolContext, ToolOutput
 from tools.registry import tool
 
@@ -39,7 +39,7 @@ def current_entity(ctx: ToolContext, min_score: float = 0.0) -> str | None:
 
 def model_decouple(llm: Any, ctx: ToolContext, question: str, entity: str | None) -> tuple[list[str], str | None]:
     """The policy's model rewrites the question; ValueError when its reply is unusable."""
-    from models.vlm.base import complete_and_report, extract_json, image_to_data_url
+    from glasses_rag.models.vlm.base import complete_and_report, extract_json, image_to_data_url
 
     sees = ctx.image is not None and getattr(llm, "supports_images", False)
     note = ("An image from the user's smart glasses is attached." if sees else

@@ -31,7 +31,7 @@ def read_webpage(ctx: ToolContext, query: str = "", max_pages: Annotated[int, Fi
         max_pages: how many pages to read, best-scored first
         chunks_per_page: passages kept per page
     """
-    from web.open_web import get_open_web
+    from glasses_rag.web.open_web import get_open_web
 
     q = query.strip() or ctx.question
     read = {h.url for h in ctx.evidence if h.source == "web" and h.content}

@@ -32,7 +32,7 @@ def _scores(model: Any, q: str, texts: list[str], image_text: str, image_weight:
 
 def _keep(evidence: list[Hit], scores: list[float], lam: float, dynamic: bool,
           min_score: float | None) -> list[tuple[Hit, float]]:
-    from models.reranker import filter_by_threshold
+    from glasses_rag.models.reranker import filter_by_threshold
 
     # with fewer than 3 items the median - lam*MAD cut says nothing: keep them all, best first
     ranked = (filter_by_threshold(evidence, scores, lam) if dynamic and len(scores) >= 3
@@ -56,7 +56,7 @@ def reranker(ctx: ToolContext, query: str = "", lam: Annotated[float, Field(ge=0
         image_weight: weight of the item's relevance to the image, the rest going to the query (0: query only)
         dynamic: apply the median - lam*MAD cut (false: only min_score and top_k)
     """
-    from models.reranker import make_reranker
+    from glasses_rag.models.reranker import make_reranker
 
     if not ctx.evidence:
         return ToolOutput(summary="nothing to rerank yet", method="none")

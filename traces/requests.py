@@ -1,4 +1,4 @@
-"""The model requests of a run, as sent: content-addressed pieces under `<run folder>/requests/` (core/sent.py says
+"""The model requests of a run, as sent: content-addressed pieces under `<run folder>/requests/` (glasses_rag/core/sent.py says
 what the stored form is), written before the trace that names them, and read back whole by `read_request`.
 
     from traces.requests import read_request
@@ -17,8 +17,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from core.files import write_json_atomic
-from core.sent import piece_hash
+from glasses_rag.core.files import write_json_atomic
+from glasses_rag.core.sent import piece_hash
 
 FOLDER = "requests"
 _HASH = re.compile(r"^[0-9a-f]{32}$")

@@ -227,7 +227,7 @@ def counted_results(run_dir: Path, superglasses: bool) -> tuple[dict[tuple[str, 
     SuperGlasses run (its traces hold the SuperGlasses judge's score) or without a readable report.json."""
     if superglasses:
         return {}, "SuperGlasses judge's score in each trace (accuracy: the whole answer judged)"
-    from crag.evaluate import EvalReport
+    from glasses_rag.crag_mm.evaluate import EvalReport
 
     path = run_dir / "report.json"
     try:

@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from core.types import (  # noqa: F401 - ModelCall, ImageInfo, HistoryTurn and DecisionMode are part of the trace schema
+from glasses_rag.core.types import (  # noqa: F401 - ModelCall, ImageInfo, HistoryTurn and DecisionMode are part of the trace schema
     RAW_REPLY_LIMIT,
     Box,
     DecisionMode,

@@ -11,8 +11,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from core.credentials import public_url
-from core.files import TMP_SUFFIX, remove_stale_tmp, write_atomic, write_json_atomic  # noqa: F401 - re-exported
+from glasses_rag.core.credentials import public_url
+from glasses_rag.core.files import TMP_SUFFIX, remove_stale_tmp, write_atomic, write_json_atomic  # noqa: F401 - re-exported
 from traces.schema import TurnTrace
 
 

@@ -95,11 +95,11 @@ def _conversations(data: str, split: str | None, benchmark: str | None, image_ro
                    ) -> Iterable[Any]:
     """The run's conversations: SuperGlasses rows for a SuperGlasses run (or data in that layout), else CRAG-MM.
     Image paths are confined as in the run (its --image-root, else GLASSES_IMAGE_ROOT)."""
-    from crag.superglasses import load_superglasses, looks_like_superglasses
+    from glasses_rag.superglasses.loader import load_superglasses, looks_like_superglasses
 
     if benchmark == "superglasses" or (benchmark is None and looks_like_superglasses(data)):
         return load_superglasses(data, image_root=image_root)
-    from crag.dataset import load_conversations
+    from glasses_rag.crag_mm.dataset import load_conversations
 
     return load_conversations(data, split=split, image_root=image_root)
 
@@ -112,7 +112,7 @@ def load_images(data: str, session_ids: Iterable[str], split: str | None = None,
     if not want:
         return found, None
     try:
-        from crag.dataset import decode_image
+        from glasses_rag.crag_mm.dataset import decode_image
 
         for conv in _conversations(data, split, benchmark, image_root):
             if conv.session_id in want and conv.session_id not in found:

@@ -263,7 +263,7 @@ def both(m: Any) -> int:
 def metrics_explanation(report: dict[str, Any]) -> str:
     """Under a metrics table: why a number left [0, 1] (a negative `incorrect`, truthfulness above 1), in words,
     where the number is shown. Empty when every number is in range. Reusable by any page showing report.json."""
-    from crag.evaluate import BOTH_NOTE
+    from glasses_rag.crag_mm.evaluate import BOTH_NOTE
 
     rows = [report.get("overall"), report.get("egocentric")]
     rows += [m for vals in (report.get("slices") or {}).values() if isinstance(vals, dict) for m in vals.values()]

@@ -1,0 +1,72 @@
+"""The embedded demo benchmark: a small, offline, deterministic CRAG-MM look-alike.
+
+Its content is data, `glasses_rag/crag_mm/benchmarks/demo/*.yaml` (entities with image recipes, KG attributes and web
+pages; pages about no entity; questions); `glasses_rag.crag_mm.benchmark` validates and renders it. `ensure_demo()`
+writes it under `data/demo/` by default (gitignored; GLASSES_DEMO_DIR overrides) in the layout described
+in `glasses_rag.crag_mm.benchmark`: `single_turn/` and `multi_turn/validation.parquet` (real CRAG-MM v0.1.2 layout),
+`kg.json` + `kg_images/`, `web.json`, `questions.json` and `manifest.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from glasses_rag.crag_mm.benchmark import (
+    DOMAINS,
+    DYNAMISM,
+    IDK,
+    IMAGE_QUALITY,
+    QUERY_CATEGORIES,
+    Content,
+    dataset_paths,
+    ensure_dataset,
+    load_content,
+)
+from glasses_rag.crag_mm.benchmark import DatasetPaths as DemoPaths
+
+__all__ = ["DOMAINS", "DYNAMISM", "IDK", "IMAGE_QUALITY", "QUERY_CATEGORIES", "DEMO_CONTENT", "DEFAULT_ROOT",
+           "DemoPaths", "demo_paths", "demo_content", "fingerprint", "ensure_demo", "load_kg", "load_web",
+           "load_question_meta"]
+
+DEMO_CONTENT = Path(__file__).resolve().parent / "benchmarks" / "demo"
+DEFAULT_ROOT = Path(__file__).resolve().parents[2] / "data" / "demo"
+
+
+def demo_paths(root: Path | None = None) -> DemoPaths:
+    return dataset_paths(root or os.environ.get("GLASSES_DEMO_DIR") or DEFAULT_ROOT)
+
+
+def demo_content() -> Content:
+    return load_content(DEMO_CONTENT)
+
+
+def fingerprint() -> str:
+    """Content fingerprint of the demo (questions, KG, pages, images recipes, generator version)."""
+    return demo_content().fingerprint()
+
+
+def ensure_demo(root: Path | None = None, force: bool = False) -> DemoPaths:
+    """Build the demo benchmark under `root` (default data/demo/) unless an up-to-date copy is there."""
+    return ensure_dataset(demo_content(), demo_paths(root), force=force)
+
+
+def load_kg(p: DemoPaths) -> list[dict]:
+    return json.loads(p.kg_json.read_text())["images"]
+
+
+def load_web(p: DemoPaths) -> list[dict]:
+    return json.loads(p.web_json.read_text())["pages"]
+
+
+def load_question_meta(p: DemoPaths) -> dict[str, dict]:
+    return json.loads(p.questions_json.read_text())
+
+
+if __name__ == "__main__":
+    import time
+
+    t0 = time.time()
+    paths = ensure_demo(force=True)
+    print(f"demo built in {time.time() - t0:.1f}s at {paths.root}")

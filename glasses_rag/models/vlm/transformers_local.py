@@ -1,0 +1,455 @@
+"""A ChatBackend over a local Hugging Face folder or a GGUF file, in-process (never downloads: local_files_only).
+
+Note: with transformers 4.5x, the processors of Qwen2-VL / Qwen2.5-VL and SmolVLM include a
+video processor that needs torchvision; without it they cannot load here (a clear ImportError
+says so): serve those models with vLLM and use the openai backend instead.
+
+Vision-language folders (Qwen2-VL / Qwen2.5-VL, SmolVLM / Idefics3, Llama-3.2-Vision, LLaVA,
+Gemma 3, ...) load with AutoProcessor + AutoModelForImageTextToText and use the processor's
+chat template with the images; text-only folders load with AutoTokenizer +
+AutoModelForCausalLM and the tokenizer's chat template (images are dropped). A model without a
+chat template needs `chat_template` (a bundled name, a .jinja file or the text). A `.gguf` file is
+dequantised by transformers (`gguf` and `accelerate` packages) once and the result kept under the
+cache folder, keyed by the file's SHA-256, so later loads take a second instead of minutes.
+
+One generation at a time per model object (a lock); a generation stops within one decoder layer
+when its turn's cancel scope is cancelled (forward pre-hooks), and at the latest before the next
+token (a StoppingCriteria). Decoding is greedy unless temperature > 0. A call with a
+`response_schema` is constrained to that JSON schema by a grammar (glasses_rag/models/vlm/grammar.py, xgrammar):
+the reply's mode is then "structured". Tools go through the policy's JSON protocol (the decision
+schema lists the allowed tools and their arguments).
+
+A prompt without an image resumes from the KV cache of the longest prefix already computed (glasses_rag/models/vlm/prefix_cache.py,
+`prefix_cache_mb`). `adapter`: a peft LoRA folder merged into the weights at load (see merged_adapter).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import logging
+import os
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from glasses_rag.core.calls import current_scope
+from glasses_rag.core.types import DecisionMode
+from glasses_rag.models.vlm.base import (
+    BackendError,
+    ChatReply,
+    ReplyCancelled,
+    Usage,
+    data_url_to_image,
+    load_chat_template,
+    message_text,
+    text_only_messages,
+)
+from glasses_rag.models.vlm.grammar import SchemaGrammars, stop_token_ids, xgrammar_available
+from glasses_rag.models.vlm.prefix_cache import PrefixCache
+
+log = logging.getLogger(__name__)
+
+# processors that want one list of images per prompt (a nested list) rather than a flat list
+_NESTED_IMAGES = {"idefics", "idefics2", "idefics3", "smolvlm", "mllama"}
+GGUF_CACHE = Path("~/.cache/glasses-rag/gguf")
+CONVERSION = "v2"  # part of the cache key: bump when the conversion changes (v2: Gemma tokenizer repaired)
+
+
+def _resolve_dtype(dtype: Any, device: str):
+    import torch
+
+    if dtype is None or dtype == "auto":
+        return torch.float32 if device == "cpu" else "auto"
+    if isinstance(dtype, str):
+        name = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}.get(dtype, dtype)
+        try:
+            return getattr(torch, name)
+        except AttributeError:
+            raise ValueError(f"unknown dtype {dtype!r}; use float32, bfloat16, float16 or auto") from None
+    return dtype
+
+
+def is_vision_config(config: Any) -> bool:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+    return config.model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES or hasattr(config, "vision_config")
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def converted_gguf(path: str | Path, cache_dir: str | Path | None = None) -> Path:
+    """A GGUF file as a transformers folder (bf16 safetensors + tokenizer), converted once and cached under
+    `cache_dir/<sha256 of the file, 16 hex>/`; later calls return the cached folder."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    src = Path(path).expanduser().resolve()
+    if not src.is_file():
+        raise FileNotFoundError(f"GGUF file not found: {src}")
+    cache = Path(cache_dir or os.environ.get("GLASSES_GGUF_CACHE") or GGUF_CACHE).expanduser()
+    digest = file_sha256(src)
+    out = cache / f"{digest[:16]}-{CONVERSION}"
+    if (out / "config.json").is_file():
+        return out
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = cache / f".{out.name}.tmp-{os.getpid()}-{threading.get_ident()}"
+    log.warning("converting %s to a transformers model once (cached in %s)", src.name, out)
+    try:
+        tok = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
+        model = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, dtype=torch.bfloat16)
+    except ImportError as e:
+        raise ImportError(f"loading a GGUF file with transformers needs the gguf and accelerate packages: {e}") from e
+    if model.config.model_type.startswith("gemma"):
+        repair_gemma_tokenizer(tok, src)
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    (tmp / "SOURCE.txt").write_text(f"converted from {src} (sha256 {digest}, conversion {CONVERSION})\n")
+    try:
+        os.rename(tmp, out)  # atomic: a concurrent conversion of the same file keeps the first one
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def repair_gemma_tokenizer(tok: Any, gguf_path: Path) -> None:
+    """Rebuild a Gemma tokenizer that transformers converted from GGUF the way sentencepiece tokenizes.
+
+    transformers (4.5x) makes it a Unigram model over what is a BPE vocabulary (the scores are merge ranks), so
+    text is cut into odd pieces ("▁a re ▁t he"); it registers none of the control tokens, so `<start_of_turn>` in a
+    chat template is not one token; and it renames the byte token <0x09> to a second "\t". Here, from the GGUF's
+    own vocabulary: BPE with merges ordered by the scores (as transformers' sentencepiece converter does), byte
+    fallback, and the control and user-defined tokens added as such."""
+    from gguf import GGUFReader
+    from tokenizers import AddedToken
+    from tokenizers.models import BPE
+    from transformers.convert_slow_tokenizer import generate_merges
+
+    fields = GGUFReader(gguf_path).fields
+    pieces = fields["tokenizer.ggml.tokens"].contents()
+    scores = fields["tokenizer.ggml.scores"].contents()
+    types = fields["tokenizer.ggml.token_type"].contents()  # 3: control, 4: user-defined, 6: byte
+    pieces = ["▁" * len(p) if p and not p.strip(" ") else p for p in pieces]  # runs of spaces, as the normalizer sees them
+    vocab: dict[str, int] = {}
+    for i, piece in enumerate(pieces):
+        vocab.setdefault(piece, i)
+    backend = tok.backend_tokenizer
+    backend.model = BPE(vocab, generate_merges(vocab, list(zip(pieces, scores))), unk_token=tok.unk_token or "<unk>",
+                        fuse_unk=True, byte_fallback=True)
+    backend.add_special_tokens([AddedToken(p, normalized=False, special=True) for p, t in zip(pieces, types) if t == 3])
+    backend.add_tokens([AddedToken(p, normalized=False, special=False) for p, t in zip(pieces, types) if t == 4])
+
+
+# model types for which transformers' "incorrect regex pattern" check is meant (see tokenizer_options)
+_MISTRAL_TYPES = {"mistral", "mistral3", "voxtral", "ministral", "pixtral"}
+
+
+def tokenizer_options(model_type: str) -> dict[str, Any]:
+    """Keywords for loading a tokenizer or processor from a local folder.
+
+    transformers 4.57.3 to 4.57.x warn that a local tokenizer has "an incorrect regex pattern" (a Mistral one) for
+    every folder saved by those versions whose vocabulary exceeds 100k tokens, whatever the model: the check
+    skips non-Mistral model types only for folders saved by 4.57.2 or older. Gemma's 262k vocabulary (a GGUF
+    converted here) trips it, and the Mistral pre-tokenizer fix would be wrong for it. Saying
+    `fix_mistral_regex=False` for the model types that are not Mistral's is what silences it; Mistral folders
+    keep transformers' own check."""
+    return {} if model_type in _MISTRAL_TYPES else {"fix_mistral_regex": False}
+
+
+def merged_adapter(model: Any, adapter: Path) -> Any:
+    """`model` with the peft LoRA adapter in the folder `adapter` merged into its weights.
+
+    Merged rather than kept as a PeftModel: generation then costs what the base model's does (no extra low-rank
+    matmuls in every adapted layer), and the layer hooks, the prefix cache and the grammar see a plain model. The
+    price is that this backend serves that one adapter (load another backend for the base model)."""
+    if not (adapter / "adapter_config.json").is_file():
+        raise FileNotFoundError(f"LoRA adapter folder not found (no adapter_config.json): {adapter}")
+    try:
+        from peft import PeftModel
+    except ImportError as e:
+        raise ImportError("loading a LoRA adapter needs the peft package (pip install peft)") from e
+    try:
+        tuned = PeftModel.from_pretrained(model, str(adapter), is_trainable=False)
+    except (ValueError, KeyError, RuntimeError) as e:  # target modules or shapes that this model does not have
+        raise ValueError(f"the adapter {adapter} does not fit this model: {type(e).__name__}: {e}") from e
+    return tuned.merge_and_unload()
+
+
+class _Interrupted(Exception):
+    """Raised inside the model's forward pass when the generation's turn was cancelled."""
+
+
+class TransformersVLMBackend:
+    supports_native_tools = False
+    model: Any  # set by _load (a transformers PreTrainedModel)
+
+    def __init__(self, path: str | Path, device: str = "cpu", dtype: Any = None, trust_remote_code: bool = False,
+                 max_image_side: int | None = None, chat_template: str | None = None, text_only: bool = False,
+                 n_ctx: int | None = None, n_threads: int | None = None, cache_dir: str | Path | None = None,
+                 adapter: str | Path | None = None, prefix_cache_mb: int = 256):
+        import torch
+        from transformers import AutoConfig
+
+        p = Path(path).expanduser()
+        if p.is_file() and p.suffix.lower() == ".gguf":
+            self.source = p
+            p = converted_gguf(p, cache_dir)
+        elif not p.is_dir():
+            raise FileNotFoundError(f"model folder not found: {p} (give a local folder or a .gguf file; nothing is "
+                                    "downloaded)")
+        else:
+            self.source = p
+        if n_threads:
+            torch.set_num_threads(n_threads)
+        self.path = p
+        self.device = device
+        self.max_image_side = max_image_side
+        self.adapter = Path(adapter).expanduser() if adapter else None
+        self.name = f"transformers:{self.source.name}" + (f"+{self.adapter.name}" if self.adapter else "")
+        self.prefix_cache = PrefixCache(prefix_cache_mb << 20)
+        self._lock = threading.Lock()
+        self._cancel = threading.Event()
+        kw = dict(local_files_only=True, trust_remote_code=trust_remote_code)
+        self.config = AutoConfig.from_pretrained(p, **kw)
+        self.model_type = self.config.model_type
+        self.is_vision = is_vision_config(self.config)
+        self.supports_images = self.is_vision and not text_only
+        self._load(p, _resolve_dtype(dtype, device), kw)
+        if self.adapter is not None:
+            self.model = merged_adapter(self.model, self.adapter)
+        own = getattr(self.processor or self.tokenizer, "chat_template", None) or getattr(self.tokenizer, "chat_template", None)
+        self.chat_template = load_chat_template(chat_template) if chat_template else None
+        if self.chat_template is None and not own:
+            raise ValueError(f"the model {self.source} has no chat template: set chat_template (gemma, chatml, llama3, "
+                             "a .jinja file or the template text) in the model config or with --chat-template")
+        limit = getattr(getattr(self.config, "text_config", self.config), "max_position_embeddings", None)
+        self.n_ctx = n_ctx or limit
+        self.model.to(device)  # type: ignore[arg-type]  # transformers types .to() through a decorator
+        self.model.eval()
+        self._forward_params = set(inspect.signature(self.model.forward).parameters)
+        self._hook_layers()
+        self.grammars = self._grammars()
+        self.supports_structured = self.grammars is not None
+
+    def _load(self, p: Path, torch_dtype: Any, kw: dict) -> None:
+        tok_kw = {**kw, **tokenizer_options(self.model_type)}
+        if self.is_vision:
+            from transformers import AutoModelForImageTextToText, AutoProcessor
+
+            try:
+                self.processor = AutoProcessor.from_pretrained(p, **tok_kw)
+            except ImportError as e:  # e.g. Qwen2-VL's video processor needs torchvision
+                if "torchvision" not in str(e).lower():
+                    raise
+                raise ImportError(
+                    f"the processor of {p} ({self.model_type}) needs torchvision (its video processor), which this "
+                    "project does not install. Serve the model with vLLM and use the openai backend, or use a "
+                    "processor without a video half (LLaVA, Idefics3, Mllama families).") from e
+            self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
+            self.model = AutoModelForImageTextToText.from_pretrained(p, dtype=torch_dtype, **kw)
+        else:
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            self.processor = None
+            self.tokenizer = AutoTokenizer.from_pretrained(p, **tok_kw)
+            self.model = AutoModelForCausalLM.from_pretrained(p, dtype=torch_dtype, **kw)
+
+    def _grammars(self) -> SchemaGrammars | None:
+        """The schema grammars of this model's tokenizer, or None (and a warning) without xgrammar: replies are then
+        generated freely and reported as such (mode json_text)."""
+        if not xgrammar_available():
+            log.warning("xgrammar is not installed: %s generates without a JSON-schema grammar", self.name)
+            return None
+        head = self.model.get_output_embeddings()
+        vocab = int(head.weight.shape[0]) if head is not None else len(self.tokenizer)
+        return SchemaGrammars(self.tokenizer, vocab, stop_token_ids(self.tokenizer, self.model.generation_config))
+
+    def _hook_layers(self) -> None:
+        """A pre-hook on every repeated block (decoder layers, vision blocks): a cancelled generation stops
+        within one block, even in the middle of a long prompt's prefill."""
+        import torch.nn as nn
+
+        def check(_module, _args):
+            if self._cancel.is_set():
+                raise _Interrupted()
+
+        for m in self.model.modules():
+            if isinstance(m, nn.ModuleList):
+                for block in m:
+                    block.register_forward_pre_hook(check)
+
+    # ---- prompt building -----------------------------------------------------------------
+
+    def _template_kw(self) -> dict:
+        return {"chat_template": self.chat_template} if self.chat_template else {}
+
+    def _vision_inputs(self, messages: list[dict]):
+        hf_messages, images = [], []
+        for m in messages:
+            content = m.get("content")
+            parts: list[dict] = []
+            if isinstance(content, str) or content is None:
+                parts.append({"type": "text", "text": content or ""})
+            else:
+                for part in content:
+                    if part.get("type") == "text":
+                        parts.append({"type": "text", "text": part.get("text", "")})
+                    elif part.get("type") == "image_url" and self.supports_images:
+                        url = part["image_url"]["url"] if isinstance(part.get("image_url"), dict) else part.get("image_url")
+                        img = data_url_to_image(url)
+                        if self.max_image_side and max(img.size) > self.max_image_side:
+                            img.thumbnail((self.max_image_side, self.max_image_side))
+                        images.append(img)
+                        parts.append({"type": "image"})
+            hf_messages.append({"role": m.get("role", "user"), "content": parts})
+        prompt = self.processor.apply_chat_template(hf_messages, add_generation_prompt=True, tokenize=False,
+                                                    **self._template_kw())
+        if not images:
+            return self.processor(text=[prompt], return_tensors="pt")
+        first, second = ([images], images) if self.model_type in _NESTED_IMAGES else (images, [images])
+        try:
+            return self.processor(text=[prompt], images=first, return_tensors="pt")
+        except (ValueError, TypeError, IndexError):
+            return self.processor(text=[prompt], images=second, return_tensors="pt")
+
+    def _text_inputs(self, messages: list[dict]):
+        return self.tokenizer.apply_chat_template(text_only_messages(messages), add_generation_prompt=True,
+                                                  return_tensors="pt", return_dict=True, **self._template_kw())
+
+    # ---- ChatBackend ------------------------------------------------------------------------
+
+    def warm_up(self) -> None:
+        """One tiny generation: the first one in a process pays kernel initialisation (seconds on a CPU), which
+        must not come out of the first turn's budget; so does the grammar engine's view of the vocabulary."""
+        if self.grammars is not None:
+            self.grammars.prepare()
+        self.complete([{"role": "user", "content": "Hello"}], max_tokens=1)
+
+    def _acquire(self, scope) -> None:
+        """The model's lock, given up (as a cancellation) when the turn ends while waiting for it."""
+        while not self._lock.acquire(timeout=0.05):
+            if scope is not None and scope.cancelled:
+                raise ReplyCancelled("the turn ended while waiting for the model (another generation held it)")
+
+    def _inputs(self, messages: list[dict], max_tokens: int):
+        import torch
+
+        try:
+            inputs = self._vision_inputs(messages) if self.is_vision else self._text_inputs(messages)
+        except Exception as e:  # noqa: BLE001 - a template that rejects the messages
+            raise BackendError(f"the chat template of {self.source.name} failed: {type(e).__name__}: {e}") from e
+        n_in = int(inputs["input_ids"].shape[1])
+        if self.n_ctx and n_in + max_tokens > self.n_ctx:
+            raise BackendError(f"the prompt has {n_in} tokens; with max_tokens {max_tokens} it exceeds the context "
+                               f"size of {self.n_ctx} (n_ctx)")
+        inputs = inputs.to(self.device)
+        if "token_type_ids" in inputs and "token_type_ids" not in self._forward_params:
+            inputs.pop("token_type_ids")
+        if self.is_vision and "pixel_values" in inputs and self.model.dtype != torch.float32:
+            inputs["pixel_values"] = inputs["pixel_values"].to(self.model.dtype)
+        return inputs, n_in
+
+    def _generation_options(self, max_tokens: int, temperature: float, schema: dict | None, stopping: Any) -> dict:
+        """generate() keywords: sampling, padding, and for a schema its grammar and the tokens that end it."""
+        gen: dict[str, Any] = {"max_new_tokens": max_tokens, "stopping_criteria": stopping}
+        if temperature and temperature > 0:
+            gen.update(do_sample=True, temperature=float(temperature))
+        else:
+            gen.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        pad = getattr(self.tokenizer, "pad_token_id", None)
+        if pad is None:
+            pad = getattr(self.tokenizer, "eos_token_id", None)
+        if pad is not None:
+            gen["pad_token_id"] = pad
+        if schema is not None and self.grammars is not None:
+            gen["logits_processor"] = [self.grammars.logits_processor(schema)]
+            gen["eos_token_id"] = self.grammars.stop_ids  # after the grammar's end only these are allowed
+        return gen
+
+    def _generate(self, inputs: Any, gen: dict) -> tuple[Any, int]:
+        """generate(), resuming from the prefix cache when the prompt is token ids only (a prompt with an image is
+        computed whole: its image tokens' KV depend on the pixels). Returns the sequences and the prompt tokens
+        that came from the cache. The filled cache is stored only after a generation that finished."""
+        cacheable = self.prefix_cache.max_bytes > 0 and set(inputs.keys()) <= {"input_ids", "attention_mask"}
+        if not cacheable:
+            return self.model.generate(**inputs, **gen), 0
+        ids = inputs["input_ids"][0].tolist()
+        cache, n_cached = self.prefix_cache.lookup(ids)
+        cache = cache if cache is not None else self.prefix_cache.empty()
+        out = self.model.generate(**inputs, **gen, past_key_values=cache)
+        self.prefix_cache.store(out[0, :cache.get_seq_length()].tolist(), cache)
+        return out, n_cached
+
+    def complete(self, messages: list[dict], tools: list[dict] | None = None, max_tokens: int = 512,
+                 temperature: float = 0.0, response_schema: dict | None = None) -> ChatReply:
+        import torch
+        from transformers import StoppingCriteria, StoppingCriteriaList
+
+        cancel = self._cancel
+        latest: dict[str, Any] = {}  # the sequence so far, for a generation interrupted mid-forward
+
+        class StopWhenCancelled(StoppingCriteria):
+            def __call__(self, input_ids, scores, **kw):
+                latest["ids"] = input_ids
+                return torch.full((input_ids.shape[0],), cancel.is_set(), dtype=torch.bool, device=input_ids.device)
+
+        t0 = time.perf_counter()
+        scope = current_scope()
+        schema = response_schema["schema"] if response_schema and self.grammars is not None else None
+        mode: DecisionMode | None = "structured" if schema is not None else None
+        self._acquire(scope)
+        token = None
+        try:
+            cancel.clear()
+            token = scope.on_cancel(cancel.set) if scope is not None else None
+            inputs, n_in = self._inputs(messages, max_tokens)
+            gen = self._generation_options(max_tokens, temperature, schema, StoppingCriteriaList([StopWhenCancelled()]))
+            try:
+                with torch.inference_mode():
+                    out, n_cached = self._generate(inputs, gen)
+            except _Interrupted:
+                # the layer hook stopped a forward pass: in the prefill, or in a later token's step
+                done = latest["ids"][0, n_in:] if "ids" in latest else None
+                where = "during generation" if done is not None else "during the prompt's prefill"
+                raise ReplyCancelled(f"the turn ended {where}", ChatReply(
+                    text=self.tokenizer.decode(done, skip_special_tokens=True).strip() if done is not None else "",
+                    usage=Usage(input_tokens=n_in, output_tokens=int(done.shape[0]) if done is not None else None),
+                    finish_reason="cancelled", latency_ms=(time.perf_counter() - t0) * 1000.0,
+                    model=self.name, mode=mode, prompt_ids=inputs["input_ids"][0].tolist())) from None
+            except Exception as e:  # noqa: BLE001
+                raise BackendError(f"local generation with {self.source} failed: {type(e).__name__}: {e}") from e
+            reply = self._reply(out[0, n_in:], n_in, max_tokens, gen, t0, mode)
+            reply.usage.cached_tokens = n_cached
+            reply.prompt_ids = inputs["input_ids"][0].tolist()  # the trace's prefix measurement, in tokens
+            if cancel.is_set():
+                raise ReplyCancelled("the turn ended during generation",
+                                     reply.model_copy(update={"finish_reason": "cancelled"}))
+            return reply
+        finally:
+            if scope is not None:
+                scope.remove(token)
+            self._lock.release()
+
+    def _reply(self, new: Any, n_in: int, max_tokens: int, gen: dict, t0: float,
+               mode: DecisionMode | None) -> ChatReply:
+        """The reply of a finished generation. "stop" when it ended on a stop token (for a schema: the grammar was
+        complete) or before max_tokens; "length" when max_tokens cut it (a constrained reply is then unfinished
+        JSON, and the caller records it as unusable)."""
+        stops = gen.get("eos_token_id") or [self.tokenizer.eos_token_id]
+        n_out = int(new.shape[0])
+        ended = bool(n_out) and int(new[-1]) in stops
+        finish = "stop" if ended or n_out < max_tokens else "length"
+        text = self.tokenizer.decode(new, skip_special_tokens=True).strip()
+        return ChatReply(text=text, usage=Usage(input_tokens=n_in, output_tokens=n_out), finish_reason=finish,
+                         latency_ms=(time.perf_counter() - t0) * 1000.0, model=self.name, mode=mode)
+
+
+__all__ = ["TransformersVLMBackend", "converted_gguf", "is_vision_config", "message_text"]

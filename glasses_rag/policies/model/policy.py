@@ -1,0 +1,183 @@
+"""The model policy: any chat backend (vLLM or another OpenAI-compatible server, transformers, llama.cpp) as a
+`glasses_rag.policies.protocol.Policy`, plus its self-check verifier (glasses_rag/policies/model/verify.py).
+
+Each request is the turn's transcript (glasses_rag/policies/model/prompts.py: the same system text, tools, photo and question
+first, the finished calls and their results after, what is asked now last) constrained as strongly as the backend
+allows: a JSON schema of the decision (one branch per allowed tool with that tool's argument schema, and one
+branch that answers with the answer itself, so deciding to answer costs no second round trip), else the tools as
+native functions plus `final_answer`, else JSON asked for in the text. Replies are read by glasses_rag/policies/model/replies.py;
+every request is reported as a ModelCall (tokens, latency, finish reason, raw reply, mode, prompt blocks).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from glasses_rag.models.vlm import ModelConfig, make_backend, parse_spec
+from glasses_rag.models.vlm.base import ChatBackend, ChatReply, complete_and_report
+from glasses_rag.policies.model.prompts import PROMPTS_DIR, Format, Prompts, load_prompt  # noqa: F401 - re-exported
+from glasses_rag.policies.model.replies import (  # noqa: F401 - re-exported for callers and tests
+    ANSWER_SCHEMA,
+    FINAL_ANSWER_TOOL,
+    answer_from_text,
+    decision_from_obj,
+    decision_from_reply,
+    decision_schema,
+    max_json_chars,
+)
+from glasses_rag.policies.model.verify import ModelVerifier, combine_verdict  # noqa: F401 - re-exported
+from glasses_rag.policies.protocol import IDK, AnswerDraft, Decision, PolicyReplyError, PolicyView, ToolSpec
+
+log = logging.getLogger(__name__)
+
+
+class ModelPolicy:
+    """A glasses_rag.policies.protocol.Policy over any ChatBackend.
+
+    Backend failures and unparseable replies raise: the graph records them as `policy_error` steps (and the
+    answer step as "I don't know"). `modes` are the reply constraints the policy may offer, strongest first (see
+    ModelConfig.decision_mode); each request uses the strongest the backend supports at that moment (a server that
+    rejected one is not offered it again)."""
+
+    def __init__(self, backend: ChatBackend, name: str | None = None, *, max_tokens: int = 512,
+                 temperature: float = 0.0, native_tools: bool | None = None, max_evidence: int = 5,
+                 evidence_chars: int = 300, image_max_side: int = 1024, prompts_dir: Path | None = None,
+                 modes: tuple[str, ...] = ("structured", "native_tools", "json_text"), verify_max_tokens: int = 256,
+                 prompt_profile: str = "full"):
+        self.backend = backend
+        self.name = name or f"vlm:{getattr(backend, 'name', type(backend).__name__)}"
+        self.max_tokens = max_tokens
+        self.verify_max_tokens = min(verify_max_tokens, max_tokens)
+        self.temperature = temperature
+        if native_tools is False:
+            modes = tuple(m for m in modes if m != "native_tools")
+        elif native_tools and "native_tools" not in modes:
+            modes = ("native_tools", *modes)
+        self.modes = modes
+        self.prompts = Prompts(prompts_dir, sees_images=self.sees_images, image_max_side=image_max_side,
+                               max_hits=max_evidence, evidence_chars=evidence_chars, profile=prompt_profile)
+
+    def warm_up(self) -> None:
+        """Let an in-process backend initialise before the first turn (build_agent calls this)."""
+        warm = getattr(self.backend, "warm_up", None)
+        if callable(warm):
+            warm()
+
+    @property
+    def sees_images(self) -> bool:
+        return bool(getattr(self.backend, "supports_images", True))
+
+    def mode(self) -> str:
+        """The reply constraint a decision gets now: structured, native_tools or json_text."""
+        b = self.backend
+        if "structured" in self.modes and getattr(b, "supports_structured", False):
+            return "structured"
+        if "native_tools" in self.modes and getattr(b, "supports_native_tools", False):
+            return "native_tools"
+        return "json_text"
+
+    def format(self) -> Format:
+        return "native" if self.mode() == "native_tools" else "json"
+
+    # ---- requests ---------------------------------------------------------------------------------------------
+
+    def request(self, purpose: str, messages: list[dict], schema: dict | None = None,
+                tools: list[dict] | None = None, max_tokens: int | None = None) -> ChatReply:
+        """One backend request with the constraint this policy may offer, reported as a ModelCall."""
+        return complete_and_report(
+            self.backend, purpose, messages,
+            response_schema=schema if "structured" in self.modes else None,
+            tools=tools if "native_tools" in self.modes else None,
+            max_tokens=self.token_cap(schema, max_tokens or self.max_tokens), temperature=self.temperature,
+            prompt_profile=self.prompts.profile.name)
+
+    def token_cap(self, schema: dict | None, max_tokens: int) -> int:
+        """The token cap of a request: at least the longest reply its schema allows when a grammar enforces it
+        (every text field is bounded, graph/model_replies.py), so a constrained reply always finishes and parses;
+        a reply cut by the cap could not be read. Replies end at the grammar's end, so a higher cap costs nothing
+        unless the model writes a field to its bound."""
+        if schema is None or self.mode() != "structured":
+            return max_tokens
+        longest = max_json_chars(schema)
+        return max(max_tokens, int(longest)) if longest != float("inf") else max_tokens
+
+    def ask(self, purpose: str, view: PolicyView, image: Any, text: str, schema: dict | None,
+            max_tokens: int | None = None) -> ChatReply:
+        """The turn's transcript with `text` asked last, constrained to `schema` (or plain JSON in the text)."""
+        messages = self.prompts.ask(self.prompts.transcript(view, image, self.format()), text)
+        return self.request(purpose, messages, schema=schema, max_tokens=max_tokens)
+
+    # ---- Policy protocol ------------------------------------------------------------------------------------
+
+    def decide(self, view: PolicyView, image: Any = None) -> Decision:
+        fmt = self.format()
+        reply = self._decide(view, image, fmt)
+        try:
+            return answer_instead_of_a_repeat(decision_from_reply(reply), view)
+        except PolicyReplyError:
+            if fmt == self.format():
+                raise
+        # the server refused the tools just now, and its fallback reply to a prompt written for native calls
+        # could not be read: ask once more, in the shape it takes
+        return answer_instead_of_a_repeat(decision_from_reply(self._decide(view, image, self.format())), view)
+
+    def decide_messages(self, view: PolicyView, image: Any, fmt: Format) -> list[dict]:
+        """The messages of a decision request: the turn's transcript with the decide instruction last (also what
+        glasses_rag.training.export renders as a training prompt, so training and inference see the same text)."""
+        return self.prompts.ask(self.prompts.transcript(view, image, fmt), self.prompts.decide_text(view))
+
+    def _decide(self, view: PolicyView, image: Any, fmt: Format) -> ChatReply:
+        messages = self.decide_messages(view, image, fmt)
+        if fmt == "native":
+            return self.request("decide", messages, tools=[*(t.json_schema for t in view.tools), FINAL_ANSWER_TOOL])
+        schema = decision_schema(callable_again(view)) if self.mode() == "structured" else None
+        return self.request("decide", messages, schema=schema)
+
+    def answer(self, view: PolicyView, image: Any = None) -> AnswerDraft:
+        """A separate answer request: only when the step budget ran out or the turn was stopped."""
+        text = self.prompts.render("vlm_answer", idk=IDK)
+        return answer_from_text(self.ask("answer", view, image, text, ANSWER_SCHEMA).text)
+
+    def verifier(self, mode: str = "single") -> ModelVerifier:
+        return ModelVerifier(self, mode)
+
+
+def callable_again(view: PolicyView) -> list[ToolSpec]:
+    """The tools a decision schema offers: a tool without arguments that already ran could only repeat that call
+    (the system text still lists every tool, so the prompt's prefix does not change)."""
+    ran = {s.tool for s in view.done if not s.arguments}
+    return [t for t in view.tools if t.name not in ran or _takes_arguments(t)]
+
+
+def _takes_arguments(tool: ToolSpec) -> bool:
+    return bool(tool.json_schema.get("function", {}).get("parameters", {}).get("properties"))
+
+
+def answer_instead_of_a_repeat(decision: Decision, view: PolicyView) -> Decision:
+    """A call that already ran with the same arguments would only return the same result: a model that repeats
+    itself is looping, so the turn goes on to its answer step instead (no tool runs, the step budget is kept)."""
+    if decision.action != "call_tool" or decision.parallel or decision.tool is None:
+        return decision
+    if not view.ran_call(decision.tool, decision.arguments):
+        return decision
+    return Decision(action="answer", rationale=f"repeated {decision.tool}({decision.arguments}), which already ran: "
+                    f"answering now (model's rationale: {decision.rationale})")
+
+
+_POLICY_OPTS = {"max_evidence", "evidence_chars", "prompts_dir"}
+
+
+def make_model_policy(spec: str | ModelConfig, **opts: Any) -> ModelPolicy:
+    """A ModelPolicy from a spec string (openai:<url>#<model>, transformers:<folder>, llamacpp:<file.gguf>, a
+    .json/.toml config file) or a ModelConfig. `opts` override config fields or set policy options."""
+    cfg = spec if isinstance(spec, ModelConfig) else parse_spec(spec)
+    overrides = {k: opts.pop(k) for k in list(opts) if k in ModelConfig.model_fields and opts[k] is not None}
+    if overrides:
+        cfg = ModelConfig.model_validate({**cfg.model_dump(exclude_unset=True), **overrides})
+    policy_opts = {k: opts.pop(k) for k in list(opts) if k in _POLICY_OPTS}
+    backend = make_backend(cfg, **opts)
+    return ModelPolicy(backend, name=cfg.name, max_tokens=cfg.max_tokens, temperature=cfg.temperature,
+                       image_max_side=cfg.image_max_side, modes=cfg.decision_modes(),
+                       prompt_profile=cfg.prompt_profile, **policy_opts)

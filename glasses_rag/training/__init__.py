@@ -1,0 +1,3 @@
+"""The training road: traces -> training examples that are the inference prompt (`glasses_rag.training.export`), chat templates
+that train (`glasses_rag.training.templates`), LoRA fine-tuning with TRL (`glasses_rag.training.finetune`). Above the agent (`graph`), whose
+prompt code it reuses; below the benchmarks (`benchmarks.distill` runs the whole road)."""

@@ -1,0 +1,510 @@
+"""Training examples that are the inference prompt: one example per decision step of a turn, rendered by the model
+policy's own prompt code, in TRL's conversational prompt-completion format.
+
+    python -m glasses_rag.training.export --run traces/runs/<run_id> --out sft.jsonl [--wrong idk|drop|keep] [--keep all]
+    python -m glasses_rag.training.export --superglasses annotations.jsonl --out sft.jsonl
+
+Each line (TRL docs, "Dataset formats and types": conversational prompt-completion; SFTTrainer then computes the
+loss on the completion only):
+
+    {"prompt": [<the messages the model policy sends for this decision: system text with the tools and the reply
+                 format, the turn, each earlier call and its result as the model saw them, the decide instruction>],
+     "completion": [{"role": "assistant", "content": <the decision, as the model should write it>}],
+     "images": [<path of the turn's photo>]        (only with --images: TRL's vision format, the user turn then
+                                                    holds {"type": "image"} where the photo goes)
+     "tools": [<function specs>]                   (only with --mode native)
+     "meta": {"session_id", "interaction_id", "step", "label"}}
+
+The prompt is what `glasses_rag.policies.model.policy.ModelPolicy.decide_messages` renders from the view the policy had at that
+step, rebuilt from the trace (the calls' recorded state updates, typed again; evidence as the prompt shows it, not
+the trace's one-line summaries). The completion is the decision in the mode the model will run: `structured`
+(default) is the compact JSON the decision schema's grammar lets the model write (keys in schema order, no free
+whitespace but the one space after ':' and ',' that xgrammar's compact JSON writes), each tool call one decision (calls the teacher ran together become consecutive decisions, each
+seeing the previous one's result), the last decision the answer itself; `native` is an assistant tool call (the
+`final_answer` function to answer).
+
+Labels (from the run's scores): a turn judged correct keeps the teacher's answer; a turn the teacher answered
+"I don't know" is an abstention example; a turn judged wrong becomes an abstention example (`--wrong idk`,
+default), is dropped (`drop`) or kept as answered (`keep`). `--keep all` ignores the scores (an unscored run).
+Calls the registry refused (an unknown tool, bad arguments) are left out with their results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from glasses_rag.core.files import write_atomic
+from glasses_rag.policies.model.policy import FINAL_ANSWER_TOOL, Format, ModelPolicy
+from glasses_rag.policies.model.replies import ANSWER_CHARS, FINAL_ANSWER, NAME_CHARS, SENTENCE_CHARS
+from glasses_rag.policies.model.verify import ModelVerifier
+from glasses_rag.policies.protocol import IDK, PolicyView, StepSummary, ToolSpec
+from glasses_rag.policies.self_check import lexical_support
+from glasses_rag.superglasses.logs import IMAGE, NOT_DISPATCHED, TEXT, SGLog, import_logs, read_run
+from graph.state import tool_spec
+from tools import default_registry
+from tools.base import Hit, HistoryTurn, field_adapter
+from tools.image_search import NO_MATCH
+from tools.web_search import NO_PAGES
+from traces.schema import AnswerEvent, ToolCallEvent, TurnTrace
+
+Mode = Literal["structured", "native"]
+Wrong = Literal["idk", "drop", "keep"]
+Counterfactual = Literal["swap", "empty", "no-web"]
+# What each counterfactual does to an answered turn; the turn ends right after the changed call, and the evidence
+# shown then does not support the teacher's answer, so the decision to learn is "I don't know":
+COUNTERFACTUALS: dict[str, str] = {
+    "swap": "the image search's results replaced by those of another turn picturing another entity (one whose "
+            "results do not contain the teacher's answer)",
+    "empty": "the image search found nothing",
+    "no-web": "the web search found nothing",
+}
+SUPERGLASSES_TASK = 2  # SuperGlasses questions are single-turn with web search allowed
+_NO_IMAGE = object()  # stands for "the turn had a photo" when the model is text-only (the prompt only says so)
+
+
+class ExportOptions(BaseModel):
+    """How examples are rendered and labelled; the policy options must match the ones the model will run with."""
+
+    mode: Mode = Field("structured", description="structured: JSON decisions (the grammar-constrained mode); "
+                       "native: assistant tool calls.")
+    wrong: Wrong = Field("idk", description="A turn judged wrong: relabelled \"I don't know\", dropped, or kept.")
+    keep_all: bool = Field(False, description="Ignore the scores: every turn as the teacher answered it.")
+    abstentions: bool = Field(True, description="Keep the teacher's \"I don't know\" turns as abstention examples.")
+    tools: list[str] | None = Field(None, description="The tools the model is offered (default: the task's).")
+    profile: str = Field("crag-mm", description="The tools' benchmark profile (graph.config.ToolsConfig.profile).")
+    sees_images: bool = Field(False, description="The model sees the photo (a VLM); False: text-only prompts.")
+    budget_s: float | None = Field(None, description="The budget the prompt states (default: the trace's).")
+    policy: dict[str, Any] = Field(default_factory=dict, description="ModelPolicy options (max_evidence, "
+                                   "evidence_chars, prompts_dir, ...), as the evaluated model policy gets them.")
+    counterfactual: float = Field(1.0, ge=0, description="Counterfactual abstention examples per answered turn: "
+                                  "the turn with the evidence it answered from withheld or replaced (see "
+                                  "counterfactual_kinds), the target \"I don't know\"; 0: none.")
+    counterfactual_kinds: list[Counterfactual] = Field(default_factory=lambda: list(COUNTERFACTUALS),
+                                                       description="Which counterfactuals to make (see COUNTERFACTUALS).")
+    self_check: bool = Field(True, description="Self-check examples: the verification request the model policy "
+                             "sends for a draft (graph.model_verify), a supported draft -> supported, an "
+                             "unsupported one (a counterfactual's, a turn judged wrong) -> not supported.")
+
+
+class Example(BaseModel):
+    """One decision step in TRL's conversational prompt-completion format, plus where it came from."""
+
+    prompt: list[dict[str, Any]]
+    completion: list[dict[str, Any]]
+    images: list[str] | None = None
+    tools: list[dict[str, Any]] | None = None
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+    def line(self) -> str:
+        return json.dumps(self.model_dump(mode="json", exclude_none=True), ensure_ascii=False)
+
+
+class _Renderer:
+    """A backend that is never called: it only tells the model policy what the model supports, so the policy
+    renders its prompts exactly as it would for that model."""
+
+    def __init__(self, sees_images: bool, mode: Mode):
+        self.name = "training-export"
+        self.supports_images = sees_images
+        self.supports_structured = mode == "structured"
+        self.supports_native_tools = mode == "native"
+
+
+def policy_for(opts: ExportOptions) -> ModelPolicy:
+    modes = ("structured", "json_text") if opts.mode == "structured" else ("native_tools", "json_text")
+    return ModelPolicy(_Renderer(opts.sees_images, opts.mode), modes=modes, **opts.policy)  # type: ignore[arg-type]
+
+
+def task_tools(task: int, opts: ExportOptions) -> list[ToolSpec]:
+    return [tool_spec(t) for t in default_registry().for_task(task, opts.tools, opts.profile)]
+
+
+# ---- completions ------------------------------------------------------------------------------------------------
+
+
+def _ordered(arguments: dict[str, Any], spec: ToolSpec | None) -> dict[str, Any]:
+    """Arguments in the order of the tool's schema (the grammar writes properties in that order)."""
+    props = list((spec.json_schema.get("function", {}).get("parameters", {}).get("properties") or {}) if spec else [])
+    return {**{k: arguments[k] for k in props if k in arguments}, **{k: v for k, v in arguments.items() if k not in props}}
+
+
+def _fit(text: str | None, n: int) -> str | None:
+    """A text cut to its field's bound in the reply schema (the grammar would not let the model write more)."""
+    return text if text is None or len(text) <= n else text[:n]
+
+
+def call_completion(tool: str, arguments: dict[str, Any], spec: ToolSpec | None, mode: Mode) -> dict[str, Any]:
+    args = {k: _fit(v, SENTENCE_CHARS) if isinstance(v, str) else v for k, v in _ordered(arguments, spec).items()}
+    if mode == "native":
+        return {"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": tool, "arguments": json.dumps(args, ensure_ascii=False)}}]}
+    obj = {"action": "call_tool", "tool": tool, "arguments": args, "rationale": ""}
+    return {"role": "assistant", "content": json.dumps(obj, ensure_ascii=False)}
+
+
+def answer_completion(answer: str, confidence: float, entity: str | None, mode: Mode) -> dict[str, Any]:
+    fields = {"answer": _fit(answer, ANSWER_CHARS), "confidence": round(float(confidence), 2),
+              "entity": _fit(entity, NAME_CHARS), "rationale": ""}
+    if mode == "native":
+        return {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {
+            "name": FINAL_ANSWER, "arguments": json.dumps(fields, ensure_ascii=False)}}]}
+    return {"role": "assistant", "content": json.dumps({"action": "answer", **fields}, ensure_ascii=False)}
+
+
+# ---- from a trace -------------------------------------------------------------------------------------------
+
+
+def dispatched(trace: TurnTrace) -> list[ToolCallEvent]:
+    return [ev for ev in trace.tool_calls() if ev.error is None or ev.error.kind not in NOT_DISPATCHED]
+
+
+def summary_of(ev: ToolCallEvent) -> StepSummary:
+    """A traced call as the policy saw it in `view.done`: its update typed again (Hit, Box, Fact)."""
+    update = {}
+    for name, value in ev.update.items():
+        try:
+            update[name] = field_adapter(name).validate_python(value)
+        except (KeyError, ValueError):  # a field this code does not know: shown as the summary only
+            continue
+    error = f"{ev.error.kind}: {ev.error.message}" if ev.error else None
+    return StepSummary(tool=ev.tool, arguments=dict(ev.arguments), summary=ev.summary or "", error=error,
+                       update=update, parallel_with=ev.parallel_with)
+
+
+def label(trace: TurnTrace, opts: ExportOptions) -> tuple[str, str] | None:
+    """(answer to teach, why) for a turn, or None when the turn is left out."""
+    if trace.error or trace.ended_by == "error":
+        return None
+    if opts.keep_all:
+        return trace.answer, "teacher"
+    if trace.abstained or trace.score == "missing":
+        return (IDK, "teacher-idk") if opts.abstentions else None
+    if trace.score == "correct":
+        return trace.answer, "correct"
+    if trace.score == "incorrect" and opts.wrong != "drop":
+        return (IDK, "wrong-as-idk") if opts.wrong == "idk" else (trace.answer, "wrong-kept")
+    return None
+
+
+def turn_view(trace: TurnTrace, history: list[HistoryTurn], tools: list[ToolSpec], done: list[StepSummary],
+              opts: ExportOptions) -> PolicyView:
+    """The view the policy had before its decision number len(done) (the budget as the turn started)."""
+    return PolicyView(task=trace.task, question=trace.question, history=history, has_image=trace.has_image,
+                      tools=tools, done=done, remaining_steps=max(0, trace.max_steps - len(done)),
+                      remaining_s=opts.budget_s or trace.budget_s)
+
+
+def examples_from_trace(trace: TurnTrace, history: list[HistoryTurn], policy: ModelPolicy, opts: ExportOptions,
+                        image: str | None = None) -> list[Example]:
+    """One example per decision of a kept turn: each dispatched tool call, then the answer."""
+    target = label(trace, opts)
+    if target is None:
+        return []
+    answer, why = target
+    tools = task_tools(trace.task, opts)
+    specs = {t.name: t for t in tools}
+    calls = dispatched(trace)
+    ans = next((ev for ev in reversed(trace.steps) if isinstance(ev, AnswerEvent)), None)
+    idk = answer == IDK
+    entity = None if idk else (trace.entity or (ans.entity if ans else None))
+    conf = 0.0 if idk else (trace.confidence if trace.confidence is not None else 1.0)
+    targets = [call_completion(ev.tool, ev.arguments, specs.get(ev.tool), opts.mode) for ev in calls]
+    targets.append(answer_completion(answer, conf, entity, opts.mode))
+    done = [summary_of(ev) for ev in calls]
+    meta = {"session_id": trace.session_id, "interaction_id": trace.interaction_id, "task": trace.task, "label": why}
+    return [render(turn_view(trace, history, tools, done[:i], opts), policy, opts, completion, image,
+                   {**meta, "step": i}) for i, completion in enumerate(targets)]
+
+
+def render(view: PolicyView, policy: ModelPolicy, opts: ExportOptions, completion: dict[str, Any], image: str | None,
+           meta: dict[str, Any]) -> Example:
+    """The policy's own decision request for `view` as an example; with an image path, TRL's vision format."""
+    shown: Any = None
+    if view.has_image:
+        shown = _image(image) if opts.sees_images and image else _NO_IMAGE
+    fmt: Format = "native" if opts.mode == "native" else "json"
+    prompt = policy.decide_messages(view, None if shown is _NO_IMAGE and opts.sees_images else shown, fmt)
+    images = None
+    if opts.sees_images and image and view.has_image:
+        prompt, images = [_image_placeholder(m) for m in prompt], [image]
+    tools = [*(t.json_schema for t in view.tools), FINAL_ANSWER_TOOL] if opts.mode == "native" else None
+    return Example(prompt=prompt, completion=[completion], images=images, tools=tools, meta=meta)
+
+
+def _image(path: str) -> Any:
+    from PIL import Image
+
+    with Image.open(path) as im:
+        return im.convert("RGB")
+
+
+def _image_placeholder(message: dict[str, Any]) -> dict[str, Any]:
+    """A user message's data-URL image part as TRL's `{"type": "image"}` (the image is in the `images` column)."""
+    content = message.get("content")
+    if not isinstance(content, list):
+        return message
+    parts = [{"type": "image"} if p.get("type") == "image_url" else p for p in content]
+    return {**message, "content": parts}
+
+
+def examples_from_run(traces: list[TurnTrace], opts: ExportOptions, images: dict[str, str] | None = None) -> list[Example]:
+    """Every kept turn's examples; a turn's history is its conversation's earlier turns as the agent answered."""
+    policy = policy_for(opts)
+    by_session: dict[str, list[TurnTrace]] = {}
+    for t in traces:
+        by_session.setdefault(t.session_id, []).append(t)
+    donors = image_results(traces)
+    out = []
+    for sid, turns in by_session.items():
+        turns.sort(key=lambda t: t.turn_index)
+        for i, t in enumerate(turns):
+            history = [HistoryTurn(question=p.question, answer=p.answer, entity=p.entity) for p in turns[:i]]
+            image = (images or {}).get(sid)
+            out += examples_from_trace(t, history, policy, opts, image)
+            out += counterfactual_examples(t, history, policy, opts, donors, image)
+            if opts.self_check:
+                out += self_check_examples(t, history, policy, opts, image)
+    return out
+
+
+# ---- counterfactual abstentions and self-checks ---------------------------------------------------------------
+
+
+def _unit(*parts: str) -> float:
+    """A number in [0, 1) fixed by `parts` (which turns get a counterfactual, and which donor: reproducible)."""
+    return int(hashlib.sha256("|".join(parts).encode()).hexdigest()[:12], 16) / 16 ** 12
+
+
+def _top_entity(step: StepSummary) -> str | None:
+    hits = [h for h in step.update.get("evidence") or [] if isinstance(h, Hit)]
+    return (hits[0].entity_name or hits[0].url) if hits else None
+
+
+def image_results(traces: list[TurnTrace]) -> list[tuple[str, StepSummary]]:
+    """Every image search of the run that found something, with its session: the donors of `swap`."""
+    out = []
+    for t in traces:
+        for ev in dispatched(t):
+            step = summary_of(ev)
+            if ev.tool == "image_search" and not step.error and _top_entity(step):
+                out.append((t.session_id, step))
+    return out
+
+
+def answered(trace: TurnTrace, opts: ExportOptions) -> str | None:
+    """The teacher's answer when the export teaches it (a turn whose label is an answer), else None."""
+    target = label(trace, opts)
+    return target[0] if target and target[0] != IDK else None
+
+
+def counterfactuals(trace: TurnTrace, opts: ExportOptions, donors: list[tuple[str, StepSummary]]
+                    ) -> list[tuple[str, list[StepSummary]]]:
+    """(kind, the calls the model saw, the last one changed) for this turn's counterfactuals: `counterfactual`
+    per answered turn (the fraction by a hash of the turn), kinds and donors picked by hashes too. A turn
+    without a call a kind changes gets none of that kind."""
+    answer = answered(trace, opts)
+    if answer is None or opts.counterfactual <= 0:
+        return []
+    calls = [summary_of(ev) for ev in dispatched(trace)]
+    made: dict[str, list[StepSummary]] = {}
+    for kind in opts.counterfactual_kinds:
+        tool = "web_search" if kind == "no-web" else "image_search"
+        at = next((i for i, c in enumerate(calls) if c.tool == tool and not c.error), None)
+        if at is None:
+            continue
+        if kind == "swap":
+            own = _top_entity(calls[at])
+            fits = [step for sid, step in donors if sid != trace.session_id and _top_entity(step) != own
+                    and lexical_support(answer, [h.text() for h in step.update["evidence"]])[0] < 0.5]
+            if not fits:
+                continue
+            donor = fits[int(_unit(trace.interaction_id, "donor") * len(fits))]
+            changed = calls[at].model_copy(update={"update": donor.update, "summary": donor.summary})
+        else:
+            changed = calls[at].model_copy(update={"update": {"evidence": []},
+                                                   "summary": NO_PAGES if kind == "no-web" else NO_MATCH})
+        made[kind] = [*calls[:at], changed]
+    n = int(opts.counterfactual) + (_unit(trace.interaction_id, "count") < opts.counterfactual % 1)
+    order = sorted(made, key=lambda k: _unit(trace.interaction_id, k))
+    return [(k, made[k]) for k in order[:n]]
+
+
+def counterfactual_examples(trace: TurnTrace, history: list[HistoryTurn], policy: ModelPolicy, opts: ExportOptions,
+                            donors: list[tuple[str, StepSummary]], image: str | None = None) -> list[Example]:
+    """For each counterfactual of the turn: the decision after the changed call, "I don't know"; with
+    `self_check`, also the verification of the teacher's answer against that evidence: not supported."""
+    answer = answered(trace, opts)
+    tools = task_tools(trace.task, opts)
+    meta = {"session_id": trace.session_id, "interaction_id": trace.interaction_id, "task": trace.task}
+    out = []
+    for kind, done in counterfactuals(trace, opts, donors):
+        view = turn_view(trace, history, tools, done, opts)
+        out.append(render(view, policy, opts, answer_completion(IDK, 0.0, None, opts.mode), image,
+                          {**meta, "label": f"counterfactual-{kind}", "step": len(done)}))
+        if opts.self_check and answer is not None:
+            out.append(render_check(view, policy, opts, answer, False, image,
+                                    {**meta, "label": f"check-counterfactual-{kind}", "step": len(done)}))
+    return out
+
+
+def self_check_examples(trace: TurnTrace, history: list[HistoryTurn], policy: ModelPolicy, opts: ExportOptions,
+                        image: str | None = None) -> list[Example]:
+    """The verification request for the teacher's draft with all of the turn's evidence: supported when the turn
+    was judged correct, not supported when judged wrong (an abstention is never verified: the graph skips it)."""
+    if trace.error or trace.ended_by == "error" or trace.abstained or not trace.answer or trace.answer == IDK:
+        return []
+    if trace.score not in ("correct", "incorrect"):
+        return []
+    done = [summary_of(ev) for ev in dispatched(trace)]
+    view = turn_view(trace, history, task_tools(trace.task, opts), done, opts)
+    meta = {"session_id": trace.session_id, "interaction_id": trace.interaction_id, "task": trace.task,
+            "label": f"check-{trace.score}", "step": len(done)}
+    return [render_check(view, policy, opts, trace.answer, trace.score == "correct", image, meta)]
+
+
+def check_completion(supported: bool) -> dict[str, Any]:
+    """The verdict as the verification schema's grammar writes it (no verification questions: the short form a
+    small model can afford; graph.model_verify reads "supported" and "confidence")."""
+    obj = {"verifications": [], "supported": supported, "confidence": 1.0 if supported else 0.0, "reason": ""}
+    return {"role": "assistant", "content": json.dumps(obj)}
+
+
+def render_check(view: PolicyView, policy: ModelPolicy, opts: ExportOptions, draft: str, supported: bool,
+                 image: str | None, meta: dict[str, Any]) -> Example:
+    """The verifier's own request (graph.model_verify.ModelVerifier.cove_messages) for `draft` after `view`."""
+    shown: Any = None
+    if view.has_image:
+        shown = _image(image) if opts.sees_images and image else _NO_IMAGE
+    prompt = ModelVerifier(policy).cove_messages(view, _fit(draft, ANSWER_CHARS) or "",
+                                                 None if shown is _NO_IMAGE and opts.sees_images else shown)
+    images = None
+    if opts.sees_images and image and view.has_image:
+        prompt, images = [_image_placeholder(m) for m in prompt], [image]
+    return Example(prompt=prompt, completion=[check_completion(supported)], images=images,
+                   meta={**meta, "purpose": "verify"})
+
+
+# ---- from SuperGlasses annotations ------------------------------------------------------------------------------
+
+
+def trace_from_superglasses(log: SGLog) -> TurnTrace | None:
+    """An annotated trajectory as a scored turn trace (each search hop a call whose result is the annotated
+    snippet, the ground truth the answer), so it renders exactly like a run's turn. None without a question or a
+    ground truth."""
+    if not log.question or not log.ground_truth:
+        return None
+    steps: list[Any] = []
+    for i, hop in enumerate(log.hops):
+        if hop.tool_used == IMAGE:
+            steps.append(ToolCallEvent(index=i, tool="image_search", summary=hop.search_result_snippet or ""))
+        elif hop.tool_used == TEXT:
+            query = hop.search_keywords or hop.sub_question or log.question
+            steps.append(ToolCallEvent(index=i, tool="web_search", arguments={"query": query},
+                                       summary=hop.search_result_snippet or ""))
+    has_image = log.labels.get("use_image") is not False
+    return TurnTrace(run_id="superglasses", task=SUPERGLASSES_TASK, session_id=log.id, interaction_id=log.id,
+                     turn_index=0, question=log.question, image={"size": (1, 1) if has_image else None},
+                     policy="annotation", search_backend="annotation", budget_s=10.0, max_steps=8, steps=steps,
+                     answer=log.ground_truth, abstained=False, confidence=1.0, ended_by="answer", latency_ms=0.0,
+                     score="correct")
+
+
+def save_images(data: str | Path, folder: str | Path, limit: int | None = None) -> int:
+    """Each conversation's photo of a dataset (any layout glasses_rag.crag_mm.dataset reads) as `folder/<session_id>.jpg`, for
+    `--image-dir`; returns how many were written (rows without a usable image are skipped)."""
+    from glasses_rag.crag_mm.dataset import decode_image, load_conversations
+
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    n = 0
+    for conv in load_conversations(data, limit=limit):
+        image, _ = decode_image(conv.image)
+        if image is not None:
+            image.convert("RGB").save(out / f"{conv.session_id}.jpg", quality=90)
+            n += 1
+    return n
+
+
+# ---- CLI --------------------------------------------------------------------------------------------------------
+
+
+def write_examples(examples: list[Example], out: str | Path) -> Path:
+    path = Path(out)
+    write_atomic(path, "".join(e.line() + "\n" for e in examples))
+    return path
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m glasses_rag.training.export", description=__doc__.split("\n\n")[0])
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--run", help="a run folder, traces/runs/<run_id>")
+    src.add_argument("--superglasses", help="SuperGlasses annotations (any layout glasses_rag.superglasses.logs reads)")
+    p.add_argument("--out", required=True, help="the JSONL file to write")
+    p.add_argument("--mode", choices=["structured", "native"], default="structured",
+                   help="how the model writes decisions: JSON (grammar-constrained, default) or native tool calls")
+    p.add_argument("--wrong", choices=["idk", "drop", "keep"], default="idk",
+                   help="turns judged wrong: relabelled \"I don't know\" (default), dropped, or kept as answered")
+    p.add_argument("--no-abstentions", action="store_true", help="leave out the teacher's \"I don't know\" turns")
+    p.add_argument("--counterfactual", type=float, default=1.0, metavar="RATIO",
+                   help="counterfactual abstention examples per answered turn (evidence withheld or replaced, target "
+                   "\"I don't know\"; default 1.0; 0: none)")
+    p.add_argument("--counterfactual-kinds", default=",".join(COUNTERFACTUALS),
+                   help="comma-separated: " + "; ".join(f"{k}: {v}" for k, v in COUNTERFACTUALS.items()))
+    p.add_argument("--no-self-check", action="store_true", help="leave out the self-check (verification) examples")
+    p.add_argument("--keep", choices=["scored", "all"], default="scored",
+                   help="scored (default): label turns by their scores; all: every turn as the teacher answered")
+    p.add_argument("--tools", help="comma-separated tools the model is offered (default: the task's)")
+    p.add_argument("--budget", type=float, help="the turn budget the prompts state, in seconds (default: each "
+                   "trace's; give the budget the model will run with)")
+    p.add_argument("--max-evidence", type=int, default=5, help="search results shown per call (as the model policy's "
+                   "max_evidence; default 5)")
+    p.add_argument("--evidence-chars", type=int, default=300, help="characters per result shown (default 300)")
+    p.add_argument("--images", action="store_true", help="a VLM: prompts show the photo (TRL's vision format); "
+                   "needs --image-dir")
+    p.add_argument("--image-dir", help="a folder of <session_id>.jpg photos")
+    p.add_argument("--images-from", help="a dataset split folder whose photos are first written to --image-dir")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    opts = ExportOptions(mode=args.mode, wrong=args.wrong, keep_all=args.keep == "all",
+                         abstentions=not args.no_abstentions, sees_images=args.images,
+                         counterfactual=args.counterfactual, self_check=not args.no_self_check,
+                         counterfactual_kinds=[k for k in args.counterfactual_kinds.split(",") if k],
+                         tools=[t for t in args.tools.split(",") if t] if args.tools else None,
+                         budget_s=args.budget,
+                         policy={"max_evidence": args.max_evidence, "evidence_chars": args.evidence_chars})
+    problems: list[str] = []
+    if args.run:
+        traces = read_run(args.run, problems)
+        if not opts.keep_all and traces and not any(t.score for t in traces):
+            print(f"no turn of {args.run} is scored: rescore it first, or use --keep all", file=sys.stderr)
+            return 2
+        source = f"{len(traces)} turn(s)"
+    else:
+        logs = import_logs(args.superglasses, problems)
+        traces = [t for t in (trace_from_superglasses(lg) for lg in logs) if t is not None]
+        source = f"{len(logs)} annotated trajectories"
+    images = None
+    if args.images_from and args.image_dir:
+        print(f"{save_images(args.images_from, args.image_dir)} photo(s) -> {args.image_dir}")
+    if args.image_dir:
+        images = {p.stem: str(p.resolve()) for p in Path(args.image_dir).glob("*.jpg")}
+    examples = examples_from_run(traces, opts, images)
+    for msg in problems:
+        print(f"warning: {msg}", file=sys.stderr)
+    path = write_examples(examples, args.out)
+    print(f"{len(examples)} example(s) from {source} -> {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
