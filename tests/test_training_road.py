@@ -108,9 +108,10 @@ def test_finetune_writes_a_card_resumes_and_stops_on_ctrl_c(tiny_gemma, export, 
 
 def test_a_decision_never_runs_to_the_token_cap(tiny_gemma):
     """A random Gemma (the real tokenizer) deciding greedily writes a text field on and on, as the tuned 270M once
-    wrote "1000..." as its answer: the field's bound in the schema ends it, and the policy's cap for the decision
-    covers the schema's longest reply, so the decision finishes and parses even with max_tokens 16 configured.
-    With the configured cap alone the same decision is cut and cannot be read."""
+    wrote "1000..." as its answer: the field's bound in the schema ends it, so with the cap benchmarks.distill
+    gives (the decision schema's longest reply) the decision finishes and parses. With a cap far below that the
+    same decision is cut and cannot be read."""
+    from benchmarks.distill import longest_decision
     from glasses_rag.core.calls import collect_model_calls
     from glasses_rag.models.vlm import ModelConfig
     from glasses_rag.policies.model.policy import make_model_policy
@@ -118,20 +119,26 @@ def test_a_decision_never_runs_to_the_token_cap(tiny_gemma):
     from graph.state import tool_spec
     from tools import default_registry
 
-    cfg = ModelConfig(backend="transformers", path=str(tiny_gemma), chat_template="gemma", text_only=True,
-                      max_tokens=16)
-    policy = make_model_policy(cfg)
-    tools = [tool_spec(t) for t in default_registry().for_task(2, ["image_search", "ocr", "web_search"])]
+    names = ["image_search", "ocr", "web_search"]
+    cap = longest_decision(names, 2)
+    tools = [tool_spec(t) for t in default_registry().for_task(2, names)]
     view = PolicyView(task=2, question="Who makes this rocket?", has_image=True, tools=tools, remaining_steps=4,
                       remaining_s=60.0)
-    with collect_model_calls() as calls:
-        decision = policy.decide(view, None)
-    assert decision.action in ("answer", "call_tool") and calls[0].finish_reason == "stop"
-    assert calls[0].completion_tokens > 16  # it did write past the configured cap: the bound ended it
-    policy.token_cap = lambda schema, max_tokens: max_tokens  # the cap as configured, nothing more
-    with collect_model_calls() as calls, pytest.raises(PolicyReplyError):
-        policy.decide(view, None)
-    assert calls[0].finish_reason == "length"
+
+    def decide(max_tokens: int):
+        cfg = ModelConfig(backend="transformers", path=str(tiny_gemma), chat_template="gemma", text_only=True,
+                          max_tokens=max_tokens)
+        with collect_model_calls() as calls:
+            try:
+                return make_model_policy(cfg).decide(view, None), calls[0]
+            except PolicyReplyError:
+                return None, calls[0]
+
+    decision, call = decide(cap)
+    assert decision is not None and decision.action in ("answer", "call_tool") and call.finish_reason == "stop"
+    assert call.completion_tokens > 40  # it wrote a field out to its bound (the random model does not stop early)
+    decision, call = decide(16)  # as the 96-token cap cut the tuned model's "1000...": unreadable
+    assert decision is None and call.finish_reason == "length"
 
 
 def test_distill_runs_the_whole_road(tiny_gemma, tmp_path, capsys):

@@ -49,6 +49,7 @@ class ModelPolicy:
         self.backend = backend
         self.name = name or f"vlm:{getattr(backend, 'name', type(backend).__name__)}"
         self.max_tokens = max_tokens
+        self._short_caps: set[str] = set()  # schemas whose longest reply max_tokens does not cover (warned once)
         self.verify_max_tokens = min(verify_max_tokens, max_tokens)
         self.temperature = temperature
         if native_tools is False:
@@ -94,14 +95,19 @@ class ModelPolicy:
             prompt_profile=self.prompts.profile.name)
 
     def token_cap(self, schema: dict | None, max_tokens: int) -> int:
-        """The token cap of a request: at least the longest reply its schema allows when a grammar enforces it
-        (every text field is bounded, graph/model_replies.py), so a constrained reply always finishes and parses;
-        a reply cut by the cap could not be read. Replies end at the grammar's end, so a higher cap costs nothing
-        unless the model writes a field to its bound."""
-        if schema is None or self.mode() != "structured":
-            return max_tokens
-        longest = max_json_chars(schema)
-        return max(max_tokens, int(longest)) if longest != float("inf") else max_tokens
+        """The token cap of a request: `max_tokens` as configured (a hard limit the user set). Every text field of
+        a reply schema is bounded (graph/model_replies.py), so a grammar-constrained reply always ends by itself
+        within the schema's longest reply (`max_json_chars`); a cap below that can still cut a reply, which then
+        cannot be read: said once per schema, in the log."""
+        if schema is not None and self.mode() == "structured":
+            longest = max_json_chars(schema)
+            name = schema.get("name", "?")
+            if longest != float("inf") and max_tokens < longest and name not in self._short_caps:
+                self._short_caps.add(name)
+                log.info("max_tokens %d is below the longest %r reply its schema allows (%d tokens of plain "
+                            "text): a reply that writes its fields to their bounds is cut and cannot be read",
+                            max_tokens, name, int(longest))
+        return max_tokens
 
     def ask(self, purpose: str, view: PolicyView, image: Any, text: str, schema: dict | None,
             max_tokens: int | None = None) -> ChatReply:
