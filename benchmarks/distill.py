@@ -20,10 +20,12 @@ entity the training data also pictures is left out. Data without entity labels (
 conversation only, and the header says so. Only the questions' session ids and entity names are read to split;
 never an answer.
 
-The model answers text-only (it cannot see the photo: the prompt says so and the image tools read it) with the
-self-check off (the adapter is not trained on it). Hyperparameters are the usual LoRA SFT settings
-(glasses_rag.training.finetune.FinetuneConfig) and `--steps` 48 (the budget of the feasibility study in issue 26); none was
-chosen on an evaluation.
+The model answers text-only (it cannot see the photo: the prompt says so and the image tools read it), with its own
+self-check on when the export has self-check examples (the adapter is trained on the verification it is asked;
+both models run with the same setting). Hyperparameters are the usual LoRA SFT settings
+(glasses_rag.training.finetune.FinetuneConfig) and `--steps` 48 (the budget of the feasibility study in issue 26);
+the export's counterfactual abstentions and self-check examples were compared on `--validate` (a split of the
+training conversations), never on an evaluation.
 """
 
 from __future__ import annotations
