@@ -27,7 +27,6 @@ def _answer(text: str) -> dict:
 
 
 COVE = {"verifications": [], "supported": True, "confidence": 0.9, "reason": "the KG says so"}
-BASE = ["--counterfactual", "0", "--no-self-check"]  # the teacher's own turns only
 
 
 def _run(tmp_path, answers: list[str], scores: list[str | None], self_check: bool = False):
@@ -64,7 +63,7 @@ def _budget_free(messages: list[dict]) -> str:
 def test_each_example_is_the_request_the_policy_sent(tmp_path):
     run, requests = _run(tmp_path, ["SpaceX"], ["correct"])
     out = tmp_path / "sft.jsonl"
-    assert main(["--run", str(run), "--out", str(out), "--budget", "600", *BASE]) == 0
+    assert main(["--run", str(run), "--out", str(out), "--budget", "600"]) == 0
     first, second = _examples(out)
     assert len(requests) == 2
     for example, request in zip((first, second), requests):
@@ -96,7 +95,7 @@ def test_wrong_turns_become_abstentions_and_abstentions_stay(tmp_path):
     out = tmp_path / "sft.jsonl"
 
     def answers(*extra: str) -> list[tuple[str, str]]:
-        assert main(["--run", str(run), "--out", str(out), *BASE, *extra]) == 0
+        assert main(["--run", str(run), "--out", str(out), *extra]) == 0
         finals = [e for e in _examples(out) if '"action": "answer"' in e.completion[0]["content"]]
         return [(json.loads(e.completion[0]["content"])["answer"], e.meta["label"]) for e in finals]
 
@@ -112,13 +111,13 @@ def test_an_unscored_run_needs_keep_all(tmp_path, capsys):
     out = tmp_path / "x.jsonl"
     assert main(["--run", str(run), "--out", str(out)]) == 2
     assert "--keep all" in capsys.readouterr().err
-    assert main(["--run", str(run), "--out", str(out), "--keep", "all", *BASE]) == 0 and len(_examples(out)) == 2
+    assert main(["--run", str(run), "--out", str(out), "--keep", "all"]) == 0 and len(_examples(out)) == 2
 
 
 def test_native_mode_writes_tool_calls_with_the_tools(tmp_path):
     run, _ = _run(tmp_path, ["SpaceX"], ["correct"])
     out = tmp_path / "native.jsonl"
-    assert main(["--run", str(run), "--out", str(out), "--mode", "native", *BASE]) == 0
+    assert main(["--run", str(run), "--out", str(out), "--mode", "native"]) == 0
     first, second = _examples(out)
     call = first.completion[0]["tool_calls"][0]["function"]
     assert call["name"] == "image_search" and json.loads(call["arguments"]) == {"k": 3}
@@ -137,7 +136,7 @@ def test_superglasses_trajectories_render_like_a_run(tmp_path):
     src = tmp_path / "annotations.jsonl"
     src.write_text("".join(json.dumps(lg.dump()) + "\n" for lg in logs), encoding="utf-8")
     out = tmp_path / "sg.jsonl"
-    assert main(["--superglasses", str(src), "--out", str(out), *BASE]) == 0
+    assert main(["--superglasses", str(src), "--out", str(out)]) == 0
     steps = _examples(out)
     assert [json.loads(e.completion[0]["content"]).get("tool") for e in steps] == ["image_search", "web_search", None]
     assert json.loads(steps[1].completion[0]["content"])["arguments"] == {"query": "Walt Disney Concert Hall architect"}
@@ -171,7 +170,7 @@ def test_counterfactual_abstentions_withhold_or_replace_the_evidence(tmp_path):
 
     run, _ = _run(tmp_path, ["SpaceX", "SpaceX"], ["correct", "correct"])
     out = tmp_path / "cf.jsonl"
-    assert main(["--run", str(run), "--out", str(out), "--budget", "600", "--no-self-check",
+    assert main(["--run", str(run), "--out", str(out), "--budget", "600", "--counterfactual", "1",
                  "--counterfactual-kinds", "empty"]) == 0
     made = [e for e in _examples(out) if e.meta["label"] == "counterfactual-empty"]
     assert len(made) == 2 and all(_answer_of(e) == "I don't know" for e in made)
@@ -179,9 +178,9 @@ def test_counterfactual_abstentions_withhold_or_replace_the_evidence(tmp_path):
     assert "no match in the image KG" in shown and "Falcon 9" not in shown and made[0].meta["step"] == 1
     # the teacher's own examples are unchanged beside them
     assert [_answer_of(e) for e in _examples(out) if e.meta["label"] == "correct"] == [None, "SpaceX", None, "SpaceX"]
-    assert main(["--run", str(run), "--out", str(out), "--no-self-check", "--counterfactual", "0"]) == 0
+    assert main(["--run", str(run), "--out", str(out)]) == 0  # the default: none
     assert not [e for e in _examples(out) if e.meta["label"].startswith("counterfactual")]
-    assert main(["--run", str(run), "--out", str(out), "--no-self-check", "--counterfactual", "2",
+    assert main(["--run", str(run), "--out", str(out), "--counterfactual", "2",
                  "--counterfactual-kinds", "empty,no-web"]) == 0  # no web search ran: only "empty" applies
     assert sum(e.meta["label"].startswith("counterfactual") for e in _examples(out)) == 2
 
@@ -210,7 +209,8 @@ def test_self_check_examples_are_the_verification_request_the_verifier_sent(tmp_
     cove_requests = [r for r in requests if "chain of verification" in json.dumps(r["messages"])]
     assert len(cove_requests) == 2
     out = tmp_path / "sc.jsonl"
-    assert main(["--run", str(run), "--out", str(out), "--budget", "600", "--counterfactual-kinds", "empty"]) == 0
+    assert main(["--run", str(run), "--out", str(out), "--budget", "600", "--counterfactual", "1",
+                 "--counterfactual-kinds", "empty", "--self-check"]) == 0
     checks = {e.meta["label"]: e for e in _examples(out) if e.meta.get("purpose") == "verify"}
     assert set(checks) == {"check-correct", "check-incorrect", "check-counterfactual-empty"}
     assert _budget_free(checks["check-correct"].prompt) == _budget_free(cove_requests[0]["messages"])

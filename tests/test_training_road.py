@@ -45,7 +45,7 @@ def export(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("export")
     run, _ = _run(tmp, ["SpaceX", "I don't know"], ["correct", "missing"])
-    assert main(["--run", str(run), "--out", str(tmp / "sft.jsonl")]) == 0
+    assert main(["--run", str(run), "--out", str(tmp / "sft.jsonl"), "--counterfactual", "1", "--self-check"]) == 0
     return tmp / "sft.jsonl"
 
 
