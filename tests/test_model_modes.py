@@ -301,6 +301,40 @@ def test_decision_schema_inlines_enum_definitions():
         jsonschema.validate({"action": "call_tool", "tool": "scan", "arguments": {"mode": "x"}, "rationale": ""}, schema)
 
 
+def test_every_reply_schema_is_bounded():
+    """Every free text of a reply (an answer, a rationale, a tool's query) has a bound, so a grammar-constrained
+    reply always reaches its end, within the schema's longest reply (max_json_chars)."""
+    import xgrammar as xgr
+
+    from glasses_rag.policies.model.replies import (
+        ANSWER_CHARS,
+        ANSWER_SCHEMA,
+        CONSISTENCY_SCHEMA,
+        COVE_SCHEMA,
+        max_json_chars,
+    )
+
+    tools = [tool_spec(t) for t in default_registry().for_task(3)]
+    schemas = [decision_schema(tools), *(decision_schema([t]) for t in tools), ANSWER_SCHEMA, COVE_SCHEMA,
+               CONSISTENCY_SCHEMA]
+    for schema in schemas:
+        assert max_json_chars(schema) < 2000, schema["name"]
+    # the bound is the grammar's: an answer one character too long is refused, the longest one fits the count
+    grammar = xgr.Grammar.from_json_schema(json.dumps(ANSWER_SCHEMA["schema"]), any_whitespace=False, strict_mode=True)
+    reply = '{"answer": "%s", "confidence": 0.5, "entity": null, "rationale": ""}'
+    assert xgr.testing._is_grammar_accept_string(grammar, reply % ("1" * ANSWER_CHARS))
+    assert not xgr.testing._is_grammar_accept_string(grammar, reply % ("1" * (ANSWER_CHARS + 1)))
+    query = json.dumps({"action": "call_tool", "tool": "web_search", "arguments": {"query": "q" * 161},
+                        "rationale": ""})
+    web = xgr.Grammar.from_json_schema(json.dumps(decision_schema(tools)["schema"]), any_whitespace=False,
+                                       strict_mode=True)
+    assert not xgr.testing._is_grammar_accept_string(web, query)
+    assert xgr.testing._is_grammar_accept_string(web, query.replace("q" * 161, "q" * 160))
+    assert len(reply % ("1" * ANSWER_CHARS)) <= max_json_chars(ANSWER_SCHEMA)
+    # an open part has no longest reply
+    assert max_json_chars({"type": "object", "properties": {"q": {"type": "string"}}}) == float("inf")
+
+
 # ---- the model decoupler and the self-check --------------------------------------------------------------------
 
 

@@ -26,21 +26,28 @@ def _answer(text: str) -> dict:
     return {"action": "answer", "answer": text, "confidence": 0.9, "entity": "Falcon 9", "rationale": "the KG"}
 
 
-def _run(tmp_path, answers: list[str], scores: list[str | None]):
+COVE = {"verifications": [], "supported": True, "confidence": 0.9, "reason": "the KG says so"}
+
+
+def _run(tmp_path, answers: list[str], scores: list[str | None], self_check: bool = False):
     """Turns of a text-only model policy over the fake server (one image search, then the answer inside the
-    decision), scored as given; returns the run folder and the decide requests the server received."""
+    decision, then with `self_check` its verification), scored as given; returns the run folder and the decide
+    requests the server received (with `self_check`, the verification requests after them)."""
     store = TraceStore(tmp_path / "runs", "r1")
     with FakeOpenAIServer() as srv:
         for a in answers:
             srv.push(F.text_reply(json.dumps(CALL)), F.text_reply(json.dumps(_answer(a))))
+            if self_check and a != "I don't know":
+                srv.push(F.text_reply(json.dumps(COVE)))
         policy = make_model_policy(f"openai:{srv.base_url}#fake-vlm", max_retries=0, text_only=True)
-        agent = make_agent(policy, KGSearch(), budget_s=600, self_check="off")
+        agent = make_agent(policy, KGSearch(), budget_s=600, self_check="on" if self_check else "off")
         for i, score in enumerate(scores):
             trace = agent.run_turn(TurnInput(task=1, session_id=f"s{i}", interaction_id=f"i{i}",
                                              question="who makes this rocket?", image=Image.new("RGB", (64, 48)),
                                              image_info=ImageInfo(size=(64, 48))))
             store.write(trace.model_copy(update={"score": score}))
         requests = [r for r in srv.requests if "Decide the next step" in json.dumps(r.get("messages"))]
+        requests += [r for r in srv.requests if "chain of verification" in json.dumps(r.get("messages"))]
     return store.dir, requests
 
 
@@ -149,3 +156,70 @@ def test_a_vlm_example_points_at_its_photo_in_trl_vision_format(tmp_path):
     assert first.images == [str((photos / "s0.jpg").resolve())]
     parts = first.prompt[1]["content"]
     assert parts[0] == {"type": "image"} and "attached" in parts[1]["text"] and "data:" not in json.dumps(first.prompt)
+
+
+def _answer_of(example: Example) -> str | None:
+    return json.loads(example.completion[0]["content"]).get("answer")
+
+
+def test_counterfactual_abstentions_withhold_or_replace_the_evidence(tmp_path):
+    """An answered turn with the evidence it answered from taken away (or another entity's results put in its
+    place) teaches "I don't know" at the decision after that call; the ratio sets how many."""
+    from glasses_rag.superglasses.logs import read_run
+    from glasses_rag.training.export import ExportOptions, examples_from_run
+
+    run, _ = _run(tmp_path, ["SpaceX", "SpaceX"], ["correct", "correct"])
+    out = tmp_path / "cf.jsonl"
+    assert main(["--run", str(run), "--out", str(out), "--budget", "600", "--counterfactual", "1",
+                 "--counterfactual-kinds", "empty"]) == 0
+    made = [e for e in _examples(out) if e.meta["label"] == "counterfactual-empty"]
+    assert len(made) == 2 and all(_answer_of(e) == "I don't know" for e in made)
+    shown = made[0].prompt[-1]["content"]
+    assert "no match in the image KG" in shown and "Falcon 9" not in shown and made[0].meta["step"] == 1
+    # the teacher's own examples are unchanged beside them
+    assert [_answer_of(e) for e in _examples(out) if e.meta["label"] == "correct"] == [None, "SpaceX", None, "SpaceX"]
+    assert main(["--run", str(run), "--out", str(out)]) == 0  # the default: none
+    assert not [e for e in _examples(out) if e.meta["label"].startswith("counterfactual")]
+    assert main(["--run", str(run), "--out", str(out), "--counterfactual", "2",
+                 "--counterfactual-kinds", "empty,no-web"]) == 0  # no web search ran: only "empty" applies
+    assert sum(e.meta["label"].startswith("counterfactual") for e in _examples(out)) == 2
+
+    # swap: another turn's image search of another entity, never one whose results hold the teacher's answer
+    traces = read_run(run, [])
+    other = traces[1].model_copy(deep=True)
+    call = next(s for s in other.steps if getattr(s, "tool", None) == "image_search")
+    hit = dict(call.update["evidence"][0])
+    call.update["evidence"] = [{**hit, "entity_name": "Eiffel Tower", "snippet": "height: 330 m; city: Paris",
+                                "attributes": {"height": "330 m"}}]
+    opts = ExportOptions(counterfactual=1.0, counterfactual_kinds=["swap"], self_check=False, budget_s=600)
+    swapped = [e for e in examples_from_run([traces[0], other], opts) if e.meta["label"] == "counterfactual-swap"]
+    assert [e.meta["session_id"] for e in swapped] == ["s0"]  # s1's donor (Falcon 9) states SpaceX: not used
+    assert "Eiffel Tower" in swapped[0].prompt[-1]["content"] and "Falcon 9" not in swapped[0].prompt[-1]["content"]
+    assert _answer_of(swapped[0]) == "I don't know"
+
+
+def test_self_check_examples_are_the_verification_request_the_verifier_sent(tmp_path):
+    """The self-check example's prompt is the chain-of-verification request the model policy's verifier sent in
+    the run; a supported draft (a turn judged correct) -> supported, the same draft over a counterfactual's
+    evidence or a turn judged wrong -> not supported; each verdict is what the verification grammar accepts."""
+    from glasses_rag.policies.model.replies import COVE_SCHEMA
+    from glasses_rag.policies.model.verify import cove_from_text
+
+    run, requests = _run(tmp_path, ["SpaceX", "Boeing"], ["correct", "incorrect"], self_check=True)
+    cove_requests = [r for r in requests if "chain of verification" in json.dumps(r["messages"])]
+    assert len(cove_requests) == 2
+    out = tmp_path / "sc.jsonl"
+    assert main(["--run", str(run), "--out", str(out), "--budget", "600", "--counterfactual", "1",
+                 "--counterfactual-kinds", "empty", "--self-check"]) == 0
+    checks = {e.meta["label"]: e for e in _examples(out) if e.meta.get("purpose") == "verify"}
+    assert set(checks) == {"check-correct", "check-incorrect", "check-counterfactual-empty"}
+    assert _budget_free(checks["check-correct"].prompt) == _budget_free(cove_requests[0]["messages"])
+    assert _budget_free(checks["check-incorrect"].prompt) == _budget_free(cove_requests[1]["messages"])
+    verdicts = {k: cove_from_text(e.completion[0]["content"]) for k, e in checks.items()}
+    assert verdicts["check-correct"].supported and verdicts["check-correct"].confidence == 1.0
+    assert not verdicts["check-incorrect"].supported and not verdicts["check-counterfactual-empty"].supported
+    cf = checks["check-counterfactual-empty"].prompt[-1]["content"]
+    assert "no match in the image KG" in cf and "draft answer to the question by chain of verification: SpaceX" in cf
+    xgr = pytest.importorskip("xgrammar")
+    grammar = xgr.Grammar.from_json_schema(json.dumps(COVE_SCHEMA["schema"]), any_whitespace=False, strict_mode=True)
+    assert all(xgr.testing._is_grammar_accept_string(grammar, e.completion[0]["content"]) for e in checks.values())

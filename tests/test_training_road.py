@@ -45,7 +45,7 @@ def export(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("export")
     run, _ = _run(tmp, ["SpaceX", "I don't know"], ["correct", "missing"])
-    assert main(["--run", str(run), "--out", str(tmp / "sft.jsonl")]) == 0
+    assert main(["--run", str(run), "--out", str(tmp / "sft.jsonl"), "--counterfactual", "1", "--self-check"]) == 0
     return tmp / "sft.jsonl"
 
 
@@ -57,7 +57,8 @@ def test_trl_trains_on_the_export_with_the_bundled_template(tiny_gemma, export, 
     model, tok = load_model(tiny_gemma, vision=False, dtype="auto")
     set_chat_template(tok, chat_template_for(tok, model.config.model_type))
     ds, too_long = load_examples(cfg.data, cfg.max_length, tok)
-    assert len(ds) == 4 and too_long == 0 and set(ds.column_names) == {"prompt", "completion"}
+    lines = export.read_text().splitlines()  # the teacher's 4 decisions, a counterfactual and 2 self-checks
+    assert len(ds) == len(lines) == 7 and too_long == 0 and set(ds.column_names) == {"prompt", "completion"}
     trainer = trainer_for(cfg, model, tok, ds)
     first = trainer.train_dataset[0]
     learned = [i for i, label in zip(first["input_ids"], first["labels"]) if label != -100]
@@ -100,9 +101,44 @@ def test_finetune_writes_a_card_resumes_and_stops_on_ctrl_c(tiny_gemma, export, 
     signal.signal(signal.SIGINT, signal.default_int_handler)
     assert card["finished"] and card["steps"] == 4 and card["resumed_from"].endswith("checkpoint-2")
     saved = json.loads((out / "card.json").read_text())
-    assert saved["data"]["examples"] == 4 and saved["hyperparameters"]["lora_r"] == 16
+    assert saved["data"]["examples"] == 7 and saved["hyperparameters"]["lora_r"] == 16
     assert [p["step"] for p in saved["loss_curve"]] == [1, 2, 3, 4] and saved["seconds"] > 0
     assert (out / "adapter_config.json").is_file() and "Loss by step" in (out / "README.md").read_text()
+
+
+def test_a_decision_never_runs_to_the_token_cap(tiny_gemma):
+    """A random Gemma (the real tokenizer) deciding greedily writes a text field on and on, as the tuned 270M once
+    wrote "1000..." as its answer: the field's bound in the schema ends it, so with the cap benchmarks.distill
+    gives (the decision schema's longest reply) the decision finishes and parses. With a cap far below that the
+    same decision is cut and cannot be read."""
+    from benchmarks.distill import longest_decision
+    from glasses_rag.core.calls import collect_model_calls
+    from glasses_rag.models.vlm import ModelConfig
+    from glasses_rag.policies.model.policy import make_model_policy
+    from glasses_rag.policies.protocol import PolicyReplyError, PolicyView
+    from graph.state import tool_spec
+    from tools import default_registry
+
+    names = ["image_search", "ocr", "web_search"]
+    cap = longest_decision(names, 2)
+    tools = [tool_spec(t) for t in default_registry().for_task(2, names)]
+    view = PolicyView(task=2, question="Who makes this rocket?", has_image=True, tools=tools, remaining_steps=4,
+                      remaining_s=60.0)
+
+    def decide(max_tokens: int):
+        cfg = ModelConfig(backend="transformers", path=str(tiny_gemma), chat_template="gemma", text_only=True,
+                          max_tokens=max_tokens)
+        with collect_model_calls() as calls:
+            try:
+                return make_model_policy(cfg).decide(view, None), calls[0]
+            except PolicyReplyError:
+                return None, calls[0]
+
+    decision, call = decide(cap)
+    assert decision is not None and decision.action in ("answer", "call_tool") and call.finish_reason == "stop"
+    assert call.completion_tokens > 40  # it wrote a field out to its bound (the random model does not stop early)
+    decision, call = decide(16)  # as the 96-token cap cut the tuned model's "1000...": unreadable
+    assert decision is None and call.finish_reason == "length"
 
 
 def test_distill_runs_the_whole_road(tiny_gemma, tmp_path, capsys):

@@ -5,6 +5,8 @@ from pydantic import Field
 from tools.base import Hit, ToolContext, ToolOutput
 from tools.registry import tool
 
+NO_MATCH = "no match in the image KG"  # the summary of a search that found nothing
+
 
 def hits_from_image_results(results: list[dict]) -> list[Hit]:
     hits = []
@@ -44,7 +46,7 @@ def image_search(ctx: ToolContext, use_crop: bool = True, k: Annotated[int, Fiel
         if key not in best or h.score > best[key].score:
             best[key] = h
     hits = sorted(best.values(), key=lambda h: h.score, reverse=True)[:k]
-    summary = ", ".join(f"{h.entity_name} ({h.score:.2f})" for h in hits) or "no match in the image KG"
+    summary = ", ".join(f"{h.entity_name} ({h.score:.2f})" for h in hits) or NO_MATCH
     method = getattr(search, "name", "search") + (
         f"; crop_only not applied: the crop is a stand-in ({ctx.crop.method}), the whole photo searched too"
         if stand_in and ctx.crop is not None else "; the crop alone" if alone else "")

@@ -5,6 +5,8 @@ from pydantic import Field
 from tools.base import Hit, ToolContext, ToolOutput, search_query
 from tools.registry import tool
 
+NO_PAGES = "no pages found"  # the summary of a search that found nothing
+
 
 @tool(tasks={2, 3}, tags={"searches_web"}, writes={"evidence"})
 def web_search(ctx: ToolContext, query: str, k: Annotated[int, Field(ge=1, le=50)] = 5) -> ToolOutput:
@@ -23,5 +25,5 @@ def web_search(ctx: ToolContext, query: str, k: Annotated[int, Field(ge=1, le=50
         content = get_page(url) if get_page and url else None
         hits.append(Hit(source="web", score=float(r.get("score", 0.0)), url=url, title=r.get("page_name"),
                         snippet=r.get("page_snippet") or "", content=content, query=query))
-    summary = "; ".join(f"{h.title} ({h.score:.2f})" for h in hits) or "no pages found"
+    summary = "; ".join(f"{h.title} ({h.score:.2f})" for h in hits) or NO_PAGES
     return ToolOutput(summary=summary, update={"evidence": hits}, keywords=query, method=getattr(search, "name", "search"))

@@ -34,6 +34,7 @@ Calls the registry refused (an unknown tool, bad arguments) are left out with th
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -43,16 +44,29 @@ from pydantic import BaseModel, Field
 
 from glasses_rag.core.files import write_atomic
 from glasses_rag.policies.model.policy import FINAL_ANSWER_TOOL, Format, ModelPolicy
-from glasses_rag.policies.model.replies import FINAL_ANSWER
+from glasses_rag.policies.model.replies import ANSWER_CHARS, FINAL_ANSWER, NAME_CHARS, SENTENCE_CHARS
+from glasses_rag.policies.model.verify import ModelVerifier
 from glasses_rag.policies.protocol import IDK, PolicyView, StepSummary, ToolSpec
+from glasses_rag.policies.self_check import lexical_support
 from glasses_rag.superglasses.logs import IMAGE, NOT_DISPATCHED, TEXT, SGLog, import_logs, read_run
 from graph.state import tool_spec
 from tools import default_registry
-from tools.base import HistoryTurn, field_adapter
+from tools.base import HistoryTurn, Hit, field_adapter
+from tools.image_search import NO_MATCH
+from tools.web_search import NO_PAGES
 from traces.schema import AnswerEvent, ToolCallEvent, TurnTrace
 
 ExportMode = Literal["structured", "native"]
 Wrong = Literal["idk", "drop", "keep"]
+Counterfactual = Literal["swap", "empty", "no-web"]
+# What each counterfactual does to an answered turn; the turn ends right after the changed call, and the evidence
+# shown then does not support the teacher's answer, so the decision to learn is "I don't know":
+COUNTERFACTUALS: dict[str, str] = {
+    "swap": "the image search's results replaced by those of another turn picturing another entity (one whose "
+            "results do not contain the teacher's answer)",
+    "empty": "the image search found nothing",
+    "no-web": "the web search found nothing",
+}
 SUPERGLASSES_TASK = 2  # SuperGlasses questions are single-turn with web search allowed
 _NO_IMAGE = object()  # stands for "the turn had a photo" when the model is text-only (the prompt only says so)
 
@@ -71,6 +85,15 @@ class ExportOptions(BaseModel):
     budget_s: float | None = Field(None, description="The budget the prompt states (default: the trace's).")
     policy: dict[str, Any] = Field(default_factory=dict, description="ModelPolicy options (max_evidence, "
                                    "evidence_chars, prompts_dir, ...), as the evaluated model policy gets them.")
+    # off by default: neither 1.0 nor 0.25 helped on the validation split (docs/training.md, Measured)
+    counterfactual: float = Field(0.0, ge=0, description="Counterfactual abstention examples per answered turn: "
+                                  "the turn with the evidence it answered from withheld or replaced (see "
+                                  "counterfactual_kinds), the target \"I don't know\"; 0: none.")
+    counterfactual_kinds: list[Counterfactual] = Field(default_factory=lambda: list(COUNTERFACTUALS),
+                                                       description="Which counterfactuals to make (see COUNTERFACTUALS).")
+    self_check: bool = Field(False, description="Self-check examples: the verification request the model policy "
+                             "sends for a draft (graph.model_verify), a supported draft -> supported, an "
+                             "unsupported one (a counterfactual's, a turn judged wrong) -> not supported.")
 
 
 class Example(BaseModel):
@@ -115,9 +138,13 @@ def _ordered(arguments: dict[str, Any], spec: ToolSpec | None) -> dict[str, Any]
     return {**{k: arguments[k] for k in props if k in arguments}, **{k: v for k, v in arguments.items() if k not in props}}
 
 
-def call_completion(tool: str, arguments: dict[str, Any], spec: ToolSpec | None,
-                    mode: ExportMode) -> dict[str, Any]:
-    args = _ordered(arguments, spec)
+def _fit(text: str | None, n: int) -> str | None:
+    """A text cut to its field's bound in the reply schema (the grammar would not let the model write more)."""
+    return text if text is None or len(text) <= n else text[:n]
+
+
+def call_completion(tool: str, arguments: dict[str, Any], spec: ToolSpec | None, mode: ExportMode) -> dict[str, Any]:
+    args = {k: _fit(v, SENTENCE_CHARS) if isinstance(v, str) else v for k, v in _ordered(arguments, spec).items()}
     if mode == "native":
         return {"role": "assistant", "content": "", "tool_calls": [
             {"type": "function", "function": {"name": tool, "arguments": json.dumps(args, ensure_ascii=False)}}]}
@@ -126,7 +153,8 @@ def call_completion(tool: str, arguments: dict[str, Any], spec: ToolSpec | None,
 
 
 def answer_completion(answer: str, confidence: float, entity: str | None, mode: ExportMode) -> dict[str, Any]:
-    fields = {"answer": answer, "confidence": round(float(confidence), 2), "entity": entity, "rationale": ""}
+    fields = {"answer": _fit(answer, ANSWER_CHARS), "confidence": round(float(confidence), 2),
+              "entity": _fit(entity, NAME_CHARS), "rationale": ""}
     if mode == "native":
         return {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {
             "name": FINAL_ANSWER, "arguments": json.dumps(fields, ensure_ascii=False)}}]}
@@ -235,13 +263,135 @@ def examples_from_run(traces: list[TurnTrace], opts: ExportOptions, images: dict
     by_session: dict[str, list[TurnTrace]] = {}
     for t in traces:
         by_session.setdefault(t.session_id, []).append(t)
+    donors = image_results(traces)
     out = []
     for sid, turns in by_session.items():
         turns.sort(key=lambda t: t.turn_index)
         for i, t in enumerate(turns):
             history = [HistoryTurn(question=p.question, answer=p.answer, entity=p.entity) for p in turns[:i]]
-            out += examples_from_trace(t, history, policy, opts, (images or {}).get(sid))
+            image = (images or {}).get(sid)
+            out += examples_from_trace(t, history, policy, opts, image)
+            out += counterfactual_examples(t, history, policy, opts, donors, image)
+            if opts.self_check:
+                out += self_check_examples(t, history, policy, opts, image)
     return out
+
+
+# ---- counterfactual abstentions and self-checks ---------------------------------------------------------------
+
+
+def _unit(*parts: str) -> float:
+    """A number in [0, 1) fixed by `parts` (which turns get a counterfactual, and which donor: reproducible)."""
+    return int(hashlib.sha256("|".join(parts).encode()).hexdigest()[:12], 16) / 16 ** 12
+
+
+def _top_entity(step: StepSummary) -> str | None:
+    hits = [h for h in step.update.get("evidence") or [] if isinstance(h, Hit)]
+    return (hits[0].entity_name or hits[0].url) if hits else None
+
+
+def image_results(traces: list[TurnTrace]) -> list[tuple[str, StepSummary]]:
+    """Every image search of the run that found something, with its session: the donors of `swap`."""
+    out = []
+    for t in traces:
+        for ev in dispatched(t):
+            step = summary_of(ev)
+            if ev.tool == "image_search" and not step.error and _top_entity(step):
+                out.append((t.session_id, step))
+    return out
+
+
+def answered(trace: TurnTrace, opts: ExportOptions) -> str | None:
+    """The teacher's answer when the export teaches it (a turn whose label is an answer), else None."""
+    target = label(trace, opts)
+    return target[0] if target and target[0] != IDK else None
+
+
+def counterfactuals(trace: TurnTrace, opts: ExportOptions, donors: list[tuple[str, StepSummary]]
+                    ) -> list[tuple[str, list[StepSummary]]]:
+    """(kind, the calls the model saw, the last one changed) for this turn's counterfactuals: `counterfactual`
+    per answered turn (the fraction by a hash of the turn), kinds and donors picked by hashes too. A turn
+    without a call a kind changes gets none of that kind."""
+    answer = answered(trace, opts)
+    if answer is None or opts.counterfactual <= 0:
+        return []
+    calls = [summary_of(ev) for ev in dispatched(trace)]
+    made: dict[str, list[StepSummary]] = {}
+    for kind in opts.counterfactual_kinds:
+        tool = "web_search" if kind == "no-web" else "image_search"
+        at = next((i for i, c in enumerate(calls) if c.tool == tool and not c.error), None)
+        if at is None:
+            continue
+        if kind == "swap":
+            own = _top_entity(calls[at])
+            fits = [step for sid, step in donors if sid != trace.session_id and _top_entity(step) != own
+                    and lexical_support(answer, [h.text() for h in step.update["evidence"]])[0] < 0.5]
+            if not fits:
+                continue
+            donor = fits[int(_unit(trace.interaction_id, "donor") * len(fits))]
+            changed = calls[at].model_copy(update={"update": donor.update, "summary": donor.summary})
+        else:
+            changed = calls[at].model_copy(update={"update": {"evidence": []},
+                                                   "summary": NO_PAGES if kind == "no-web" else NO_MATCH})
+        made[kind] = [*calls[:at], changed]
+    n = int(opts.counterfactual) + (_unit(trace.interaction_id, "count") < opts.counterfactual % 1)
+    order = sorted(made, key=lambda k: _unit(trace.interaction_id, k))
+    return [(k, made[k]) for k in order[:n]]
+
+
+def counterfactual_examples(trace: TurnTrace, history: list[HistoryTurn], policy: ModelPolicy, opts: ExportOptions,
+                            donors: list[tuple[str, StepSummary]], image: str | None = None) -> list[Example]:
+    """For each counterfactual of the turn: the decision after the changed call, "I don't know"; with
+    `self_check`, also the verification of the teacher's answer against that evidence: not supported."""
+    answer = answered(trace, opts)
+    tools = task_tools(trace.task, opts)
+    meta = {"session_id": trace.session_id, "interaction_id": trace.interaction_id, "task": trace.task}
+    out = []
+    for kind, done in counterfactuals(trace, opts, donors):
+        view = turn_view(trace, history, tools, done, opts)
+        out.append(render(view, policy, opts, answer_completion(IDK, 0.0, None, opts.mode), image,
+                          {**meta, "label": f"counterfactual-{kind}", "step": len(done)}))
+        if opts.self_check and answer is not None:
+            out.append(render_check(view, policy, opts, answer, False, image,
+                                    {**meta, "label": f"check-counterfactual-{kind}", "step": len(done)}))
+    return out
+
+
+def self_check_examples(trace: TurnTrace, history: list[HistoryTurn], policy: ModelPolicy, opts: ExportOptions,
+                        image: str | None = None) -> list[Example]:
+    """The verification request for the teacher's draft with all of the turn's evidence: supported when the turn
+    was judged correct, not supported when judged wrong (an abstention is never verified: the graph skips it)."""
+    if trace.error or trace.ended_by == "error" or trace.abstained or not trace.answer or trace.answer == IDK:
+        return []
+    if trace.score not in ("correct", "incorrect"):
+        return []
+    done = [summary_of(ev) for ev in dispatched(trace)]
+    view = turn_view(trace, history, task_tools(trace.task, opts), done, opts)
+    meta = {"session_id": trace.session_id, "interaction_id": trace.interaction_id, "task": trace.task,
+            "label": f"check-{trace.score}", "step": len(done)}
+    return [render_check(view, policy, opts, trace.answer, trace.score == "correct", image, meta)]
+
+
+def check_completion(supported: bool) -> dict[str, Any]:
+    """The verdict as the verification schema's grammar writes it (no verification questions: the short form a
+    small model can afford; graph.model_verify reads "supported" and "confidence")."""
+    obj = {"verifications": [], "supported": supported, "confidence": 1.0 if supported else 0.0, "reason": ""}
+    return {"role": "assistant", "content": json.dumps(obj)}
+
+
+def render_check(view: PolicyView, policy: ModelPolicy, opts: ExportOptions, draft: str, supported: bool,
+                 image: str | None, meta: dict[str, Any]) -> Example:
+    """The verifier's own request (graph.model_verify.ModelVerifier.cove_messages) for `draft` after `view`."""
+    shown: Any = None
+    if view.has_image:
+        shown = _image(image) if opts.sees_images and image else _NO_IMAGE
+    prompt = ModelVerifier(policy).cove_messages(view, _fit(draft, ANSWER_CHARS) or "",
+                                                 None if shown is _NO_IMAGE and opts.sees_images else shown)
+    images = None
+    if opts.sees_images and image and view.has_image:
+        prompt, images = [_image_placeholder(m) for m in prompt], [image]
+    return Example(prompt=prompt, completion=[check_completion(supported)], images=images,
+                   meta={**meta, "purpose": "verify"})
 
 
 # ---- from SuperGlasses annotations ------------------------------------------------------------------------------
@@ -306,6 +456,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--wrong", choices=["idk", "drop", "keep"], default="idk",
                    help="turns judged wrong: relabelled \"I don't know\" (default), dropped, or kept as answered")
     p.add_argument("--no-abstentions", action="store_true", help="leave out the teacher's \"I don't know\" turns")
+    p.add_argument("--counterfactual", type=float, default=0.0, metavar="RATIO",
+                   help="counterfactual abstention examples per answered turn (evidence withheld or replaced, target "
+                   "\"I don't know\"; default 0: none, as validated)")
+    p.add_argument("--counterfactual-kinds", default=",".join(COUNTERFACTUALS),
+                   help="comma-separated: " + "; ".join(f"{k}: {v}" for k, v in COUNTERFACTUALS.items()))
+    p.add_argument("--self-check", action="store_true", help="add the self-check (verification) examples")
     p.add_argument("--keep", choices=["scored", "all"], default="scored",
                    help="scored (default): label turns by their scores; all: every turn as the teacher answered")
     p.add_argument("--tools", help="comma-separated tools the model is offered (default: the task's)")
@@ -325,6 +481,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     opts = ExportOptions(mode=args.mode, wrong=args.wrong, keep_all=args.keep == "all",
                          abstentions=not args.no_abstentions, sees_images=args.images,
+                         counterfactual=args.counterfactual, self_check=args.self_check,
+                         counterfactual_kinds=[k for k in args.counterfactual_kinds.split(",") if k],
                          tools=[t for t in args.tools.split(",") if t] if args.tools else None,
                          budget_s=args.budget,
                          policy={"max_evidence": args.max_evidence, "evidence_chars": args.evidence_chars})

@@ -26,6 +26,7 @@ from glasses_rag.policies.model.replies import (  # noqa: F401 - re-exported for
     decision_from_obj,
     decision_from_reply,
     decision_schema,
+    max_json_chars,
 )
 from glasses_rag.policies.model.verify import ModelVerifier, combine_verdict  # noqa: F401 - re-exported
 from glasses_rag.policies.protocol import IDK, AnswerDraft, Decision, PolicyReplyError, PolicyView, ToolSpec
@@ -49,6 +50,7 @@ class ModelPolicy:
         self.backend = backend
         self.name = name or f"vlm:{getattr(backend, 'name', type(backend).__name__)}"
         self.max_tokens = max_tokens
+        self._short_caps: set[str] = set()  # schemas whose longest reply max_tokens does not cover (warned once)
         self.verify_max_tokens = min(verify_max_tokens, max_tokens)
         self.temperature = temperature
         if native_tools is False:
@@ -90,8 +92,23 @@ class ModelPolicy:
             self.backend, purpose, messages,
             response_schema=schema if "structured" in self.modes else None,
             tools=tools if "native_tools" in self.modes else None,
-            max_tokens=max_tokens or self.max_tokens, temperature=self.temperature,
+            max_tokens=self.token_cap(schema, max_tokens or self.max_tokens), temperature=self.temperature,
             prompt_profile=self.prompts.profile.name)
+
+    def token_cap(self, schema: dict | None, max_tokens: int) -> int:
+        """The token cap of a request: `max_tokens` as configured (a hard limit the user set). Every text field of
+        a reply schema is bounded (graph/model_replies.py), so a grammar-constrained reply always ends by itself
+        within the schema's longest reply (`max_json_chars`); a cap below that can still cut a reply, which then
+        cannot be read: said once per schema, in the log."""
+        if schema is not None and self.mode() == "structured":
+            longest = max_json_chars(schema)
+            name = schema.get("name", "?")
+            if longest != float("inf") and max_tokens < longest and name not in self._short_caps:
+                self._short_caps.add(name)
+                log.info("max_tokens %d is below the longest %r reply its schema allows (%d tokens of plain "
+                            "text): a reply that writes its fields to their bounds is cut and cannot be read",
+                            max_tokens, name, int(longest))
+        return max_tokens
 
     def ask(self, purpose: str, view: PolicyView, image: Any, text: str, schema: dict | None,
             max_tokens: int | None = None) -> ChatReply:

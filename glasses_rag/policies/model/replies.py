@@ -25,11 +25,22 @@ from glasses_rag.policies.protocol import (
 FINAL_ANSWER = "final_answer"  # the function a native-tools reply calls to answer (as in smolagents)
 _ANSWER_WORDS = {"answer", FINAL_ANSWER, "finish", "final", "respond", "stop", "done"}
 _CALL_WORDS = {"call_tool", "tool", "call", "use_tool", "tool_call", "function", "function_call"}
-_TEXT = {"type": "string"}
+# Every free-text field of a reply schema has a length bound, so a constrained reply always reaches the grammar's
+# end: a small model that repeats a character ("10000...") is stopped by the field's bound, not by the token cap
+# (a reply cut there cannot be read). The bounds follow what each field is for: an answer is "a name, a number, a
+# phrase or one sentence", a rationale or a reason one sentence, an entity a name.
+ANSWER_CHARS = 160
+SENTENCE_CHARS = 160
+NAME_CHARS = 80
+_TEXT = {"type": "string", "maxLength": SENTENCE_CHARS}
+_ANSWER_TEXT = {"type": "string", "maxLength": ANSWER_CHARS}
 _FLAG = {"type": "boolean"}
 _CONFIDENCE = {"type": "number", "minimum": 0, "maximum": 1}
-_ENTITY = {"anyOf": [_TEXT, {"type": "null"}]}
-ANSWER_FIELDS = {"answer": _TEXT, "confidence": _CONFIDENCE, "entity": _ENTITY, "rationale": _TEXT}
+_ENTITY = {"anyOf": [{"type": "string", "maxLength": NAME_CHARS}, {"type": "null"}]}
+ANSWER_FIELDS = {"answer": _ANSWER_TEXT, "confidence": _CONFIDENCE, "entity": _ENTITY, "rationale": _TEXT}
+# the longest a bounded number is written (xgrammar writes a number with a minimum and maximum with a few digits
+# at most; 24 characters leaves room to spare)
+NUMBER_CHARS = 24
 
 
 def snippet(text: str, n: int = 200) -> str:
@@ -53,6 +64,69 @@ def _inline_refs(node: Any, defs: dict[str, Any]) -> Any:
     return node
 
 
+def bounded_strings(node: Any, max_chars: int = SENTENCE_CHARS) -> Any:
+    """A schema with a `maxLength` on every free string (one without an enum, a const, a pattern or its own bound):
+    a tool's text arguments (a search query) get the same bound as the reply's own text fields."""
+    if isinstance(node, dict):
+        out = {k: bounded_strings(v, max_chars) for k, v in node.items()}
+        if out.get("type") == "string" and not {"enum", "const", "pattern", "maxLength"} & set(out):
+            out["maxLength"] = max_chars
+        return out
+    if isinstance(node, list):
+        return [bounded_strings(v, max_chars) for v in node]
+    return node
+
+
+def max_json_chars(schema: dict[str, Any]) -> float:
+    """The most characters a reply valid for `schema` can have, as the grammar writes it (compact JSON: one space
+    after ':' and ','; every property of an object present), or infinity when a part has no bound (a string
+    without maxLength, an array without maxItems, a number without both bounds). Each generated token writes at
+    least one character of plain text, so a token cap of this many lets every reply finish (a string escape such
+    as \\u00e9 or a byte-fallback token can write less than a character per token: text that needs them may be
+    cut earlier)."""
+    s = schema.get("schema", schema) if "name" in schema and "schema" in schema else schema
+    return _chars(s)
+
+
+def _chars(node: Any) -> float:
+    if not isinstance(node, dict):
+        return float("inf")
+    if "const" in node:
+        return len(json.dumps(node["const"], ensure_ascii=False))
+    if "enum" in node:
+        return max((len(json.dumps(v, ensure_ascii=False)) for v in node["enum"]), default=0)
+    for key in ("anyOf", "oneOf"):
+        if key in node:
+            return max((_chars(v) for v in node[key]), default=float("inf"))
+    kind = node.get("type")
+    if isinstance(kind, list):
+        return max((_chars({**node, "type": k}) for k in kind), default=float("inf"))
+    if kind == "string":
+        return 2 + node["maxLength"] if "maxLength" in node else float("inf")
+    if kind == "boolean":
+        return 5
+    if kind == "null":
+        return 4
+    if kind in ("number", "integer"):
+        if "minimum" not in node or "maximum" not in node:
+            return float("inf")
+        if kind == "integer":
+            return max(len(str(int(node["minimum"]))), len(str(int(node["maximum"]))))
+        return NUMBER_CHARS
+    if kind == "array":
+        if "maxItems" not in node:
+            return float("inf")
+        n = int(node["maxItems"])
+        return 2 + n * _chars(node.get("items", {})) + 2 * max(0, n - 1)
+    if kind == "object" or "properties" in node:
+        props = node.get("properties") or {}
+        if node.get("additionalProperties", True) is not False and not props:
+            return float("inf")
+        body = sum(len(json.dumps(k)) + 2 + _chars(v) for k, v in props.items())
+        return 2 + body + 2 * max(0, len(props) - 1)
+    return float("inf")
+
+
 _SCHEMAS: dict[tuple, dict[str, Any]] = {}
 
 
@@ -73,7 +147,7 @@ def _decision_schema(tools: list[ToolSpec]) -> dict[str, Any]:
         options.append({"type": "object", "additionalProperties": False,
                         "required": ["action", "tool", "arguments", "rationale"],
                         "properties": {"action": {"const": "call_tool"}, "tool": {"const": t.name},
-                                       "arguments": _inline_refs(params, params.get("$defs", {})),
+                                       "arguments": bounded_strings(_inline_refs(params, params.get("$defs", {}))),
                                        "rationale": _TEXT, "sub_question": _TEXT, "needs_retrieval": _FLAG}})
     options.append({"type": "object", "additionalProperties": False,
                     "required": ["action", "answer", "confidence", "entity", "rationale"],
@@ -88,7 +162,7 @@ COVE_SCHEMA = {"name": "verification", "schema": {
     "type": "object", "additionalProperties": False, "required": ["verifications", "supported", "confidence", "reason"],
     "properties": {"verifications": {"type": "array", "maxItems": 3, "items": {
         "type": "object", "additionalProperties": False, "required": ["question", "answer", "supported"],
-        "properties": {"question": _TEXT, "answer": _TEXT, "supported": _FLAG}}},
+        "properties": {"question": _TEXT, "answer": _ANSWER_TEXT, "supported": _FLAG}}},
         "supported": _FLAG, "confidence": _CONFIDENCE, "reason": _TEXT}}}
 CONSISTENCY_SCHEMA = {"name": "consistency", "schema": {
     "type": "object", "additionalProperties": False, "required": ["consistent", "reason"],

@@ -34,6 +34,8 @@ class AsksModel(Protocol):
     prompts: Any
     verify_max_tokens: int
 
+    def format(self) -> Any: ...
+
     def ask(self, purpose: str, view: PolicyView, image: Any, text: str, schema: dict | None,
             max_tokens: int | None = None) -> Any: ...
 
@@ -99,6 +101,12 @@ class ModelVerifier:
         p = self.policy
         text = p.prompts.render("vlm_cove", draft=draft)
         return cove_from_text(p.ask("cove", view, image, text, COVE_SCHEMA, max_tokens=p.verify_max_tokens).text)
+
+    def cove_messages(self, view: PolicyView, draft: str, image: Any = None) -> list[dict]:
+        """The messages of the chain-of-verification request (what `chain_of_verification` sends through
+        `ask`; training.export renders its self-check examples with it)."""
+        p = self.policy
+        return p.prompts.ask(p.prompts.transcript(view, image, p.format()), p.prompts.render("vlm_cove", draft=draft))
 
     def closed_book_answer(self, view: PolicyView, image: Any = None) -> AnswerDraft:
         p = self.policy
