@@ -1,13 +1,16 @@
-"""The planner's named parts, registered with decorators: answer sources, plan conditions, slot providers and query
-kinds. The plan table (plan_table.py) names them and is validated against these registries; a name is looked up
-here, never by attribute."""
+"""The kinds of the planner's named parts: answer sources, plan conditions, slot providers and query kinds.
+
+They are kept in `Catalog`, four `glasses_rag.core.registry.Registry` tables that one module fills by explicit calls
+(glasses_rag/policies/rules/catalog.py); the planner holds its catalog and reads a part by name, never by attribute.
+The plan table (plan_table.py) names them and is validated against the catalog."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from glasses_rag.core.registry import Registry
 from glasses_rag.policies.rules.candidates import Candidate, Offer, Part
 
 # The turn is glasses_rag.policies.rules.reading.Turn; typed Any here so that the registry imports nothing that uses it.
@@ -21,41 +24,32 @@ QueryFn = Callable[[Any, "Part | None"], list[Offer]]
 class Source:
     name: str
     fn: SourceFn
-    final: bool  # an answer the plan table may name (False: an intermediate result, e.g. a multi-hop bridge)
-    checked: bool  # its answers pass the answer-type check (glasses_rag/policies/rules/answer_check.py)
+    final: bool = True  # an answer the plan table may name (False: an intermediate result, e.g. a multi-hop bridge)
+    checked: bool = True  # its answers pass the answer-type check (glasses_rag/policies/rules/answer_check.py)
 
 
-SOURCES: dict[str, Source] = {}
-CONDITIONS: dict[str, ConditionFn] = {}
-SLOTS: dict[str, SlotFn] = {}
-QUERIES: dict[str, QueryFn] = {}
+@dataclass(frozen=True)
+class Catalog:
+    """The planner's named parts, one registry per kind.
 
+    Args:
+        sources: answer sources, fn(turn, part) -> Candidate | None.
+        conditions: plan conditions, fn(turn, part or None) -> bool.
+        slots: slot providers, fn(turn, part or None, query kind) -> the values on offer for that slot.
+        queries: query kinds (what the `query` slot holds for a plan step), fn(turn, part or None) -> queries.
 
-def _registrar(table: dict[str, Any], kind: str, name: str, entry: Callable[[Any], Any] = lambda fn: fn) -> Callable:
-    """A decorator that records `entry(fn)` under `name` (a name registered twice is an error) and returns fn."""
-    def wrap(fn: Any) -> Any:
-        if name in table:
-            raise ValueError(f"two planner {kind}s are named {name!r}")
-        table[name] = entry(fn)
-        return fn
-    return wrap
+    Example::
 
+        cat = Catalog()
+        cat.conditions.add("has_image", lambda turn, part: turn.v.has_image)
+    """
 
-def source(name: str, *, final: bool = True, checked: bool = True) -> Callable[[SourceFn], SourceFn]:
-    """Register an answer source: fn(turn, part) -> Candidate | None."""
-    return _registrar(SOURCES, "answer source", name, lambda fn: Source(name, fn, final, checked))
+    sources: Registry[Source] = field(default_factory=lambda: Registry("answer source"))
+    conditions: Registry[ConditionFn] = field(default_factory=lambda: Registry("plan condition"))
+    slots: Registry[SlotFn] = field(default_factory=lambda: Registry("slot"))
+    queries: Registry[QueryFn] = field(default_factory=lambda: Registry("query kind"))
 
-
-def condition(name: str) -> Callable[[ConditionFn], ConditionFn]:
-    """Register a plan condition: fn(turn, part or None) -> bool."""
-    return _registrar(CONDITIONS, "condition", name)
-
-
-def slot(name: str) -> Callable[[SlotFn], SlotFn]:
-    """Register a slot provider: fn(turn, part or None, query kind) -> the values on offer for that slot."""
-    return _registrar(SLOTS, "slot", name)
-
-
-def query(name: str) -> Callable[[QueryFn], QueryFn]:
-    """Register a query kind (what the `query` slot holds for a plan step): fn(turn, part or None) -> queries."""
-    return _registrar(QUERIES, "query kind", name)
+    def source(self, name: str, fn: SourceFn, *, final: bool = True, checked: bool = True) -> None:
+        """Add an answer source (`final`: a plan row may answer from it; `checked`: its answers pass the
+        answer-type check)."""
+        self.sources.add(name, Source(name, fn, final, checked))

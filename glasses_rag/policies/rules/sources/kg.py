@@ -12,7 +12,6 @@ from glasses_rag.policies.rules.config import HISTORY_ENTITY_CONFIDENCE
 from glasses_rag.policies.rules.lexicon import PLACE_KEYS, TYPE_WORDS
 from glasses_rag.policies.rules.reading import Turn
 from glasses_rag.policies.rules.recognition import class_noun
-from glasses_rag.policies.rules.registry import source
 from glasses_rag.policies.rules.relations import relation_clash
 from glasses_rag.policies.rules.spec import AnswerSpec
 from glasses_rag.text import nlp
@@ -81,7 +80,6 @@ def kg_answer(turn: Turn, part: Part, hit: Hit | None = None) -> Candidate | Non
     return Candidate(value, conf, f"KG attribute '{best[0]}' of {hit.entity_name} (match {best[1]:.2f})")
 
 
-@source("kg_attribute")
 def kg_attribute(turn: Turn, part: Part) -> Candidate | None:
     """The attribute of the entity's KG record that the question asks for, of the expected type."""
     return kg_answer(turn, part)
@@ -98,7 +96,6 @@ def holds_for_rivals(turn: Turn, source_name: str, part: Part, cand: Candidate) 
     return True
 
 
-@source("class_attribute")
 def class_attribute(turn: Turn, part: Part) -> Candidate | None:
     """"what breed is this dog?": the KG attribute named by the class the question asks for."""
     noun = class_noun(part.original)
