@@ -66,12 +66,25 @@ def make_verifier(config: AgentConfig, policy: Any) -> Any:
 
 def build_agent(config: AgentConfig | None = None, *, search: Any = None, policy: Any = None,
                 registry: ToolRegistry | None = None, run_id: str | None = None, task: int | None = None) -> Agent:
-    """An Agent from one configuration.
+    """An Agent from one configuration, in steps: the preset applied, the tools, the search data prepared
+    (`prepare_search`), the backend constructed, the policy (`POLICIES`, by name), its check of the tools (the rule
+    planner refuses a capability input nothing fills), the self-check.
 
-    `search` overrides `config.search` with a backend object (e.g. the official pipeline the starter kit
-    hands over; it is wrapped in the search cache unless `config.search.cache` is off); `policy` and
-    `registry` override the configured ones (tests, scripted policies). `task=1` builds the search backend
-    without web search."""
+    Args:
+        config: everything that defines the agent (default: AgentConfig(), the rule planner over the demo's index).
+        search: a backend object that replaces `config.search` (e.g. the official pipeline the starter kit hands
+            over; wrapped in the search cache unless `config.search.cache` is off); no data is prepared then.
+        policy: a policy object that replaces the configured one (tests, scripted policies).
+        registry: the tools, replacing those the configuration names.
+        run_id: written into every trace.
+        task: 1 builds the search backend without web search.
+
+    Example::
+
+        agent = build_agent(AgentConfig(preset="superlens"), task=2)
+        trace = agent.run_turn(TurnInput(task=2, question="how tall is this?", image=photo,
+                                         session_id="s1", interaction_id="s1-0"))
+    """
     from glasses_rag.crag_mm.cache import CachedSearch
     from glasses_rag.crag_mm.search import as_search_backend, make_search, prepare_search
     from glasses_rag.models.resources import Resources, limit_cpu_threads
