@@ -3,8 +3,9 @@
 `make_search(SearchConfig, ModelPaths)` builds the backend the tools call: the embedded local index (the
 demo's or any folder in its layout), the official `cragmm-search-pipeline` over local ChromaDB folders,
 or none. Constructing a backend never prepares data: `prepare_search(SearchConfig)` is the step before it that
-builds the demo's index when the configuration searches it (the CLI and `graph.build.build_agent` call it first). `as_search_backend` wraps whatever the official harness hands the agent (a `UnifiedSearchPipeline`
-or any callable with its calling convention). Every backend returns results in the official dict layout
+builds the demo's index when the configuration searches it (the CLI and `graph.build.build_agent` call it first).
+`as_search_backend` wraps whatever the official harness hands the agent (a `UnifiedSearchPipeline` or any callable
+with its calling convention). Every backend returns results in the official dict layout
 (glasses_rag.crag_mm.schema).
 """
 
@@ -101,7 +102,8 @@ def _backend(cfg: SearchConfig, models: ModelPaths, web: bool) -> Any:
     from glasses_rag.crag_mm.local_search import LocalSearchIndex
     from glasses_rag.models.image_embedder import make_image_embedder
 
-    return LocalSearchIndex(local_index_dir(cfg), image_embedder=make_image_embedder(models.clip), text_embedder_path=models.text_embedder)
+    return LocalSearchIndex(local_index_dir(cfg), image_embedder=make_image_embedder(models.clip),
+                            text_embedder_path=models.text_embedder)
 
 
 class OfficialPipelineSearch:
