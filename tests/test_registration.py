@@ -12,7 +12,7 @@ from glasses_rag.policies.presets.routers import ROUTERS
 from glasses_rag.policies.protocol import PolicyView
 from glasses_rag.policies.rules import catalog
 from glasses_rag.policies.rules.catalog import planner_catalog
-from glasses_rag.policies.rules.registry import Catalog
+from glasses_rag.policies.rules.named_parts import Catalog
 from glasses_rag.policies.rules.rule_planner import RuleBasedPlanner
 from graph.build import POLICIES
 from graph.state import tool_spec

@@ -20,9 +20,9 @@ from typing import Any
 
 from glasses_rag.policies.protocol import ParallelCall
 from glasses_rag.policies.rules.candidates import Candidate, Offer, Part
+from glasses_rag.policies.rules.named_parts import Catalog
 from glasses_rag.policies.rules.plan import calls_for, combine
 from glasses_rag.policies.rules.reading import Turn
-from glasses_rag.policies.rules.registry import Catalog
 from glasses_rag.text import nlp
 from tools.capability import BUILTIN, Capability
 

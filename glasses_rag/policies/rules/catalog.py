@@ -16,7 +16,7 @@ from functools import cache
 
 from glasses_rag.policies.rules import conditions as c
 from glasses_rag.policies.rules import slots as s
-from glasses_rag.policies.rules.registry import Catalog
+from glasses_rag.policies.rules.named_parts import Catalog
 from glasses_rag.policies.rules.sources import comparison, facts, identity, kg, multihop, ocr, quantities, web
 
 CONDITIONS = (

@@ -23,7 +23,7 @@ from glasses_rag.policies.rules.units import DEFAULT, UnitTable
 from glasses_rag.text import nlp
 
 if TYPE_CHECKING:
-    from glasses_rag.policies.rules.registry import Catalog
+    from glasses_rag.policies.rules.named_parts import Catalog
     from tools.capability import Capability
 
 
