@@ -160,13 +160,14 @@ def variants(preset_spec: str, task: int, tools_config: Any, root: Path) -> list
 def run_variants(args: argparse.Namespace, base: Any, todo: list[Variant], root: Path, scoring: Any) -> list[Row]:
     """Every variant's run, several at once: the run's concurrency is shared among the rows running together."""
     from glasses_rag.crag_mm.cache import CachedSearch
-    from glasses_rag.crag_mm.search import make_search
+    from glasses_rag.crag_mm.search import make_search, prepare_search
 
     configs = [base.model_copy(update={"preset": v.preset, "tools": base.tools.model_copy(update={"allowed": v.allowed})})
                for v in todo]
     total, _ = concurrency_for(args, configs[0], default=len(todo))  # capped at the cores for a CPU-bound policy
     workers = max(1, min(len(todo), total))
     per_row = max(1, total // workers)
+    prepare_search(base.search)
     backend = make_search(base.search, base.models, web=args.task != 1)  # one index for every row
     search = backend if isinstance(backend, CachedSearch) else CachedSearch(backend)
     quiet = argparse.Namespace(**{**vars(args), "no_progress": True})

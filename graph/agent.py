@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from glasses_rag.core.calls import CancelScope, affinity, scope
 from glasses_rag.policies.protocol import IDK, Policy, is_abstention
 from glasses_rag.policies.self_check import Verifier
+from graph.budget import TurnBudget
 from graph.config import AgentConfig
 from graph.flow import build_graph
 from graph.state import AgentState, TurnContext
@@ -113,9 +114,10 @@ class Agent:
                              error="empty question")
         ctx = TurnContext(task=inp.task, question=question, image=inp.image, history=inp.history, policy=self.policy,
                           verifier=self.verifier, registry=self.registry, resources=self.resources,
-                          allowed=self.config.tools.allowed, budget_s=b.budget_s, max_steps=b.max_steps,
+                          allowed=self.config.tools.allowed,
+                          budget=TurnBudget(b.budget_s, b.max_steps, b.answer_reserve_s),
                           abstain_below=self.config.abstain_below, max_answer_chars=b.max_answer_chars,
-                          answer_reserve_s=b.answer_reserve_s, llm=self.llm, scope=CancelScope(),
+                          llm=self.llm, scope=CancelScope(),
                           profile=self.config.tools.profile)
         t0 = time.perf_counter()
         try:

@@ -7,13 +7,16 @@ build their agent with `build_agent(AgentConfig)`, so the same question gets the
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
+from glasses_rag.core.registry import Registry
 from graph.agent import Agent
 from graph.config import AgentConfig
 from tools.registry import ToolRegistry
 
 log = logging.getLogger(__name__)
+
 
 def load_tools(config: AgentConfig) -> ToolRegistry:
     """The agent's tools: the built-in ones plus those of `config.tools.modules`, passed explicitly."""
@@ -22,19 +25,33 @@ def load_tools(config: AgentConfig) -> ToolRegistry:
     return default_registry(config.tools.modules)
 
 
-def make_policy(config: AgentConfig, resources: Any) -> Any:
-    """The rule-based planner (image-match floor from the config, else the search backend's), or a model policy."""
-    if config.policy == "rule":
-        from glasses_rag.policies.rules.rule_planner import RuleBasedPlanner
+def rule_planner(config: AgentConfig, resources: Any) -> Any:
+    """The rule-based planner (image-match floor from the config, else the search backend's)."""
+    from glasses_rag.policies.rules.rule_planner import RuleBasedPlanner
 
-        planner = config.planner
-        if planner.min_image_score is None:
-            floor = getattr(resources.search, "image_score_floor", None)
-            planner = planner.model_copy(update={"min_image_score": 0.6 if floor is None else floor})
-        return RuleBasedPlanner(resources.text_embedder, planner)
+    planner = config.planner
+    if planner.min_image_score is None:
+        floor = getattr(resources.search, "image_score_floor", None)
+        planner = planner.model_copy(update={"min_image_score": 0.6 if floor is None else floor})
+    return RuleBasedPlanner(resources.text_embedder, planner)
+
+
+def model_policy(config: AgentConfig, resources: Any) -> Any:
+    """The model loop over the configured model (`config.policy`: a spec string or a ModelConfig)."""
     from glasses_rag.policies.model.policy import make_model_policy
 
     return make_model_policy(config.policy)
+
+
+# The policy kinds, listed here and read by name (glasses_rag/core/registry.py): `AgentConfig.policy` "rule" names
+# the rule planner, anything else configures a model; a preset's policy kind wraps one of them (presets/assemble.py).
+POLICIES: Registry[Callable[[AgentConfig, Any], Any]] = Registry(
+    "policy", [("rule", rule_planner), ("model", model_policy)])
+
+
+def make_policy(config: AgentConfig, resources: Any) -> Any:
+    """The configured policy: `POLICIES["rule"]` for `policy="rule"`, else `POLICIES["model"]`."""
+    return POLICIES.lookup("rule" if config.policy == "rule" else "model")(config, resources)
 
 
 def make_verifier(config: AgentConfig, policy: Any) -> Any:
@@ -49,12 +66,15 @@ def make_verifier(config: AgentConfig, policy: Any) -> Any:
 
 def build_agent(config: AgentConfig | None = None, *, search: Any = None, policy: Any = None,
                 registry: ToolRegistry | None = None, run_id: str | None = None, task: int | None = None) -> Agent:
-    """An Agent from one configuration.
+    """An Agent from one configuration, in steps: the preset applied, the tools, the search data prepared
+    (`prepare_search`), the backend constructed, the policy (`POLICIES`, by name), its check of the tools (the rule
+    planner refuses a capability input nothing fills), the self-check.
 
     Args:
         config: the whole configuration (`AgentConfig()`: the defaults of the CLI; its preset, if any, applied).
         search: a search backend object that overrides `config.search` (e.g. the official pipeline the starter kit
-            hands over); it is wrapped in the search cache unless `config.search.cache` is off.
+            hands over); it is wrapped in the search cache unless `config.search.cache` is off, and no data
+            is prepared then.
         policy: a policy that overrides the configured one (tests, scripted policies).
         registry: the tools, overriding the configured ones (default: the built-in tools and those of
             `config.tools.modules` that have what they need on this machine).
@@ -81,7 +101,7 @@ def build_agent(config: AgentConfig | None = None, *, search: Any = None, policy
         (['echo'], 'hi', 'answer')
     """
     from glasses_rag.crag_mm.cache import CachedSearch
-    from glasses_rag.crag_mm.search import as_search_backend, make_search
+    from glasses_rag.crag_mm.search import as_search_backend, make_search, prepare_search
     from glasses_rag.models.resources import Resources, limit_cpu_threads
     from glasses_rag.policies.presets import PresetBuild
 
@@ -91,6 +111,7 @@ def build_agent(config: AgentConfig | None = None, *, search: Any = None, policy
     if registry is None:  # built from the configuration: a tool that lacks a key or a setting here is not offered
         registry = load_tools(config).offering_available(config.tools.profile)
     if search is None:
+        prepare_search(config.search)  # the data first (the demo's index, unless given one), then the backend
         backend = make_search(config.search, config.models, web=task != 1)
     else:
         backend = as_search_backend(search)
@@ -98,6 +119,9 @@ def build_agent(config: AgentConfig | None = None, *, search: Any = None, policy
             backend = CachedSearch(backend, max_entries=config.search.cache_entries)
     resources = Resources(backend, config.models)
     policy = policy if policy is not None else preset.policy(resources, make_policy)
+    check = getattr(policy, "check_tools", None)  # e.g. the rule planner: a tool it could never call is an error
+    if callable(check):
+        check(registry)
     verifier = preset.verifier(policy, resources, make_verifier)
     agent = Agent(policy, resources, config, registry, verifier, llm=getattr(policy, "backend", None), run_id=run_id)
     if config.warm_up:

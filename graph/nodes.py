@@ -2,7 +2,8 @@
 
 Every node reads the per-turn `TurnContext` from LangGraph's run context and returns a partial state
 update with one typed trace event. Nothing here raises on bad model output or a failing tool: errors
-become events. Policy, tool and verifier calls run under the turn's deadline (glasses_rag.core.calls).
+become events. Policy, tool and verifier calls run under the timeouts the turn's budget gives (graph/budget.py),
+enforced by glasses_rag.core.calls.
 """
 
 from __future__ import annotations
@@ -32,11 +33,6 @@ from traces.schema import (
     trace_form,
 )
 
-# Supersteps a turn needs after a `plan` that routes to answering: answer, self_check, final.
-FINISH_STEPS = 3
-# ... and one more tool round (tools, plan) before that.
-TOOL_ROUND_STEPS = 2
-
 
 def _ms(t0: float) -> float:
     return round((time.perf_counter() - t0) * 1000, 3)
@@ -60,13 +56,14 @@ def plan(state: AgentState, runtime: Runtime[TurnContext]) -> Command:
     """Ask the policy for the next step; route to `tools` with the call(s) it chose, or to `answer`. (The route is
     decided here, with the state update, so LangGraph need not re-read the whole state to evaluate an edge.)"""
     ctx = runtime.context
-    if len(state.done) >= ctx.max_steps:
-        return _stop(state, "step_limit", f"step limit of {ctx.max_steps} tool calls reached")
-    if state.remaining_steps <= FINISH_STEPS + TOOL_ROUND_STEPS:
+    budget = ctx.budget
+    if budget.steps_left(len(state.done)) == 0:
+        return _stop(state, "step_limit", f"step limit of {budget.max_steps} tool calls reached")
+    if budget.graph_nearly_spent(state.remaining_steps):
         return _stop(state, "step_limit", "graph recursion limit nearly reached")
-    usable = ctx.remaining_s() - ctx.reserve_s()
+    usable = budget.tool_time_s()
     if usable <= 0:
-        return _stop(state, "time_budget", f"{ctx.budget_s:g}s turn budget nearly spent")
+        return _stop(state, "time_budget", f"{budget.budget_s:g}s turn budget nearly spent")
     t0 = time.perf_counter()
     with collect_model_calls() as calls:
         try:
@@ -87,7 +84,7 @@ def plan(state: AgentState, runtime: Runtime[TurnContext]) -> Command:
         # a decision that carries its answer saves the answer step's round trip
         return Command(goto="answer", update={"steps": [event], "pending": None, "ended_by": "answer",
                                               "draft": decision.answer})
-    room = ctx.max_steps - len(state.done) - 1  # parallel calls count against the step limit too
+    room = budget.parallel_room(len(state.done))  # parallel calls count against the step limit too
     extra = [PendingCall(call=ToolCall(tool=p.tool, arguments=p.arguments or {}), sub_question=p.sub_question,
                          needs_retrieval=decision.needs_retrieval, rationale=f"in parallel with {decision.tool}",
                          parallel_with=decision.tool)
@@ -141,7 +138,7 @@ def _run_calls(ctx: TurnContext, state: AgentState, calls: list[PendingCall]) ->
         ran.append(i)
     if runs:
         t0 = time.perf_counter()
-        for i, (ok, value) in zip(ran, run_many(runs, ctx.remaining_s() - ctx.reserve_s(), ctx.scope, inline)):
+        for i, (ok, value) in zip(ran, run_many(runs, ctx.budget.tool_time_s(), ctx.scope, inline)):
             results[i] = _outcome(calls[i], ok, value, t0)
     return results  # type: ignore[return-value]  # every slot is filled by now
 
@@ -237,7 +234,7 @@ def answer(state: AgentState, runtime: Runtime[TurnContext]) -> dict:
     with collect_model_calls() as calls:
         try:
             draft = run_with_deadline(lambda: ctx.policy.answer(ctx.view(state), ctx.image),
-                                      max(0.05, ctx.remaining_s() - 0.3 * ctx.reserve_s()), ctx.scope,
+                                      ctx.budget.answer_time_s(), ctx.scope,
                                       inline=not blocking(ctx.policy))
             if not isinstance(draft, AnswerDraft):
                 draft = AnswerDraft.model_validate(draft)
@@ -273,7 +270,7 @@ def self_check(state: AgentState, runtime: Runtime[TurnContext]) -> dict:
         try:
             verdict = run_with_deadline(
                 lambda: verifier.verify(ctx.question, draft, _evidence_texts(state), ctx.image, view=ctx.view(state)),
-                max(0.05, ctx.remaining_s() - 0.05), ctx.scope, inline=not blocking(verifier))
+                ctx.budget.verify_time_s(), ctx.scope, inline=not blocking(verifier))
         except Exception as e:  # noqa: BLE001 - a broken self-check cannot vouch for the draft
             keep = draft.confidence >= max(ctx.abstain_below, 0.5)
             event = VerdictEvent(index=_index(state), decision="keep" if keep else "abstain", latency_ms=_ms(t0),

@@ -9,7 +9,6 @@ write) with what the graph itself keeps. Every field that several steps add to h
 from __future__ import annotations
 
 import operator
-import time
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Annotated, Any
@@ -20,6 +19,7 @@ from pydantic import Field, SkipValidation
 from glasses_rag.core.calls import CancelScope
 from glasses_rag.policies.protocol import AnswerDraft, Policy, PolicyView, StepSummary, ToolSpec
 from glasses_rag.policies.self_check import Verifier
+from graph.budget import TurnBudget
 from tools.base import HistoryTurn, ToolContext, ToolOutput, ToolState, Verdict
 from tools.registry import Tool, ToolCall, ToolRegistry
 from traces.schema import EndReason, ModelCall, StepError, TraceEvent
@@ -83,29 +83,13 @@ class TurnContext:
     registry: ToolRegistry
     resources: Any
     allowed: list[str] | None
-    budget_s: float
-    max_steps: int
+    budget: TurnBudget  # its time and tool calls (graph/budget.py: all the arithmetic)
     abstain_below: float
     max_answer_chars: int = 600
-    answer_reserve_s: float | None = None
     llm: Any = None
     profile: str = "crag-mm"
     scope: CancelScope = field(default_factory=CancelScope)
-    started: float = field(default_factory=time.monotonic)
     _specs: list[ToolSpec] | None = field(default=None, init=False, repr=False)  # the turn's tool specs, built once
-
-    @property
-    def deadline(self) -> float:
-        return self.started + self.budget_s
-
-    def remaining_s(self) -> float:
-        return self.deadline - time.monotonic()
-
-    def reserve_s(self) -> float:
-        """Time kept back for answer + self-check so the turn always ends inside its budget."""
-        if self.answer_reserve_s is not None:
-            return min(self.answer_reserve_s, 0.9 * self.budget_s)
-        return min(1.5, 0.2 * self.budget_s)
 
     def tools(self) -> list[Tool]:
         return self.registry.for_task(self.task, self.allowed, self.profile)
@@ -126,4 +110,4 @@ class TurnContext:
             task=self.task, question=self.question, history=self.history, has_image=self.image is not None,
             tools=self.tool_specs(), done=state.done, evidence=state.evidence, crop=state.crop,
             ocr_text=state.ocr_text, sub_questions=state.sub_questions, facts=state.facts,
-            remaining_steps=max(0, self.max_steps - len(state.done)), remaining_s=max(0.0, self.remaining_s()))
+            remaining_steps=self.budget.steps_left(len(state.done)), remaining_s=max(0.0, self.budget.remaining_s()))

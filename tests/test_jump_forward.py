@@ -104,8 +104,8 @@ def _short(schema: dict, n: int = 12) -> dict:
     grammar's end (only stop tokens allowed) is reached as often as max_tokens."""
     if isinstance(schema, dict):
         out = {k: _short(v, n) for k, v in schema.items()}
-        if out.get("type") == "string" and "maxLength" not in out:
-            out["maxLength"] = n
+        if out.get("type") == "string":
+            out["maxLength"] = min(out.get("maxLength", n), n)
         return out
     return [_short(v, n) for v in schema] if isinstance(schema, list) else schema
 

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from glasses_rag.core.registry import Registry
 from glasses_rag.core.types import Fact, Hit
 
 SearchKind = Literal["image", "text"]
@@ -138,8 +139,9 @@ RERANKS = Capability("reranks", "reorders and prunes the evidence (replaces evid
 CONVERTS_UNITS = Capability("converts_units", "converts a quantity to another unit (writes facts)",
                             ("value", "from_unit", "to_unit"), answer=AnswerUse(kind="quantity"))
 
-BUILTIN: dict[str, Capability] = {c.name: c for c in (FINDS_ENTITY, LOCATES_OBJECT, READS_TEXT, DECOUPLES_QUERY,
-                                                      SEARCHES_WEB, READS_PAGE, RERANKS, CONVERTS_UNITS)}
+# Listed here, read by name (the project's registration rule: glasses_rag/core/registry.py).
+BUILTIN: Registry[Capability] = Registry("capability", [(c.name, c) for c in (
+    FINDS_ENTITY, LOCATES_OBJECT, READS_TEXT, DECOUPLES_QUERY, SEARCHES_WEB, READS_PAGE, RERANKS, CONVERTS_UNITS)])
 
 
 def resolve(tags: Iterable[str | Capability]) -> tuple[frozenset[str], tuple[Capability, ...]]:

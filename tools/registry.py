@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
+from glasses_rag.core.registry import Registry
 from tools.base import WRITABLE_FIELDS, ToolContext, ToolOutput, check_update
 from tools.capability import Capability, SearchKind, resolve, search_kind
 
@@ -164,10 +165,22 @@ def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
 
 class ToolRegistry:
     """The tools of one agent, passed explicitly (`build_agent` builds it from the configuration): names are
-    unique, and the capability objects its tools carry are the ones planners see."""
+    unique (a `glasses_rag.core.registry.Registry` of tools), and the capability objects its tools carry are the ones
+    planners see.
+
+    Args:
+        tools: @tool functions' `Tool`s (tool_of(fn)); two different tools under one name are a ValueError.
+        unavailable: tool name -> what it lacks here; such a tool is kept (a call to it is `not_allowed`, with the
+            reason) but never offered.
+
+    Example::
+
+        registry = ToolRegistry([tool_of(web_search), tool_of(ocr)])
+        registry.for_task(2)  # the tools a task-2 turn offers
+    """
 
     def __init__(self, tools: Iterable[Tool] = (), unavailable: dict[str, str] | None = None) -> None:
-        self._tools: dict[str, Tool] = {}
+        self._tools: Registry[Tool] = Registry("tool", origin=lambda t: t.fn.__module__)
         self._by_task: dict[tuple[int, tuple[str, ...] | None, str], list[Tool]] = {}
         # tools kept (a call to one is `not_allowed`, with the reason) but never offered: they lack something here
         self.unavailable: dict[str, str] = dict(unavailable or {})
@@ -175,10 +188,7 @@ class ToolRegistry:
             self.add(t)
 
     def add(self, t: Tool) -> None:
-        known = self._tools.get(t.name)
-        if known is not None and known is not t:
-            raise ValueError(f"two tools are named {t.name!r} ({known.fn.__module__} and {t.fn.__module__})")
-        self._tools[t.name] = t
+        self._tools.add(t.name, t)
         self._by_task.clear()
 
     def register(self, fn: Callable) -> Callable:

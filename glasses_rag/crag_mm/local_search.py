@@ -124,14 +124,33 @@ def chunk_page(page: dict[str, Any], max_words: int = 60) -> list[str]:
 
 
 class LocalSearchIndex:
-    """SearchBackend over a demo-layout folder (image KG + web pages), embedded in the process."""
+    """SearchBackend over a demo-layout folder (image KG + web pages), embedded in the process. Constructing it
+    reads the folder and never builds one: prepare the data first (glasses_rag.crag_mm.search.prepare_search).
+
+    Args:
+        root: the index folder (kg.json, web.json, kg_images/); None: the demo's (data/demo/), already built.
+        image_embedder: embeds photos and KG images (default: the heuristic embedder).
+        text_embedder: embeds page chunks and queries (default: loaded from `text_embedder_path` on first use).
+        cache: keep embedding matrices under `root/cache/`.
+        text_embedder_path: the text-embedding model folder.
+
+    Example::
+
+        prepare_search(SearchConfig())  # builds data/demo/ once
+        index = LocalSearchIndex(demo_paths().root)
+        index.web_search("eiffel tower height", k=3)
+    """
 
     def __init__(self, root: str | Path | None = None, image_embedder=None, text_embedder=None,
                  cache: bool = True, text_embedder_path: str | Path | None = None):
         if root is None:
-            from glasses_rag.crag_mm.demo import ensure_demo
+            from glasses_rag.crag_mm.demo import demo_paths
 
-            root = ensure_demo().root
+            root = demo_paths().root
+        if not Path(root).is_dir():
+            raise FileNotFoundError(f"local search index folder {root} does not exist: prepare the data first "
+                                    f"(glasses_rag.crag_mm.search.prepare_search; the demo's: python -m "
+                                    f"glasses_rag.crag_mm.demo), or give the folder of an index (--index-dir)")
         self.root = Path(root)
         self.cache_dir = self.root / "cache"
         self.use_cache = cache
@@ -295,7 +314,8 @@ class LocalSearchIndex:
 
 
 def make_demo_search(root: Path | None = None, clip_path: Path | None = None) -> LocalSearchIndex:
-    """The demo benchmark's index, built on first use (heuristic or CLIP image embeddings + MiniLM)."""
+    """The demo benchmark prepared (built unless up to date), then its index constructed (heuristic or CLIP image
+    embeddings + MiniLM)."""
     from glasses_rag.crag_mm.demo import ensure_demo
     from glasses_rag.models.image_embedder import make_image_embedder
 

@@ -2,8 +2,10 @@
 
 `make_search(SearchConfig, ModelPaths)` builds the backend the tools call: the embedded local index (the
 demo's or any folder in its layout), the official `cragmm-search-pipeline` over local ChromaDB folders,
-or none. `as_search_backend` wraps whatever the official harness hands the agent (a `UnifiedSearchPipeline`
-or any callable with its calling convention). Every backend returns results in the official dict layout
+or none. Constructing a backend never prepares data: `prepare_search(SearchConfig)` is the step before it that
+builds the demo's index when the configuration searches it (the CLI and `graph.build.build_agent` call it first).
+`as_search_backend` wraps whatever the official harness hands the agent (a `UnifiedSearchPipeline` or any callable
+with its calling convention). Every backend returns results in the official dict layout
 (glasses_rag.crag_mm.schema).
 """
 
@@ -35,8 +37,46 @@ class SearchConfig(BaseModel):
     cache_entries: int = Field(1024, ge=1)
 
 
+def prepare_search(cfg: SearchConfig) -> Path | None:
+    """Prepare the data the configured backend reads: the demo's index (data/demo/, or `cfg.demo_dir`), built unless
+    up to date, when the local backend is given no `index_dir`. The folder it prepared, or None (nothing to do).
+
+    Args:
+        cfg: the search configuration `make_search` will construct the backend from.
+
+    Example::
+
+        prepare_search(cfg)
+        backend = make_search(cfg)
+    """
+    if cfg.backend != "local" or cfg.index_dir is not None:
+        return None
+    from glasses_rag.crag_mm.demo import ensure_demo
+
+    return ensure_demo(cfg.demo_dir).root
+
+
+def local_index_dir(cfg: SearchConfig) -> Path:
+    """The folder the local backend reads: `cfg.index_dir`, else the demo's (which `prepare_search` builds)."""
+    from glasses_rag.crag_mm.demo import demo_paths
+
+    return cfg.index_dir or demo_paths(cfg.demo_dir).root
+
+
 def make_search(cfg: SearchConfig, models: ModelPaths | None = None, web: bool = True) -> Any:
-    """The configured backend (wrapped in the two-level cache unless `cfg.cache` is off)."""
+    """The configured backend (wrapped in the two-level cache unless `cfg.cache` is off), over data already
+    prepared: a missing folder is a FileNotFoundError that says how to prepare it, never a build.
+
+    Args:
+        cfg: which backend and where its data is.
+        models: model folders (CLIP, text embedder) the local index uses.
+        web: False for task 1 (image search only): the official pipeline is built without its web index.
+
+    Example::
+
+        backend = make_search(SearchConfig(index_dir=Path("data/heldout")))
+        backend.web_search("eiffel tower height", k=3)
+    """
     from glasses_rag.crag_mm.cache import CachedSearch
 
     backend = _backend(cfg, models or ModelPaths(), web)
@@ -59,12 +99,11 @@ def _backend(cfg: SearchConfig, models: ModelPaths, web: bool) -> Any:
             raise ValueError("--cragmm-web-index needs --cragmm-text-model (the model that built the web index)")
         return CragMMSearch(image_index_dir=image_index, clip_model_dir=clip,
                             web_index_dir=cfg.cragmm_web_index if web else None, text_model_dir=cfg.cragmm_text_model)
-    from glasses_rag.crag_mm.demo import ensure_demo
     from glasses_rag.crag_mm.local_search import LocalSearchIndex
     from glasses_rag.models.image_embedder import make_image_embedder
 
-    root = cfg.index_dir or ensure_demo(cfg.demo_dir).root
-    return LocalSearchIndex(root, image_embedder=make_image_embedder(models.clip), text_embedder_path=models.text_embedder)
+    return LocalSearchIndex(local_index_dir(cfg), image_embedder=make_image_embedder(models.clip),
+                            text_embedder_path=models.text_embedder)
 
 
 class OfficialPipelineSearch:

@@ -19,17 +19,29 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from glasses_rag.core.registry import Registry, closest
 from glasses_rag.policies.presets.schema import Preset
 
 PRESETS_DIR = Path(__file__).resolve().parent
 RETRIEVAL_TAGS = frozenset({"finds_entity", "searches_web", "reads_page"})
 
 
+# the order the benchmark table shows them in; a YAML file beside this module not listed here comes after them
+ORDER = ("react", "rule", "mmrag-baseline", "superlens", "unsw-verify", "eurecom", "no-retrieval")
+
+
+def bundled_presets() -> Registry[Path]:
+    """The bundled presets' files by name (the YAML files beside this module), in the benchmark table's order.
+
+    Example: `bundled_presets().lookup("superlens")` -> .../presets/superlens.yaml."""
+    found = sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
+    names = [n for n in ORDER if n in found] + [n for n in found if n not in ORDER]
+    return Registry("preset", [(n, PRESETS_DIR / f"{n}.yaml") for n in names])
+
+
 def preset_names() -> list[str]:
     """The bundled presets, in the order the benchmark table shows them."""
-    order = ["react", "rule", "mmrag-baseline", "superlens", "unsw-verify", "eurecom", "no-retrieval"]
-    found = sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
-    return [n for n in order if n in found] + [n for n in found if n not in order]
+    return list(bundled_presets())
 
 
 def load_preset(spec: str | Path, tool_modules: Iterable[str] = ()) -> Preset:
@@ -39,10 +51,11 @@ def load_preset(spec: str | Path, tool_modules: Iterable[str] = ()) -> Preset:
     Example: `load_preset("superlens")`, `load_preset("my_preset.yaml")`."""
     path = Path(spec)
     if path.suffix not in (".yaml", ".yml"):
-        path = PRESETS_DIR / f"{spec}.yaml"
-        if not path.is_file():
-            raise ValueError(f"unknown preset {str(spec)!r}{closest(str(spec), preset_names())}; bundled presets: "
-                             f"{', '.join(preset_names())} (or give the path of a preset .yaml file)")
+        bundled = bundled_presets()
+        if str(spec) not in bundled:
+            raise ValueError(f"unknown preset {str(spec)!r}{closest(str(spec), bundled)}; bundled presets: "
+                             f"{', '.join(bundled)} (or give the path of a preset .yaml file)")
+        path = bundled[str(spec)]
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
         preset = Preset.model_validate(data)
@@ -58,14 +71,6 @@ def load_preset(spec: str | Path, tool_modules: Iterable[str] = ()) -> Preset:
     if unknown:
         raise ValueError(f"preset file {path}: {unknown}")
     return preset
-
-
-def closest(name: str, known: Iterable[str]) -> str:
-    """' (did you mean 'x'?)' for the closest known name, or ''."""
-    import difflib
-
-    found = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
-    return f" (did you mean {found[0]!r}?)" if found else ""
 
 
 def one_line(error: ValidationError, data: Any) -> str:

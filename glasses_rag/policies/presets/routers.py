@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from glasses_rag.core.calls import CallTimeout, Cancelled
+from glasses_rag.core.registry import Registry
 from glasses_rag.policies.protocol import AnswerDraft, PolicyView
 from glasses_rag.policies.rules.questions import classify
 from glasses_rag.text import nlp
@@ -228,7 +229,8 @@ def _schema(props: dict[str, Any]) -> dict[str, Any]:
     return {"type": "object", "additionalProperties": False, "required": list(props), "properties": props}
 
 
-ROUTERS: dict[str, Router] = {r.name: r for r in (
+# Listed here, read by name (glasses_rag/core/registry.py); schema.RouteName names those a preset step may use.
+ROUTERS: Registry[Router] = Registry("router", [(r.name, r) for r in (
     Router("superlens-domain", "preset_superlens_domain", _schema({"domain": _S}), _domain,
            "stand-in: no domain offline", _nothing, max_tokens=40),
     Router("superlens-demand", "preset_superlens_demand",
@@ -247,4 +249,4 @@ ROUTERS: dict[str, Router] = {r.name: r for r in (
     Router("eurecom-expand", "preset_eurecom_expand",
            _schema({"expanded_query": _S, "entities": {"type": "array", "maxItems": 5, "items": _S}}), _expand,
            "stand-in: no query expansion offline", _nothing, max_tokens=300),
-)}
+)])

@@ -15,13 +15,14 @@ The built-in capabilities (tools.capability.BUILTIN) are used through the plan t
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 from glasses_rag.policies.protocol import ParallelCall
 from glasses_rag.policies.rules.candidates import Candidate, Offer, Part
+from glasses_rag.policies.rules.named_parts import Catalog
 from glasses_rag.policies.rules.plan import calls_for, combine
 from glasses_rag.policies.rules.reading import TurnReading
-from glasses_rag.policies.rules.registry import SLOTS
 from glasses_rag.text import nlp
 from tools.capability import BUILTIN, Capability
 
@@ -31,6 +32,33 @@ log = logging.getLogger(__name__)
 def extensions(turn: TurnReading) -> list[Capability]:
     """The capabilities the turn's tools carry that are not built in."""
     return [c for name, c in sorted(turn.capabilities.items()) if name not in BUILTIN]
+
+
+def unprovided(cap: Capability, catalog: Catalog) -> list[str]:
+    """The inputs of an extension capability that nothing fills: no `slots` hook of its own, no planner slot."""
+    return [s for s in cap.inputs if s not in cap.slots and s not in catalog.slots]
+
+
+def check_inputs(tools: Iterable[Any], catalog: Catalog) -> None:
+    """Refuse, with a ValueError naming tool, capability and input, a tool whose capability (not a built-in one) has
+    an input that nothing fills: the planner would never call it (plan.fill finds a required argument empty).
+
+    Args:
+        tools: the agent's tools (tools.registry.Tool) or their specs (anything with `name` and `capabilities`).
+        catalog: the planner's named parts (catalog.planner_catalog()), whose `slots` fill inputs by name.
+
+    Example::
+
+        check_inputs(registry, planner_catalog())  # ValueError: tool 'lookup': capability 'looks_up' ...
+    """
+    for t in tools:
+        for cap in t.capabilities:
+            missing = [] if cap.name in BUILTIN else unprovided(cap, catalog)
+            if missing:
+                raise ValueError(
+                    f"tool {t.name!r}: capability {cap.name!r} passes {', '.join(map(repr, missing))}, which no "
+                    f"planner slot ({', '.join(catalog.slots)}) and no hook in its `slots` provides: add "
+                    f"slots={{{missing[0]!r}: fn}} to the capability, or name a planner slot")
 
 
 def _hook(cap: Capability, what: str, fn: Any, turn: TurnReading) -> Any:
@@ -48,10 +76,10 @@ def _offer(turn: TurnReading, cap: Capability) -> dict[str, list[Offer]]:
     for s in cap.inputs:
         if s in cap.slots:
             out[s] = [Offer(_hook(cap, f"slot {s!r}", cap.slots[s], turn), turn.resolved)]
-        elif s in SLOTS:
-            out[s] = SLOTS[s](turn, part, "part")
-        else:
-            out[s] = [Offer(None)]
+        elif s in turn.catalog.slots:
+            out[s] = turn.catalog.slots[s](turn, part, "part")
+        else:  # refused when the planner was built (check_inputs); a hand-made view gets here
+            raise ValueError(f"capability {cap.name!r}: no provider for its input {s!r}")
     return out
 
 

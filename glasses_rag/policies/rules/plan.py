@@ -10,14 +10,13 @@ from glasses_rag.policies.protocol import ParallelCall, ToolSpec
 from glasses_rag.policies.rules.candidates import Offer, Part
 from glasses_rag.policies.rules.plan_table import PlanStep
 from glasses_rag.policies.rules.reading import TurnReading
-from glasses_rag.policies.rules.registry import CONDITIONS, SLOTS
 from tools.capability import BUILTIN
 
 
 def fill(spec: ToolSpec, offer: dict[str, Any]) -> dict[str, Any] | None:
     """The arguments the planner gives this tool: each offered slot (that has a value) under the argument name the
-    tool maps it to; None when a required argument stays empty (the registry refuses such tools at declaration, so
-    only a tool spec built by hand gets here)."""
+    tool maps it to; None when a required argument stays empty (the planner refuses such tools when it is built
+    (capabilities.check_inputs), so only a tool spec built by hand gets here)."""
     args = {spec.inputs[s]: v for s, v in offer.items() if s in spec.inputs and v is not None}
     required = set(spec.json_schema["function"]["parameters"].get("required", []))
     return args if required <= args.keys() else None
@@ -35,11 +34,10 @@ def combine(slot_offers: dict[str, list[Offer]]) -> list[tuple[dict[str, Any], s
 
 def step_offers(turn: TurnReading, step: PlanStep, part: Part | None) -> list[tuple[dict[str, Any], str | None]]:
     """(slot values on offer, sub-question) for one step; several for a query per compared side."""
-    return combine({s: SLOTS[s](turn, part, step.query) for s in BUILTIN[step.uses].inputs})
+    return combine({s: turn.catalog.slots[s](turn, part, step.query) for s in BUILTIN[step.uses].inputs})
 
 
-def calls_for(turn: TurnReading, tools: list[ToolSpec],
-              offers: list[tuple[dict[str, Any], str | None]]) -> list[ParallelCall]:
+def calls_for(turn: TurnReading, tools: list[ToolSpec], offers: list[tuple[dict[str, Any], str | None]]) -> list[ParallelCall]:
     """A call per tool and offer, unless the same call already ran."""
     out: list[ParallelCall] = []
     for offer, sub in offers:
@@ -57,7 +55,7 @@ def due(turn: TurnReading, steps: list[PlanStep], part: Part | None) -> tuple[li
     for step in steps:
         if calls and not step.with_previous:
             break
-        if not all(CONDITIONS[c](turn, part) for c in step.when):
+        if not all(turn.catalog.conditions[c](turn, part) for c in step.when):
             continue
         new = calls_for(turn, turn.v.tools_with(step.uses), step_offers(turn, step, part))
         if new:

@@ -1,10 +1,9 @@
 """The rule-based planner's plan table: question type -> ordered tool capabilities and answer sources.
 
-The table is data (glasses_rag/policies/rules/planner_table.yaml), validated here: every step names a capability the
-planner fills the inputs of (tools/capability.py:BUILTIN), every condition, query kind and answer source is one
-registered by name in the planner (glasses_rag/policies/rules/registry.py: conditions.py, slots.py, sources/), and every
-question type has a row. `load_plan_table()` reads the bundled table; a different file can
-be passed (RulePlannerConfig.plan_table).
+The table is data (glasses_rag/policies/rules/planner_table.yaml), validated here: every step names a capability the planner
+fills the inputs of (tools/capability.py:BUILTIN), every condition, query kind and answer source is one the
+planner's catalog lists by name (glasses_rag/policies/rules/catalog.py), and every question type has a row.
+`load_plan_table()` reads the bundled table; a different file can be passed (RulePlannerConfig.plan_table).
 """
 
 from __future__ import annotations
@@ -15,16 +14,16 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from glasses_rag.policies.rules import conditions, slots, sources  # noqa: F401 - importing them registers their names
+from glasses_rag.core.registry import Registry
+from glasses_rag.policies.rules.catalog import planner_catalog
 from glasses_rag.policies.rules.questions import QUESTION_TYPES
-from glasses_rag.policies.rules.registry import CONDITIONS, QUERIES, SOURCES
 from tools.capability import BUILTIN as CAPABILITIES
 
 DEFAULT_TABLE = Path(__file__).with_name("planner_table.yaml")
 
 
 
-def _registered(kind: str, table: dict, name: str, allowed: set[str] | None = None) -> str:
+def _registered(kind: str, table: Registry, name: str, allowed: set[str] | None = None) -> str:
     names = set(table) if allowed is None else allowed
     if name not in names:
         raise ValueError(f"unknown {kind} {name!r}; the planner has {', '.join(sorted(names))}")
@@ -32,8 +31,8 @@ def _registered(kind: str, table: dict, name: str, allowed: set[str] | None = No
 
 
 def answer_sources() -> set[str]:
-    """The sources a plan row may answer from (registered as final)."""
-    return {n for n, s in SOURCES.items() if s.final}
+    """The sources a plan row may answer from (listed as final)."""
+    return {n for n, s in planner_catalog().sources.items() if s.final}
 
 
 class PlanStep(BaseModel):
@@ -47,12 +46,12 @@ class PlanStep(BaseModel):
     @field_validator("when")
     @classmethod
     def _known_conditions(cls, v: list[str]) -> list[str]:
-        return [_registered("plan condition", CONDITIONS, c) for c in v]
+        return [_registered("plan condition", planner_catalog().conditions, c) for c in v]
 
     @field_validator("query")
     @classmethod
     def _known_query(cls, v: str | None) -> str | None:
-        return None if v is None else _registered("query kind", QUERIES, v)
+        return None if v is None else _registered("query kind", planner_catalog().queries, v)
 
     @field_validator("uses")
     @classmethod
@@ -72,7 +71,7 @@ class QuestionPlan(BaseModel):
     @field_validator("answer")
     @classmethod
     def _known_sources(cls, v: list[str]) -> list[str]:
-        return [_registered("answer source", SOURCES, a, answer_sources()) for a in v]
+        return [_registered("answer source", planner_catalog().sources, a, answer_sources()) for a in v]
 
 
 class PlanTable(BaseModel):

@@ -18,12 +18,12 @@ from glasses_rag.policies.rules.config import HISTORY_ENTITY_CONFIDENCE, RulePla
 from glasses_rag.policies.rules.entity import entity_is_person, history_person, image_entity
 from glasses_rag.policies.rules.lexicon import CLASS_KEYS
 from glasses_rag.policies.rules.parts import PartsContext, build_parts
-from glasses_rag.policies.rules.registry import SOURCES
 from glasses_rag.policies.rules.spec import ExpectedAnswer
-from glasses_rag.text import nlp
 from glasses_rag.text.units import DEFAULT, UnitTable
+from glasses_rag.text import nlp
 
 if TYPE_CHECKING:
+    from glasses_rag.policies.rules.named_parts import Catalog
     from tools.capability import Capability
 
 
@@ -45,6 +45,7 @@ class TurnReading:
 
     def __init__(self, planner: Any, view: PolicyView):
         self.p = planner
+        self.catalog: Catalog = planner.catalog  # the planner's named parts (catalog.py)
         self.c: RulePlannerConfig = planner.config
         self.v = view
         self.capabilities = {c.name: c for t in view.tools for c in t.capabilities}
@@ -98,8 +99,7 @@ class TurnReading:
         """The best answer of this type to the question from what was gathered: the question type's own answer
         sources, asked for that type ("money" -> "$1.49" for "how much is it in euros?")."""
         for part in self.parts:
-            spec = ExpectedAnswer(kind=kind, counted=part.spec.counted, noun=part.spec.noun)  # type: ignore[arg-type]
-            asked = part.expecting(spec)
+            asked = part.expecting(ExpectedAnswer(kind=kind, counted=part.spec.counted, noun=part.spec.noun))  # type: ignore[arg-type]
             for name in self.p.table.types[part.qtype].answer:
                 got = self.source(name, asked)
                 if got is not None:
@@ -177,12 +177,12 @@ class TurnReading:
         return self._memo[key]
 
     def source(self, name: str, part: Part) -> Candidate | None:
-        """The answer source `name` (registry.SOURCES) for this part; an answer of a type the part does not ask for
+        """The answer source `name` (catalog.py) for this part; an answer of a type the part does not ask for
         is never returned (answer_check)."""
         return self.memo((name, part.original, part.spec), lambda: self._from_source(name, part))
 
     def _from_source(self, name: str, part: Part) -> Candidate | None:
-        src = SOURCES[name]
+        src = self.catalog.sources[name]
         got = src.fn(self, part)
         return got if got is None or not src.checked else self.checked(name, part, got)
 

@@ -12,11 +12,13 @@ costs more than "I don't know". The package layout is described in docs/planner.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from glasses_rag.policies.protocol import IDK, AnswerDraft, Decision, ParallelCall, PolicyView
 from glasses_rag.policies.rules import capabilities
 from glasses_rag.policies.rules.candidates import Candidate, Part
+from glasses_rag.policies.rules.catalog import planner_catalog
 from glasses_rag.policies.rules.config import RulePlannerConfig
 from glasses_rag.policies.rules.plan import due
 from glasses_rag.policies.rules.plan_table import load_plan_table
@@ -39,7 +41,18 @@ def _add(batch: list[ParallelCall], calls: list[ParallelCall]) -> None:
 
 
 class RuleBasedPlanner:
-    """Policy protocol implementation. `embedder` is a glasses_rag.models.text_embedder.TextEmbedder (or a factory)."""
+    """Policy protocol implementation.
+
+    Args:
+        embedder: a glasses_rag.models.text_embedder.TextEmbedder, or a factory called on first use.
+        config: thresholds and the plan table to use (default: RulePlannerConfig()).
+
+    Example::
+
+        planner = RuleBasedPlanner(TextEmbedder(), RulePlannerConfig())
+        planner.check_tools(registry)  # build_agent does it: a capability input nothing fills is an error
+        decision = planner.decide(view)
+    """
 
     name = "rule-based-planner (heuristic)"
     blocking = False  # local rules and a small embedder: runs in the graph's thread
@@ -47,7 +60,12 @@ class RuleBasedPlanner:
     def __init__(self, embedder: Any, config: RulePlannerConfig | None = None):
         self._embedder = embedder
         self.config = config or RulePlannerConfig()
+        self.catalog = planner_catalog()  # its named parts (catalog.py), read by name
         self.table = load_plan_table(self.config.plan_table)
+
+    def check_tools(self, tools: Iterable[Any]) -> None:
+        """Refuse tools this planner could never call (capabilities.check_inputs): a ValueError at build."""
+        capabilities.check_inputs(tools, self.catalog)
 
     @property
     def embedder(self):

@@ -1,6 +1,6 @@
-"""What the planner passes to tools: slot providers by name (glasses_rag/policies/rules/registry.py:slot). A capability
-lists the slots its tools receive (tools.capability.Capability.inputs); each tool maps them to its own argument names
-(`inputs` of @tool). The `query` slot holds one of the query kinds a plan step names (registry.query)."""
+"""What the planner passes to tools: slot providers, listed by name in catalog.py. A capability lists the slots its
+tools receive (tools.capability.Capability.inputs); each tool maps them to its own argument names (`inputs` of @tool).
+The `query` slot holds one of the query kinds a plan step names (catalog.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import re
 from glasses_rag.policies.rules.candidates import Offer, Part
 from glasses_rag.policies.rules.questions import conversion_target, parse_bridge, parse_comparison
 from glasses_rag.policies.rules.reading import TurnReading
-from glasses_rag.policies.rules.registry import QUERIES, query, slot
 from glasses_rag.policies.rules.sources.comparison import missing_sides, side_query
 from glasses_rag.policies.rules.sources.multihop import hop2_question
 from glasses_rag.policies.rules.sources.quantities import quantity
@@ -29,56 +28,47 @@ def target_phrase(q: str) -> str:
     return "the main object"
 
 
-@slot("target")
 def target(turn: TurnReading, part: Part | None, kind: str | None) -> list[Offer]:
     return [Offer(target_phrase(part.original if part else turn.question))]
 
 
-@slot("question")
 def question(turn: TurnReading, part: Part | None, kind: str | None) -> list[Offer]:
     return [Offer(turn.v.question)]
 
 
-@slot("entity")
 def entity(turn: TurnReading, part: Part | None, kind: str | None) -> list[Offer]:
     return [Offer(turn.entity or "")]
 
 
-@slot("value")
 def value(turn: TurnReading, part: Part | None, kind: str | None) -> list[Offer]:
     """The quantity a conversion question converts (no call without one)."""
     qty = quantity(turn, part) if part is not None and conversion_target(part.original) else None
     return [Offer(qty[0], part.resolved)] if qty and part is not None else []
 
 
-@slot("from_unit")
 def from_unit(turn: TurnReading, part: Part | None, kind: str | None) -> list[Offer]:
     qty = quantity(turn, part) if part is not None else None
     return [Offer(qty[1])] if qty else []
 
 
-@slot("to_unit")
 def to_unit(turn: TurnReading, part: Part | None, kind: str | None) -> list[Offer]:
     unit = conversion_target(part.original) if part is not None else None
     return [Offer(unit)] if unit else []
 
 
-@slot("query")
 def query_slot(turn: TurnReading, part: Part | None, kind: str | None) -> list[Offer]:
     """The search query of the step's query kind; no value when the step names none."""
-    return QUERIES[kind](turn, part) if kind is not None else [Offer(None)]
+    return turn.catalog.queries[kind](turn, part) if kind is not None else [Offer(None)]
 
 
 # ---- query kinds ----------------------------------------------------------------------------------------
 
-@query("part")
 def part_query(turn: TurnReading, part: Part | None) -> list[Offer]:
     """The question part with "this"/"it" resolved, as keywords."""
     q = part.resolved if part else turn.question
     return [Offer(nlp.keywords(q, part.entity if part else turn.entity), q)]
 
 
-@query("hop1")
 def hop1_query(turn: TurnReading, part: Part | None) -> list[Offer]:
     """Hop 1 of a multi-hop question ("which cafe served <entity>?")."""
     if part is None:
@@ -88,7 +78,6 @@ def hop1_query(turn: TurnReading, part: Part | None) -> list[Offer]:
     return [Offer(nlp.keywords(hop1, turn.entity), hop1)]
 
 
-@query("hop2")
 def hop2_query(turn: TurnReading, part: Part | None) -> list[Offer]:
     """Hop 2, about the bridge entity hop 1 found (none before)."""
     if part is None:
@@ -100,7 +89,6 @@ def hop2_query(turn: TurnReading, part: Part | None) -> list[Offer]:
     return [Offer(nlp.keywords(hop2, got.text), hop2)]
 
 
-@query("sides")
 def sides_query(turn: TurnReading, part: Part | None) -> list[Offer]:
     """One query per compared side that has no value yet."""
     if part is None:
@@ -109,14 +97,12 @@ def sides_query(turn: TurnReading, part: Part | None) -> list[Offer]:
     return [Offer(side_query(cmp, s), s) for s in missing_sides(turn, part)] if cmp else []
 
 
-@query("ocr_name")
 def ocr_name_query(turn: TurnReading, part: Part | None) -> list[Offer]:
     """The name read in the photo (its first lines)."""
     title = turn.ocr_title()
     return [Offer(title, title)] if title else []
 
 
-@query("quantity")
 def quantity_query(turn: TurnReading, part: Part | None) -> list[Offer]:
     """The entity and the measured dimension, for a conversion."""
     if part is None:

@@ -1,5 +1,6 @@
-"""The planner's answer sources, each registered by name (glasses_rag/policies/rules/registry.py:source) in the module
-of its concern; importing this package registers them all. The plan table names them per question type:
+"""The planner's answer sources, each in the module of its concern and listed by name in
+glasses_rag/policies/rules/catalog.py (importing a module registers nothing). The plan table names them per question
+type:
 
 - identity.py: entity_name (the recognised entity's own name)
 - kg.py: kg_attribute (the KG attribute asked for), class_attribute ("what breed is this dog?")

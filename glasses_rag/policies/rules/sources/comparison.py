@@ -9,7 +9,6 @@ from glasses_rag.policies.rules.answer_types import YEAR
 from glasses_rag.policies.rules.candidates import Candidate, Part, SideValue
 from glasses_rag.policies.rules.questions import Comparison, parse_comparison
 from glasses_rag.policies.rules.reading import TurnReading
-from glasses_rag.policies.rules.registry import source
 from glasses_rag.policies.rules.web_text import page_sentences
 from glasses_rag.text import nlp
 
@@ -119,7 +118,6 @@ def missing_sides(turn: TurnReading, part: Part) -> list[str]:
         is_self(turn, s) and turn.entity is None)]
 
 
-@source("compare", checked=False)  # its answer is one of the sides, yes/no or before/after, with both values
 def compare(turn: TurnReading, part: Part) -> Candidate | None:
     """Both sides' values compared in base units."""
     cmp = parse_comparison(part.original)

@@ -1,17 +1,15 @@
-"""Answer sources from the facts tools wrote (glasses_rag.core.types.Fact): any fact of the expected type, and the value
-a `converts_units` tool converted."""
+"""Answer sources from the facts tools wrote (glasses_rag.core.types.Fact): any fact of the expected type, and the value a
+`converts_units` tool converted."""
 
 from __future__ import annotations
 
 from glasses_rag.policies.rules.answer_types import matches
 from glasses_rag.policies.rules.candidates import Candidate, Part
 from glasses_rag.policies.rules.reading import TurnReading
-from glasses_rag.policies.rules.registry import source
 from glasses_rag.policies.rules.sources.quantities import quantity
 from glasses_rag.text import nlp
 
 
-@source("converted_fact")
 def converted_fact(turn: TurnReading, part: Part) -> Candidate | None:
     """The value a `converts_units` tool wrote (a Fact)."""
     names = {t.name for t in turn.v.tools_with("converts_units")}
@@ -23,7 +21,6 @@ def converted_fact(turn: TurnReading, part: Part) -> Candidate | None:
     return None
 
 
-@source("facts")
 def facts(turn: TurnReading, part: Part) -> Candidate | None:
     """A fact a tool wrote that has the expected type and shares a word with the question."""
     for f in reversed(turn.v.facts):

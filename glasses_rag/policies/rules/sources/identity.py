@@ -5,10 +5,8 @@ from __future__ import annotations
 from glasses_rag.policies.rules.candidates import Candidate, Part
 from glasses_rag.policies.rules.config import HISTORY_ENTITY_CONFIDENCE
 from glasses_rag.policies.rules.reading import TurnReading
-from glasses_rag.policies.rules.registry import source
 
 
-@source("entity_name")
 def entity_name(turn: TurnReading, part: Part) -> Candidate | None:
     """The entity the image search recognised with confidence, or (without the photo) the one named earlier."""
     if turn.hit is not None and turn.image_conf > 0:

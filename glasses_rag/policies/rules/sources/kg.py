@@ -12,7 +12,6 @@ from glasses_rag.policies.rules.config import HISTORY_ENTITY_CONFIDENCE
 from glasses_rag.policies.rules.lexicon import PLACE_KEYS, TYPE_WORDS
 from glasses_rag.policies.rules.reading import TurnReading
 from glasses_rag.policies.rules.recognition import class_noun
-from glasses_rag.policies.rules.registry import source
 from glasses_rag.policies.rules.relations import relation_clash
 from glasses_rag.policies.rules.spec import ExpectedAnswer
 from glasses_rag.text import nlp
@@ -27,8 +26,7 @@ def _typed_keys(turn: TurnReading, hit: Hit, spec: ExpectedAnswer) -> list[str]:
     return [k for k in keys if nlp.shares_stem(spec.counted, k)] if spec.counted else keys
 
 
-def _key_score(turn: TurnReading, spec: ExpectedAnswer, key: str, sim: float, asked: set[str],
-               typed_single: bool) -> float | None:
+def _key_score(turn: TurnReading, spec: ExpectedAnswer, key: str, sim: float, asked: set[str], typed_single: bool) -> float | None:
     """How well an attribute name matches what is asked; None under the floor that applies to it. A name all of whose
     words are asked wins over one that adds a qualifier ("name" over "scientific name" for "what is its name?")."""
     kstems = nlp.stems(key)
@@ -82,7 +80,6 @@ def kg_answer(turn: TurnReading, part: Part, hit: Hit | None = None) -> Candidat
     return Candidate(value, conf, f"KG attribute '{best[0]}' of {hit.entity_name} (match {best[1]:.2f})")
 
 
-@source("kg_attribute")
 def kg_attribute(turn: TurnReading, part: Part) -> Candidate | None:
     """The attribute of the entity's KG record that the question asks for, of the expected type."""
     return kg_answer(turn, part)
@@ -99,7 +96,6 @@ def holds_for_rivals(turn: TurnReading, source_name: str, part: Part, cand: Cand
     return True
 
 
-@source("class_attribute")
 def class_attribute(turn: TurnReading, part: Part) -> Candidate | None:
     """"what breed is this dog?": the KG attribute named by the class the question asks for."""
     noun = class_noun(part.original)

@@ -7,7 +7,6 @@ from glasses_rag.policies.rules.answer_types import expected_answer
 from glasses_rag.policies.rules.candidates import Candidate, Part
 from glasses_rag.policies.rules.questions import parse_bridge
 from glasses_rag.policies.rules.reading import TurnReading
-from glasses_rag.policies.rules.registry import source
 from glasses_rag.policies.rules.sources.web import web_answer
 from glasses_rag.policies.rules.spec import ExpectedAnswer
 from glasses_rag.text import nlp
@@ -29,7 +28,6 @@ def _bridge_from_kg(turn: TurnReading, noun: str, clause: str) -> Candidate | No
     return None
 
 
-@source("bridge", final=False, checked=False)  # hop 1: an entity to ask about, not an answer
 def bridge(turn: TurnReading, part: Part) -> Candidate | None:
     """Hop 1 of a multi-hop question: the entity the clause describes, from the KG record or the web."""
     b = parse_bridge(part.original)
@@ -51,7 +49,6 @@ def hop2_question(part: Part, bridge_text: str) -> str:
     return b.hop2.format(bridge=bridge_text)
 
 
-@source("bridge_hop")
 def bridge_hop(turn: TurnReading, part: Part) -> Candidate | None:
     """Hop 2's answer about the bridge entity hop 1 found."""
     first = turn.source("bridge", part)

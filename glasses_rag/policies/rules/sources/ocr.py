@@ -9,7 +9,6 @@ from glasses_rag.policies.rules.answer_types import answer_span, matches
 from glasses_rag.policies.rules.candidates import Candidate, Part
 from glasses_rag.policies.rules.config import OCR_CONFIDENCE, OCR_NAME_CONFIDENCE
 from glasses_rag.policies.rules.reading import TurnReading
-from glasses_rag.policies.rules.registry import source
 from glasses_rag.text import nlp
 
 # questions asking what the text in the photo says (not "what language is it written for")
@@ -29,7 +28,6 @@ def _data_lines(turn: TurnReading) -> list[str]:
     return [ln.strip() for ln in (turn.v.ocr_text or "").splitlines() if ln.strip() and not nlp.is_instruction(ln)]
 
 
-@source("ocr_name")
 def ocr_name(turn: TurnReading, part: Part) -> Candidate | None:
     """A name read in the photo, when image search found nothing confident, and only when a page names it too:
     text in a photo alone does not say what the thing is (and OCR misreads). The longest run of opening lines that
@@ -45,7 +43,6 @@ def ocr_name(turn: TurnReading, part: Part) -> Candidate | None:
     return None
 
 
-@source("ocr_text")
 def ocr_text(turn: TurnReading, part: Part) -> Candidate | None:
     """What the text in the photo says, for a question that asks just that."""
     if not (turn.use_image and turn.v.ocr_text and SAYS.search(part.original)):
@@ -56,7 +53,6 @@ def ocr_text(turn: TurnReading, part: Part) -> Candidate | None:
     return Candidate(" ".join(" ".join(data).split())[:300], 0.7, "text read in the photo")
 
 
-@source("ocr_typed")
 def ocr_typed(turn: TurnReading, part: Part) -> Candidate | None:
     """A line read in the photo holding an answer of the expected type ("ROUTE 42", "EST. 1987")."""
     if not (turn.use_image and turn.v.ocr_text):

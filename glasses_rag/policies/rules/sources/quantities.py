@@ -9,12 +9,10 @@ from glasses_rag.policies.rules.candidates import Candidate, Part
 from glasses_rag.policies.rules.config import WEB_QUANTITY_CONFIDENCE
 from glasses_rag.policies.rules.questions import conversion_target
 from glasses_rag.policies.rules.reading import TurnReading
-from glasses_rag.policies.rules.registry import source
 from glasses_rag.policies.rules.web_text import page_sentences
 from glasses_rag.text import nlp
 
 
-@source("count")
 def count(turn: TurnReading, part: Part) -> Candidate | None:
     """"how many X did it ...?" with no number stated: count the items a sentence lists after X."""
     noun = part.spec.counted

@@ -10,7 +10,6 @@ from glasses_rag.policies.rules.answer_types import answer_span, matches, name_p
 from glasses_rag.policies.rules.candidates import Candidate, Part
 from glasses_rag.policies.rules.lexicon import TYPE_WORDS
 from glasses_rag.policies.rules.reading import TurnReading
-from glasses_rag.policies.rules.registry import source
 from glasses_rag.policies.rules.relations import relation_clash
 from glasses_rag.policies.rules.spec import ExpectedAnswer
 from glasses_rag.policies.rules.web_text import (
@@ -158,7 +157,6 @@ def web_answer(turn: TurnReading, part: Part, question: str | None = None, spec:
     return cand
 
 
-@source("web_span")
 def web_span(turn: TurnReading, part: Part) -> Candidate | None:
     """The web sentence that answers the part (see web_answer)."""
     return web_answer(turn, part)
