@@ -61,7 +61,7 @@ Wrong = Literal["idk", "drop", "keep"]
 Counterfactual = Literal["swap", "empty", "no-web"]
 # What each counterfactual does to an answered turn; the turn ends right after the changed call, and the evidence
 # shown then does not support the teacher's answer, so the decision to learn is "I don't know":
-COUNTERFACTUALS: dict[str, str] = {
+COUNTERFACTUALS: dict[Counterfactual, str] = {
     "swap": "the image search's results replaced by those of another turn picturing another entity (one whose "
             "results do not contain the teacher's answer)",
     "empty": "the image search found nothing",
@@ -89,10 +89,10 @@ class ExportOptions(BaseModel):
     counterfactual: float = Field(0.0, ge=0, description="Counterfactual abstention examples per answered turn: "
                                   "the turn with the evidence it answered from withheld or replaced (see "
                                   "counterfactual_kinds), the target \"I don't know\"; 0: none.")
-    counterfactual_kinds: list[Counterfactual] = Field(default_factory=lambda: list(COUNTERFACTUALS),
+    counterfactual_kinds: list[Counterfactual] = Field(default_factory=lambda: list[Counterfactual](COUNTERFACTUALS),
                                                        description="Which counterfactuals to make (see COUNTERFACTUALS).")
     self_check: bool = Field(False, description="Self-check examples: the verification request the model policy "
-                             "sends for a draft (graph.model_verify), a supported draft -> supported, an "
+                             "sends for a draft (glasses_rag.policies.model.verify), a supported draft -> supported, an "
                              "unsupported one (a counterfactual's, a turn judged wrong) -> not supported.")
 
 
@@ -374,14 +374,14 @@ def self_check_examples(trace: TurnTrace, history: list[HistoryTurn], policy: Mo
 
 def check_completion(supported: bool) -> dict[str, Any]:
     """The verdict as the verification schema's grammar writes it (no verification questions: the short form a
-    small model can afford; graph.model_verify reads "supported" and "confidence")."""
+    small model can afford; glasses_rag.policies.model.verify reads "supported" and "confidence")."""
     obj = {"verifications": [], "supported": supported, "confidence": 1.0 if supported else 0.0, "reason": ""}
     return {"role": "assistant", "content": json.dumps(obj)}
 
 
 def render_check(view: PolicyView, policy: ModelPolicy, opts: ExportOptions, draft: str, supported: bool,
                  image: str | None, meta: dict[str, Any]) -> Example:
-    """The verifier's own request (graph.model_verify.ModelVerifier.cove_messages) for `draft` after `view`."""
+    """The verifier's own request (glasses_rag.policies.model.verify.ModelVerifier.cove_messages) for `draft` after `view`."""
     shown: Any = None
     if view.has_image:
         shown = _image(image) if opts.sees_images and image else _NO_IMAGE

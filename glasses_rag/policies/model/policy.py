@@ -97,7 +97,7 @@ class ModelPolicy:
 
     def token_cap(self, schema: dict | None, max_tokens: int) -> int:
         """The token cap of a request: `max_tokens` as configured (a hard limit the user set). Every text field of
-        a reply schema is bounded (graph/model_replies.py), so a grammar-constrained reply always ends by itself
+        a reply schema is bounded (glasses_rag/policies/model/replies.py), so a grammar-constrained reply always ends by itself
         within the schema's longest reply (`max_json_chars`); a cap below that can still cut a reply, which then
         cannot be read: said once per schema, in the log."""
         if schema is not None and self.mode() == "structured":

@@ -54,14 +54,14 @@ def planner_catalog() -> Catalog:
         "kg_attribute" in planner_catalog().sources  # True
     """
     cat = Catalog()
-    for name, fn in CONDITIONS:
-        cat.conditions.add(name, fn)
-    for name, fn in SLOTS:
-        cat.slots.add(name, fn)
-    for name, fn in QUERIES:
-        cat.queries.add(name, fn)
-    for name, fn in SOURCES:
-        cat.source(name, fn)
+    for name, condition in CONDITIONS:
+        cat.conditions.add(name, condition)
+    for name, slot in SLOTS:
+        cat.slots.add(name, slot)
+    for name, query in QUERIES:
+        cat.queries.add(name, query)
+    for name, source in SOURCES:
+        cat.source(name, source)
     # its answer is one of the sides, yes/no or before/after, with both values: not the answer-type check's to judge
     cat.source("compare", comparison.compare, checked=False)
     cat.source("bridge", multihop.bridge, final=False, checked=False)  # hop 1: an entity to ask about, not an answer
