@@ -32,8 +32,13 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
-for _k, _v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-               "TOKENIZERS_PARALLELISM": "false", "ANONYMIZED_TELEMETRY": "False"}.items():
+for _k, _v in {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "ANONYMIZED_TELEMETRY": "False",
+}.items():
     os.environ.setdefault(_k, _v)
 
 from benchmarks.preset_runs import Row, base_config, bench_id, concurrency_for, parse, run_row  # noqa: E402
@@ -121,8 +126,16 @@ def paper_rows(preset: Any, data: dict[str, Any], names: list[str], root: Path) 
         steps = [{**s, "if_removed": row.if_removed.get(s["id"], s.get("if_removed", {}))} for s in data["steps"]]
         variant = {**data, "steps": steps, "disabled": [*preset.disabled, *row.disabled]}
         path = _variant_file(root, f"{preset.name}-table-{i + 1}", variant) if row.disabled else None
-        out.append(Variant(group=row.group, label=f"table-{i + 1}", title=row.title, reported=row.reported,
-                           preset=str(path) if path else "", allowed=[n for n in names if n not in row.without]))
+        out.append(
+            Variant(
+                group=row.group,
+                label=f"table-{i + 1}",
+                title=row.title,
+                reported=row.reported,
+                preset=str(path) if path else "",
+                allowed=[n for n in names if n not in row.without],
+            )
+        )
     return out
 
 
@@ -139,21 +152,40 @@ def variants(preset_spec: str, task: int, tools_config: Any, root: Path) -> list
     out = [Variant(group="", label="full", title=f"{preset.name} (full)", preset=preset_spec, allowed=names)]
     kept = [t.name for t in tools if not RETRIEVAL_TAGS & set(t.tags)]
     if kept != names:
-        out.append(Variant(group="A. No Retrieval", label="no-retrieval", preset=preset_spec, allowed=kept,
-                           title=f"w/o Search ({', '.join(n for n in names if n not in kept)})"))
+        out.append(
+            Variant(
+                group="A. No Retrieval",
+                label="no-retrieval",
+                preset=preset_spec,
+                allowed=kept,
+                title=f"w/o Search ({', '.join(n for n in names if n not in kept)})",
+            )
+        )
     data = preset.model_dump(mode="json", exclude_defaults=True)
     data.pop("ablation", None)
     data.setdefault("steps", [])
     out += [v.model_copy(update={"preset": v.preset or preset_spec}) for v in paper_rows(preset, data, names, root)]
     extra = []
     for step_id, module in preset.modules():
-        path = _variant_file(root, f"{preset.name}-without-{step_id}", {**data, "disabled": [*preset.disabled, step_id]})
-        extra.append(Variant(group=EXTRA_MODULES, label=f"without-{step_id}", title=f"w/o {module}", preset=str(path),
-                             allowed=names))
+        path = _variant_file(
+            root, f"{preset.name}-without-{step_id}", {**data, "disabled": [*preset.disabled, step_id]}
+        )
+        extra.append(
+            Variant(
+                group=EXTRA_MODULES, label=f"without-{step_id}", title=f"w/o {module}", preset=str(path), allowed=names
+            )
+        )
     for n in names:
         title = f"w/o {module_of[n]} ({n})" if n in module_of else f"w/o {n}"
-        extra.append(Variant(group=EXTRA_TOOLS, label=f"without-{n}", title=title, preset=preset_spec,
-                             allowed=[m for m in names if m != n]))
+        extra.append(
+            Variant(
+                group=EXTRA_TOOLS,
+                label=f"without-{n}",
+                title=title,
+                preset=preset_spec,
+                allowed=[m for m in names if m != n],
+            )
+        )
     return out + [v for v in extra if v.group == EXTRA_MODULES or v.key() not in {o.key() for o in out}]
 
 
@@ -162,8 +194,10 @@ def run_variants(args: argparse.Namespace, base: Any, todo: list[Variant], root:
     from glasses_rag.crag_mm.cache import CachedSearch
     from glasses_rag.crag_mm.search import make_search, prepare_search
 
-    configs = [base.model_copy(update={"preset": v.preset, "tools": base.tools.model_copy(update={"allowed": v.allowed})})
-               for v in todo]
+    configs = [
+        base.model_copy(update={"preset": v.preset, "tools": base.tools.model_copy(update={"allowed": v.allowed})})
+        for v in todo
+    ]
     total, _ = concurrency_for(args, configs[0], default=len(todo))  # capped at the cores for a CPU-bound policy
     workers = max(1, min(len(todo), total))
     per_row = max(1, total // workers)
@@ -193,8 +227,7 @@ def table(todo: list[Variant], rows: list[Row]) -> tuple[str, list[dict[str, Any
     """The printed table (Table 4 style: each row's change against the full preset) and its JSON rows."""
     full = rows[0]
     width = max(len(v.title) for v in todo) + 2
-    head = (f"{'setting':{width}} {'n':>4} {'accuracy':>8} {'change [95% CI]':>24} {'truth':>7} "
-            f"{'change [95% CI]':>24}")
+    head = f"{'setting':{width}} {'n':>4} {'accuracy':>8} {'change [95% CI]':>24} {'truth':>7} {'change [95% CI]':>24}"
     lines, group = [head, "-" * len(head)], None
     out: list[dict[str, Any]] = []
     for v, r in zip(todo, rows):
@@ -207,12 +240,24 @@ def table(todo: list[Variant], rows: list[Row]) -> tuple[str, list[dict[str, Any
             out.append({"setting": v.title, "group": v.group, "error": r.error or full.error})
             continue
         acc, tru = change(full, r, "accuracy"), change(full, r, "truthfulness")
-        cells = [f"{acc.n:>4} {r.accuracy:8.3f}", _ci(acc, v is todo[0]), f"{r.truthfulness:7.3f}",
-                 _ci(tru, v is todo[0])]
+        cells = [
+            f"{acc.n:>4} {r.accuracy:8.3f}",
+            _ci(acc, v is todo[0]),
+            f"{r.truthfulness:7.3f}",
+            _ci(tru, v is todo[0]),
+        ]
         paper = f"   paper {v.reported:.2f}" if v.reported is not None else ""
         lines.append(f"{name:{width}} " + " ".join(cells) + paper)
-        out.append({"setting": v.title, "group": v.group, "run": r.model_dump(), "accuracy_change": acc.model_dump(),
-                    "truthfulness_change": tru.model_dump(), "reported": v.reported})
+        out.append(
+            {
+                "setting": v.title,
+                "group": v.group,
+                "run": r.model_dump(),
+                "accuracy_change": acc.model_dump(),
+                "truthfulness_change": tru.model_dump(),
+                "reported": v.reported,
+            }
+        )
     return "\n".join(lines), out
 
 
@@ -221,11 +266,18 @@ def _ci(c: Change, is_full: bool) -> str:
 
 
 def own_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.ablate", add_help=False,
-                                description="Rerun a preset with each tool or module removed (SuperLens Table 4).")
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.ablate",
+        add_help=False,
+        description="Rerun a preset with each tool or module removed (SuperLens Table 4).",
+    )
     p.add_argument("-h", "--help", action="store_true", help="this help, then graph.run's options")
-    p.add_argument("--preset", required=True, help="a preset name (python -m glasses_rag.policies.presets) or a preset YAML file")
-    p.add_argument("--json", type=Path, default=None, help="where the table goes (default: <bench folder>/ablation.json)")
+    p.add_argument(
+        "--preset", required=True, help="a preset name (python -m glasses_rag.policies.presets) or a preset YAML file"
+    )
+    p.add_argument(
+        "--json", type=Path, default=None, help="where the table goes (default: <bench folder>/ablation.json)"
+    )
     return p
 
 
@@ -241,19 +293,36 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, ImportError, OSError) as e:
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
-    print(f"{mine.preset} ablation, task {args.task} on {args.data}; judge {scoring.describe()}; folder {root}",
-          flush=True)
+    print(
+        f"{mine.preset} ablation, task {args.task} on {args.data}; judge {scoring.describe()}; folder {root}",
+        flush=True,
+    )
     rows = run_variants(args, base, todo, root, scoring)
     text, out = table(todo, rows)
     print()
     print(text)
-    print(f"\nchange = row minus the full preset on the same questions; 95% CI: paired bootstrap over questions "
-          f"({N_RESAMPLES} resamples, seed {SEED}); policy: {rows[0].policy or '?'}")
+    print(
+        f"\nchange = row minus the full preset on the same questions; 95% CI: paired bootstrap over questions "
+        f"({N_RESAMPLES} resamples, seed {SEED}); policy: {rows[0].policy or '?'}"
+    )
     path = mine.json or root / "ablation.json"
     from glasses_rag.core.files import write_atomic
 
-    write_atomic(path, json.dumps({"preset": mine.preset, "task": args.task, "data": str(args.data),
-                                   "judge": scoring.judge_name, "rows": out}, indent=2, default=str) + "\n")
+    write_atomic(
+        path,
+        json.dumps(
+            {
+                "preset": mine.preset,
+                "task": args.task,
+                "data": str(args.data),
+                "judge": scoring.judge_name,
+                "rows": out,
+            },
+            indent=2,
+            default=str,
+        )
+        + "\n",
+    )
     print(f"wrote {path}")
     return 1 if any(r.error for r in rows) else 0
 

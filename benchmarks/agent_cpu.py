@@ -37,8 +37,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-       "TOKENIZERS_PARALLELISM": "false", "ANONYMIZED_TELEMETRY": "False", "PYTHONPATH": str(ROOT)}
+ENV = {
+    **os.environ,
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "ANONYMIZED_TELEMETRY": "False",
+    "PYTHONPATH": str(ROOT),
+}
 RESPONDER = "glasses_rag.testing.decision_model:respond"
 CPU_TARGET_MS, OF_IDEAL_TARGET, RSS_TARGET_KIB = 15.0, 0.85, 5.0
 
@@ -47,8 +54,21 @@ class Server:
     """The fake model server in its own process (its CPU is not the agent's)."""
 
     def __init__(self, delay_s: float):
-        self.proc = subprocess.Popen([sys.executable, "-m", "glasses_rag.testing.fake_model_server", "--delay", str(delay_s),
-                                      "--responder", RESPONDER], stdout=subprocess.PIPE, text=True, env=ENV, cwd=ROOT)
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "glasses_rag.testing.fake_model_server",
+                "--delay",
+                str(delay_s),
+                "--responder",
+                RESPONDER,
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=ENV,
+            cwd=ROOT,
+        )
         self.url = self.proc.stdout.readline().strip() if self.proc.stdout else ""
         if not self.url.startswith("http"):
             self.close()
@@ -74,8 +94,20 @@ class Server:
 
 
 def cli_args(model: str, data: Path, out: Path, run_id: str, *extra: str) -> list[str]:
-    return ["--task", "2", "--model", model, "--data", str(data), "--no-progress", "--out", str(out),
-            "--run-id", run_id, *extra]
+    return [
+        "--task",
+        "2",
+        "--model",
+        model,
+        "--data",
+        str(data),
+        "--no-progress",
+        "--out",
+        str(out),
+        "--run-id",
+        run_id,
+        *extra,
+    ]
 
 
 def child_cpu_s(cmd: list[str]) -> float:
@@ -111,8 +143,9 @@ def cli_agent(model: str, data: Path, out: Path, run_id: str, concurrency: int) 
     from graph.build import build_agent
 
     parser = cli.build_parser()
-    args = cli.resolve_benchmark(parser, parser.parse_args(
-        cli_args(model, data, out, run_id, "--concurrency", str(concurrency))))
+    args = cli.resolve_benchmark(
+        parser, parser.parse_args(cli_args(model, data, out, run_id, "--concurrency", str(concurrency)))
+    )
     run_data.build_content(args)
     config = session.agent_config_from_args(args)
     scoring = Scoring(args)
@@ -121,8 +154,17 @@ def cli_agent(model: str, data: Path, out: Path, run_id: str, concurrency: int) 
     def run(conversations: Any, c: int, store: Any, on_turn: Callable | None = None) -> Any:
         from glasses_rag.harness.runner import run_task
 
-        return run_task(agent, conversations, args.task, store, scorer=scoring, concurrency=c, on_turn=on_turn,
-                        image_prep=args.image_prep, history_answer=scoring.truncator.truncate)
+        return run_task(
+            agent,
+            conversations,
+            args.task,
+            store,
+            scorer=scoring,
+            concurrency=c,
+            on_turn=on_turn,
+            image_prep=args.image_prep,
+            history_answer=scoring.truncator.truncate,
+        )
 
     return agent, run, lambda d: run_data.load_data(argparse.Namespace(**{**vars(args), "data": str(d)}))[1]
 
@@ -149,8 +191,15 @@ def concurrency_figure(args: argparse.Namespace, tmp: Path) -> dict:
         cpu = time.process_time() - cpu0
     turns = args.rounds * c
     rate, ideal = turns / wall, c / t1
-    return {"t1_s": t1, "turns": turns, "wall_s": wall, "rate": rate, "ideal": ideal, "of_ideal": rate / ideal,
-            "cpu_ms_per_turn": 1000 * cpu / turns}
+    return {
+        "t1_s": t1,
+        "turns": turns,
+        "wall_s": wall,
+        "rate": rate,
+        "ideal": ideal,
+        "of_ideal": rate / ideal,
+        "cpu_ms_per_turn": 1000 * cpu / turns,
+    }
 
 
 def split_figure(tmp: Path) -> dict:
@@ -199,34 +248,44 @@ def verdict(ok: bool) -> str:
     return "MET" if ok else "NOT MET"
 
 
-def report(args: argparse.Namespace, pairs: list[dict], conc: dict | None, rss: dict | None,
-           split: dict | None = None) -> None:
-    print(f"agent CPU: fake model server in its own process (glasses_rag/testing/decision_model.py: "
-          "image_search, web_search, "
-          f"answer, self-check); {os.cpu_count()} CPU(s), load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+def report(
+    args: argparse.Namespace, pairs: list[dict], conc: dict | None, rss: dict | None, split: dict | None = None
+) -> None:
+    print(
+        f"agent CPU: fake model server in its own process (glasses_rag/testing/decision_model.py: "
+        "image_search, web_search, "
+        f"answer, self-check); {os.cpu_count()} CPU(s), load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
     for i, p in enumerate(pairs):
-        print(f"pair {i}: graph.run on {args.small} rows {p['small_s']:.2f} s CPU, on {args.large} rows "
-              f"{p['large_s']:.2f} s CPU -> {p['ms_per_turn']:.1f} ms per turn (start-up and report "
-              f"{p['start_s']:.2f} s)")
+        print(
+            f"pair {i}: graph.run on {args.small} rows {p['small_s']:.2f} s CPU, on {args.large} rows "
+            f"{p['large_s']:.2f} s CPU -> {p['ms_per_turn']:.1f} ms per turn (start-up and report "
+            f"{p['start_s']:.2f} s)"
+        )
     if pairs:
         best = min(p["ms_per_turn"] for p in pairs)
         each = ", ".join(f"{p['ms_per_turn']:.1f}" for p in pairs)
-        print(f"CPU per turn: {each} ms (target <= {CPU_TARGET_MS:g}) "
-              f"-> {verdict(best <= CPU_TARGET_MS)}")
+        print(f"CPU per turn: {each} ms (target <= {CPU_TARGET_MS:g}) -> {verdict(best <= CPU_TARGET_MS)}")
     if split:
-        print(f"in one process: a turn whose photo and question are new {split['new_ms']:.1f} ms CPU, a repeated turn "
-              f"{split['repeated_ms']:.1f} ms (the demo rows repeat: {args.large - args.small} extra turns of which "
-              f"{max(0, min(args.large, 48) - args.small)} new)")
+        print(
+            f"in one process: a turn whose photo and question are new {split['new_ms']:.1f} ms CPU, a repeated turn "
+            f"{split['repeated_ms']:.1f} ms (the demo rows repeat: {args.large - args.small} extra turns of which "
+            f"{max(0, min(args.large, 48) - args.small)} new)"
+        )
     if conc:
-        print(f"concurrency {args.concurrency}, server {args.delay * 1000:.0f} ms per request: one at a time "
-              f"{conc['t1_s']:.3f} s per turn, ideal {conc['ideal']:.2f} turns/s; {conc['turns']} turns in "
-              f"{conc['wall_s']:.2f} s = {conc['rate']:.2f} turns/s = {conc['of_ideal']:.3f} of ideal (target >= "
-              f"{OF_IDEAL_TARGET}) -> {verdict(conc['of_ideal'] >= OF_IDEAL_TARGET)}; {conc['cpu_ms_per_turn']:.1f} "
-              "ms CPU per turn in this process")
+        print(
+            f"concurrency {args.concurrency}, server {args.delay * 1000:.0f} ms per request: one at a time "
+            f"{conc['t1_s']:.3f} s per turn, ideal {conc['ideal']:.2f} turns/s; {conc['turns']} turns in "
+            f"{conc['wall_s']:.2f} s = {conc['rate']:.2f} turns/s = {conc['of_ideal']:.3f} of ideal (target >= "
+            f"{OF_IDEAL_TARGET}) -> {verdict(conc['of_ideal'] >= OF_IDEAL_TARGET)}; {conc['cpu_ms_per_turn']:.1f} "
+            "ms CPU per turn in this process"
+        )
     if rss:
-        print(f"RSS over {args.rss_turns} turns of the model loop: {rss['warm_mib']:.1f} MiB after a quarter, "
-              f"{rss['last_mib']:.1f} MiB after the last -> {rss['kib_per_turn']:.2f} KiB per turn (target <= "
-              f"{RSS_TARGET_KIB:g}) -> {verdict(rss['kib_per_turn'] <= RSS_TARGET_KIB)}")
+        print(
+            f"RSS over {args.rss_turns} turns of the model loop: {rss['warm_mib']:.1f} MiB after a quarter, "
+            f"{rss['last_mib']:.1f} MiB after the last -> {rss['kib_per_turn']:.2f} KiB per turn (target <= "
+            f"{RSS_TARGET_KIB:g}) -> {verdict(rss['kib_per_turn'] <= RSS_TARGET_KIB)}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -239,8 +298,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sequential", type=int, default=8, help="one-at-a-time turns that measure T1")
     ap.add_argument("--rounds", type=int, default=4, help="turns per conversation slot at --concurrency")
     ap.add_argument("--rss-turns", type=int, default=2000, help="0: skip the memory figure")
-    ap.add_argument("--split", action=argparse.BooleanOptionalAction, default=True,
-                    help="the CPU of a new turn and of a repeated one, in one process")
+    ap.add_argument(
+        "--split",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the CPU of a new turn and of a repeated one, in one process",
+    )
     args = ap.parse_args(argv)
     if args.pairs and args.large <= args.small:
         ap.error("--large must be more rows than --small")

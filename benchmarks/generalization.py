@@ -34,8 +34,13 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-for k, v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-             "TOKENIZERS_PARALLELISM": "false", "ANONYMIZED_TELEMETRY": "False"}.items():
+for k, v in {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "ANONYMIZED_TELEMETRY": "False",
+}.items():
     os.environ.setdefault(k, v)
 
 CONTENT = ROOT / "glasses_rag" / "crag_mm" / "benchmarks"
@@ -45,9 +50,12 @@ TASK_SPLIT = {1: "single_turn", 2: "single_turn", 3: "multi_turn"}
 RETRIEVAL_TAGS = ("finds_entity", "searches_web")
 # RulePlannerConfig thresholds swept (task 2, tuning sets pooled); the defaults sit in each list
 SWEEPS: dict[str, list[float]] = {
-    "min_image_score": [0.7, 0.8, 0.88, 0.95], "image_tie_margin": [0.0, 0.01, 0.03],
-    "min_attr_sim": [0.2, 0.27, 0.35, 0.5], "min_attr_sim_shared": [0.05, 0.15, 0.27],
-    "min_attr_sim_no_overlap": [0.5, 0.65, 0.8], "min_web_sim": [0.25, 0.35, 0.45, 0.55],
+    "min_image_score": [0.7, 0.8, 0.88, 0.95],
+    "image_tie_margin": [0.0, 0.01, 0.03],
+    "min_attr_sim": [0.2, 0.27, 0.35, 0.5],
+    "min_attr_sim_shared": [0.05, 0.15, 0.27],
+    "min_attr_sim_no_overlap": [0.5, 0.65, 0.8],
+    "min_web_sim": [0.25, 0.35, 0.45, 0.55],
     "min_free_text_coverage": [0.3, 0.6, 0.9],
 }
 
@@ -75,8 +83,9 @@ def without_retrieval(task: int) -> list[str]:
     return [t.name for t in default_registry().for_task(task) if not set(RETRIEVAL_TAGS) & t.tags]
 
 
-def run_one(config: Any, paths: Any, task: int, limit: int | None, judge: Any, truncator: Any,
-            run_id: str, out_dir: Path) -> tuple[Any, list[Any]]:
+def run_one(
+    config: Any, paths: Any, task: int, limit: int | None, judge: Any, truncator: Any, run_id: str, out_dir: Path
+) -> tuple[Any, list[Any]]:
     """Run one task of one dataset with one configuration; returns (EvalReport, traces' compact records)."""
     from glasses_rag.crag_mm.dataset import load_conversations
     from glasses_rag.crag_mm.evaluate import TurnRecord, evaluate, record_from_trace
@@ -92,12 +101,26 @@ def run_one(config: Any, paths: Any, task: int, limit: int | None, judge: Any, t
 
     def keep(trace) -> None:
         records.append(record_from_trace(trace))
-        extra.append({"question": trace.question, "answer": trace.answer, "ground_truth": trace.ground_truth,
-                      "confidence": trace.confidence, "score": trace.score})
+        extra.append(
+            {
+                "question": trace.question,
+                "answer": trace.answer,
+                "ground_truth": trace.ground_truth,
+                "confidence": trace.confidence,
+                "score": trace.score,
+            }
+        )
 
     convs = load_conversations(getattr(paths, TASK_SPLIT[task]), limit=limit)
-    run_task(agent, convs, task, store, scorer=partial(score_trace, judge=judge, truncator=truncator), on_turn=keep,
-             history_answer=truncator.truncate)
+    run_task(
+        agent,
+        convs,
+        task,
+        store,
+        scorer=partial(score_trace, judge=judge, truncator=truncator),
+        on_turn=keep,
+        history_answer=truncator.truncate,
+    )
     return evaluate(records, judge=judge, truncator=truncator), extra
 
 
@@ -105,17 +128,27 @@ def figures(report: Any) -> dict[str, float]:
     m = report.overall
     wrong = sum(1 for t in report.turns if t.raw_result == "incorrect")
     n = max(1, m.total)
-    return {"n": m.total, "accuracy": m.accuracy, "missing": m.missing_rate, "hallucination": wrong / n,
-            "truthfulness": m.truthfulness, "score": m.multi_turn_score}
+    return {
+        "n": m.total,
+        "accuracy": m.accuracy,
+        "missing": m.missing_rate,
+        "hallucination": wrong / n,
+        "truthfulness": m.truthfulness,
+        "score": m.multi_turn_score,
+    }
 
 
 def print_table(rows: list[dict]) -> None:
-    head = f"{'set':16} {'task':>4} {'agent':13} {'n':>4} {'acc':>6} {'miss':>6} {'halluc':>6} {'truth':>6} {'score':>6}"
+    head = (
+        f"{'set':16} {'task':>4} {'agent':13} {'n':>4} {'acc':>6} {'miss':>6} {'halluc':>6} {'truth':>6} {'score':>6}"
+    )
     print(head)
     print("-" * len(head))
     for r in rows:
-        print(f"{r['set']:16} {r['task']:>4} {r['agent']:13} {r['n']:>4} {r['accuracy']:6.3f} {r['missing']:6.3f} "
-              f"{r['hallucination']:6.3f} {r['truthfulness']:6.3f} {r['score']:6.3f}")
+        print(
+            f"{r['set']:16} {r['task']:>4} {r['agent']:13} {r['n']:>4} {r['accuracy']:6.3f} {r['missing']:6.3f} "
+            f"{r['hallucination']:6.3f} {r['truthfulness']:6.3f} {r['score']:6.3f}"
+        )
 
 
 def deltas(rows: list[dict]) -> list[dict]:
@@ -153,6 +186,7 @@ def print_deltas(ds: list[dict]) -> None:
 
 # ---- sweeps (tuning sets only) ------------------------------------------------------------------------------------
 
+
 def sweep_abstain(sets: list[Any], judge: Any, truncator: Any, out_dir: Path, limit: int | None) -> list[dict]:
     """Truthfulness / hallucination vs the self-check confidence floor (abstain_below), tasks 1 and 2.
 
@@ -162,9 +196,20 @@ def sweep_abstain(sets: list[Any], judge: Any, truncator: Any, out_dir: Path, li
 
     out = []
     for task in (1, 2):
-        turns = [t for paths in sets for t in run_one(agent_config(paths.root, abstain_below=0.0), paths, task, limit,
-                                                      judge, truncator, f"sweep-abstain-{paths.root.name}-t{task}",
-                                                      out_dir)[1]]
+        turns = [
+            t
+            for paths in sets
+            for t in run_one(
+                agent_config(paths.root, abstain_below=0.0),
+                paths,
+                task,
+                limit,
+                judge,
+                truncator,
+                f"sweep-abstain-{paths.root.name}-t{task}",
+                out_dir,
+            )[1]
+        ]
         for thr in (0.0, 0.2, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7):
             res = []
             for t in turns:
@@ -172,14 +217,25 @@ def sweep_abstain(sets: list[Any], judge: Any, truncator: Any, out_dir: Path, li
                 if keep:
                     res.append(t["score"])
                 else:
-                    res.append(score_turn(t["question"], "I don't know", t["ground_truth"], judge=judge,
-                                          truncator=truncator).result)
+                    res.append(
+                        score_turn(
+                            t["question"], "I don't know", t["ground_truth"], judge=judge, truncator=truncator
+                        ).result
+                    )
             out.append(_rates("abstain_below", thr, task, res))
     return out
 
 
-def sweep_planner(sets: list[Any], judge: Any, truncator: Any, out_dir: Path, limit: int | None, field: str,
-                  values: list[float], tasks: tuple[int, ...]) -> list[dict]:
+def sweep_planner(
+    sets: list[Any],
+    judge: Any,
+    truncator: Any,
+    out_dir: Path,
+    limit: int | None,
+    field: str,
+    values: list[float],
+    tasks: tuple[int, ...],
+) -> list[dict]:
     """Truthfulness / hallucination vs one RulePlannerConfig threshold (a run per value and set, pooled)."""
     from glasses_rag.policies.rules.rule_planner import RulePlannerConfig
 
@@ -189,8 +245,9 @@ def sweep_planner(sets: list[Any], judge: Any, truncator: Any, out_dir: Path, li
             scores = []
             for paths in sets:
                 cfg = agent_config(paths.root, planner=RulePlannerConfig(**{field: v}))
-                _, turns = run_one(cfg, paths, task, limit, judge, truncator,
-                                   f"sweep-{field}-{v}-{paths.root.name}-t{task}", out_dir)
+                _, turns = run_one(
+                    cfg, paths, task, limit, judge, truncator, f"sweep-{field}-{v}-{paths.root.name}-t{task}", out_dir
+                )
                 scores += [t["score"] for t in turns]
             out.append(_rates(field, v, task, scores))
     return out
@@ -213,23 +270,41 @@ def sweep_image_floor(sets: list[Any]) -> list[dict]:
                 im, info = prepare(im, info, c.egocentric, "harness")
                 res = index.image_search(im, k=1) if im is not None else []
                 if res and res[0]["entities"]:
-                    rows.append((res[0]["score"],
-                                 res[0]["entities"][0]["entity_name"] == meta[c.turns[0].interaction_id]["entity"]))
+                    rows.append(
+                        (
+                            res[0]["score"],
+                            res[0]["entities"][0]["entity_name"] == meta[c.turns[0].interaction_id]["entity"],
+                        )
+                    )
     out = []
     for floor in (0.70, 0.80, 0.84, 0.88, 0.90, 0.92, 0.95):
         kept = [ok for s, ok in rows if s >= floor]
-        out.append({"sweep": "image_match_floor", "value": floor, "images": len(rows), "trusted": len(kept),
-                    "precision": sum(kept) / len(kept) if kept else 0.0,
-                    "coverage_of_right": sum(kept) / max(1, sum(ok for _, ok in rows)),
-                    "embedder": getattr(index.image_embedder, "name", "?")})
+        out.append(
+            {
+                "sweep": "image_match_floor",
+                "value": floor,
+                "images": len(rows),
+                "trusted": len(kept),
+                "precision": sum(kept) / len(kept) if kept else 0.0,
+                "coverage_of_right": sum(kept) / max(1, sum(ok for _, ok in rows)),
+                "embedder": getattr(index.image_embedder, "name", "?"),
+            }
+        )
     return out
 
 
 def _rates(name: str, value: float, task: int, results: list[str]) -> dict:
     n = max(1, len(results))
     c, m, w = (sum(r == k for r in results) for k in ("correct", "missing", "incorrect"))
-    return {"sweep": name, "value": value, "task": task, "n": len(results), "accuracy": c / n,
-            "hallucination": w / n, "truthfulness": (c - w) / n}
+    return {
+        "sweep": name,
+        "value": value,
+        "task": task,
+        "n": len(results),
+        "accuracy": c / n,
+        "hallucination": w / n,
+        "truthfulness": (c - w) / n,
+    }
 
 
 def print_sweep(rows: list[dict]) -> None:
@@ -238,18 +313,26 @@ def print_sweep(rows: list[dict]) -> None:
     if rows[0]["sweep"] == "image_match_floor":
         print(f"\nimage-match floor ({rows[0]['embedder']}): trusting the top match at or above the floor")
         for r in rows:
-            print(f"  floor {r['value']:.2f}: {r['trusted']:3d}/{r['images']} trusted, precision {r['precision']:.3f}, "
-                  f"right matches kept {r['coverage_of_right']:.3f}")
+            print(
+                f"  floor {r['value']:.2f}: {r['trusted']:3d}/{r['images']} trusted, precision {r['precision']:.3f}, "
+                f"right matches kept {r['coverage_of_right']:.3f}"
+            )
         return
     print(f"\nsweep {rows[0]['sweep']} (tuning sets pooled; truth = correct - wrong, per turn)")
     for r in rows:
-        print(f"  task {r['task']} {r['sweep']}={r['value']:<5g} acc {r['accuracy']:.3f} halluc {r['hallucination']:.3f} "
-              f"truth {r['truthfulness']:+.3f}")
+        print(
+            f"  task {r['task']} {r['sweep']}={r['value']:<5g} acc {r['accuracy']:.3f} halluc {r['hallucination']:.3f} "
+            f"truth {r['truthfulness']:+.3f}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sets", nargs="+", default=DEFAULT_SETS, help="content folder names under glasses_rag/crag_mm/benchmarks/")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--sets", nargs="+", default=DEFAULT_SETS, help="content folder names under glasses_rag/crag_mm/benchmarks/"
+    )
     p.add_argument("--tasks", nargs="+", type=int, default=[1, 2, 3], choices=[1, 2, 3])
     p.add_argument("--limit", type=int, default=None, help="first N conversations of each task")
     p.add_argument("--no-ablation", action="store_true", help="skip the runs without retrieval tools")
@@ -279,8 +362,16 @@ def main(argv: list[str] | None = None) -> int:
         for task in args.tasks:
             variants = [("default", None)] + ([] if args.no_ablation else [("no-retrieval", without_retrieval(task))])
             for label, allowed in variants:
-                report, _ = run_one(agent_config(paths.root, allowed), paths, task, args.limit, judge, truncator,
-                                    f"{name}-t{task}-{label}", out_dir)
+                report, _ = run_one(
+                    agent_config(paths.root, allowed),
+                    paths,
+                    task,
+                    args.limit,
+                    judge,
+                    truncator,
+                    f"{name}-t{task}-{label}",
+                    out_dir,
+                )
                 rows.append({"set": name, "task": task, "agent": label, **figures(report)})
                 print(f"  done {name} task {task} {label} ({time.time() - t0:.0f}s)", file=sys.stderr, flush=True)
     print(f"judge: {getattr(judge, 'name', 'rule')}; policy: rule-based-planner (heuristic); traces: {out_dir}")
@@ -291,8 +382,11 @@ def main(argv: list[str] | None = None) -> int:
     print_deltas(ds)
     sweeps: list[dict] = []
     if args.sweep:
-        tune = [dataset_for(n, args.data_root, args.content_root) for n in args.tune_sets
-                if (args.content_root / n / "questions.yaml").is_file()]
+        tune = [
+            dataset_for(n, args.data_root, args.content_root)
+            for n in args.tune_sets
+            if (args.content_root / n / "questions.yaml").is_file()
+        ]
         if not tune:
             print("sweeps need at least one tuning content folder")
         else:
@@ -303,8 +397,18 @@ def main(argv: list[str] | None = None) -> int:
                 print_sweep(block)
                 sweeps += block
     if args.json:
-        args.json.write_text(json.dumps({"rows": rows, "deltas": ds, "sweeps": sweeps, "skipped": skipped,
-                                         "judge": getattr(judge, "name", "rule")}, indent=1))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "rows": rows,
+                    "deltas": ds,
+                    "sweeps": sweeps,
+                    "skipped": skipped,
+                    "judge": getattr(judge, "name", "rule"),
+                },
+                indent=1,
+            )
+        )
         print(f"json: {args.json}")
     return 0
 

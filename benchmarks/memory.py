@@ -67,16 +67,26 @@ def main(argv: list[str] | None = None) -> int:
             if len(records) in (warm, args.turns):
                 marks["warm" if len(records) == warm else "last"] = rss_kib()
 
-        run_task(agent, load_conversations(data), 2, store, scorer=partial(score_trace, judge=judge, truncator=truncator),
-                 on_turn=keep,
-                 history_answer=truncator.truncate)
+        run_task(
+            agent,
+            load_conversations(data),
+            2,
+            store,
+            scorer=partial(score_trace, judge=judge, truncator=truncator),
+            on_turn=keep,
+            history_answer=truncator.truncate,
+        )
         report = evaluate(records, judge=judge, truncator=truncator)
         end = rss_kib()
     per_turn = (marks["last"] - marks["warm"]) / max(1, len(records) - warm)
-    print(f"{len(records)} turns ({report.overall.total} scored); RSS {marks['warm'] / 1024:.1f} MiB after {warm} "
-          f"turns, {marks['last'] / 1024:.1f} MiB after the last turn, {end / 1024:.1f} MiB with the report")
-    print(f"growth: {per_turn:.2f} KiB per turn (target < {TARGET_KIB} KiB) -> "
-          f"{'MET' if per_turn < TARGET_KIB else 'NOT MET'}")
+    print(
+        f"{len(records)} turns ({report.overall.total} scored); RSS {marks['warm'] / 1024:.1f} MiB after {warm} "
+        f"turns, {marks['last'] / 1024:.1f} MiB after the last turn, {end / 1024:.1f} MiB with the report"
+    )
+    print(
+        f"growth: {per_turn:.2f} KiB per turn (target < {TARGET_KIB} KiB) -> "
+        f"{'MET' if per_turn < TARGET_KIB else 'NOT MET'}"
+    )
     return 0
 
 

@@ -122,8 +122,12 @@ def our_agent(steps: int) -> Agent:
         return ToolOutput(summary="ok")
 
     # keep_views=False: the agent's real policies keep no history of what they were shown
-    policy = ScriptedPolicy([Decision(action="call_tool", tool="noop", arguments={"x": i}) for i in range(steps)],
-                            AnswerDraft(answer="ok", confidence=0.9), blocking=False, keep_views=False)
+    policy = ScriptedPolicy(
+        [Decision(action="call_tool", tool="noop", arguments={"x": i}) for i in range(steps)],
+        AnswerDraft(answer="ok", confidence=0.9),
+        blocking=False,
+        keep_views=False,
+    )
     config = AgentConfig(budget=BudgetConfig(max_steps=steps + 1, budget_s=600), self_check="off", warm_up=False)
     return build_agent(config, policy=policy, registry=reg, search=NullSearch())
 
@@ -178,9 +182,11 @@ def report(cpu: dict[str, list[float]], n: int) -> None:
     for raw in RAW:
         r = best["ours"] / best[raw]
         same = best["ours"] / best[raw + SAME_CALL]
-        print(f"ours / {raw}: {r:.2f} ({median['ours'] / median[raw]:.2f}) (target <= {TARGET}) -> "
-              f"{'MET' if r <= TARGET else 'NOT MET'};  ours / {raw}{SAME_CALL}: {same:.2f} "
-              f"({median['ours'] / median[raw + SAME_CALL]:.2f})")
+        print(
+            f"ours / {raw}: {r:.2f} ({median['ours'] / median[raw]:.2f}) (target <= {TARGET}) -> "
+            f"{'MET' if r <= TARGET else 'NOT MET'};  ours / {raw}{SAME_CALL}: {same:.2f} "
+            f"({median['ours'] / median[raw + SAME_CALL]:.2f})"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -191,9 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     cpu = measure(turns_to_time(args.steps), args.batches, args.turns)
     n = supersteps(args.steps)
-    print(f"graph supersteps per turn: {n} ({args.steps} tool calls); CPU ms per superstep, min (median) of "
-          f"{args.batches} interleaved batches of {args.turns} turns; raw graphs run with invoke() and, "
-          f"'{SAME_CALL}', streamed as ours is")
+    print(
+        f"graph supersteps per turn: {n} ({args.steps} tool calls); CPU ms per superstep, min (median) of "
+        f"{args.batches} interleaved batches of {args.turns} turns; raw graphs run with invoke() and, "
+        f"'{SAME_CALL}', streamed as ours is"
+    )
     report(cpu, n)
     return 0
 

@@ -38,13 +38,18 @@ class Row(BaseModel):
     model_calls_per_turn: float = 0.0
     tokens_per_turn: float = 0.0
     wrong: float = 0.0
-    ended_by: dict[str, int] = Field(default_factory=dict, description="Turns per way of ending (answer, "
-                                     "time budget, step limit, ...), from the traces.")
+    ended_by: dict[str, int] = Field(
+        default_factory=dict,
+        description="Turns per way of ending (answer, time budget, step limit, ...), from the traces.",
+    )
     errors: dict[str, int] = Field(default_factory=dict, description="Failed steps per error kind, from the traces.")
     seconds: float = 0.0
     error: str | None = None
-    correct_and_missing: int = Field(0, description="Questions counted as both correct and missing: why accuracy + "
-                                     "missing and truthfulness can pass 1 (glasses_rag.crag_mm.evaluate.BOTH_NOTE).")
+    correct_and_missing: int = Field(
+        0,
+        description="Questions counted as both correct and missing: why accuracy + "
+        "missing and truthfulness can pass 1 (glasses_rag.crag_mm.evaluate.BOTH_NOTE).",
+    )
     # per question ("session#turn"): (correct, missing) as the report counted them
     flags: dict[str, tuple[bool, bool]] = Field(default_factory=dict, exclude=True)
 
@@ -77,8 +82,17 @@ def bench_id(kind: str, args: argparse.Namespace, base: Any) -> str:
     """A stable folder name: the same data, task, model and scoring give the same folder (so a rerun resumes)."""
     if args.run_id:
         return args.run_id
-    parts = [base.model_copy(update={"preset": None}).fingerprint(), args.benchmark, args.task, args.data, args.split,
-             args.judge, args.scoring_mode, args.image_prep, args.tokenizer]
+    parts = [
+        base.model_copy(update={"preset": None}).fingerprint(),
+        args.benchmark,
+        args.task,
+        args.data,
+        args.split,
+        args.judge,
+        args.scoring_mode,
+        args.image_prep,
+        args.tokenizer,
+    ]
     digest = hashlib.sha256("\0".join(map(str, parts)).encode()).hexdigest()[:8]
     return f"{kind}-task{args.task}-{slug(args.data)}-{digest}"
 
@@ -88,9 +102,16 @@ def turn_figures(store: Any, keys: set[tuple[str, int]]) -> list[dict[str, Any]]
     out = []
     for t in store:
         if (t.session_id, t.turn_index) in keys:
-            out.append({"latency_ms": t.latency_ms, "tool_calls": len(t.tool_calls()), "model_calls": t.tokens.calls,
-                        "tokens": t.tokens.prompt_tokens + t.tokens.completion_tokens, "ended_by": str(t.ended_by),
-                        "errors": t.error_kinds()})
+            out.append(
+                {
+                    "latency_ms": t.latency_ms,
+                    "tool_calls": len(t.tool_calls()),
+                    "model_calls": t.tokens.calls,
+                    "tokens": t.tokens.prompt_tokens + t.tokens.completion_tokens,
+                    "ended_by": str(t.ended_by),
+                    "errors": t.error_kinds(),
+                }
+            )
     return out
 
 
@@ -106,8 +127,15 @@ def question_flags(report: Any) -> dict[str, tuple[bool, bool]]:
     return out
 
 
-def summarize(label: str, preset: str | None, policy: str, run_dir: Path, report: Any,
-              figures: list[dict[str, Any]], seconds: float) -> Row:
+def summarize(
+    label: str,
+    preset: str | None,
+    policy: str,
+    run_dir: Path,
+    report: Any,
+    figures: list[dict[str, Any]],
+    seconds: float,
+) -> Row:
     m = report.overall
     lat = np.array([f["latency_ms"] for f in figures], dtype=float)
     flags = question_flags(report)
@@ -121,18 +149,33 @@ def summarize(label: str, preset: str | None, policy: str, run_dir: Path, report
     def mean(key: str) -> float:
         return float(np.mean([f[key] for f in figures])) if figures else 0.0
 
-    return Row(label=label, preset=preset, policy=policy, run_dir=str(run_dir), n=m.total,
-               truthfulness=m.truthfulness, accuracy=m.accuracy, hallucination=m.hallucination_rate, wrong=wrong,
-               missing=m.missing_rate, ended_by=dict(ended.most_common()), errors=dict(errors.most_common()),
-               latency_p50_ms=float(np.percentile(lat, 50)) if lat.size else 0.0,
-               latency_p95_ms=float(np.percentile(lat, 95)) if lat.size else 0.0,
-               tool_calls_per_turn=mean("tool_calls"), model_calls_per_turn=mean("model_calls"),
-               tokens_per_turn=mean("tokens"), seconds=round(seconds, 1), flags=flags,
-               correct_and_missing=sum(c and miss for c, miss in flags.values()))
+    return Row(
+        label=label,
+        preset=preset,
+        policy=policy,
+        run_dir=str(run_dir),
+        n=m.total,
+        truthfulness=m.truthfulness,
+        accuracy=m.accuracy,
+        hallucination=m.hallucination_rate,
+        wrong=wrong,
+        missing=m.missing_rate,
+        ended_by=dict(ended.most_common()),
+        errors=dict(errors.most_common()),
+        latency_p50_ms=float(np.percentile(lat, 50)) if lat.size else 0.0,
+        latency_p95_ms=float(np.percentile(lat, 95)) if lat.size else 0.0,
+        tool_calls_per_turn=mean("tool_calls"),
+        model_calls_per_turn=mean("model_calls"),
+        tokens_per_turn=mean("tokens"),
+        seconds=round(seconds, 1),
+        flags=flags,
+        correct_and_missing=sum(c and miss for c, miss in flags.values()),
+    )
 
 
-def run_row(args: argparse.Namespace, label: str, config: Any, root: Path, scoring: Any, concurrency: int,
-            search: Any = None) -> Row:
+def run_row(
+    args: argparse.Namespace, label: str, config: Any, root: Path, scoring: Any, concurrency: int, search: Any = None
+) -> Row:
     """One configuration over the data, in the resumable run folder `root/label`."""
     from glasses_rag.harness import run_data, run_folder, run_scoring, session
     from graph.build import build_agent
@@ -144,16 +187,33 @@ def run_row(args: argparse.Namespace, label: str, config: Any, root: Path, scori
     lock = run_folder.claim_run_folder(store, run_folder.run_fingerprint(args, config, source), args.resume_anyway)
     try:
         agent = build_agent(config, run_id=f"{root.name}/{label}", task=args.task, search=search)
-        manifest = {"run_id": f"{root.name}/{label}", "benchmark": args.benchmark, "task": args.task,
-                    "data": str(source), "policy": agent.policy_name, "preset": config.preset,
-                    "search": agent.search_name, "judge": scoring.judge_name, "config": config.model_dump(mode="json"),
-                    "config_fingerprint": agent.fingerprint, "run_fingerprint": run_folder.run_fingerprint(args, config, source),
-                    "status": "running"}
+        manifest = {
+            "run_id": f"{root.name}/{label}",
+            "benchmark": args.benchmark,
+            "task": args.task,
+            "data": str(source),
+            "policy": agent.policy_name,
+            "preset": config.preset,
+            "search": agent.search_name,
+            "judge": scoring.judge_name,
+            "config": config.model_dump(mode="json"),
+            "config_fingerprint": agent.fingerprint,
+            "run_fingerprint": run_folder.run_fingerprint(args, config, source),
+            "status": "running",
+        }
         write_json_atomic(store.dir / "run.json", manifest)
         stats, records = session.run_and_collect(args, agent, conversations, store, scoring, concurrency)
         report, _, _ = run_scoring.write_reports(args, scoring, records, store)
-        write_json_atomic(store.dir / "run.json", {**manifest, "status": "finished", "stats": stats.model_dump(),
-                                                    "turns": stats.turns, "resumed_turns": stats.resumed_turns})
+        write_json_atomic(
+            store.dir / "run.json",
+            {
+                **manifest,
+                "status": "finished",
+                "stats": stats.model_dump(),
+                "turns": stats.turns,
+                "resumed_turns": stats.resumed_turns,
+            },
+        )
         figures = turn_figures(store, {(r.session_id, r.turn_index) for r in records})
         return summarize(label, config.preset, agent.policy_name, store.dir, report, figures, time.time() - t0)
     finally:

@@ -24,32 +24,56 @@ import sys
 from pathlib import Path
 from typing import Any
 
-for _k, _v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-               "TOKENIZERS_PARALLELISM": "false", "ANONYMIZED_TELEMETRY": "False"}.items():
+for _k, _v in {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "ANONYMIZED_TELEMETRY": "False",
+}.items():
     os.environ.setdefault(_k, _v)
 
 from benchmarks.preset_runs import Row, base_config, bench_id, concurrency_for, fmt, parse, run_row  # noqa: E402
 
-COLUMNS = [("truth", "truthfulness", 3), ("acc", "accuracy", 3), ("halluc", "hallucination", 3),
-           ("wrong", "wrong", 3), ("miss", "missing", 3), ("p50 ms", "latency_p50_ms", 0), ("p95 ms", "latency_p95_ms", 0),
-           ("tools/t", "tool_calls_per_turn", 2), ("model/t", "model_calls_per_turn", 2),
-           ("tokens/t", "tokens_per_turn", 0)]
+COLUMNS = [
+    ("truth", "truthfulness", 3),
+    ("acc", "accuracy", 3),
+    ("halluc", "hallucination", 3),
+    ("wrong", "wrong", 3),
+    ("miss", "missing", 3),
+    ("p50 ms", "latency_p50_ms", 0),
+    ("p95 ms", "latency_p95_ms", 0),
+    ("tools/t", "tool_calls_per_turn", 2),
+    ("model/t", "model_calls_per_turn", 2),
+    ("tokens/t", "tokens_per_turn", 0),
+]
 
 
 def own_parser() -> argparse.ArgumentParser:
     from glasses_rag.policies.presets import preset_names
 
-    p = argparse.ArgumentParser(prog="python -m benchmarks.presets", add_help=False,
-                                description="Run presets on the same questions and compare them.")
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.presets",
+        add_help=False,
+        description="Run presets on the same questions and compare them.",
+    )
     p.add_argument("-h", "--help", action="store_true", help="this help, then graph.run's options")
-    p.add_argument("--presets", default=",".join(preset_names()),
-                   help="comma-separated preset names or preset YAML files (default: every bundled preset)")
-    p.add_argument("--json", type=Path, default=None, help="where the figures go (default: <bench folder>/presets.json)")
+    p.add_argument(
+        "--presets",
+        default=",".join(preset_names()),
+        help="comma-separated preset names or preset YAML files (default: every bundled preset)",
+    )
+    p.add_argument(
+        "--json", type=Path, default=None, help="where the figures go (default: <bench folder>/presets.json)"
+    )
     p.add_argument("--png", type=Path, default=None, help="the chart (default: <bench folder>/presets.png)")
     p.add_argument("--no-chart", action="store_true", help="no PNG chart")
-    p.add_argument("--same-process", action="store_true",
-                   help="run every preset in this process (faster; but a preset then finds the models and per-text "
-                        "caches the ones before it filled, so latencies are not comparable)")
+    p.add_argument(
+        "--same-process",
+        action="store_true",
+        help="run every preset in this process (faster; but a preset then finds the models and per-text "
+        "caches the ones before it filled, so latencies are not comparable)",
+    )
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # one preset, for the parent process
     return p
 
@@ -63,13 +87,15 @@ def table(rows: list[Row]) -> str:
             lines.append(f"{r.label:{width}} failed: {r.error}")
             continue
         cells = " ".join(fmt(getattr(r, key), 8, d) for _, key, d in COLUMNS)
-        lines.append(f"{r.label:{width}} {r.n:>4} {cells} {sum(r.errors.values()):>6}"
-                     + (" *" if r.correct_and_missing else ""))
+        lines.append(
+            f"{r.label:{width}} {r.n:>4} {cells} {sum(r.errors.values()):>6}" + (" *" if r.correct_and_missing else "")
+        )
     note = both_note(rows)
     lines += [f"* {note}"] if note else []
     lines.append("")
-    lines += [f"{r.label}: ended by {_counts(r.ended_by)}; errors: {_counts(r.errors) or 'none'}"
-              for r in rows if not r.error]
+    lines += [
+        f"{r.label}: ended by {_counts(r.ended_by)}; errors: {_counts(r.errors) or 'none'}" for r in rows if not r.error
+    ]
     lines.append("")
     lines += [f"{r.label}: {r.policy}" for r in rows if r.policy]
     return "\n".join(lines)
@@ -100,8 +126,14 @@ def chart(rows: list[Row], path: Path, title: str) -> Path:
     ok = [r for r in rows if not r.error]
     x = np.arange(len(ok))
     fig, (left, right) = plt.subplots(1, 2, figsize=(max(9.0, 1.6 * len(ok) + 4), 4.2))
-    for i, (name, key) in enumerate([("truthfulness", "truthfulness"), ("accuracy", "accuracy"),
-                                     ("hallucination", "hallucination"), ("missing", "missing")]):
+    for i, (name, key) in enumerate(
+        [
+            ("truthfulness", "truthfulness"),
+            ("accuracy", "accuracy"),
+            ("hallucination", "hallucination"),
+            ("missing", "missing"),
+        ]
+    ):
         left.bar(x + (i - 1.5) * 0.2, [getattr(r, key) for r in ok], 0.2, label=name)
     left.axhline(0, color="black", linewidth=0.6)
     left.set_xticks(x, [r.label for r in ok], rotation=30, ha="right")
@@ -147,23 +179,37 @@ def main(argv: list[str] | None = None) -> int:
         row = one_preset(args, base, mine.worker, root, scoring)
         print(ROW_MARK + row.model_dump_json())
         return 1 if row.error else 0
-    print(f"task {args.task} on {args.data}: presets {', '.join(names)}; judge {scoring.describe()}; folder {root}"
-          + ("" if mine.same_process else "; each preset in its own process"), flush=True)
+    print(
+        f"task {args.task} on {args.data}: presets {', '.join(names)}; judge {scoring.describe()}; folder {root}"
+        + ("" if mine.same_process else "; each preset in its own process"),
+        flush=True,
+    )
     rows = []
     for name in names:
         row = one_preset(args, base, name, root, scoring) if mine.same_process else isolated(argv, name)
         rows.append(row)
-        print(f"  {row.label}: done ({row.seconds:.0f} s)" if not row.error else f"  {row.label}: {row.error}",
-              flush=True)
+        print(
+            f"  {row.label}: done ({row.seconds:.0f} s)" if not row.error else f"  {row.label}: {row.error}", flush=True
+        )
     print()
     print(table(rows))
     out = mine.json or root / "presets.json"
-    write_json(out, {"task": args.task, "data": str(args.data), "benchmark": args.benchmark,
-                     "judge": scoring.judge_name, "argv": argv, "presets": [r.model_dump() for r in rows]})
+    write_json(
+        out,
+        {
+            "task": args.task,
+            "data": str(args.data),
+            "benchmark": args.benchmark,
+            "judge": scoring.judge_name,
+            "argv": argv,
+            "presets": [r.model_dump() for r in rows],
+        },
+    )
     files = [str(out)]
     if not mine.no_chart and any(not r.error for r in rows):
-        files.append(str(chart(rows, mine.png or root / "presets.png", f"task {args.task} on {args.data}; "
-                                                                          f"{scoring.judge_name}")))
+        files.append(
+            str(chart(rows, mine.png or root / "presets.png", f"task {args.task} on {args.data}; {scoring.judge_name}"))
+        )
     print("\nwrote " + ", ".join(files))
     return 1 if any(r.error for r in rows) else 0
 
@@ -191,10 +237,13 @@ def isolated(argv: list[str], name: str) -> Row:
     cmd = [sys.executable, "-m", "benchmarks.presets", *strip_presets_options(argv), "--worker", name]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)}
     done = subprocess.run(cmd, cwd=root, env=env, stdout=subprocess.PIPE, text=True)
-    found = [line[len(ROW_MARK):] for line in done.stdout.splitlines() if line.startswith(ROW_MARK)]
+    found = [line[len(ROW_MARK) :] for line in done.stdout.splitlines() if line.startswith(ROW_MARK)]
     if not found:
-        return Row(label=Path(name).stem, preset=name, error=f"the preset's process ended with code {done.returncode} "
-                   "and no result (its error is above)")
+        return Row(
+            label=Path(name).stem,
+            preset=name,
+            error=f"the preset's process ended with code {done.returncode} and no result (its error is above)",
+        )
     return Row.model_validate_json(found[-1])
 
 

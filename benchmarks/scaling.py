@@ -1,8 +1,9 @@
-"""Turns per second against a model server of fixed latency, one process vs worker processes: `python -m benchmarks.scaling`.
+"""Turns per second against a model server of fixed latency, one process vs worker processes:
+`python -m benchmarks.scaling`.
 
-The model is the fake OpenAI-compatible server (glasses_rag/testing/fake_model_server.py) in its own process (no GIL shared with
-the agent), answering every request after `--delay` seconds (300 ms by default) with scripted replies to the
-agent's transcript prompts: decide -> web_search, decide -> answer (the answer rides on the decision), then the
+The model is the fake OpenAI-compatible server (glasses_rag/testing/fake_model_server.py) in its own process (no
+GIL shared with the agent), answering every request after `--delay` seconds (300 ms by default) with scripted
+replies to the agent's transcript prompts: decide -> web_search, decide -> answer (the answer rides on the decision), then the
 self-check (one chain-of-verification round trip). So a turn is `round trips x delay` of model time, and the ideal
 rate at concurrency c is
 
@@ -37,8 +38,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-for k, v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-             "ANONYMIZED_TELEMETRY": "False"}.items():
+for k, v in {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "ANONYMIZED_TELEMETRY": "False",
+}.items():
     os.environ.setdefault(k, v)
 
 TARGET = 0.9
@@ -65,27 +70,49 @@ def respond(body: dict) -> dict:
 
     if asked.rstrip().endswith("Decide the next step."):
         if not any(m.get("role") == "assistant" for m in messages):  # nothing looked up yet
-            return reply('{"action": "call_tool", "tool": "web_search", "arguments": {"query": "q"}, '
-                         '"rationale": "look it up"}')
-        return reply('{"action": "answer", "answer": "a scripted answer", "confidence": 0.9, "entity": "x", '
-                     '"rationale": "enough"}')
+            return reply(
+                '{"action": "call_tool", "tool": "web_search", "arguments": {"query": "q"}, "rationale": "look it up"}'
+            )
+        return reply(
+            '{"action": "answer", "answer": "a scripted answer", "confidence": 0.9, "entity": "x", '
+            '"rationale": "enough"}'
+        )
     if "chain of verification" in asked:
-        return reply('{"verifications": [{"question": "q", "answer": "a", "supported": true}], "supported": true, '
-                     '"confidence": 0.9, "reason": "r"}')
+        return reply(
+            '{"verifications": [{"question": "q", "answer": "a", "supported": true}], "supported": true, '
+            '"confidence": 0.9, "reason": "r"}'
+        )
     return reply('{"answer": "a scripted answer", "confidence": 0.9, "entity": "x", "rationale": "r"}')
 
 
 def turn_summary(trace: Any) -> dict:
     """What the benchmark keeps of a turn (runs where the turn ran: in a worker, it is what comes back)."""
-    return {"sequential_calls": trace.tokens.sequential_calls, "calls": trace.tokens.calls,
-            "latency_ms": trace.latency_ms, "ended_by": trace.ended_by,
-            "model_ms": sum(c.latency_ms for step in trace.steps for c in step.model_calls)}
+    return {
+        "sequential_calls": trace.tokens.sequential_calls,
+        "calls": trace.tokens.calls,
+        "latency_ms": trace.latency_ms,
+        "ended_by": trace.ended_by,
+        "model_ms": sum(c.latency_ms for step in trace.steps for c in step.model_calls),
+    }
 
 
 def start_server(delay: float) -> tuple[subprocess.Popen, str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "glasses_rag.testing.fake_model_server", "--delay", str(delay), "--responder",
-                             f"{Path(__file__).resolve()}:respond"], stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "glasses_rag.testing.fake_model_server",
+            "--delay",
+            str(delay),
+            "--responder",
+            f"{Path(__file__).resolve()}:respond",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     url = proc.stdout.readline().strip() if proc.stdout else ""
     if not url.startswith("http"):
         proc.kill()
@@ -99,17 +126,30 @@ def agent_config(url: str, concurrency: int, stream: bool) -> Any:
     from glasses_rag.models.vlm import ModelConfig
     from graph.config import AgentConfig, BudgetConfig
 
-    return AgentConfig(policy=ModelConfig(backend="openai", base_url=url, model="fake-vlm", max_retries=0,
-                                          pool_size=pool_size_for(concurrency), stream=stream),
-                       search=SearchConfig(backend="none"), budget=BudgetConfig(budget_s=60), warm_up=False)
+    return AgentConfig(
+        policy=ModelConfig(
+            backend="openai",
+            base_url=url,
+            model="fake-vlm",
+            max_retries=0,
+            pool_size=pool_size_for(concurrency),
+            stream=stream,
+        ),
+        search=SearchConfig(backend="none"),
+        budget=BudgetConfig(budget_s=60),
+        warm_up=False,
+    )
 
 
 def conversations(prefix: str, n: int) -> Iterator[Any]:
     from glasses_rag.crag_mm.schema import Conversation, Turn
 
     for i in range(n):
-        yield Conversation(session_id=f"{prefix}-{i}", turns=[Turn(interaction_id=f"{prefix}-{i}",
-                                                                    query="Who makes this rocket?")], answers=["SpaceX"])
+        yield Conversation(
+            session_id=f"{prefix}-{i}",
+            turns=[Turn(interaction_id=f"{prefix}-{i}", query="Who makes this rocket?")],
+            answers=["SpaceX"],
+        )
 
 
 class Clock:
@@ -146,8 +186,16 @@ def run_one_process(url: str, c: int, turns: int, out: Path, stream: bool) -> di
     store = TraceStore(out, f"one{c}")
     run_task(agent, conversations(f"warm1-{c}", c), 2, store, concurrency=c)  # one wave: connections opened
     clock = Clock([])
-    t = clock.timed(lambda: run_task(agent, conversations(f"one{c}", turns), 2, store, concurrency=c,
-                                     on_turn=lambda trace: clock.turn(turn_summary(trace))))
+    t = clock.timed(
+        lambda: run_task(
+            agent,
+            conversations(f"one{c}", turns),
+            2,
+            store,
+            concurrency=c,
+            on_turn=lambda trace: clock.turn(turn_summary(trace)),
+        )
+    )
     return measure(clock, t, c, "1 process")
 
 
@@ -155,8 +203,14 @@ def run_workers(url: str, c: int, workers: int, turns: int, out: Path, stream: b
     from glasses_rag.harness.workers import ProcessWorkerPool, WorkerSpec
 
     per = max(1, c // workers)
-    spec = WorkerSpec(config=agent_config(url, per, stream), task=2, out=out, run_id=f"workers{c}", concurrency=per,
-                      summarize=turn_summary)
+    spec = WorkerSpec(
+        config=agent_config(url, per, stream),
+        task=2,
+        out=out,
+        run_id=f"workers{c}",
+        concurrency=per,
+        summarize=turn_summary,
+    )
     with ProcessWorkerPool(spec, workers) as pool:
         pool.run(conversations(f"warm{workers}-{c}", c))  # one wave: imports done, threads and connections made
         clock = Clock(pool.pids)
@@ -172,14 +226,21 @@ def measure(clock: Clock, t: dict, c: int, mode: str) -> dict:
     ended: dict[str, int] = {}
     for s in clock.turns:
         ended[s["ended_by"]] = ended.get(s["ended_by"], 0) + 1
-    return {"concurrency": c, "mode": mode, "turns": n, "wall_s": round(t["wall_s"], 3),
-            "turns_per_s": round(n / t["wall_s"], 3), "steady_turns_per_s": round(steady, 3),
-            "sequential_calls": statistics.mean(s["sequential_calls"] for s in clock.turns),
-            "calls_per_turn": statistics.mean(s["calls"] for s in clock.turns),
-            "mean_turn_s": round(statistics.mean(s["latency_ms"] for s in clock.turns) / 1000, 3),
-            "call_ms": round(sum(s["model_ms"] for s in clock.turns) / sum(s["calls"] for s in clock.turns), 1),
-            "other_ms_per_turn": round(statistics.mean(s["latency_ms"] - s["model_ms"] for s in clock.turns), 1),
-            "cpu_ms_per_turn": round(1000 * t["cpu_s"] / n, 2), "ended_by": ended}
+    return {
+        "concurrency": c,
+        "mode": mode,
+        "turns": n,
+        "wall_s": round(t["wall_s"], 3),
+        "turns_per_s": round(n / t["wall_s"], 3),
+        "steady_turns_per_s": round(steady, 3),
+        "sequential_calls": statistics.mean(s["sequential_calls"] for s in clock.turns),
+        "calls_per_turn": statistics.mean(s["calls"] for s in clock.turns),
+        "mean_turn_s": round(statistics.mean(s["latency_ms"] for s in clock.turns) / 1000, 3),
+        "call_ms": round(sum(s["model_ms"] for s in clock.turns) / sum(s["calls"] for s in clock.turns), 1),
+        "other_ms_per_turn": round(statistics.mean(s["latency_ms"] - s["model_ms"] for s in clock.turns), 1),
+        "cpu_ms_per_turn": round(1000 * t["cpu_s"] / n, 2),
+        "ended_by": ended,
+    }
 
 
 def figures(r: dict, delay: float, server_cpu_s: float) -> dict:
@@ -188,8 +249,9 @@ def figures(r: dict, delay: float, server_cpu_s: float) -> dict:
     r["of_ideal"] = round(r["turns_per_s"] / r["ideal_turns_per_s"], 3)
     r["steady_of_ideal"] = round(r["steady_turns_per_s"] / r["ideal_turns_per_s"], 3)
     r["server_cpu_ms_per_turn"] = round(1000 * server_cpu_s / r["turns"], 2)
-    r["cores_busy"] = round((r["cpu_ms_per_turn"] + r["server_cpu_ms_per_turn"]) / 1000 * r["turns_per_s"]
-                            / (os.cpu_count() or 1), 3)
+    r["cores_busy"] = round(
+        (r["cpu_ms_per_turn"] + r["server_cpu_ms_per_turn"]) / 1000 * r["turns_per_s"] / (os.cpu_count() or 1), 3
+    )
     return r
 
 
@@ -214,8 +276,10 @@ def measure_all(args: argparse.Namespace) -> list[dict]:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for c in args.concurrency:
-                runs = [partial(run_one_process, url, c, args.rounds * c, Path(tmp), not args.no_stream),
-                        partial(run_workers, url, c, args.workers, args.rounds * c, Path(tmp), not args.no_stream)]
+                runs = [
+                    partial(run_one_process, url, c, args.rounds * c, Path(tmp), not args.no_stream),
+                    partial(run_workers, url, c, args.workers, args.rounds * c, Path(tmp), not args.no_stream),
+                ]
                 for run in runs if args.workers > 1 else runs[:1]:
                     s0 = server_cpu()
                     load = os.getloadavg()[0]
@@ -230,31 +294,47 @@ def measure_all(args: argparse.Namespace) -> list[dict]:
 
 
 def print_results(args: argparse.Namespace, results: list[dict]) -> None:
-    print(f"scaling: fake model server, {args.delay * 1000:.0f} ms per request, in its own process; task 2, no search, "
-          f"no image; {os.cpu_count()} CPU(s), python {sys.version.split()[0]}; load average now "
-          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print(f"{'conc':>5} {'mode':<10}{'turns':>6}{'turns/s':>9}{'ideal':>8}{'of ideal':>9}{'steady':>8}{'of ideal':>9}"
-          f"{'seq calls':>10}{'turn s':>8}{'call ms':>8}{'rest ms':>8}{'cpu ms/turn':>12}{'server ms/turn':>15}{'cores busy':>11}{'load':>6}")
+    print(
+        f"scaling: fake model server, {args.delay * 1000:.0f} ms per request, in its own process; task 2, no search, "
+        f"no image; {os.cpu_count()} CPU(s), python {sys.version.split()[0]}; load average now "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
+    print(
+        f"{'conc':>5} {'mode':<10}{'turns':>6}{'turns/s':>9}{'ideal':>8}{'of ideal':>9}{'steady':>8}{'of ideal':>9}"
+        f"{'seq calls':>10}{'turn s':>8}{'call ms':>8}{'rest ms':>8}{'cpu ms/turn':>12}{'server ms/turn':>15}"
+        f"{'cores busy':>11}{'load':>6}"
+    )
     for r in results:
-        print(f"{r['concurrency']:>5} {r['mode']:<10}{r['turns']:>6}{r['turns_per_s']:>9.2f}{r['ideal_turns_per_s']:>8.2f}"
-              f"{r['of_ideal']:>9.3f}{r['steady_turns_per_s']:>8.2f}{r['steady_of_ideal']:>9.3f}"
-              f"{r['sequential_calls']:>10.2f}{r['mean_turn_s']:>8.2f}{r['call_ms']:>8.0f}{r['other_ms_per_turn']:>8.0f}"
-              f"{r['cpu_ms_per_turn']:>12.1f}"
-              f"{r['server_cpu_ms_per_turn']:>15.1f}{r['cores_busy']:>11.0%}{r['load_before']:>6.1f}")
+        print(
+            f"{r['concurrency']:>5} {r['mode']:<10}{r['turns']:>6}{r['turns_per_s']:>9.2f}"
+            f"{r['ideal_turns_per_s']:>8.2f}"
+            f"{r['of_ideal']:>9.3f}{r['steady_turns_per_s']:>8.2f}{r['steady_of_ideal']:>9.3f}"
+            f"{r['sequential_calls']:>10.2f}{r['mean_turn_s']:>8.2f}{r['call_ms']:>8.0f}{r['other_ms_per_turn']:>8.0f}"
+            f"{r['cpu_ms_per_turn']:>12.1f}"
+            f"{r['server_cpu_ms_per_turn']:>15.1f}{r['cores_busy']:>11.0%}{r['load_before']:>6.1f}"
+        )
     for r in results:
         if r["mode"] != "1 process":
             verdict = "met" if r["of_ideal"] >= TARGET else "NOT met"
-            print(f"at concurrency {r['concurrency']} with {r['mode']} (target >= {TARGET} of ideal): whole run "
-                  f"{r['of_ideal']:.3f} ({verdict}), steady state {r['steady_of_ideal']:.3f}; ended_by {r['ended_by']}")
+            print(
+                f"at concurrency {r['concurrency']} with {r['mode']} (target >= {TARGET} of ideal): whole run "
+                f"{r['of_ideal']:.3f} ({verdict}), steady state {r['steady_of_ideal']:.3f}; ended_by {r['ended_by']}"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.scaling", description=__doc__.split("\n\n")[0])
     p.add_argument("--delay", type=float, default=0.3, help="seconds the fake model takes per request")
     p.add_argument("--concurrency", type=int, nargs="+", default=[64, 128])
-    p.add_argument("--workers", type=int, default=2, help="worker processes for the second figure (1: one process only)")
-    p.add_argument("--rounds", type=int, default=6, help="turns per conversation slot: turns = rounds x concurrency "
-                   "(the steady-state figure needs at least 3)")
+    p.add_argument(
+        "--workers", type=int, default=2, help="worker processes for the second figure (1: one process only)"
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=6,
+        help="turns per conversation slot: turns = rounds x concurrency (the steady-state figure needs at least 3)",
+    )
     p.add_argument("--servers", type=int, default=1, help="fake model server processes, used as replicas")
     p.add_argument("--no-stream", action="store_true", help="ask for whole replies instead of streamed chunks")
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
@@ -262,8 +342,9 @@ def main(argv: list[str] | None = None) -> int:
     results = measure_all(args)
     print_results(args, results)
     if args.json:
-        args.json.write_text(json.dumps({"delay_s": args.delay, "load_average": os.getloadavg(), "results": results},
-                                        indent=2))
+        args.json.write_text(
+            json.dumps({"delay_s": args.delay, "load_average": os.getloadavg(), "results": results}, indent=2)
+        )
     return 0
 
 

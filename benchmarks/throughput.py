@@ -41,8 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
         for level in args.levels:
-            batch = [c.model_copy(update={"session_id": f"{c.session_id}-r{r}"}) for r in range(args.repeat)
-                     for c in convs]
+            batch = [
+                c.model_copy(update={"session_id": f"{c.session_id}-r{r}"}) for r in range(args.repeat) for c in convs
+            ]
             store = TraceStore(Path(tmp), f"c{level}")
             c0, w0 = time.process_time(), time.perf_counter()
             stats = run_task(agent, batch, args.task, store, concurrency=level)

@@ -42,8 +42,14 @@ def _cpu_s() -> float:
 
 
 def _env(public: Any, tmp: Path, allow: str | None) -> None:
-    os.environ.update({"SERPAPI_API_KEY": KEY, "SERPAPI_BASE_URL": public.base_url,
-                       "GLASSES_WEB_CACHE": str(tmp / "cache"), "GLASSES_WEB_TIMEOUT": "3"})
+    os.environ.update(
+        {
+            "SERPAPI_API_KEY": KEY,
+            "SERPAPI_BASE_URL": public.base_url,
+            "GLASSES_WEB_CACHE": str(tmp / "cache"),
+            "GLASSES_WEB_TIMEOUT": "3",
+        }
+    )
     if allow:
         os.environ["GLASSES_WEB_ALLOW"] = allow
 
@@ -60,17 +66,26 @@ def _read(url: str) -> str:
 def attack_ssrf_default(public: Any, internal: Any, v6: Any) -> dict[str, Any]:
     """No allow-list: loopback in its spellings, and ::1."""
     port = public.port
-    urls = [f"http://127.0.0.1:{port}/secret", f"http://localhost:{port}/secret", f"http://2130706433:{port}/secret",
-            f"http://0x7f.1:{port}/secret", f"http://[::ffff:127.0.0.1]:{port}/secret", v6.url("/secret")]
+    urls = [
+        f"http://127.0.0.1:{port}/secret",
+        f"http://localhost:{port}/secret",
+        f"http://2130706433:{port}/secret",
+        f"http://0x7f.1:{port}/secret",
+        f"http://[::ffff:127.0.0.1]:{port}/secret",
+        v6.url("/secret"),
+    ]
     return {u: _read(u) for u in urls}
 
 
 def attack_ssrf_redirect(public: Any, internal: Any, v6: Any) -> dict[str, Any]:
     """127.0.0.1 allow-listed (the "public" site): links and redirects to 127.0.0.2 (internal)."""
     os.environ["GLASSES_WEB_ALLOW"] = "127.0.0.1"
-    urls = [internal.url("/secret"), f"http://2130706434:{internal.port}/secret",
-            public.url("/redirect", to=internal.url("/secret")),
-            public.url("/redirect", to=public.url("/redirect", to=internal.url("/secret")))]
+    urls = [
+        internal.url("/secret"),
+        f"http://2130706434:{internal.port}/secret",
+        public.url("/redirect", to=internal.url("/secret")),
+        public.url("/redirect", to=public.url("/redirect", to=internal.url("/secret"))),
+    ]
     return {u: _read(u) for u in urls}
 
 
@@ -136,8 +151,12 @@ def attack_serp_trickle(public: Any, internal: Any, v6: Any) -> str:
 
 
 def attack_serp_bad_item(public: Any, internal: Any, v6: Any) -> str:
-    public.serp = {"organic_results": [{"position": "abc", "title": "Bad", "link": "https://example.org/bad"},
-                                       {"position": 2, "title": "Good", "link": "https://example.org/good"}]}
+    public.serp = {
+        "organic_results": [
+            {"position": "abc", "title": "Bad", "link": "https://example.org/bad"},
+            {"position": 2, "title": "Good", "link": "https://example.org/good"},
+        ]
+    }
     return _search("bad item")
 
 
@@ -158,8 +177,14 @@ def extraction_overhead(repeat: int = 20) -> dict[str, Any]:
     from glasses_rag.web.page_text import page_text
 
     sentences = [f"Sentence number {i} tells the reader something about the harbour of Ssrfa." for i in range(1500)]
-    pages = {"small_2kb": "<html><body><article>" + "".join(f"<p>{s}</p>" for s in sentences[:20]) + "</article></body></html>",
-             "article_120kb": "<html><body><article>" + "".join(f"<p>{s}</p>" for s in sentences) + "</article></body></html>"}
+    pages = {
+        "small_2kb": "<html><body><article>"
+        + "".join(f"<p>{s}</p>" for s in sentences[:20])
+        + "</article></body></html>",
+        "article_120kb": "<html><body><article>"
+        + "".join(f"<p>{s}</p>" for s in sentences)
+        + "</article></body></html>",
+    }
     out: dict[str, Any] = {}
     ex = Extractor(1)
     t0 = time.perf_counter()
@@ -175,23 +200,31 @@ def extraction_overhead(repeat: int = 20) -> dict[str, Any]:
         for _ in range(repeat):
             ex.run(html, None, 60)
         worker = (time.perf_counter() - t0) / repeat
-        out[name] = {"in_process_ms": round(1000 * inproc, 2), "worker_ms": round(1000 * worker, 2),
-                     "overhead_ms": round(1000 * (worker - inproc), 2)}
+        out[name] = {
+            "in_process_ms": round(1000 * inproc, 2),
+            "worker_ms": round(1000 * worker, 2),
+            "overhead_ms": round(1000 * (worker - inproc), 2),
+        }
     ex.close()
     return out
 
 
-ATTACKS = {name[len("attack_"):]: fn for name, fn in globals().items() if name.startswith("attack_")}
+ATTACKS = {name[len("attack_") :]: fn for name, fn in globals().items() if name.startswith("attack_")}
 
 
 def run_one(name: str) -> None:
     from glasses_rag.core.calls import WORKERS, exit_process
     from glasses_rag.testing.hostile_web import HostileWeb
 
-    with tempfile.TemporaryDirectory() as tmp, HostileWeb("127.0.0.1") as public, \
-            HostileWeb("127.0.0.2") as internal, HostileWeb("::1") as v6:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        HostileWeb("127.0.0.1") as public,
+        HostileWeb("127.0.0.2") as internal,
+        HostileWeb("::1") as v6,
+    ):
         _env(public, Path(tmp), "127.0.0.1" if name not in ("ssrf_default",) else None)
         import glasses_rag.web.open_web  # noqa: F401 - imports before the baseline
+
         rss0, t0 = _rss_mb(), time.perf_counter()
         outcome = ATTACKS[name](public, internal, v6)
         seconds = time.perf_counter() - t0
@@ -201,9 +234,15 @@ def run_one(name: str) -> None:
         time.sleep(0.5)
         cpu_after = _cpu_s() - cpu0
         cut = [round(t - t0 - seconds, 2) for _, t in public.disconnects]
-        result = {"attack": name, "outcome": outcome, "seconds": round(seconds, 2),
-                  "peak_rss_mb": round(_rss_mb() - rss0, 1), "busy_after": busy, "cpu_after_s": round(cpu_after, 2),
-                  "server_saw_close_after_return_s": cut[:3]}
+        result = {
+            "attack": name,
+            "outcome": outcome,
+            "seconds": round(seconds, 2),
+            "peak_rss_mb": round(_rss_mb() - rss0, 1),
+            "busy_after": busy,
+            "cpu_after_s": round(cpu_after, 2),
+            "server_saw_close_after_return_s": cut[:3],
+        }
     print(json.dumps(result), flush=True)
     print(json.dumps({"exit_started": time.time()}), flush=True)
     exit_process(0, timeout_s=30.0)
@@ -218,7 +257,9 @@ def run_all(names: list[str], limit_s: float) -> list[dict[str, Any]]:
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=limit_s, cwd=ROOT, env=env)
             lines = [json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")]
-            res = next((x for x in lines if "attack" in x), {"attack": name, "outcome": f"no result: {p.stderr[-500:]}"})
+            res = next(
+                (x for x in lines if "attack" in x), {"attack": name, "outcome": f"no result: {p.stderr[-500:]}"}
+            )
             res["process_s"] = round(time.perf_counter() - t0, 2)
             started = next((x["exit_started"] for x in lines if "exit_started" in x), None)
             res["exit_s"] = round(time.time() - started, 2) if started else None

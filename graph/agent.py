@@ -70,8 +70,16 @@ class Agent:
         'empty question'
     """
 
-    def __init__(self, policy: Policy, resources: Any, config: AgentConfig, registry: ToolRegistry,
-                 verifier: Verifier | None, llm: Any = None, run_id: str | None = None):
+    def __init__(
+        self,
+        policy: Policy,
+        resources: Any,
+        config: AgentConfig,
+        registry: ToolRegistry,
+        verifier: Verifier | None,
+        llm: Any = None,
+        run_id: str | None = None,
+    ):
         self.policy = policy
         self.resources = resources
         self.config = config
@@ -104,49 +112,105 @@ class Agent:
         if len(question) > b.max_question_chars:
             notes.append(f"question cut from {len(question)} to {b.max_question_chars} characters")
             question = question[: b.max_question_chars]
-        base = dict(run_id=self.run_id, task=inp.task, session_id=inp.session_id, interaction_id=inp.interaction_id,
-                    turn_index=inp.turn_index, question=inp.question, image=inp.image_info, labels=inp.labels,
-                    policy=self.policy_name, search_backend=self.search_name, budget_s=b.budget_s,
-                    max_steps=b.max_steps, config_fingerprint=self.fingerprint, notes=notes, history=inp.history)
+        base = dict(
+            run_id=self.run_id,
+            task=inp.task,
+            session_id=inp.session_id,
+            interaction_id=inp.interaction_id,
+            turn_index=inp.turn_index,
+            question=inp.question,
+            image=inp.image_info,
+            labels=inp.labels,
+            policy=self.policy_name,
+            search_backend=self.search_name,
+            budget_s=b.budget_s,
+            max_steps=b.max_steps,
+            config_fingerprint=self.fingerprint,
+            notes=notes,
+            history=inp.history,
+        )
         if not question:
-            event = FinalEvent(answer=IDK, decision="abstain", error=StepError(kind="bad_input", message="empty question"))
-            return TurnTrace(**base, steps=[event], answer=IDK, abstained=True, ended_by="error", latency_ms=0.0,
-                             error="empty question")
-        ctx = TurnContext(task=inp.task, question=question, image=inp.image, history=inp.history, policy=self.policy,
-                          verifier=self.verifier, registry=self.registry, resources=self.resources,
-                          allowed=self.config.tools.allowed,
-                          budget=TurnBudget(b.budget_s, b.max_steps, b.answer_reserve_s),
-                          abstain_below=self.config.abstain_below, max_answer_chars=b.max_answer_chars,
-                          llm=self.llm, scope=CancelScope(),
-                          profile=self.config.tools.profile)
+            event = FinalEvent(
+                answer=IDK, decision="abstain", error=StepError(kind="bad_input", message="empty question")
+            )
+            return TurnTrace(
+                **base,
+                steps=[event],
+                answer=IDK,
+                abstained=True,
+                ended_by="error",
+                latency_ms=0.0,
+                error="empty question",
+            )
+        ctx = TurnContext(
+            task=inp.task,
+            question=question,
+            image=inp.image,
+            history=inp.history,
+            policy=self.policy,
+            verifier=self.verifier,
+            registry=self.registry,
+            resources=self.resources,
+            allowed=self.config.tools.allowed,
+            budget=TurnBudget(b.budget_s, b.max_steps, b.answer_reserve_s),
+            abstain_below=self.config.abstain_below,
+            max_answer_chars=b.max_answer_chars,
+            llm=self.llm,
+            scope=CancelScope(),
+            profile=self.config.tools.profile,
+        )
         t0 = time.perf_counter()
         try:
             with scope(ctx.scope), affinity(inp.session_id):  # one conversation stays on one model replica
-                values = deque(self.graph.stream(AgentState(), context=ctx, output_keys=TURN_OUTCOME, stream_mode="values",
-                                                 config={"recursion_limit": b.graph_recursion_limit}), maxlen=1)
+                values = deque(
+                    self.graph.stream(
+                        AgentState(),
+                        context=ctx,
+                        output_keys=TURN_OUTCOME,
+                        stream_mode="values",
+                        config={"recursion_limit": b.graph_recursion_limit},
+                    ),
+                    maxlen=1,
+                )
             final = AgentState.model_validate(values[-1])  # the last values streamed are the final state
         except (Exception, SystemExit) as e:  # noqa: BLE001 - a turn never crashes the run (sys.exit in a tool included)
             msg = f"{type(e).__name__}: {e}"[:2000]
             event = FinalEvent(answer=IDK, decision="abstain", error=StepError(kind="graph_error", message=msg))
-            return TurnTrace(**base, steps=[event], answer=IDK, abstained=True, ended_by="error",
-                             latency_ms=round((time.perf_counter() - t0) * 1000, 3), error=msg)
+            return TurnTrace(
+                **base,
+                steps=[event],
+                answer=IDK,
+                abstained=True,
+                ended_by="error",
+                latency_ms=round((time.perf_counter() - t0) * 1000, 3),
+                error=msg,
+            )
         finally:
             ctx.scope.cancel()  # whatever is still in flight for this turn (abandoned calls) is cancelled now
         answer = final.final_answer or IDK
         conf = final.verdict.confidence if final.verdict else (final.draft.confidence if final.draft else None)
         steps = [s if s.index == i else s.model_copy(update={"index": i}) for i, s in enumerate(final.steps)]
         calls = [c for s in steps for c in s.model_calls]
-        tokens = TokenTotals(calls=len(calls), sequential_calls=sequential_rounds(calls),
-                             prompt_tokens=sum(c.prompt_tokens or 0 for c in calls),
-                             completion_tokens=sum(c.completion_tokens or 0 for c in calls),
-                             calls_without_usage=sum(c.prompt_tokens is None and c.completion_tokens is None
-                                                     for c in calls))
+        tokens = TokenTotals(
+            calls=len(calls),
+            sequential_calls=sequential_rounds(calls),
+            prompt_tokens=sum(c.prompt_tokens or 0 for c in calls),
+            completion_tokens=sum(c.completion_tokens or 0 for c in calls),
+            calls_without_usage=sum(c.prompt_tokens is None and c.completion_tokens is None for c in calls),
+        )
         abstained = is_abstention(answer)
-        return TurnTrace(**base, steps=steps, answer=answer, abstained=abstained,
-                         confidence=None if conf is None else round(float(conf), 4),
-                         ended_by=final.ended_by or "answer", latency_ms=round((time.perf_counter() - t0) * 1000, 3),
-                         tokens=tokens, entity=final.draft.entity if final.draft and not abstained else None,
-                         error=unreachable_error(calls))
+        return TurnTrace(
+            **base,
+            steps=steps,
+            answer=answer,
+            abstained=abstained,
+            confidence=None if conf is None else round(float(conf), 4),
+            ended_by=final.ended_by or "answer",
+            latency_ms=round((time.perf_counter() - t0) * 1000, 3),
+            tokens=tokens,
+            entity=final.draft.entity if final.draft and not abstained else None,
+            error=unreachable_error(calls),
+        )
 
 
 def unreachable_error(calls: list[Any]) -> str | None:

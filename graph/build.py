@@ -46,7 +46,8 @@ def model_policy(config: AgentConfig, resources: Any) -> Any:
 # The policy kinds, listed here and read by name (glasses_rag/core/registry.py): `AgentConfig.policy` "rule" names
 # the rule planner, anything else configures a model; a preset's policy kind wraps one of them (presets/assemble.py).
 POLICIES: Registry[Callable[[AgentConfig, Any], Any]] = Registry(
-    "policy", [("rule", rule_planner), ("model", model_policy)])
+    "policy", [("rule", rule_planner), ("model", model_policy)]
+)
 
 
 def make_policy(config: AgentConfig, resources: Any) -> Any:
@@ -64,8 +65,15 @@ def make_verifier(config: AgentConfig, policy: Any) -> Any:
     return own(config.verify_mode) if callable(own) else EvidenceSupportVerifier()
 
 
-def build_agent(config: AgentConfig | None = None, *, search: Any = None, policy: Any = None,
-                registry: ToolRegistry | None = None, run_id: str | None = None, task: int | None = None) -> Agent:
+def build_agent(
+    config: AgentConfig | None = None,
+    *,
+    search: Any = None,
+    policy: Any = None,
+    registry: ToolRegistry | None = None,
+    run_id: str | None = None,
+    task: int | None = None,
+) -> Agent:
     """An Agent from one configuration, in steps: the preset applied, the tools, the search data prepared
     (`prepare_search`), the backend constructed, the policy (`POLICIES`, by name), its check of the tools (the rule
     planner refuses a capability input nothing fills), the self-check.

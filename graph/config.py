@@ -21,14 +21,29 @@ from glasses_rag.policies.rules.rule_planner import RulePlannerConfig
 class BudgetConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    budget_s: float = Field(10.0, gt=0, le=3600, description="Per-turn time budget in seconds (CRAG-MM: 10).", allow_inf_nan=False)
+    budget_s: float = Field(
+        10.0, gt=0, le=3600, description="Per-turn time budget in seconds (CRAG-MM: 10).", allow_inf_nan=False
+    )
     max_steps: int = Field(8, ge=0, le=64, description="Maximum tool calls per turn.")
-    answer_reserve_s: float | None = Field(None, ge=0, description="Seconds kept for answer + self-check "
-                                           "(default: min(1.5, 20% of the budget); raise it for slow models).", allow_inf_nan=False)
-    max_question_chars: int = Field(2000, ge=1, description="Longer questions are cut, and the cut is noted in the trace.")
-    max_answer_chars: int = Field(600, ge=20, description="Longer answers are cut (only the first 75 tokens are judged).")
-    graph_recursion_limit: int = Field(200, ge=10, description="LangGraph supersteps per turn; the plan node stops "
-                                       "calling tools when few remain (RemainingSteps), so a turn never hits it.")
+    answer_reserve_s: float | None = Field(
+        None,
+        ge=0,
+        description="Seconds kept for answer + self-check "
+        "(default: min(1.5, 20% of the budget); raise it for slow models).",
+        allow_inf_nan=False,
+    )
+    max_question_chars: int = Field(
+        2000, ge=1, description="Longer questions are cut, and the cut is noted in the trace."
+    )
+    max_answer_chars: int = Field(
+        600, ge=20, description="Longer answers are cut (only the first 75 tokens are judged)."
+    )
+    graph_recursion_limit: int = Field(
+        200,
+        ge=10,
+        description="LangGraph supersteps per turn; the plan node stops "
+        "calling tools when few remain (RemainingSteps), so a turn never hits it.",
+    )
 
 
 class ToolsConfig(BaseModel):
@@ -36,36 +51,59 @@ class ToolsConfig(BaseModel):
 
     allowed: list[str] | None = Field(None, description="Narrow the task's allow-list to these tools.")
     modules: list[str] = Field(default_factory=list, description="Extra modules defining @tool functions.")
-    profile: Literal["crag-mm", "superglasses"] = Field("crag-mm", description="Benchmark profile: only tools "
-                                                        "declared for it are offered (SuperGlasses adds the "
-                                                        "open-web tools and drops the CRAG-MM search tools).")
+    profile: Literal["crag-mm", "superglasses"] = Field(
+        "crag-mm",
+        description="Benchmark profile: only tools "
+        "declared for it are offered (SuperGlasses adds the "
+        "open-web tools and drops the CRAG-MM search tools).",
+    )
 
 
 class AgentConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
-    preset: str | None = Field(None, description="A published agent design to run: react, rule, mmrag-baseline, "
-                               "superlens, unsw-verify, eurecom, no-retrieval (python -m glasses_rag.policies.presets describes "
-                               "them), or the path of a preset YAML file. It sets the tools, their order, the "
-                               "self-check and its thresholds; steps that need a model use --model, and run as "
-                               "named heuristic stand-ins without one.")
-    policy: str | ModelConfig = Field("rule", description="'rule' (the embedded rule-based planner, a heuristic), a "
-                                      "model spec string (openai:<url>#<model>, transformers:<folder>, "
-                                      "llamacpp:<file.gguf>) or a ModelConfig.")
+    preset: str | None = Field(
+        None,
+        description="A published agent design to run: react, rule, mmrag-baseline, "
+        "superlens, unsw-verify, eurecom, no-retrieval (python -m glasses_rag.policies.presets describes "
+        "them), or the path of a preset YAML file. It sets the tools, their order, the "
+        "self-check and its thresholds; steps that need a model use --model, and run as "
+        "named heuristic stand-ins without one.",
+    )
+    policy: str | ModelConfig = Field(
+        "rule",
+        description="'rule' (the embedded rule-based planner, a heuristic), a "
+        "model spec string (openai:<url>#<model>, transformers:<folder>, "
+        "llamacpp:<file.gguf>) or a ModelConfig.",
+    )
     models: ModelPaths = Field(default_factory=ModelPaths)
     search: SearchConfig = Field(default_factory=SearchConfig)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
     planner: RulePlannerConfig = Field(default_factory=RulePlannerConfig)
-    abstain_below: float = Field(0.35, ge=0, le=1, description="Self-check confidence under which the answer is "
-                                 "'I don't know'.", allow_inf_nan=False)
-    self_check: Literal["on", "off"] = Field("on", description="Verify each draft before answering (the model's "
-                                             "self-check with a model policy, else the heuristic evidence check).")
-    verify_mode: Literal["single", "dual-cove"] = Field("single", description="Model self-check: one verification "
-                                                        "round trip, or dual path + chain-of-verification.")
+    abstain_below: float = Field(
+        0.35,
+        ge=0,
+        le=1,
+        description="Self-check confidence under which the answer is 'I don't know'.",
+        allow_inf_nan=False,
+    )
+    self_check: Literal["on", "off"] = Field(
+        "on",
+        description="Verify each draft before answering (the model's "
+        "self-check with a model policy, else the heuristic evidence check).",
+    )
+    verify_mode: Literal["single", "dual-cove"] = Field(
+        "single", description="Model self-check: one verification round trip, or dual path + chain-of-verification."
+    )
     warm_up: bool = Field(True, description="Load models and build indexes before the first turn.")
-    cpu_threads: int = Field(1, ge=1, le=256, description="Threads per local model call (BLAS, torch, onnxruntime): "
-                             "one keeps concurrent turns from oversubscribing the CPU.")
+    cpu_threads: int = Field(
+        1,
+        ge=1,
+        le=256,
+        description="Threads per local model call (BLAS, torch, onnxruntime): "
+        "one keeps concurrent turns from oversubscribing the CPU.",
+    )
 
     def fingerprint(self) -> str:
         """A short hash of everything that changes what the agent answers."""

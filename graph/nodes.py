@@ -48,8 +48,14 @@ def _index(state: AgentState) -> int:
 
 
 def _stop(state: AgentState, reason: str, text: str, **event: Any) -> Command:
-    return Command(goto="answer", update={"steps": [PlanEvent(index=_index(state), decision="stop", reason=text, **event)],
-                                          "pending": None, "ended_by": reason})
+    return Command(
+        goto="answer",
+        update={
+            "steps": [PlanEvent(index=_index(state), decision="stop", reason=text, **event)],
+            "pending": None,
+            "ended_by": reason,
+        },
+    )
 
 
 def plan(state: AgentState, runtime: Runtime[TurnContext]) -> Command:
@@ -67,31 +73,70 @@ def plan(state: AgentState, runtime: Runtime[TurnContext]) -> Command:
     t0 = time.perf_counter()
     with collect_model_calls() as calls:
         try:
-            decision = run_with_deadline(lambda: ctx.policy.decide(ctx.view(state), ctx.image), usable, ctx.scope,
-                                         inline=not blocking(ctx.policy))
+            decision = run_with_deadline(
+                lambda: ctx.policy.decide(ctx.view(state), ctx.image),
+                usable,
+                ctx.scope,
+                inline=not blocking(ctx.policy),
+            )
             if not isinstance(decision, Decision):
                 decision = Decision.model_validate(decision)
         except CallTimeout as e:
-            return _stop(state, "time_budget", "the policy did not decide in time", error=_error("timeout", e),
-                         policy_ms=_ms(t0), model_calls=calls)
+            return _stop(
+                state,
+                "time_budget",
+                "the policy did not decide in time",
+                error=_error("timeout", e),
+                policy_ms=_ms(t0),
+                model_calls=calls,
+            )
         except Exception as e:  # noqa: BLE001 - an unparseable reply or a broken policy: the turn still answers
-            return _stop(state, "error", "the policy failed; answering with what was gathered",
-                         error=_error("policy_error", e), policy_ms=_ms(t0), model_calls=calls)
+            return _stop(
+                state,
+                "error",
+                "the policy failed; answering with what was gathered",
+                error=_error("policy_error", e),
+                policy_ms=_ms(t0),
+                model_calls=calls,
+            )
     if decision.action == "answer" or not decision.tool:
-        event = PlanEvent(index=_index(state), decision="answer", reason=decision.rationale,
-                          needs_retrieval=decision.needs_retrieval, policy_ms=_ms(t0), model_calls=calls,
-                          answer_included=decision.answer is not None)
+        event = PlanEvent(
+            index=_index(state),
+            decision="answer",
+            reason=decision.rationale,
+            needs_retrieval=decision.needs_retrieval,
+            policy_ms=_ms(t0),
+            model_calls=calls,
+            answer_included=decision.answer is not None,
+        )
         # a decision that carries its answer saves the answer step's round trip
-        return Command(goto="answer", update={"steps": [event], "pending": None, "ended_by": "answer",
-                                              "draft": decision.answer})
+        return Command(
+            goto="answer", update={"steps": [event], "pending": None, "ended_by": "answer", "draft": decision.answer}
+        )
     room = budget.parallel_room(len(state.done))  # parallel calls count against the step limit too
-    extra = [PendingCall(call=ToolCall(tool=p.tool, arguments=p.arguments or {}), sub_question=p.sub_question,
-                         needs_retrieval=decision.needs_retrieval, rationale=f"in parallel with {decision.tool}",
-                         parallel_with=decision.tool)
-             for p in decision.parallel[: max(0, room)]] if decision.parallel else []
-    pending = PendingCall(call=ToolCall(tool=decision.tool, arguments=decision.arguments or {}), parallel=extra,
-                          sub_question=decision.sub_question, needs_retrieval=decision.needs_retrieval,
-                          rationale=decision.rationale, policy_ms=_ms(t0), model_calls=calls)
+    extra = (
+        [
+            PendingCall(
+                call=ToolCall(tool=p.tool, arguments=p.arguments or {}),
+                sub_question=p.sub_question,
+                needs_retrieval=decision.needs_retrieval,
+                rationale=f"in parallel with {decision.tool}",
+                parallel_with=decision.tool,
+            )
+            for p in decision.parallel[: max(0, room)]
+        ]
+        if decision.parallel
+        else []
+    )
+    pending = PendingCall(
+        call=ToolCall(tool=decision.tool, arguments=decision.arguments or {}),
+        parallel=extra,
+        sub_question=decision.sub_question,
+        needs_retrieval=decision.needs_retrieval,
+        rationale=decision.rationale,
+        policy_ms=_ms(t0),
+        model_calls=calls,
+    )
     return Command(goto="tools", update={"pending": pending})
 
 
@@ -115,8 +160,9 @@ def _outcome(pending: PendingCall, ok: bool, value: Any, t0: float) -> ActResult
     if isinstance(value, CallTimeout):
         return ActResult(pending=pending, error=_error("timeout", f"{pending.call.tool}: {value}"), latency_ms=_ms(t0))
     kind = "bad_update" if isinstance(value, ToolUpdateError) else "tool_exception"
-    return ActResult(pending=pending, error=_error(kind, value if kind == "tool_exception" else str(value)),
-                     latency_ms=_ms(t0))
+    return ActResult(
+        pending=pending, error=_error(kind, value if kind == "tool_exception" else str(value)), latency_ms=_ms(t0)
+    )
 
 
 def _run_calls(ctx: TurnContext, state: AgentState, calls: list[PendingCall]) -> list[ActResult]:
@@ -167,13 +213,31 @@ def _tool_event(ctx: TurnContext, index: int, res: ActResult) -> ToolCallEvent:
     wrote: dict[str, Any] = {}
     if out is not None:
         update, replaced = _update_in_trace_form(out.update)
-        wrote = dict(method=out.method or None, summary=out.summary[:2000], search_keywords=out.keywords,
-                     update=update, replaced=replaced)
-    return ToolCallEvent(  # (validating is faster here than model_construct, which calls default factories the slow way)
-        index=index, tool=p.call.tool, arguments=p.call.arguments, capabilities=capabilities, search=search,
-        sub_question=p.sub_question, needs_retrieval=p.needs_retrieval, rationale=p.rationale or None,
-        parallel_with=p.parallel_with, policy_ms=p.policy_ms, latency_ms=res.latency_ms, error=res.error,
-        model_calls=[*p.model_calls, *res.model_calls], **wrote)
+        wrote = dict(
+            method=out.method or None,
+            summary=out.summary[:2000],
+            search_keywords=out.keywords,
+            update=update,
+            replaced=replaced,
+        )
+    return (
+        ToolCallEvent(  # (validating is faster here than model_construct, which calls default factories the slow way)
+            index=index,
+            tool=p.call.tool,
+            arguments=p.call.arguments,
+            capabilities=capabilities,
+            search=search,
+            sub_question=p.sub_question,
+            needs_retrieval=p.needs_retrieval,
+            rationale=p.rationale or None,
+            parallel_with=p.parallel_with,
+            policy_ms=p.policy_ms,
+            latency_ms=res.latency_ms,
+            error=res.error,
+            model_calls=[*p.model_calls, *res.model_calls],
+            **wrote,
+        )
+    )
 
 
 def _one_overwrite_per_field(results: list[ActResult]) -> None:
@@ -187,8 +251,11 @@ def _one_overwrite_per_field(results: list[ActResult]) -> None:
         twice = [k for k, v in out.update.items() if isinstance(v, Overwrite) and k in seen]
         seen |= {k for k, v in out.update.items() if isinstance(v, Overwrite)}
         if twice:
-            res.error = _error("bad_update", f"{res.pending.call.tool} replaced {', '.join(twice)}, which another "
-                               "call of the same round already replaced; its update was dropped")
+            res.error = _error(
+                "bad_update",
+                f"{res.pending.call.tool} replaced {', '.join(twice)}, which another "
+                "call of the same round already replaced; its update was dropped",
+            )
             res.output = out.model_copy(update={"update": {}})
 
 
@@ -197,9 +264,13 @@ def _call_update(ctx: TurnContext, index: int, res: ActResult) -> Command:
     p, out = res.pending, res.output
     update: dict[str, Any] = dict(out.update) if out is not None else {}
     summary = StepSummary(
-        tool=p.call.tool, arguments=p.call.arguments, summary=out.summary if out is not None else "",
-        parallel_with=p.parallel_with, error=f"{res.error.kind}: {res.error.message}" if res.error else None,
-        update={k: v.value if isinstance(v, Overwrite) else v for k, v in update.items()} if update else {})
+        tool=p.call.tool,
+        arguments=p.call.arguments,
+        summary=out.summary if out is not None else "",
+        parallel_with=p.parallel_with,
+        error=f"{res.error.kind}: {res.error.message}" if res.error else None,
+        update={k: v.value if isinstance(v, Overwrite) else v for k, v in update.items()} if update else {},
+    )
     update["steps"] = [_tool_event(ctx, index, res)]
     update["done"] = [summary]
     return Command(update=update)
@@ -227,29 +298,52 @@ def answer(state: AgentState, runtime: Runtime[TurnContext]) -> dict:
     ctx = runtime.context
     if state.draft is not None:
         d = state.draft
-        return {"steps": [AnswerEvent(index=_index(state), answer=d.answer, confidence=d.confidence, entity=d.entity,
-                                      rationale=d.rationale or None, from_decision=True)]}
+        return {
+            "steps": [
+                AnswerEvent(
+                    index=_index(state),
+                    answer=d.answer,
+                    confidence=d.confidence,
+                    entity=d.entity,
+                    rationale=d.rationale or None,
+                    from_decision=True,
+                )
+            ]
+        }
     t0 = time.perf_counter()
     error = None
     with collect_model_calls() as calls:
         try:
-            draft = run_with_deadline(lambda: ctx.policy.answer(ctx.view(state), ctx.image),
-                                      ctx.budget.answer_time_s(), ctx.scope,
-                                      inline=not blocking(ctx.policy))
+            draft = run_with_deadline(
+                lambda: ctx.policy.answer(ctx.view(state), ctx.image),
+                ctx.budget.answer_time_s(),
+                ctx.scope,
+                inline=not blocking(ctx.policy),
+            )
             if not isinstance(draft, AnswerDraft):
                 draft = AnswerDraft.model_validate(draft)
         except Exception as e:  # noqa: BLE001
             draft = AnswerDraft(answer=IDK, confidence=0.0, rationale="the answer step failed")
             error = _error("timeout" if isinstance(e, CallTimeout) else "policy_error", e)
-    event = AnswerEvent(index=_index(state), answer=draft.answer, confidence=draft.confidence,
-                        rationale=draft.rationale or None, entity=draft.entity, policy_ms=_ms(t0), error=error,
-                        model_calls=calls)
+    event = AnswerEvent(
+        index=_index(state),
+        answer=draft.answer,
+        confidence=draft.confidence,
+        rationale=draft.rationale or None,
+        entity=draft.entity,
+        policy_ms=_ms(t0),
+        error=error,
+        model_calls=calls,
+    )
     return {"steps": [event], "draft": draft}
 
 
 def _evidence_texts(state: AgentState) -> list[str]:
-    return ([h.text() for h in state.evidence] + ([state.ocr_text] if state.ocr_text else [])
-            + [f.text for f in state.facts])
+    return (
+        [h.text() for h in state.evidence]
+        + ([state.ocr_text] if state.ocr_text else [])
+        + [f.text for f in state.facts]
+    )
 
 
 def self_check(state: AgentState, runtime: Runtime[TurnContext]) -> dict:
@@ -261,8 +355,11 @@ def self_check(state: AgentState, runtime: Runtime[TurnContext]) -> dict:
     if ctx.verifier is None:  # self-check off: only the draft's own confidence counts
         if draft.confidence >= ctx.abstain_below:
             return {}
-        event = VerdictEvent(index=_index(state), decision="abstain",
-                             reason=f"draft confidence {draft.confidence:.2f} < {ctx.abstain_below:.2f}")
+        event = VerdictEvent(
+            index=_index(state),
+            decision="abstain",
+            reason=f"draft confidence {draft.confidence:.2f} < {ctx.abstain_below:.2f}",
+        )
         return {"steps": [event], "final_answer": IDK}
     verifier = ctx.verifier
     t0 = time.perf_counter()
@@ -270,20 +367,37 @@ def self_check(state: AgentState, runtime: Runtime[TurnContext]) -> dict:
         try:
             verdict = run_with_deadline(
                 lambda: verifier.verify(ctx.question, draft, _evidence_texts(state), ctx.image, view=ctx.view(state)),
-                ctx.budget.verify_time_s(), ctx.scope, inline=not blocking(verifier))
+                ctx.budget.verify_time_s(),
+                ctx.scope,
+                inline=not blocking(verifier),
+            )
         except Exception as e:  # noqa: BLE001 - a broken self-check cannot vouch for the draft
             keep = draft.confidence >= max(ctx.abstain_below, 0.5)
-            event = VerdictEvent(index=_index(state), decision="keep" if keep else "abstain", latency_ms=_ms(t0),
-                                 reason="self-check unavailable; kept only because the draft was confident" if keep
-                                 else "self-check unavailable and the draft was not confident enough",
-                                 error=_error("timeout" if isinstance(e, CallTimeout) else "verifier_error", e),
-                                 model_calls=calls)
+            event = VerdictEvent(
+                index=_index(state),
+                decision="keep" if keep else "abstain",
+                latency_ms=_ms(t0),
+                reason="self-check unavailable; kept only because the draft was confident"
+                if keep
+                else "self-check unavailable and the draft was not confident enough",
+                error=_error("timeout" if isinstance(e, CallTimeout) else "verifier_error", e),
+                model_calls=calls,
+            )
             return {"steps": [event], "final_answer": None if keep else IDK}
     keep = verdict.supported and min(verdict.confidence, 1.0) >= ctx.abstain_below
-    reason = verdict.reason if keep or not verdict.supported else (
-        f"confidence {verdict.confidence:.2f} < {ctx.abstain_below:.2f}; {verdict.reason}")
-    event = VerdictEvent(index=_index(state), decision="keep" if keep else "abstain", verdict=verdict, reason=reason,
-                         latency_ms=_ms(t0), model_calls=calls)
+    reason = (
+        verdict.reason
+        if keep or not verdict.supported
+        else (f"confidence {verdict.confidence:.2f} < {ctx.abstain_below:.2f}; {verdict.reason}")
+    )
+    event = VerdictEvent(
+        index=_index(state),
+        decision="keep" if keep else "abstain",
+        verdict=verdict,
+        reason=reason,
+        latency_ms=_ms(t0),
+        model_calls=calls,
+    )
     return {"steps": [event], "verdict": verdict, "final_answer": None if keep else IDK}
 
 
@@ -299,6 +413,7 @@ def final(state: AgentState, runtime: Runtime[TurnContext]) -> dict:
     abstain = is_abstention(text)
     if abstain:
         text = IDK
-    event = FinalEvent(index=_index(state), answer=text, decision="abstain" if abstain else "answer",
-                       cut_from_chars=cut_from)
+    event = FinalEvent(
+        index=_index(state), answer=text, decision="abstain" if abstain else "answer", cut_from_chars=cut_from
+    )
     return {"steps": [event], "final_answer": text, "ended_by": state.ended_by or "answer"}

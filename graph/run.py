@@ -28,7 +28,6 @@ os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")  # chromadb
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-
 class _Parser(argparse.ArgumentParser):
     """Options are parsed as text, then validated by the configuration fields they set (glasses_rag/harness/cli.py); the
     run's own options get their defaults, and the benchmark's defaults are applied."""
@@ -67,20 +66,27 @@ def environment_help() -> str:
     """The environment variables the run reads, for --help."""
     from glasses_rag.web.config import ENV, KEY_ENV, MB, WebConfig
 
-    rows = [(KEY_ENV, "SerpApi key for the SuperGlasses open-web tools (google_search, google_lens)."),
-            ("OPENAI_API_KEY", "API key of an LLM judge (see --judge-api-key-env)."),
-            ("GLASSES_CACHE_DIR", "Folder for derived files kept between runs (default ~/.cache/glasses-rag)."),
-            ("GLASSES_GGUF_CACHE", "Folder for GGUF models converted for transformers (default "
-                                   "~/.cache/glasses-rag/gguf)."),
-            ("GLASSES_DEMO_DIR", "Where the demo benchmark is generated (default data/demo)."),
-            ("GLASSES_IMAGE_ROOT", "A folder a dataset's image paths may also point into (see --image-root).")]
+    rows = [
+        (KEY_ENV, "SerpApi key for the SuperGlasses open-web tools (google_search, google_lens)."),
+        ("OPENAI_API_KEY", "API key of an LLM judge (see --judge-api-key-env)."),
+        ("GLASSES_CACHE_DIR", "Folder for derived files kept between runs (default ~/.cache/glasses-rag)."),
+        (
+            "GLASSES_GGUF_CACHE",
+            "Folder for GGUF models converted for transformers (default ~/.cache/glasses-rag/gguf).",
+        ),
+        ("GLASSES_DEMO_DIR", "Where the demo benchmark is generated (default data/demo)."),
+        ("GLASSES_IMAGE_ROOT", "A folder a dataset's image paths may also point into (see --image-root)."),
+    ]
     for field, (var, scale) in ENV.items():
         info = WebConfig.model_fields[field]
-        rows.append((var, (info.description or field) + _env_default(info.get_default(call_default_factory=True),
-                                                                      scale, MB)))
+        rows.append(
+            (var, (info.description or field) + _env_default(info.get_default(call_default_factory=True), scale, MB))
+        )
     width = max(len(v) for v, _ in rows)
-    lines = [textwrap.fill(d, 100, initial_indent=f"  {v.ljust(width)}  ", subsequent_indent=" " * (width + 4))
-             for v, d in rows]
+    lines = [
+        textwrap.fill(d, 100, initial_indent=f"  {v.ljust(width)}  ", subsequent_indent=" " * (width + 4))
+        for v, d in rows
+    ]
     return "environment variables (open web: docs/open-web.md):\n" + "\n".join(lines)
 
 
@@ -106,9 +112,15 @@ def build_parser() -> argparse.ArgumentParser:
         "Run the agent on a CRAG-MM task (or SuperGlasses) and score it. Defaults are fully offline: the embedded "
         "demo benchmark, the embedded local search index, the rule-based planner (heuristic) and the rule judge "
         "(approximate). Every agent option is a field of graph.config.AgentConfig (its model options of "
-        "glasses_rag.models.vlm.ModelConfig): help and defaults come from there.", 100)
-    p = _Parser(prog="python -m graph.run", description=description, epilog=environment_help(),
-                formatter_class=argparse.RawDescriptionHelpFormatter)
+        "glasses_rag.models.vlm.ModelConfig): help and defaults come from there.",
+        100,
+    )
+    p = _Parser(
+        prog="python -m graph.run",
+        description=description,
+        epilog=environment_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_options(p, options(), ROOTS)
     return p
 

@@ -66,8 +66,15 @@ class AgentState(ToolState):
 @cache
 def tool_spec(t: Tool) -> ToolSpec:
     """A tool as policies see it (built once per tool)."""
-    return ToolSpec(name=t.name, description=t.description, signature=t.signature_text(), json_schema=t.json_schema(),
-                    tags=sorted(t.tags), capabilities=t.capabilities, inputs=t.inputs)
+    return ToolSpec(
+        name=t.name,
+        description=t.description,
+        signature=t.signature_text(),
+        json_schema=t.json_schema(),
+        tags=sorted(t.tags),
+        capabilities=t.capabilities,
+        inputs=t.inputs,
+    )
 
 
 @dataclass
@@ -101,13 +108,32 @@ class TurnContext:
 
     def tool_context(self, state: AgentState) -> ToolContext:
         return ToolContext(
-            task=self.task, question=self.question, image=self.image, history=self.history, evidence=state.evidence,
-            crop=state.crop, ocr_text=state.ocr_text, sub_questions=state.sub_questions, facts=state.facts,
-            resources=self.resources, llm=self.llm)
+            task=self.task,
+            question=self.question,
+            image=self.image,
+            history=self.history,
+            evidence=state.evidence,
+            crop=state.crop,
+            ocr_text=state.ocr_text,
+            sub_questions=state.sub_questions,
+            facts=state.facts,
+            resources=self.resources,
+            llm=self.llm,
+        )
 
     def view(self, state: AgentState) -> PolicyView:
         return PolicyView(
-            task=self.task, question=self.question, history=self.history, has_image=self.image is not None,
-            tools=self.tool_specs(), done=state.done, evidence=state.evidence, crop=state.crop,
-            ocr_text=state.ocr_text, sub_questions=state.sub_questions, facts=state.facts,
-            remaining_steps=self.budget.steps_left(len(state.done)), remaining_s=max(0.0, self.budget.remaining_s()))
+            task=self.task,
+            question=self.question,
+            history=self.history,
+            has_image=self.image is not None,
+            tools=self.tool_specs(),
+            done=state.done,
+            evidence=state.evidence,
+            crop=state.crop,
+            ocr_text=state.ocr_text,
+            sub_questions=state.sub_questions,
+            facts=state.facts,
+            remaining_steps=self.budget.steps_left(len(state.done)),
+            remaining_s=max(0.0, self.budget.remaining_s()),
+        )

@@ -16,13 +16,15 @@ from glasses_rag.superglasses.sample import jpeg, query_row, sample_dataset, sub
 small_dataset = sample_dataset
 
 
-ARTICLE = ("<html><head><title>{title}</title></head><body><nav><a href='/'>Home</a> <a href='/x'>Menu item</a></nav>"
-           "<article><h1>{title}</h1>{paras}</article><footer>Copyright 2026 - cookie policy - contact</footer>"
-           "</body></html>")
+ARTICLE = (
+    "<html><head><title>{title}</title></head><body><nav><a href='/'>Home</a> <a href='/x'>Menu item</a></nav>"
+    "<article><h1>{title}</h1>{paras}</article><footer>Copyright 2026 - cookie policy - contact</footer>"
+    "</body></html>"
+)
 
 
 def article(title: str, sentences: list[str], per_para: int = 2) -> str:
-    paras = "".join("<p>" + " ".join(sentences[i:i + per_para]) + "</p>" for i in range(0, len(sentences), per_para))
+    paras = "".join("<p>" + " ".join(sentences[i : i + per_para]) + "</p>" for i in range(0, len(sentences), per_para))
     return ARTICLE.format(title=title, paras=paras)
 
 
@@ -71,12 +73,16 @@ class FixtureWeb:
                     if params.get("engine") == "google_lens":
                         data = outer.lens
                     else:
-                        data = outer.web.get(params.get("q", ""), {
-                            "search_metadata": {"status": "Success"},
-                            "error": "Google hasn't returned any results for this query."})
+                        data = outer.web.get(
+                            params.get("q", ""),
+                            {
+                                "search_metadata": {"status": "Success"},
+                                "error": "Google hasn't returned any results for this query.",
+                            },
+                        )
                     return self._send(200, json.dumps(data).encode(), "application/json")
-                if u.path.startswith("/pages/") and u.path[len("/pages/"):] in outer.pages:
-                    ctype, body = outer.pages[u.path[len("/pages/"):]]
+                if u.path.startswith("/pages/") and u.path[len("/pages/") :] in outer.pages:
+                    ctype, body = outer.pages[u.path[len("/pages/") :]]
                     return self._send(200, body.encode(), ctype)
                 if u.path.startswith("/images/") and outer.image_dir is not None:
                     p = outer.image_dir / Path(u.path).name
@@ -92,7 +98,9 @@ class FixtureWeb:
         return f"{self.base_url}/pages/{name}"
 
     def searches(self, engine: str | None = None) -> list[dict[str, Any]]:
-        return [r for r in self.requests if r["path"] == "/search.json" and (engine is None or r.get("engine") == engine)]
+        return [
+            r for r in self.requests if r["path"] == "/search.json" and (engine is None or r.get("engine") == engine)
+        ]
 
     def __enter__(self) -> FixtureWeb:
         self._thread.start()
@@ -105,9 +113,12 @@ class FixtureWeb:
 
 def organic(*results: tuple[str, str, str]) -> dict:
     """A SerpApi engine=google reply with organic results (title, link, snippet)."""
-    return {"search_metadata": {"status": "Success"},
-            "organic_results": [{"position": i + 1, "title": t, "link": link, "snippet": s}
-                                for i, (t, link, s) in enumerate(results)]}
+    return {
+        "search_metadata": {"status": "Success"},
+        "organic_results": [
+            {"position": i + 1, "title": t, "link": link, "snippet": s} for i, (t, link, s) in enumerate(results)
+        ],
+    }
 
 
 def use_fixture_web(monkeypatch, web: FixtureWeb, cache_dir: Path, image_dir: Path | None = None) -> None:
@@ -118,7 +129,9 @@ def use_fixture_web(monkeypatch, web: FixtureWeb, cache_dir: Path, image_dir: Pa
     monkeypatch.setenv("SERPAPI_BASE_URL", web.base_url)
     monkeypatch.setenv("GLASSES_WEB_CACHE", str(cache_dir))
     monkeypatch.setenv("GLASSES_WEB_TIMEOUT", "5")
-    monkeypatch.setenv("GLASSES_WEB_ALLOW", "127.0.0.1")  # the fixture server is on loopback, which is refused by default
+    monkeypatch.setenv(
+        "GLASSES_WEB_ALLOW", "127.0.0.1"
+    )  # the fixture server is on loopback, which is refused by default
     if image_dir is not None:
         monkeypatch.setenv("GLASSES_IMAGE_DIR", str(image_dir))
         monkeypatch.setenv("GLASSES_IMAGE_BASE_URL", f"{web.base_url}/images")

@@ -14,12 +14,20 @@ from graph.config import AgentConfig, BudgetConfig
 from traces.schema import TurnTrace
 
 
-def make_agent(policy: Any = None, search: Any = None, registry: Any = None, run_id: str = "test",
-               budget_s: float = 10.0, max_steps: int = 8, **config: Any):
+def make_agent(
+    policy: Any = None,
+    search: Any = None,
+    registry: Any = None,
+    run_id: str = "test",
+    budget_s: float = 10.0,
+    max_steps: int = 8,
+    **config: Any,
+):
     """build_agent over `search` (default: no retrieval) with an AgentConfig built from the keywords."""
     cfg = AgentConfig(budget=BudgetConfig(budget_s=budget_s, max_steps=max_steps), warm_up=False, **config)
-    return build_agent(cfg, search=search if search is not None else NullSearch(), policy=policy,
-                       registry=registry, run_id=run_id)
+    return build_agent(
+        cfg, search=search if search is not None else NullSearch(), policy=policy, registry=registry, run_id=run_id
+    )
 
 
 def collect(agent: Any, convs: list, task: int, store: Any, **kw: Any) -> tuple[list[TurnTrace], RunStats]:
@@ -48,8 +56,14 @@ class KGSearch:
     name = "fixed-kg"
 
     def image_search(self, image, k=5):
-        return [{"index": 0, "score": 0.95, "url": "https://kg/0", "entities": [
-            {"entity_name": "Falcon 9", "entity_attributes": {"manufacturer": "SpaceX"}}]}]
+        return [
+            {
+                "index": 0,
+                "score": 0.95,
+                "url": "https://kg/0",
+                "entities": [{"entity_name": "Falcon 9", "entity_attributes": {"manufacturer": "SpaceX"}}],
+            }
+        ]
 
     def web_search(self, query, k=5):
         return []
@@ -59,8 +73,14 @@ class KGAndPageSearch(KGSearch):
     """KGSearch whose web search also finds one page saying who makes Falcon 9: enough for every preset."""
 
     def web_search(self, query, k=5):
-        return [{"page_url": "https://w/1", "page_name": "SpaceX", "score": 0.7,
-                 "page_snippet": "SpaceX manufactures the Falcon 9 rocket."}]
+        return [
+            {
+                "page_url": "https://w/1",
+                "page_name": "SpaceX",
+                "score": 0.7,
+                "page_snippet": "SpaceX manufactures the Falcon 9 rocket.",
+            }
+        ]
 
 
 def model_loop_run(out: Path, run_id: str) -> list[dict]:
@@ -76,8 +96,25 @@ def model_loop_run(out: Path, run_id: str) -> list[dict]:
     mp.setenv("GLASSES_DEMO_DIR", str(Path(__file__).resolve().parents[1] / "data" / "demo"))
     try:
         with FakeOpenAIServer(responder=ScriptedModel()) as srv:
-            assert main(["--task", "3", "--limit", "1", "--model", f"openai:{srv.base_url}#fake-vlm", "--out",
-                         str(out), "--run-id", run_id, "--no-progress", "--no-plot"]) == 0
+            assert (
+                main(
+                    [
+                        "--task",
+                        "3",
+                        "--limit",
+                        "1",
+                        "--model",
+                        f"openai:{srv.base_url}#fake-vlm",
+                        "--out",
+                        str(out),
+                        "--run-id",
+                        run_id,
+                        "--no-progress",
+                        "--no-plot",
+                    ]
+                )
+                == 0
+            )
             return list(srv.requests)
     finally:
         mp.undo()

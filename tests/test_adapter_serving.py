@@ -17,8 +17,10 @@ from glasses_rag.testing.fake_model_server import FakeOpenAIServer
 from glasses_rag.testing.vllm_emulation import VllmBehaviour
 
 BASE = "google/gemma-3-270m-it"
-MSGS = [{"role": "system", "content": "You answer questions."},
-        {"role": "user", "content": "Question: what is the tallest tower in Paris?"}]
+MSGS = [
+    {"role": "system", "content": "You answer questions."},
+    {"role": "user", "content": "Question: what is the tallest tower in Paris?"},
+]
 
 
 # ---- the spec string and the config --------------------------------------------------------------------------
@@ -63,9 +65,14 @@ def _peft_reference(model_dir, adapter_dir, max_tokens: int) -> str:
     model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(model_dir), str(adapter_dir)).eval()
     ids = tok.apply_chat_template(MSGS, add_generation_prompt=True, return_tensors="pt")
     with torch.inference_mode():
-        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_tokens,
-                             do_sample=False, pad_token_id=0)
-    return tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True).strip()
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=max_tokens,
+            do_sample=False,
+            pad_token_id=0,
+        )
+    return tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True).strip()
 
 
 def test_transformers_backend_serves_the_adapter_merged(tiny):
@@ -91,9 +98,18 @@ def test_a_missing_or_unfitting_adapter_is_a_clear_error(tiny, tmp_path):
         make_backend(ModelConfig(backend="transformers", path=str(model_dir), adapter=str(tmp_path / "nothing")))
     bad = tmp_path / "bad"
     bad.mkdir()
-    (bad / "adapter_config.json").write_text(json.dumps({
-        "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": 2, "lora_alpha": 4, "target_modules": ["no_such_proj"],
-        "base_model_name_or_path": None}))
+    (bad / "adapter_config.json").write_text(
+        json.dumps(
+            {
+                "peft_type": "LORA",
+                "task_type": "CAUSAL_LM",
+                "r": 2,
+                "lora_alpha": 4,
+                "target_modules": ["no_such_proj"],
+                "base_model_name_or_path": None,
+            }
+        )
+    )
     with pytest.raises(ValueError, match="does not fit this model"):
         make_backend(ModelConfig(backend="transformers", path=str(model_dir), adapter=str(bad)))
 
@@ -109,8 +125,9 @@ def lora_server():
 
 
 def _post(srv, body: dict) -> tuple[int, dict]:
-    req = urllib.request.Request(f"{srv.base_url}/chat/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"{srv.base_url}/chat/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(req, timeout=10) as r:
             return r.status, json.loads(r.read())
@@ -124,8 +141,10 @@ def test_the_server_routes_lora_modules_as_vllm(lora_server):
     assert [(c["id"], c["parent"]) for c in cards] == [(BASE, None), ("tuned", BASE)]
     assert cards[1]["root"] == "/adapters/tuned"
     msgs = [{"role": "user", "content": "hi"}]
-    assert _post(lora_server, {"model": "nope", "messages": msgs}) == (404, {"error": {
-        "message": "The model `nope` does not exist.", "type": "NotFoundError", "param": None, "code": 404}})
+    assert _post(lora_server, {"model": "nope", "messages": msgs}) == (
+        404,
+        {"error": {"message": "The model `nope` does not exist.", "type": "NotFoundError", "param": None, "code": 404}},
+    )
     for name in (BASE, "tuned"):
         lora_server.push(FakeOpenAIServer.text_reply("ok"))
         status, reply = _post(lora_server, {"model": name, "messages": msgs})

@@ -21,12 +21,31 @@ from pathlib import Path
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[1]
-FRONT_ENDS = ("graph.run", "glasses_rag.harness.starter_kit", "traces.viewer", "traces.viewer_parts", "traces.diff",
-              "traces.diff_page", "traces.run_diff")
+FRONT_ENDS = (
+    "graph.run",
+    "glasses_rag.harness.starter_kit",
+    "traces.viewer",
+    "traces.viewer_parts",
+    "traces.diff",
+    "traces.diff_page",
+    "traces.run_diff",
+)
 LAYERS: list[tuple[str, ...]] = [
-    ("glasses_rag",), ("glasses_rag.core",), ("glasses_rag.text",), ("glasses_rag.web",), ("glasses_rag.models",),
-    ("tools",), ("traces",), ("glasses_rag.crag_mm",), ("glasses_rag.superglasses",), ("glasses_rag.policies",),
-    ("graph",), ("glasses_rag.training",), ("glasses_rag.harness",), FRONT_ENDS, ("benchmarks", "glasses_rag.testing"),
+    ("glasses_rag",),
+    ("glasses_rag.core",),
+    ("glasses_rag.text",),
+    ("glasses_rag.web",),
+    ("glasses_rag.models",),
+    ("tools",),
+    ("traces",),
+    ("glasses_rag.crag_mm",),
+    ("glasses_rag.superglasses",),
+    ("glasses_rag.policies",),
+    ("graph",),
+    ("glasses_rag.training",),
+    ("glasses_rag.harness",),
+    FRONT_ENDS,
+    ("benchmarks", "glasses_rag.testing"),
 ]
 UNITS = tuple(p for layer in LAYERS for p in layer)
 TOP_PACKAGES = ("glasses_rag", "tools", "traces", "graph", "benchmarks")
@@ -87,8 +106,9 @@ def test_every_package_has_a_layer():
 
 
 def test_modules_import_only_their_own_layer_or_lower():
-    bad = [f"{mod} imports {target}" for mod in sorted(modules()) for target in imports(mod)
-           if layer(target) > layer(mod)]
+    bad = [
+        f"{mod} imports {target}" for mod in sorted(modules()) for target in imports(mod) if layer(target) > layer(mod)
+    ]
     assert not bad, "\n".join(bad)
 
 
@@ -164,8 +184,19 @@ def test_the_architecture_page_shows_these_layers_and_every_package():
     assert not missing, f"docs/architecture.md's tree lacks {missing}"
 
 
-LIBRARY = ("glasses_rag/core", "glasses_rag/text", "glasses_rag/web", "glasses_rag/models", "tools",
-           "glasses_rag/crag_mm", "glasses_rag/superglasses", "glasses_rag/policies", "glasses_rag/harness", "traces", "graph")
+LIBRARY = (
+    "glasses_rag/core",
+    "glasses_rag/text",
+    "glasses_rag/web",
+    "glasses_rag/models",
+    "tools",
+    "glasses_rag/crag_mm",
+    "glasses_rag/superglasses",
+    "glasses_rag/policies",
+    "glasses_rag/harness",
+    "traces",
+    "graph",
+)
 MAX_FUNCTION_LINES, MAX_CLASS_LINES = 60, 300
 
 
@@ -191,16 +222,25 @@ def oversized(source: str, where: str) -> list[str]:
     count)."""
     found = []
     for node in ast.walk(ast.parse(source)):
-        limit = (MAX_FUNCTION_LINES if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-                 else MAX_CLASS_LINES if isinstance(node, ast.ClassDef) else None)
+        limit = (
+            MAX_FUNCTION_LINES
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            else MAX_CLASS_LINES
+            if isinstance(node, ast.ClassDef)
+            else None
+        )
         if limit is not None and (n := logical_lines(node)) > limit:
             found.append(f"{where}:{node.lineno} {node.name} ({n} lines)")  # type: ignore[attr-defined]
     return found
 
 
 def test_no_library_function_over_60_lines_nor_class_over_300():
-    found = [hit for pkg in LIBRARY for f in sorted((ROOT / pkg).rglob("*.py"))
-             for hit in oversized(f.read_text(encoding="utf-8"), str(f.relative_to(ROOT)))]
+    found = [
+        hit
+        for pkg in LIBRARY
+        for f in sorted((ROOT / pkg).rglob("*.py"))
+        for hit in oversized(f.read_text(encoding="utf-8"), str(f.relative_to(ROOT)))
+    ]
     assert not found, found
 
 
@@ -231,8 +271,9 @@ def _type_names(tree: ast.Module) -> list[tuple[str, int]]:
         if not isinstance(n, (ast.Assign, ast.AnnAssign)) or isinstance(n.value, ast.Call):
             continue  # `BaseAgent = _import_base_agent()` names a class defined above, not a second one
         targets = n.targets if isinstance(n, ast.Assign) else [n.target]
-        found += [(t.id, n.lineno) for t in targets
-                  if isinstance(t, ast.Name) and re.fullmatch(r"_?[A-Z]\w*[a-z]\w*", t.id)]
+        found += [
+            (t.id, n.lineno) for t in targets if isinstance(t, ast.Name) and re.fullmatch(r"_?[A-Z]\w*[a-z]\w*", t.id)
+        ]
     return found
 
 
@@ -247,18 +288,25 @@ def classes_named_twice(sources: dict[str, str]) -> dict[str, list[str]]:
 
 
 def test_one_class_per_name():  # type aliases included
-    sources = {str(f.relative_to(ROOT)): f.read_text(encoding="utf-8")
-               for pkg in CODE for f in sorted((ROOT / pkg).rglob("*.py"))}
+    sources = {
+        str(f.relative_to(ROOT)): f.read_text(encoding="utf-8")
+        for pkg in CODE
+        for f in sorted((ROOT / pkg).rglob("*.py"))
+    }
     assert len(sources) > 100  # the whole code is scanned
     assert not classes_named_twice(sources)
 
 
 def test_the_name_check_finds_a_class_defined_twice():
-    found = classes_named_twice({"a.py": "class Turn:\n    pass\n", "b.py": "def f():\n    class Turn:\n        pass\n",
-                                 "c.py": "class _Worker:\n    pass\nMode = int\nMAX_S = 1\n",
-                                 "d.py": "Mode: TypeAlias = str\nMAX_S = 2\nTurn = make_class()\n"})
+    found = classes_named_twice(
+        {
+            "a.py": "class Turn:\n    pass\n",
+            "b.py": "def f():\n    class Turn:\n        pass\n",
+            "c.py": "class _Worker:\n    pass\nMode = int\nMAX_S = 1\n",
+            "d.py": "Mode: TypeAlias = str\nMAX_S = 2\nTurn = make_class()\n",
+        }
+    )
     assert found == {"Mode": ["c.py:3", "d.py:1"], "Turn": ["a.py:1", "b.py:2"]}
-
 
 
 def _top_level_names(dist: md.Distribution) -> set[str]:
@@ -300,7 +348,9 @@ def test_installed_top_level_names_collide_with_no_dependency():
     deps = _dependency_closure("glasses-rag")
     assert "glasses-rag" in deps and len(deps) > 50  # the install and its dependencies are all there
     assert _top_level_names(deps.pop("glasses-rag")) >= {"glasses_rag"}
-    clashes = {name: sorted(_top_level_names(d) & INSTALLED) for name, d in deps.items() if _top_level_names(d) & INSTALLED}
+    clashes = {
+        name: sorted(_top_level_names(d) & INSTALLED) for name, d in deps.items() if _top_level_names(d) & INSTALLED
+    }
     assert not clashes, clashes
 
 

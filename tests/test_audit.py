@@ -88,10 +88,12 @@ def test_decompression_bombs_are_refused_before_decoding_and_memory_stays_bounde
     # eight bombs through the loader in a fresh process: peak RSS grows by far less than one full decode
     path = tmp_path / "bomb.png"
     path.write_bytes(bomb)
-    code = ("import resource, sys; from glasses_rag.crag_mm.images import load_image\n"
-            "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-            f"for _ in range(8): load_image({str(path)!r})\n"
-            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base)")
+    code = (
+        "import resource, sys; from glasses_rag.crag_mm.images import load_image\n"
+        "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        f"for _ in range(8): load_image({str(path)!r})\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base)"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert int(out.stdout.strip()) < 100_000  # KiB: under 100 MB for all eight, where one decode is 432 MB
@@ -220,9 +222,16 @@ def test_two_processes_on_one_run_folder(demo_rows, tmp_path, capsys):
     data = write_rows(demo_rows, demo_rows.slice(0, 1).to_pylist(), tmp_path / "data")
     d = tmp_path / "runs" / "locked"
     d.mkdir(parents=True)
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from filelock import FileLock; "
-                               f"lock = FileLock({str(d / '.lock')!r}); lock.acquire(); print('held', flush=True); time.sleep(60)"],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from filelock import FileLock; "
+            f"lock = FileLock({str(d / '.lock')!r}); lock.acquire(); print('held', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         rc = main(["--task", "1", "--data", str(data), "--out", str(tmp_path / "runs"), "--run-id", "locked", *QUICK])
@@ -233,8 +242,19 @@ def test_two_processes_on_one_run_folder(demo_rows, tmp_path, capsys):
     assert FileLock(str(d / ".lock")).acquire(timeout=5)
 
 
-@pytest.mark.parametrize("bad", [["--limit", "-1"], ["--limit", "0"], ["--concurrency", "0"], ["--concurrency", "-3"],
-                                 ["--budget", "inf"], ["--budget", "nan"], ["--budget", "0"], ["--max-steps", "-1"]])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ["--limit", "-1"],
+        ["--limit", "0"],
+        ["--concurrency", "0"],
+        ["--concurrency", "-3"],
+        ["--budget", "inf"],
+        ["--budget", "nan"],
+        ["--budget", "0"],
+        ["--max-steps", "-1"],
+    ],
+)
 def test_out_of_range_cli_values_are_rejected(bad, capsys):
     with pytest.raises(SystemExit) as e:
         main(["--task", "1", *bad])
@@ -244,8 +264,24 @@ def test_out_of_range_cli_values_are_rejected(bad, capsys):
 def test_concurrency_is_capped_for_a_cpu_bound_policy(demo_rows, tmp_path, capsys):
     data = write_rows(demo_rows, demo_rows.slice(0, 2).to_pylist(), tmp_path / "data")
     cores = len(os.sched_getaffinity(0))
-    assert main(["--task", "1", "--data", str(data), "--out", str(tmp_path / "runs"), "--run-id", "cap",
-                 "--concurrency", str(cores + 6), *QUICK]) == 0
+    assert (
+        main(
+            [
+                "--task",
+                "1",
+                "--data",
+                str(data),
+                "--out",
+                str(tmp_path / "runs"),
+                "--run-id",
+                "cap",
+                "--concurrency",
+                str(cores + 6),
+                *QUICK,
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert f"concurrency: {cores} (capped from {cores + 6}" in out
     assert "ended by:" in out  # the summary says how turns ended (time_budget counted there)
@@ -257,10 +293,26 @@ def test_the_viewer_does_not_walk_the_filesystem_for_data(tmp_path):
     from traces.viewer import build_html
 
     store = TraceStore(tmp_path, "run")
-    store.write(TurnTrace(run_id="run", task=1, session_id="s", interaction_id="i", turn_index=0, question="q?",
-                          image=ImageInfo(size=(10, 10)), policy="p", search_backend="b", budget_s=10, max_steps=8,
-                          steps=[FinalEvent(answer="x", decision="answer")], answer="x", abstained=False,
-                          ended_by="answer", latency_ms=1.0))
+    store.write(
+        TurnTrace(
+            run_id="run",
+            task=1,
+            session_id="s",
+            interaction_id="i",
+            turn_index=0,
+            question="q?",
+            image=ImageInfo(size=(10, 10)),
+            policy="p",
+            search_backend="b",
+            budget_s=10,
+            max_steps=8,
+            steps=[FinalEvent(answer="x", decision="answer")],
+            answer="x",
+            abstained=False,
+            ended_by="answer",
+            latency_ms=1.0,
+        )
+    )
     (store.dir / "run.json").write_text(json.dumps({"data": "/"}))  # a run.json pointing at the whole disk
     t0 = time.monotonic()
     html = build_html(store.dir)

@@ -16,8 +16,10 @@ def clock(monkeypatch):
     return now
 
 
-@pytest.mark.parametrize(("budget_s", "reserve", "expected"), [
-    (10.0, None, 1.5), (5.0, None, 1.0), (2.0, 3.0, 1.8), (10.0, 3.0, 3.0), (10.0, 0.0, 0.0)])
+@pytest.mark.parametrize(
+    ("budget_s", "reserve", "expected"),
+    [(10.0, None, 1.5), (5.0, None, 1.0), (2.0, 3.0, 1.8), (10.0, 3.0, 3.0), (10.0, 0.0, 0.0)],
+)
 def test_the_reserve_is_the_configured_one_capped_or_the_default_share(budget_s, reserve, expected):
     assert TurnBudget(budget_s, 8, reserve, started=0.0).reserve_s() == pytest.approx(expected)
 

@@ -25,14 +25,29 @@ class CountingBackend:
 
     def web_search(self, query, k=5):
         self._count("web")
-        return [{"index": f"u{i}_chunk_0", "score": 1.0 - i / 10, "page_name": f"{query} {i}",
-                 "page_snippet": "s", "page_url": f"https://x/{i}"} for i in range(k)]
+        return [
+            {
+                "index": f"u{i}_chunk_0",
+                "score": 1.0 - i / 10,
+                "page_name": f"{query} {i}",
+                "page_snippet": "s",
+                "page_url": f"https://x/{i}",
+            }
+            for i in range(k)
+        ]
 
     def image_search(self, image, k=5):
         self._count("image")
         m = float(np.asarray(image.convert("L")).mean())
-        return [{"index": i, "score": m / 255, "url": f"https://img/{i}",
-                 "entities": [{"entity_name": f"e{i}", "entity_attributes": {"a": [1, 2]}}]} for i in range(k)]
+        return [
+            {
+                "index": i,
+                "score": m / 255,
+                "url": f"https://img/{i}",
+                "entities": [{"entity_name": f"e{i}", "entity_attributes": {"a": [1, 2]}}],
+            }
+            for i in range(k)
+        ]
 
     def get_page(self, url):
         self._count("page")
@@ -243,6 +258,6 @@ def test_cached_backend_through_the_web_search_tool():
     for search in (base, CachedSearch(base), CachedSearch(base)):
         ctx = ToolContext(task=2, question="q", resources=Resources(search))
         outs.append(t.run(ctx, t.args_model(query="zephyr lemon price", k=3)))
-    assert outs[0].update['evidence'] == outs[1].update['evidence'] == outs[2].update['evidence']
-    assert all(h.content for h in outs[1].update['evidence'])  # level-2 pages flowed through get_page
+    assert outs[0].update["evidence"] == outs[1].update["evidence"] == outs[2].update["evidence"]
+    assert all(h.content for h in outs[1].update["evidence"])  # level-2 pages flowed through get_page
     assert outs[1].method == f"cached({base.name})"

@@ -38,18 +38,42 @@ def test_every_option_sets_an_existing_field_and_shows_its_default():
 def test_no_option_means_the_library_default_agent_and_options_reach_their_fields():
     p = build_parser()
     assert agent_config_from_args(p.parse_args(["--task", "2"])) == AgentConfig(tools={"profile": "crag-mm"})
-    cfg = agent_config_from_args(p.parse_args(["--task", "2", "--budget", "3", "--image-tie-margin", "0.02", "--tools",
-                                     "ocr, image_search", "--tools-module", "a", "--tools-module", "b",
-                                     "--search", "none"]))
+    cfg = agent_config_from_args(
+        p.parse_args(
+            [
+                "--task",
+                "2",
+                "--budget",
+                "3",
+                "--image-tie-margin",
+                "0.02",
+                "--tools",
+                "ocr, image_search",
+                "--tools-module",
+                "a",
+                "--tools-module",
+                "b",
+                "--search",
+                "none",
+            ]
+        )
+    )
     assert cfg.budget.budget_s == 3.0 and cfg.planner.image_tie_margin == 0.02
     assert cfg.tools.allowed == ["ocr", "image_search"] and cfg.tools.modules == ["a", "b"]
     assert cfg.search.backend == "none"
 
 
-@pytest.mark.parametrize("argv,says", [(["--budget", "0"], "--budget"), (["--budget", "inf"], "--budget"),
-                                       (["--abstain-below", "2"], "--abstain-below"),
-                                       (["--limit", "0"], "--limit"), (["--max-steps", "-1"], "--max-steps"),
-                                       (["--task", "4"], "--task")])
+@pytest.mark.parametrize(
+    "argv,says",
+    [
+        (["--budget", "0"], "--budget"),
+        (["--budget", "inf"], "--budget"),
+        (["--abstain-below", "2"], "--abstain-below"),
+        (["--limit", "0"], "--limit"),
+        (["--max-steps", "-1"], "--max-steps"),
+        (["--task", "4"], "--task"),
+    ],
+)
 def test_a_bad_value_is_a_one_line_usage_error(argv, says, capsys):
     with pytest.raises(SystemExit) as e:
         build_parser().parse_args(["--task", "1", *argv] if "--task" not in argv else argv)

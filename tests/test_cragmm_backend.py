@@ -50,10 +50,22 @@ def _tiny_clip(path):
     image_processor = CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
     processor = CLIPProcessor(image_processor=image_processor, tokenizer=tokenizer)
     cfg = CLIPConfig(
-        text_config=dict(vocab_size=len(vocab), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, max_position_embeddings=32),
-        vision_config=dict(image_size=32, patch_size=8, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                           num_attention_heads=2),
+        text_config=dict(
+            vocab_size=len(vocab),
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            max_position_embeddings=32,
+        ),
+        vision_config=dict(
+            image_size=32,
+            patch_size=8,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+        ),
         projection_dim=16,
     )
     torch.manual_seed(0)
@@ -75,8 +87,16 @@ def _tiny_bert(path):
     (src / "vocab.txt").write_text("\n".join(vocab) + "\n")
     tok = BertTokenizer(str(src / "vocab.txt"))
     torch.manual_seed(0)
-    model = BertModel(BertConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                                 intermediate_size=32, max_position_embeddings=512))
+    model = BertModel(
+        BertConfig(
+            vocab_size=len(vocab),
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+            max_position_embeddings=512,
+        )
+    )
     out = path / "bert"
     model.save_pretrained(out)
     tok.save_pretrained(out)
@@ -97,18 +117,34 @@ def built(tmp_path_factory):
     bert = _tiny_bert(tmp)
     imgs = _images()
     image_items = [
-        {"image": imgs[0], "image_url": "https://example.org/eiffel.jpg",
-         "entities": [{"entity_name": "Eiffel Tower", "entity_attributes": {"height": "330 m", "city": "Paris"}}]},
-        {"image": imgs[1], "image_url": "https://example.org/louvre.jpg", "entities": ["Louvre"],
-         "info": {"Louvre": {"type": "museum"}}},
-        {"image": imgs[2], "image_url": "https://example.org/ggb.jpg",
-         "entities": [{"entity_name": "Golden Gate Bridge", "entity_attributes": {"city": "San Francisco"}},
-                      {"entity_name": "San Francisco Bay", "entity_attributes": {}}]},
+        {
+            "image": imgs[0],
+            "image_url": "https://example.org/eiffel.jpg",
+            "entities": [{"entity_name": "Eiffel Tower", "entity_attributes": {"height": "330 m", "city": "Paris"}}],
+        },
+        {
+            "image": imgs[1],
+            "image_url": "https://example.org/louvre.jpg",
+            "entities": ["Louvre"],
+            "info": {"Louvre": {"type": "museum"}},
+        },
+        {
+            "image": imgs[2],
+            "image_url": "https://example.org/ggb.jpg",
+            "entities": [
+                {"entity_name": "Golden Gate Bridge", "entity_attributes": {"city": "San Francisco"}},
+                {"entity_name": "San Francisco Bay", "entity_attributes": {}},
+            ],
+        },
         {"image": imgs[3], "image_url": "https://example.org/red.jpg", "entities": ["Red square"]},
     ]
     web_items = [
-        {"page_url": "https://example.org/eiffel", "page_name": "Eiffel Tower", "page_snippet": "tower in paris france",
-         "page_text": "eiffel tower height meters tall " * 200},
+        {
+            "page_url": "https://example.org/eiffel",
+            "page_name": "Eiffel Tower",
+            "page_snippet": "tower in paris france",
+            "page_text": "eiffel tower height meters tall " * 200,
+        },
         {"page_url": "https://example.org/louvre", "page_name": "Louvre", "page_snippet": "art museum paris"},
         {"page_url": "https://example.org/ggb", "page_name": "Golden Gate", "page_snippet": "bridge san francisco"},
     ]
@@ -137,8 +173,12 @@ def test_official_layout(built):
 def test_image_round_trip_top1(built):
     search, imgs, _, _, _ = built
     assert isinstance(search, SearchBackend)
-    urls = ["https://example.org/eiffel.jpg", "https://example.org/louvre.jpg", "https://example.org/ggb.jpg",
-            "https://example.org/red.jpg"]
+    urls = [
+        "https://example.org/eiffel.jpg",
+        "https://example.org/louvre.jpg",
+        "https://example.org/ggb.jpg",
+        "https://example.org/red.jpg",
+    ]
     for img, url in zip(imgs, urls):
         res = search.image_search(img, k=3)
         assert len(res) == 3
@@ -148,7 +188,9 @@ def test_image_round_trip_top1(built):
         assert res[0]["score"] == pytest.approx(1.0, abs=1e-3)
     res = search.image_search(imgs[0], k=1)
     assert res[0]["index"] == 0
-    assert res[0]["entities"] == [{"entity_name": "Eiffel Tower", "entity_attributes": {"height": "330 m", "city": "Paris"}}]
+    assert res[0]["entities"] == [
+        {"entity_name": "Eiffel Tower", "entity_attributes": {"height": "330 m", "city": "Paris"}}
+    ]
     ggb = search.image_search(imgs[2], k=1)[0]
     assert [e["entity_name"] for e in ggb["entities"]] == ["Golden Gate Bridge", "San Francisco Bay"]
 
@@ -191,12 +233,38 @@ def test_cli_runs_a_task_on_the_official_pipeline(built, tmp_path, capsys):
     from traces.schema import TurnTrace
 
     _, _, paths, clip, bert = built
-    rc = main(["--task", "2", "--limit", "2", "--search", "cragmm", "--cragmm-image-index", str(paths["image_index"]),
-               "--cragmm-clip", str(clip), "--cragmm-web-index", str(paths["web_index"]),
-               "--cragmm-text-model", str(bert), "--out", str(tmp_path), "--run-id", "official", "--no-progress"])
+    rc = main(
+        [
+            "--task",
+            "2",
+            "--limit",
+            "2",
+            "--search",
+            "cragmm",
+            "--cragmm-image-index",
+            str(paths["image_index"]),
+            "--cragmm-clip",
+            str(clip),
+            "--cragmm-web-index",
+            str(paths["web_index"]),
+            "--cragmm-text-model",
+            str(bert),
+            "--out",
+            str(tmp_path),
+            "--run-id",
+            "official",
+            "--no-progress",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0 and "search: cached(cragmm)" in out
     traces = [TurnTrace.model_validate_json(p.read_text()) for p in (tmp_path / "official").glob("*__*.json")]
     assert len(traces) == 2
     hits = [r for t in traces for s in t.tool_calls() if s.tool == "image_search" for r in s.results]
-    assert hits and {h.entity_name for h in hits} <= {"Eiffel Tower", "Louvre", "Golden Gate Bridge", "San Francisco Bay", "Red square"}
+    assert hits and {h.entity_name for h in hits} <= {
+        "Eiffel Tower",
+        "Louvre",
+        "Golden Gate Bridge",
+        "San Francisco Bay",
+        "Red square",
+    }

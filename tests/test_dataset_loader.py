@@ -24,9 +24,12 @@ def _png(color=(200, 30, 30)) -> bytes:
 
 def _turn_feats():
     return {
-        "interaction_id": Value("string"), "domain": ClassLabel(names=DOMAINS),
-        "query_category": ClassLabel(names=CATS), "dynamism": ClassLabel(names=DYN),
-        "query": Value("string"), "image_quality": ClassLabel(names=QUAL),
+        "interaction_id": Value("string"),
+        "domain": ClassLabel(names=DOMAINS),
+        "query_category": ClassLabel(names=CATS),
+        "dynamism": ClassLabel(names=DYN),
+        "query": Value("string"),
+        "image_quality": ClassLabel(names=QUAL),
     }
 
 
@@ -36,30 +39,71 @@ def _ans_feats():
 
 def _v012_rows():
     def turns(ids, qs):
-        return {"interaction_id": ids, "domain": [2] * len(ids), "query_category": [2] * len(ids),
-                "dynamism": [1] * len(ids), "query": qs, "image_quality": [1] * len(ids)}
+        return {
+            "interaction_id": ids,
+            "domain": [2] * len(ids),
+            "query_category": [2] * len(ids),
+            "dynamism": [1] * len(ids),
+            "query": qs,
+            "image_quality": [1] * len(ids),
+        }
 
     return [
-        {"session_id": "ok", "image": {"bytes": _png(), "path": None}, "image_url": None,
-         "turns": turns(["a", "b"], ["what is this?", "who makes it?"]),
-         "answers": {"interaction_id": ["a", "b"], "ans_full": ["a cup", "acme"]}},
-        {"session_id": "url-only", "image": None, "image_url": "https://example.com/x.jpg",
-         "turns": turns(["c"], ["what is this?"]), "answers": {"interaction_id": ["c"], "ans_full": ["x"]}},
-        {"session_id": "corrupt", "image": {"bytes": b"\x89PNG\r\n\x1a\nnot really", "path": None}, "image_url": None,
-         "turns": turns(["d"], ["what is this?"]), "answers": {"interaction_id": ["d"], "ans_full": ["y"]}},
-        {"session_id": "no-query", "image": {"bytes": _png(), "path": None}, "image_url": None,
-         "turns": turns(["e"], [""]), "answers": {"interaction_id": ["e"], "ans_full": ["z"]}},
-        {"session_id": "mismatch", "image": {"bytes": _png(), "path": None}, "image_url": None,
-         "turns": turns(["f", "g"], ["q1?", "q2?"]), "answers": {"interaction_id": ["f"], "ans_full": ["only one"]}},
-        {"session_id": "last", "image": {"bytes": _png((0, 0, 255)), "path": None}, "image_url": None,
-         "turns": turns(["h"], ["what color?"]), "answers": {"interaction_id": ["h"], "ans_full": ["blue"]}},
+        {
+            "session_id": "ok",
+            "image": {"bytes": _png(), "path": None},
+            "image_url": None,
+            "turns": turns(["a", "b"], ["what is this?", "who makes it?"]),
+            "answers": {"interaction_id": ["a", "b"], "ans_full": ["a cup", "acme"]},
+        },
+        {
+            "session_id": "url-only",
+            "image": None,
+            "image_url": "https://example.com/x.jpg",
+            "turns": turns(["c"], ["what is this?"]),
+            "answers": {"interaction_id": ["c"], "ans_full": ["x"]},
+        },
+        {
+            "session_id": "corrupt",
+            "image": {"bytes": b"\x89PNG\r\n\x1a\nnot really", "path": None},
+            "image_url": None,
+            "turns": turns(["d"], ["what is this?"]),
+            "answers": {"interaction_id": ["d"], "ans_full": ["y"]},
+        },
+        {
+            "session_id": "no-query",
+            "image": {"bytes": _png(), "path": None},
+            "image_url": None,
+            "turns": turns(["e"], [""]),
+            "answers": {"interaction_id": ["e"], "ans_full": ["z"]},
+        },
+        {
+            "session_id": "mismatch",
+            "image": {"bytes": _png(), "path": None},
+            "image_url": None,
+            "turns": turns(["f", "g"], ["q1?", "q2?"]),
+            "answers": {"interaction_id": ["f"], "ans_full": ["only one"]},
+        },
+        {
+            "session_id": "last",
+            "image": {"bytes": _png((0, 0, 255)), "path": None},
+            "image_url": None,
+            "turns": turns(["h"], ["what color?"]),
+            "answers": {"interaction_id": ["h"], "ans_full": ["blue"]},
+        },
     ]
 
 
 def _v012_dataset():
-    feats = Features({"session_id": Value("string"), "image": Image(), "image_url": Value("string"),
-                      "turns": {k: List(v) for k, v in _turn_feats().items()},
-                      "answers": {k: List(v) for k, v in _ans_feats().items()}})
+    feats = Features(
+        {
+            "session_id": Value("string"),
+            "image": Image(),
+            "image_url": Value("string"),
+            "turns": {k: List(v) for k, v in _turn_feats().items()},
+            "answers": {k: List(v) for k, v in _ans_feats().items()},
+        }
+    )
     return Dataset.from_list(_v012_rows(), features=feats)
 
 
@@ -101,19 +145,56 @@ def test_v012_save_to_disk_dict_and_limit(tmp_path):
 
 
 def test_v011_list_of_dicts(tmp_path):
-    feats = Features({"session_id": Value("string"), "image": Image(), "image_url": Value("string"),
-                      "turns": List(_turn_feats()), "answers": List(_ans_feats())})
+    feats = Features(
+        {
+            "session_id": Value("string"),
+            "image": Image(),
+            "image_url": Value("string"),
+            "turns": List(_turn_feats()),
+            "answers": List(_ans_feats()),
+        }
+    )
     rows = [
-        {"session_id": "s1", "image": {"bytes": _png(), "path": None}, "image_url": "",
-         "turns": [{"interaction_id": "i1", "domain": 0, "query_category": 1, "dynamism": 0,
-                    "query": "what animal is this?", "image_quality": 0}],
-         "answers": [{"interaction_id": "i1", "ans_full": "a cat"}]},
-        {"session_id": "s2", "image": {"bytes": _png(), "path": None}, "image_url": "",
-         "turns": [{"interaction_id": "i2", "domain": 1, "query_category": 0, "dynamism": 1, "query": "q1?",
-                    "image_quality": 2},
-                   {"interaction_id": "i3", "domain": 1, "query_category": 0, "dynamism": 1, "query": "q2?",
-                    "image_quality": 2}],
-         "answers": [{"interaction_id": "i2", "ans_full": "a1"}, {"interaction_id": "i3", "ans_full": "a2"}]},
+        {
+            "session_id": "s1",
+            "image": {"bytes": _png(), "path": None},
+            "image_url": "",
+            "turns": [
+                {
+                    "interaction_id": "i1",
+                    "domain": 0,
+                    "query_category": 1,
+                    "dynamism": 0,
+                    "query": "what animal is this?",
+                    "image_quality": 0,
+                }
+            ],
+            "answers": [{"interaction_id": "i1", "ans_full": "a cat"}],
+        },
+        {
+            "session_id": "s2",
+            "image": {"bytes": _png(), "path": None},
+            "image_url": "",
+            "turns": [
+                {
+                    "interaction_id": "i2",
+                    "domain": 1,
+                    "query_category": 0,
+                    "dynamism": 1,
+                    "query": "q1?",
+                    "image_quality": 2,
+                },
+                {
+                    "interaction_id": "i3",
+                    "domain": 1,
+                    "query_category": 0,
+                    "dynamism": 1,
+                    "query": "q2?",
+                    "image_quality": 2,
+                },
+            ],
+            "answers": [{"interaction_id": "i2", "ans_full": "a1"}, {"interaction_id": "i3", "ans_full": "a2"}],
+        },
         {"session_id": "broken", "image": None, "image_url": "", "turns": [], "answers": []},
     ]
     Dataset.from_list(rows, features=feats).save_to_disk(str(tmp_path / "v011"))
@@ -122,8 +203,12 @@ def test_v011_list_of_dicts(tmp_path):
     assert [c.session_id for c in convs] == ["s1", "s2"] and rep.skipped == 1
     assert convs[0].egocentric is False  # image_url "" is not None: not egocentric, as the official code decides
     t = convs[0].turns[0]
-    assert (t.domain, t.query_category, t.dynamism, t.image_quality) == ("animal", "simple-knowledge",
-                                                                         "fast-changing", "rotated")
+    assert (t.domain, t.query_category, t.dynamism, t.image_quality) == (
+        "animal",
+        "simple-knowledge",
+        "fast-changing",
+        "rotated",
+    )
     assert convs[1].answers == ["a1", "a2"] and convs[1].turns[1].domain == "other"
 
 

@@ -59,10 +59,24 @@ def owlv2_dir(tmp_path_factory) -> Path:
     tok = CLIPTokenizer(str(d / "vocab.json"), str(d / "merges.txt"), model_max_length=16)
     cfg = Owlv2Config(
         text_config=dict(
-            vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-            max_position_embeddings=16, bos_token_id=vocab["<|startoftext|>"], eos_token_id=vocab["<|endoftext|>"], pad_token_id=0,
+            vocab_size=len(vocab),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            max_position_embeddings=16,
+            bos_token_id=vocab["<|startoftext|>"],
+            eos_token_id=vocab["<|endoftext|>"],
+            pad_token_id=0,
         ),
-        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=64, patch_size=16),
+        vision_config=dict(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=64,
+            patch_size=16,
+        ),
         projection_dim=32,
     )
     torch.manual_seed(0)
@@ -94,10 +108,21 @@ def gdino_dir(tmp_path_factory) -> Path:
     tok = BertTokenizerFast(str(d / "vocab.txt"))
     cfg = GroundingDinoConfig(
         backbone_config=SwinConfig(
-            image_size=64, patch_size=4, embed_dim=8, depths=[1, 1], num_heads=[1, 1], window_size=4, out_features=["stage1", "stage2"]
+            image_size=64,
+            patch_size=4,
+            embed_dim=8,
+            depths=[1, 1],
+            num_heads=[1, 1],
+            window_size=4,
+            out_features=["stage1", "stage2"],
         ),
         text_config=BertConfig(
-            vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, max_position_embeddings=64
+            vocab_size=len(tok),
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+            max_position_embeddings=64,
         ),
         use_timm_backbone=False,
         use_pretrained_backbone=False,
@@ -116,7 +141,9 @@ def gdino_dir(tmp_path_factory) -> Path:
     )
     torch.manual_seed(0)
     model = GroundingDinoForObjectDetection(cfg).eval()
-    proc = GroundingDinoProcessor(image_processor=GroundingDinoImageProcessor(size={"shortest_edge": 64, "longest_edge": 96}), tokenizer=tok)
+    proc = GroundingDinoProcessor(
+        image_processor=GroundingDinoImageProcessor(size={"shortest_edge": 64, "longest_edge": 96}), tokenizer=tok
+    )
     out = d / "tiny-gdino"
     model.save_pretrained(out)
     proc.save_pretrained(out)

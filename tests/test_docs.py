@@ -17,8 +17,10 @@ TESTS = ROOT / "tests"
 
 def _test_functions() -> dict[str, set[str]]:
     """test file name -> the test functions it defines."""
-    return {p.name: set(re.findall(r"^(?:async )?def (test_\w+)", p.read_text(encoding="utf-8"), re.M))
-            for p in TESTS.glob("test_*.py")}
+    return {
+        p.name: set(re.findall(r"^(?:async )?def (test_\w+)", p.read_text(encoding="utf-8"), re.M))
+        for p in TESTS.glob("test_*.py")
+    }
 
 
 def _code_spans(text: str) -> list[str]:
@@ -120,16 +122,27 @@ def test_the_readme_sample_is_the_default_run(tmp_path, capsys, monkeypatch):
     sample = _sample((ROOT / "README.md").read_text(encoding="utf-8"))
     assert f"concurrency: {RunOptions.model_fields['concurrency'].default}" in sample
     monkeypatch.setenv("GLASSES_DEMO_DIR", str(ROOT / "data" / "demo"))
-    assert main(["--task", "1", "--limit", "2", "--out", str(tmp_path), "--run-id", "r", "--no-progress",
-                 "--no-plot"]) == 0
+    assert (
+        main(["--task", "1", "--limit", "2", "--out", str(tmp_path), "--run-id", "r", "--no-progress", "--no-plot"])
+        == 0
+    )
     printed = capsys.readouterr().out.splitlines()
 
     def fixed(lines: list[str]) -> list[str]:  # the lines that do not depend on paths, timings or the run's size
-        keep = ("policy:", "search:", "tools:  ", "self-check:", "judge:", "concurrency:", "CRAG-MM evaluation", "slice ")
+        keep = (
+            "policy:",
+            "search:",
+            "tools:  ",
+            "self-check:",
+            "judge:",
+            "concurrency:",
+            "CRAG-MM evaluation",
+            "slice ",
+        )
         return [line for line in lines if line.startswith(keep) and not re.match(r"tools:\s+\d", line)]
 
     def labels(lines: list[str]) -> list[str]:  # header and summary, in order, up to the report
-        head = lines[:next(i for i, line in enumerate(lines) if line.startswith("CRAG-MM evaluation"))]
+        head = lines[: next(i for i, line in enumerate(lines) if line.startswith("CRAG-MM evaluation"))]
         return [re.split(r"[: ]", line)[0] for line in head]
 
     assert fixed(sample) == fixed(printed)

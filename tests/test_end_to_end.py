@@ -15,12 +15,27 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.parametrize("task,limit,process", [(1, 4, False), (2, 4, False), (3, 2, True)])
 def test_cli_runs_each_task_offline_and_writes_traces_and_report(tmp_path, task, limit, process, capsys, monkeypatch):
-    argv = ["--task", str(task), "--limit", str(limit), "--out", str(tmp_path), "--run-id", f"e2e{task}", "--no-progress"]
+    argv = [
+        "--task",
+        str(task),
+        "--limit",
+        str(limit),
+        "--out",
+        str(tmp_path),
+        "--run-id",
+        f"e2e{task}",
+        "--no-progress",
+    ]
     if process:  # `python -m graph.run` itself, as a user starts it (once: a cold start costs seconds)
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-               "GLASSES_DEMO_DIR": str(ROOT / "data" / "demo")}
-        out = subprocess.run([sys.executable, "-m", "graph.run", *argv], cwd=ROOT, env=env, capture_output=True,
-                             text=True, timeout=300)
+        env = {
+            **os.environ,
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "GLASSES_DEMO_DIR": str(ROOT / "data" / "demo"),
+        }
+        out = subprocess.run(
+            [sys.executable, "-m", "graph.run", *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+        )
         assert out.returncode == 0, out.stderr[-3000:]
         stdout = out.stdout
     else:  # the same entry point in this process
@@ -65,7 +80,18 @@ def test_help_documents_every_option(capsys):
         main(["--help"])
     assert e.value.code == 0
     out = capsys.readouterr().out
-    for opt in ("--task", "--data", "--limit", "--out", "--model", "--search", "--budget", "--run-id", "--judge", "--concurrency"):
+    for opt in (
+        "--task",
+        "--data",
+        "--limit",
+        "--out",
+        "--model",
+        "--search",
+        "--budget",
+        "--run-id",
+        "--judge",
+        "--concurrency",
+    ):
         assert opt in out
 
 
@@ -84,8 +110,21 @@ def test_a_tool_added_as_one_module_is_registered_and_offered(tmp_path, monkeypa
     from tools import default_registry
 
     try:
-        rc = main(["--task", "2", "--limit", "1", "--tools-module", "my_weather_tool", "--out", str(tmp_path / "runs"),
-                   "--run-id", "plugin", "--no-progress"])
+        rc = main(
+            [
+                "--task",
+                "2",
+                "--limit",
+                "1",
+                "--tools-module",
+                "my_weather_tool",
+                "--out",
+                str(tmp_path / "runs"),
+                "--run-id",
+                "plugin",
+                "--no-progress",
+            ]
+        )
         registry = default_registry(["my_weather_tool"])
         spec = registry.get("weather").json_schema()["function"]
         task1 = {t.name for t in registry.for_task(1)}
@@ -94,7 +133,10 @@ def test_a_tool_added_as_one_module_is_registered_and_offered(tmp_path, monkeypa
     assert rc == 0
     header = capsys.readouterr().out
     assert "weather" in next(line for line in header.splitlines() if line.startswith("tools:"))
-    assert spec["parameters"]["required"] == ["city"] and spec["parameters"]["properties"]["city"]["description"] == "the city name"
+    assert (
+        spec["parameters"]["required"] == ["city"]
+        and spec["parameters"]["properties"]["city"]["description"] == "the city name"
+    )
     assert "weather" not in task1
 
 

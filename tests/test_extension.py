@@ -57,7 +57,9 @@ def rocket():
 
 def run(config: AgentConfig, image, policy=None):
     agent = build_agent(config, policy=policy, task=2)
-    return agent, agent.run_turn(TurnInput(task=2, session_id="ext", interaction_id="ext-0", question=QUESTION, image=image))
+    return agent, agent.run_turn(
+        TurnInput(task=2, session_id="ext", interaction_id="ext-0", question=QUESTION, image=image)
+    )
 
 
 def test_the_rule_planner_chooses_the_new_tool_by_its_tag(plugin, rocket):
@@ -73,23 +75,30 @@ def test_the_rule_planner_chooses_the_new_tool_by_its_tag(plugin, rocket):
 def test_a_model_policy_is_offered_the_new_tool_and_its_call_runs(plugin, rocket):
     F = FakeOpenAIServer
     with F() as srv:
-        srv.push(F.tool_call_reply("image_search", {}),
-                 F.tool_call_reply("encyclopedia_search", {"query": "Falcon 9 drone ship"}),
-                 F.text_reply('{"action": "answer", "rationale": "the encyclopedia says"}'),
-                 F.text_reply(f'{{"answer": "{ANSWER}", "confidence": 0.9, "entity": "Falcon 9"}}'),
-                 F.text_reply('{"verifications": [], "supported": true, "confidence": 0.9, "reason": "evidence [2]"}'))
-        config = AgentConfig(policy=f"openai:{srv.base_url}#fake-vlm", tools=ToolsConfig(modules=[plugin]),
-                             warm_up=False)
+        srv.push(
+            F.tool_call_reply("image_search", {}),
+            F.tool_call_reply("encyclopedia_search", {"query": "Falcon 9 drone ship"}),
+            F.text_reply('{"action": "answer", "rationale": "the encyclopedia says"}'),
+            F.text_reply(f'{{"answer": "{ANSWER}", "confidence": 0.9, "entity": "Falcon 9"}}'),
+            F.text_reply('{"verifications": [], "supported": true, "confidence": 0.9, "reason": "evidence [2]"}'),
+        )
+        config = AgentConfig(
+            policy=f"openai:{srv.base_url}#fake-vlm", tools=ToolsConfig(modules=[plugin]), warm_up=False
+        )
         _, tr = run(config, rocket)
         first = srv.requests[0]
     # offered with its schema: as a native tool, or as a branch of the structured-output decision schema
     if "tools" in first:
-        params = next(t["function"]["parameters"] for t in first["tools"]
-                      if t["function"]["name"] == "encyclopedia_search")
+        params = next(
+            t["function"]["parameters"] for t in first["tools"] if t["function"]["name"] == "encyclopedia_search"
+        )
     else:
         branches = first["response_format"]["json_schema"]["schema"]["anyOf"]
-        params = next(b["properties"]["arguments"] for b in branches
-                      if b["properties"].get("tool", {}).get("const") == "encyclopedia_search")
+        params = next(
+            b["properties"]["arguments"]
+            for b in branches
+            if b["properties"].get("tool", {}).get("const") == "encyclopedia_search"
+        )
     assert params["required"] == ["query"]
     assert params["properties"]["query"]["description"] == "search keywords"
     system = first["messages"][0]["content"]

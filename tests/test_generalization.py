@@ -18,13 +18,25 @@ def test_the_ablation_removes_the_retrieval_tools_by_tag():
 
 
 def row(s, t, agent, truth, score, halluc=0.0):
-    return {"set": s, "task": t, "agent": agent, "n": 10, "accuracy": 0, "missing": 0, "hallucination": halluc,
-            "truthfulness": truth, "score": score}
+    return {
+        "set": s,
+        "task": t,
+        "agent": agent,
+        "n": 10,
+        "accuracy": 0,
+        "missing": 0,
+        "hallucination": halluc,
+        "truthfulness": truth,
+        "score": score,
+    }
 
 
 def test_ablation_and_paraphrase_deltas():
-    rows = [row("demo", 2, "default", 0.8, 0.7), row("demo", 2, "no-retrieval", 0.1, 0.05),
-            row("demo-paraphrase", 2, "default", 0.75, 0.6, halluc=0.2)]
+    rows = [
+        row("demo", 2, "default", 0.8, 0.7),
+        row("demo", 2, "no-retrieval", 0.1, 0.05),
+        row("demo-paraphrase", 2, "default", 0.75, 0.6, halluc=0.2),
+    ]
     d = {x["set"]: x for x in g.deltas(rows)}
     assert round(d["demo"]["ablation_truthfulness"], 3) == 0.7 and round(d["demo"]["ablation_score"], 3) == 0.65
     assert round(d["demo-paraphrase"]["paraphrase_score"], 3) == -0.1

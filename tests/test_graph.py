@@ -26,9 +26,16 @@ def lookup(ctx: ToolContext, query: str, k: int = 2) -> ToolOutput:
         query: what to look up
         k: how many hits
     """
-    return ToolOutput(summary=f"{k} hits for {query}", keywords=query, method="fake",
-                      update={"evidence": [Hit(source="web", score=1.0 - i / 10, url=f"https://x/{i}", snippet=f"{query} {i}")
-                                           for i in range(k)]})
+    return ToolOutput(
+        summary=f"{k} hits for {query}",
+        keywords=query,
+        method="fake",
+        update={
+            "evidence": [
+                Hit(source="web", score=1.0 - i / 10, url=f"https://x/{i}", snippet=f"{query} {i}") for i in range(k)
+            ]
+        },
+    )
 
 
 @reg.register
@@ -59,7 +66,9 @@ def make(policy, **budget):
 
 
 def run(policy, task=1, **budget):
-    return make(policy, **budget).run_turn(TurnInput(task=task, session_id="s", interaction_id="i", question="what is this?"))
+    return make(policy, **budget).run_turn(
+        TurnInput(task=task, session_id="s", interaction_id="i", question="what is this?")
+    )
 
 
 def call(name, **args):
@@ -67,8 +76,10 @@ def call(name, **args):
 
 
 def test_tools_run_in_the_order_the_policy_chose_and_answer_is_kept_when_supported():
-    p = ScriptedPolicy([call("lookup", query="rocket", k=3), call("lookup", query="falcon")],
-                       AnswerDraft(answer="rocket 1", confidence=0.8))
+    p = ScriptedPolicy(
+        [call("lookup", query="rocket", k=3), call("lookup", query="falcon")],
+        AnswerDraft(answer="rocket 1", confidence=0.8),
+    )
     tr = run(p)
     tools = [s.tool for s in tr.steps if s.node == "tool_call"]
     assert tools == ["lookup", "lookup"]
@@ -87,8 +98,15 @@ def test_unsupported_answer_becomes_idk():
 
 
 def test_unknown_tool_and_bad_arguments_are_error_steps_not_crashes():
-    p = ScriptedPolicy([call("teleport", where="mars"), call("lookup", k="many"), call("lookup", query="x", extra=1),
-                        call("lookup", query="ok")], AnswerDraft(answer="ok 0", confidence=0.9))
+    p = ScriptedPolicy(
+        [
+            call("teleport", where="mars"),
+            call("lookup", k="many"),
+            call("lookup", query="x", extra=1),
+            call("lookup", query="ok"),
+        ],
+        AnswerDraft(answer="ok 0", confidence=0.9),
+    )
     tr = run(p)
     kinds = [s.error.kind if s.error else None for s in tr.steps if s.node == "tool_call"]
     assert kinds == ["unknown_tool", "bad_arguments", "bad_arguments", None]
@@ -159,6 +177,7 @@ def test_tool_schema_comes_from_signature_and_docstring():
     assert fn["name"] == "lookup" and fn["parameters"]["required"] == ["query"]
     assert fn["parameters"]["properties"]["query"]["description"] == "what to look up"
     with pytest.raises(TypeError):
+
         @ToolRegistry().register
         @tool()
         def undocumented(x: int) -> ToolOutput:
@@ -168,9 +187,15 @@ def test_tool_schema_comes_from_signature_and_docstring():
 def test_parallel_calls_run_concurrently_and_each_is_a_step():
     from glasses_rag.policies.protocol import ParallelCall
 
-    d = Decision(action="call_tool", tool="sleepy", arguments={"seconds": 0.6},
-                 parallel=[ParallelCall(tool="sleepy", arguments={"seconds": 0.6}),
-                           ParallelCall(tool="lookup", arguments={"query": "par"}, sub_question="sub")])
+    d = Decision(
+        action="call_tool",
+        tool="sleepy",
+        arguments={"seconds": 0.6},
+        parallel=[
+            ParallelCall(tool="sleepy", arguments={"seconds": 0.6}),
+            ParallelCall(tool="lookup", arguments={"query": "par"}, sub_question="sub"),
+        ],
+    )
     t0 = time.monotonic()
     tr = run(ScriptedPolicy([d], AnswerDraft(answer="par 0", confidence=0.9)))
     assert time.monotonic() - t0 < 1.1  # three calls, one of them 0.6 s twice over, took one call's time
@@ -184,8 +209,12 @@ def test_parallel_calls_run_concurrently_and_each_is_a_step():
 def test_parallel_calls_respect_the_step_limit():
     from glasses_rag.policies.protocol import ParallelCall
 
-    d = Decision(action="call_tool", tool="lookup", arguments={"query": "a"},
-                 parallel=[ParallelCall(tool="lookup", arguments={"query": str(i)}) for i in range(10)])
+    d = Decision(
+        action="call_tool",
+        tool="lookup",
+        arguments={"query": "a"},
+        parallel=[ParallelCall(tool="lookup", arguments={"query": str(i)}) for i in range(10)],
+    )
     tr = run(ScriptedPolicy([d]), max_steps=3)
     assert sum(s.node == "tool_call" for s in tr.steps) == 3
 
@@ -220,8 +249,9 @@ def test_conversations_are_pulled_lazily_a_few_ahead_of_the_workers(tmp_path):
         for i in range(40):
             pulled[0] += 1
             ahead.append(pulled[0] - finished[0])
-            yield Conversation(session_id=f"lazy-{i}", turns=[Turn(interaction_id=f"lazy-{i}", query="what is this?")],
-                               answers=["x"])
+            yield Conversation(
+                session_id=f"lazy-{i}", turns=[Turn(interaction_id=f"lazy-{i}", query="what is this?")], answers=["x"]
+            )
 
     def done(_trace):
         finished[0] += 1

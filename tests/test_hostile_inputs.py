@@ -33,11 +33,15 @@ DEEP = "[" * 100_000 + "]" * 100_000
 
 
 def test_one_bad_knowledge_graph_link_keeps_the_other_results():
-    data = {"knowledge_graph": {"title": "Falcon 9", "type": "Rocket", "source": {"link": "javascript:alert(1)"}},
-            "organic_results": [{"position": 1, "title": "Good", "link": "https://example.org/good"}]}
+    data = {
+        "knowledge_graph": {"title": "Falcon 9", "type": "Rocket", "source": {"link": "javascript:alert(1)"}},
+        "organic_results": [{"position": 1, "title": "Good", "link": "https://example.org/good"}],
+    }
     got = web_results(data, k=5)
-    assert [(r["kind"], r["url"]) for r in got.results] == [("knowledge_graph", None),
-                                                            ("organic", "https://example.org/good")]
+    assert [(r["kind"], r["url"]) for r in got.results] == [
+        ("knowledge_graph", None),
+        ("organic", "https://example.org/good"),
+    ]
     assert got.notes == ["knowledge_graph.source.link ignored: not an http(s) link of at most 2048 characters"]
 
 
@@ -48,8 +52,7 @@ def test_files_nested_too_deeply_are_one_line_errors(tmp_path, capsys, which):
     (index / "kg.json").write_text('{"images": []}' if which == "web.json" else '{"images": ' + DEEP + "}")
     (index / "web.json").write_text('{"pages": ' + DEEP + "}")
     (tmp_path / "model.json").write_text('{"backend": "openai", "base_url": ' + DEEP + "}")
-    args = (["--model-config", str(tmp_path / "model.json")] if which == "model-config"
-            else ["--index-dir", str(index)])
+    args = ["--model-config", str(tmp_path / "model.json")] if which == "model-config" else ["--index-dir", str(index)]
     rc = main(["--task", "1", "--limit", "1", "--out", str(tmp_path / "runs"), "--no-progress", *args])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "nested too deeply" in err, err
@@ -80,19 +83,49 @@ def test_traces_and_reports_keep_bounded_copies_of_huge_inputs(tmp_path):
     """A 3 MB question and ground truth (a 100 MB one is the same code path) and a 2 MB tool argument: each kept to
     TRACE_INPUT_LIMIT characters with its original size noted; the trace and report stay small."""
     question = "What is this? " + "x" * 3_000_000
-    turns = {"interaction_id": ["big"], "domain": ["other"], "query_category": ["simple-recognition"],
-             "dynamism": ["static"], "query": [question], "image_quality": ["normal"]}
-    rows = [{"session_id": "big", "image": None, "image_url": None, "turns": turns,
-             "answers": {"interaction_id": ["big"], "ans_full": ["y" * 3_000_000]}}]
+    turns = {
+        "interaction_id": ["big"],
+        "domain": ["other"],
+        "query_category": ["simple-recognition"],
+        "dynamism": ["static"],
+        "query": [question],
+        "image_quality": ["normal"],
+    }
+    rows = [
+        {
+            "session_id": "big",
+            "image": None,
+            "image_url": None,
+            "turns": turns,
+            "answers": {"interaction_id": ["big"], "ans_full": ["y" * 3_000_000]},
+        }
+    ]
     (tmp_path / "ds").mkdir()
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "ds" / "validation.parquet")
-    assert main(["--task", "1", "--data", str(tmp_path / "ds"), "--out", str(tmp_path / "runs"), "--run-id", "r",
-                 "--no-progress", "--no-plot"]) == 0
+    assert (
+        main(
+            [
+                "--task",
+                "1",
+                "--data",
+                str(tmp_path / "ds"),
+                "--out",
+                str(tmp_path / "runs"),
+                "--run-id",
+                "r",
+                "--no-progress",
+                "--no-plot",
+            ]
+        )
+        == 0
+    )
     folder = tmp_path / "runs" / "r"
     trace = json.loads((folder / "big__00.json").read_text())
     assert trace["question"].endswith(f"[... cut: {len(question)} characters in all]")
     assert len(trace["question"]) < TRACE_INPUT_LIMIT + 100 and "cut: 3000000 characters" in trace["ground_truth"]
-    assert all(p.stat().st_size < 1_000_000 for p in folder.iterdir()), {p.name: p.stat().st_size for p in folder.iterdir()}
+    assert all(p.stat().st_size < 1_000_000 for p in folder.iterdir()), {
+        p.name: p.stat().st_size for p in folder.iterdir()
+    }
     event = ToolCallEvent(tool="ocr", arguments={"hint": list(range(300_000)), "lang": "en"})
     assert event.arguments["lang"] == "en" and len(event.arguments["hint"]) < TRACE_INPUT_LIMIT + 100
     assert event.arguments["hint"].endswith("characters in all]")
@@ -101,8 +134,9 @@ def test_traces_and_reports_keep_bounded_copies_of_huge_inputs(tmp_path):
 def test_a_model_prompt_shows_a_bounded_history_however_long_the_conversation():
     def view(turns: int) -> PolicyView:
         history = [HistoryTurn(question=f"question {i} " + "q" * 5000, answer=f"answer {i}") for i in range(turns)]
-        return PolicyView(task=3, question="and now?", history=history, has_image=False, tools=[], remaining_steps=3,
-                          remaining_s=10.0)
+        return PolicyView(
+            task=3, question="and now?", history=history, has_image=False, tools=[], remaining_steps=3, remaining_s=10.0
+        )
 
     short, long, longer = history_text(view(3)), history_text(view(400)), history_text(view(4000))
     assert "question 0" in short and "not shown" not in short
@@ -115,9 +149,17 @@ def test_the_superglasses_loader_streams_its_queries(tmp_path, monkeypatch):
     """The first question comes before the whole queries file is read: rows are read in batches."""
     n = 50_000
     (tmp_path / "queries").mkdir()
-    pq.write_table(pa.table({"id": [f"q{i}" for i in range(n)], "image_id": list(range(n)),
-                             "question": ["What is it?"] * n, "answer": ["x"] * n}),
-                   tmp_path / "queries" / "test-00000-of-00001.parquet")
+    pq.write_table(
+        pa.table(
+            {
+                "id": [f"q{i}" for i in range(n)],
+                "image_id": list(range(n)),
+                "question": ["What is it?"] * n,
+                "answer": ["x"] * n,
+            }
+        ),
+        tmp_path / "queries" / "test-00000-of-00001.parquet",
+    )
     read: list[int] = []
     real = pq.ParquetFile.iter_batches
 
@@ -139,10 +181,33 @@ def test_workers_write_nothing_after_their_parent_dies(tmp_path):
     the workers' turns in hand end without writing a trace."""
     with FakeOpenAIServer(delay_s=1.5) as srv:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "graph.run", "--task", "1", "--limit", "6", "--workers", "2", "--budget", "30",
-             "--model", f"openai:{srv.base_url}#x", "--no-progress", "--no-plot", "--run-id", "r", "--out",
-             str(tmp_path)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+            [
+                sys.executable,
+                "-m",
+                "graph.run",
+                "--task",
+                "1",
+                "--limit",
+                "6",
+                "--workers",
+                "2",
+                "--budget",
+                "30",
+                "--model",
+                f"openai:{srv.base_url}#x",
+                "--no-progress",
+                "--no-plot",
+                "--run-id",
+                "r",
+                "--out",
+                str(tmp_path),
+            ],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
         try:
             deadline = time.monotonic() + 120
             while len(srv.requests) < 2 and time.monotonic() < deadline and proc.poll() is None:

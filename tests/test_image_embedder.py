@@ -28,8 +28,12 @@ def test_heuristic_robust_to_degradations():
     emb = HeuristicImageEmbedder()
     cat, coffee = _photo(0), _photo(1)
     dark = Image.fromarray((np.asarray(cat).astype(np.float32) * 0.25).astype(np.uint8))
-    variants = [cat.rotate(90, expand=True), cat.filter(ImageFilter.GaussianBlur(3)), dark,
-                cat.crop((0, 0, int(cat.width * 0.7), int(cat.height * 0.8)))]
+    variants = [
+        cat.rotate(90, expand=True),
+        cat.filter(ImageFilter.GaussianBlur(3)),
+        dark,
+        cat.crop((0, 0, int(cat.width * 0.7), int(cat.height * 0.8))),
+    ]
     ref = emb.embed([cat, coffee])
     for v in variants:
         q = emb.embed([v])[0]
@@ -46,10 +50,22 @@ def tiny_clip(tmp_path_factory):
 
     path = tmp_path_factory.mktemp("tiny-clip")
     cfg = CLIPConfig(
-        text_config={"vocab_size": 99, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
-                     "num_attention_heads": 2, "max_position_embeddings": 16},
-        vision_config={"image_size": 32, "patch_size": 8, "hidden_size": 16, "intermediate_size": 32,
-                       "num_hidden_layers": 1, "num_attention_heads": 2},
+        text_config={
+            "vocab_size": 99,
+            "hidden_size": 16,
+            "intermediate_size": 32,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "max_position_embeddings": 16,
+        },
+        vision_config={
+            "image_size": 32,
+            "patch_size": 8,
+            "hidden_size": 16,
+            "intermediate_size": 32,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+        },
         projection_dim=8,
     )
     import torch

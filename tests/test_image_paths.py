@@ -32,10 +32,24 @@ def _note(path: Path) -> Path:
 
 def _crag_rows(root: Path, cells: dict[str, dict]) -> Path:
     """A CRAG-MM v0.1.2 parquet under `root/data` whose image cells are `cells` ({bytes, path} dicts)."""
-    turns = {"interaction_id": ["i"], "domain": ["other"], "query_category": ["simple-recognition"],
-             "dynamism": ["static"], "query": ["What does the note say?"], "image_quality": ["normal"]}
-    rows = [{"session_id": sid, "image": cell, "image_url": None, "turns": {**turns, "interaction_id": [sid]},
-             "answers": {"interaction_id": [sid], "ans_full": ["nothing"]}} for sid, cell in cells.items()]
+    turns = {
+        "interaction_id": ["i"],
+        "domain": ["other"],
+        "query_category": ["simple-recognition"],
+        "dynamism": ["static"],
+        "query": ["What does the note say?"],
+        "image_quality": ["normal"],
+    }
+    rows = [
+        {
+            "session_id": sid,
+            "image": cell,
+            "image_url": None,
+            "turns": {**turns, "interaction_id": [sid]},
+            "answers": {"interaction_id": [sid], "ans_full": ["nothing"]},
+        }
+        for sid, cell in cells.items()
+    ]
     (root / "data").mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows), root / "data" / "validation-00000-of-00001.parquet")
     return root
@@ -65,9 +79,14 @@ def test_an_outside_image_path_in_a_crag_row_is_refused_and_the_turn_goes_on(tmp
     data = tmp_path / "ds"
     (data / "img").mkdir(parents=True)
     (data / "img" / "ok.png").write_bytes(_png_bytes())
-    _crag_rows(data, {"abs": {"bytes": None, "path": str(private)},
-                      "rel": {"bytes": None, "path": "../private/note.png"},
-                      "inside": {"bytes": None, "path": "img/ok.png"}})
+    _crag_rows(
+        data,
+        {
+            "abs": {"bytes": None, "path": str(private)},
+            "rel": {"bytes": None, "path": "../private/note.png"},
+            "inside": {"bytes": None, "path": "img/ok.png"},
+        },
+    )
     convs, rep = load_all(data)
     by_id = {c.session_id: c for c in convs}
     for sid in ("abs", "rel"):
@@ -79,8 +98,26 @@ def test_an_outside_image_path_in_a_crag_row_is_refused_and_the_turn_goes_on(tmp
     out = tmp_path / "runs"
     consoles = []
     for run_id, extra in (("refused", []), ("allowed", ["--image-root", str(tmp_path / "private")])):
-        assert main(["--task", "1", "--data", str(data), "--out", str(out), "--run-id", run_id, "--no-progress",
-                     "--no-plot", "--budget", "20", *extra]) == 0
+        assert (
+            main(
+                [
+                    "--task",
+                    "1",
+                    "--data",
+                    str(data),
+                    "--out",
+                    str(out),
+                    "--run-id",
+                    run_id,
+                    "--no-progress",
+                    "--no-plot",
+                    "--budget",
+                    "20",
+                    *extra,
+                ]
+            )
+            == 0
+        )
         consoles.append(capsys.readouterr())
     traces = {p.name: json.loads(p.read_text()) for p in (out / "refused").glob("*__00.json")}
     notes = {t["session_id"]: t["image"]["note"] or "" for t in traces.values()}
@@ -98,8 +135,10 @@ def test_superglasses_paths_outside_the_dataset_are_refused(tmp_path, monkeypatc
     monkeypatch.delenv(IMAGE_ROOT_ENV, raising=False)
     root = tmp_path / "sg"
     _note(tmp_path / "private" / "secret_note.png")
-    rows = [query_row(0, 1, "What is this?", "x", [sub_q("What?", ["Image Search"])]),
-            query_row(1, 2, "And this?", "y", [sub_q("What?", ["Image Search"])])]
+    rows = [
+        query_row(0, 1, "What is this?", "x", [sub_q("What?", ["Image Search"])]),
+        query_row(1, 2, "And this?", "y", [sub_q("What?", ["Image Search"])]),
+    ]
     rows[0]["image"] = "../private/secret_note.png"  # the row's own cell: its image_id is in no images file
     write_superglasses(root, rows, {2: jpeg()}, shards=1)
     convs = {c.session_id: c for c in load_superglasses(root)}

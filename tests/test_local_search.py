@@ -53,8 +53,10 @@ def test_image_search_top1_on_degraded_queries(paths, index, convs):
         per_quality.setdefault(c.turns[0].image_quality, []).append(got == want)
     allhits = [h for v in per_quality.values() for h in v]
     rate = float(np.mean(allhits))
-    print(f"\nimage-search top-1: {rate:.1%} of {len(allhits)} degraded demo queries; by quality: "
-          + ", ".join(f"{q} {np.mean(v):.0%} ({len(v)})" for q, v in sorted(per_quality.items())))
+    print(
+        f"\nimage-search top-1: {rate:.1%} of {len(allhits)} degraded demo queries; by quality: "
+        + ", ".join(f"{q} {np.mean(v):.0%} ({len(v)})" for q, v in sorted(per_quality.items()))
+    )
     assert rate >= 0.70
 
 

@@ -58,11 +58,13 @@ def test_a_turn_scope_cancels_every_request_in_flight(srv):
 
 def _slow_everything(seconds: float):
     """Every request is a generation of `seconds` (replies that would be valid, were they in time)."""
+
     def respond(body: dict):
         text = str(body)
         if "Decide the single next step" in text:
             return ("generate", F.text_reply('{"action": "answer", "rationale": "r"}'), seconds)
         return ("generate", F.text_reply('{"answer": "x", "confidence": 0.9}'), seconds)
+
     return respond
 
 
@@ -73,8 +75,9 @@ def test_no_generation_outlives_its_turn(srv):
     img = Image.new("RGB", (64, 48))
     for i in range(3):
         before = srv.aborted
-        tr = agent.run_turn(TurnInput(task=1, session_id="s", interaction_id=f"i{i}", question="what is this?",
-                                      image=img))
+        tr = agent.run_turn(
+            TurnInput(task=1, session_id="s", interaction_id=f"i{i}", question="what is this?", image=img)
+        )
         assert srv.wait_idle(1.0), f"turn {i}: a generation outlived its turn"
         assert srv.aborted - before == 2  # decide and answer, both cancelled
         assert tr.latency_ms < 1000 + 600 and tr.ended_by == "time_budget"
@@ -87,9 +90,15 @@ def test_concurrent_conversations_leave_nothing_running(srv, tmp_path):
     srv.responder = _slow_everything(3.0)
     policy = make_model_policy(f"openai:{srv.base_url}#fake-vlm", max_retries=0, pool_size=32)
     agent = make_agent(policy, budget_s=0.8)
-    convs = [Conversation(session_id=f"c{i}", image=None, turns=[Turn(interaction_id=f"c{i}t{j}", query="what is it?")
-                                                                  for j in range(2)], answers=["x", "y"])
-             for i in range(6)]
+    convs = [
+        Conversation(
+            session_id=f"c{i}",
+            image=None,
+            turns=[Turn(interaction_id=f"c{i}t{j}", query="what is it?") for j in range(2)],
+            answers=["x", "y"],
+        )
+        for i in range(6)
+    ]
     traces, stats = collect(agent, convs, 3, TraceStore(tmp_path, "cancel"), concurrency=6)
     assert srv.wait_idle(1.0)
     assert len(traces) == 12 and srv.completed == 0 and srv.aborted == len(srv.requests)

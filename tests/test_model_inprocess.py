@@ -68,8 +68,9 @@ def _count_concurrency(backend):
 def test_one_generation_at_a_time_per_model(tiny_backend):
     state, real = _count_concurrency(tiny_backend)
     try:
-        threads = [threading.Thread(target=tiny_backend.complete, args=(MSGS,), kwargs={"max_tokens": 20})
-                   for _ in range(4)]
+        threads = [
+            threading.Thread(target=tiny_backend.complete, args=(MSGS,), kwargs={"max_tokens": 20}) for _ in range(4)
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -82,7 +83,9 @@ def test_one_generation_at_a_time_per_model(tiny_backend):
 def test_a_timed_out_generation_stops_within_a_token_and_frees_the_model(tiny_backend):
     tiny_backend.complete(MSGS, max_tokens=1)  # torch's first-call set-up is not what this test times
     with collect_model_calls() as calls, pytest.raises(CallTimeout):
-        run_with_deadline(lambda: complete_and_report(tiny_backend, "decide", MSGS, max_tokens=4000), 0.5, CancelScope())
+        run_with_deadline(
+            lambda: complete_and_report(tiny_backend, "decide", MSGS, max_tokens=4000), 0.5, CancelScope()
+        )
     deadline = time.monotonic() + 5.0  # generous: the suite runs on every core, this test beside others
     while tiny_backend._lock.locked() and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -94,12 +97,17 @@ def test_a_timed_out_generation_stops_within_a_token_and_frees_the_model(tiny_ba
 
 
 def test_a_constrained_generation_stops_on_cancellation_too(tiny_backend):
-    long_text = {"name": "long", "schema": {"type": "object", "required": ["t"],
-                                            "properties": {"t": {"type": "string", "minLength": 5000}}}}
+    long_text = {
+        "name": "long",
+        "schema": {"type": "object", "required": ["t"], "properties": {"t": {"type": "string", "minLength": 5000}}},
+    }
     tiny_backend.complete(MSGS, max_tokens=1, response_schema=long_text)  # the grammar is compiled outside the timing
     with collect_model_calls() as calls, pytest.raises(CallTimeout):
-        run_with_deadline(lambda: complete_and_report(tiny_backend, "decide", MSGS, max_tokens=6000,
-                                                      response_schema=long_text), 0.5, CancelScope())
+        run_with_deadline(
+            lambda: complete_and_report(tiny_backend, "decide", MSGS, max_tokens=6000, response_schema=long_text),
+            0.5,
+            CancelScope(),
+        )
     deadline = time.monotonic() + 5.0
     while tiny_backend._lock.locked() and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -251,8 +259,15 @@ def test_llamacpp_serialises_cancels_and_flattens(fake_llama_cpp):
     # the decision schema becomes llama.cpp's grammar, converted once per schema
     from glasses_rag.policies.protocol import ToolSpec
 
-    spec = ToolSpec(name="ocr", description="d", signature="ocr()", json_schema={
-        "type": "function", "function": {"name": "ocr", "parameters": {"type": "object", "properties": {}}}})
+    spec = ToolSpec(
+        name="ocr",
+        description="d",
+        signature="ocr()",
+        json_schema={
+            "type": "function",
+            "function": {"name": "ocr", "parameters": {"type": "object", "properties": {}}},
+        },
+    )
     schema = decision_schema([spec])
     r = b.complete(MSGS, max_tokens=2, response_schema=schema)
     grammar = llm.calls[-1]["grammar"]
@@ -270,8 +285,14 @@ def test_llamacpp_serialises_cancels_and_flattens(fake_llama_cpp):
 
 def _python(code: str, timeout: float = 60) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=ROOT,
+    )
 
 
 def test_exit_waits_for_running_calls_or_ends_without_teardown():

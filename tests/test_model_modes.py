@@ -2,7 +2,6 @@
 text-only mode, image encoding, prompts generated from the registry, model options, the model decoupler and the
 self-check's round trips, against the local fake OpenAI-compatible server."""
 
-
 import json
 import re
 import threading
@@ -33,8 +32,14 @@ MSGS = [{"role": "user", "content": "hi"}]
 
 def _view(task: int = 1, **kw) -> PolicyView:
     tools = [tool_spec(t) for t in default_registry().for_task(task)]
-    base = dict(task=task, question="What brand is this bottle?", has_image=True, tools=tools, remaining_steps=4,
-                remaining_s=30.0)
+    base = dict(
+        task=task,
+        question="What brand is this bottle?",
+        has_image=True,
+        tools=tools,
+        remaining_steps=4,
+        remaining_s=30.0,
+    )
     return PolicyView(**{**base, **kw})
 
 
@@ -55,14 +60,18 @@ def test_decision_is_constrained_to_the_allowed_tools_schema(srv):
     schema = rf["json_schema"]["schema"]
     tools = {o["properties"]["tool"]["const"] for o in schema["anyOf"] if "tool" in o["properties"]}
     assert tools == {t.name for t in default_registry().for_task(1)} and "web_search" not in tools
-    ok = [{"action": "call_tool", "tool": "ocr", "arguments": {"region": "crop"}, "rationale": "r"},
-          {"action": "call_tool", "tool": "image_search", "arguments": {"k": 3}, "rationale": "r"},
-          {"action": "answer", "answer": "Pepsi", "confidence": 0.7, "entity": None, "rationale": "enough"}]
-    bad = [{"action": "call_tool", "tool": "ocr", "arguments": {"region": "sky"}, "rationale": "r"},  # not in the enum
-           {"action": "call_tool", "tool": "image_search", "arguments": {"k": 0}, "rationale": "r"},  # below the bound
-           {"action": "call_tool", "tool": "web_search", "arguments": {"query": "q"}, "rationale": "r"},  # not allowed
-           {"action": "call_tool", "tool": "ocr", "arguments": {"zoom": 2}, "rationale": "r"},  # unknown argument
-           {"action": "answer", "rationale": "enough"}]  # an answer decision carries the answer
+    ok = [
+        {"action": "call_tool", "tool": "ocr", "arguments": {"region": "crop"}, "rationale": "r"},
+        {"action": "call_tool", "tool": "image_search", "arguments": {"k": 3}, "rationale": "r"},
+        {"action": "answer", "answer": "Pepsi", "confidence": 0.7, "entity": None, "rationale": "enough"},
+    ]
+    bad = [
+        {"action": "call_tool", "tool": "ocr", "arguments": {"region": "sky"}, "rationale": "r"},  # not in the enum
+        {"action": "call_tool", "tool": "image_search", "arguments": {"k": 0}, "rationale": "r"},  # below the bound
+        {"action": "call_tool", "tool": "web_search", "arguments": {"query": "q"}, "rationale": "r"},  # not allowed
+        {"action": "call_tool", "tool": "ocr", "arguments": {"zoom": 2}, "rationale": "r"},  # unknown argument
+        {"action": "answer", "rationale": "enough"},
+    ]  # an answer decision carries the answer
     for obj in ok:
         jsonschema.validate(obj, schema)
     for obj in bad:
@@ -128,7 +137,12 @@ def test_stream_chunks_are_assembled(srv):
     assert req["stream"] is True and req["stream_options"] == {"include_usage": True}
     assert r.text == "Let me look." and r.tool_calls[0].name == "web_search"
     assert r.tool_calls[0].arguments == {"query": "a long enough query to span chunks"}
-    assert (r.usage.input_tokens, r.usage.output_tokens, r.finish_reason, r.mode) == (12, 7, "tool_calls", "native_tools")
+    assert (r.usage.input_tokens, r.usage.output_tokens, r.finish_reason, r.mode) == (
+        12,
+        7,
+        "tool_calls",
+        "native_tools",
+    )
 
 
 def test_a_server_that_reports_no_usage_gives_unknown_token_counts_not_zero(srv):
@@ -197,18 +211,30 @@ def test_spec_with_replicas_and_options(tmp_path):
         parse_spec("openai:http://h1:8000/v1,h2:8000#m")
     with pytest.raises(ValueError, match="Extra inputs"):
         ModelConfig(backend="openai", base_url="http://h", colour="red")
-    cfg = ModelConfig(backend="llamacpp", path="m.gguf", text_only=True, chat_format="gemma", n_ctx=2048,
-                      image_max_side=512, temperature=0.2, max_tokens=64, decision_mode="structured")
+    cfg = ModelConfig(
+        backend="llamacpp",
+        path="m.gguf",
+        text_only=True,
+        chat_format="gemma",
+        n_ctx=2048,
+        image_max_side=512,
+        temperature=0.2,
+        max_tokens=64,
+        decision_mode="structured",
+    )
     assert cfg.decision_modes() == ("structured", "json_text")
     assert model_config_from_options("rule", pool_size=64) is None
     with pytest.raises(ValueError, match="need a model"):
         model_config_from_options("rule", text_only=True)
-    o = model_config_from_options("openai:http://h:8000/v1#m", text_only=True, max_tokens=99, pool_size=64,
-                                  chat_template=None)
+    o = model_config_from_options(
+        "openai:http://h:8000/v1#m", text_only=True, max_tokens=99, pool_size=64, chat_template=None
+    )
     assert o.text_only and o.max_tokens == 99 and o.pool_size == 64 and o.chat_template is None
     f = tmp_path / "m.toml"
-    f.write_text('[model]\nbackend = "openai"\nbase_url = "http://h:8000/v1"\nmodel = "m"\nmax_tokens = 32\n'
-                 'response_format = "json_object"\n')
+    f.write_text(
+        '[model]\nbackend = "openai"\nbase_url = "http://h:8000/v1"\nmodel = "m"\nmax_tokens = 32\n'
+        'response_format = "json_object"\n'
+    )
     o = model_config_from_options("ignored", config_file=f, temperature=0.5)
     assert (o.max_tokens, o.response_format, o.temperature) == (32, "json_object", 0.5)
 
@@ -264,12 +290,20 @@ def test_every_prompt_example_is_json_and_the_tool_list_comes_from_the_registry(
         """
         return ToolOutput(summary="sunny")
 
-    view = PolicyView(task=1, question="Is it warm there?", has_image=False, tools=[tool_spec(t) for t in reg.for_task(1)],
-                      remaining_steps=3, remaining_s=9.0)
+    view = PolicyView(
+        task=1,
+        question="Is it warm there?",
+        has_image=False,
+        tools=[tool_spec(t) for t in reg.for_task(1)],
+        remaining_steps=3,
+        remaining_s=9.0,
+    )
     srv.push(F.text_reply('{"action": "answer"}'))
     _policy(srv).decide(view, None)
     system = srv.requests[0]["messages"][0]["content"]  # the tool list is part of the turn's stable prefix
-    assert 'weather_lookup(city: string, unit: "celsius" | "fahrenheit" = "celsius") - Look up today\'s weather.' in system
+    assert (
+        'weather_lookup(city: string, unit: "celsius" | "fahrenheit" = "celsius") - Look up today\'s weather.' in system
+    )
     assert "city: the city name" in system and "unit: the temperature unit" in system
     assert "self-check" not in system.lower() and "weather_lookup" not in srv.requests[0]["messages"][-1]["content"]
     examples = 0
@@ -298,7 +332,9 @@ def test_decision_schema_inlines_enum_definitions():
     schema = decision_schema([tool_spec(t) for t in reg.for_task(1)])["schema"]
     jsonschema.validate({"action": "call_tool", "tool": "scan", "arguments": {"mode": "slow"}, "rationale": ""}, schema)
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate({"action": "call_tool", "tool": "scan", "arguments": {"mode": "x"}, "rationale": ""}, schema)
+        jsonschema.validate(
+            {"action": "call_tool", "tool": "scan", "arguments": {"mode": "x"}, "rationale": ""}, schema
+        )
 
 
 def test_every_reply_schema_is_bounded():
@@ -315,8 +351,13 @@ def test_every_reply_schema_is_bounded():
     )
 
     tools = [tool_spec(t) for t in default_registry().for_task(3)]
-    schemas = [decision_schema(tools), *(decision_schema([t]) for t in tools), ANSWER_SCHEMA, COVE_SCHEMA,
-               CONSISTENCY_SCHEMA]
+    schemas = [
+        decision_schema(tools),
+        *(decision_schema([t]) for t in tools),
+        ANSWER_SCHEMA,
+        COVE_SCHEMA,
+        CONSISTENCY_SCHEMA,
+    ]
     for schema in schemas:
         assert max_json_chars(schema) < 2000, schema["name"]
     # the bound is the grammar's: an answer one character too long is refused, the longest one fits the count
@@ -324,10 +365,12 @@ def test_every_reply_schema_is_bounded():
     reply = '{"answer": "%s", "confidence": 0.5, "entity": null, "rationale": ""}'
     assert xgr.testing._is_grammar_accept_string(grammar, reply % ("1" * ANSWER_CHARS))
     assert not xgr.testing._is_grammar_accept_string(grammar, reply % ("1" * (ANSWER_CHARS + 1)))
-    query = json.dumps({"action": "call_tool", "tool": "web_search", "arguments": {"query": "q" * 161},
-                        "rationale": ""})
-    web = xgr.Grammar.from_json_schema(json.dumps(decision_schema(tools)["schema"]), any_whitespace=False,
-                                       strict_mode=True)
+    query = json.dumps(
+        {"action": "call_tool", "tool": "web_search", "arguments": {"query": "q" * 161}, "rationale": ""}
+    )
+    web = xgr.Grammar.from_json_schema(
+        json.dumps(decision_schema(tools)["schema"]), any_whitespace=False, strict_mode=True
+    )
     assert not xgr.testing._is_grammar_accept_string(web, query)
     assert xgr.testing._is_grammar_accept_string(web, query.replace("q" * 161, "q" * 160))
     assert len(reply % ("1" * ANSWER_CHARS)) <= max_json_chars(ANSWER_SCHEMA)
@@ -340,11 +383,17 @@ def test_every_reply_schema_is_bounded():
 
 def test_query_decoupler_uses_the_policy_model_and_falls_back_to_the_heuristic(srv):
     srv.push(F.text_reply('{"action": "call_tool", "tool": "query_decoupler", "arguments": {}, "rationale": "split"}'))
-    srv.route("Keep a simple question as one sub-question", F.text_reply('{"sub_questions": ["Who built the Falcon 9?", '
-                                                         '"When did the Falcon 9 first fly?"], "entity": "Falcon 9"}'))
+    srv.route(
+        "Keep a simple question as one sub-question",
+        F.text_reply(
+            '{"sub_questions": ["Who built the Falcon 9?", "When did the Falcon 9 first fly?"], "entity": "Falcon 9"}'
+        ),
+    )
     srv.push(F.text_reply('{"action": "answer", "rationale": "r"}'), F.text_reply('{"answer": "I don\'t know"}'))
     agent = make_agent(_policy(srv), budget_s=20)
-    tr = agent.run_turn(TurnInput(task=2, session_id="s", interaction_id="i", question="Who built this and when did it fly?"))
+    tr = agent.run_turn(
+        TurnInput(task=2, session_id="s", interaction_id="i", question="Who built this and when did it fly?")
+    )
     (ev,) = tr.tool_calls()
     assert ev.method == "model-decoupler:openai:fake-vlm" and ev.sub_questions[1] == "When did the Falcon 9 first fly?"
     assert [c.purpose for c in ev.model_calls] == ["decide", "decouple"] and ev.model_calls[1].mode == "structured"
@@ -370,13 +419,16 @@ def _waves(timeline: list[dict]) -> int:
     return waves
 
 
-@pytest.mark.parametrize("mode,waves,calls", [("single", 2, ["cove"]),
-                                               ("dual-cove", 3, ["closed_book", "cove", "consistency"])])
+@pytest.mark.parametrize(
+    "mode,waves,calls", [("single", 2, ["cove"]), ("dual-cove", 3, ["closed_book", "cove", "consistency"])]
+)
 def test_self_check_round_trips_beyond_the_answer(mode, waves, calls):
     """The decision carries the answer (no answer request); the self-check adds one round trip (single) or two
     (dual-cove: the closed-book answer and the verification run together, then the consistency judgement)."""
-    cove = ('{"verifications": [{"question": "q", "answer": "a", "supported": true}], "supported": true, '
-            '"confidence": 0.9, "reason": "r"}')
+    cove = (
+        '{"verifications": [{"question": "q", "answer": "a", "supported": true}], "supported": true, '
+        '"confidence": 0.9, "reason": "r"}'
+    )
 
     def respond(body: dict):
         text = json.dumps(body)
@@ -385,8 +437,9 @@ def test_self_check_round_trips_beyond_the_answer(mode, waves, calls):
         if "Closed-book answer" in text:
             return F.text_reply('{"consistent": true, "reason": "same"}')
         if "Decide the next step" in text:
-            return F.text_reply('{"action": "answer", "answer": "SpaceX", "confidence": 0.9, "entity": "Falcon 9", '
-                                '"rationale": "r"}')
+            return F.text_reply(
+                '{"action": "answer", "answer": "SpaceX", "confidence": 0.9, "entity": "Falcon 9", "rationale": "r"}'
+            )
         return F.text_reply('{"answer": "SpaceX", "confidence": 0.9, "entity": "Falcon 9", "rationale": "r"}')
 
     with FakeOpenAIServer(delay_s=0.5, responder=respond) as srv:
@@ -412,13 +465,21 @@ def test_prompts_within_a_turn_share_their_prefix():
         if calls < 2:
             tool = ["ocr", "image_search"][calls]
             return F.text_reply(json.dumps({"action": "call_tool", "tool": tool, "arguments": {}, "rationale": "r"}))
-        return F.text_reply('{"action": "answer", "answer": "Pepsi", "confidence": 0.9, "entity": null, '
-                            '"rationale": "r"}')
+        return F.text_reply(
+            '{"action": "answer", "answer": "Pepsi", "confidence": 0.9, "entity": null, "rationale": "r"}'
+        )
 
     with FakeOpenAIServer(responder=respond) as srv:
         agent = make_agent(_policy(srv), budget_s=20)
-        tr = agent.run_turn(TurnInput(task=1, session_id="s", interaction_id="i", question="What brand is this?",
-                                      image=Image.new("RGB", (64, 64), (200, 30, 30))))
+        tr = agent.run_turn(
+            TurnInput(
+                task=1,
+                session_id="s",
+                interaction_id="i",
+                question="What brand is this?",
+                image=Image.new("RGB", (64, 64), (200, 30, 30)),
+            )
+        )
         bodies = [r["messages"] for r in srv.requests]
     assert [c.purpose for c in tr.model_calls()] == ["decide", "decide", "decide", "cove"]
     assert tr.tokens.sequential_calls == 4  # two tools: decide, decide, decide+answer, self-check
@@ -437,11 +498,21 @@ def test_a_repeated_call_is_not_run_again_and_the_turn_goes_to_its_answer(srv):
     """A small model that asks for the same call again (Gemma 3 270M did, up to the step limit) is looping: the
     call is not run twice, and the turn moves on to its answer step."""
     same = '{"action": "call_tool", "tool": "ocr", "arguments": {"region": "full"}, "rationale": "read it"}'
-    srv.push(F.text_reply(same), F.text_reply(same),
-             F.text_reply('{"answer": "Pepsi", "confidence": 0.8, "entity": null, "rationale": "the label"}'))
+    srv.push(
+        F.text_reply(same),
+        F.text_reply(same),
+        F.text_reply('{"answer": "Pepsi", "confidence": 0.8, "entity": null, "rationale": "the label"}'),
+    )
     agent = make_agent(_policy(srv), budget_s=20, self_check="off")
-    tr = agent.run_turn(TurnInput(task=1, session_id="s", interaction_id="i", question="What brand is this?",
-                                  image=Image.new("RGB", (64, 64), (200, 30, 30))))
+    tr = agent.run_turn(
+        TurnInput(
+            task=1,
+            session_id="s",
+            interaction_id="i",
+            question="What brand is this?",
+            image=Image.new("RGB", (64, 64), (200, 30, 30)),
+        )
+    )
     assert [s.tool for s in tr.tool_calls()] == ["ocr"]
     assert [c.purpose for c in tr.model_calls()] == ["decide", "decide", "answer"] and tr.answer == "Pepsi"
     plan = [e for e in tr.steps if e.node == "plan"][-1]

@@ -25,8 +25,14 @@ from glasses_rag.testing.vllm_emulation import VllmBehaviour
 
 F = FakeOpenAIServer
 MSGS = [{"role": "user", "content": "hi"}]
-SEARCH = {"type": "function", "function": {"name": "web_search", "description": "Search the web.", "parameters": {
-    "type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}}
+SEARCH = {
+    "type": "function",
+    "function": {
+        "name": "web_search",
+        "description": "Search the web.",
+        "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
+    },
+}
 TOOLS = [SEARCH]
 
 
@@ -37,8 +43,10 @@ def _backend(url: str, **kw) -> OpenAICompatibleBackend:
 # ---- 1. byte caps and bounded parsing --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mode,stream", [("endless", True), ("endless", False), ("endless-line", True),
-                                         ("huge-args", True), ("huge-args", False)])
+@pytest.mark.parametrize(
+    "mode,stream",
+    [("endless", True), ("endless", False), ("endless-line", True), ("huge-args", True), ("huge-args", False)],
+)
 def test_an_endless_or_huge_reply_is_cut_at_the_byte_cap_from_max_tokens(mode, stream):
     with HostileModelServer(mode, reply_s=20) as srv:
         b = _backend(srv.base_url, stream=stream)
@@ -169,8 +177,15 @@ def test_a_held_back_first_wave_loses_no_decision():
 # ---- 9. llama.cpp's servers; context too long; reasoning -------------------------------------------------------
 
 
-@pytest.mark.parametrize("owner,expect", [("llamacpp", "repeat_penalty"), ("me", "repeat_penalty"),
-                                          ("vllm", "repetition_penalty"), (None, "repetition_penalty")])
+@pytest.mark.parametrize(
+    "owner,expect",
+    [
+        ("llamacpp", "repeat_penalty"),
+        ("me", "repeat_penalty"),
+        ("vllm", "repetition_penalty"),
+        (None, "repetition_penalty"),
+    ],
+)
 def test_the_repetition_penalty_goes_by_the_servers_own_name(owner, expect):
     with F(owned_by=owner) as srv:
         srv.push(F.text_reply("a"), F.text_reply('{"accuracy": true}'))
@@ -187,8 +202,11 @@ def test_the_judge_falls_back_from_json_schema_like_the_policy(caplog):
         judge = make_judge(f"openai:{srv.base_url}#j", mode="kddcup2025")
         first, second = judge.judge("q", "a", "a"), judge.judge("q", "a", "b")
     assert (first.correct, first.status, second.correct) == (True, "ok", False)
-    assert [(r.get("response_format") or {}).get("type") for r in srv.requests] == ["json_schema", "json_object",
-                                                                                     "json_object"]
+    assert [(r.get("response_format") or {}).get("type") for r in srv.requests] == [
+        "json_schema",
+        "json_object",
+        "json_object",
+    ]
     assert sum("rejected response_format" in r.message for r in caplog.records) == 1
 
 
@@ -204,8 +222,10 @@ def test_http_500_on_tools_falls_back_to_json_in_text_without_retries_or_cool_do
 
 
 def test_max_tokens_too_large_is_surfaced_as_what_it_is():
-    msg = ("'max_tokens' or 'max_completion_tokens' is too large: 4096. This model's maximum context length is 4096 "
-           "tokens and your request has 1000 input tokens (4096 > 4096 - 1000).")
+    msg = (
+        "'max_tokens' or 'max_completion_tokens' is too large: 4096. This model's maximum context length is 4096 "
+        "tokens and your request has 1000 input tokens (4096 > 4096 - 1000)."
+    )
     with F() as srv:
         srv.push(("status", 400, {"error": {"message": msg, "type": "BadRequestError", "param": None, "code": 400}}))
         b = _backend(srv.base_url)
@@ -228,10 +248,14 @@ def test_reasoning_is_recorded_and_not_taken_for_a_hold_back(stream):
     assert calls[0].reasoning.startswith("Let me think") and calls[0].error is None and len(srv.requests) == 1
 
 
-JUNK = [{"choices": {"0": 1}}, {"choices": [{"message": "text"}]}, {"choices": [{"message": {"content": 5}}]},
-        {"choices": [{"message": {"content": "a", "tool_calls": "x"}}], "usage": [1]},
-        {"choices": [{"message": {"tool_calls": [5, {"function": "f"}, {"function": {"name": 3}}]}}]},
-        {"choices": [{"message": {"content": "a"}, "finish_reason": 7}], "model": {"a": 1}}]
+JUNK = [
+    {"choices": {"0": 1}},
+    {"choices": [{"message": "text"}]},
+    {"choices": [{"message": {"content": 5}}]},
+    {"choices": [{"message": {"content": "a", "tool_calls": "x"}}], "usage": [1]},
+    {"choices": [{"message": {"tool_calls": [5, {"function": "f"}, {"function": {"name": 3}}]}}]},
+    {"choices": [{"message": {"content": "a"}, "finish_reason": 7}], "model": {"a": 1}},
+]
 
 
 @pytest.mark.parametrize("stream", [True, False])
@@ -248,8 +272,9 @@ def test_replies_of_the_wrong_shape_are_an_error_or_an_empty_reply_never_a_crash
 
 
 @pytest.mark.parametrize("mode,extra", [("endless", []), ("huge-args", []), ("huge-body", ["--no-stream"])])
-def test_the_cli_against_a_hostile_server_finishes_in_time_with_the_cap_in_the_trace(mode, extra, tmp_path,
-                                                                                     monkeypatch, capsys):
+def test_the_cli_against_a_hostile_server_finishes_in_time_with_the_cap_in_the_trace(
+    mode, extra, tmp_path, monkeypatch, capsys
+):
     from pathlib import Path
 
     from graph.run import main
@@ -258,8 +283,24 @@ def test_the_cli_against_a_hostile_server_finishes_in_time_with_the_cap_in_the_t
     monkeypatch.setenv("GLASSES_DEMO_DIR", str(Path(__file__).resolve().parents[1] / "data" / "demo"))
     with HostileModelServer(mode, size=50 * 1024 * 1024) as srv:  # type: ignore[arg-type]
         t0 = time.monotonic()
-        rc = main(["--task", "1", "--limit", "1", "--model", f"openai:{srv.base_url}#x", "--budget", "5",
-                   "--out", str(tmp_path), "--run-id", "hostile", "--no-progress", *extra])
+        rc = main(
+            [
+                "--task",
+                "1",
+                "--limit",
+                "1",
+                "--model",
+                f"openai:{srv.base_url}#x",
+                "--budget",
+                "5",
+                "--out",
+                str(tmp_path),
+                "--run-id",
+                "hostile",
+                "--no-progress",
+                *extra,
+            ]
+        )
     assert rc == 0 and time.monotonic() - t0 < 60
     traces = [TurnTrace.model_validate_json(p.read_text()) for p in (tmp_path / "hostile").glob("*__*.json")]
     errors = [c.error for t in traces for e in t.steps for c in e.model_calls if c.error]

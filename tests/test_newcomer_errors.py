@@ -18,19 +18,34 @@ from graph.run import main
 from traces.schema import TurnTrace
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "GLASSES_DEMO_DIR": str(ROOT / "data" / "demo")}
+ENV = {
+    **os.environ,
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "GLASSES_DEMO_DIR": str(ROOT / "data" / "demo"),
+}
 
 
 def _cli(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "graph.run", *argv], cwd=ROOT, env=ENV, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "graph.run", *argv], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_a_dead_model_server_is_one_line_at_warm_up_and_a_non_zero_exit(tmp_path):
     """The issue's command: 18 s, exit 0 and a full report before; now it stops at warm-up."""
     t0 = time.time()
-    out = _cli("--task", "1", "--limit", "2", "--model", "openai:http://127.0.0.1:9/v1#x", "--out", str(tmp_path),
-               "--no-progress")
+    out = _cli(
+        "--task",
+        "1",
+        "--limit",
+        "2",
+        "--model",
+        "openai:http://127.0.0.1:9/v1#x",
+        "--out",
+        str(tmp_path),
+        "--no-progress",
+    )
     assert out.returncode != 0
     lines = (out.stdout + out.stderr).strip().splitlines()
     assert len(lines) == 1 and "cannot reach the model server http://127.0.0.1:9/v1" in lines[0], lines
@@ -44,10 +59,25 @@ def test_a_run_whose_turns_cannot_reach_the_server_says_so_and_exits_non_zero(tm
     monkeypatch.setenv("GLASSES_DEMO_DIR", str(ROOT / "data" / "demo"))
     cfg = tmp_path / "model.json"
     with FakeOpenAIServer(responder=lambda body: ("status", 503, "overloaded")) as srv:
-        cfg.write_text(json.dumps({"backend": "openai", "base_url": srv.base_url, "model": "fake-vlm",
-                                   "max_retries": 0}))
-        rc = main(["--task", "1", "--limit", "2", "--model-config", str(cfg), "--out", str(tmp_path), "--run-id", "r",
-                   "--no-progress", "--no-plot"])
+        cfg.write_text(
+            json.dumps({"backend": "openai", "base_url": srv.base_url, "model": "fake-vlm", "max_retries": 0})
+        )
+        rc = main(
+            [
+                "--task",
+                "1",
+                "--limit",
+                "2",
+                "--model-config",
+                str(cfg),
+                "--out",
+                str(tmp_path),
+                "--run-id",
+                "r",
+                "--no-progress",
+                "--no-plot",
+            ]
+        )
     err = capsys.readouterr().err
     assert rc == 1 and "2 of 2 turn(s) could not reach the model server" in err
     traces = [TurnTrace.model_validate_json(p.read_text()) for p in (tmp_path / "r").glob("*__*.json")]
@@ -62,10 +92,25 @@ def test_a_server_gone_for_three_turns_in_a_row_stops_the_run(tmp_path, capsys, 
     monkeypatch.setenv("GLASSES_DEMO_DIR", str(ROOT / "data" / "demo"))
     cfg = tmp_path / "model.json"
     with FakeOpenAIServer(responder=lambda body: ("status", 503, "overloaded")) as srv:
-        cfg.write_text(json.dumps({"backend": "openai", "base_url": srv.base_url, "model": "fake-vlm",
-                                   "max_retries": 0}))
-        rc = main(["--task", "1", "--limit", "8", "--model-config", str(cfg), "--out", str(tmp_path), "--run-id", "r",
-                   "--no-progress", "--no-plot"])
+        cfg.write_text(
+            json.dumps({"backend": "openai", "base_url": srv.base_url, "model": "fake-vlm", "max_retries": 0})
+        )
+        rc = main(
+            [
+                "--task",
+                "1",
+                "--limit",
+                "8",
+                "--model-config",
+                str(cfg),
+                "--out",
+                str(tmp_path),
+                "--run-id",
+                "r",
+                "--no-progress",
+                "--no-plot",
+            ]
+        )
     err = capsys.readouterr().err
     assert rc == 1 and "stopped starting turns" in err and "3 of 3 turn(s)" in err
     assert len(list((tmp_path / "r").glob("*__*.json"))) == 3
@@ -99,7 +144,19 @@ def test_an_invalid_model_config_file_is_one_line(tmp_path, capsys):
 
 
 def test_the_unreachable_server_line_shows_no_user_or_password(tmp_path, capsys):
-    assert main(["--task", "1", "--model", "openai:http://alice:pw-SECRET@127.0.0.1:9/v1#x", "--no-progress",
-                 "--out", str(tmp_path)]) == 2
+    assert (
+        main(
+            [
+                "--task",
+                "1",
+                "--model",
+                "openai:http://alice:pw-SECRET@127.0.0.1:9/v1#x",
+                "--no-progress",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "cannot reach the model server http://127.0.0.1:9/v1" in err and "SECRET" not in err and "alice" not in err

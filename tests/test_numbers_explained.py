@@ -17,10 +17,16 @@ IDK = "I don't know"
 
 def _report(idk_turns: int = 1):
     """Five single-turn questions answered right, `idk_turns` of them a ground-truth "I don't know" answered so."""
-    recs = [TurnRecord(session_id=f"s{i}", turn_index=0, query="q", answer="Paris", ground_truth="Paris",
-                       labels={"domain": "d"}) for i in range(5 - idk_turns)]
-    recs += [TurnRecord(session_id=f"i{i}", turn_index=0, query="q", answer=IDK, ground_truth=IDK,
-                        labels={"domain": "d"}) for i in range(idk_turns)]
+    recs = [
+        TurnRecord(
+            session_id=f"s{i}", turn_index=0, query="q", answer="Paris", ground_truth="Paris", labels={"domain": "d"}
+        )
+        for i in range(5 - idk_turns)
+    ]
+    recs += [
+        TurnRecord(session_id=f"i{i}", turn_index=0, query="q", answer=IDK, ground_truth=IDK, labels={"domain": "d"})
+        for i in range(idk_turns)
+    ]
     return evaluate(recs, judge=None, truncator=WhitespaceApproxTruncator())
 
 
@@ -52,8 +58,10 @@ def test_the_truthfulness_chart_shows_values_above_one_and_explains_them(tmp_pat
 
 
 def test_the_presets_table_and_chart_say_why_a_row_passes_one(tmp_path):
-    rows = [Row(label="rule", n=5, truthfulness=1.2, accuracy=1.0, missing=0.2, correct_and_missing=1),
-            Row(label="no-retrieval", n=5, truthfulness=-0.2, accuracy=0.2, missing=0.4)]
+    rows = [
+        Row(label="rule", n=5, truthfulness=1.2, accuracy=1.0, missing=0.2, correct_and_missing=1),
+        Row(label="no-retrieval", n=5, truthfulness=-0.2, accuracy=0.2, missing=0.4),
+    ]
     text = table(rows)
     assert next(line for line in text.splitlines() if line.startswith("rule ")).endswith(" *")
     assert not next(line for line in text.splitlines() if line.startswith("no-retrieval ")).endswith("*")

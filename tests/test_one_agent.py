@@ -29,16 +29,36 @@ def harness_answers(agent, conversations) -> dict[str, str]:
         for turn in conv.turns:
             out = agent.batch_generate_response([turn.query], [image], [history])[0]
             answers[turn.interaction_id] = out
-            history = [*history, {"role": "user", "content": turn.query},
-                       {"role": "assistant", "content": truncate(out)}]
+            history = [
+                *history,
+                {"role": "user", "content": turn.query},
+                {"role": "assistant", "content": truncate(out)},
+            ]
     return answers
 
 
 def cli_answers(tmp_path, task: int, limit: int) -> dict[str, str]:
-    assert main(["--task", str(task), "--limit", str(limit), "--out", str(tmp_path), "--run-id", f"t{task}",
-                 "--no-progress", "--no-plot"]) == 0
-    return {t["interaction_id"]: t["answer"] for t in
-            (json.loads(p.read_text()) for p in (tmp_path / f"t{task}").glob("*__*.json"))}
+    assert (
+        main(
+            [
+                "--task",
+                str(task),
+                "--limit",
+                str(limit),
+                "--out",
+                str(tmp_path),
+                "--run-id",
+                f"t{task}",
+                "--no-progress",
+                "--no-plot",
+            ]
+        )
+        == 0
+    )
+    return {
+        t["interaction_id"]: t["answer"]
+        for t in (json.loads(p.read_text()) for p in (tmp_path / f"t{task}").glob("*__*.json"))
+    }
 
 
 def test_the_cli_and_the_starter_kit_give_the_same_answers(tmp_path):

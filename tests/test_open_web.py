@@ -34,14 +34,22 @@ F9 = [
 def web(tmp_path, monkeypatch):
     with FixtureWeb(image_dir=tmp_path / "img") as w:
         w.pages["f9"] = ("text/html; charset=utf-8", article("Falcon 9 - Encyclopedia", F9))
-        w.pages["big"] = ("text/html", article("Big", [f"Filler sentence number {i} about nothing." for i in range(20000)]))
+        w.pages["big"] = (
+            "text/html",
+            article("Big", [f"Filler sentence number {i} about nothing." for i in range(20000)]),
+        )
         w.pages["pdf"] = ("application/pdf", "%PDF-1.4")
-        w.web["Falcon 9 maker"] = organic(("Falcon 9 - Encyclopedia", w.page_url("f9"), "Falcon 9 is made by SpaceX."),
-                                          ("SpaceX", w.page_url("missing"), "SpaceX designs rockets."))
-        w.lens = {"search_metadata": {"status": "Success"},
-                  "knowledge_graph": [{"title": "Falcon 9", "subtitle": "Rocket", "link": w.page_url("f9")}],
-                  "visual_matches": [{"position": 1, "title": "Falcon 9 launch photo", "link": w.page_url("f9"),
-                                      "source": "example.org"}]}
+        w.web["Falcon 9 maker"] = organic(
+            ("Falcon 9 - Encyclopedia", w.page_url("f9"), "Falcon 9 is made by SpaceX."),
+            ("SpaceX", w.page_url("missing"), "SpaceX designs rockets."),
+        )
+        w.lens = {
+            "search_metadata": {"status": "Success"},
+            "knowledge_graph": [{"title": "Falcon 9", "subtitle": "Rocket", "link": w.page_url("f9")}],
+            "visual_matches": [
+                {"position": 1, "title": "Falcon 9 launch photo", "link": w.page_url("f9"), "source": "example.org"}
+            ],
+        }
         use_fixture_web(monkeypatch, w, tmp_path / "cache", tmp_path / "img")
         yield w
         open_web.reset_open_web()
@@ -75,8 +83,10 @@ def test_missing_key_is_a_tool_error_not_a_crash(web, monkeypatch):
     monkeypatch.delenv("SERPAPI_API_KEY")
     with pytest.raises(SerpApiError, match="SERPAPI_API_KEY"):
         google_search(ctx(), query="Falcon 9 maker")
-    policy = ScriptedPolicy([Decision(action="call_tool", tool="google_search", arguments={"query": "Falcon 9 maker"})],
-                            AnswerDraft(answer="I don't know", confidence=0.0))
+    policy = ScriptedPolicy(
+        [Decision(action="call_tool", tool="google_search", arguments={"query": "Falcon 9 maker"})],
+        AnswerDraft(answer="I don't know", confidence=0.0),
+    )
     agent = make_agent(policy, self_check="off", tools={"profile": "superglasses"})
     trace = agent.run_turn(TurnInput(task=2, session_id="s", interaction_id="i", question="who makes it?"))
     call = trace.tool_calls()[0]  # not offered without a key: a call to it is refused, saying why
@@ -98,11 +108,14 @@ def test_retries_server_errors_and_reports_refusals(web):
 
 
 def test_page_reader_extracts_main_text_chunks_and_caches(web):
-    evidence = [Hit(source="web", score=1.0, url=web.page_url("f9"), snippet="Falcon 9 is made by SpaceX."),
-                Hit(source="web", score=0.5, url=web.page_url("missing"), snippet="404"),
-                Hit(source="web", score=0.3, url=web.page_url("pdf"), snippet="a pdf")]
-    out = read_webpage(ctx(evidence=evidence), query="how many engines does the first stage have", max_pages=3,
-                       chunks_per_page=1)
+    evidence = [
+        Hit(source="web", score=1.0, url=web.page_url("f9"), snippet="Falcon 9 is made by SpaceX."),
+        Hit(source="web", score=0.5, url=web.page_url("missing"), snippet="404"),
+        Hit(source="web", score=0.3, url=web.page_url("pdf"), snippet="a pdf"),
+    ]
+    out = read_webpage(
+        ctx(evidence=evidence), query="how many engines does the first stage have", max_pages=3, chunks_per_page=1
+    )
     hits = out.update["evidence"]
     assert len(hits) == 1 and hits[0].url == web.page_url("f9") and hits[0].title == "Falcon 9 - Encyclopedia"
     assert "nine Merlin engines" in hits[0].content
@@ -192,6 +205,7 @@ def test_profile_declaration_and_cache_key():
     assert [t.name for t in reg.for_task(2)] == ["plain"]
     assert [t.name for t in reg.for_task(2, profile="superglasses")] == ["sg_only"]  # not the cached crag-mm list
     assert [t.name for t in reg.for_task(2, ["plain", "sg_only"], profile="superglasses")] == ["sg_only"]
+
     def other(ctx: ToolContext) -> None:
         """Declared for a profile that does not exist."""
 
@@ -202,8 +216,11 @@ def test_profile_declaration_and_cache_key():
 
 
 def test_a_crag_mm_agent_never_runs_open_web_tools():
-    policy = ScriptedPolicy([Decision(action="call_tool", tool="google_search", arguments={"query": "x"})],
-                            AnswerDraft(answer="I don't know", confidence=0.0))
+    policy = ScriptedPolicy(
+        [Decision(action="call_tool", tool="google_search", arguments={"query": "x"})],
+        AnswerDraft(answer="I don't know", confidence=0.0),
+    )
     trace = make_agent(policy, self_check="off").run_turn(
-        TurnInput(task=2, session_id="s", interaction_id="i", question="q?"))
+        TurnInput(task=2, session_id="s", interaction_id="i", question="q?")
+    )
     assert trace.tool_calls()[0].error.kind == "not_allowed"

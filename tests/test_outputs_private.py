@@ -25,8 +25,22 @@ def _everything_written(folder: Path) -> str:
 
 
 def _run(tmp_path: Path, capsys, *args: str) -> tuple[int, str, Path]:
-    rc = main(["--task", "1", "--limit", "2", "--out", str(tmp_path / "runs"), "--run-id", "r", "--no-progress",
-               "--budget", "10", *args])
+    rc = main(
+        [
+            "--task",
+            "1",
+            "--limit",
+            "2",
+            "--out",
+            str(tmp_path / "runs"),
+            "--run-id",
+            "r",
+            "--no-progress",
+            "--budget",
+            "10",
+            *args,
+        ]
+    )
     console = capsys.readouterr()
     return rc, console.out + console.err, tmp_path / "runs" / "r"
 
@@ -63,11 +77,23 @@ def test_scrubbing_removes_userinfo_and_key_values_and_keeps_json_json():
     assert KEY not in scrub_text(f"input_value={{'api_key': '{KEY}', 'backend': 'openai'}}")
     assert scrub_text(f"GET /x?api_key={KEY}&q=1") == "GET /x?api_key=***&q=1"
     assert scrub_data({"policy": {"api_key": KEY, "judge_api_key_env": "OPENAI_API_KEY", "name": None}}) == {
-        "policy": {"api_key": "***", "judge_api_key_env": "OPENAI_API_KEY", "name": None}}
+        "policy": {"api_key": "***", "judge_api_key_env": "OPENAI_API_KEY", "name": None}
+    }
     assert scrub_argv(["--api-key", KEY, "--model", f"openai:http://a:{PASSWORD}@h/v1#m"]) == [
-        "--api-key", "***", "--model", "openai:http://h/v1#m"]
-    record = logging.LogRecord("glasses_rag.models.openai_client", logging.WARNING, __file__, 1, "replica %s failed",
-                               (f"http://a:{PASSWORD}@h/v1",), None)
+        "--api-key",
+        "***",
+        "--model",
+        "openai:http://h/v1#m",
+    ]
+    record = logging.LogRecord(
+        "glasses_rag.models.openai_client",
+        logging.WARNING,
+        __file__,
+        1,
+        "replica %s failed",
+        (f"http://a:{PASSWORD}@h/v1",),
+        None,
+    )
     assert ScrubFilter().filter(record) and record.getMessage() == "replica http://h/v1 failed"
     configure_logging(False)  # the CLI puts the filter on every handler of the root logger
     assert any(isinstance(f, ScrubFilter) for h in logging.getLogger().handlers for f in h.filters)

@@ -15,12 +15,80 @@ PARAPHRASE_CONTENT = DEMO_CONTENT.parent / "demo-paraphrase"
 
 # Words that carry no content of their own: a paraphrase must change more than these.
 FUNCTION_WORDS = {
-    "a", "an", "the", "this", "that", "these", "those", "it", "its", "he", "she", "her", "his", "they", "them",
-    "their", "i", "me", "my", "you", "your", "we", "our", "one",
-    "is", "are", "was", "were", "be", "been", "am", "do", "does", "did", "has", "have", "had", "can", "could",
-    "would", "should", "will", "s", "m", "re",  # the tails of it's, i'm, they're
-    "of", "in", "on", "at", "to", "for", "from", "by", "with", "about", "into", "as", "and", "or", "but", "so",
-    "than", "if", "what", "which", "who", "whom", "whose", "how", "when", "where", "why", "there", "here",
+    "a",
+    "an",
+    "the",
+    "this",
+    "that",
+    "these",
+    "those",
+    "it",
+    "its",
+    "he",
+    "she",
+    "her",
+    "his",
+    "they",
+    "them",
+    "their",
+    "i",
+    "me",
+    "my",
+    "you",
+    "your",
+    "we",
+    "our",
+    "one",
+    "is",
+    "are",
+    "was",
+    "were",
+    "be",
+    "been",
+    "am",
+    "do",
+    "does",
+    "did",
+    "has",
+    "have",
+    "had",
+    "can",
+    "could",
+    "would",
+    "should",
+    "will",
+    "s",
+    "m",
+    "re",  # the tails of it's, i'm, they're
+    "of",
+    "in",
+    "on",
+    "at",
+    "to",
+    "for",
+    "from",
+    "by",
+    "with",
+    "about",
+    "into",
+    "as",
+    "and",
+    "or",
+    "but",
+    "so",
+    "than",
+    "if",
+    "what",
+    "which",
+    "who",
+    "whom",
+    "whose",
+    "how",
+    "when",
+    "where",
+    "why",
+    "there",
+    "here",
 }
 
 
@@ -68,8 +136,12 @@ def test_same_rows_turns_answers_labels_and_images(built, part):
         assert (p.egocentric, p.image_url) == (d.egocentric, d.image_url)
         assert p.image == d.image  # same seed, same rows: the same rendered capture
         for dt, pt in zip(d.turns, p.turns):
-            assert (pt.domain, pt.query_category, pt.dynamism, pt.image_quality) == \
-                   (dt.domain, dt.query_category, dt.dynamism, dt.image_quality)
+            assert (pt.domain, pt.query_category, pt.dynamism, pt.image_quality) == (
+                dt.domain,
+                dt.query_category,
+                dt.dynamism,
+                dt.image_quality,
+            )
             dm, pm = demo_meta[dt.interaction_id], para_meta[pt.interaction_id]
             for key in ("entity_slug", "kind", "needs_web", "needs_ocr", "no_answer", "answer"):
                 assert pm[key] == dm[key], (pt.interaction_id, key)
@@ -77,10 +149,12 @@ def test_same_rows_turns_answers_labels_and_images(built, part):
 
 def test_every_query_is_reworded(built):
     demo_paths, para_paths = built
-    pairs = [(dt.query, pt.query)
-             for part in ("single_turn", "multi_turn")
-             for d, p in zip(load_conversations(getattr(demo_paths, part)), load_conversations(getattr(para_paths, part)))
-             for dt, pt in zip(d.turns, p.turns)]
+    pairs = [
+        (dt.query, pt.query)
+        for part in ("single_turn", "multi_turn")
+        for d, p in zip(load_conversations(getattr(demo_paths, part)), load_conversations(getattr(para_paths, part)))
+        for dt, pt in zip(d.turns, p.turns)
+    ]
     assert len(pairs) == 85
     same = [(old, new) for old, new in pairs if not reworded(old, new)]
     assert not same, same

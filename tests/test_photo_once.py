@@ -23,8 +23,13 @@ def _jpeg(colour: tuple[int, int, int], size: tuple[int, int] = (120, 90)) -> by
 
 
 def _image_urls(body: dict) -> list[str]:
-    return [p["image_url"]["url"] for m in body["messages"] if isinstance(m.get("content"), list)
-            for p in m["content"] if p.get("type") == "image_url"]
+    return [
+        p["image_url"]["url"]
+        for m in body["messages"]
+        if isinstance(m.get("content"), list)
+        for p in m["content"]
+        if p.get("type") == "image_url"
+    ]
 
 
 def _counting_encoder(monkeypatch) -> list[int]:
@@ -44,8 +49,16 @@ def test_every_model_call_of_a_turn_sends_the_same_photo_encoded_once(monkeypatc
     photo, info = prepare(*load_image(_jpeg((200, 30, 30))), egocentric=True)
     with FakeOpenAIServer(responder=respond) as srv:
         agent = make_agent(make_model_policy(f"openai:{srv.base_url}#fake-vlm"), KGSearch(), budget_s=20)
-        tr = agent.run_turn(TurnInput(task=2, session_id="s", interaction_id="i", question="who makes this rocket?",
-                                      image=photo, image_info=info))
+        tr = agent.run_turn(
+            TurnInput(
+                task=2,
+                session_id="s",
+                interaction_id="i",
+                question="who makes this rocket?",
+                image=photo,
+                image_info=info,
+            )
+        )
         sent = list(srv.requests)
     assert [s.tool for s in tr.tool_calls()] == ["image_search", "web_search"]
     assert len(sent) == 4  # three decisions and the self-check
@@ -95,14 +108,29 @@ def test_request_bodies_are_serialised_exactly_as_json_dumps():
     url = vlm_base.image_to_data_url(Image.new("RGB", (300, 200), (5, 6, 7)))
     image = {"type": "image_url", "image_url": {"url": url, "detail": "auto"}}
     bodies = [
-        {"model": "m", "messages": [{"role": "system", "content": "s"},
-                                    {"role": "user", "content": [image, {"type": "text", "text": "q \u00e9 \"x\""}]},
-                                    {"role": "user", "content": [image]}], "max_tokens": 5},
+        {
+            "model": "m",
+            "messages": [
+                {"role": "system", "content": "s"},
+                {"role": "user", "content": [image, {"type": "text", "text": 'q \u00e9 "x"'}]},
+                {"role": "user", "content": [image]},
+            ],
+            "max_tokens": 5,
+        },
         {"model": "m", "messages": [{"role": "user", "content": "no image"}]},
         {"model": "m", "messages": [{"role": "user", "content": [image, {"type": "text", "text": "\0image0\0"}]}]},
         {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "\0image0\0"}, image]}]},
-        {"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {
-            "url": "data:image/jpeg;base64," + "A" * 5000 + "\"\\"}}]}]},
+        {
+            "model": "m",
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64," + "A" * 5000 + '"\\'}}
+                    ],
+                }
+            ],
+        },
     ]
     for body in bodies:
         assert dumps_body(body) == json.dumps(body)

@@ -162,6 +162,7 @@ def with_module(module: str) -> AgentConfig:
 
 # ---- (a) a unit converter with a capability of its own ------------------------------------------------------
 
+
 def test_a_converter_with_a_new_capability_is_called_and_answers(plugin):
     config = with_module(plugin("length_plugin", LENGTH_CONVERTER))
     tr = ask("what is that in feet?", history=[("how tall is this lighthouse?", "31 meters")], config=config)
@@ -169,11 +170,14 @@ def test_a_converter_with_a_new_capability_is_called_and_answers(plugin):
     assert call.arguments == {"value": 31.0, "from_unit": "m", "to_unit": "ft"} and call.error is None
     assert call.capabilities == ["converts_length"]
     assert tr.answer == "101.7 ft"
-    assert ask("how many feet tall is this lighthouse?", config=config).answer == "101.7 ft"  # the quantity from the web
+    assert (
+        ask("how many feet tall is this lighthouse?", config=config).answer == "101.7 ft"
+    )  # the quantity from the web
     assert ask("what is that in feet?", history=[("how tall is this lighthouse?", "31 meters")]).answer == IDK
 
 
 # ---- (b) a currency converter: new capability, new answer unit ------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def zephyr():
@@ -215,6 +219,7 @@ def test_without_a_converter_a_price_in_dollars_does_not_answer_a_question_in_eu
 
 # ---- (c) an image captioner ---------------------------------------------------------------------------------
 
+
 def test_the_planner_answers_from_a_captioners_fact_when_no_match_is_confident(plugin):
     config = with_module(plugin("caption_plugin", CAPTIONER))
     tr = ask("what is this?", FakeSearch(score=0.4), config=config)  # no confident image match
@@ -228,10 +233,14 @@ def test_the_planner_answers_from_a_captioners_fact_when_no_match_is_confident(p
 
 # ---- (d) a new web search, exported as SuperGlasses "Text Search" ---------------------------------------------
 
+
 def test_a_new_search_tool_is_exported_as_text_search_from_its_capability(plugin):
     config = with_module(plugin("almanac_plugin", SEARCH))
-    tr = ask("when was this lighthouse painted white?", FakeSearch(pages={k: PAGES[k] for k in ("port-aven",)}),
-             config=config)
+    tr = ask(
+        "when was this lighthouse painted white?",
+        FakeSearch(pages={k: PAGES[k] for k in ("port-aven",)}),
+        config=config,
+    )
     call = next(s for s in tr.tool_calls() if s.tool == "almanac_search")
     assert call.search == "text"
     assert tr.answer == "1901"

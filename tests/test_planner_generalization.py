@@ -21,38 +21,55 @@ from tools.base import HistoryTurn
 # ---- canonical form ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("asked,direct", [
-    ("name this statue", "what is this statue?"),
-    ("Could you tell me how old this bridge is?", "how old is this bridge?"),
-    ("do you know where these shells were collected?", "where were these shells collected?"),
-    ("Which mountain am I standing on?", "Which mountain is this?"),
-    ("How wide is the river I'm looking at?", "How wide is this river?"),
-    ("This statue was carved by whom?", "by whom was this statue carved?"),
-    ("This bridge crosses which river?", "which river this bridge crosses?"),
-    ("This ferry, who runs it?", "who runs this ferry?"),
-    ("Tell me the depth of this lake.", "what is the depth of this lake?"),
-    ("What's the total number of arches on this bridge?", "how many arches on this bridge?"),
-    ("Was the painter born before the bridge was finished, or after?",
-     "Was the painter born before or after the bridge was finished?"),
-    ("what kind of bird might this be?", "what kind of bird is this?"),
-    ("what about its width?", "what is its width?"),
-    ("and the architect?", "who is the architect?"),
-    ("Who painted the mural in this photo?", "Who painted this mural?"),
-])
+@pytest.mark.parametrize(
+    "asked,direct",
+    [
+        ("name this statue", "what is this statue?"),
+        ("Could you tell me how old this bridge is?", "how old is this bridge?"),
+        ("do you know where these shells were collected?", "where were these shells collected?"),
+        ("Which mountain am I standing on?", "Which mountain is this?"),
+        ("How wide is the river I'm looking at?", "How wide is this river?"),
+        ("This statue was carved by whom?", "by whom was this statue carved?"),
+        ("This bridge crosses which river?", "which river this bridge crosses?"),
+        ("This ferry, who runs it?", "who runs this ferry?"),
+        ("Tell me the depth of this lake.", "what is the depth of this lake?"),
+        ("What's the total number of arches on this bridge?", "how many arches on this bridge?"),
+        (
+            "Was the painter born before the bridge was finished, or after?",
+            "Was the painter born before or after the bridge was finished?",
+        ),
+        ("what kind of bird might this be?", "what kind of bird is this?"),
+        ("what about its width?", "what is its width?"),
+        ("and the architect?", "who is the architect?"),
+        ("Who painted the mural in this photo?", "Who painted this mural?"),
+    ],
+)
 def test_surface_variants_read_as_one_direct_question(asked, direct):
     assert canonical(asked) == direct
 
 
 def test_a_direct_question_is_left_as_it_is():
-    for q in ("on which day of the week is this market held?", "what is the name of this bridge?",
-              "which constellation is this image of?", "how many arches does this bridge have?"):
+    for q in (
+        "on which day of the week is this market held?",
+        "what is the name of this bridge?",
+        "which constellation is this image of?",
+        "how many arches does this bridge have?",
+    ):
         assert canonical(q) == q
 
 
-@pytest.mark.parametrize("question", [
-    "what animal could this be?", "I'd like to know what this is", "name this statue", "what object is this?",
-    "which monument am I facing?", "do you know who this is?", "Which launch pad is this?",
-])
+@pytest.mark.parametrize(
+    "question",
+    [
+        "what animal could this be?",
+        "I'd like to know what this is",
+        "name this statue",
+        "what object is this?",
+        "which monument am I facing?",
+        "do you know who this is?",
+        "Which launch pad is this?",
+    ],
+)
 def test_recognition_however_it_is_asked(question):
     assert classify(canonical(question), has_image=True) == "recognition"
 
@@ -64,16 +81,24 @@ def test_a_property_of_the_pictured_thing_is_not_recognition():
 
 # ---- answer types from the wh-word and the head noun ---------------------------------------------------
 
-@pytest.mark.parametrize("question,kind,dimension", [
-    ("what is the height of this mast?", "quantity", "length"),
-    ("what's the elevation gain of this path?", "quantity", "length"),
-    ("what is the weight of this bell?", "quantity", "mass"),
-    ("what is the admission fee of this gallery?", "money", None),
-    ("what does a ticket for this ride cost?", "money", None),
-    ("which year was this mill restored?", "year", None),
-    ("what unit is used to measure how tall this horse is?", "text", None),  # the head noun, not the embedded clause
-    ("by whom was this statue carved?", "person", None),
-])
+
+@pytest.mark.parametrize(
+    "question,kind,dimension",
+    [
+        ("what is the height of this mast?", "quantity", "length"),
+        ("what's the elevation gain of this path?", "quantity", "length"),
+        ("what is the weight of this bell?", "quantity", "mass"),
+        ("what is the admission fee of this gallery?", "money", None),
+        ("what does a ticket for this ride cost?", "money", None),
+        ("which year was this mill restored?", "year", None),
+        (
+            "what unit is used to measure how tall this horse is?",
+            "text",
+            None,
+        ),  # the head noun, not the embedded clause
+        ("by whom was this statue carved?", "person", None),
+    ],
+)
 def test_the_head_noun_says_what_kind_of_answer_is_wanted(question, kind, dimension):
     spec = expected_answer(question)
     assert (spec.kind, spec.dimension) == (kind, dimension)
@@ -122,11 +147,19 @@ def test_answer_spans_hold_to_the_type():
     assert answer_span("The Ostrava Trust restored the cutter in 1990.", where, "where is the cutter kept?") is None
     assert answer_span("The cutter is kept at Brill Harbour.", where, "where is the cutter kept?") == "Brill Harbour"
     who = ExpectedAnswer(kind="person")
-    assert answer_span("The map was drawn by Ines Vale and Tomas Ruiz in 1821.", who,
-                       "who drew the map?") == "Ines Vale and Tomas Ruiz"
+    assert (
+        answer_span("The map was drawn by Ines Vale and Tomas Ruiz in 1821.", who, "who drew the map?")
+        == "Ines Vale and Tomas Ruiz"
+    )
     named = ExpectedAnswer(kind="text", noun="engine")
-    assert answer_span("Vale joined the Bristol Engine Works, where she tuned the Kestrel Mark II engine.", named,
-                       "what was her first engine called?") == "the Kestrel Mark II engine"
+    assert (
+        answer_span(
+            "Vale joined the Bristol Engine Works, where she tuned the Kestrel Mark II engine.",
+            named,
+            "what was her first engine called?",
+        )
+        == "the Kestrel Mark II engine"
+    )
 
 
 # ---- the planner on look-alikes and near misses -----------------------------------------------------------
@@ -136,9 +169,15 @@ KG = {
     "Gull Point Lighthouse": {"category": "lighthouse", "county": "westmark", "keeper": "tom birch"},
 }
 PAGES = {
-    "harbor-lighthouse": ("Harbor Lighthouse", "The Harbor Lighthouse stands on the north pier of Port Aven. A guided "
-                          "tour costs $5 for adults. Ada Morrow, its first keeper, kept a logbook for thirty years."),
-    "keepers-guide": ("The lighthouse keepers' guide", "The keepers' guide was written by Ada Morrow and has 96 pages."),
+    "harbor-lighthouse": (
+        "Harbor Lighthouse",
+        "The Harbor Lighthouse stands on the north pier of Port Aven. A guided "
+        "tour costs $5 for adults. Ada Morrow, its first keeper, kept a logbook for thirty years.",
+    ),
+    "keepers-guide": (
+        "The lighthouse keepers' guide",
+        "The keepers' guide was written by Ada Morrow and has 96 pages.",
+    ),
 }
 
 
@@ -152,13 +191,21 @@ class LookAlikes:
 
     def image_search(self, image, k=5):
         second = 0.95 if self.tie else 0.7
-        return [{"index": i, "score": s, "url": f"https://kg.test/{i}",
-                 "entities": [{"entity_name": n, "entity_attributes": KG[n]}]}
-                for i, (n, s) in enumerate([("Harbor Lighthouse", 0.95), ("Gull Point Lighthouse", second)])]
+        return [
+            {
+                "index": i,
+                "score": s,
+                "url": f"https://kg.test/{i}",
+                "entities": [{"entity_name": n, "entity_attributes": KG[n]}],
+            }
+            for i, (n, s) in enumerate([("Harbor Lighthouse", 0.95), ("Gull Point Lighthouse", second)])
+        ]
 
     def web_search(self, query, k=5):
-        return [{"index": i, "score": 0.8 - 0.1 * i, "page_name": t, "page_url": f"https://web.test/{s}",
-                 "page_snippet": c} for i, (s, (t, c)) in enumerate(PAGES.items())]
+        return [
+            {"index": i, "score": 0.8 - 0.1 * i, "page_name": t, "page_url": f"https://web.test/{s}", "page_snippet": c}
+            for i, (s, (t, c)) in enumerate(PAGES.items())
+        ]
 
     def get_page(self, url):
         return PAGES[url.rsplit("/", 1)[-1]][1]
@@ -170,8 +217,9 @@ BLANK = Image.new("RGB", (96, 96), (40, 90, 160))
 def ask(question, search, photo=BLANK, history=(), task=2):
     agent = build_agent(AgentConfig(warm_up=False), search=search, task=task)
     hist = [HistoryTurn(question=q, answer=a, entity="Harbor Lighthouse") for q, a in history]
-    return agent.run_turn(TurnInput(task=task, session_id="g", interaction_id="g-0", question=question, image=photo,
-                                    history=hist))
+    return agent.run_turn(
+        TurnInput(task=task, session_id="g", interaction_id="g-0", question=question, image=photo, history=hist)
+    )
 
 
 def test_tied_look_alikes_are_told_apart_by_the_text_in_the_photo():

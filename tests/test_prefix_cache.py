@@ -21,6 +21,7 @@ from glasses_rag.testing.tiny_models import save_tiny_gemma3
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+
 @pytest.fixture(scope="module")
 def gemma_dir(tmp_path_factory):
     return save_tiny_gemma3(tmp_path_factory.mktemp("tiny_gemma3"))
@@ -39,8 +40,11 @@ def _turn(n_steps: int) -> list[list[dict]]:
     out = []
     for i in range(n_steps):
         out.append([*msgs, {"role": "user", "content": f"Budget left: {n_steps - i} calls. Decide."}])
-        msgs = [*msgs, {"role": "assistant", "content": f'{{"tool": "web_search", "q": "step {i}"}}'},
-                {"role": "user", "content": f"Result {i}: the Eiffel Tower is 330 m tall (source {i})."}]
+        msgs = [
+            *msgs,
+            {"role": "assistant", "content": f'{{"tool": "web_search", "q": "step {i}"}}'},
+            {"role": "user", "content": f"Result {i}: the Eiffel Tower is 330 m tall (source {i})."},
+        ]
     return out
 
 
@@ -66,19 +70,46 @@ def test_outputs_are_identical_with_and_without_the_cache_and_the_cache_is_hit(g
 def test_structured_decisions_are_identical_with_the_cache(gemma_dir):
     """Under the decision grammar (xgrammar) the cache changes nothing either."""
     pytest.importorskip("xgrammar")
-    tools = [ToolSpec(name="web_search", signature="web_search(query: str)", description="search the web",
-                      json_schema={"type": "function", "function": {"name": "web_search", "parameters": {
-                          "type": "object", "properties": {"query": {"type": "string", "maxLength": 40}},
-                          "required": ["query"]}}})]
-    view = PolicyView(question="What is the tallest tower in Paris?", task=1, tools=tools, remaining_steps=3,
-                      remaining_s=9.0, has_image=False)
+    tools = [
+        ToolSpec(
+            name="web_search",
+            signature="web_search(query: str)",
+            description="search the web",
+            json_schema={
+                "type": "function",
+                "function": {
+                    "name": "web_search",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"query": {"type": "string", "maxLength": 40}},
+                        "required": ["query"],
+                    },
+                },
+            },
+        )
+    ]
+    view = PolicyView(
+        question="What is the tallest tower in Paris?",
+        task=1,
+        tools=tools,
+        remaining_steps=3,
+        remaining_s=9.0,
+        has_image=False,
+    )
     replies = []
     for mb in (64, 0):
         policy = ModelPolicy(_backend(gemma_dir, mb), max_tokens=48)
         with collect_model_calls() as calls:
-            replies.append([policy.request("decide", policy.prompts.ask(policy.prompts.transcript(view, None, "json"),
-                                                                        f"Decide ({i})."),
-                                           schema=_schema(view)).text for i in range(3)])
+            replies.append(
+                [
+                    policy.request(
+                        "decide",
+                        policy.prompts.ask(policy.prompts.transcript(view, None, "json"), f"Decide ({i})."),
+                        schema=_schema(view),
+                    ).text
+                    for i in range(3)
+                ]
+            )
         assert all(c.mode == "structured" for c in calls)
         if mb:
             assert [c.cached_tokens for c in calls][1:] and all(c.cached_tokens for c in calls[1:])
@@ -133,8 +164,10 @@ def test_concurrent_calls_give_the_same_outputs(gemma_dir):
     prompts = _turn(3)
     want = [plain.complete(m, max_tokens=12).text for m in prompts]
     got: dict[int, str] = {}
-    threads = [threading.Thread(target=lambda i=i: got.__setitem__(i, cached.complete(prompts[i], max_tokens=12).text))
-               for i in range(len(prompts))]
+    threads = [
+        threading.Thread(target=lambda i=i: got.__setitem__(i, cached.complete(prompts[i], max_tokens=12).text))
+        for i in range(len(prompts))
+    ]
     for t in threads:
         t.start()
     for t in threads:

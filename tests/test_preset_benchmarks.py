@@ -28,8 +28,9 @@ def test_per_question_scores_average_to_the_official_figures():
 
 def test_change_pairs_questions_and_ignores_those_only_one_side_ran():
     full = Row(label="full", flags={"a#0": (True, False), "b#0": (False, True), "c#0": (False, False)})
-    row = Row(label="row", flags={"a#0": (True, False), "b#0": (True, False), "c#0": (False, True),
-                                  "z#0": (True, False)})
+    row = Row(
+        label="row", flags={"a#0": (True, False), "b#0": (True, False), "c#0": (False, True), "z#0": (True, False)}
+    )
     acc, tru = change(full, row, "accuracy"), change(full, row, "truthfulness")
     assert acc.n == tru.n == 3  # z#0 has no partner
     assert acc.delta == pytest.approx(1 / 3)  # differences 0, +1, 0
@@ -52,8 +53,9 @@ def test_paired_bootstrap_by_hand_and_reproducible():
     # 97.5th percentiles of 2,000 resample means are 0 and 1
     two = paired_bootstrap(np.array([0.0, 1.0]))
     assert (two.delta, two.low, two.high) == (0.5, 0.0, 1.0)
-    assert paired_bootstrap(np.array([1.0, 0.0, -1.0, 1.0, 1.0])) == paired_bootstrap(np.array([1.0, 0.0, -1.0, 1.0,
-                                                                                              1.0]))  # seed fixed
+    assert paired_bootstrap(np.array([1.0, 0.0, -1.0, 1.0, 1.0])) == paired_bootstrap(
+        np.array([1.0, 0.0, -1.0, 1.0, 1.0])
+    )  # seed fixed
     assert paired_bootstrap(np.array([])).n == 0
 
 
@@ -73,8 +75,19 @@ def test_presets_command_runs_side_by_side_and_resumes(tmp_path, demo_env, capsy
     from benchmarks.presets import main
     from traces.viewer import render_run
 
-    argv = ["--task", "2", "--limit", "2", "--presets", "superlens,no-retrieval", "--out", str(tmp_path),
-            "--run-id", "bench", "--no-progress"]
+    argv = [
+        "--task",
+        "2",
+        "--limit",
+        "2",
+        "--presets",
+        "superlens,no-retrieval",
+        "--out",
+        str(tmp_path),
+        "--run-id",
+        "bench",
+        "--no-progress",
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     for name in ("superlens", "no-retrieval"):
@@ -113,9 +126,17 @@ def test_ablate_command_prints_a_table_4_style_table(tmp_path, demo_env, capsys)
     argv = ["--preset", "superlens", "--task", "2", "--limit", "2", "--out", str(tmp_path), "--run-id", "abl"]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    for line in ("superlens (full)", "A. No Retrieval", "w/o Search", "B. Mandatory Retrieval",
-                 "C. Demand-Adaptive Retrieval", "w/o Demand-Adaptive Answerer", "paired bootstrap",
-                 "Extra (not in the paper's table): each module off", "w/o Multimodal Reranker (reranker)"):
+    for line in (
+        "superlens (full)",
+        "A. No Retrieval",
+        "w/o Search",
+        "B. Mandatory Retrieval",
+        "C. Demand-Adaptive Retrieval",
+        "w/o Demand-Adaptive Answerer",
+        "paired bootstrap",
+        "Extra (not in the paper's table): each module off",
+        "w/o Multimodal Reranker (reranker)",
+    ):
         assert line in out
     from glasses_rag.policies.presets import load_preset
 
@@ -127,12 +148,19 @@ def test_ablate_command_prints_a_table_4_style_table(tmp_path, demo_env, capsys)
     rows = table["rows"]
     assert rows[0]["setting"] == "superlens (full)" and rows[0]["accuracy_change"]["delta"] == 0.0
     assert all(r["run"]["n"] == 2 and r["accuracy_change"]["n"] == 2 for r in rows)
-    assert {r["group"] for r in rows} == {"", "A. No Retrieval", "B. Mandatory Retrieval", "C. Demand-Adaptive Retrieval",
-                                          "Extra (not in the paper's table): each module off",
-                                          "Extra (not in the paper's table): each tool removed"}
+    assert {r["group"] for r in rows} == {
+        "",
+        "A. No Retrieval",
+        "B. Mandatory Retrieval",
+        "C. Demand-Adaptive Retrieval",
+        "Extra (not in the paper's table): each module off",
+        "Extra (not in the paper's table): each tool removed",
+    }
     no_search = next(r for r in rows if r["group"] == "A. No Retrieval")
-    assert not any(t.tool_calls() and {"image_search", "web_search"} & {s.tool for s in t.tool_calls()}
-                   for t in _traces(Path(no_search["run"]["run_dir"])))
+    assert not any(
+        t.tool_calls() and {"image_search", "web_search"} & {s.tool for s in t.tool_calls()}
+        for t in _traces(Path(no_search["run"]["run_dir"]))
+    )
     assert main(argv) == 0  # resumed: the rows' turns are read back
     run = json.loads((tmp_path / "abl" / "full" / "run.json").read_text())
     assert run["turns"] == run["resumed_turns"] == 2
@@ -145,9 +173,30 @@ def test_presets_command_counts_model_calls_and_tokens_with_a_model(tmp_path, de
     from glasses_rag.testing.fake_model_server import FakeOpenAIServer
 
     with FakeOpenAIServer(responder=Model()) as srv:  # every reply: 10 prompt + 5 completion tokens
-        assert main(["--task", "2", "--limit", "1", "--presets", "superlens,unsw-verify", "--out", str(tmp_path),
-                     "--run-id", "m", "--no-progress", "--model", f"openai:{srv.base_url}#fake-vlm",
-                     "--budget", "30", "--no-chart", "--same-process"]) == 0
+        assert (
+            main(
+                [
+                    "--task",
+                    "2",
+                    "--limit",
+                    "1",
+                    "--presets",
+                    "superlens,unsw-verify",
+                    "--out",
+                    str(tmp_path),
+                    "--run-id",
+                    "m",
+                    "--no-progress",
+                    "--model",
+                    f"openai:{srv.base_url}#fake-vlm",
+                    "--budget",
+                    "30",
+                    "--no-chart",
+                    "--same-process",
+                ]
+            )
+            == 0
+        )
     rows = {r["label"]: r for r in json.loads((tmp_path / "m" / "presets.json").read_text())["presets"]}
     # superlens: domain router, direct answer, search router, decoupler, answer; unsw: router, summary, answer + 3
     assert rows["superlens"]["model_calls_per_turn"] == 5 and rows["superlens"]["tokens_per_turn"] == 75

@@ -27,17 +27,25 @@ class ManyPages(KGSearch):
     name = "many-pages"
 
     def web_search(self, query, k=5):
-        return [{"page_url": f"https://w/{i}", "page_name": f"page-{i:02d}", "score": 0.9 - i / 100,
-                 "page_snippet": f"page-{i:02d} says SpaceX manufactures the Falcon 9. " + "filler text " * 150}
-                for i in range(min(k, 50))]
+        return [
+            {
+                "page_url": f"https://w/{i}",
+                "page_name": f"page-{i:02d}",
+                "score": 0.9 - i / 100,
+                "page_snippet": f"page-{i:02d} says SpaceX manufactures the Falcon 9. " + "filler text " * 150,
+            }
+            for i in range(min(k, 50))
+        ]
 
 
 def answer_request(preset: str) -> tuple[str, object]:
     with F(responder=ScriptedModel()) as srv:
-        config = AgentConfig(preset=preset, policy=f"openai:{srv.base_url}#fake-vlm", warm_up=False,
-                             budget=BudgetConfig(budget_s=60))
-        tr = build_agent(config, search=ManyPages(), run_id="t").run_turn(TurnInput(
-            task=2, session_id="s", interaction_id="i", question=QUESTION, image=Image.new("RGB", (64, 48))))
+        config = AgentConfig(
+            preset=preset, policy=f"openai:{srv.base_url}#fake-vlm", warm_up=False, budget=BudgetConfig(budget_s=60)
+        )
+        tr = build_agent(config, search=ManyPages(), run_id="t").run_turn(
+            TurnInput(task=2, session_id="s", interaction_id="i", question=QUESTION, image=Image.new("RGB", (64, 48)))
+        )
         bodies = [json.dumps(r) for r in srv.requests]
     return next(b for b in bodies if "No more tool calls" in b), tr
 
@@ -87,9 +95,18 @@ def test_budgets_count_with_the_backends_tokenizer_and_cut_the_last_item():
     cut = cut_hit(page, 11, counter)
     assert cut is not None and counter.count(cut.text()) == 11
     kg = Hit(source="image_kg", score=0.9, entity_name="E", attributes={"a": "x y", "b": "z " * 50})
-    view = PolicyView(task=2, question="q", has_image=True, tools=[], remaining_steps=1, remaining_s=1.0, done=[
-        StepSummary(tool="image_search", update={"evidence": [kg]}),
-        StepSummary(tool="web_search", update={"evidence": [page, page]})])
+    view = PolicyView(
+        task=2,
+        question="q",
+        has_image=True,
+        tools=[],
+        remaining_steps=1,
+        remaining_s=1.0,
+        done=[
+            StepSummary(tool="image_search", update={"evidence": [kg]}),
+            StepSummary(tool="web_search", update={"evidence": [page, page]}),
+        ],
+    )
     seen, report = answer_view(view, ContextSpec(follows="x", image_tokens=10, web_tokens=150), counter)
     assert report.tokens == {"image": 10, "web": 150} and report.items == 3 and not report.reranked
     assert [len(s.update["evidence"]) for s in seen.done] == [1, 2]

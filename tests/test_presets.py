@@ -33,8 +33,9 @@ KG = KGAndPageSearch  # one image-KG entity and one web page: enough for every p
 
 
 def turn(question: str = QUESTION) -> TurnInput:
-    return TurnInput(task=2, session_id="s", interaction_id="i", question=question,
-                     image=Image.new("RGB", (64, 48), (200, 30, 30)))
+    return TurnInput(
+        task=2, session_id="s", interaction_id="i", question=question, image=Image.new("RGB", (64, 48), (200, 30, 30))
+    )
 
 
 def make_agent(preset: str, model: str = "rule", budget_s: float = 10.0):
@@ -85,9 +86,11 @@ def test_unknown_and_malformed_presets_are_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="unknown preset 'superlenz'"):
         load_preset("superlenz")
     bad = tmp_path / "bad.yaml"
-    bad.write_text("name: bad\ntitle: t\npaper: p\nsummary: s\npolicy: pipeline\nanswer: {follows: x}\n"
-                   "verification: {mode: none, follows: x}\nsteps:\n"
-                   "  - {id: a, module: A, follows: x, route: unsw-route, tools: [web_search]}\n")
+    bad.write_text(
+        "name: bad\ntitle: t\npaper: p\nsummary: s\npolicy: pipeline\nanswer: {follows: x}\n"
+        "verification: {mode: none, follows: x}\nsteps:\n"
+        "  - {id: a, module: A, follows: x, route: unsw-route, tools: [web_search]}\n"
+    )
     with pytest.raises(ValueError, match="either `route` or `tools`"):
         load_preset(bad)
     with pytest.raises(ValueError, match="does not exist"):
@@ -152,8 +155,13 @@ def test_superlens_follows_figure_4_detector_and_decoupler_then_both_lenses_then
     assert calls["image_search"].arguments["use_crop"] is True  # the image lens searches the detected region
     web = calls["web_search"]
     assert web.arguments["query"] == web.sub_question == "Who manufactures the Falcon 9?"  # one per sub-query
-    assert calls["reranker"].arguments == {"query": QUESTION, "image_weight": 0.4, "min_score": 0.6, "top_k": 10,
-                                           "dynamic": False}
+    assert calls["reranker"].arguments == {
+        "query": QUESTION,
+        "image_weight": 0.4,
+        "min_score": 0.6,
+        "top_k": 10,
+        "dynamic": False,
+    }
     first = tr.tool_calls()[0]
     # routing first: Figure 14's domain, Figure 15's direct answer, then the search router
     assert [c.purpose for c in first.model_calls] == ["superlens-domain", "superlens-demand", "superlens-search"]
@@ -164,8 +172,14 @@ def test_superlens_follows_figure_4_detector_and_decoupler_then_both_lenses_then
 
 
 def test_superlens_demand_adaptive_answerer_answers_directly_or_retrieves_one_lens():
-    direct = Model(Domain_of_the_question={
-        "reasoning": "a Falcon 9 is made by SpaceX", "answer": "SpaceX", "confidence": 0.8, "needs_retrieval": False})
+    direct = Model(
+        Domain_of_the_question={
+            "reasoning": "a Falcon 9 is made by SpaceX",
+            "answer": "SpaceX",
+            "confidence": 0.8,
+            "needs_retrieval": False,
+        }
+    )
     with F(responder=direct) as srv:
         tr = make_agent("superlens", f"openai:{srv.base_url}#fake-vlm", budget_s=30).run_turn(turn())
         domain, answer = (json.dumps(r) for r in srv.requests)
@@ -180,12 +194,17 @@ def test_superlens_without_its_demand_router_always_retrieves(tmp_path):
     data = load_preset("superlens").model_dump(mode="json", exclude_defaults=True)
     variant = tmp_path / "superlens-mandatory.yaml"
     variant.write_text(json.dumps({**data, "disabled": ["demand_router"]}))  # JSON is YAML
-    direct = Model(Domain_of_the_question={"reasoning": "r", "answer": "SpaceX",
-                                                               "confidence": 0.8, "needs_retrieval": False})
+    direct = Model(
+        Domain_of_the_question={"reasoning": "r", "answer": "SpaceX", "confidence": 0.8, "needs_retrieval": False}
+    )
     with F(responder=direct) as srv:
         agent = make_agent(str(variant), f"openai:{srv.base_url}#fake-vlm", budget_s=30)
         tr = agent.run_turn(turn())
-    assert "superlens-demand" not in purposes(tr) and "superlens-domain" not in purposes(tr) and rounds(tr)[0] == ["detect_crop", "query_decoupler"]
+    assert (
+        "superlens-demand" not in purposes(tr)
+        and "superlens-domain" not in purposes(tr)
+        and rounds(tr)[0] == ["detect_crop", "query_decoupler"]
+    )
     assert "removed (ablation)" in tr.tool_calls()[0].rationale and "without demand_router" in tr.policy
 
 
@@ -235,9 +254,17 @@ def test_no_retrieval_calls_no_tool_with_a_model():
 # ---- the presets' own self-checks ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("context,consistent,s_cov,keep", [
-    (True, True, 0.9, True), (True, True, 0.89, False), (True, False, 1.0, False),
-    (False, True, 1.0, True), (False, True, 0.95, False), (False, False, 1.0, False)])
+@pytest.mark.parametrize(
+    "context,consistent,s_cov,keep",
+    [
+        (True, True, 0.9, True),
+        (True, True, 0.89, False),
+        (True, False, 1.0, False),
+        (False, True, 1.0, True),
+        (False, True, 0.95, False),
+        (False, False, 1.0, False),
+    ],
+)
 def test_unsw_algorithm_1(context, consistent, s_cov, keep):
     v = algorithm_1(context, consistent, s_cov, 0.9, 1.0, "SpaceX", "m")
     assert v.supported is keep and v.confidence == s_cov
@@ -260,18 +287,33 @@ def test_superlens_on_superglasses_uses_the_open_web_lenses_and_reads_the_pages(
     from graph.config import ToolsConfig
 
     with FixtureWeb(image_dir=tmp_path / "img") as w, F(responder=Model()) as srv:
-        w.pages["f9"] = ("text/html; charset=utf-8", article("Falcon 9", [
-            "Falcon 9 is a reusable rocket.", "It is manufactured by SpaceX in Hawthorne, California."]))
+        w.pages["f9"] = (
+            "text/html; charset=utf-8",
+            article(
+                "Falcon 9", ["Falcon 9 is a reusable rocket.", "It is manufactured by SpaceX in Hawthorne, California."]
+            ),
+        )
         w.web["Who manufactures the Falcon 9?"] = organic(("Falcon 9", w.page_url("f9"), "Falcon 9 by SpaceX."))
-        w.lens = {"search_metadata": {"status": "Success"},
-                  "knowledge_graph": [{"title": "Falcon 9", "subtitle": "Rocket", "link": w.page_url("f9")}]}
+        w.lens = {
+            "search_metadata": {"status": "Success"},
+            "knowledge_graph": [{"title": "Falcon 9", "subtitle": "Rocket", "link": w.page_url("f9")}],
+        }
         use_fixture_web(monkeypatch, w, tmp_path / "cache", tmp_path / "img")
-        config = AgentConfig(preset="superlens", policy=f"openai:{srv.base_url}#fake-vlm", warm_up=False,
-                             tools=ToolsConfig(profile="superglasses"), budget=BudgetConfig(budget_s=30))
+        config = AgentConfig(
+            preset="superlens",
+            policy=f"openai:{srv.base_url}#fake-vlm",
+            warm_up=False,
+            tools=ToolsConfig(profile="superglasses"),
+            budget=BudgetConfig(budget_s=30),
+        )
         tr = build_agent(config, search=NullSearch(), run_id="sg").run_turn(turn())
         open_web.reset_open_web()
-    assert rounds(tr) == [["detect_crop", "query_decoupler"], ["google_lens", "google_search"], ["read_webpage"],
-                          ["reranker"]]
+    assert rounds(tr) == [
+        ["detect_crop", "query_decoupler"],
+        ["google_lens", "google_search"],
+        ["read_webpage"],
+        ["reranker"],
+    ]
     assert not tr.error_kinds() and tr.answer == "SpaceX"
     read = next(s for s in tr.tool_calls() if s.tool == "read_webpage")
     assert read.arguments["max_pages"] == 10 and any("Hawthorne" in (r.snippet or "") for r in read.results)
@@ -282,12 +324,23 @@ def test_superlens_on_superglasses_uses_the_open_web_lenses_and_reads_the_pages(
 def test_mmrag_baseline_keeps_image_hits_under_0_75_out_of_the_answer_context():
     class TwoMatches(KG):
         def image_search(self, image, k=5):
-            return [*super().image_search(image, k), {"index": 1, "score": 0.5, "url": "https://kg/1", "entities": [
-                {"entity_name": "Saturn V", "entity_attributes": {"manufacturer": "Boeing"}}]}]
+            return [
+                *super().image_search(image, k),
+                {
+                    "index": 1,
+                    "score": 0.5,
+                    "url": "https://kg/1",
+                    "entities": [{"entity_name": "Saturn V", "entity_attributes": {"manufacturer": "Boeing"}}],
+                },
+            ]
 
     with F(responder=Model()) as srv:
-        config = AgentConfig(preset="mmrag-baseline", policy=f"openai:{srv.base_url}#fake-vlm", warm_up=False,
-                             budget=BudgetConfig(budget_s=30))
+        config = AgentConfig(
+            preset="mmrag-baseline",
+            policy=f"openai:{srv.base_url}#fake-vlm",
+            warm_up=False,
+            budget=BudgetConfig(budget_s=30),
+        )
         tr = build_agent(config, search=TwoMatches(), run_id="t").run_turn(turn())
         bodies = [json.dumps(r) for r in srv.requests]
     assert {h.entity_name for h in tr.tool_calls()[0].results} == {"Falcon 9", "Saturn V"}  # both were found
@@ -300,8 +353,10 @@ def test_mmrag_baseline_keeps_image_hits_under_0_75_out_of_the_answer_context():
 
 def _preset_file(tmp_path, steps: str) -> Path:
     path = tmp_path / "mine.yaml"
-    path.write_text("name: mine\ntitle: t\npaper: p\nsummary: s\npolicy: pipeline\nanswer: {follows: x}\n"
-                    f"verification: {{mode: none, follows: x}}\nsteps:\n{steps}")
+    path.write_text(
+        "name: mine\ntitle: t\npaper: p\nsummary: s\npolicy: pipeline\nanswer: {follows: x}\n"
+        f"verification: {{mode: none, follows: x}}\nsteps:\n{steps}"
+    )
     return path
 
 
@@ -311,13 +366,15 @@ def test_a_misspelled_tool_or_router_is_a_one_line_error_naming_the_closest(tmp_
     typo = _preset_file(tmp_path, "  - {id: image, module: A, follows: x, tools: [image_serch]}\n")
     with pytest.raises(ValueError) as e:
         load_preset(typo)
-    assert "\n" not in str(e.value) and "step 'image': unknown tool 'image_serch' (did you mean 'image_search'?)" \
-        in str(e.value)
+    assert "\n" not in str(
+        e.value
+    ) and "step 'image': unknown tool 'image_serch' (did you mean 'image_search'?)" in str(e.value)
     router = _preset_file(tmp_path, "  - {id: r, module: R, follows: x, route: superlens-demnd}\n")
     with pytest.raises(ValueError) as e:
         load_preset(router)
-    assert "\n" not in str(e.value) and "unknown router 'superlens-demnd' (did you mean 'superlens-demand'?)" \
-        in str(e.value)
+    assert "\n" not in str(e.value) and "unknown router 'superlens-demnd' (did you mean 'superlens-demand'?)" in str(
+        e.value
+    )
     assert main([str(router)]) == 2 and "did you mean 'superlens-demand'" in capsys.readouterr().err
     good = _preset_file(tmp_path, "  - {id: image, module: A, follows: x, tools: [image_search]}\n")
     assert main([str(good)]) == 0 and "mine: t" in capsys.readouterr().out  # a file outside the bundled folder
@@ -335,8 +392,10 @@ def test_the_docs_example_preset_has_tools_on_crag_mm_and_on_superglasses(tmp_pa
     path = tmp_path / "example.yaml"
     path.write_text(example)
     preset = load_preset(path)
-    for profile, wanted in (("crag-mm", {"image_search", "web_search"}), ("superglasses", {"google_lens",
-                                                                                          "google_search"})):
+    for profile, wanted in (
+        ("crag-mm", {"image_search", "web_search"}),
+        ("superglasses", {"google_lens", "google_search"}),
+    ):
         config = apply_to_config(preset, AgentConfig(tools=ToolsConfig(profile=profile)))
         names = {t.name for t in default_registry().for_task(2, config.tools.allowed, profile)}
         assert wanted <= names, (profile, names)
@@ -457,7 +516,7 @@ def test_docs_stage_tables_match_the_logged_requests(name):
     sent = sent_in_order(tr)
     at = 0
     for _, labels, _ in table:  # each row's items, in any order among themselves, then the next row's
-        assert sorted(sent[at:at + len(labels)]) == sorted(labels), (name, sent, labels)
+        assert sorted(sent[at : at + len(labels)]) == sorted(labels), (name, sent, labels)
         at += len(labels)
     assert at == len(sent), (name, sent[at:])
     answer = next(s for s in tr.steps if s.node == "answer")
@@ -485,8 +544,13 @@ def test_image_search_crop_only_searches_a_detection_alone_and_a_heuristic_crop_
     photo = Image.new("RGB", (64, 48), (200, 30, 30))
     for method, searched in (("grounding-dino:tiny", [(20, 20)]), ("heuristic:saliency-crop", [(64, 48), (20, 20)])):
         sizes.clear()
-        ctx = ToolContext(task=2, question=QUESTION, image=photo, resources=Resources(Sizes(), ModelPaths()),
-                          crop=Box(x0=0, y0=0, x1=20, y1=20, label="rocket", method=method))
+        ctx = ToolContext(
+            task=2,
+            question=QUESTION,
+            image=photo,
+            resources=Resources(Sizes(), ModelPaths()),
+            crop=Box(x0=0, y0=0, x1=20, y1=20, label="rocket", method=method),
+        )
         tool, args = registry.validate(ToolCall(tool="image_search", arguments={"crop_only": True}), 2)
         out = tool.run(ctx, args)
         assert sizes == searched, method

@@ -11,14 +11,28 @@ from glasses_rag.policies.model.prompts import Prompts, prompt_profile
 from glasses_rag.policies.protocol import PolicyView, ToolSpec
 from glasses_rag.testing.fake_model_server import FakeOpenAIServer
 
-SEARCH = ToolSpec(name="web_search", signature='web_search(query: string, k: integer = 5)',
-                  description="Search the web for pages about the query. Returns titles and urls.",
-                  json_schema={"type": "function", "function": {"name": "web_search", "parameters": {
-                      "type": "object", "required": ["query"], "properties": {
-                          "query": {"type": "string", "description": "search keywords"},
-                          "k": {"type": "integer", "default": 5, "description": "how many pages"}}}}})
-VIEW = PolicyView(task=2, question="When was this built?", has_image=False, tools=[SEARCH], remaining_steps=3,
-                  remaining_s=9.0)
+SEARCH = ToolSpec(
+    name="web_search",
+    signature="web_search(query: string, k: integer = 5)",
+    description="Search the web for pages about the query. Returns titles and urls.",
+    json_schema={
+        "type": "function",
+        "function": {
+            "name": "web_search",
+            "parameters": {
+                "type": "object",
+                "required": ["query"],
+                "properties": {
+                    "query": {"type": "string", "description": "search keywords"},
+                    "k": {"type": "integer", "default": 5, "description": "how many pages"},
+                },
+            },
+        },
+    },
+)
+VIEW = PolicyView(
+    task=2, question="When was this built?", has_image=False, tools=[SEARCH], remaining_steps=3, remaining_s=9.0
+)
 
 
 def test_full_is_the_default_and_compact_is_shorter():
@@ -42,8 +56,11 @@ def test_an_unknown_profile_is_a_clear_error():
 def test_each_model_call_records_its_profile():
     with FakeOpenAIServer() as srv:
         for profile in ("compact", "full"):
-            srv.push(FakeOpenAIServer.text_reply('{"action": "answer", "answer": "1900", "confidence": 0.9, '
-                                                 '"entity": "x", "rationale": "r"}'))
+            srv.push(
+                FakeOpenAIServer.text_reply(
+                    '{"action": "answer", "answer": "1900", "confidence": 0.9, "entity": "x", "rationale": "r"}'
+                )
+            )
             policy = make_model_policy(f"openai:{srv.base_url}#fake-vlm", prompt_profile=profile)
             with collect_model_calls() as calls:
                 policy.decide(VIEW)

@@ -38,8 +38,10 @@ pytest.importorskip("accelerate")
 
 BUDGET_S = 20.0  # a loaded 2-core machine needs seconds per call; an idle one ends each turn in a few
 SLACK_S = 1.5  # turn-end bookkeeping beyond the budget
-RUN = ("import sys; from graph.run import main; from glasses_rag.core.calls import exit_process; "
-       "exit_process(main(sys.argv[1:]))")
+RUN = (
+    "import sys; from graph.run import main; from glasses_rag.core.calls import exit_process; "
+    "exit_process(main(sys.argv[1:]))"
+)
 
 
 @pytest.fixture(scope="module")
@@ -51,14 +53,37 @@ def gemma_gguf() -> Path:
     return path
 
 
-def _run_cli(tmp_path: Path, model_cfg: dict, *extra: str, timeout: float = 240, limit: int = 2,
-             tools: str = "ocr") -> tuple[subprocess.CompletedProcess, Path]:
+def _run_cli(
+    tmp_path: Path, model_cfg: dict, *extra: str, timeout: float = 240, limit: int = 2, tools: str = "ocr"
+) -> tuple[subprocess.CompletedProcess, Path]:
     cfg = tmp_path / "model.json"
     cfg.write_text(json.dumps(model_cfg))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "GLASSES_DEMO_DIR": str(ROOT / "data" / "demo")}
-    cmd = [sys.executable, "-c", RUN, "--task", "1", "--limit", str(limit), "--model-config", str(cfg),
-           *(["--tools", tools] if tools else []), "--max-steps", "1", "--self-check", "off", "--budget", str(BUDGET_S),
-           "--out", str(tmp_path), "--run-id", "real", "--no-progress", "--no-plot", *extra]
+    cmd = [
+        sys.executable,
+        "-c",
+        RUN,
+        "--task",
+        "1",
+        "--limit",
+        str(limit),
+        "--model-config",
+        str(cfg),
+        *(["--tools", tools] if tools else []),
+        "--max-steps",
+        "1",
+        "--self-check",
+        "off",
+        "--budget",
+        str(BUDGET_S),
+        "--out",
+        str(tmp_path),
+        "--run-id",
+        "real",
+        "--no-progress",
+        "--no-plot",
+        *extra,
+    ]
     out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     return out, tmp_path / "real"
 
@@ -95,7 +120,9 @@ def _check_run(out: subprocess.CompletedProcess, run: Path, max_tokens: int, usa
                     assert call.prompt_tokens > 50 and 0 < call.completion_tokens <= max_tokens
                 assert call.finish_reason in ("stop", "length") and call.reply_chars == len(call.raw_reply)
                 # junk is a policy_error with the raw reply kept; a reply that parses is used as such
-                assert (event.error is not None and event.error.kind == "policy_error") == (not _parses(event, call.raw_reply))
+                assert (event.error is not None and event.error.kind == "policy_error") == (
+                    not _parses(event, call.raw_reply)
+                )
     assert completed >= 1, "no model call finished within the budget"
     kinds = Counter(k for t in traces for k in t.error_kinds())
     assert manifest["stats"]["errors"] == dict(kinds)
@@ -104,13 +131,21 @@ def _check_run(out: subprocess.CompletedProcess, run: Path, max_tokens: int, usa
 
 
 def test_gemma_in_process_two_conversations_share_one_model(tmp_path, gemma_gguf):
-    cfg = {"backend": "transformers", "path": str(gemma_gguf), "chat_template": "gemma", "text_only": True,
-           "max_tokens": 8, "name": "gemma3-270m-base (in-process)"}
+    cfg = {
+        "backend": "transformers",
+        "path": str(gemma_gguf),
+        "chat_template": "gemma",
+        "text_only": True,
+        "max_tokens": 8,
+        "name": "gemma3-270m-base (in-process)",
+    }
     t0 = time.monotonic()
     out, run = _run_cli(tmp_path, cfg, "--concurrency", "2")
     traces = _check_run(out, run, max_tokens=8)
     calls = [c for t in traces for c in t.model_calls()]
-    assert {c.mode for c in calls} == {"structured"} and all(c.model.startswith("transformers:gemma-3-270m") for c in calls)
+    assert {c.mode for c in calls} == {"structured"} and all(
+        c.model.startswith("transformers:gemma-3-270m") for c in calls
+    )
     assert time.monotonic() - t0 < 180
     assert "incorrect regex pattern" not in out.stderr  # transformers' Mistral check misfires on Gemma's vocabulary
 
@@ -129,11 +164,18 @@ def test_gemma_drives_the_loop(tmp_path, gemma_gguf):
     from tools import default_registry
 
     tools = [tool_spec(t) for t in default_registry().for_task(1) if t.name in ("image_search", "ocr")]
-    cfg = {"backend": "transformers", "path": str(gemma_gguf), "chat_template": "gemma", "text_only": True,
-           "max_tokens": 96, "name": "gemma3-270m-base (in-process)"}
+    cfg = {
+        "backend": "transformers",
+        "path": str(gemma_gguf),
+        "chat_template": "gemma",
+        "text_only": True,
+        "max_tokens": 96,
+        "name": "gemma3-270m-base (in-process)",
+    }
     # a budget no loaded machine runs out of: this test is about the loop, the budget tests are above
-    out, run = _run_cli(tmp_path, cfg, "--budget", "240", "--answer-reserve", "120", limit=3, tools="image_search,ocr",
-                        timeout=600)
+    out, run = _run_cli(
+        tmp_path, cfg, "--budget", "240", "--answer-reserve", "120", limit=3, tools="image_search,ocr", timeout=600
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     traces = [TurnTrace.model_validate_json(p.read_text()) for p in sorted(run.glob("*__*.json"))]
     assert len(traces) == 3
@@ -152,8 +194,10 @@ def test_gemma_drives_the_loop(tmp_path, gemma_gguf):
         assert answering.purpose in ("decide", "answer") and answering is not first
         assert any(s.node == "answer" and s.error is None for s in t.steps) and t.steps[-1].node == "final"
         # one growing transcript: the answering prompt repeats the system text and the turn, then the tool's result
-        shared = next((i for i, (a, b) in enumerate(zip(first.prompt_blocks, answering.prompt_blocks)) if a != b),
-                      len(first.prompt_blocks))
+        shared = next(
+            (i for i, (a, b) in enumerate(zip(first.prompt_blocks, answering.prompt_blocks)) if a != b),
+            len(first.prompt_blocks),
+        )
         assert shared >= len(first.prompt_blocks) // 2 and len(answering.prompt_blocks) > shared
     assert "loop:" in out.stdout and "tool call(s) run" in out.stdout
 
@@ -161,15 +205,24 @@ def test_gemma_drives_the_loop(tmp_path, gemma_gguf):
 def test_gemma_in_process_with_llama_cpp(tmp_path, gemma_gguf):
     """The path that used to segfault (two threads in Llama.eval on one object) and abort at exit."""
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (it builds from source; see README)")
-    cfg = {"backend": "llamacpp", "path": str(gemma_gguf), "chat_format": "gemma", "text_only": True,
-           "system_role": False, "max_tokens": 16, "name": "gemma3-270m-base (llama.cpp in-process)"}
+    cfg = {
+        "backend": "llamacpp",
+        "path": str(gemma_gguf),
+        "chat_format": "gemma",
+        "text_only": True,
+        "system_role": False,
+        "max_tokens": 16,
+        "name": "gemma3-270m-base (llama.cpp in-process)",
+    }
     out, run = _run_cli(tmp_path, cfg, "--concurrency", "2")
     _check_run(out, run, max_tokens=16)
     (tmp_path / "short").mkdir()
     short, run2 = _run_cli(tmp_path / "short", cfg, "--concurrency", "2", "--budget", "0.5")  # turns that run out
     assert short.returncode == 0 and "terminate called" not in short.stderr, short.stderr[-3000:]
-    assert all(t.ended_by == "time_budget" or t.latency_ms < 2000
-               for t in (TurnTrace.model_validate_json(p.read_text()) for p in run2.glob("*__*.json")))
+    assert all(
+        t.ended_by == "time_budget" or t.latency_ms < 2000
+        for t in (TurnTrace.model_validate_json(p.read_text()) for p in run2.glob("*__*.json"))
+    )
 
 
 def _free_port() -> int:
@@ -183,10 +236,30 @@ def test_gemma_through_llama_cpp_server(tmp_path, gemma_gguf):
     import httpx
 
     port = _free_port()
-    log = (tmp_path / "server.log").open("wb")  # a file, not a pipe: llama.cpp's start-up log would fill a pipe and block
-    server = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(gemma_gguf), "--chat_format",
-                               "gemma", "--n_ctx", "4096", "--host", "127.0.0.1", "--port", str(port),
-                               "--interrupt_requests", "false"], stdout=log, stderr=subprocess.STDOUT)
+    log = (tmp_path / "server.log").open(
+        "wb"
+    )  # a file, not a pipe: llama.cpp's start-up log would fill a pipe and block
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(gemma_gguf),
+            "--chat_format",
+            "gemma",
+            "--n_ctx",
+            "4096",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--interrupt_requests",
+            "false",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         for _ in range(240):
             try:
@@ -195,12 +268,21 @@ def test_gemma_through_llama_cpp_server(tmp_path, gemma_gguf):
             except httpx.HTTPError:
                 time.sleep(0.5)
         else:
-            pytest.fail("the llama.cpp server did not start: " + (tmp_path / "server.log").read_text(errors="replace")[-2000:])
-        cfg = {"backend": "openai", "base_url": f"http://127.0.0.1:{port}/v1", "model": "gemma",
-               "response_format": "json_object", "json_object_enforced": True, "text_only": True,
-               "system_role": False, "max_tokens": 24,
-               "max_retries": 0,
-               "name": "gemma3-270m-base (llama.cpp server)"}
+            pytest.fail(
+                "the llama.cpp server did not start: " + (tmp_path / "server.log").read_text(errors="replace")[-2000:]
+            )
+        cfg = {
+            "backend": "openai",
+            "base_url": f"http://127.0.0.1:{port}/v1",
+            "model": "gemma",
+            "response_format": "json_object",
+            "json_object_enforced": True,
+            "text_only": True,
+            "system_role": False,
+            "max_tokens": 24,
+            "max_retries": 0,
+            "name": "gemma3-270m-base (llama.cpp server)",
+        }
         out, run = _run_cli(tmp_path, cfg, "--concurrency", "2")
         traces = _check_run(out, run, max_tokens=24, usage=False)  # a server may not report usage when streaming
         modes = {c.mode for t in traces for c in t.model_calls() if not c.cancelled}

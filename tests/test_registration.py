@@ -35,13 +35,20 @@ def test_a_lookup_by_an_unknown_name_is_one_line_naming_the_closest():
     reg = Registry("router", [("superlens-demand", 1), ("unsw-route", 2)])
     with pytest.raises(ValueError) as e:
         reg.lookup("superlens-demnd")
-    assert str(e.value) == ("unknown router 'superlens-demnd' (did you mean 'superlens-demand'?); "
-                            "known: superlens-demand, unsw-route")
+    assert str(e.value) == (
+        "unknown router 'superlens-demnd' (did you mean 'superlens-demand'?); known: superlens-demand, unsw-route"
+    )
 
 
 def test_every_family_is_a_registry_read_by_name():
-    for family in (BUILTIN, ROUTERS, POLICIES, bundled_presets(), default_registry()._tools,
-                   *vars(planner_catalog()).values()):
+    for family in (
+        BUILTIN,
+        ROUTERS,
+        POLICIES,
+        bundled_presets(),
+        default_registry()._tools,
+        *vars(planner_catalog()).values(),
+    ):
         assert isinstance(family, Registry), family
     assert list(POLICIES) == ["rule", "model"]
     assert load_preset("superlens").name and bundled_presets()["superlens"].name == "superlens.yaml"
@@ -76,8 +83,9 @@ def test_the_rule_planner_refuses_at_build_a_capability_input_that_no_slot_fills
 
 
 def test_an_input_filled_by_the_capabilitys_own_hook_or_a_planner_slot_is_accepted():
-    hooked = Capability("looks_up", "looks a name up", inputs=("name",), slots={"name": lambda r: r.entity},
-                        due=lambda r: True)
+    hooked = Capability(
+        "looks_up", "looks a name up", inputs=("name",), slots={"name": lambda r: r.entity}, due=lambda r: True
+    )
     by_slot = Capability("looks_up_entity", "looks the entity up", inputs=("entity",), due=lambda r: True)
 
     @tool(name="lookup", tags={hooked}, blocking=False)
@@ -96,7 +104,13 @@ def test_an_input_filled_by_the_capabilitys_own_hook_or_a_planner_slot_is_accept
 
 def test_a_view_built_by_hand_with_such_a_tool_is_an_error_not_a_silent_skip():
     planner = RuleBasedPlanner(embedder=None)
-    view = PolicyView(task=2, question="who is Ada Lovelace?", has_image=False, tools=[tool_spec(lookup.__tool__)],
-                      remaining_steps=4, remaining_s=5.0)
+    view = PolicyView(
+        task=2,
+        question="who is Ada Lovelace?",
+        has_image=False,
+        tools=[tool_spec(lookup.__tool__)],
+        remaining_steps=4,
+        remaining_s=5.0,
+    )
     with pytest.raises(ValueError, match="capability 'looks_up': no provider for its input 'name'"):
         planner.decide(view)

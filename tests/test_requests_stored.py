@@ -43,14 +43,22 @@ def test_each_call_reads_back_exactly_as_the_server_received_it(model_run):
         if fmt.get("type") == "json_schema":
             assert got["response_schema"]["schema"] == fmt["json_schema"]["schema"]
     # an image is kept as the hash of the exact data URL the server got
-    image_parts = [(p, q) for got, body in zip(sent, bodies) for m, n in zip(got["messages"], body["messages"])
-                   if isinstance(m["content"], list) for p, q in zip(m["content"], n["content"])
-                   if p.get("type") == "image_url"]
+    image_parts = [
+        (p, q)
+        for got, body in zip(sent, bodies)
+        for m, n in zip(got["messages"], body["messages"])
+        if isinstance(m["content"], list)
+        for p, q in zip(m["content"], n["content"])
+        if p.get("type") == "image_url"
+    ]
     assert image_parts
     for stored, original in image_parts:
         url = original["image_url"]["url"]
-        assert url.startswith("data:image/") and stored["image_url"]["url"] == "sha256:" + hashlib.sha256(
-            url.encode()).hexdigest() and stored["image_url"]["data_url_chars"] == len(url)
+        assert (
+            url.startswith("data:image/")
+            and stored["image_url"]["url"] == "sha256:" + hashlib.sha256(url.encode()).hexdigest()
+            and stored["image_url"]["data_url_chars"] == len(url)
+        )
 
 
 def test_stored_pieces_are_deduplicated_and_bounded(model_run):
@@ -88,13 +96,23 @@ def test_a_damaged_or_missing_piece_is_refused_and_the_viewer_says_so(model_run,
     with pytest.raises(RequestNotStored):
         read_request(copy, "../../etc/passwd")
     page = build_html(copy, images={})
-    assert "does not hold what its name says" in page and page.count('class="sent"') == len(
-        [c for t in traces for c in t.model_calls()]) - 1
+    assert (
+        "does not hold what its name says" in page
+        and page.count('class="sent"') == len([c for t in traces for c in t.model_calls()]) - 1
+    )
 
 
 def test_the_stored_form_is_content_addressed():
-    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": [
-        {"type": "text", "text": "q"}, {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,AAAA"}}]}]
+    msgs = [
+        {"role": "system", "content": "s"},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "q"},
+                {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,AAAA"}},
+            ],
+        },
+    ]
     rid, pieces = stored_request(msgs, tools=[{"type": "function", "function": {"name": "ocr"}}], max_tokens=9)
     rid2, pieces2 = stored_request([*msgs, {"role": "assistant", "content": "a"}], max_tokens=9)
     assert rid != rid2 and pieces[rid]["messages"] == pieces2[rid2]["messages"][:2]  # shared prefix, same pieces
@@ -105,9 +123,23 @@ def test_the_history_in_a_trace_is_bounded():
     from traces.schema import TRACE_INPUT_LIMIT, TurnTrace
 
     huge = "q" * (TRACE_INPUT_LIMIT * 3)
-    t = TurnTrace(run_id="r", task=3, session_id="s", interaction_id="i", turn_index=1, question="q", policy="p",
-                  search_backend="b", budget_s=1, max_steps=1, answer="a", abstained=False, ended_by="answer",
-                  latency_ms=1, history=[{"question": huge, "answer": "ok"}])
+    t = TurnTrace(
+        run_id="r",
+        task=3,
+        session_id="s",
+        interaction_id="i",
+        turn_index=1,
+        question="q",
+        policy="p",
+        search_backend="b",
+        budget_s=1,
+        max_steps=1,
+        answer="a",
+        abstained=False,
+        ended_by="answer",
+        latency_ms=1,
+        history=[{"question": huge, "answer": "ok"}],
+    )
     assert len(t.history[0].question) < TRACE_INPUT_LIMIT + 100 and t.history[0].question.endswith("in all]")
 
 

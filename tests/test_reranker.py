@@ -25,13 +25,36 @@ def _tiny_cross_encoder(d: Path, num_labels: int) -> Path:
     import torch
     from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
 
-    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat", "a", "red", "car", "dogs", "bark", "?", "what"]
+    words = [
+        "[PAD]",
+        "[UNK]",
+        "[CLS]",
+        "[SEP]",
+        "[MASK]",
+        "the",
+        "cat",
+        "sat",
+        "on",
+        "mat",
+        "a",
+        "red",
+        "car",
+        "dogs",
+        "bark",
+        "?",
+        "what",
+    ]
     d.mkdir(parents=True, exist_ok=True)
     (d / "vocab.txt").write_text("\n".join(words) + "\n")
     tok = BertTokenizerFast(str(d / "vocab.txt"), model_max_length=64)
     cfg = BertConfig(
-        vocab_size=len(words), hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
-        max_position_embeddings=64, num_labels=num_labels,
+        vocab_size=len(words),
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=64,
+        num_labels=num_labels,
     )
     torch.manual_seed(0)
     model = BertForSequenceClassification(cfg).eval()
@@ -180,27 +203,62 @@ def jina_dir(tmp_path_factory):
     vocab = {c: i for i, c in enumerate(bytes_to_unicode().values())}
     (d / "vocab.json").write_text(json.dumps(vocab))
     (d / "merges.txt").write_text("#version: 0.2\n")
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
-                "<|video_pad|>"]
-    tok = Qwen2TokenizerFast(vocab_file=str(d / "vocab.json"), merges_file=str(d / "merges.txt"),
-                             unk_token="<|endoftext|>", pad_token="<|endoftext|>", eos_token="<|endoftext|>")
+    specials = [
+        "<|endoftext|>",
+        "<|im_start|>",
+        "<|im_end|>",
+        "<|vision_start|>",
+        "<|vision_end|>",
+        "<|image_pad|>",
+        "<|video_pad|>",
+    ]
+    tok = Qwen2TokenizerFast(
+        vocab_file=str(d / "vocab.json"),
+        merges_file=str(d / "merges.txt"),
+        unk_token="<|endoftext|>",
+        pad_token="<|endoftext|>",
+        eos_token="<|endoftext|>",
+    )
     tok.add_special_tokens({"additional_special_tokens": specials[1:]})
     ids = {t: tok.convert_tokens_to_ids(t) for t in specials}
     cfg = Qwen2VLConfig(
-        text_config=dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=4096,
-                         rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}),
-        vision_config=dict(depth=1, embed_dim=16, hidden_size=32, num_heads=2, patch_size=14, spatial_merge_size=2,
-                           temporal_patch_size=2),
-        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"])
+        text_config=dict(
+            vocab_size=len(tok),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            max_position_embeddings=4096,
+            rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]},
+        ),
+        vision_config=dict(
+            depth=1,
+            embed_dim=16,
+            hidden_size=32,
+            num_heads=2,
+            patch_size=14,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+        ),
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+    )
     torch.manual_seed(0)
     out = d / "tiny-jina-m0"
     Qwen2VLForConditionalGeneration(cfg).eval().save_pretrained(out)
     weights = load_file(str(out / "model.safetensors"))
     g = torch.Generator().manual_seed(1)
-    weights.update({"score.dense.weight": torch.randn(32, 32, generator=g) * 0.3, "score.dense.bias": torch.zeros(32),
-                    "score.out_proj.weight": torch.randn(1, 32, generator=g), "score.out_proj.bias": torch.zeros(1)})
+    weights.update(
+        {
+            "score.dense.weight": torch.randn(32, 32, generator=g) * 0.3,
+            "score.dense.bias": torch.zeros(32),
+            "score.out_proj.weight": torch.randn(1, 32, generator=g),
+            "score.out_proj.bias": torch.zeros(1),
+        }
+    )
     save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
     image_proc = Qwen2VLImageProcessor(min_pixels=28 * 28, max_pixels=56 * 56)
     image_proc.save_pretrained(out)  # as a Qwen2-VL processor folder lays them out (no video processor: it needs
@@ -254,12 +312,18 @@ def test_superlens_uses_the_multimodal_reranker_when_configured(jina_dir):
     from graph.config import AgentConfig, BudgetConfig
     from tools.reranker import IMAGE_ITSELF
 
-
-    config = AgentConfig(preset="superlens", models=ModelPaths(reranker=jina_dir), warm_up=False,
-                         budget=BudgetConfig(budget_s=60))
-    tr = build_agent(config, search=KGAndPageSearch(), run_id="jina").run_turn(TurnInput(
-        task=2, session_id="s", interaction_id="i", question="who manufactures this rocket?",
-        image=Image.new("RGB", (64, 48), (200, 30, 30))))
+    config = AgentConfig(
+        preset="superlens", models=ModelPaths(reranker=jina_dir), warm_up=False, budget=BudgetConfig(budget_s=60)
+    )
+    tr = build_agent(config, search=KGAndPageSearch(), run_id="jina").run_turn(
+        TurnInput(
+            task=2,
+            session_id="s",
+            interaction_id="i",
+            question="who manufactures this rocket?",
+            image=Image.new("RGB", (64, 48), (200, 30, 30)),
+        )
+    )
     rerank = next(s for s in tr.tool_calls() if s.tool == "reranker")
     assert rerank.method.startswith("multimodal-reranker:tiny-jina-m0") and IMAGE_ITSELF in rerank.method
     assert "not applied" not in rerank.method  # relevance in [0, 1]: SuperLens' 0.6 floor applies

@@ -116,8 +116,13 @@ def test_killed_process_leaves_only_whole_traces_and_resumes(reference, tmp_path
 
     root = Path(__file__).resolve().parents[1]
     d = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "graph.run", *BASE, "--run-id", "killed", "--out", str(tmp_path)],
-                            cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "graph.run", *BASE, "--run-id", "killed", "--out", str(tmp_path)],
+        cwd=root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not list(d.glob("*__*.json")) and proc.poll() is None:
@@ -152,8 +157,12 @@ def test_ctrl_c_stops_after_the_current_turn_and_resumes(reference, tmp_path):
 
     root = Path(__file__).resolve().parents[1]
     d = tmp_path / "int"
-    proc = subprocess.Popen([sys.executable, "-m", "graph.run", *BASE, "--run-id", "int", "--out", str(tmp_path)],
-                            cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "graph.run", *BASE, "--run-id", "int", "--out", str(tmp_path)],
+        cwd=root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not list(d.glob("*__*.json")) and proc.poll() is None:
@@ -172,7 +181,8 @@ def test_ctrl_c_stops_after_the_current_turn_and_resumes(reference, tmp_path):
     written = sorted(d.glob("*__*.json"))
     assert proc.returncode != 0 and not (d / "report.json").exists(), (
         f"rc {proc.returncode}, {len(written)} traces (at the signal: {at_signal}), report written: "
-        f"{(d / 'report.json').exists()}")
+        f"{(d / 'report.json').exists()}"
+    )
     # the turn running at the signal (and, at most, one that was already finishing) is written; nothing after
     assert len(written) <= at_signal + 2, f"Ctrl-C did not stop the run: {len(written)} of 9 turns written"
     assert stopped_after < 15, f"stopped {stopped_after:.1f} s after the signal"

@@ -24,29 +24,63 @@ from traces.viewer import main as viewer_main
 ROOT = Path(__file__).resolve().parents[1]
 EVIL = "<script>document.body.setAttribute('data-pwned','1')</script><img src=x onerror=alert(1)>"
 CHROMIUM = Path("/usr/bin/chromium")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
-def trace(run: str, session: str, turn: int, answer: str, truth: str, tools: list[str], calls: int = 0,
-          latency: float = 100.0, question: str | None = None) -> TurnTrace:
+def trace(
+    run: str,
+    session: str,
+    turn: int,
+    answer: str,
+    truth: str,
+    tools: list[str],
+    calls: int = 0,
+    latency: float = 100.0,
+    question: str | None = None,
+) -> TurnTrace:
     """A finished turn as the runner writes it, scored by exact match (the rule judge's first rule)."""
     score = "missing" if answer == "I don't know" else "correct" if answer == truth else "incorrect"
     steps = [ToolCallEvent(index=i, tool=t, latency_ms=5.0) for i, t in enumerate(tools)]
     steps.append(FinalEvent(index=len(tools), decision="answer", answer=answer))
-    return TurnTrace(run_id=run, task=3 if turn else 2, session_id=session, interaction_id=f"{session}-t{turn}",
-                     turn_index=turn, question=question or f"question {session}/{turn}?", policy="fabricated", search_backend="none",
-                     budget_s=10, max_steps=8, steps=steps, answer=answer, abstained=score == "missing",
-                     ended_by="answer", latency_ms=latency, tokens=TokenTotals(calls=calls, sequential_calls=calls),
-                     ground_truth=truth, score=score, judge="exact-match")
+    return TurnTrace(
+        run_id=run,
+        task=3 if turn else 2,
+        session_id=session,
+        interaction_id=f"{session}-t{turn}",
+        turn_index=turn,
+        question=question or f"question {session}/{turn}?",
+        policy="fabricated",
+        search_backend="none",
+        budget_s=10,
+        max_steps=8,
+        steps=steps,
+        answer=answer,
+        abstained=score == "missing",
+        ended_by="answer",
+        latency_ms=latency,
+        tokens=TokenTotals(calls=calls, sequential_calls=calls),
+        ground_truth=truth,
+        score=score,
+        judge="exact-match",
+    )
 
 
 def write_run(root: Path, name: str, turns: list[TurnTrace], report: bool = True, **run_json) -> Path:
     store = TraceStore(root, name)
     for t in turns:
         store.write(t)
-    (store.dir / "run.json").write_text(json.dumps({"run_id": name, "benchmark": "crag-mm", "task": 2,
-                                                    "data": "demo", "policy": name, **run_json}))
+    (store.dir / "run.json").write_text(
+        json.dumps({"run_id": name, "benchmark": "crag-mm", "task": 2, "data": "demo", "policy": name, **run_json})
+    )
     if report:
         write_report(evaluate(records_from_traces(turns)), store.dir, plot=False)
     return store.dir
@@ -55,14 +89,26 @@ def write_run(root: Path, name: str, turns: list[TurnTrace], report: bool = True
 @pytest.fixture()
 def two_runs(tmp_path) -> tuple[Path, Path]:
     """A answers q1..q3 right, B gets q1 right, q2 wrong, abstains on q3; q4 only in A, q5 only in B."""
-    a = write_run(tmp_path, "alpha", [trace("alpha", "q1", 0, "Falcon 9", "Falcon 9", ["image_search"]),
-                                      trace("alpha", "q2", 0, "SpaceX", "SpaceX", ["image_search", "web_search"], 2),
-                                      trace("alpha", "q3", 0, "1889", "1889", ["web_search"], 1, 300.0),
-                                      trace("alpha", "q4", 0, "blue", "blue", [], question=EVIL)])
-    b = write_run(tmp_path, "beta", [trace("beta", "q1", 0, "Falcon 9", "Falcon 9", ["ocr"], 3, 900.0),
-                                     trace("beta", "q2", 0, "Boeing", "SpaceX", ["web_search"], 3),
-                                     trace("beta", "q3", 0, "I don't know", "1889", [], 1),
-                                     trace("beta", "q5", 0, "red", "red", [])])
+    a = write_run(
+        tmp_path,
+        "alpha",
+        [
+            trace("alpha", "q1", 0, "Falcon 9", "Falcon 9", ["image_search"]),
+            trace("alpha", "q2", 0, "SpaceX", "SpaceX", ["image_search", "web_search"], 2),
+            trace("alpha", "q3", 0, "1889", "1889", ["web_search"], 1, 300.0),
+            trace("alpha", "q4", 0, "blue", "blue", [], question=EVIL),
+        ],
+    )
+    b = write_run(
+        tmp_path,
+        "beta",
+        [
+            trace("beta", "q1", 0, "Falcon 9", "Falcon 9", ["ocr"], 3, 900.0),
+            trace("beta", "q2", 0, "Boeing", "SpaceX", ["web_search"], 3),
+            trace("beta", "q3", 0, "I don't know", "1889", [], 1),
+            trace("beta", "q5", 0, "red", "red", []),
+        ],
+    )
     return a, b
 
 
@@ -71,8 +117,12 @@ def test_two_runs_side_by_side_outcomes_tools_calls_and_unmatched(two_runs):
     assert [(r.letter, r.name) for r in d.runs] == [("A", "alpha"), ("B", "beta")]
     rows = {r.key: r for r in d.rows}
     assert {k: (r.outcome("A"), r.outcome("B")) for k, r in rows.items()} == {
-        "q1#0": ("right", "right"), "q2#0": ("right", "wrong"), "q3#0": ("right", "abstained"),
-        "q4#0": ("right", "absent"), "q5#0": ("absent", "right")}
+        "q1#0": ("right", "right"),
+        "q2#0": ("right", "wrong"),
+        "q3#0": ("right", "abstained"),
+        "q4#0": ("right", "absent"),
+        "q5#0": ("absent", "right"),
+    }
     q2 = rows["q2#0"]
     assert q2.sides["A"].tools == ["image_search", "web_search"] and q2.sides["B"].tools == ["web_search"]
     assert q2.sides["A"].model_calls == 2 and q2.sides["B"].answer == "Boeing" and q2.ground_truth == "SpaceX"
@@ -136,8 +186,13 @@ def test_cli_text_json_and_errors(two_runs, tmp_path, capsys):
     assert diff_main([str(a)]) == 2 and "two runs or more" in capsys.readouterr().err
     assert diff_main([str(a), str(tmp_path / "nope")]) == 2 and "no such folder" in capsys.readouterr().err
     assert diff_main([str(a), str(b), "--only", "a-great"]) == 2 and "cannot read 'great'" in capsys.readouterr().err
-    res = subprocess.run([sys.executable, "-m", "traces.diff", str(a), str(b), "--only", "differ"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", "traces.diff", str(a), str(b), "--only", "differ"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0 and "2 question(s) matching differ" in res.stdout, res.stderr
 
 
@@ -157,8 +212,21 @@ def presets_folder(tmp_path_factory) -> Path:
     from benchmarks.presets import main
 
     out = tmp_path_factory.mktemp("presets")
-    argv = ["--task", "2", "--limit", "3", "--presets", "rule,no-retrieval", "--out", str(out), "--run-id", "bench",
-            "--no-progress", "--no-chart", "--same-process"]
+    argv = [
+        "--task",
+        "2",
+        "--limit",
+        "3",
+        "--presets",
+        "rule,no-retrieval",
+        "--out",
+        str(out),
+        "--run-id",
+        "bench",
+        "--no-progress",
+        "--no-chart",
+        "--same-process",
+    ]
     assert main(argv) == 0
     return out / "bench"
 
@@ -173,8 +241,9 @@ def test_a_presets_folder_is_its_runs_in_presets_order(presets_folder, capsys):
         for r in d.runs:
             rep = json.loads((Path(r.path) / "report.json").read_text())
             counted = {(t["session_id"], t["turn_index"]): t["result"] for t in rep["turns"]}
-            want = {"correct": "right", "incorrect": "wrong", "missing": "abstained"}[counted[(row.session_id,
-                                                                                                 row.turn_index)]]
+            want = {"correct": "right", "incorrect": "wrong", "missing": "abstained"}[
+                counted[(row.session_id, row.turn_index)]
+            ]
             assert row.outcome(r.letter) == want
     assert all(not s.tools for r in d.rows for s in [r.sides["B"]])  # no-retrieval calls no tool
     assert diff_main([str(presets_folder)]) == 0
@@ -202,13 +271,18 @@ def test_headless_chromium_filters_the_diff_page(two_runs, tmp_path):
     # the page holds every question; its controls start at the CLI's filter and its script applied it
     assert r.stdout.count('<tr class="qrow') == 5 and 'data-ready="1"' in body.group(0)
     assert 'data-shown="1"' in body.group(0) and "1 of 5 question(s) shown" in r.stdout
-    shown = [m for m in re.findall(r'<tr class="qrow( hidden)?"[^>]*data-a="(\w+)" data-b="(\w+)"', r.stdout)
-             if not m[0]]
+    shown = [
+        m for m in re.findall(r'<tr class="qrow( hidden)?"[^>]*data-a="(\w+)" data-b="(\w+)"', r.stdout) if not m[0]
+    ]
     assert shown == [("", "right", "wrong")]
     assert 'data-pwned="' not in r.stdout and "<script>document" not in page.read_text()  # question text escaped
     shot = tmp_path / "shot.png"
-    subprocess.run([*base, f"--screenshot={shot}", "--window-size=1200,900", page.resolve().as_uri()],
-                   capture_output=True, text=True, timeout=90)
+    subprocess.run(
+        [*base, f"--screenshot={shot}", "--window-size=1200,900", page.resolve().as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
     with Image.open(shot) as im:
         px = np.asarray(im.convert("RGB"), dtype=np.float32)
     assert px.std() > 20 and px[:40].mean() < 100  # not blank; the dark header on top
@@ -228,15 +302,35 @@ def test_superglasses_runs_use_the_superglasses_judges_score(tmp_path, monkeypat
         web.lens = {"knowledge_graph": [{"title": "Falcon 9", "subtitle": "Rocket", "link": web.page_url("f9")}]}
         use_fixture_web(monkeypatch, web, tmp_path / "cache", tmp_path / "img")
         for run_id, extra in (("sg-rule", []), ("sg-none", ["--preset", "no-retrieval"])):
-            assert cli.main(["--benchmark", "superglasses", "--data", str(data), "--out", str(tmp_path / "runs"),
-                             "--run-id", run_id, "--no-progress", "--no-plot", "--tokenizer", "approx", *extra]) == 0
+            assert (
+                cli.main(
+                    [
+                        "--benchmark",
+                        "superglasses",
+                        "--data",
+                        str(data),
+                        "--out",
+                        str(tmp_path / "runs"),
+                        "--run-id",
+                        run_id,
+                        "--no-progress",
+                        "--no-plot",
+                        "--tokenizer",
+                        "approx",
+                        *extra,
+                    ]
+                )
+                == 0
+            )
     capsys.readouterr()
     runs = [tmp_path / "runs" / "sg-rule", tmp_path / "runs" / "sg-none"]
     d = diff_runs(runs)
     assert d.common == 4 and all(r.benchmark == "superglasses" and "SuperGlasses judge" in r.scoring for r in d.runs)
     for r in d.runs:
-        scores = {(t.session_id, t.turn_index): t.score for t in
-                  (TurnTrace.model_validate_json(p.read_text()) for p in Path(r.path).glob("*__*.json"))}
+        scores = {
+            (t.session_id, t.turn_index): t.score
+            for t in (TurnTrace.model_validate_json(p.read_text()) for p in Path(r.path).glob("*__*.json"))
+        }
         for row in d.rows:
             assert row.sides[r.letter].score == scores[(row.session_id, row.turn_index)]
     assert {row.outcome("B") for row in d.rows} == {"abstained"}  # no retrieval offline: "I don't know"

@@ -139,8 +139,11 @@ def test_official_tokenizer_is_rebuilt_byte_for_byte():
     # ... and the rebuilt text is byte-identical to meta-llama/Llama-3.2-1B-Instruct's tokenizer.json
     # (git LFS oid sha256 6b9e4e7f..., 17,209,920 bytes)
     assert info.verified
-    assert info.sha256 == scoring.OFFICIAL_TOKENIZER_SHA256 == (
-        "6b9e4e7fb171f92fd137b777cc2714bf87d11576700a1dcd7a399e7bbe39537b")
+    assert (
+        info.sha256
+        == scoring.OFFICIAL_TOKENIZER_SHA256
+        == ("6b9e4e7fb171f92fd137b777cc2714bf87d11576700a1dcd7a399e7bbe39537b")
+    )
     assert info.size == 17_209_920
 
 
@@ -193,8 +196,8 @@ def test_truncation_decodes_like_the_official_code():
     assert tr.truncate("literal <|eot_id|> inside") == "literal  inside"  # special tokens skipped on decode
     assert tr.truncate("  spaced  text  ") == "  spaced  text  "  # byte-level BPE: exact round trip
     assert tr.truncate("") == ""
-    cut = tr.truncate("a" + "\U0001F600" * 100)  # the cut falls inside a 4-byte character
-    assert cut.endswith("\ufffd") and cut.startswith("a\U0001F600")
+    cut = tr.truncate("a" + "\U0001f600" * 100)  # the cut falls inside a 4-byte character
+    assert cut.endswith("\ufffd") and cut.startswith("a\U0001f600")
     # the 1B-Instruct tokenizer, not the Vision one: <|image|> and <|step_id|> are plain text,
     # <|reserved_special_token_247|> is a special token
     assert tr.truncate("see <|image|> here") == "see <|image|> here"
@@ -365,15 +368,18 @@ def test_prompts_per_mode():
     system, user = load_prompts("crag-mm-release")
     assert system.startswith("You will be given a question, a ground truth answer, and a model prediction.")
     assert "EXAMPLES START" in system and system.endswith("EXAMPLES END\n") and system.count("\nResult: ") == 20
-    assert user == ("Your task is to judge if the prediction is correct or not based on the ground truth answer. "
-                    "Now your turn:\n\nQuestion: {query}\nGround Truth: {ground_truth}\nPrediction: {prediction}\n"
-                    "Give your output below:\n")
+    assert user == (
+        "Your task is to judge if the prediction is correct or not based on the ground truth answer. "
+        "Now your turn:\n\nQuestion: {query}\nGround Truth: {ground_truth}\nPrediction: {prediction}\n"
+        "Give your output below:\n"
+    )
 
 
 def test_render_user_prompt_is_one_pass():
     t = "Question: {query}\nGround truth: {ground_truth}\nPrediction: {prediction}\n"
     assert render_user_prompt(t, "what is {ground_truth}?", "a {x}", "b") == (
-        "Question: what is {ground_truth}?\nGround truth: a {x}\nPrediction: b\n")
+        "Question: what is {ground_truth}?\nGround truth: a {x}\nPrediction: b\n"
+    )
 
 
 # ---------------------------------------------------------------------------- LLM judges on a local server
@@ -399,8 +405,9 @@ def test_kddcup2025_judge_request_and_verdict(server):
     server.push(_reply('{"accuracy": true}'))
     j = _judge(server, "kddcup2025")
     assert j.name == "llm-judge:fake-judge (kddcup2025 prompt)"
-    s = score_turn("what tower is this?", "The Eiffel Tower in Paris", "It's the Eiffel Tower", judge=j,
-                   truncator=APPROX)
+    s = score_turn(
+        "what tower is this?", "The Eiffel Tower in Paris", "It's the Eiffel Tower", judge=j, truncator=APPROX
+    )
     assert s.result == "correct" and s.judge_status == "ok"
     (body,) = server.requests
     assert body["model"] == "fake-judge"
@@ -410,8 +417,11 @@ def test_kddcup2025_judge_request_and_verdict(server):
     assert body["temperature"] == 1.0 and body["top_p"] == 1.0 and body["max_tokens"] == 1024
     assert body["messages"] == [
         {"role": "system", "content": KDD_SYSTEM},
-        {"role": "user", "content": "Question: what tower is this?\nGround truth: It's the Eiffel Tower\n"
-                                    "Prediction: The Eiffel Tower in Paris\n"},
+        {
+            "role": "user",
+            "content": "Question: what tower is this?\nGround truth: It's the Eiffel Tower\n"
+            "Prediction: The Eiffel Tower in Paris\n",
+        },
     ]
 
 
@@ -444,20 +454,32 @@ def test_kddcup2025_judge_refusal_is_no_verdict(server):
 def test_crag_mm_release_judge_request_and_verdicts(server):
     server.push(_reply("Explanation: grounded.\nResult: CORRECT"), _reply("Explanation: other city.\nResult: WRONG"))
     j = _judge(server, "crag-mm-release")
-    assert score_turn("what tower is this?", "The Eiffel Tower", "It's the Eiffel Tower", judge=j,
-                      truncator=APPROX, mode="crag-mm-release").result == "correct"
+    assert (
+        score_turn(
+            "what tower is this?",
+            "The Eiffel Tower",
+            "It's the Eiffel Tower",
+            judge=j,
+            truncator=APPROX,
+            mode="crag-mm-release",
+        ).result
+        == "correct"
+    )
     assert score_turn("q", "London", "Paris", judge=j, truncator=APPROX).result == "incorrect"
     body = server.requests[0]
     assert body["temperature"] == 0.0 and body["max_tokens"] == 1024 and "response_format" not in body
     assert body["messages"][0]["content"] == load_prompts("crag-mm-release")[0]
-    assert ("Question: what tower is this?\nGround Truth: It's the Eiffel Tower\nPrediction: The Eiffel Tower\n"
-            "Give your output below:\n") in body["messages"][1]["content"]
+    assert (
+        "Question: what tower is this?\nGround Truth: It's the Eiffel Tower\nPrediction: The Eiffel Tower\n"
+        "Give your output below:\n"
+    ) in body["messages"][1]["content"]
 
 
 def test_crag_mm_release_unparseable_verdict_is_not_asked_again(server):
     server.push(_reply("hard to say"), _reply("Result: CORRECT"))
-    s = score_turn("q", "Paris!", "Paris", judge=_judge(server, "crag-mm-release"), truncator=APPROX,
-                   mode="crag-mm-release")
+    s = score_turn(
+        "q", "Paris!", "Paris", judge=_judge(server, "crag-mm-release"), truncator=APPROX, mode="crag-mm-release"
+    )
     assert (s.result, s.is_miss, s.judge_status) == ("incorrect", False, "unparseable")
     assert len(server.requests) == 1
 

@@ -123,9 +123,17 @@ def test_official_loop_with_local_index(index, convs, tmp_path):
                 assert (turn.question, turn.answer) == (q, a)
     # the entity the agent itself recognised is carried into later turns' history
     first = convs[0]
-    t0 = TurnTrace.model_validate_json((tmp_path / "sk").joinpath(
-        next(p.name for p in (tmp_path / "sk").glob("*__00.json") if _q(p) == first.turns[0].query)).read_text())
-    later = [inp for _, _, _, inps, _ in batches for inp in inps if inp and inp.history and inp.history[0].question == first.turns[0].query]
+    t0 = TurnTrace.model_validate_json(
+        (tmp_path / "sk")
+        .joinpath(next(p.name for p in (tmp_path / "sk").glob("*__00.json") if _q(p) == first.turns[0].query))
+        .read_text()
+    )
+    later = [
+        inp
+        for _, _, _, inps, _ in batches
+        for inp in inps
+        if inp and inp.history and inp.history[0].question == first.turns[0].query
+    ]
     assert later, "no later turn of the first conversation"
     assert all(inp.history[0].entity == t0.entity for inp in later)
     assert len(list((tmp_path / "sk").glob("*.json"))) == len(responses)
@@ -156,7 +164,9 @@ def test_ground_truth_history_keeps_text_but_no_foreign_entity(index, convs):
 def test_fake_official_pipeline_and_task_inference(index, convs):
     pipe = FakeOfficialPipeline(index, web=True)
     agent = GlassesRAGAgent(pipe, batch_size=3)
-    assert isinstance(agent.search.backend, OfficialPipelineSearch) and agent.web_enabled  # behind the search cache, as in the CLI
+    assert (
+        isinstance(agent.search.backend, OfficialPipelineSearch) and agent.web_enabled
+    )  # behind the search cache, as in the CLI
     c = convs[0]
     out = agent.batch_generate_response([c.turns[0].query, "what is this?"], [c.image, convs[1].image], [[], []])
     assert len(out) == 2 and all(isinstance(a, str) for a in out)
@@ -196,7 +206,9 @@ def test_failing_item_gives_idk_without_affecting_others(index, convs, monkeypat
     c0, c1 = convs[0], convs[1]
     queries = [c0.turns[0].query, "please explode", c1.turns[0].query, "what is this?"]
     images = [c0.image, c0.image, c1.image, BrokenImage()]
-    ref = GlassesRAGAgent(index, batch_size=4).batch_generate_response([queries[0], queries[2]], [images[0], images[2]], [[], []])
+    ref = GlassesRAGAgent(index, batch_size=4).batch_generate_response(
+        [queries[0], queries[2]], [images[0], images[2]], [[], []]
+    )
     out = agent.batch_generate_response(queries, images, [[], [], [], []])
     assert len(out) == 4 and out[1] == IDK
     assert isinstance(out[3], str) and out[3]  # a broken image still gets an answer (the turn runs without it)
@@ -220,7 +232,9 @@ def test_time_budget_abandons_a_hung_item(index, convs, monkeypatch):
     monkeypatch.setattr(agent.agent, "run_turn", hanging)
     t0 = _t.perf_counter()
     try:
-        out = agent.batch_generate_response(["hang forever", "what is this?"], [convs[0].image, convs[0].image], [[], []])
+        out = agent.batch_generate_response(
+            ["hang forever", "what is this?"], [convs[0].image, convs[0].image], [[], []]
+        )
         elapsed = _t.perf_counter() - t0
     finally:
         release.set()  # let the abandoned worker end
@@ -229,10 +243,14 @@ def test_time_budget_abandons_a_hung_item(index, convs, monkeypatch):
 
 
 def test_history_helpers():
-    msgs = [{"role": "system", "content": "sys"}, {"role": "user", "content": [{"type": "image"}]},
-            {"role": "user", "content": "what is this?"}, {"role": "assistant", "content": "Falcon 9"},
-            {"role": "user", "content": [{"type": "text", "text": "who builds it?"}]},
-            {"role": "assistant", "content": "SpaceX"}]
+    msgs = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": [{"type": "image"}]},
+        {"role": "user", "content": "what is this?"},
+        {"role": "assistant", "content": "Falcon 9"},
+        {"role": "user", "content": [{"type": "text", "text": "who builds it?"}]},
+        {"role": "assistant", "content": "SpaceX"},
+    ]
     assert history_pairs(msgs) == [("what is this?", "Falcon 9"), ("who builds it?", "SpaceX")]
     long = "The Falcon 9 is a reusable two-stage rocket designed and built by SpaceX " * 10
     assert answers_match(long, _truncate75(long)) and not answers_match("Falcon 9", "Eileen Collins")

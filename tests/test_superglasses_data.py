@@ -21,13 +21,31 @@ def test_rows_join_images_and_keep_every_label(tmp_path):
     assert sorted(convs) == ["sg-0000", "sg-0001", "sg-0002", "sg-0003"]
     c = convs["sg-0001"]
     t = c.turns[0]
-    assert (c.session_id, t.interaction_id, t.query, c.answers) == ("sg-0001", "sg-0001", "Who makes this rocket?",
-                                                                    ["SpaceX"])
-    assert t.labels["category"] == ["Entity Recognition", "Reasoning"] and t.query_category == "Entity Recognition|Reasoning"
-    assert {k: t.labels[k] for k in ("image_id", "difficulty", "glasses", "location", "hops", "use_image", "sg_id")} == {
-        "image_id": 1, "difficulty": "Hard", "glasses": "Ray-Ban Meta", "location": "Outdoor", "hops": 2,
-        "use_image": "Yes", "sg_id": "sg-0001"}
-    assert t.labels["sub_questions"][1]["retrieval-tools"] == '{"tool": "Text Search", "keywords": "Falcon 9 manufacturer"}'
+    assert (c.session_id, t.interaction_id, t.query, c.answers) == (
+        "sg-0001",
+        "sg-0001",
+        "Who makes this rocket?",
+        ["SpaceX"],
+    )
+    assert (
+        t.labels["category"] == ["Entity Recognition", "Reasoning"]
+        and t.query_category == "Entity Recognition|Reasoning"
+    )
+    assert {
+        k: t.labels[k] for k in ("image_id", "difficulty", "glasses", "location", "hops", "use_image", "sg_id")
+    } == {
+        "image_id": 1,
+        "difficulty": "Hard",
+        "glasses": "Ray-Ban Meta",
+        "location": "Outdoor",
+        "hops": 2,
+        "use_image": "Yes",
+        "sg_id": "sg-0001",
+    }
+    assert (
+        t.labels["sub_questions"][1]["retrieval-tools"]
+        == '{"tool": "Text Search", "keywords": "Falcon 9 manufacturer"}'
+    )
     image, info = load_image(c.image)
     assert image.size == (64, 48) and image.getpixel((30, 20))[0] > 150 and c.egocentric
     # image 1 is shared by two questions; image 2 is in the other shard
@@ -51,7 +69,9 @@ def test_use_image_no_runs_with_the_image_by_default_and_can_be_changed(tmp_path
     convs, rep = _load(root, use_image_no="no-image")
     assert convs["sg-0002"].image is None and "use_image is 'No'" in convs["sg-0002"].image_error
     convs, rep = _load(root, use_image_no="skip")
-    assert "sg-0002" not in convs and rep.skipped == 1 and "use_image is 'No'" in rep.messages[-1] + "".join(rep.messages)
+    assert (
+        "sg-0002" not in convs and rep.skipped == 1 and "use_image is 'No'" in rep.messages[-1] + "".join(rep.messages)
+    )
 
 
 def test_limit_takes_the_first_rows_in_dataset_order(tmp_path):
@@ -65,9 +85,11 @@ def test_odd_rows_are_kept_and_reported(tmp_path):
     noisy.save(buf, format="JPEG")
     truncated = buf.getvalue()[: len(buf.getvalue()) * 2 // 3]  # ends mid-scan, no end-of-image marker
     assert load_image(truncated)[0] is None  # the strict decoder refuses it
-    rows = [query_row(0, 1, "", "x", [sub_q("q", "none")]),
-            query_row(1, 2, "What is it?", "y", [], id=None),
-            query_row(2, None, "What else?", "z", [sub_q("q", "none")])]
+    rows = [
+        query_row(0, 1, "", "x", [sub_q("q", "none")]),
+        query_row(1, 2, "What is it?", "y", [], id=None),
+        query_row(2, None, "What else?", "z", [sub_q("q", "none")]),
+    ]
     convs, rep = _load(write_superglasses(tmp_path / "odd", rows, {1: jpeg(), 2: truncated}, shards=1))
     assert len(convs) == 3 and rep.loaded == 3 and rep.skipped == 0
     assert convs["sg-0000"].turns[0].query == "" and rep.bad_turns == 1

@@ -30,8 +30,23 @@ def sample_run(tmp_path_factory):
 
         out = io.StringIO()
         with redirect_stdout(out):
-            rc = main(["--benchmark", "superglasses", "--data", "sample", "--demo-dir", str(tmp / "data" / "demo"),
-                       "--out", str(tmp / "runs"), "--run-id", "s", "--no-progress", "--tokenizer", "approx"])
+            rc = main(
+                [
+                    "--benchmark",
+                    "superglasses",
+                    "--data",
+                    "sample",
+                    "--demo-dir",
+                    str(tmp / "data" / "demo"),
+                    "--out",
+                    str(tmp / "runs"),
+                    "--run-id",
+                    "s",
+                    "--no-progress",
+                    "--tokenizer",
+                    "approx",
+                ]
+            )
     finally:
         mp.undo()
     assert rc == 0

@@ -14,8 +14,14 @@ from glasses_rag.models.text_embedder import (
     get_text_embedder,
 )
 
-TEXTS = ["The Falcon 9 is built by SpaceX.", "what rocket is this?", "Le café est fermé le lundi.",
-         "St. Mary's Church bell, cast in the 1820s!", "", "word " * 400]  # empty and over-long inputs too
+TEXTS = [
+    "The Falcon 9 is built by SpaceX.",
+    "what rocket is this?",
+    "Le café est fermé le lundi.",
+    "St. Mary's Church bell, cast in the 1820s!",
+    "",
+    "word " * 400,
+]  # empty and over-long inputs too
 
 
 def test_numpy_bert_matches_transformers():

@@ -42,9 +42,16 @@ def _run(tmp_path, answers: list[str], scores: list[str | None], self_check: boo
         policy = make_model_policy(f"openai:{srv.base_url}#fake-vlm", max_retries=0, text_only=True)
         agent = make_agent(policy, KGSearch(), budget_s=600, self_check="on" if self_check else "off")
         for i, score in enumerate(scores):
-            trace = agent.run_turn(TurnInput(task=1, session_id=f"s{i}", interaction_id=f"i{i}",
-                                             question="who makes this rocket?", image=Image.new("RGB", (64, 48)),
-                                             image_info=ImageInfo(size=(64, 48))))
+            trace = agent.run_turn(
+                TurnInput(
+                    task=1,
+                    session_id=f"s{i}",
+                    interaction_id=f"i{i}",
+                    question="who makes this rocket?",
+                    image=Image.new("RGB", (64, 48)),
+                    image_info=ImageInfo(size=(64, 48)),
+                )
+            )
             store.write(trace.model_copy(update={"score": score}))
         requests = [r for r in srv.requests if "Decide the next step" in json.dumps(r.get("messages"))]
         requests += [r for r in srv.requests if "chain of verification" in json.dumps(r.get("messages"))]
@@ -73,8 +80,12 @@ def test_each_example_is_the_request_the_policy_sent(tmp_path):
     # the call's result as the model saw it: the evidence text, not the trace's one-line summary
     assert "Falcon 9" in second.prompt[-1]["content"] and "[1]" in second.prompt[-1]["content"]
     # completions: what the decision grammar lets the model write (compact JSON, keys in schema order)
-    assert first.completion == [{"role": "assistant", "content":
-                                 '{"action": "call_tool", "tool": "image_search", "arguments": {"k": 3}, "rationale": ""}'}]
+    assert first.completion == [
+        {
+            "role": "assistant",
+            "content": '{"action": "call_tool", "tool": "image_search", "arguments": {"k": 3}, "rationale": ""}',
+        }
+    ]
     # ... exactly what the grammar of the decision schema accepts (xgrammar, as in-process generation uses it)
     xgr = pytest.importorskip("xgrammar")
     from glasses_rag.policies.model.replies import decision_schema
@@ -85,8 +96,13 @@ def test_each_example_is_the_request_the_policy_sent(tmp_path):
     grammar = xgr.Grammar.from_json_schema(json.dumps(schema), any_whitespace=False, strict_mode=True)
     for example in (first, second):
         assert xgr.testing._is_grammar_accept_string(grammar, example.completion[0]["content"])
-    assert json.loads(second.completion[0]["content"]) == {"action": "answer", "answer": "SpaceX", "confidence": 0.9,
-                                                           "entity": "Falcon 9", "rationale": ""}
+    assert json.loads(second.completion[0]["content"]) == {
+        "action": "answer",
+        "answer": "SpaceX",
+        "confidence": 0.9,
+        "entity": "Falcon 9",
+        "rationale": "",
+    }
     assert [e.meta["step"] for e in (first, second)] == [0, 1] and first.meta["label"] == "correct"
 
 
@@ -126,13 +142,27 @@ def test_native_mode_writes_tool_calls_with_the_tools(tmp_path):
 
 
 def test_superglasses_trajectories_render_like_a_run(tmp_path):
-    logs = [SGLog(id="sg1", question="Who designed this building?", ground_truth="Frank Gehry",
-                  hops=[SGHop(sub_question="What building is this?", tool_used="Image Search",
-                              search_result_snippet="Walt Disney Concert Hall"),
-                        SGHop(sub_question="Who designed it?", tool_used="Text Search",
-                              search_keywords="Walt Disney Concert Hall architect",
-                              search_result_snippet="designed by Frank Gehry")]),
-            SGLog(id="sg2", question="No ground truth here")]
+    logs = [
+        SGLog(
+            id="sg1",
+            question="Who designed this building?",
+            ground_truth="Frank Gehry",
+            hops=[
+                SGHop(
+                    sub_question="What building is this?",
+                    tool_used="Image Search",
+                    search_result_snippet="Walt Disney Concert Hall",
+                ),
+                SGHop(
+                    sub_question="Who designed it?",
+                    tool_used="Text Search",
+                    search_keywords="Walt Disney Concert Hall architect",
+                    search_result_snippet="designed by Frank Gehry",
+                ),
+            ],
+        ),
+        SGLog(id="sg2", question="No ground truth here"),
+    ]
     src = tmp_path / "annotations.jsonl"
     src.write_text("".join(json.dumps(lg.dump()) + "\n" for lg in logs), encoding="utf-8")
     out = tmp_path / "sg.jsonl"
@@ -170,8 +200,23 @@ def test_counterfactual_abstentions_withhold_or_replace_the_evidence(tmp_path):
 
     run, _ = _run(tmp_path, ["SpaceX", "SpaceX"], ["correct", "correct"])
     out = tmp_path / "cf.jsonl"
-    assert main(["--run", str(run), "--out", str(out), "--budget", "600", "--counterfactual", "1",
-                 "--counterfactual-kinds", "empty"]) == 0
+    assert (
+        main(
+            [
+                "--run",
+                str(run),
+                "--out",
+                str(out),
+                "--budget",
+                "600",
+                "--counterfactual",
+                "1",
+                "--counterfactual-kinds",
+                "empty",
+            ]
+        )
+        == 0
+    )
     made = [e for e in _examples(out) if e.meta["label"] == "counterfactual-empty"]
     assert len(made) == 2 and all(_answer_of(e) == "I don't know" for e in made)
     shown = made[0].prompt[-1]["content"]
@@ -180,8 +225,10 @@ def test_counterfactual_abstentions_withhold_or_replace_the_evidence(tmp_path):
     assert [_answer_of(e) for e in _examples(out) if e.meta["label"] == "correct"] == [None, "SpaceX", None, "SpaceX"]
     assert main(["--run", str(run), "--out", str(out)]) == 0  # the default: none
     assert not [e for e in _examples(out) if e.meta["label"].startswith("counterfactual")]
-    assert main(["--run", str(run), "--out", str(out), "--counterfactual", "2",
-                 "--counterfactual-kinds", "empty,no-web"]) == 0  # no web search ran: only "empty" applies
+    assert (
+        main(["--run", str(run), "--out", str(out), "--counterfactual", "2", "--counterfactual-kinds", "empty,no-web"])
+        == 0
+    )  # no web search ran: only "empty" applies
     assert sum(e.meta["label"].startswith("counterfactual") for e in _examples(out)) == 2
 
     # swap: another turn's image search of another entity, never one whose results hold the teacher's answer
@@ -189,8 +236,14 @@ def test_counterfactual_abstentions_withhold_or_replace_the_evidence(tmp_path):
     other = traces[1].model_copy(deep=True)
     call = next(s for s in other.steps if getattr(s, "tool", None) == "image_search")
     hit = dict(call.update["evidence"][0])
-    call.update["evidence"] = [{**hit, "entity_name": "Eiffel Tower", "snippet": "height: 330 m; city: Paris",
-                                "attributes": {"height": "330 m"}}]
+    call.update["evidence"] = [
+        {
+            **hit,
+            "entity_name": "Eiffel Tower",
+            "snippet": "height: 330 m; city: Paris",
+            "attributes": {"height": "330 m"},
+        }
+    ]
     opts = ExportOptions(counterfactual=1.0, counterfactual_kinds=["swap"], self_check=False, budget_s=600)
     swapped = [e for e in examples_from_run([traces[0], other], opts) if e.meta["label"] == "counterfactual-swap"]
     assert [e.meta["session_id"] for e in swapped] == ["s0"]  # s1's donor (Falcon 9) states SpaceX: not used
@@ -209,8 +262,24 @@ def test_self_check_examples_are_the_verification_request_the_verifier_sent(tmp_
     cove_requests = [r for r in requests if "chain of verification" in json.dumps(r["messages"])]
     assert len(cove_requests) == 2
     out = tmp_path / "sc.jsonl"
-    assert main(["--run", str(run), "--out", str(out), "--budget", "600", "--counterfactual", "1",
-                 "--counterfactual-kinds", "empty", "--self-check"]) == 0
+    assert (
+        main(
+            [
+                "--run",
+                str(run),
+                "--out",
+                str(out),
+                "--budget",
+                "600",
+                "--counterfactual",
+                "1",
+                "--counterfactual-kinds",
+                "empty",
+                "--self-check",
+            ]
+        )
+        == 0
+    )
     checks = {e.meta["label"]: e for e in _examples(out) if e.meta.get("purpose") == "verify"}
     assert set(checks) == {"check-correct", "check-incorrect", "check-counterfactual-empty"}
     assert _budget_free(checks["check-correct"].prompt) == _budget_free(cove_requests[0]["messages"])

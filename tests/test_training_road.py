@@ -30,9 +30,17 @@ def tiny_gemma(tmp_path_factory):
     tok = AutoTokenizer.from_pretrained(real, fix_mistral_regex=False)
     vocab = json.loads((real / "config.json").read_text())["vocab_size"]
     torch.manual_seed(0)
-    cfg = Gemma3TextConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                           num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=8192,
-                           sliding_window=512)
+    cfg = Gemma3TextConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        max_position_embeddings=8192,
+        sliding_window=512,
+    )
     out = tmp_path_factory.mktemp("tiny-gemma")
     Gemma3ForCausalLM(cfg).save_pretrained(out)
     tok.save_pretrained(out)
@@ -122,12 +130,14 @@ def test_a_decision_never_runs_to_the_token_cap(tiny_gemma):
     names = ["image_search", "ocr", "web_search"]
     cap = longest_decision(names, 2)
     tools = [tool_spec(t) for t in default_registry().for_task(2, names)]
-    view = PolicyView(task=2, question="Who makes this rocket?", has_image=True, tools=tools, remaining_steps=4,
-                      remaining_s=60.0)
+    view = PolicyView(
+        task=2, question="Who makes this rocket?", has_image=True, tools=tools, remaining_steps=4, remaining_s=60.0
+    )
 
     def decide(max_tokens: int):
-        cfg = ModelConfig(backend="transformers", path=str(tiny_gemma), chat_template="gemma", text_only=True,
-                          max_tokens=max_tokens)
+        cfg = ModelConfig(
+            backend="transformers", path=str(tiny_gemma), chat_template="gemma", text_only=True, max_tokens=max_tokens
+        )
         with collect_model_calls() as calls:
             try:
                 return make_model_policy(cfg).decide(view, None), calls[0]
@@ -147,8 +157,26 @@ def test_distill_runs_the_whole_road(tiny_gemma, tmp_path, capsys):
 
     (tiny_gemma / "chat_template.jinja").write_text(load_chat_template("gemma"))  # the served model needs one
     out = tmp_path / "distill.json"
-    rc = main(["--model", f"transformers:{tiny_gemma}", "--train-limit", "2", "--eval-limit", "1", "--steps", "2",
-               "--max-tokens", "24", "--budget", "60", "--work", str(tmp_path / "work"), "--json", str(out)])
+    rc = main(
+        [
+            "--model",
+            f"transformers:{tiny_gemma}",
+            "--train-limit",
+            "2",
+            "--eval-limit",
+            "1",
+            "--steps",
+            "2",
+            "--max-tokens",
+            "24",
+            "--budget",
+            "60",
+            "--work",
+            str(tmp_path / "work"),
+            "--json",
+            str(out),
+        ]
+    )
     assert rc == 0
     result = json.loads(out.read_text())
     assert set(result) == {"base", "tuned", "train"} and set(result["train"]) == {"train_seconds"}
@@ -169,13 +197,18 @@ def test_bundled_templates_render_tool_calls_and_mark_the_assistant(tiny_gemma, 
     tok = AutoTokenizer.from_pretrained(tiny_gemma, fix_mistral_regex=False)
     template = load_chat_template(name)
     call = {"type": "function", "function": {"name": "web_search", "arguments": {"query": "Falcon 9"}}}
-    msgs = [{"role": "system", "content": "SYS"}, {"role": "user", "content": "Q"},
-            {"role": "assistant", "content": "", "tool_calls": [call]}, {"role": "tool", "content": "RESULT"},
-            {"role": "assistant", "content": "ANSWER"}]
+    msgs = [
+        {"role": "system", "content": "SYS"},
+        {"role": "user", "content": "Q"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "content": "RESULT"},
+        {"role": "assistant", "content": "ANSWER"},
+    ]
     text = tok.apply_chat_template(msgs, chat_template=template, tokenize=False)
     assert '"web_search"' in text and '"Falcon 9"' in text and "RESULT" in text and "ANSWER" in text
-    marked = tok.apply_chat_template(msgs, chat_template=template, tokenize=True, return_dict=True,
-                                     return_assistant_tokens_mask=True)
+    marked = tok.apply_chat_template(
+        msgs, chat_template=template, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
+    )
     learned = tok.decode([i for i, m in zip(marked["input_ids"], marked["assistant_masks"]) if m])
     assert "web_search" in learned and "ANSWER" in learned and "RESULT" not in learned and "SYS" not in learned
     # llama-cpp-python's Jinja has no generation tag: the stripped template renders the same text

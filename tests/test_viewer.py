@@ -24,7 +24,7 @@ PHOTO = re.compile(r"\.img-\d+\{background-image:url\(data:image/jpeg;base64,") 
 EVIL = [
     "<script>document.body.setAttribute('data-pwned','1')</script>",
     "<img src=x onerror=\"document.body.setAttribute('data-pwned','2')\">",
-    "\"><svg onload=alert(3)>",
+    '"><svg onload=alert(3)>',
     "</textarea></pre></style><script>alert(4)</script>",
 ]
 
@@ -32,22 +32,54 @@ EVIL = [
 def evil_trace(run_id: str) -> TurnTrace:
     """A turn whose every free-text field carries markup, as web text can."""
     steps = [
-        ToolCallEvent(index=0, tool="web_search", arguments={"query": EVIL[2]},
-                      sub_question=EVIL[0], search_keywords=EVIL[1], method="fake", summary=EVIL[3],
-                      results=[TraceHit(source="web", score=0.9, url="javascript:alert(5)", title=EVIL[1], snippet=EVIL[0]),
-                               TraceHit(source="web", score=0.5, url="https://example.org/a?b=1&c=<2>", snippet=EVIL[1])],
-                      latency_ms=12.5, policy_ms=3.0),
-        ToolCallEvent(index=1, tool="ocr", method="fake-ocr", ocr_text=EVIL[1],
-                      detected_box=Box(x0=10, y0=10, x1=60, y1=40, label=EVIL[2], method="fake-detector"),
-                      error=StepError(kind="tool_exception", message=EVIL[0])),
+        ToolCallEvent(
+            index=0,
+            tool="web_search",
+            arguments={"query": EVIL[2]},
+            sub_question=EVIL[0],
+            search_keywords=EVIL[1],
+            method="fake",
+            summary=EVIL[3],
+            results=[
+                TraceHit(source="web", score=0.9, url="javascript:alert(5)", title=EVIL[1], snippet=EVIL[0]),
+                TraceHit(source="web", score=0.5, url="https://example.org/a?b=1&c=<2>", snippet=EVIL[1]),
+            ],
+            latency_ms=12.5,
+            policy_ms=3.0,
+        ),
+        ToolCallEvent(
+            index=1,
+            tool="ocr",
+            method="fake-ocr",
+            ocr_text=EVIL[1],
+            detected_box=Box(x0=10, y0=10, x1=60, y1=40, label=EVIL[2], method="fake-detector"),
+            error=StepError(kind="tool_exception", message=EVIL[0]),
+        ),
         FinalEvent(index=2, decision="answer", answer=EVIL[1]),
     ]
-    return TurnTrace(run_id=run_id, task=1, session_id="zz-evil", interaction_id="zz-evil-t0", turn_index=0,
-                     question="what does " + EVIL[2] + " say?", image=ImageInfo(size=(640, 480), note=EVIL[0]),
-                     labels={"domain": EVIL[3]},
-                     policy="scripted", search_backend="fake", budget_s=10, max_steps=8, steps=steps,
-                     answer=EVIL[0], abstained=False, ended_by="answer", latency_ms=100.0, ground_truth=EVIL[1],
-                     score="incorrect", judge="rule", error=EVIL[3])
+    return TurnTrace(
+        run_id=run_id,
+        task=1,
+        session_id="zz-evil",
+        interaction_id="zz-evil-t0",
+        turn_index=0,
+        question="what does " + EVIL[2] + " say?",
+        image=ImageInfo(size=(640, 480), note=EVIL[0]),
+        labels={"domain": EVIL[3]},
+        policy="scripted",
+        search_backend="fake",
+        budget_s=10,
+        max_steps=8,
+        steps=steps,
+        answer=EVIL[0],
+        abstained=False,
+        ended_by="answer",
+        latency_ms=100.0,
+        ground_truth=EVIL[1],
+        score="incorrect",
+        judge="rule",
+        error=EVIL[3],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +148,7 @@ def test_every_turn_box_answer_and_header_is_on_the_page(run_dir, page):
     assert "broken__00.json" in html and "foreign__00.json" in html and "2 trace file(s) skipped" in html
     assert 'class="thumb placeholder"' in html
     # filters
-    for marker in ('class="f-score"', 'id="f-tool"', 'id="f-text"', 'id="f-error"', "<details class=\"step"):
+    for marker in ('class="f-score"', 'id="f-tool"', 'id="f-text"', 'id="f-error"', '<details class="step'):
         assert marker in html
     assert '<option value="web_search">' in html
 
@@ -163,10 +195,15 @@ def test_images_from_dict_dataset_or_missing_never_crash(run_dir, tmp_path):
 def test_boxes_are_scaled_to_the_image_the_agent_saw(tmp_path):
     store = TraceStore(tmp_path, "r")
     t = evil_trace("r")
-    t.session_id, t.image = "big", ImageInfo(original_size=(4096, 2048), size=(2048, 1024),
-                                             transforms=["downscaled to 2048x1024"])
-    t.steps = [ToolCallEvent(index=0, tool="detect_crop",
-                             detected_box=Box(x0=1024, y0=512, x1=2048, y1=1024, label="half", method="m"))]
+    t.session_id, t.image = (
+        "big",
+        ImageInfo(original_size=(4096, 2048), size=(2048, 1024), transforms=["downscaled to 2048x1024"]),
+    )
+    t.steps = [
+        ToolCallEvent(
+            index=0, tool="detect_crop", detected_box=Box(x0=1024, y0=512, x1=2048, y1=1024, label="half", method="m")
+        )
+    ]
     store.write(t)
     html = build_html(store.dir, images={"big": Image.new("RGB", (4096, 2048), (10, 120, 40))})
     assert "left:50.00%;top:50.00%;width:50.00%;height:50.00%" in html
@@ -187,18 +224,32 @@ def _jpeg_bytes() -> bytes:
     return buf.getvalue()
 
 
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is absent (apt-get install -y chromium); "
-                                                  "CI installs it for this test")
+@pytest.mark.skipif(
+    not CHROMIUM.exists(),
+    reason="/usr/bin/chromium is absent (apt-get install -y chromium); CI installs it for this test",
+)
 def test_headless_chromium_renders_the_page(run_dir, page, tmp_path):
     path, _ = page
     shot = tmp_path / "shot.png"
     base = [str(CHROMIUM), *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]
-    r = subprocess.run([*base, f"--screenshot={shot}", "--window-size=1280,2000", path.resolve().as_uri()],
-                       capture_output=True, text=True, timeout=90)
+    r = subprocess.run(
+        [*base, f"--screenshot={shot}", "--window-size=1280,2000", path.resolve().as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
     print(f"viewer screenshot: {shot}")
     assert shot.exists(), r.stderr[-2000:]
     with Image.open(shot) as im:

@@ -17,8 +17,16 @@ from traces.viewer_parts import KgImages, is_offline_demo_url
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 @pytest.fixture(scope="module")
@@ -32,16 +40,22 @@ def runs(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("GLASSES_DEMO_DIR", str(ROOT / "data" / "demo"))
     try:
-        assert main(["--task", "2", "--limit", "5", "--out", str(out), "--run-id", "rule", "--no-progress",
-                     "--no-plot"]) == 0
+        assert (
+            main(["--task", "2", "--limit", "5", "--out", str(out), "--run-id", "rule", "--no-progress", "--no-plot"])
+            == 0
+        )
     finally:
         mp.undo()
     return out / "model", out / "rule"
 
 
 def _dom(page: Path, tmp_path: Path) -> str:
-    r = subprocess.run([str(CHROMIUM), *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom",
-                        page.resolve().as_uri()], capture_output=True, text=True, timeout=90)
+    r = subprocess.run(
+        [str(CHROMIUM), *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", page.resolve().as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
     assert "<article" in r.stdout, r.stderr[-2000:]
     return r.stdout
 
@@ -81,9 +95,11 @@ def test_numbers_outside_the_range_and_chips_carry_their_reason_in_chromium(runs
 def test_kg_images_are_read_only_from_the_kg_folder(tmp_path):
     (tmp_path / "kg_images").mkdir()
     (tmp_path / "secret.png").write_bytes(b"x")
-    (tmp_path / "kg.json").write_text('{"images": [{"url": "https://demo.local/a", "image_file": "../secret.png"}, '
-                                      '{"url": "https://demo.local/b", "image_file": "kg_images/../../x.png"}, '
-                                      '{"url": "https://demo.local/c", "image_file": "kg_images/missing.png"}]}')
+    (tmp_path / "kg.json").write_text(
+        '{"images": [{"url": "https://demo.local/a", "image_file": "../secret.png"}, '
+        '{"url": "https://demo.local/b", "image_file": "kg_images/../../x.png"}, '
+        '{"url": "https://demo.local/c", "image_file": "kg_images/missing.png"}]}'
+    )
     kg = KgImages([tmp_path])
     assert kg.files == {"https://demo.local/c": "kg_images/missing.png"}  # unsafe names never even listed
     assert kg.thumb("https://demo.local/a") is None and kg.thumb("https://demo.local/c") is None

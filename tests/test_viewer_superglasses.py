@@ -20,12 +20,33 @@ def sg_run(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("sg")
     data = small_dataset(tmp / "data")
     with FixtureWeb(image_dir=tmp / "img") as web, pytest.MonkeyPatch.context() as mp:
-        web.pages["f9"] = ("text/html", article("Falcon 9", ["Falcon 9 is a rocket made by SpaceX.",
-                                                             "It first flew in 2010."]))
+        web.pages["f9"] = (
+            "text/html",
+            article("Falcon 9", ["Falcon 9 is a rocket made by SpaceX.", "It first flew in 2010."]),
+        )
         web.web["Falcon 9 makes"] = organic(("Falcon 9", web.page_url("f9"), "Falcon 9 is a rocket made by SpaceX."))
         use_fixture_web(mp, web, tmp / "cache", tmp / "img")
-        assert cli.main(["--benchmark", "superglasses", "--data", str(data), "--out", str(tmp / "runs"),
-                         "--run-id", "sg", "--no-progress", "--no-plot", "--budget", "60", "--tokenizer", "approx"]) == 0
+        assert (
+            cli.main(
+                [
+                    "--benchmark",
+                    "superglasses",
+                    "--data",
+                    str(data),
+                    "--out",
+                    str(tmp / "runs"),
+                    "--run-id",
+                    "sg",
+                    "--no-progress",
+                    "--no-plot",
+                    "--budget",
+                    "60",
+                    "--tokenizer",
+                    "approx",
+                ]
+            )
+            == 0
+        )
         from glasses_rag.web.open_web import reset_open_web
 
         reset_open_web()

@@ -27,12 +27,35 @@ from tools import default_registry
 
 F = FakeOpenAIServer
 MSGS = [{"role": "user", "content": "hi"}]
-SEARCH = {"type": "function", "function": {"name": "web_search", "description": "Search the web.", "parameters": {
-    "type": "object", "properties": {"query": {"type": "string"}, "k": {"type": "integer"}}, "required": ["query"]}}}
-ANSWER = {"type": "function", "function": {"name": "answer", "description": "Answer the user.", "parameters": {
-    "type": "object", "properties": {"answer": {"type": "string"}, "confidence": {"type": "number"},
-                                     "entity": {"type": ["string", "null"]}, "rationale": {"type": "string"}},
-    "required": ["answer", "confidence"]}}}
+SEARCH = {
+    "type": "function",
+    "function": {
+        "name": "web_search",
+        "description": "Search the web.",
+        "parameters": {
+            "type": "object",
+            "properties": {"query": {"type": "string"}, "k": {"type": "integer"}},
+            "required": ["query"],
+        },
+    },
+}
+ANSWER = {
+    "type": "function",
+    "function": {
+        "name": "answer",
+        "description": "Answer the user.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "answer": {"type": "string"},
+                "confidence": {"type": "number"},
+                "entity": {"type": ["string", "null"]},
+                "rationale": {"type": "string"},
+            },
+            "required": ["answer", "confidence"],
+        },
+    },
+}
 TOOLS = [SEARCH, ANSWER]
 
 
@@ -49,8 +72,11 @@ def _backend(srv, **kw) -> OpenAICompatibleBackend:
 # (parser, what the model wrote): the parser's own shape, and shapes that vLLM returns (or streams) as content
 SHAPES = [
     ("hermes", '<tool_call>\n{"name": "web_search", "arguments": {"query": "red bottle brand", "k": 3}}\n</tool_call>'),
-    ("hermes", 'Let me look.\n<tool_call>\n{"name": "web_search", "arguments": {"query": "red bottle brand", "k": 3}}'
-               "\n</tool_call>"),
+    (
+        "hermes",
+        'Let me look.\n<tool_call>\n{"name": "web_search", "arguments": {"query": "red bottle brand", "k": 3}}'
+        "\n</tool_call>",
+    ),
     ("llama3_json", '{"name": "web_search", "parameters": {"query": "red bottle brand", "k": 3}}'),
     ("llama3_json", '<|python_tag|>{"name": "web_search", "arguments": {"query": "red bottle brand", "k": 3}}'),
     ("llama3_json", ' \n{"name": "web_search", "parameters": {"query": "red bottle brand", "k": 3}}'),
@@ -74,20 +100,36 @@ def test_a_tool_call_in_every_parser_shape_is_parsed(parser, text, version, stre
     assert calls == [] or calls[0].mode == "native_tools"
 
 
-@pytest.mark.parametrize("parser,text", [
-    ("hermes", '<tool_call>{"name": "answer", "parameters": {"answer": "Coca-Cola", "confidence": 0.9, '
-               '"entity": null, "rationale": "label"}}</tool_call>'),  # vLLM's hermes wants "arguments"
-    ("llama3_json", "{'name': 'answer', 'parameters': {'answer': 'Coca-Cola', 'confidence': 0.9, 'entity': None, "
-                    "'rationale': 'label'}}"),  # not JSON: vLLM cannot decode it
-    ("pythonic", ' [answer(answer="Coca-Cola", confidence=0.9, entity=None, rationale="label")]'),  # a leading space
-])
+@pytest.mark.parametrize(
+    "parser,text",
+    [
+        (
+            "hermes",
+            '<tool_call>{"name": "answer", "parameters": {"answer": "Coca-Cola", "confidence": 0.9, '
+            '"entity": null, "rationale": "label"}}</tool_call>',
+        ),  # vLLM's hermes wants "arguments"
+        (
+            "llama3_json",
+            "{'name': 'answer', 'parameters': {'answer': 'Coca-Cola', 'confidence': 0.9, 'entity': None, "
+            "'rationale': 'label'}}",
+        ),  # not JSON: vLLM cannot decode it
+        (
+            "pythonic",
+            ' [answer(answer="Coca-Cola", confidence=0.9, entity=None, rationale="label")]',
+        ),  # a leading space
+    ],
+)
 def test_the_answer_function_that_vllm_leaves_in_the_content_is_parsed(parser, text):
     with _vllm(tool_parser=parser) as srv:
         srv.push(F.text_reply(text, completion_tokens=30))
         reply = _backend(srv, stream=False).complete(MSGS, tools=TOOLS)
     assert reply.tool_calls[0].name == "answer"
-    assert reply.tool_calls[0].arguments == {"answer": "Coca-Cola", "confidence": 0.9, "entity": None,
-                                             "rationale": "label"}
+    assert reply.tool_calls[0].arguments == {
+        "answer": "Coca-Cola",
+        "confidence": 0.9,
+        "entity": None,
+        "rationale": "label",
+    }
 
 
 def test_required_tool_choice_is_sent_and_parsed():
@@ -99,14 +141,18 @@ def test_required_tool_choice_is_sent_and_parsed():
     assert [(c.name, c.arguments) for c in reply.tool_calls] == [("web_search", {"query": "q"})]
 
 
-@pytest.mark.parametrize("parser,text", [
-    ("llama3_json", '{"action": "call_tool", "tool": "web_search", "arguments": {"query": "q"}, "rationale": "r"}'),
-    ("hermes", '<tool_call>{"action": "call_tool", "tool": "web_search", "arguments": {"query": "q"}}</tool_call>'),
-    ("pythonic", '[{"action": "call_tool", "tool": "web_search", "arguments": {"query": "q"}}]'),
-])
+@pytest.mark.parametrize(
+    "parser,text",
+    [
+        ("llama3_json", '{"action": "call_tool", "tool": "web_search", "arguments": {"query": "q"}, "rationale": "r"}'),
+        ("hermes", '<tool_call>{"action": "call_tool", "tool": "web_search", "arguments": {"query": "q"}}</tool_call>'),
+        ("pythonic", '[{"action": "call_tool", "tool": "web_search", "arguments": {"query": "q"}}]'),
+    ],
+)
 @pytest.mark.parametrize("version", ["0.10", "0.11+"])
-def test_a_held_back_stream_is_asked_again_unstreamed_and_later_requests_are_not_streamed(parser, text, version,
-                                                                                           caplog):
+def test_a_held_back_stream_is_asked_again_unstreamed_and_later_requests_are_not_streamed(
+    parser, text, version, caplog
+):
     with _vllm(tool_parser=parser, version=version) as srv:
         srv.push(*[F.text_reply(text, completion_tokens=25)] * 3)
         b = _backend(srv)
@@ -141,14 +187,18 @@ def test_streamed_hermes_call_written_with_parameters_loses_its_arguments_and_sa
 
 def test_stream_assembly_of_tool_call_deltas_without_index_or_with_repeated_names():
     acc = _Stream()
-    for delta in ({"tool_calls": [{"id": "a", "type": "function", "function": {"name": "web_search"}}]},
-                  {"tool_calls": [{"function": {"name": "web_search", "arguments": '{"que'}}]},
-                  {"tool_calls": [{"function": {"arguments": 'ry": "x"}'}}]},
-                  {"tool_calls": [{"id": "b", "function": {"name": "ocr", "arguments": {}}}]},
-                  {"tool_calls": [{"index": 1, "function": {"arguments": ""}}]}):
+    for delta in (
+        {"tool_calls": [{"id": "a", "type": "function", "function": {"name": "web_search"}}]},
+        {"tool_calls": [{"function": {"name": "web_search", "arguments": '{"que'}}]},
+        {"tool_calls": [{"function": {"arguments": 'ry": "x"}'}}]},
+        {"tool_calls": [{"id": "b", "function": {"name": "ocr", "arguments": {}}}]},
+        {"tool_calls": [{"index": 1, "function": {"arguments": ""}}]},
+    ):
         acc.add({"choices": [{"index": 0, "delta": delta}]})
-    got = [(c["function"]["name"], c["function"]["arguments"]) for c in acc.completion()["choices"][0]["message"]
-           ["tool_calls"]]
+    got = [
+        (c["function"]["name"], c["function"]["arguments"])
+        for c in acc.completion()["choices"][0]["message"]["tool_calls"]
+    ]
     assert got == [("web_search", '{"query": "x"}'), ("ocr", "")]
 
 
@@ -193,25 +243,53 @@ def test_json_object_is_recorded_as_such_and_warned_once(caplog):
 def test_a_server_declared_to_enforce_json_object_schemas_is_structured(srv):
     srv.push(F.text_reply('{"answer": "x"}'))
     r = _backend(srv, response_format="json_object", json_object_enforced=True).complete(
-        MSGS, response_schema={"name": "a", "schema": {"type": "object"}})
+        MSGS, response_schema={"name": "a", "schema": {"type": "object"}}
+    )
     assert r.mode == "structured"
 
 
 # ---- 4. explicit sampling for every call kind -------------------------------------------------------------------
 
-GENERATION_CONFIG = {"temperature": 0.7, "top_p": 0.8, "top_k": 20, "min_p": 0.05, "repetition_penalty": 1.05,
-                     "presence_penalty": 1.5, "frequency_penalty": 0.5, "max_new_tokens": 2048}
-GREEDY = {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0,
-          "presence_penalty": 0.0, "frequency_penalty": 0.0}
-EVERYTHING = json.dumps({"action": "answer", "rationale": "r", "answer": "SpaceX", "confidence": 0.9,
-                         "entity": "Falcon 9", "supported": True, "consistent": True, "reason": "ok",
-                         "verifications": [], "sub_questions": ["who makes it?"]})
+GENERATION_CONFIG = {
+    "temperature": 0.7,
+    "top_p": 0.8,
+    "top_k": 20,
+    "min_p": 0.05,
+    "repetition_penalty": 1.05,
+    "presence_penalty": 1.5,
+    "frequency_penalty": 0.5,
+    "max_new_tokens": 2048,
+}
+GREEDY = {
+    "temperature": 0.0,
+    "top_p": 1.0,
+    "top_k": 0,
+    "min_p": 0.0,
+    "repetition_penalty": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+}
+EVERYTHING = json.dumps(
+    {
+        "action": "answer",
+        "rationale": "r",
+        "answer": "SpaceX",
+        "confidence": 0.9,
+        "entity": "Falcon 9",
+        "supported": True,
+        "consistent": True,
+        "reason": "ok",
+        "verifications": [],
+        "sub_questions": ["who makes it?"],
+    }
+)
 
 
 def _view() -> PolicyView:
     tools = [tool_spec(t) for t in default_registry().for_task(1)]
-    return PolicyView(task=1, question="Who makes this rocket?", has_image=True, tools=tools, remaining_steps=4,
-                      remaining_s=30.0)
+    return PolicyView(
+        task=1, question="Who makes this rocket?", has_image=True, tools=tools, remaining_steps=4, remaining_s=30.0
+    )
 
 
 @pytest.mark.parametrize("version", ["0.10", "0.11+"])
@@ -227,8 +305,12 @@ def test_every_call_kind_sends_explicit_sampling_so_generation_config_fills_noth
             p.decide(_view(), img)
             draft = p.answer(_view(), img)
             p.verifier("dual-cove").verify("Who makes this rocket?", draft, ["SpaceX builds Falcon 9"], img)
-            model_decouple(p.backend, ToolContext(task=2, question="Who makes it and when?", image=img),
-                           "Who makes it and when?", None)
+            model_decouple(
+                p.backend,
+                ToolContext(task=2, question="Who makes it and when?", image=img),
+                "Who makes it and when?",
+                None,
+            )
     purposes = sorted(c.purpose for c in calls)
     assert purposes == sorted(["decide", "answer", "closed_book", "cove", "consistency", "decouple"])
     assert len(srv.effective) == len(calls)
@@ -254,8 +336,10 @@ def test_the_llm_judge_sends_explicit_sampling():
 
 
 def test_sampling_fields_outside_openais_api_are_dropped_once_a_server_rejects_them(caplog):
-    with FakeOpenAIServer(reject_fields=("top_k", "min_p", "repetition_penalty")) as srv, \
-            caplog.at_level(logging.WARNING):
+    with (
+        FakeOpenAIServer(reject_fields=("top_k", "min_p", "repetition_penalty")) as srv,
+        caplog.at_level(logging.WARNING),
+    ):
         srv.push(F.text_reply("one"), F.text_reply("two"))
         b = _backend(srv, sampling={"top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0})
         assert b.complete(MSGS).text == "one" and b.complete(MSGS).text == "two"
@@ -267,8 +351,11 @@ def test_sampling_fields_outside_openais_api_are_dropped_once_a_server_rejects_t
 
 def test_a_server_whose_no_top_k_is_minus_one_gets_that():
     with FakeOpenAIServer() as srv:
-        srv.push(("status", 400, {"object": "error", "message": "top_k must be -1 (disable) or at least 1, got 0."}),
-                 F.text_reply("one"), F.text_reply("two"))
+        srv.push(
+            ("status", 400, {"object": "error", "message": "top_k must be -1 (disable) or at least 1, got 0."}),
+            F.text_reply("one"),
+            F.text_reply("two"),
+        )
         b = _backend(srv, sampling={"top_k": 0})
         assert b.complete(MSGS).text == "one" and b.complete(MSGS).text == "two"
     assert [r["top_k"] for r in srv.requests] == [0, -1, -1]
@@ -284,6 +371,7 @@ def _replica_of(srvs: list[FakeOpenAIServer]) -> list[int]:
 def test_a_conversation_stays_on_one_replica_even_through_worker_threads():
     with FakeOpenAIServer() as a, FakeOpenAIServer() as b:
         backend = OpenAICompatibleBackend([a.base_url, b.base_url], "fake-vlm", max_retries=0)
+
         def call() -> None:
             complete_and_report(backend, "decide", MSGS)
 
@@ -368,8 +456,17 @@ def test_a_three_turn_conversation_through_the_agent_uses_one_replica():
         history: list[HistoryTurn] = []
         traces = []
         for i, q in enumerate(["who makes this rocket?", "when was it founded?", "where is it based?"]):
-            tr = agent.run_turn(TurnInput(task=3, session_id="conv-1", interaction_id=f"t{i}", turn_index=i,
-                                          question=q, image=Image.new("RGB", (64, 48)), history=list(history)))
+            tr = agent.run_turn(
+                TurnInput(
+                    task=3,
+                    session_id="conv-1",
+                    interaction_id=f"t{i}",
+                    turn_index=i,
+                    question=q,
+                    image=Image.new("RGB", (64, 48)),
+                    history=list(history),
+                )
+            )
             traces.append(tr)
             history.append(HistoryTurn(question=q, answer=tr.answer))
     calls: list[ModelCall] = [c for t in traces for c in t.model_calls()]

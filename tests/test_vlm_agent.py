@@ -16,13 +16,22 @@ def test_vlm_policy_drives_tools_and_self_check_through_the_graph():
             FakeOpenAIServer.text_reply('Sure! ```json\n{"action": "answer", "rationale": "the KG says so",}\n```'),
             FakeOpenAIServer.text_reply('{"answer": "SpaceX", "confidence": 0.9, "entity": "Falcon 9"}'),
             # self-check (default: one chain-of-verification round trip)
-            FakeOpenAIServer.text_reply('{"verifications": [{"question": "Who makes Falcon 9?", "answer": "SpaceX", '
-                                        '"supported": true}], "supported": true, "confidence": 0.9, "reason": "KG"}'),
+            FakeOpenAIServer.text_reply(
+                '{"verifications": [{"question": "Who makes Falcon 9?", "answer": "SpaceX", '
+                '"supported": true}], "supported": true, "confidence": 0.9, "reason": "KG"}'
+            ),
         )
         policy = make_model_policy(f"openai:{srv.base_url}#fake-vlm")
         agent = make_agent(policy, KGSearch(), budget_s=20)
-        tr = agent.run_turn(TurnInput(task=1, session_id="s", interaction_id="i", question="who makes this rocket?",
-                                      image=Image.new("RGB", (64, 48), (200, 30, 30))))
+        tr = agent.run_turn(
+            TurnInput(
+                task=1,
+                session_id="s",
+                interaction_id="i",
+                question="who makes this rocket?",
+                image=Image.new("RGB", (64, 48), (200, 30, 30)),
+            )
+        )
         sent = list(srv.requests)
     acts = tr.tool_calls()
     assert [s.tool for s in acts] == ["image_search", "teleport"]
@@ -38,8 +47,12 @@ def test_vlm_policy_drives_tools_and_self_check_through_the_graph():
     assert tr.policy.startswith("vlm") or "fake-vlm" in tr.policy
     # the image went to the model as a data URL, and the decision was constrained to the allowed tools' schema
     first = sent[0]
-    assert any(part.get("type") == "image_url" and part["image_url"]["url"].startswith("data:image/")
-               for m in first["messages"] if isinstance(m.get("content"), list) for part in m["content"])
+    assert any(
+        part.get("type") == "image_url" and part["image_url"]["url"].startswith("data:image/")
+        for m in first["messages"]
+        if isinstance(m.get("content"), list)
+        for part in m["content"]
+    )
     options = first["response_format"]["json_schema"]["schema"]["anyOf"]
     offered = {o["properties"]["tool"]["const"] for o in options if "tool" in o["properties"]}
     assert offered >= {"image_search", "ocr"} and "self_check" not in offered  # self-check is not a plannable tool

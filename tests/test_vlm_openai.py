@@ -35,19 +35,28 @@ def srv(server):
 
 
 def _spec(name: str, desc: str, props: dict, required: list[str]) -> ToolSpec:
-    schema = {"type": "function", "function": {"name": name, "description": desc,
-              "parameters": {"type": "object", "properties": props, "required": required}}}
+    schema = {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": desc,
+            "parameters": {"type": "object", "properties": props, "required": required},
+        },
+    }
     sig = f"{name}({', '.join(f'{k}: str' for k in props)}) - {desc}"
     return ToolSpec(name=name, description=desc, signature=sig, json_schema=schema)
 
 
-TOOLS = [_spec("web_search", "Search the web.", {"query": {"type": "string"}}, ["query"]),
-         _spec("ocr", "Read text in the image.", {}, [])]
+TOOLS = [
+    _spec("web_search", "Search the web.", {"query": {"type": "string"}}, ["query"]),
+    _spec("ocr", "Read text in the image.", {}, []),
+]
 
 
 def _view(**kw) -> PolicyView:
-    base = dict(task=2, question="What brand is this bottle?", has_image=True, tools=TOOLS, remaining_steps=4,
-                remaining_s=30.0)
+    base = dict(
+        task=2, question="What brand is this bottle?", has_image=True, tools=TOOLS, remaining_steps=4, remaining_s=30.0
+    )
     base.update(kw)
     return PolicyView(**base)
 
@@ -116,19 +125,29 @@ def test_malformed_http_payload_raises_for_the_graph_to_record(srv):
 
 
 def test_history_done_evidence_in_prompt(srv):
-    srv.push(F.text_reply('{"action": "answer", "answer": "Coca-Cola", "confidence": 0.8, "entity": null, '
-                          '"rationale": "enough"}'))
+    srv.push(
+        F.text_reply(
+            '{"action": "answer", "answer": "Coca-Cola", "confidence": 0.8, "entity": null, "rationale": "enough"}'
+        )
+    )
     hit = Hit(source="web", score=1.0, title="Coca-Cola", snippet="x" * 5000, url="http://e/1")
-    v = _view(done=[StepSummary(tool="web_search", arguments={"query": "q1"}, summary="found 3 pages",
-                                update={"evidence": [hit]}),
-                    StepSummary(tool="ocr", error="no text engine", update={}),
-                    StepSummary(tool="ocr", arguments={"region": "crop"}, summary="read", update={"ocr_text": "COCA COLA"})])
+    v = _view(
+        done=[
+            StepSummary(
+                tool="web_search", arguments={"query": "q1"}, summary="found 3 pages", update={"evidence": [hit]}
+            ),
+            StepSummary(tool="ocr", error="no text engine", update={}),
+            StepSummary(tool="ocr", arguments={"region": "crop"}, summary="read", update={"ocr_text": "COCA COLA"}),
+        ]
+    )
     d = _policy(srv, evidence_chars=100).decide(v, None)
     assert d.action == "answer" and d.rationale == "enough" and d.answer.answer == "Coca-Cola"
     messages = srv.requests[0]["messages"]
     # each finished call as the model's native call, then its result as the tool's message
     calls = [m["tool_calls"][0]["function"] for m in messages if m["role"] == "assistant"]
-    assert [c["name"] for c in calls] == ["web_search", "ocr", "ocr"] and json.loads(calls[0]["arguments"]) == {"query": "q1"}
+    assert [c["name"] for c in calls] == ["web_search", "ocr", "ocr"] and json.loads(calls[0]["arguments"]) == {
+        "query": "q1"
+    }
     results = [m["content"] for m in messages if m["role"] == "tool"]
     assert "[1] (web 1.00, http://e/1) Coca-Cola" in results[0] and "found 3 pages" not in results[0]  # hits, not
     assert "ERROR: no text engine" in results[1] and "COCA COLA" in results[2]  # a summary repeating them
@@ -137,9 +156,11 @@ def test_history_done_evidence_in_prompt(srv):
 
 
 def test_answer_parsing(srv):
-    srv.push(F.text_reply('Answer:\n{"answer": "Coca-Cola", "confidence": 85, "entity": "Coca-Cola bottle"}'),
-             F.text_reply('{"answer": "I do not know", "confidence": 0.9}'),
-             F.text_reply("It is probably Pepsi."))
+    srv.push(
+        F.text_reply('Answer:\n{"answer": "Coca-Cola", "confidence": 85, "entity": "Coca-Cola bottle"}'),
+        F.text_reply('{"answer": "I do not know", "confidence": 0.9}'),
+        F.text_reply("It is probably Pepsi."),
+    )
     p = _policy(srv)
     a = p.answer(_view(), _img())
     assert a.answer == "Coca-Cola" and a.confidence == pytest.approx(0.85) and a.entity == "Coca-Cola bottle"
@@ -166,8 +187,10 @@ def test_no_retry_on_4xx(srv):
 
 
 def test_native_tools_rejected_falls_back_to_text(srv):
-    srv.push(("status", 400, '{"message": "\\"auto\\" tool choice requires --enable-auto-tool-choice"}'),
-             F.text_reply('{"action": "call_tool", "tool": "ocr"}'))
+    srv.push(
+        ("status", 400, '{"message": "\\"auto\\" tool choice requires --enable-auto-tool-choice"}'),
+        F.text_reply('{"action": "call_tool", "tool": "ocr"}'),
+    )
     p = _policy(srv)
     d = p.decide(_view(), None)
     assert d.tool == "ocr" and "tools" in srv.requests[0] and "tools" not in srv.requests[1] and len(srv.requests) == 2
@@ -216,9 +239,15 @@ def by_purpose(requests):
 
 
 def test_verify_dual_path_and_cove(srv):
-    cove = {"verifications": [{"question": "Is the label red?", "answer": "yes", "supported": True},
-                              {"question": "Does evidence name Coca-Cola?", "answer": "yes", "supported": True}],
-            "supported": True, "confidence": 0.9, "reason": "evidence [1] names it"}
+    cove = {
+        "verifications": [
+            {"question": "Is the label red?", "answer": "yes", "supported": True},
+            {"question": "Does evidence name Coca-Cola?", "answer": "yes", "supported": True},
+        ],
+        "supported": True,
+        "confidence": 0.9,
+        "reason": "evidence [1] names it",
+    }
     srv.route("chain of verification", F.text_reply(json.dumps(cove)))
     srv.route("Closed-book answer", F.text_reply('{"consistent": true, "reason": "same brand"}'))
     srv.push(F.text_reply('{"answer": "Coca-Cola", "confidence": 0.6}'))
@@ -232,8 +261,10 @@ def test_verify_dual_path_and_cove(srv):
     assert "Coca-Cola bottle, red label" in json.dumps(cove_req)
 
     srv.reset()
-    srv.route("chain of verification", F.text_reply('{"verifications": [], "supported": false, "confidence": 0.2, '
-                                                    '"reason": "not in evidence"}'))
+    srv.route(
+        "chain of verification",
+        F.text_reply('{"verifications": [], "supported": false, "confidence": 0.2, "reason": "not in evidence"}'),
+    )
     srv.route("Closed-book answer", F.text_reply('{"consistent": false, "reason": "different brands"}'))
     srv.push(F.text_reply('{"answer": "Pepsi", "confidence": 0.6}'))
     v = dual.verify("What brand is this?", draft("Coca-Cola"), ["a red bottle"], _img())
@@ -255,8 +286,10 @@ def test_spec_and_config(tmp_path, srv):
         with pytest.raises(ValueError):
             parse_spec(bad)
     t = tmp_path / "m.toml"
-    t.write_text(f'[model]\nbackend = "openai"\nbase_url = "{srv.base_url}"\nmodel = "fake-vlm"\ntimeout_s = 5\n'
-                 'max_retries = 0\ntemperature = 0.2\nmax_tokens = 64\nname = "vlm-fake"\n')
+    t.write_text(
+        f'[model]\nbackend = "openai"\nbase_url = "{srv.base_url}"\nmodel = "fake-vlm"\ntimeout_s = 5\n'
+        'max_retries = 0\ntemperature = 0.2\nmax_tokens = 64\nname = "vlm-fake"\n'
+    )
     j = tmp_path / "m.json"
     j.write_text(json.dumps({"backend": "openai", "base_url": srv.base_url, "model": "fake-vlm", "max_tokens": 32}))
     assert load_model_config(t).temperature == 0.2 and load_model_config(j).max_tokens == 32
@@ -270,6 +303,7 @@ def test_spec_and_config(tmp_path, srv):
 def test_llamacpp_missing_gives_clear_error(tmp_path):
     try:
         import llama_cpp  # noqa: F401
+
         pytest.skip("llama-cpp-python is installed")
     except ImportError:
         pass
@@ -288,9 +322,11 @@ def test_langchain_chat_model_bind_tools(srv):
         """Search the web."""
         return query
 
-    srv.push(F.tool_call_reply("web_search", {"query": "eiffel tower height"}),
-             F.text_reply('{"tool": "web_search", "arguments": {"query": "q2"}}'),
-             F.text_reply("Plain answer."))
+    srv.push(
+        F.tool_call_reply("web_search", {"query": "eiffel tower height"}),
+        F.text_reply('{"tool": "web_search", "arguments": {"query": "q2"}}'),
+        F.text_reply("Plain answer."),
+    )
     chat = BackendChatModel(backend=OpenAICompatibleBackend(srv.base_url, "fake-vlm", max_retries=0))
     bound = chat.bind_tools([web_search])
     m = bound.invoke([HumanMessage(content="How tall is the Eiffel tower?")])

@@ -12,19 +12,22 @@ from glasses_rag.policies.model.policy import answer_from_text, decision_from_re
 from glasses_rag.policies.protocol import IDK, PolicyReplyError
 
 
-@pytest.mark.parametrize("text,expected", [
-    ('{"a": 1}', {"a": 1}),
-    ('Sure! Here it is:\n```json\n{"a": 1, "b": [1, 2,],}\n```\nHope it helps', {"a": 1, "b": [1, 2]}),
-    ("{'action': 'answer', 'ok': True, 'n': None}", {"action": "answer", "ok": True, "n": None}),
-    ("{'answer': 'I don't know', 'confidence': 0}", {"answer": "I don't know", "confidence": 0}),
-    ("{'answer': 'O'Brien\\'s pub', 'x': 'say \"hi\"'}", {"answer": "O'Brien's pub", "x": 'say "hi"'}),
-    ('{action: "call_tool", tool: "ocr"}', {"action": "call_tool", "tool": "ocr"}),
-    ('text {"a": {"b": "}"}, "c": "{"} tail {"d": 2}', {"a": {"b": "}"}, "c": "{"}),
-    ('junk {not json at all} then {"ok": 1}', {"ok": 1}),
-    ('truncated {"a": {"b": [1, 2', {"a": {"b": [1, 2]}}),
-    ('{"x": true, "y": false, "z": null,}', {"x": True, "y": False, "z": None}),
-    ("<think>hmm {maybe}</think>\n{\"action\": \"answer\"}", {"action": "answer"}),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ('{"a": 1}', {"a": 1}),
+        ('Sure! Here it is:\n```json\n{"a": 1, "b": [1, 2,],}\n```\nHope it helps', {"a": 1, "b": [1, 2]}),
+        ("{'action': 'answer', 'ok': True, 'n': None}", {"action": "answer", "ok": True, "n": None}),
+        ("{'answer': 'I don't know', 'confidence': 0}", {"answer": "I don't know", "confidence": 0}),
+        ("{'answer': 'O'Brien\\'s pub', 'x': 'say \"hi\"'}", {"answer": "O'Brien's pub", "x": 'say "hi"'}),
+        ('{action: "call_tool", tool: "ocr"}', {"action": "call_tool", "tool": "ocr"}),
+        ('text {"a": {"b": "}"}, "c": "{"} tail {"d": 2}', {"a": {"b": "}"}, "c": "{"}),
+        ('junk {not json at all} then {"ok": 1}', {"ok": 1}),
+        ('truncated {"a": {"b": [1, 2', {"a": {"b": [1, 2]}}),
+        ('{"x": true, "y": false, "z": null,}', {"x": True, "y": False, "z": None}),
+        ('<think>hmm {maybe}</think>\n{"action": "answer"}', {"action": "answer"}),
+    ],
+)
 def test_extract_json(text, expected):
     assert extract_json(text) == expected
 
@@ -36,7 +39,7 @@ def test_extract_json_none(text):
 
 def test_extract_json_fuzz_never_raises():
     rng = random.Random(1234)
-    alphabet = list('{}[]"\':,\\ \n`aZ0-._') + ["true", "null", "```json", "{\"a\":"]
+    alphabet = list("{}[]\"':,\\ \n`aZ0-._") + ["true", "null", "```json", '{"a":']
     good = json.dumps({"action": "call_tool", "tool": "web_search", "arguments": {"query": "x y"}})
     for _ in range(400):
         junk = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 60)))
@@ -63,10 +66,18 @@ def _d(text="", calls=()):
 
 
 def test_decisions_from_text_shapes():
-    d = _d('{"action": "call_tool", "tool": "web_search", "arguments": {"query": "q"}, "rationale": "r", '
-           '"sub_question": "sq", "needs_retrieval": "yes"}')
-    assert (d.action, d.tool, d.arguments, d.rationale, d.sub_question, d.needs_retrieval) == \
-        ("call_tool", "web_search", {"query": "q"}, "r", "sq", True)
+    d = _d(
+        '{"action": "call_tool", "tool": "web_search", "arguments": {"query": "q"}, "rationale": "r", '
+        '"sub_question": "sq", "needs_retrieval": "yes"}'
+    )
+    assert (d.action, d.tool, d.arguments, d.rationale, d.sub_question, d.needs_retrieval) == (
+        "call_tool",
+        "web_search",
+        {"query": "q"},
+        "r",
+        "sq",
+        True,
+    )
     d = _d('{"action": "web_search", "arguments": "{\\"query\\": \\"q\\"}"}')  # action = tool name, string args
     assert d.tool == "web_search" and d.arguments == {"query": "q"}
     d = _d('<tool_call>{"name": "ocr", "arguments": {}}</tool_call>')  # hermes style in text
@@ -100,8 +111,11 @@ def test_answers():
     assert answer_from_text('{"answer": "x", "confidence": "high"}').confidence == 0.0
     assert answer_from_text('{"answer": "x", "confidence": 1.5e9}').confidence == 1.0
     assert answer_from_text('{"answer": ["a", "b"], "confidence": 0.5}').answer == "a, b"
-    for idk in ('{"answer": "I don\'t know.", "confidence": 0.8}', '{"answer": "", "confidence": 1}',
-                '{"answer": "Unknown", "confidence": 0.4}'):
+    for idk in (
+        '{"answer": "I don\'t know.", "confidence": 0.8}',
+        '{"answer": "", "confidence": 1}',
+        '{"answer": "Unknown", "confidence": 0.4}',
+    ):
         a = answer_from_text(idk)
         assert a.answer == IDK and a.confidence == 0.0
     for junk in ("no json", ""):
@@ -131,7 +145,14 @@ def test_image_to_data_url_modes():
 
 def test_several_native_tool_calls_become_parallel_calls():
 
-    reply = ChatReply(text="", tool_calls=[ChatToolCall(name="image_search", arguments={}),
-                                           ChatToolCall(name="web_search", arguments={"query": "falcon 9"})])
+    reply = ChatReply(
+        text="",
+        tool_calls=[
+            ChatToolCall(name="image_search", arguments={}),
+            ChatToolCall(name="web_search", arguments={"query": "falcon 9"}),
+        ],
+    )
     d = decision_from_reply(reply)
-    assert d.tool == "image_search" and [(p.tool, p.arguments) for p in d.parallel] == [("web_search", {"query": "falcon 9"})]
+    assert d.tool == "image_search" and [(p.tool, p.arguments) for p in d.parallel] == [
+        ("web_search", {"query": "falcon 9"})
+    ]

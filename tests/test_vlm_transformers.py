@@ -19,10 +19,12 @@ from glasses_rag.policies.protocol import AnswerDraft, PolicyReplyError, PolicyV
 torch = pytest.importorskip("torch")
 
 SPECIALS = ["<pad>", "<s>", "</s>", "<|im_start|>", "<|im_end|>", "<image>"]
-CHAT = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
-        "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for c in m['content'] %}"
-        "{% if c['type'] == 'image' %}<image>{% else %}{{ c['text'] }}{% endif %}{% endfor %}{% endif %}"
-        "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CHAT = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+    "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for c in m['content'] %}"
+    "{% if c['type'] == 'image' %}<image>{% else %}{{ c['text'] }}{% endif %}{% endfor %}{% endif %}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 
 def _tokenizer():
@@ -35,8 +37,18 @@ def _tokenizer():
 def _llama_config(vocab: int):
     from transformers import LlamaConfig
 
-    return LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                       num_key_value_heads=2, max_position_embeddings=8192, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    return LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=8192,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -64,25 +76,62 @@ def llava_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("tiny_llava")
     torch.manual_seed(0)
     tok = _tokenizer()
-    vis = CLIPVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=28,
-                           patch_size=14, projection_dim=16)
-    cfg = LlavaConfig(vision_config=vis, text_config=_llama_config(len(tok)), image_token_index=tok.convert_tokens_to_ids("<image>"),
-                      vision_feature_layer=-1, vision_feature_select_strategy="default")
+    vis = CLIPVisionConfig(
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        image_size=28,
+        patch_size=14,
+        projection_dim=16,
+    )
+    cfg = LlavaConfig(
+        vision_config=vis,
+        text_config=_llama_config(len(tok)),
+        image_token_index=tok.convert_tokens_to_ids("<image>"),
+        vision_feature_layer=-1,
+        vision_feature_select_strategy="default",
+    )
     LlavaForConditionalGeneration(cfg).save_pretrained(d)
     ip = CLIPImageProcessor(size={"shortest_edge": 28}, crop_size={"height": 28, "width": 28})
-    LlavaProcessor(image_processor=ip, tokenizer=tok, patch_size=14, vision_feature_select_strategy="default",
-                   image_token="<image>", num_additional_image_tokens=1, chat_template=CHAT).save_pretrained(d)
+    LlavaProcessor(
+        image_processor=ip,
+        tokenizer=tok,
+        patch_size=14,
+        vision_feature_select_strategy="default",
+        image_token="<image>",
+        num_additional_image_tokens=1,
+        chat_template=CHAT,
+    ).save_pretrained(d)
     return d
 
 
-TOOLS = [ToolSpec(name="ocr", description="Read text in the image.", signature="ocr() - Read text in the image.",
-                  json_schema={"type": "function", "function": {"name": "ocr", "description": "Read text in the image.",
-                                                                "parameters": {"type": "object", "properties": {}}}})]
+TOOLS = [
+    ToolSpec(
+        name="ocr",
+        description="Read text in the image.",
+        signature="ocr() - Read text in the image.",
+        json_schema={
+            "type": "function",
+            "function": {
+                "name": "ocr",
+                "description": "Read text in the image.",
+                "parameters": {"type": "object", "properties": {}},
+            },
+        },
+    )
+]
 
 
 def _view():
-    return PolicyView(task=1, question="What is written on the sign?", has_image=True, tools=TOOLS, remaining_steps=3,
-                      remaining_s=20.0)
+    return PolicyView(
+        task=1,
+        question="What is written on the sign?",
+        has_image=True,
+        tools=TOOLS,
+        remaining_steps=3,
+        remaining_s=20.0,
+    )
 
 
 def test_text_only_causal_lm(text_model_dir):
@@ -91,9 +140,16 @@ def test_text_only_causal_lm(text_model_dir):
     b = TransformersVLMBackend(text_model_dir, device="cpu")
     assert not b.is_vision and not b.supports_images and not b.supports_native_tools
     url = image_to_data_url(Image.new("RGB", (40, 30)))
-    r = b.complete([{"role": "system", "content": "be brief"},
-                    {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "hi"}]}],
-                   max_tokens=6)
+    r = b.complete(
+        [
+            {"role": "system", "content": "be brief"},
+            {
+                "role": "user",
+                "content": [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "hi"}],
+            },
+        ],
+        max_tokens=6,
+    )
     assert r.usage.output_tokens <= 6 and r.usage.input_tokens > 10 and isinstance(r.text, str)
     assert r.latency_ms > 0
 
@@ -117,8 +173,13 @@ def test_tiny_llava_vision_path(llava_dir):
     b = TransformersVLMBackend(llava_dir, device="cpu", dtype="float32")
     assert b.is_vision and b.supports_images
     url = image_to_data_url(Image.new("RGB", (64, 48), (1, 2, 3)))
-    msgs = [{"role": "system", "content": "sys"},
-            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "what?"}]}]
+    msgs = [
+        {"role": "system", "content": "sys"},
+        {
+            "role": "user",
+            "content": [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "what?"}],
+        },
+    ]
     r = b.complete(msgs, max_tokens=5)
     no_img = b.complete([{"role": "user", "content": "what?"}], max_tokens=5)
     assert r.usage.input_tokens > no_img.usage.input_tokens  # the image became image tokens
@@ -128,8 +189,12 @@ def test_tiny_llava_vision_path(llava_dir):
     except PolicyReplyError:
         pass
     try:  # junk from a random model is never 'supported': unparseable (an error the graph records) or unsupported
-        v = p.verifier().verify("What is written?", AnswerDraft(answer="STOP", confidence=0.9), ["a red stop sign"],
-                                Image.new("RGB", (80, 60)))
+        v = p.verifier().verify(
+            "What is written?",
+            AnswerDraft(answer="STOP", confidence=0.9),
+            ["a red stop sign"],
+            Image.new("RGB", (80, 60)),
+        )
         assert v.supported is False
     except PolicyReplyError as e:
         assert isinstance(e.raw, str)
@@ -146,14 +211,39 @@ def test_missing_folder():
 
 MSGS = [{"role": "system", "content": "reply in JSON"}, {"role": "user", "content": "decide"}]
 # every value bounded: even a random model reaches the grammar's end in a few dozen byte tokens
-BOUNDED = {"name": "bounded", "schema": {"anyOf": [
-    {"type": "object", "additionalProperties": False, "required": ["action", "k", "region", "where"],
-     "properties": {"action": {"const": "call_tool"}, "k": {"type": "integer", "minimum": 1, "maximum": 9},
-                    "region": {"enum": ["image", "crop"]}, "flag": {"type": "boolean"},
-                    "where": {"type": "object", "additionalProperties": False, "required": ["x"],
-                              "properties": {"x": {"type": "integer", "minimum": 0, "maximum": 3}}}}},
-    {"type": "object", "additionalProperties": False, "required": ["action", "entity"],
-     "properties": {"action": {"const": "answer"}, "entity": {"anyOf": [{"enum": ["a", "b"]}, {"type": "null"}]}}}]}}
+BOUNDED = {
+    "name": "bounded",
+    "schema": {
+        "anyOf": [
+            {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["action", "k", "region", "where"],
+                "properties": {
+                    "action": {"const": "call_tool"},
+                    "k": {"type": "integer", "minimum": 1, "maximum": 9},
+                    "region": {"enum": ["image", "crop"]},
+                    "flag": {"type": "boolean"},
+                    "where": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["x"],
+                        "properties": {"x": {"type": "integer", "minimum": 0, "maximum": 3}},
+                    },
+                },
+            },
+            {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["action", "entity"],
+                "properties": {
+                    "action": {"const": "answer"},
+                    "entity": {"anyOf": [{"enum": ["a", "b"]}, {"type": "null"}]},
+                },
+            },
+        ]
+    },
+}
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +268,10 @@ def test_structured_reply_is_schema_valid_json_ending_at_the_grammar_end(text_ba
     n = text_backend.grammars.compiles
     text_backend.complete(MSGS, response_schema=json.loads(json.dumps(BOUNDED)), max_tokens=300)
     assert text_backend.grammars.compiles == n
-    other = {"name": "flag", "schema": {"type": "object", "required": ["ok"], "properties": {"ok": {"type": "boolean"}}}}
+    other = {
+        "name": "flag",
+        "schema": {"type": "object", "required": ["ok"], "properties": {"ok": {"type": "boolean"}}},
+    }
     assert json.loads(text_backend.complete(MSGS, response_schema=other, max_tokens=50).text)["ok"] in (True, False)
     assert text_backend.grammars.compiles == n + 1
 
@@ -213,10 +306,15 @@ def test_the_decision_schema_features_are_enforced_by_the_grammar(text_backend):
     assert accepts(decision, call % ("image_search", '{"k": 50}'))
     assert accepts(decision, call % ("reranker", '{"lam": 2.5}'))
     assert accepts(decision, '{"action": "answer", "answer": "x", "confidence": 0.5, "entity": null, "rationale": "r"}')
-    for bad in (call % ("ocr", '{"region": "nope"}'), call % ("web_search", "{}"), call % ("image_search", '{"k": 51}'),
-                call % ("reranker", '{"lam": 100.5}'), call % ("ocr", '{"extra": 1}'),
-                '{"action": "answer", "answer": "x", "confidence": 1.5, "entity": null, "rationale": "r"}',
-                '{"action": "answer", "tool": "ocr", "rationale": "r"}'):
+    for bad in (
+        call % ("ocr", '{"region": "nope"}'),
+        call % ("web_search", "{}"),
+        call % ("image_search", '{"k": 51}'),
+        call % ("reranker", '{"lam": 100.5}'),
+        call % ("ocr", '{"extra": 1}'),
+        '{"action": "answer", "answer": "x", "confidence": 1.5, "entity": null, "rationale": "r"}',
+        '{"action": "answer", "tool": "ocr", "rationale": "r"}',
+    ):
         assert not accepts(decision, bad), bad
     assert accepts(ANSWER_SCHEMA, '{"answer": "x", "confidence": 1, "entity": "e", "rationale": "r"}')
 
@@ -259,7 +357,12 @@ def test_tiny_llava_structured_reply(llava_dir):
 
     b = TransformersVLMBackend(llava_dir, device="cpu", dtype="float32")
     url = image_to_data_url(Image.new("RGB", (64, 48), (1, 2, 3)))
-    msgs = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "what?"}]}]
+    msgs = [
+        {
+            "role": "user",
+            "content": [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "what?"}],
+        }
+    ]
     r = b.complete(msgs, response_schema=BOUNDED, max_tokens=300)
     jsonschema.validate(json.loads(r.text), BOUNDED["schema"])
     assert r.mode == "structured" and r.finish_reason == "stop"

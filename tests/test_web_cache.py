@@ -33,11 +33,19 @@ class RunsCode:
 
 def _plant(db_path: Path, level: str, key: str, value: bytes, header_key: str | None = None) -> None:
     """Write a row the way an attacker with access to the cache folder could: any bytes, a consistent header."""
-    header = {"format": FORMAT, "level": level, "key": header_key or key, "stored_at": time.time(), "size": len(value),
-              "sha256": hashlib.sha256(value).hexdigest()}
+    header = {
+        "format": FORMAT,
+        "level": level,
+        "key": header_key or key,
+        "stored_at": time.time(),
+        "size": len(value),
+        "sha256": hashlib.sha256(value).hexdigest(),
+    }
     with sqlite3.connect(db_path) as db:
-        db.execute("INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?, ?, ?)",
-                   (level, _id(key), json.dumps(header), value, len(value), time.time()))
+        db.execute(
+            "INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?, ?, ?)",
+            (level, _id(key), json.dumps(header), value, len(value), time.time()),
+        )
 
 
 def test_values_are_json_behind_a_header_that_records_the_key(tmp_path):
@@ -82,8 +90,13 @@ def test_a_planted_pickle_never_runs(tmp_path, caplog):
 def test_an_entry_recorded_for_another_key_is_a_miss(tmp_path):
     cache = WebCache(tmp_path)
     key = page_key("https://example.org/wanted")
-    _plant(cache.path, "pages", key, json.dumps({"url": "https://evil.example", "text": "other page"}).encode(),
-           header_key="https://evil.example/")
+    _plant(
+        cache.path,
+        "pages",
+        key,
+        json.dumps({"url": "https://evil.example", "text": "other page"}).encode(),
+        header_key="https://evil.example/",
+    )
     value, cached = cache.page(key, lambda: {"url": key, "text": "the right page"})
     assert not cached and value["text"] == "the right page"
     assert cache.page(key, lambda: 1 / 0)[0]["text"] == "the right page"
@@ -167,7 +180,9 @@ def test_caps_are_configurable_and_oversized_values_are_not_stored(tmp_path, mon
 
 def _publish(folder, i, size=0):
     """Publishes a distinct image (about `size` bytes of noise when given); its path."""
-    im = Image.frombytes("RGB", (256, 256), os.urandom(256 * 256 * 3)) if size else Image.new("RGB", (16, 16), (i, 2, 3))
+    im = (
+        Image.frombytes("RGB", (256, 256), os.urandom(256 * 256 * 3)) if size else Image.new("RGB", (16, 16), (i, 2, 3))
+    )
     return folder / publish_image(im, folder, "http://img.example", 86400, 10**9).rsplit("/", 1)[1]
 
 
@@ -190,7 +205,9 @@ def test_the_lens_image_folder_is_pruned_by_age_and_size(tmp_path):
     folder.chmod(0o755)
     old = os.umask(0o077)  # a private umask for the run's own outputs ...
     try:
-        assert _publish(folder, 9).stat().st_mode & 0o777 == 0o644  # ... but a served image is as readable as its folder
+        assert (
+            _publish(folder, 9).stat().st_mode & 0o777 == 0o644
+        )  # ... but a served image is as readable as its folder
     finally:
         os.umask(old)
 

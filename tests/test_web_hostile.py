@@ -76,9 +76,12 @@ class FakeNetwork:
 @pytest.fixture
 def servers():
     with HostileWeb("127.0.0.1") as public, HostileWeb("127.0.0.2") as internal, HostileWeb("::1") as v6:
-        public.pages["public"] = ("text/html", b"<html><body><article><p>This public page is about Ssrfa, a small "
-                                               b"town with a nice harbour and a market every Sunday.</p></article>"
-                                               b"</body></html>")
+        public.pages["public"] = (
+            "text/html",
+            b"<html><body><article><p>This public page is about Ssrfa, a small "
+            b"town with a nice harbour and a market every Sunday.</p></article>"
+            b"</body></html>",
+        )
         yield public, internal, v6
 
 
@@ -89,8 +92,9 @@ def make_web(tmp_path):
     def build(allow=(), resolver=None, connector=loopback_only, **config) -> OpenWeb:
         config.setdefault("timeout_s", 2.0)
         kw = {"resolver": resolver} if resolver is not None else {}
-        web = OpenWeb(WebConfig(cache_dir=tmp_path / f"cache{len(made)}", allow=list(allow), **config),
-                      connector=connector, **kw)
+        web = OpenWeb(
+            WebConfig(cache_dir=tmp_path / f"cache{len(made)}", allow=list(allow), **config), connector=connector, **kw
+        )
         made.append(web)
         return web
 
@@ -111,9 +115,17 @@ def test_default_policy_refuses_loopback_in_every_spelling(servers, make_web):
     public, internal, v6 = servers
     web = make_web()
     p = public.port
-    urls = [f"http://127.0.0.1:{p}/secret", f"http://localhost:{p}/secret", f"http://2130706433:{p}/secret",
-            f"http://0x7f.0.0.1:{p}/secret", f"http://017700000001:{p}/secret", f"http://[::ffff:127.0.0.1]:{p}/secret",
-            f"http://[::ffff:7f00:1]:{p}/secret", v6.url("/secret"), f"http://0.0.0.0:{p}/secret"]
+    urls = [
+        f"http://127.0.0.1:{p}/secret",
+        f"http://localhost:{p}/secret",
+        f"http://2130706433:{p}/secret",
+        f"http://0x7f.0.0.1:{p}/secret",
+        f"http://017700000001:{p}/secret",
+        f"http://[::ffff:127.0.0.1]:{p}/secret",
+        f"http://[::ffff:7f00:1]:{p}/secret",
+        v6.url("/secret"),
+        f"http://0.0.0.0:{p}/secret",
+    ]
     for url in urls:
         page, cached = web.read(url)
         assert _refused(page) and "hunter2" not in page.text and not cached, (url, page.error)
@@ -128,8 +140,13 @@ def test_every_redirect_hop_is_vetted(servers, make_web):
     web = make_web(allow=["127.0.0.1"])
     assert "Ssrfa" in web.read(public.url("/pages/public"))[0].text  # the allow-listed site is read
     hop = public.url("/redirect", to=internal.url("/secret"))
-    for url in (internal.url("/secret"), f"http://2130706434:{internal.port}/secret", hop,
-                public.url("/redirect", to=hop), public.url("/redirect", code=307, to=f"http://[::1]:{internal.port}/")):
+    for url in (
+        internal.url("/secret"),
+        f"http://2130706434:{internal.port}/secret",
+        hop,
+        public.url("/redirect", to=hop),
+        public.url("/redirect", code=307, to=f"http://[::1]:{internal.port}/"),
+    ):
         page, _ = web.read(url)
         assert _refused(page) and ("127.0.0.2" in page.error or "::1" in page.error), (url, page.error)
     assert internal.requests == []
@@ -138,17 +155,26 @@ def test_every_redirect_hop_is_vetted(servers, make_web):
 
 
 def test_link_local_private_and_mixed_answers_are_refused_before_connecting(make_web):
-    dns = FakeDNS({"metadata.example": [["169.254.169.254"]], "intranet.example": [["10.0.0.5"]],
-                   "mixed.example": [[PUBLIC_IP, "192.168.0.1"]], "mapped.example": [["::ffff:169.254.169.254"]],
-                   "cgnat.example": [["100.64.0.7"]], "v6ll.example": [["fe80::1"]], "ula.example": [["fd12::1"]]})
+    dns = FakeDNS(
+        {
+            "metadata.example": [["169.254.169.254"]],
+            "intranet.example": [["10.0.0.5"]],
+            "mixed.example": [[PUBLIC_IP, "192.168.0.1"]],
+            "mapped.example": [["::ffff:169.254.169.254"]],
+            "cgnat.example": [["100.64.0.7"]],
+            "v6ll.example": [["fe80::1"]],
+            "ula.example": [["fd12::1"]],
+        }
+    )
     net = FakeNetwork({})
     web = make_web(resolver=dns, connector=net)
     for host in dns.answers:
         page, _ = web.read(f"http://{host}/latest/meta-data/")
         assert _refused(page), (host, page.error)
     page, _ = web.read("http://169.254.169.254/latest/meta-data/iam/security-credentials/")
-    assert page.error == ("refused by the fetch policy: 169.254.169.254 is a link-local address "
-                          "(GLASSES_WEB_ALLOW lifts this)")
+    assert page.error == (
+        "refused by the fetch policy: 169.254.169.254 is a link-local address (GLASSES_WEB_ALLOW lifts this)"
+    )
     assert "mixed.example resolves to 192.168.0.1, a private address" in web.read("http://mixed.example/")[0].error
     assert net.calls == []
 
@@ -181,7 +207,9 @@ def test_allow_list_from_the_environment_and_the_config(monkeypatch, servers, ma
     config = WebConfig.from_env()
     assert config.allow == ["127.0.0.1", "10.0.0.0/8", "intranet.example"]
     policy = FetchPolicy.from_allow(config.allow)
-    assert policy.vet("x", 80, lambda h, p: ["10.1.2.3"]) and policy.vet("intranet.example", 80, lambda h, p: ["192.168.1.1"])
+    assert policy.vet("x", 80, lambda h, p: ["10.1.2.3"]) and policy.vet(
+        "intranet.example", 80, lambda h, p: ["192.168.1.1"]
+    )
     with pytest.raises(RefusedURL, match="192.168.1.2, a private address"):
         policy.vet("other.example", 80, lambda h, p: ["192.168.1.2"])
     monkeypatch.setenv("GLASSES_WEB_ALLOW", "10.0.0.0/33")
@@ -194,19 +222,32 @@ def test_allow_list_from_the_environment_and_the_config(monkeypatch, servers, ma
 def test_a_refused_url_is_a_clear_error_in_the_turn_trace(monkeypatch, servers, tmp_path):
     public, internal, _ = servers
     public.serp = {"organic_results": [{"position": 1, "title": "Ssrfa admin", "link": internal.url("/secret")}]}
-    for k, v in {"SERPAPI_API_KEY": KEY, "SERPAPI_BASE_URL": public.base_url, "GLASSES_WEB_ALLOW": "127.0.0.1",
-                 "GLASSES_WEB_CACHE": str(tmp_path / "cache"), "GLASSES_WEB_TIMEOUT": "3"}.items():
+    for k, v in {
+        "SERPAPI_API_KEY": KEY,
+        "SERPAPI_BASE_URL": public.base_url,
+        "GLASSES_WEB_ALLOW": "127.0.0.1",
+        "GLASSES_WEB_CACHE": str(tmp_path / "cache"),
+        "GLASSES_WEB_TIMEOUT": "3",
+    }.items():
         monkeypatch.setenv(k, v)
     open_web.reset_open_web()
-    policy = ScriptedPolicy([Decision(action="call_tool", tool="google_search", arguments={"query": "Ssrfa admin"}),
-                             Decision(action="call_tool", tool="read_webpage", arguments={"query": "admin password"})],
-                            AnswerDraft(answer="I don't know", confidence=0.0))
+    policy = ScriptedPolicy(
+        [
+            Decision(action="call_tool", tool="google_search", arguments={"query": "Ssrfa admin"}),
+            Decision(action="call_tool", tool="read_webpage", arguments={"query": "admin password"}),
+        ],
+        AnswerDraft(answer="I don't know", confidence=0.0),
+    )
     agent = make_agent(policy, self_check="off", tools={"profile": "superglasses"})
     try:
-        trace = agent.run_turn(TurnInput(task=2, session_id="s", interaction_id="i",
-                                         question="What is the admin password of Ssrfa?"))
+        trace = agent.run_turn(
+            TurnInput(task=2, session_id="s", interaction_id="i", question="What is the admin password of Ssrfa?")
+        )
         read = trace.tool_calls()[1]
-        assert read.tool == "read_webpage" and "refused by the fetch policy: 127.0.0.2 is a loopback address" in read.summary
+        assert (
+            read.tool == "read_webpage"
+            and "refused by the fetch policy: 127.0.0.2 is a loopback address" in read.summary
+        )
         assert "hunter2" not in trace.model_dump_json() and internal.requests == []
         assert open_web.get_open_web().stats()["pages"]["entries"] == 0
     finally:
@@ -301,8 +342,14 @@ EXIT_SCRIPT = textwrap.dedent("""
 
 def test_the_process_exits_promptly_after_a_turn_with_a_hung_fetch(tmp_path):
     script = EXIT_SCRIPT.format(cache=tmp_path / "cache")
-    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT,
-                       env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    p = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env={**__import__("os").environ, "PYTHONPATH": str(ROOT)},
+    )
     end = time.monotonic()
     assert p.returncode == 0, p.stderr[-2000:]
     turn_over = float(p.stdout.split("turn over", 1)[1].split()[0])
@@ -349,8 +396,10 @@ def test_the_turn_end_kills_the_extraction_worker(servers, make_web):
 def test_the_html_handed_to_the_extractor_is_capped(servers, make_web):
     public, _, _ = servers
     filler = "".join(f"<p>Filler paragraph number {i} of the page says nothing at all.</p>" for i in range(200))
-    public.pages["long"] = ("text/html", f"<html><body>{filler}<p>The hidden fact sits at the end.</p></body></html>"
-                            .encode())
+    public.pages["long"] = (
+        "text/html",
+        f"<html><body>{filler}<p>The hidden fact sits at the end.</p></body></html>".encode(),
+    )
     capped = make_web(allow=["127.0.0.1"], max_html_bytes=4096).read(public.url("/pages/long"))[0]
     assert capped.truncated and "Filler paragraph number 3 " in capped.text and "hidden fact" not in capped.text
     assert "hidden fact" in make_web(allow=["127.0.0.1"]).read(public.url("/pages/long"))[0].text
@@ -396,19 +445,29 @@ def test_a_huge_search_reply_is_refused_at_the_byte_cap(servers, reply):
 
 
 def test_search_replies_are_capped_in_items_and_field_sizes():
-    data = {"organic_results": [{"position": i + 1, "title": "t" * 5000, "link": f"https://example.org/{i}",
-                                 "snippet": "s" * 50_000} for i in range(150)]}
+    data = {
+        "organic_results": [
+            {"position": i + 1, "title": "t" * 5000, "link": f"https://example.org/{i}", "snippet": "s" * 50_000}
+            for i in range(150)
+        ]
+    }
     got = web_results(data, k=200, max_items=100)
     assert len(got.results) == 100 and got.notes == ["organic_results: only the first 100 of 150 items read"]
     assert len(got.results[0]["title"]) == 300 and len(got.results[0]["snippet"]) == 2000
 
 
 def test_a_malformed_item_is_skipped_with_a_note_naming_it(servers, monkeypatch, tmp_path):
-    data = {"answer_box": {"answer": ["not", "text"]},
-            "organic_results": [{"position": "abc", "title": "Bad", "link": "https://example.org/bad"},
-                                {"position": 2, "title": "Good", "link": "https://example.org/good"},
-                                {"position": 3, "title": "No link"}, {"position": 4, "title": "JS", "link": "javascript:x"},
-                                "not an object", {"position": 6, "title": {"x": 1}, "link": "https://example.org/t"}]}
+    data = {
+        "answer_box": {"answer": ["not", "text"]},
+        "organic_results": [
+            {"position": "abc", "title": "Bad", "link": "https://example.org/bad"},
+            {"position": 2, "title": "Good", "link": "https://example.org/good"},
+            {"position": 3, "title": "No link"},
+            {"position": 4, "title": "JS", "link": "javascript:x"},
+            "not an object",
+            {"position": 6, "title": {"x": 1}, "link": "https://example.org/t"},
+        ],
+    }
     got = web_results(data, k=5)
     assert [r["url"] for r in got.results] == ["https://example.org/good"]
     assert got.notes[0].startswith("answer_box skipped: answer:")
@@ -430,13 +489,23 @@ def test_a_malformed_item_is_skipped_with_a_note_naming_it(servers, monkeypatch,
 
 def test_search_results_and_notes_come_back_from_the_cache(servers, make_web, monkeypatch):
     public, _, _ = servers
-    public.serp = {"organic_results": [{"position": 1, "title": "A", "link": "https://example.org/a"},
-                                       {"position": "x", "link": "https://example.org/b"}]}
+    public.serp = {
+        "organic_results": [
+            {"position": 1, "title": "A", "link": "https://example.org/a"},
+            {"position": "x", "link": "https://example.org/b"},
+        ]
+    }
     monkeypatch.setenv("SERPAPI_API_KEY", KEY)
     web = make_web(serpapi_base_url=public.base_url)
     reply, cached = web.web_search("a", k=3)
     again, cached_again = web.web_search("a", k=3)
-    assert again.notes and not cached and cached_again and again == reply and json.loads(again.model_dump_json())["results"][0]["url"]
+    assert (
+        again.notes
+        and not cached
+        and cached_again
+        and again == reply
+        and json.loads(again.model_dump_json())["results"][0]["url"]
+    )
 
 
 def test_the_run_header_names_the_fetch_policy(monkeypatch):
@@ -470,8 +539,9 @@ def test_https_keeps_the_host_name_for_sni_and_the_certificate_check(tls):
     with HostileWeb("127.0.0.1", ssl_context=server_ctx) as site:
         site.pages["public"] = ("text/html", b"<p>The harbour of Ssrfa.</p>")
         dns = FakeDNS({"site.example": [[PUBLIC_IP]], "other.example": [[PUBLIC_IP]]})
-        client = guarded_client(FetchPolicy(), timeout_s=3, resolver=dns, connector=FakeNetwork({PUBLIC_IP: "127.0.0.1"}),
-                                verify=client_ctx)
+        client = guarded_client(
+            FetchPolicy(), timeout_s=3, resolver=dns, connector=FakeNetwork({PUBLIC_IP: "127.0.0.1"}), verify=client_ctx
+        )
         got = fetch(f"https://site.example:{site.port}/pages/public", client, 100_000, 3.0)
         assert b"harbour" in got.body and site.requests[0]["host"] == f"site.example:{site.port}"
         with pytest.raises(httpx.ConnectError, match="certificate|hostname|TLS"):
@@ -485,8 +555,9 @@ def test_a_tls_handshake_that_never_comes_is_cut_at_the_deadline(tls):
     silent.bind(("127.0.0.1", 0))
     silent.listen(8)  # the kernel accepts the TCP connection; nobody ever speaks TLS
     port = silent.getsockname()[1]
-    client = guarded_client(FetchPolicy.from_allow(["127.0.0.1"]), timeout_s=1.0, connector=loopback_only,
-                            verify=client_ctx)
+    client = guarded_client(
+        FetchPolicy.from_allow(["127.0.0.1"]), timeout_s=1.0, connector=loopback_only, verify=client_ctx
+    )
     t0 = time.monotonic()
     with pytest.raises(httpx.TimeoutException, match="total deadline of 1s"):
         fetch(f"https://127.0.0.1:{port}/", client, 1000, 1.0)
@@ -520,8 +591,13 @@ def test_other_schemes_and_non_pages_are_refused(servers, make_web):
     public, _, _ = servers
     public.pages["bin"] = ("application/octet-stream", b"\x7fELF" + bytes(1000))
     web = make_web(allow=["127.0.0.1"])
-    for url in ("file:///etc/passwd", "gopher://127.0.0.1:70/_GET", "ftp://example.org/x", "javascript:alert(1)",
-                "data:text/html,<p>hi</p>"):
+    for url in (
+        "file:///etc/passwd",
+        "gopher://127.0.0.1:70/_GET",
+        "ftp://example.org/x",
+        "javascript:alert(1)",
+        "data:text/html,<p>hi</p>",
+    ):
         assert "not an http(s) url" in web.read(url)[0].error
     assert web.read(public.url("/pages/bin"))[0].error == "ValueError: not a web page (application/octet-stream)"
 
@@ -531,8 +607,10 @@ def test_pdfs_and_deeply_nested_pages_end_in_a_clear_error(servers, make_web):
     the HTML cap and extracted within the time limit, with an error, not a hang or a crash."""
     public, _, _ = servers
     public.pages["pdf"] = ("application/pdf", b"%PDF-1.7\n" + bytes(2000))
-    public.pages["nested"] = ("text/html", b"<html><body>" + b"<div><span>" * 60_000 + b"deep text"
-                              + b"</span></div>" * 60_000 + b"</body></html>")
+    public.pages["nested"] = (
+        "text/html",
+        b"<html><body>" + b"<div><span>" * 60_000 + b"deep text" + b"</span></div>" * 60_000 + b"</body></html>",
+    )
     web = make_web(allow=["127.0.0.1"], timeout_s=5.0)
     assert web.read(public.url("/pages/pdf"))[0].error == "ValueError: not a web page (application/pdf)"
     t0 = time.monotonic()
@@ -540,9 +618,14 @@ def test_pdfs_and_deeply_nested_pages_end_in_a_clear_error(servers, make_web):
     assert nested.truncated and nested.error == "no main text found" and time.monotonic() - t0 < 10
 
 
-@pytest.mark.parametrize("reply,expect", [(("status", 429), "gave up after 2 attempts"),
-                                          (("raw", b"<html>rate limited</html>"), "non-JSON"),
-                                          (("raw", b"[1, 2]"), "not an object")])
+@pytest.mark.parametrize(
+    "reply,expect",
+    [
+        (("status", 429), "gave up after 2 attempts"),
+        (("raw", b"<html>rate limited</html>"), "non-JSON"),
+        (("raw", b"[1, 2]"), "not an object"),
+    ],
+)
 def test_search_api_rate_limits_and_junk_are_clear_errors(servers, reply, expect):
     public, _, _ = servers
     kind, value = reply
@@ -569,8 +652,17 @@ TWO_WRITERS = textwrap.dedent("""
 
 def test_two_processes_share_one_cache(tmp_path):
     env = {**__import__("os").environ, "PYTHONPATH": str(ROOT)}
-    procs = [subprocess.Popen([sys.executable, "-c", TWO_WRITERS, str(tmp_path), name], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env) for name in ("a", "b")]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", TWO_WRITERS, str(tmp_path), name],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env=env,
+        )
+        for name in ("a", "b")
+    ]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [o[1][-1000:] for o in outs]
     from glasses_rag.web.web_cache import WebCache

@@ -73,9 +73,15 @@ def _workers_of(proc: subprocess.Popen) -> list[psutil.Process]:
 
 
 def _start(run_id: str, out: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "graph.run", *BASE, "--workers", "2", "--run-id", run_id,
-                             "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return subprocess.Popen(
+        [sys.executable, "-m", "graph.run", *BASE, "--workers", "2", "--run-id", run_id, "--out", str(out)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
 
 
 def _wait_for_first_trace(proc: subprocess.Popen, d: Path) -> None:
@@ -136,7 +142,9 @@ def test_ctrl_c_stops_every_process_and_the_run_resumes(reference, tmp_path):
             proc.wait(10)
     assert proc.returncode != 0 and not (d / "report.json").exists(), output
     assert stopped_after < 15, f"stopped {stopped_after:.1f} s after the signal"
-    assert not [w for w in workers if w.is_running() and w.status() != psutil.STATUS_ZOMBIE], "a worker outlived the run"
+    assert not [w for w in workers if w.is_running() and w.status() != psutil.STATUS_ZOMBIE], (
+        "a worker outlived the run"
+    )
     written = sorted(d.glob("*__*.json"))
     assert len(written) < 19, "Ctrl-C did not stop the run"
     kept = {p.name: p.stat().st_mtime_ns for p in written}

@@ -52,11 +52,13 @@ class ToolState(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     evidence: Annotated[list[Hit], merge_hits] = Field(default_factory=list, description="Search hits, merged by item.")
-    crop: Annotated[Box | None, latest] = Field(None, description="The region of interest; later searches and OCR "
-                                                "may use it.")
+    crop: Annotated[Box | None, latest] = Field(
+        None, description="The region of interest; later searches and OCR may use it."
+    )
     ocr_text: Annotated[str | None, latest] = Field(None, description="Text read in the image.")
-    sub_questions: Annotated[list[str], latest] = Field(default_factory=list, description="Stand-alone "
-                                                        "sub-questions of the question.")
+    sub_questions: Annotated[list[str], latest] = Field(
+        default_factory=list, description="Stand-alone sub-questions of the question."
+    )
     facts: Annotated[list[Fact], append] = Field(default_factory=list, description="Other results, appended.")
 
 
@@ -135,8 +137,11 @@ class ToolContext(ToolState):
     image: Any = None  # PIL.Image.Image or None (later turns may have no usable image)
     history: list[HistoryTurn] = Field(default_factory=list)
     resources: Any = None  # glasses_rag.models.resources.Resources: lazily loaded models and the search backend
-    llm: Any = Field(None, description="The policy's language model (a glasses_rag.models.vlm ChatBackend) when one is "
-                                       "configured, for tools that can use one (e.g. the query decoupler).")
+    llm: Any = Field(
+        None,
+        description="The policy's language model (a glasses_rag.models.vlm ChatBackend) when one is "
+        "configured, for tools that can use one (e.g. the query decoupler).",
+    )
 
     def focus_image(self):
         """The crop when one was detected, else the whole image."""

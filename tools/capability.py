@@ -127,21 +127,43 @@ class Capability:
 
 # The capabilities the plan table names. The planner fills their inputs itself (glasses_rag/policies/rules/slots.py:
 # slots by name).
-FINDS_ENTITY = Capability("finds_entity", "identifies the pictured entity (writes evidence: image-KG or open-web "
-                          "hits)", search="image")
+FINDS_ENTITY = Capability(
+    "finds_entity", "identifies the pictured entity (writes evidence: image-KG or open-web hits)", search="image"
+)
 LOCATES_OBJECT = Capability("locates_object", "finds the object the question points at (writes crop)", ("target",))
 READS_TEXT = Capability("reads_text", "reads text in the photo (writes ocr_text)")
-DECOUPLES_QUERY = Capability("decouples_query", "splits the question into stand-alone sub-questions (writes "
-                             "sub_questions)", ("question", "entity"))
+DECOUPLES_QUERY = Capability(
+    "decouples_query",
+    "splits the question into stand-alone sub-questions (writes sub_questions)",
+    ("question", "entity"),
+)
 SEARCHES_WEB = Capability("searches_web", "searches web pages (writes evidence)", ("query",), search="text")
 READS_PAGE = Capability("reads_page", "fetches and cleans the pages of the evidence (writes evidence)", ("query",))
 RERANKS = Capability("reranks", "reorders and prunes the evidence (replaces evidence)", ("query",))
-CONVERTS_UNITS = Capability("converts_units", "converts a quantity to another unit (writes facts)",
-                            ("value", "from_unit", "to_unit"), answer=AnswerUse(kind="quantity"))
+CONVERTS_UNITS = Capability(
+    "converts_units",
+    "converts a quantity to another unit (writes facts)",
+    ("value", "from_unit", "to_unit"),
+    answer=AnswerUse(kind="quantity"),
+)
 
 # Listed here, read by name (the project's registration rule: glasses_rag/core/registry.py).
-BUILTIN: Registry[Capability] = Registry("capability", [(c.name, c) for c in (
-    FINDS_ENTITY, LOCATES_OBJECT, READS_TEXT, DECOUPLES_QUERY, SEARCHES_WEB, READS_PAGE, RERANKS, CONVERTS_UNITS)])
+BUILTIN: Registry[Capability] = Registry(
+    "capability",
+    [
+        (c.name, c)
+        for c in (
+            FINDS_ENTITY,
+            LOCATES_OBJECT,
+            READS_TEXT,
+            DECOUPLES_QUERY,
+            SEARCHES_WEB,
+            READS_PAGE,
+            RERANKS,
+            CONVERTS_UNITS,
+        )
+    ],
+)
 
 
 def resolve(tags: Iterable[str | Capability]) -> tuple[frozenset[str], tuple[Capability, ...]]:

@@ -9,8 +9,9 @@ from tools.registry import tool
 
 
 @tool(profiles={"superglasses"}, tags={"finds_entity"}, writes={"evidence"}, requires=missing_lens)
-def google_lens(ctx: ToolContext, use_crop: bool = True, refine: str = "",
-                k: Annotated[int, Field(ge=1, le=20)] = 5) -> ToolOutput:
+def google_lens(
+    ctx: ToolContext, use_crop: bool = True, refine: str = "", k: Annotated[int, Field(ge=1, le=20)] = 5
+) -> ToolOutput:
     """Reverse image search on the open web (Google Lens, through a SerpApi-compatible API): names the pictured entity
     and finds pages showing it.
 
@@ -29,12 +30,30 @@ def google_lens(ctx: ToolContext, use_crop: bool = True, refine: str = "",
     hits = []
     for r in reply.results:
         if r.get("kind") == "entity":  # Google's knowledge-graph entity for the image
-            hits.append(Hit(source="image_kg", score=rank_score(0), url=r.get("url"), entity_name=r.get("title"),
-                            attributes={"description": r["snippet"]} if r.get("snippet") else None,
-                            snippet=r.get("snippet") or ""))
+            hits.append(
+                Hit(
+                    source="image_kg",
+                    score=rank_score(0),
+                    url=r.get("url"),
+                    entity_name=r.get("title"),
+                    attributes={"description": r["snippet"]} if r.get("snippet") else None,
+                    snippet=r.get("snippet") or "",
+                )
+            )
         else:
-            hits.append(Hit(source="web", score=rank_score(r.get("position") or 0), url=r.get("url"),
-                            title=r.get("title"), snippet=" - ".join(x for x in (r.get("title"), r.get("source")) if x)))
+            hits.append(
+                Hit(
+                    source="web",
+                    score=rank_score(r.get("position") or 0),
+                    url=r.get("url"),
+                    title=r.get("title"),
+                    snippet=" - ".join(x for x in (r.get("title"), r.get("source")) if x),
+                )
+            )
     summary = ("; ".join(h.entity_name or h.title or "" for h in hits) or "no visual match") + with_notes(reply.notes)
-    return ToolOutput(summary=summary, update={"evidence": hits}, keywords=refine or None,
-                      method="serpapi:google_lens" + (" (cached)" if cached else ""))
+    return ToolOutput(
+        summary=summary,
+        update={"evidence": hits},
+        keywords=refine or None,
+        method="serpapi:google_lens" + (" (cached)" if cached else ""),
+    )

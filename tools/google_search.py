@@ -32,8 +32,21 @@ def google_search(ctx: ToolContext, query: str, k: Annotated[int, Field(ge=1, le
     query = search_query(query)
     web = get_open_web()
     reply, cached = web.web_search(query, k=k)
-    hits = [Hit(source="web", score=rank_score(r.get("position") or 0), url=r.get("url"), title=r.get("title"),
-                snippet=r.get("snippet") or "", query=query) for r in reply.results]
+    hits = [
+        Hit(
+            source="web",
+            score=rank_score(r.get("position") or 0),
+            url=r.get("url"),
+            title=r.get("title"),
+            snippet=r.get("snippet") or "",
+            query=query,
+        )
+        for r in reply.results
+    ]
     summary = "; ".join([f"{h.title} <{h.url}>" for h in hits[:k]] or ["no pages found"]) + with_notes(reply.notes)
-    return ToolOutput(summary=summary, update={"evidence": hits}, keywords=query,
-                      method="serpapi:google" + (" (cached)" if cached else ""))
+    return ToolOutput(
+        summary=summary,
+        update={"evidence": hits},
+        keywords=query,
+        method="serpapi:google" + (" (cached)" if cached else ""),
+    )

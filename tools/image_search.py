@@ -13,15 +13,23 @@ def hits_from_image_results(results: list[dict]) -> list[Hit]:
     for r in results:
         for ent in r.get("entities") or []:
             attrs = ent.get("entity_attributes") or {}
-            hits.append(Hit(source="image_kg", score=float(r.get("score", 0.0)), url=r.get("url"),
-                            entity_name=ent.get("entity_name"), attributes=attrs,
-                            snippet="; ".join(f"{k}: {v}" for k, v in attrs.items())[:1000]))
+            hits.append(
+                Hit(
+                    source="image_kg",
+                    score=float(r.get("score", 0.0)),
+                    url=r.get("url"),
+                    entity_name=ent.get("entity_name"),
+                    attributes=attrs,
+                    snippet="; ".join(f"{k}: {v}" for k, v in attrs.items())[:1000],
+                )
+            )
     return hits
 
 
 @tool(tags={"finds_entity"}, writes={"evidence"})
-def image_search(ctx: ToolContext, use_crop: bool = True, k: Annotated[int, Field(ge=1, le=50)] = 5,
-                 crop_only: bool = False) -> ToolOutput:
+def image_search(
+    ctx: ToolContext, use_crop: bool = True, k: Annotated[int, Field(ge=1, le=50)] = 5, crop_only: bool = False
+) -> ToolOutput:
     """Find the pictured entity in the image knowledge graph; returns entities with attributes and similarity scores.
 
     Args:
@@ -49,5 +57,9 @@ def image_search(ctx: ToolContext, use_crop: bool = True, k: Annotated[int, Fiel
     summary = ", ".join(f"{h.entity_name} ({h.score:.2f})" for h in hits) or NO_MATCH
     method = getattr(search, "name", "search") + (
         f"; crop_only not applied: the crop is a stand-in ({ctx.crop.method}), the whole photo searched too"
-        if stand_in and ctx.crop is not None else "; the crop alone" if alone else "")
+        if stand_in and ctx.crop is not None
+        else "; the crop alone"
+        if alone
+        else ""
+    )
     return ToolOutput(summary=summary, update={"evidence": hits}, method=method)

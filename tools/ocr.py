@@ -19,5 +19,9 @@ def ocr(ctx: ToolContext, region: Literal["image", "crop"] = "image") -> ToolOut
     img = ctx.focus_image() if region == "crop" else ctx.image
     lines = engine.read(img)
     text = "\n".join(l.text for l in lines)
-    summary = f"read {len(lines)} text line(s): " + " | ".join(l.text for l in lines[:12]) if lines else "no legible text found"
+    summary = (
+        f"read {len(lines)} text line(s): " + " | ".join(l.text for l in lines[:12])
+        if lines
+        else "no legible text found"
+    )
     return ToolOutput(summary=summary, method=engine.name, update={"ocr_text": text})

@@ -19,11 +19,23 @@ from tools.registry import tool
 METHOD = "heuristic:rule-decoupler"
 MAX_SUB_QUESTIONS = 8  # a runaway compound question must not fan out into unbounded searches
 PROMPT = Path(__file__).resolve().parents[1] / "prompts" / "vlm_decouple.txt"
-SCHEMA = {"name": "decoupled", "schema": {
-    "type": "object", "additionalProperties": False, "required": ["sub_questions", "entity"],
-    "properties": {"sub_questions": {"type": "array", "minItems": 1, "maxItems": MAX_SUB_QUESTIONS,
-                                     "items": {"type": "string"}},
-                   "entity": {"anyOf": [{"type": "string"}, {"type": "null"}]}}}}
+SCHEMA = {
+    "name": "decoupled",
+    "schema": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["sub_questions", "entity"],
+        "properties": {
+            "sub_questions": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": MAX_SUB_QUESTIONS,
+                "items": {"type": "string"},
+            },
+            "entity": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+        },
+    },
+}
 
 
 def current_entity(ctx: ToolContext, min_score: float = 0.0) -> str | None:
@@ -42,17 +54,31 @@ def model_decouple(llm: Any, ctx: ToolContext, question: str, entity: str | None
     from glasses_rag.models.vlm.base import complete_and_report, extract_json, image_to_data_url
 
     sees = ctx.image is not None and getattr(llm, "supports_images", False)
-    note = ("An image from the user's smart glasses is attached." if sees else
-            "The photo is not shown to you." if ctx.image is not None else "No image is available.")
-    history = "\n".join(f"Q: {h.question} A: {h.answer}" + (f" [entity: {h.entity}]" if h.entity else "")
-                        for h in ctx.history[-4:]) or "(none)"
+    note = (
+        "An image from the user's smart glasses is attached."
+        if sees
+        else "The photo is not shown to you."
+        if ctx.image is not None
+        else "No image is available."
+    )
+    history = (
+        "\n".join(
+            f"Q: {h.question} A: {h.answer}" + (f" [entity: {h.entity}]" if h.entity else "") for h in ctx.history[-4:]
+        )
+        or "(none)"
+    )
     text = string.Template(PROMPT.read_text(encoding="utf-8")).safe_substitute(
-        question=question, image_note=note, history=history, entity=entity or "unknown", max_sub=MAX_SUB_QUESTIONS)
+        question=question, image_note=note, history=history, entity=entity or "unknown", max_sub=MAX_SUB_QUESTIONS
+    )
     content: Any = text
     if sees:
-        content = [{"type": "image_url", "image_url": {"url": image_to_data_url(ctx.image)}}, {"type": "text", "text": text}]
-    reply = complete_and_report(llm, "decouple", [{"role": "user", "content": content}], response_schema=SCHEMA,
-                                max_tokens=256)
+        content = [
+            {"type": "image_url", "image_url": {"url": image_to_data_url(ctx.image)}},
+            {"type": "text", "text": text},
+        ]
+    reply = complete_and_report(
+        llm, "decouple", [{"role": "user", "content": content}], response_schema=SCHEMA, max_tokens=256
+    )
     obj = extract_json(reply.text) or {}
     subs = obj.get("sub_questions")
     if isinstance(subs, str):
@@ -90,6 +116,10 @@ def query_decoupler(ctx: ToolContext, question: str = "", entity: str = "") -> T
     if subs is None:
         subs = [nlp.resolve_references(part, ent) for part in nlp.split_question(q)[:MAX_SUB_QUESTIONS]]
     kw = "; ".join(nlp.keywords(s, ent) for s in subs)
-    summary = (f"{len(subs)} sub-question(s): " + " | ".join(subs) + (f" (entity: {ent})" if ent else " (no entity resolved)")
-               + note)
+    summary = (
+        f"{len(subs)} sub-question(s): "
+        + " | ".join(subs)
+        + (f" (entity: {ent})" if ent else " (no entity resolved)")
+        + note
+    )
     return ToolOutput(summary=summary, update={"sub_questions": subs}, keywords=kw, method=method)

@@ -7,8 +7,10 @@ from tools.base import Hit, ToolContext, ToolOutput
 from tools.registry import tool
 
 _WORD = re.compile(r"[a-z0-9]+")
-_STOP = frozenset("a an the of in on at to for is are was were be by and or what which who when where how this that "
-                  "it its does do did with from as".split())
+_STOP = frozenset(
+    "a an the of in on at to for is are was were be by and or what which who when where how this that "
+    "it its does do did with from as".split()
+)
 
 
 def _terms(text: str) -> set[str]:
@@ -22,8 +24,12 @@ def overlap(query: str, chunk: str) -> float:
 
 
 @tool(tasks={2, 3}, profiles={"superglasses"}, tags={"reads_page"}, writes={"evidence"})
-def read_webpage(ctx: ToolContext, query: str = "", max_pages: Annotated[int, Field(ge=1, le=10)] = 3,
-                 chunks_per_page: Annotated[int, Field(ge=1, le=10)] = 3) -> ToolOutput:
+def read_webpage(
+    ctx: ToolContext,
+    query: str = "",
+    max_pages: Annotated[int, Field(ge=1, le=10)] = 3,
+    chunks_per_page: Annotated[int, Field(ge=1, le=10)] = 3,
+) -> ToolOutput:
     """Open the best web pages found so far, extract their main text and keep the passages that best match the query.
 
     Args:
@@ -52,8 +58,22 @@ def read_webpage(ctx: ToolContext, query: str = "", max_pages: Annotated[int, Fi
             notes.append(f"{url}: {page.error}")
             continue
         ranked = sorted(page.chunks, key=lambda c: overlap(q, c), reverse=True)[:chunks_per_page]
-        hits += [Hit(source="web", score=round(overlap(q, c), 4), url=url, title=page.title or None,
-                     snippet=c[:300], content=c, query=q) for c in ranked]
+        hits += [
+            Hit(
+                source="web",
+                score=round(overlap(q, c), 4),
+                url=url,
+                title=page.title or None,
+                snippet=c[:300],
+                content=c,
+                query=q,
+            )
+            for c in ranked
+        ]
         notes.append(f"{url}: {len(page.chunks)} passages")
-    return ToolOutput(summary="; ".join(notes), update={"evidence": hits}, keywords=q,
-                      method=f"trafilatura+pysbd, passages ranked by word overlap ({from_cache} page(s) from cache)")
+    return ToolOutput(
+        summary="; ".join(notes),
+        update={"evidence": hits},
+        keywords=q,
+        method=f"trafilatura+pysbd, passages ranked by word overlap ({from_cache} page(s) from cache)",
+    )

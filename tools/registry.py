@@ -62,8 +62,11 @@ def _type_text(schema: dict[str, Any], defs: dict[str, Any]) -> str:
     t = schema.get("type", "any")
     if t == "array":
         return f"list[{_type_text(schema.get('items', {}), defs)}]"
-    bounds = [f"{op} {schema[k]}" for k, op in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="),
-                                                 ("exclusiveMaximum", "<")) if k in schema]
+    bounds = [
+        f"{op} {schema[k]}"
+        for k, op in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("exclusiveMaximum", "<"))
+        if k in schema
+    ]
     return f"{t} ({', '.join(bounds)})" if bounds else str(t)
 
 
@@ -98,7 +101,10 @@ class Tool:
             prop.pop("title", None)
             if name in self.arg_docs:
                 prop.setdefault("description", self.arg_docs[name])
-        return {"type": "function", "function": {"name": self.name, "description": self.description, "parameters": params}}
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": params},
+        }
 
     def json_schema(self) -> dict[str, Any]:
         """OpenAI-style function schema, for model policies (native tool calls and structured output)."""
@@ -238,17 +244,25 @@ class ToolRegistry:
         found = self._by_task.get(key)
         if found is None:
             keep = set(only) if only is not None else None
-            found = [t for n, t in sorted(self._tools.items()) if task in t.tasks and profile in t.profiles
-                     and (keep is None or n in keep) and n not in self.unavailable]
+            found = [
+                t
+                for n, t in sorted(self._tools.items())
+                if task in t.tasks
+                and profile in t.profiles
+                and (keep is None or n in keep)
+                and n not in self.unavailable
+            ]
             self._by_task[key] = found
         return found
 
-    def with_tag(self, tag: str, task: int, only: Iterable[str] | None = None,
-                 profile: str = DEFAULT_PROFILE) -> list[Tool]:
+    def with_tag(
+        self, tag: str, task: int, only: Iterable[str] | None = None, profile: str = DEFAULT_PROFILE
+    ) -> list[Tool]:
         return [t for t in self.for_task(task, only, profile) if tag in t.tags]
 
-    def validate(self, call: ToolCall, task: int, allowed: Iterable[str] | None = None,
-                 profile: str = DEFAULT_PROFILE) -> tuple[Tool, BaseModel]:
+    def validate(
+        self, call: ToolCall, task: int, allowed: Iterable[str] | None = None, profile: str = DEFAULT_PROFILE
+    ) -> tuple[Tool, BaseModel]:
         t = self._tools.get(call.tool)
         if t is None:
             raise ToolCallError("unknown_tool", f"unknown tool {call.tool!r}; known tools: {', '.join(self.names())}")
@@ -265,8 +279,9 @@ class ToolRegistry:
         return t, args
 
 
-def _planner_inputs(name: str, params: list[inspect.Parameter], caps: tuple[Capability, ...],
-                    inputs: dict[str, str]) -> dict[str, str]:
+def _planner_inputs(
+    name: str, params: list[inspect.Parameter], caps: tuple[Capability, ...], inputs: dict[str, str]
+) -> dict[str, str]:
     """slot -> argument: each capability input goes to the argument `inputs` maps it to, else the argument of the
     same name. A required argument no slot reaches would make planners unable to call the tool: an error here."""
     arg_names = {p.name for p in params}
@@ -278,22 +293,34 @@ def _planner_inputs(name: str, params: list[inspect.Parameter], caps: tuple[Capa
     by_slot.update({a: a for a in arg_names if a in slots and a not in inputs and a not in by_slot})
     unknown = set(by_slot) - slots
     if unknown:
-        raise TypeError(f"tool {name}: inputs map to {sorted(unknown)}, which none of its capabilities passes "
-                        f"(they pass: {', '.join(sorted(slots)) or 'nothing'})")
+        raise TypeError(
+            f"tool {name}: inputs map to {sorted(unknown)}, which none of its capabilities passes "
+            f"(they pass: {', '.join(sorted(slots)) or 'nothing'})"
+        )
     if caps:
         reached = set(by_slot.values())
         required = [p.name for p in params if p.default is inspect.Parameter.empty and p.name not in reached]
         if required:
-            raise TypeError(f"tool {name}: required argument(s) {required} get no value from its capabilities "
-                            f"({', '.join(c.name for c in caps)} pass {', '.join(sorted(slots)) or 'nothing'}): give "
-                            f"them defaults, or map them with inputs={{argument: slot}}")
+            raise TypeError(
+                f"tool {name}: required argument(s) {required} get no value from its capabilities "
+                f"({', '.join(c.name for c in caps)} pass {', '.join(sorted(slots)) or 'nothing'}): give "
+                f"them defaults, or map them with inputs={{argument: slot}}"
+            )
     return by_slot
 
 
-def tool(fn: Callable | None = None, *, name: str | None = None, tasks: Iterable[int] = ALL_TASKS,
-         tags: Iterable[str | Capability] = (), writes: Iterable[str] = (),
-         profiles: Iterable[str] = (DEFAULT_PROFILE,), blocking: bool = True, inputs: dict[str, str] | None = None,
-         requires: Callable[[], str | None] | None = None):
+def tool(
+    fn: Callable | None = None,
+    *,
+    name: str | None = None,
+    tasks: Iterable[int] = ALL_TASKS,
+    tags: Iterable[str | Capability] = (),
+    writes: Iterable[str] = (),
+    profiles: Iterable[str] = (DEFAULT_PROFILE,),
+    blocking: bool = True,
+    inputs: dict[str, str] | None = None,
+    requires: Callable[[], str | None] | None = None,
+):
     """Make a function a tool: `fn.__tool__` is its `Tool`. Nothing is registered anywhere; an agent gets its
     tools explicitly (`ToolRegistry([...])`, built by `build_agent` from the configuration).
 
@@ -335,8 +362,16 @@ def tool(fn: Callable | None = None, *, name: str | None = None, tasks: Iterable
     """
 
     def wrap(f: Callable) -> Callable:
-        made = make_tool(f, name=name, tasks=tasks, tags=tags, writes=writes, profiles=profiles, blocking=blocking,
-                         inputs=inputs or {})
+        made = make_tool(
+            f,
+            name=name,
+            tasks=tasks,
+            tags=tags,
+            writes=writes,
+            profiles=profiles,
+            blocking=blocking,
+            inputs=inputs or {},
+        )
         f.__tool__ = dataclasses.replace(made, requires=requires) if requires is not None else made  # type: ignore[attr-defined]
         return f
 
@@ -354,8 +389,17 @@ def _arguments(tool_name: str, params: list[inspect.Parameter]) -> dict[str, Any
     return fields
 
 
-def make_tool(f: Callable, *, name: str | None, tasks: Iterable[int], tags: Iterable[str | Capability],
-              writes: Iterable[str], profiles: Iterable[str], blocking: bool, inputs: dict[str, str]) -> Tool:
+def make_tool(
+    f: Callable,
+    *,
+    name: str | None,
+    tasks: Iterable[int],
+    tags: Iterable[str | Capability],
+    writes: Iterable[str],
+    profiles: Iterable[str],
+    blocking: bool,
+    inputs: dict[str, str],
+) -> Tool:
     params = list(inspect.signature(f).parameters.values())
     wants_ctx = bool(params) and params[0].name == "ctx"
     params = params[1:] if wants_ctx else params
@@ -365,21 +409,38 @@ def make_tool(f: Callable, *, name: str | None, tasks: Iterable[int], tags: Iter
         raise TypeError(f"tool {tool_name}: a docstring is required (it is the model's description)")
     bad = set(writes) - WRITABLE_FIELDS
     if bad:
-        raise TypeError(f"tool {tool_name}: writes={sorted(bad)} are not state fields a tool may write "
-                        f"({', '.join(sorted(WRITABLE_FIELDS))})")
+        raise TypeError(
+            f"tool {tool_name}: writes={sorted(bad)} are not state fields a tool may write "
+            f"({', '.join(sorted(WRITABLE_FIELDS))})"
+        )
     try:
         tag_names, caps = resolve(tags)
     except ValueError as e:
         raise TypeError(f"tool {tool_name}: {e}") from None
     bad_profiles = set(profiles) - PROFILES
     if bad_profiles or not set(profiles):
-        raise TypeError(f"tool {tool_name}: profiles must be a non-empty subset of {sorted(PROFILES)}, "
-                        f"not {sorted(bad_profiles) or 'empty'}")
+        raise TypeError(
+            f"tool {tool_name}: profiles must be a non-empty subset of {sorted(PROFILES)}, "
+            f"not {sorted(bad_profiles) or 'empty'}"
+        )
     slots = _planner_inputs(tool_name, params, caps, inputs)
     summary, arg_docs = _parse_docstring(f.__doc__)
     model = create_model(f"{tool_name}_args", __config__=ConfigDict(extra="forbid"), **fields)
-    return Tool(tool_name, summary, f, model, frozenset(tasks), tag_names, frozenset(writes), wants_ctx, arg_docs,
-                blocking, frozenset(profiles), caps, slots)
+    return Tool(
+        tool_name,
+        summary,
+        f,
+        model,
+        frozenset(tasks),
+        tag_names,
+        frozenset(writes),
+        wants_ctx,
+        arg_docs,
+        blocking,
+        frozenset(profiles),
+        caps,
+        slots,
+    )
 
 
 def tool_of(fn: Callable) -> Tool:

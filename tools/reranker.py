@@ -11,8 +11,11 @@ IMAGE_AS_TEXT = "image side: the image search's matched names + the photo's text
 def image_as_text(ctx: ToolContext) -> str:
     """What the photo shows, as text a text reranker can compare with: the names image search matched (best first)
     and the text read in the photo. A stand-in for scoring a passage against the image itself."""
-    names = [h.entity_name or h.title or "" for h in sorted(ctx.evidence, key=lambda h: h.score, reverse=True)
-             if h.source == "image_kg" or h.query is None]
+    names = [
+        h.entity_name or h.title or ""
+        for h in sorted(ctx.evidence, key=lambda h: h.score, reverse=True)
+        if h.source == "image_kg" or h.query is None
+    ]
     parts = list(dict.fromkeys(n for n in names if n))[:3] + ([ctx.ocr_text] if ctx.ocr_text else [])
     return ". ".join(parts)[:1000]
 
@@ -20,8 +23,9 @@ def image_as_text(ctx: ToolContext) -> str:
 IMAGE_ITSELF = "image side: the photo itself (a multimodal reranker, SuperGlasses Appendix D eq. 4)"
 
 
-def _scores(model: Any, q: str, texts: list[str], image_text: str, image_weight: float,
-            image: Any = None) -> list[float]:
+def _scores(
+    model: Any, q: str, texts: list[str], image_text: str, image_weight: float, image: Any = None
+) -> list[float]:
     on_question = [finite_score(float(s)) for s in model.score(q, texts)]
     if image_weight <= 0 or (image is None and not image_text):
         return on_question
@@ -30,22 +34,30 @@ def _scores(model: Any, q: str, texts: list[str], image_text: str, image_weight:
     return [(1 - image_weight) * a + image_weight * b for a, b in zip(on_question, on_image)]
 
 
-def _keep(evidence: list[Hit], scores: list[float], lam: float, dynamic: bool,
-          min_score: float | None) -> list[tuple[Hit, float]]:
+def _keep(
+    evidence: list[Hit], scores: list[float], lam: float, dynamic: bool, min_score: float | None
+) -> list[tuple[Hit, float]]:
     from glasses_rag.models.reranker import filter_by_threshold
 
     # with fewer than 3 items the median - lam*MAD cut says nothing: keep them all, best first
-    ranked = (filter_by_threshold(evidence, scores, lam) if dynamic and len(scores) >= 3
-              else sorted(zip(evidence, scores), key=lambda x: x[1], reverse=True))
+    ranked = (
+        filter_by_threshold(evidence, scores, lam)
+        if dynamic and len(scores) >= 3
+        else sorted(zip(evidence, scores), key=lambda x: x[1], reverse=True)
+    )
     return ranked if min_score is None else [(h, s) for h, s in ranked if s >= min_score]
 
 
 @tool(profiles={"crag-mm", "superglasses"}, tags={"reranks"}, writes={"evidence"})
-def reranker(ctx: ToolContext, query: str = "", lam: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] = 1.0,
-             top_k: Annotated[int, Field(ge=1, le=100)] = 5,
-             min_score: Annotated[float | None, Field(ge=-1, le=1, allow_inf_nan=False)] = None,
-             image_weight: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = 0.0,
-             dynamic: bool = True) -> ToolOutput:
+def reranker(
+    ctx: ToolContext,
+    query: str = "",
+    lam: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] = 1.0,
+    top_k: Annotated[int, Field(ge=1, le=100)] = 5,
+    min_score: Annotated[float | None, Field(ge=-1, le=1, allow_inf_nan=False)] = None,
+    image_weight: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = 0.0,
+    dynamic: bool = True,
+) -> ToolOutput:
     """Rerank the evidence gathered so far against the question and drop weak items (dynamic threshold median -
     lam*MAD).
 
@@ -74,7 +86,8 @@ def reranker(ctx: ToolContext, query: str = "", lam: Annotated[float, Field(ge=0
     kept = [h.model_copy(update={"rerank_score": s}) for h, s in ranked][: max(1, top_k)]
     cut = min((s for _, s in ranked), default=floor if floor is not None else 0.0)
     summary = f"kept {len(kept)}/{len(scores)} (threshold {cut:.3f}): " + "; ".join(
-        f"{h.entity_name or h.title} ({h.rerank_score:.2f})" for h in kept)
+        f"{h.entity_name or h.title} ({h.rerank_score:.2f})" for h in kept
+    )
     side = IMAGE_ITSELF if image is not None else IMAGE_AS_TEXT if image_text else ""
     method = model.name + (f" + {side} (weight {image_weight:g})" if side else "")
     if min_score is not None and floor is None:

@@ -23,7 +23,18 @@ def web_search(ctx: ToolContext, query: str, k: Annotated[int, Field(ge=1, le=50
     for r in search.web_search(query, k=k):
         url = r.get("page_url")
         content = get_page(url) if get_page and url else None
-        hits.append(Hit(source="web", score=float(r.get("score", 0.0)), url=url, title=r.get("page_name"),
-                        snippet=r.get("page_snippet") or "", content=content, query=query))
+        hits.append(
+            Hit(
+                source="web",
+                score=float(r.get("score", 0.0)),
+                url=url,
+                title=r.get("page_name"),
+                snippet=r.get("page_snippet") or "",
+                content=content,
+                query=query,
+            )
+        )
     summary = "; ".join(f"{h.title} ({h.score:.2f})" for h in hits) or NO_PAGES
-    return ToolOutput(summary=summary, update={"evidence": hits}, keywords=query, method=getattr(search, "name", "search"))
+    return ToolOutput(
+        summary=summary, update={"evidence": hits}, keywords=query, method=getattr(search, "name", "search")
+    )

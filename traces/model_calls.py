@@ -42,14 +42,21 @@ class PrefixShare(BaseModel):
 def turn_prefix_shares(trace: TurnTrace) -> list[PrefixShare]:
     """For the second and later model calls of a turn (in the order they were sent): how much of each prompt the
     previous call's prompt covers, and how much of the previous prompt was kept as its prefix."""
-    calls = sorted((c for c in trace.model_calls() if c.started_at is not None and c.prompt_blocks),
-                   key=lambda c: c.started_at or 0.0)
+    calls = sorted(
+        (c for c in trace.model_calls() if c.started_at is not None and c.prompt_blocks),
+        key=lambda c: c.started_at or 0.0,
+    )
     out = []
     for a, b in zip(calls, calls[1:]):
         if a.block_unit != b.block_unit:  # token blocks and character blocks cannot be compared
             continue
-        out.append(PrefixShare(purpose=b.purpose, share=shared_prefix(a.prompt_blocks, b.prompt_blocks),
-                               kept=shared_blocks(a.prompt_blocks, b.prompt_blocks) / len(a.prompt_blocks)))
+        out.append(
+            PrefixShare(
+                purpose=b.purpose,
+                share=shared_prefix(a.prompt_blocks, b.prompt_blocks),
+                kept=shared_blocks(a.prompt_blocks, b.prompt_blocks) / len(a.prompt_blocks),
+            )
+        )
     return out
 
 
@@ -58,8 +65,11 @@ class PrefixReuse(BaseModel):
     mean: float | None = Field(None, description="Mean share of a prompt that repeats the previous prompt.")
     minimum: float | None = None
     at_target: float | None = Field(None, description=f"Share of those calls reusing >= {PREFIX_TARGET:.0%}.")
-    kept_mean: float | None = Field(None, description="Mean share of the previous prompt kept as the next one's "
-                                    "prefix (below 100% only by the previous call's final instruction).")
+    kept_mean: float | None = Field(
+        None,
+        description="Mean share of the previous prompt kept as the next one's "
+        "prefix (below 100% only by the previous call's final instruction).",
+    )
     by_purpose: dict[str, float] = Field(default_factory=dict, description="Mean share per call purpose.")
     unit: str | None = Field(None, description="tokens (the backend's tokenizer) or chars (no local tokenizer).")
 
@@ -74,11 +84,15 @@ def prefix_reuse(traces: Iterable[TurnTrace]) -> PrefixReuse:
     for s in shares:
         grouped[s.purpose].append(s.share)
     units = {c.block_unit for t in traces for c in t.model_calls() if c.block_unit}
-    return PrefixReuse(calls=len(values), mean=statistics.fmean(values), minimum=min(values),
-                       at_target=sum(v >= PREFIX_TARGET for v in values) / len(values),
-                       kept_mean=statistics.fmean(s.kept for s in shares),
-                       by_purpose={p: statistics.fmean(v) for p, v in sorted(grouped.items())},
-                       unit=", ".join(sorted(units)) or None)
+    return PrefixReuse(
+        calls=len(values),
+        mean=statistics.fmean(values),
+        minimum=min(values),
+        at_target=sum(v >= PREFIX_TARGET for v in values) / len(values),
+        kept_mean=statistics.fmean(s.kept for s in shares),
+        by_purpose={p: statistics.fmean(v) for p, v in sorted(grouped.items())},
+        unit=", ".join(sorted(units)) or None,
+    )
 
 
 def critical_path_by_tools(traces: Iterable[TurnTrace]) -> dict[int, float]:
@@ -94,11 +108,22 @@ def format_prefix_reuse(p: PrefixReuse) -> str:
     if p.mean is None or p.minimum is None or p.at_target is None:
         return "prompt prefix reuse: n/a (no second call in a turn)"
     purposes = ", ".join(f"{k} {v:.0%}" for k, v in p.by_purpose.items())
-    return (f"prompt prefix reused from the previous call of the turn ({p.unit}): mean {p.mean:.0%} of each prompt "
-            f"(target >= {PREFIX_TARGET:.0%}), min {p.minimum:.0%}, {p.at_target:.0%} of {p.calls} call(s) at >= "
-            f"{PREFIX_TARGET:.0%}; by purpose: {purposes}; of the previous prompt, {p.kept_mean:.0%} kept as the "
-            "next one's prefix (the rest of each prompt is the new tool result and instruction)")
+    return (
+        f"prompt prefix reused from the previous call of the turn ({p.unit}): mean {p.mean:.0%} of each prompt "
+        f"(target >= {PREFIX_TARGET:.0%}), min {p.minimum:.0%}, {p.at_target:.0%} of {p.calls} call(s) at >= "
+        f"{PREFIX_TARGET:.0%}; by purpose: {purposes}; of the previous prompt, {p.kept_mean:.0%} kept as the "
+        "next one's prefix (the rest of each prompt is the new tool result and instruction)"
+    )
 
 
-__all__ = ["PrefixReuse", "PrefixShare", "shared_blocks", "PREFIX_TARGET", "critical_path_by_tools", "format_prefix_reuse", "prefix_reuse",
-           "shared_prefix", "turn_prefix_shares"]
+__all__ = [
+    "PrefixReuse",
+    "PrefixShare",
+    "shared_blocks",
+    "PREFIX_TARGET",
+    "critical_path_by_tools",
+    "format_prefix_reuse",
+    "prefix_reuse",
+    "shared_prefix",
+    "turn_prefix_shares",
+]

@@ -65,10 +65,12 @@ class LoopStats(BaseModel):
         """One line: the decisions read, the tools run, the answers given with tool results."""
         rate = f"{100 * self.parse_rate:.0f}%" if self.parse_rate is not None else "n/a"
         per_turn = self.tool_calls_ok / self.turns if self.turns else 0.0
-        return (f"{self.decisions_parsed}/{self.decisions} decision(s) parsed ({rate}; {self.decisions_cancelled} "
-                f"cancelled by the budget, {self.decisions_failed} failed); {self.tool_calls_ok} tool call(s) run "
-                f"({per_turn:.1f} per turn, in {self.turns_with_tools} of {self.turns} turn(s)); "
-                f"{self.informed_answers} answer(s) given after a tool's result")
+        return (
+            f"{self.decisions_parsed}/{self.decisions} decision(s) parsed ({rate}; {self.decisions_cancelled} "
+            f"cancelled by the budget, {self.decisions_failed} failed); {self.tool_calls_ok} tool call(s) run "
+            f"({per_turn:.1f} per turn, in {self.turns_with_tools} of {self.turns} turn(s)); "
+            f"{self.informed_answers} answer(s) given after a tool's result"
+        )
 
 
 __all__ = ["LoopStats"]

@@ -80,8 +80,12 @@ def read_request(run_dir: Path, request_id: str) -> dict[str, Any]:
     record = read_piece(run_dir, request_id)
     if not isinstance(record, dict) or record.get("kind") != "request":
         raise RequestNotStored(f"{request_id} is not a request record")
-    return {"messages": [read_piece(run_dir, k) for k in record.get("messages") or []],
-            "tools": read_piece(run_dir, record["tools"]) if record.get("tools") else None,
-            "response_schema": read_piece(run_dir, record["response_schema"]) if record.get("response_schema") else None,
-            "max_tokens": record.get("max_tokens"), "temperature": record.get("temperature"),
-            "message_ids": list(record.get("messages") or []), "tools_id": record.get("tools")}
+    return {
+        "messages": [read_piece(run_dir, k) for k in record.get("messages") or []],
+        "tools": read_piece(run_dir, record["tools"]) if record.get("tools") else None,
+        "response_schema": read_piece(run_dir, record["response_schema"]) if record.get("response_schema") else None,
+        "max_tokens": record.get("max_tokens"),
+        "temperature": record.get("temperature"),
+        "message_ids": list(record.get("messages") or []),
+        "tools_id": record.get("tools"),
+    }

@@ -144,8 +144,13 @@ class PlanEvent(_Event):
     _bounded = field_validator("reason", mode="before")(bounded_text)
 
 
-_V2_COLUMNS = {"results": "evidence", "detected_box": "crop", "ocr_text": "ocr_text",
-               "sub_questions": "sub_questions", "facts": "facts"}
+_V2_COLUMNS = {
+    "results": "evidence",
+    "detected_box": "crop",
+    "ocr_text": "ocr_text",
+    "sub_questions": "sub_questions",
+    "facts": "facts",
+}
 _V2_KEYS = frozenset((*_V2_COLUMNS, "wrote"))
 
 
@@ -157,8 +162,10 @@ class ToolCallEvent(_Event):
     tool: str
     arguments: dict[str, Any] = Field(default_factory=dict)
     capabilities: list[str] = Field(default_factory=list, description="The tool's capability names.")
-    search: Literal["image", "text"] | None = Field(None, description="The SuperGlasses hop kind of the call, from "
-                                                    "the tool's capabilities (image search / text search).")
+    search: Literal["image", "text"] | None = Field(
+        None,
+        description="The SuperGlasses hop kind of the call, from the tool's capabilities (image search / text search).",
+    )
     sub_question: str | None = Field(None, description="The part of the question this call addresses.")
     search_keywords: str | None = None
     needs_retrieval: bool | None = None
@@ -228,8 +235,10 @@ class AnswerEvent(_Event):
     confidence: float | None = None
     rationale: str | None = None
     entity: str | None = None
-    from_decision: bool = Field(False, description="Taken from the deciding reply (its model call is on the plan "
-                                "event), not asked for separately.")
+    from_decision: bool = Field(
+        False,
+        description="Taken from the deciding reply (its model call is on the plan event), not asked for separately.",
+    )
     policy_ms: float | None = None
 
 
@@ -268,8 +277,7 @@ def sequential_rounds(calls: list[ModelCall]) -> int:
 
 class TokenTotals(BaseModel):
     calls: int = 0
-    sequential_calls: int = Field(0, description="Model calls on the turn's critical path: concurrent ones count "
-                                  "once.")
+    sequential_calls: int = Field(0, description="Model calls on the turn's critical path: concurrent ones count once.")
     prompt_tokens: int = 0
     completion_tokens: int = 0
     calls_without_usage: int = Field(0, description="Calls whose backend reported no token counts (not in the sums).")
@@ -305,8 +313,12 @@ class TurnTrace(BaseModel):
 
     # validate_assignment: a ground truth set after the turn is bounded too; the JSON schema describes the model
     # with the docstring's first paragraph only (not its arguments and example)
-    model_config = ConfigDict(validate_assignment=True, json_schema_extra=lambda schema: schema.update(
-        description=" ".join((TurnTrace.__doc__ or "").split("\n\n")[0].split())))
+    model_config = ConfigDict(
+        validate_assignment=True,
+        json_schema_extra=lambda schema: schema.update(
+            description=" ".join((TurnTrace.__doc__ or "").split("\n\n")[0].split())
+        ),
+    )
 
     schema_version: Literal["3.0"] = "3.0"
     run_id: str
@@ -324,8 +336,11 @@ class TurnTrace(BaseModel):
     max_steps: int
     config_fingerprint: str | None = Field(None, description="Hash of the agent configuration that produced it.")
     notes: list[str] = Field(default_factory=list, description="Input notes, e.g. the question was cut.")
-    history: list[HistoryTurn] = Field(default_factory=list, description="The conversation's earlier turns as the "
-                                       "agent was given them (questions, its answers as later turns see them).")
+    history: list[HistoryTurn] = Field(
+        default_factory=list,
+        description="The conversation's earlier turns as the "
+        "agent was given them (questions, its answers as later turns see them).",
+    )
     steps: list[TraceEvent] = Field(default_factory=list)
     answer: str
     abstained: bool
@@ -400,26 +415,64 @@ def _v1_step(s: dict[str, Any]) -> dict[str, Any]:
     node, decision = s.get("node"), str(s.get("decision") or "")
     base = {"index": s.get("index", 0), "error": _v1_error(s.get("error"))}
     if node == "act":
-        return {**base, "node": "tool_call", "tool": s.get("tool") or "", "arguments": s.get("arguments") or {},
-                "sub_question": s.get("sub_question"), "search_keywords": s.get("search_keywords"),
-                "needs_retrieval": s.get("needs_retrieval"), "rationale": s.get("rationale"), "method": s.get("method"),
-                "summary": s.get("summary"), "results": s.get("results") or [], "detected_box": s.get("detected_box"),
-                "ocr_text": s.get("ocr_text"), "policy_ms": s.get("policy_ms"), "latency_ms": s.get("latency_ms") or 0.0,
-                "wrote": [k for k, v in (("evidence", s.get("results")), ("crop", s.get("detected_box")),
-                                         ("ocr_text", s.get("ocr_text"))) if v]}
+        return {
+            **base,
+            "node": "tool_call",
+            "tool": s.get("tool") or "",
+            "arguments": s.get("arguments") or {},
+            "sub_question": s.get("sub_question"),
+            "search_keywords": s.get("search_keywords"),
+            "needs_retrieval": s.get("needs_retrieval"),
+            "rationale": s.get("rationale"),
+            "method": s.get("method"),
+            "summary": s.get("summary"),
+            "results": s.get("results") or [],
+            "detected_box": s.get("detected_box"),
+            "ocr_text": s.get("ocr_text"),
+            "policy_ms": s.get("policy_ms"),
+            "latency_ms": s.get("latency_ms") or 0.0,
+            "wrote": [
+                k
+                for k, v in (
+                    ("evidence", s.get("results")),
+                    ("crop", s.get("detected_box")),
+                    ("ocr_text", s.get("ocr_text")),
+                )
+                if v
+            ],
+        }
     if node == "answer":
-        return {**base, "node": "answer", "answer": s.get("summary") or "", "rationale": s.get("rationale"),
-                "policy_ms": s.get("policy_ms")}
+        return {
+            **base,
+            "node": "answer",
+            "answer": s.get("summary") or "",
+            "rationale": s.get("rationale"),
+            "policy_ms": s.get("policy_ms"),
+        }
     if node == "self_check":
-        return {**base, "node": "verdict", "decision": "keep" if decision.startswith("keep") else "abstain",
-                "verdict": s.get("verdict"), "reason": s.get("rationale") or decision,
-                "latency_ms": s.get("latency_ms") or 0.0}
+        return {
+            **base,
+            "node": "verdict",
+            "decision": "keep" if decision.startswith("keep") else "abstain",
+            "verdict": s.get("verdict"),
+            "reason": s.get("rationale") or decision,
+            "latency_ms": s.get("latency_ms") or 0.0,
+        }
     if node == "final":
-        return {**base, "node": "final", "answer": s.get("summary") or "",
-                "decision": "abstain" if decision.startswith("abstain") else "answer"}
-    return {**base, "node": "plan", "decision": "answer" if decision.startswith("answer") and not s.get("error") else "stop",
-            "reason": "; ".join(x for x in (decision, s.get("rationale")) if x), "needs_retrieval": s.get("needs_retrieval"),
-            "policy_ms": s.get("policy_ms")}
+        return {
+            **base,
+            "node": "final",
+            "answer": s.get("summary") or "",
+            "decision": "abstain" if decision.startswith("abstain") else "answer",
+        }
+    return {
+        **base,
+        "node": "plan",
+        "decision": "answer" if decision.startswith("answer") and not s.get("error") else "stop",
+        "reason": "; ".join(x for x in (decision, s.get("rationale")) if x),
+        "needs_retrieval": s.get("needs_retrieval"),
+        "policy_ms": s.get("policy_ms"),
+    }
 
 
 def upgrade_v1(data: dict[str, Any]) -> dict[str, Any]:
@@ -430,10 +483,17 @@ def upgrade_v1(data: dict[str, Any]) -> dict[str, Any]:
     if data.get("has_image"):
         out["image"]["size"] = (0, 0)  # present, size not recorded by 1.0
     steps = data.get("steps") or []
-    out["notes"] = [s.get("decision", "") for s in steps if isinstance(s, dict) and s.get("node") == "plan"
-                    and str(s.get("decision", "")).startswith("question cut")]
-    out["steps"] = [_v1_step(s) for s in steps if isinstance(s, dict) and
-                    not (s.get("node") == "plan" and str(s.get("decision", "")).startswith("question cut"))]
+    out["notes"] = [
+        s.get("decision", "")
+        for s in steps
+        if isinstance(s, dict) and s.get("node") == "plan" and str(s.get("decision", "")).startswith("question cut")
+    ]
+    out["steps"] = [
+        _v1_step(s)
+        for s in steps
+        if isinstance(s, dict)
+        and not (s.get("node") == "plan" and str(s.get("decision", "")).startswith("question cut"))
+    ]
     return out
 
 

@@ -74,8 +74,10 @@ def check_run_id(run_id: str) -> str:
     bad = [c for c in ("/", "\\", "\0") if c in run_id]
     if run_id in ("", ".", "..") or bad or os.sep in run_id or (os.altsep and os.altsep in run_id):
         why = f" (it contains {bad[0]!r})" if bad else ""
-        raise ValueError(f"--run-id must be a single folder name, not '.', '..', empty or with a path separator or NUL: "
-                         f"{run_id!r}{why}")
+        raise ValueError(
+            f"--run-id must be a single folder name, not '.', '..', empty or with a path separator or NUL: "
+            f"{run_id!r}{why}"
+        )
     return run_id
 
 

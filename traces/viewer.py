@@ -34,12 +34,26 @@ from traces.viewer_parts import h
 
 THUMB_SIDE = 480
 SCORES = ("correct", "missing", "incorrect", "unscored")
-METRIC_KEYS = ("total", "correct", "missing", "incorrect", "exact_match", "conversations", "accuracy",
-               "missing_rate", "hallucination_rate", "truthfulness", "multi_turn_score")
-METRIC_TITLES = {"incorrect": "the official hallucination count: total - correct - missing (below 0 when a turn is "
-                               "both correct and missing)",
-                 "truthfulness": "(2*correct + missing)/total - 1 (official; 0.0 when total <= 1)",
-                 "hallucination_rate": "incorrect / total", "exact_match": "answers equal to the ground truth"}
+METRIC_KEYS = (
+    "total",
+    "correct",
+    "missing",
+    "incorrect",
+    "exact_match",
+    "conversations",
+    "accuracy",
+    "missing_rate",
+    "hallucination_rate",
+    "truthfulness",
+    "multi_turn_score",
+)
+METRIC_TITLES = {
+    "incorrect": "the official hallucination count: total - correct - missing (below 0 when a turn is "
+    "both correct and missing)",
+    "truthfulness": "(2*correct + missing)/total - 1 (official; 0.0 when total <= 1)",
+    "hallucination_rate": "incorrect / total",
+    "exact_match": "answers equal to the ground truth",
+}
 BOX_COLOURS = ("#ff3b30", "#00c7be", "#ffcc00", "#af52de", "#34c759", "#ff9500", "#5ac8fa")
 
 
@@ -84,8 +98,7 @@ def _split_from_argv(argv: Any, option: str = "--split") -> str | None:
     return None
 
 
-def _conversations(data: str, split: str | None, benchmark: str | None, image_root: str | None = None
-                   ) -> Iterable[Any]:
+def _conversations(data: str, split: str | None, benchmark: str | None, image_root: str | None = None) -> Iterable[Any]:
     """The run's conversations: SuperGlasses rows for a SuperGlasses run (or data in that layout), else CRAG-MM.
     Image paths are confined as in the run (its --image-root, else GLASSES_IMAGE_ROOT)."""
     from glasses_rag.superglasses.loader import load_superglasses, looks_like_superglasses
@@ -97,8 +110,13 @@ def _conversations(data: str, split: str | None, benchmark: str | None, image_ro
     return load_conversations(data, split=split, image_root=image_root)
 
 
-def load_images(data: str, session_ids: Iterable[str], split: str | None = None,
-                benchmark: str | None = None, image_root: str | None = None) -> tuple[dict[str, Any], str | None]:
+def load_images(
+    data: str,
+    session_ids: Iterable[str],
+    split: str | None = None,
+    benchmark: str | None = None,
+    image_root: str | None = None,
+) -> tuple[dict[str, Any], str | None]:
     """session_id -> PIL image from the dataset, reading rows only until every wanted session is found."""
     want = set(session_ids)
     found: dict[str, Any] = {}
@@ -200,11 +218,15 @@ def _results_table(step: TraceEvent, kg: Any = None) -> str:
         if thumb:
             url = f"{thumb}<br>{url}"
         rr = "" if r.rerank_score is None else f'<br><span class="muted">rerank {_fmt_num(r.rerank_score)}</span>'
-        rows.append(f"<tr><td>{i}</td><td>{h(r.source)}</td><td class='num'>{_fmt_num(r.score)}{rr}</td>"
-                    f"<td class='url'>{url}</td><td>{h(r.title)}</td><td>{h(r.entity_name)}</td>"
-                    f"<td class='snippet'>{h(r.snippet)}</td></tr>")
-    return ('<table class="results"><thead><tr><th>#</th><th>source</th><th>score</th><th>url</th><th>title</th>'
-            f'<th>entity</th><th>snippet</th></tr></thead><tbody>{"".join(rows)}</tbody></table>')
+        rows.append(
+            f"<tr><td>{i}</td><td>{h(r.source)}</td><td class='num'>{_fmt_num(r.score)}{rr}</td>"
+            f"<td class='url'>{url}</td><td>{h(r.title)}</td><td>{h(r.entity_name)}</td>"
+            f"<td class='snippet'>{h(r.snippet)}</td></tr>"
+        )
+    return (
+        '<table class="results"><thead><tr><th>#</th><th>source</th><th>score</th><th>url</th><th>title</th>'
+        f"<th>entity</th><th>snippet</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
 
 
 def _title(step: TraceEvent) -> str:
@@ -226,18 +248,25 @@ def _model_calls(step: TraceEvent) -> str:
         completion = c.completion_tokens if c.completion_tokens is not None else "?"
         tokens = f"{prompt} + {completion}"
         flags = " · cancelled" if c.cancelled else ""
-        rows.append(f"<tr><td>{h(c.purpose)}</td><td>{h(c.mode)}</td><td>{h(tokens)}</td><td>{_ms(c.latency_ms)}</td>"
-                    f"<td>{h(c.finish_reason)}{flags}</td><td class='snippet'><pre>{h(c.error or c.raw_reply)}</pre></td></tr>")
+        rows.append(
+            f"<tr><td>{h(c.purpose)}</td><td>{h(c.mode)}</td><td>{h(tokens)}</td><td>{_ms(c.latency_ms)}</td>"
+            f"<td>{h(c.finish_reason)}{flags}</td><td class='snippet'><pre>{h(c.error or c.raw_reply)}</pre></td></tr>"
+        )
     if not rows:
         return ""
-    return ('<table class="results"><thead><tr><th>model call</th><th>mode</th><th>tokens in + out</th><th>latency</th>'
-            f'<th>finish</th><th>raw reply</th></tr></thead><tbody>{"".join(rows)}</tbody></table>')
+    return (
+        '<table class="results"><thead><tr><th>model call</th><th>mode</th><th>tokens in + out</th><th>latency</th>'
+        f"<th>finish</th><th>raw reply</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
 
 
 def _step_html(step: TraceEvent, colour: str | None, kg: Any = None) -> str:
     err = step.error is not None
-    head = [f'<span class="idx">#{step.index}</span>', f'<span class="node node-{h(step.node)}">{h(step.node)}</span>',
-            f'<span class="decision">{h(_title(step))}</span>']
+    head = [
+        f'<span class="idx">#{step.index}</span>',
+        f'<span class="node node-{h(step.node)}">{h(step.node)}</span>',
+        f'<span class="decision">{h(_title(step))}</span>',
+    ]
     body: list[str] = []
     if isinstance(step, ToolCallEvent):
         head.append(f'<span class="chip tool">{h(step.tool)}</span>')
@@ -251,14 +280,21 @@ def _step_html(step: TraceEvent, colour: str | None, kg: Any = None) -> str:
             except (TypeError, ValueError):
                 args = repr(step.arguments)
             body.append(_pre("arguments", args))
-        body += [_kv("sub-question", step.sub_question), _kv("search keywords", step.search_keywords),
-                 _kv("needs retrieval", step.needs_retrieval), _kv("rationale", step.rationale),
-                 _kv("ran alongside", step.parallel_with), _kv("method", step.method), _kv("summary", step.summary),
-                 _kv("wrote", ", ".join(step.wrote))]
+        body += [
+            _kv("sub-question", step.sub_question),
+            _kv("search keywords", step.search_keywords),
+            _kv("needs retrieval", step.needs_retrieval),
+            _kv("rationale", step.rationale),
+            _kv("ran alongside", step.parallel_with),
+            _kv("method", step.method),
+            _kv("summary", step.summary),
+            _kv("wrote", ", ".join(step.wrote)),
+        ]
         if step.detected_box is not None:
             b = step.detected_box
-            body.append(_kv("detected box", f"({b.x0}, {b.y0}) – ({b.x1}, {b.y1})  {b.label}  score {b.score:.2f}  "
-                                            f"{b.method}"))
+            body.append(
+                _kv("detected box", f"({b.x0}, {b.y0}) – ({b.x1}, {b.y1})  {b.label}  score {b.score:.2f}  {b.method}")
+            )
         if step.ocr_text:
             body.append(_pre("OCR text", step.ocr_text))
         if step.sub_questions:
@@ -268,17 +304,29 @@ def _step_html(step: TraceEvent, colour: str | None, kg: Any = None) -> str:
     elif isinstance(step, PlanEvent):
         body += [_kv("reason", step.reason), _kv("needs retrieval", step.needs_retrieval)]
     elif isinstance(step, AnswerEvent):
-        body += [_kv("draft", step.answer), _kv("confidence", None if step.confidence is None else f"{step.confidence:.2f}"),
-                 _kv("rationale", step.rationale), _kv("entity", step.entity)]
+        body += [
+            _kv("draft", step.answer),
+            _kv("confidence", None if step.confidence is None else f"{step.confidence:.2f}"),
+            _kv("rationale", step.rationale),
+            _kv("entity", step.entity),
+        ]
     elif isinstance(step, VerdictEvent):
         body.append(_kv("reason", step.reason))
         if step.verdict is not None:
             v = step.verdict
-            body.append(_kv("verdict", f"{'supported' if v.supported else 'NOT supported'} · confidence "
-                                       f"{v.confidence:.2f} · {v.reason}" + (f" · {v.method}" if v.method else ""),
-                            "ok" if v.supported else "bad"))
+            body.append(
+                _kv(
+                    "verdict",
+                    f"{'supported' if v.supported else 'NOT supported'} · confidence "
+                    f"{v.confidence:.2f} · {v.reason}" + (f" · {v.method}" if v.method else ""),
+                    "ok" if v.supported else "bad",
+                )
+            )
     elif isinstance(step, FinalEvent):
-        body += [_kv("answer", step.answer), _kv("cut from", step.cut_from_chars and f"{step.cut_from_chars} characters")]
+        body += [
+            _kv("answer", step.answer),
+            _kv("cut from", step.cut_from_chars and f"{step.cut_from_chars} characters"),
+        ]
     if step.error is not None:
         head.append(f'<span class="badge err">error: {h(step.error.kind)}</span>')
         body.append(f'<div class="error">{h(step.error.kind)}: {h(step.error.message)}</div>')
@@ -289,12 +337,15 @@ def _step_html(step: TraceEvent, colour: str | None, kg: Any = None) -> str:
     body.append(_model_calls(step))
     inner = "".join(body) or '<div class="muted">no details</div>'
     open_ = " open" if (err or isinstance(step, ToolCallEvent)) else ""
-    return (f'<details class="step{" has-error" if err else ""}"{open_}><summary>{" ".join(head)}</summary>'
-            f'<div class="step-body">{inner}</div></details>')
+    return (
+        f'<details class="step{" has-error" if err else ""}"{open_}><summary>{" ".join(head)}</summary>'
+        f'<div class="step-body">{inner}</div></details>'
+    )
 
 
-def _figure(trace: TurnTrace, thumb: Thumb | None, thumb_class: str, why_missing: str | None,
-            colours: dict[int, str]) -> str:
+def _figure(
+    trace: TurnTrace, thumb: Thumb | None, thumb_class: str, why_missing: str | None, colours: dict[int, str]
+) -> str:
     boxes = [(s, s.detected_box) for s in trace.tool_calls() if s.detected_box is not None]
     if thumb is None:
         if not trace.has_image:
@@ -302,21 +353,29 @@ def _figure(trace: TurnTrace, thumb: Thumb | None, thumb_class: str, why_missing
         else:
             why = why_missing or "image not available to the viewer"
         blist = "".join(f"<li>{h(b.label)} · {h(b.method)} ({b.x0},{b.y0})–({b.x1},{b.y1})</li>" for _, b in boxes)
-        return (f'<div class="thumb placeholder" data-boxes="{len(boxes)}"><div>no image</div>'
-                f'<div class="muted">{h(why)}</div>{f"<ul>{blist}</ul>" if blist else ""}</div>')
+        return (
+            f'<div class="thumb placeholder" data-boxes="{len(boxes)}"><div>no image</div>'
+            f'<div class="muted">{h(why)}</div>{f"<ul>{blist}</ul>" if blist else ""}</div>'
+        )
     divs = []
     for s, b in boxes:
         aw, ah = max(1, thumb.agent_w), max(1, thumb.agent_h)
         x0, x1 = sorted((min(max(b.x0 / aw, 0.0), 1.0), min(max(b.x1 / aw, 0.0), 1.0)))
         y0, y1 = sorted((min(max(b.y0 / ah, 0.0), 1.0), min(max(b.y1 / ah, 0.0), 1.0)))
         c = colours.get(s.index, BOX_COLOURS[0])
-        style = (f"left:{x0 * 100:.2f}%;top:{y0 * 100:.2f}%;width:{(x1 - x0) * 100:.2f}%;"
-                 f"height:{(y1 - y0) * 100:.2f}%;border-color:{c}")
+        style = (
+            f"left:{x0 * 100:.2f}%;top:{y0 * 100:.2f}%;width:{(x1 - x0) * 100:.2f}%;"
+            f"height:{(y1 - y0) * 100:.2f}%;border-color:{c}"
+        )
         tag = f"{b.label or 'box'} · {b.method or '?'}" + (f" {b.score:.2f}" if b.score else "")
-        divs.append(f'<div class="box" style="{style}" title="step #{s.index}: {h(tag)}">'
-                    f'<span class="box-label" style="background:{c}">{h(tag)}</span></div>')
-    return (f'<div class="thumb {thumb_class}" role="img" aria-label="conversation image" '
-            f'style="width:{thumb.width}px;height:{thumb.height}px" data-boxes="{len(boxes)}">{"".join(divs)}</div>')
+        divs.append(
+            f'<div class="box" style="{style}" title="step #{s.index}: {h(tag)}">'
+            f'<span class="box-label" style="background:{c}">{h(tag)}</span></div>'
+        )
+    return (
+        f'<div class="thumb {thumb_class}" role="img" aria-label="conversation image" '
+        f'style="width:{thumb.width}px;height:{thumb.height}px" data-boxes="{len(boxes)}">{"".join(divs)}</div>'
+    )
 
 
 def _score_of(t: TurnTrace) -> str:
@@ -337,20 +396,36 @@ def _extras(run_dir: Path | None, t: TurnTrace) -> dict[str, str]:
     """The turn's parts from traces/viewer_parts.py: history given, image source, the model requests as sent."""
     from traces import viewer_parts as vp
 
-    return {"history": vp.history_html(t), "source": vp.image_source_html(t),
-            "requests": vp.sent_requests_html(run_dir, t) if run_dir is not None else ""}
+    return {
+        "history": vp.history_html(t),
+        "source": vp.image_source_html(t),
+        "requests": vp.sent_requests_html(run_dir, t) if run_dir is not None else "",
+    }
 
 
-def _turn_figure(t: TurnTrace, thumb: Thumb | None, thumb_class: str, why_missing: str | None,
-                 colours: dict[int, str], repeat_photo: bool) -> str:
+def _turn_figure(
+    t: TurnTrace,
+    thumb: Thumb | None,
+    thumb_class: str,
+    why_missing: str | None,
+    colours: dict[int, str],
+    repeat_photo: bool,
+) -> str:
     if repeat_photo or thumb is None or colours:
         return _figure(t, thumb, thumb_class, why_missing, colours)
     return '<div class="muted same-photo">same photo as the conversation\'s first turn (no boxes in this turn)</div>'
 
 
-def _turn_html(t: TurnTrace, thumb: Thumb | None, thumb_class: str, why_missing: str | None,
-               counted: dict[str, Any] | None = None, extras: dict[str, str] | None = None,
-               repeat_photo: bool = True, kg: Any = None) -> str:
+def _turn_html(
+    t: TurnTrace,
+    thumb: Thumb | None,
+    thumb_class: str,
+    why_missing: str | None,
+    counted: dict[str, Any] | None = None,
+    extras: dict[str, str] | None = None,
+    repeat_photo: bool = True,
+    kg: Any = None,
+) -> str:
     score = _score_of(t)
     tools = _turn_tools(t)
     has_err = bool(t.error) or any(s.error is not None for s in t.steps)
@@ -362,10 +437,12 @@ def _turn_html(t: TurnTrace, thumb: Thumb | None, thumb_class: str, why_missing:
     from traces.viewer_parts import label_chips
 
     labels = label_chips(t.labels)
-    meta = [f'<span class="badge score-{score}">{score}</span>',
-            f'<span class="muted">ended by {h(t.ended_by)}</span>',
-            f'<span class="muted">{_ms(t.latency_ms)} / budget {t.budget_s:g} s</span>',
-            f'<span class="muted">{len(t.steps)} step(s)</span>']
+    meta = [
+        f'<span class="badge score-{score}">{score}</span>',
+        f'<span class="muted">ended by {h(t.ended_by)}</span>',
+        f'<span class="muted">{_ms(t.latency_ms)} / budget {t.budget_s:g} s</span>',
+        f'<span class="muted">{len(t.steps)} step(s)</span>',
+    ]
     if t.confidence is not None:
         meta.append(f'<span class="muted">confidence {t.confidence:.2f}</span>')
     if t.abstained:
@@ -383,9 +460,9 @@ def _turn_html(t: TurnTrace, thumb: Thumb | None, thumb_class: str, why_missing:
     truth = h(t.ground_truth) if t.ground_truth is not None else '<span class="muted">none</span>'
     entity = f' <span class="muted">entity: {h(t.entity)}</span>' if t.entity else ""
     return f"""
-<article class="turn score-{score}" data-score="{score}" data-tools=" {h(' '.join(tools))} " data-error="{int(has_err)}"
+<article class="turn score-{score}" data-score="{score}" data-tools=" {h(" ".join(tools))} " data-error="{int(has_err)}"
   id="turn-{h(t.session_id)}-{t.turn_index}">
- <header class="turn-head">{heading}{' '.join(meta)}</header>
+ <header class="turn-head">{heading}{" ".join(meta)}</header>
  <div class="turn-grid">
   <div class="fig">{figure}{note}{x.get("source", "")}</div>
   <div class="qa">
@@ -396,7 +473,7 @@ def _turn_html(t: TurnTrace, thumb: Thumb | None, thumb_class: str, why_missing:
    <div class="scoreline"><span class="k">score</span> <span class="badge score-{score}">{score}</span>
      <span class="muted">{h(t.judge)}</span>{entity}{_counted(t, counted)}</div>
    {err}
-   <div class="tools">{''.join(f'<span class="chip tool">{h(x)}</span>' for x in tools)}</div>
+   <div class="tools">{"".join(f'<span class="chip tool">{h(x)}</span>' for x in tools)}</div>
   </div>
  </div>
  <div class="steps"><div class="steps-head">Steps <button type="button" class="tog" data-open="1">expand</button>
@@ -411,8 +488,10 @@ def _counted(t: TurnTrace, rec: dict[str, Any] | None) -> str:
         return ""
     why = "multi-turn early stop" if rec.get("early_stopped") else (rec.get("reason") or "report")
     res = rec["result"] if rec["result"] in SCORES else "unscored"
-    return (f' <span class="counted">counted in report as <span class="badge score-{res}">{h(rec["result"])}</span>'
-            f' <span class="muted">({h(why)})</span></span>')
+    return (
+        f' <span class="counted">counted in report as <span class="badge score-{res}">{h(rec["result"])}</span>'
+        f' <span class="muted">({h(why)})</span></span>'
+    )
 
 
 def _metrics_table(report: dict[str, Any]) -> str:
@@ -423,8 +502,12 @@ def _metrics_table(report: dict[str, Any]) -> str:
     head = "".join(f'<th title="{h(METRIC_TITLES.get(k, ""))}">{h(k)}</th>' for k in METRIC_KEYS)
     from traces import viewer_parts as vp
 
-    rows = "".join(f"<tr><th>{h(n)}{' *' if vp.both(m) else ''}</th>" + "".join(
-        f"<td class='num'>{_fmt_num(m.get(k))}</td>" for k in METRIC_KEYS) + "</tr>" for n, m in sections)
+    rows = "".join(
+        f"<tr><th>{h(n)}{' *' if vp.both(m) else ''}</th>"
+        + "".join(f"<td class='num'>{_fmt_num(m.get(k))}</td>" for k in METRIC_KEYS)
+        + "</tr>"
+        for n, m in sections
+    )
     slices = ""
     if isinstance(report.get("slices"), dict):
         srows = []
@@ -433,13 +516,20 @@ def _metrics_table(report: dict[str, Any]) -> str:
                 continue
             for val, m in vals.items():
                 if isinstance(m, dict):
-                    srows.append(f"<tr><th>{h(dim)}</th><th>{h(val)}</th>" + "".join(
-                        f"<td class='num'>{_fmt_num(m.get(k))}</td>" for k in METRIC_KEYS) + "</tr>")
+                    srows.append(
+                        f"<tr><th>{h(dim)}</th><th>{h(val)}</th>"
+                        + "".join(f"<td class='num'>{_fmt_num(m.get(k))}</td>" for k in METRIC_KEYS)
+                        + "</tr>"
+                    )
         if srows:
-            slices = (f'<details class="slices"><summary>metrics by slice</summary><table class="metrics"><thead><tr>'
-                      f'<th>slice</th><th>value</th>{head}</tr></thead><tbody>{"".join(srows)}</tbody></table></details>')
-    return (f'<table class="metrics"><thead><tr><th></th>{head}</tr></thead><tbody>{rows}</tbody></table>'
-            f"{vp.metrics_explanation(report)}{slices}{_notes(report)}")
+            slices = (
+                f'<details class="slices"><summary>metrics by slice</summary><table class="metrics"><thead><tr>'
+                f"<th>slice</th><th>value</th>{head}</tr></thead><tbody>{''.join(srows)}</tbody></table></details>"
+            )
+    return (
+        f'<table class="metrics"><thead><tr><th></th>{head}</tr></thead><tbody>{rows}</tbody></table>'
+        f"{vp.metrics_explanation(report)}{slices}{_notes(report)}"
+    )
 
 
 def _notes(report: dict[str, Any]) -> str:
@@ -465,16 +555,31 @@ def _superglasses_table(rep: dict[str, Any]) -> str:
     for dim, vals in (rep.get("slices") or {}).items() if isinstance(rep.get("slices"), dict) else []:
         for val, m in vals.items() if isinstance(vals, dict) else []:
             srows.append(_sg_row(dim, val, m))
-    slices = (f'<details class="slices"><summary>accuracy by slice</summary><table class="metrics"><thead><tr>{head}'
-              f'</tr></thead><tbody>{"".join(srows)}</tbody></table></details>') if srows else ""
+    slices = (
+        (
+            f'<details class="slices"><summary>accuracy by slice</summary><table class="metrics"><thead><tr>{head}'
+            f"</tr></thead><tbody>{''.join(srows)}</tbody></table></details>"
+        )
+        if srows
+        else ""
+    )
     judge = f"<div class='muted'>judge: {h(rep.get('judge'))}; {h(rep.get('judge_note'))}"
     judge += f"; {h(rep['unscored'])} question(s) not scored</div>" if rep.get("unscored") else "</div>"
-    return (f'<table class="metrics"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>{judge}{slices}'
-            f"{_notes(rep)}")
+    return (
+        f'<table class="metrics"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>{judge}{slices}'
+        f"{_notes(rep)}"
+    )
 
 
-def _header_html(run_dir: Path, run: dict[str, Any], report: dict[str, Any] | None, traces: list[TurnTrace],
-                 problems: list[str], skipped: list[tuple[str, str]], sg_report: dict[str, Any] | None = None) -> str:
+def _header_html(
+    run_dir: Path,
+    run: dict[str, Any],
+    report: dict[str, Any] | None,
+    traces: list[TurnTrace],
+    problems: list[str],
+    skipped: list[tuple[str, str]],
+    sg_report: dict[str, Any] | None = None,
+) -> str:
     first = traces[0] if traces else None
     fields = [
         ("run", run.get("run_id") or (first.run_id if first else run_dir.name)),
@@ -483,13 +588,18 @@ def _header_html(run_dir: Path, run: dict[str, Any], report: dict[str, Any] | No
         ("policy", run.get("policy", first.policy if first else None)),
         ("search", run.get("search", first.search_backend if first else None)),
         ("judge", run.get("judge")),
-        ("budget", f"{run['budget_s']} s/turn" if "budget_s" in run else
-         (f"{first.budget_s:g} s/turn" if first else None)),
+        (
+            "budget",
+            f"{run['budget_s']} s/turn" if "budget_s" in run else (f"{first.budget_s:g} s/turn" if first else None),
+        ),
         ("max steps", run.get("max_steps", first.max_steps if first else None)),
         ("tools", ", ".join(map(str, run["tools"])) if isinstance(run.get("tools"), list) else None),
         ("data", run.get("data")),
-        ("turns", f"{len(traces)} trace(s) in {len({t.session_id for t in traces})} conversation(s)"
-                  + (f"; run.json says {run['turns']}" if "turns" in run and run["turns"] != len(traces) else "")),
+        (
+            "turns",
+            f"{len(traces)} trace(s) in {len({t.session_id for t in traces})} conversation(s)"
+            + (f"; run.json says {run['turns']}" if "turns" in run and run["turns"] != len(traces) else ""),
+        ),
         ("resumed turns", run.get("resumed_turns") or None),
         ("failed conversations", run.get("failed_conversations") or None),
         ("seconds", run.get("seconds")),
@@ -505,15 +615,22 @@ def _header_html(run_dir: Path, run: dict[str, Any], report: dict[str, Any] | No
     skip = ""
     if skipped:
         items = "".join(f"<li><code>{h(n)}</code> <span class='muted'>{h(why)}</span></li>" for n, why in skipped)
-        skip = (f'<div class="skipped"><b>{len(skipped)} trace file(s) skipped (damaged or not a turn trace):</b>'
-                f'<ul>{items}</ul></div>')
-    return (f'<header class="run"><h1>Run {h(fields[0][1])}</h1><div class="runmeta">{kv}</div>'
-            f'{metrics}{probs}{skip}</header>')
+        skip = (
+            f'<div class="skipped"><b>{len(skipped)} trace file(s) skipped (damaged or not a turn trace):</b>'
+            f"<ul>{items}</ul></div>"
+        )
+    return (
+        f'<header class="run"><h1>Run {h(fields[0][1])}</h1><div class="runmeta">{kv}</div>'
+        f"{metrics}{probs}{skip}</header>"
+    )
 
 
 def _controls(tools: list[str], counts: dict[str, int], explain: str = "") -> str:
-    scores = "".join(f'<label class="badge score-{s}"><input type="checkbox" class="f-score" value="{s}" checked> {s} '
-                     f'({counts.get(s, 0)})</label>' for s in SCORES)
+    scores = "".join(
+        f'<label class="badge score-{s}"><input type="checkbox" class="f-score" value="{s}" checked> {s} '
+        f"({counts.get(s, 0)})</label>"
+        for s in SCORES
+    )
     opts = "".join(f'<option value="{h(t)}">{h(t)}</option>' for t in tools)
     return f"""<nav class="controls" id="controls">
  <span class="group">{scores}</span>
@@ -633,8 +750,14 @@ JS = """
 """
 
 
-def _run_images(run: dict[str, Any], traces: list[TurnTrace], sessions: list[str], images: dict[str, Any] | None,
-                data: str | None, problems: list[str]) -> dict[str, Any]:
+def _run_images(
+    run: dict[str, Any],
+    traces: list[TurnTrace],
+    sessions: list[str],
+    images: dict[str, Any] | None,
+    data: str | None,
+    problems: list[str],
+) -> dict[str, Any]:
     """session_id -> image: those given, then the rest from `data` or run.json's "data" (read as the run's
     benchmark: CRAG-MM or SuperGlasses)."""
     imgs: dict[str, Any] = dict(images or {})
@@ -644,8 +767,9 @@ def _run_images(run: dict[str, Any], traces: list[TurnTrace], sessions: list[str
     if need and source:
         benchmark = run.get("benchmark") if isinstance(run.get("benchmark"), str) else None
         argv = run.get("argv")
-        loaded, note = load_images(str(source), need, _split_from_argv(argv), benchmark,
-                                   _split_from_argv(argv, "--image-root"))
+        loaded, note = load_images(
+            str(source), need, _split_from_argv(argv), benchmark, _split_from_argv(argv, "--image-root")
+        )
         imgs.update({k: v for k, v in loaded.items() if imgs.get(k) is None})
         if note:
             problems.append(note)
@@ -675,8 +799,9 @@ def build_html(run_dir: Path, images: dict[str, Any] | None = None, data: str | 
     kg = vp.KgImages.for_run(run)
     style_imgs, conv_html = [], []
     for n, sid in enumerate(sessions):
-        style, section = _conversation_html(n, sid, [t for t in traces if t.session_id == sid], imgs.get(sid), counted,
-                                            run_dir, kg)
+        style, section = _conversation_html(
+            n, sid, [t for t in traces if t.session_id == sid], imgs.get(sid), counted, run_dir, kg
+        )
         if style is not None:
             style_imgs.append(style)
         conv_html.append(section)
@@ -685,10 +810,15 @@ def build_html(run_dir: Path, images: dict[str, Any] | None = None, data: str | 
     counts = Counter(_score_of(t) for t in traces)
     tools = sorted({x for t in traces for x in _turn_tools(t)})
     style_imgs.append(kg.css())
-    return _page(f"Run {run.get('run_id') or run_dir.name}", "\n".join(style_imgs),
-                 _header_html(run_dir, run, report, traces, problems, skipped, sg_report) + "\n"
-                 + _controls(tools, counts, vp.chips_explanation(report if sg_report is None else None, counts)) + "\n"
-                 + f'<main>{"".join(conv_html)}</main>')
+    return _page(
+        f"Run {run.get('run_id') or run_dir.name}",
+        "\n".join(style_imgs),
+        _header_html(run_dir, run, report, traces, problems, skipped, sg_report)
+        + "\n"
+        + _controls(tools, counts, vp.chips_explanation(report if sg_report is None else None, counts))
+        + "\n"
+        + f"<main>{''.join(conv_html)}</main>",
+    )
 
 
 def _json_file(run_dir: Path, name: str, problems: list[str]) -> Any:
@@ -709,9 +839,15 @@ def _counted_turns(report: dict[str, Any] | None) -> dict[tuple[str, int], dict[
     return counted
 
 
-def _conversation_html(n: int, sid: str, turns: list[TurnTrace], image: Any,
-                       counted: dict[tuple[str, int], dict[str, Any]], run_dir: Path | None = None,
-                       kg: Any = None) -> tuple[str | None, str]:
+def _conversation_html(
+    n: int,
+    sid: str,
+    turns: list[TurnTrace],
+    image: Any,
+    counted: dict[tuple[str, int], dict[str, Any]],
+    run_dir: Path | None = None,
+    kg: Any = None,
+) -> tuple[str | None, str]:
     """(the CSS rule of the conversation's thumbnail, or None without one; the conversation's section). The photo
     is drawn with the first turn, and again only with a turn that has boxes of its own to draw on it."""
     thumb, why = make_thumb(image, next((t.image.size for t in turns if t.image.size), None))
@@ -719,17 +855,32 @@ def _conversation_html(n: int, sid: str, turns: list[TurnTrace], image: Any,
         why = "image not found for this conversation"
     cls = f"img-{n}"
     style = f".{cls}{{background-image:url({thumb.data_url})}}" if thumb is not None else None
-    body = "".join(_turn_html(t, thumb, cls, why, counted.get((t.session_id, t.turn_index)),
-                              _extras(run_dir, t), repeat_photo=i == 0, kg=kg) for i, t in enumerate(turns))
-    return style, (f'<section class="conv" id="conv-{n}" data-session="{h(sid)}"><h2>Conversation '
-                   f'{h(sid)} <span class="muted">{len(turns)} turn(s)</span></h2>{body}</section>')
+    body = "".join(
+        _turn_html(
+            t,
+            thumb,
+            cls,
+            why,
+            counted.get((t.session_id, t.turn_index)),
+            _extras(run_dir, t),
+            repeat_photo=i == 0,
+            kg=kg,
+        )
+        for i, t in enumerate(turns)
+    )
+    return style, (
+        f'<section class="conv" id="conv-{n}" data-session="{h(sid)}"><h2>Conversation '
+        f'{h(sid)} <span class="muted">{len(turns)} turn(s)</span></h2>{body}</section>'
+    )
 
 
 def _page(title: str, style: str, body: str, script: str = JS) -> str:
     """The HTML document, with a content security policy that allows only inline data and this page's script."""
     script_hash = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
-    csp = (f"default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'sha256-{script_hash}'; "
-           "base-uri 'none'; form-action 'none'")
+    csp = (
+        f"default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'sha256-{script_hash}'; "
+        "base-uri 'none'; form-action 'none'"
+    )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="{h(csp)}">
@@ -744,8 +895,9 @@ def _page(title: str, style: str, body: str, script: str = JS) -> str:
 """
 
 
-def render_run(run_dir: Path, out: Path | None = None, images: dict[str, Any] | None = None,
-               data: str | None = None) -> Path:
+def render_run(
+    run_dir: Path, out: Path | None = None, images: dict[str, Any] | None = None, data: str | None = None
+) -> Path:
     """Writes the run's HTML page (default `<run_dir>/index.html`) and returns its path.
 
     images: session_id -> PIL image (takes precedence); data: dataset path or cached name to read the
@@ -786,12 +938,17 @@ def _runs_inside(folder: Path) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m traces.viewer",
-                                description="Render a run folder of turn traces as one self-contained HTML page.")
+    p = argparse.ArgumentParser(
+        prog="python -m traces.viewer",
+        description="Render a run folder of turn traces as one self-contained HTML page.",
+    )
     p.add_argument("run_dir", type=Path, help="run folder (holds <session>__<turn>.json, run.json, report.json)")
     p.add_argument("--out", type=Path, default=None, help="HTML file to write (default: <run_dir>/index.html)")
-    p.add_argument("--data", default=None,
-                   help="dataset to read the images from (default: run.json's 'data'); a folder, file or cached name")
+    p.add_argument(
+        "--data",
+        default=None,
+        help="dataset to read the images from (default: run.json's 'data'); a folder, file or cached name",
+    )
     p.add_argument("--no-images", action="store_true", help="do not read the dataset; show placeholders")
     args = p.parse_args(argv)
     if not args.run_dir.is_dir():
@@ -802,8 +959,10 @@ def main(argv: list[str] | None = None) -> int:
         for r in diff.runs:
             render_run(Path(r.path), images={} if args.no_images else None, data=args.data)
         out = render_diff_page(diff, args.out or args.run_dir / "index.html")
-        print(f"{out}: the diff of the {len(diff.runs)} runs in this folder (as python -m traces.diff "
-              f"{args.run_dir} --html {out} writes it), linking each run's own page (<run>/index.html)")
+        print(
+            f"{out}: the diff of the {len(diff.runs)} runs in this folder (as python -m traces.diff "
+            f"{args.run_dir} --html {out} writes it), linking each run's own page (<run>/index.html)"
+        )
         return 0
     images: dict[str, Any] | None = {} if args.no_images else None
     out = render_run(args.run_dir, args.out, images=images, data=args.data)

@@ -44,7 +44,9 @@ def stored_message_text(message: dict[str, Any]) -> str:
     if message.get("tool_calls"):
         text += ("\n" if text else "") + json.dumps(message["tool_calls"], ensure_ascii=False)
     if len(text) > MESSAGE_CHARS:
-        text = text[:MESSAGE_CHARS] + f"\n… ({len(text) - MESSAGE_CHARS:,} more characters: traces.requests.read_request)"
+        text = (
+            text[:MESSAGE_CHARS] + f"\n… ({len(text) - MESSAGE_CHARS:,} more characters: traces.requests.read_request)"
+        )
     return text
 
 
@@ -64,21 +66,30 @@ def _one_request(n: int, purpose: str, sent: dict[str, Any], before: dict[str, A
     if before is not None:
         while kept < min(len(ids), len(before["message_ids"])) and ids[kept] == before["message_ids"][kept]:
             kept += 1
-    rows = "".join(f'<div class="msg"><span class="k">{h(m.get("role"))}</span>'
-                   f'<pre class="v">{h(stored_message_text(m))}'
-                   f"</pre></div>" for m in msgs[kept:])
+    rows = "".join(
+        f'<div class="msg"><span class="k">{h(m.get("role"))}</span>'
+        f'<pre class="v">{h(stored_message_text(m))}'
+        f"</pre></div>"
+        for m in msgs[kept:]
+    )
     same = f'<div class="muted">messages 1–{kept} as in the request before</div>' if kept else ""
     tools = ""
     if sent["tools"] is not None and (before is None or before.get("tools_id") != sent["tools_id"]):
-        tools = (f'<details class="tools-spec"><summary>tool specs offered ({len(sent["tools"])})</summary><pre>'
-                 f'{h(json.dumps(sent["tools"], indent=1, ensure_ascii=False))}</pre></details>')
+        tools = (
+            f'<details class="tools-spec"><summary>tool specs offered ({len(sent["tools"])})</summary><pre>'
+            f"{h(json.dumps(sent['tools'], indent=1, ensure_ascii=False))}</pre></details>"
+        )
     schema = ""
     if sent["response_schema"] is not None:
-        schema = (f'<details class="tools-spec"><summary>response schema</summary><pre>'
-                  f'{h(json.dumps(sent["response_schema"], indent=1, ensure_ascii=False))}</pre></details>')
+        schema = (
+            f'<details class="tools-spec"><summary>response schema</summary><pre>'
+            f"{h(json.dumps(sent['response_schema'], indent=1, ensure_ascii=False))}</pre></details>"
+        )
     offered = ", ".join(_tool_names(sent["tools"])) or "none"
-    return (f'<details class="sent"><summary>request {n}: {h(purpose)} · {len(msgs)} message(s), {len(msgs) - kept} '
-            f'new · native tool specs: {h(offered)}</summary>{same}{rows}{tools}{schema}</details>')
+    return (
+        f'<details class="sent"><summary>request {n}: {h(purpose)} · {len(msgs)} message(s), {len(msgs) - kept} '
+        f"new · native tool specs: {h(offered)}</summary>{same}{rows}{tools}{schema}</details>"
+    )
 
 
 def sent_requests_html(run_dir: Path, trace: TurnTrace) -> str:
@@ -89,8 +100,10 @@ def sent_requests_html(run_dir: Path, trace: TurnTrace) -> str:
     out, before = [], None
     for n, call in enumerate(calls, 1):
         if call.request_id is None:
-            out.append(f'<div class="muted">request {n}: {h(call.purpose)} · not stored (a trace from before '
-                       "requests were kept)</div>")
+            out.append(
+                f'<div class="muted">request {n}: {h(call.purpose)} · not stored (a trace from before '
+                "requests were kept)</div>"
+            )
             continue
         try:
             sent = read_request(run_dir, call.request_id)
@@ -106,11 +119,16 @@ def history_html(trace: TurnTrace) -> str:
     """The earlier turns the agent was given with this question (their answers as later turns see them)."""
     if not trace.history:
         return ""
-    items = "".join(f"<li><span class='k'>Q</span> {h(t.question)} <span class='k'>A</span> {h(t.answer)}"
-                    + (f" <span class='muted'>({h(t.entity)})</span>" if t.entity else "") + "</li>"
-                    for t in trace.history)
-    return (f'<details class="history"><summary>history given ({len(trace.history)} turn(s))</summary>'
-            f'<ol>{items}</ol></details>')
+    items = "".join(
+        f"<li><span class='k'>Q</span> {h(t.question)} <span class='k'>A</span> {h(t.answer)}"
+        + (f" <span class='muted'>({h(t.entity)})</span>" if t.entity else "")
+        + "</li>"
+        for t in trace.history
+    )
+    return (
+        f'<details class="history"><summary>history given ({len(trace.history)} turn(s))</summary>'
+        f"<ol>{items}</ol></details>"
+    )
 
 
 def image_source_html(trace: TurnTrace) -> str:
@@ -160,8 +178,10 @@ def is_offline_demo_url(url: str | None) -> bool:
 def url_cell(url: str | None, safe_href: str | None) -> str:
     """A result's URL: a link when it is a real http(s) page, marked text for an offline demo page."""
     if is_offline_demo_url(url):
-        return (f'<span class="offline" title="made-up address of the offline demo benchmark: there is no such page">'
-                f'{h(url)} <span class="muted">(offline demo page)</span></span>')
+        return (
+            f'<span class="offline" title="made-up address of the offline demo benchmark: there is no such page">'
+            f'{h(url)} <span class="muted">(offline demo page)</span></span>'
+        )
     if safe_href:
         return f'<a href="{h(safe_href)}" rel="noopener noreferrer nofollow" target="_blank">{h(url)}</a>'
     return h(url)
@@ -287,5 +307,7 @@ def chips_explanation(report: dict[str, Any] | None, counts: dict[str, int]) -> 
     stopped = sum(bool(t.get("early_stopped")) for t in turns)
     why = [f"{stopped} turn(s) counted as missing by the multi-turn early stop"] if stopped else []
     why += [f"{both(o)} counted as both correct and missing"] if both(o) else []
-    return (f'<span class="muted explain" id="chips-explain">chips: each turn\'s own score; the table above counts '
-            f'as the official evaluation ({h("; ".join(why) or "see its notes")})</span>')
+    return (
+        f'<span class="muted explain" id="chips-explain">chips: each turn\'s own score; the table above counts '
+        f"as the official evaluation ({h('; '.join(why) or 'see its notes')})</span>"
+    )

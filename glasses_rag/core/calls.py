@@ -282,8 +282,9 @@ def _run_inline(s: CancelScope, fn: Callable[[], Any]) -> tuple[bool, Any]:
 CANCEL_GRACE_S = 0.25
 
 
-def run_many(fns: list[Callable[[], Any]], timeout_s: float, parent: CancelScope | None = None,
-             inline: list[bool] | None = None) -> list[tuple[bool, Any]]:
+def run_many(
+    fns: list[Callable[[], Any]], timeout_s: float, parent: CancelScope | None = None, inline: list[bool] | None = None
+) -> list[tuple[bool, Any]]:
     """Run independent calls at once, each under a child of the current scope, with one shared deadline.
 
     Returns (ok, result or exception) per call, in order. A call still running at the deadline is abandoned:
@@ -340,8 +341,9 @@ def _wait_all(futs: list[Future], timeout_s: float) -> set[Future]:
     return set() if fut.done() else {fut}
 
 
-def run_with_deadline(fn: Callable[[], Any], timeout_s: float, parent: CancelScope | None = None,
-                      inline: bool = False) -> Any:
+def run_with_deadline(
+    fn: Callable[[], Any], timeout_s: float, parent: CancelScope | None = None, inline: bool = False
+) -> Any:
     """`run_many` for one call: its result, or its exception raised (CallTimeout past the deadline)."""
     if inline and timeout_s > 0 and parent is not None:  # run_many's inline path without its lists (every step)
         ok, value = _run_inline(parent, fn)
@@ -391,8 +393,11 @@ def _at_exit() -> None:
     It never ends the process itself: it cannot know the exit code (front ends use `exit_process`)."""
     if WORKERS.busy == 0 or quiesce(EXIT_WAIT_S):
         return
-    print(f"glasses-rag: {WORKERS.busy} abandoned call(s) still running at exit; if one is inside native code the "
-          "interpreter's teardown may abort", file=sys.stderr)
+    print(
+        f"glasses-rag: {WORKERS.busy} abandoned call(s) still running at exit; if one is inside native code the "
+        "interpreter's teardown may abort",
+        file=sys.stderr,
+    )
     _flush()
 
 

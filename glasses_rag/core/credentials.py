@@ -19,8 +19,18 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-SECRET_NAMES = ("api_key", "apikey", "api-key", "access_token", "token", "password", "passwd", "secret",
-                "authorization", "client_secret")
+SECRET_NAMES = (
+    "api_key",
+    "apikey",
+    "api-key",
+    "access_token",
+    "token",
+    "password",
+    "passwd",
+    "secret",
+    "authorization",
+    "client_secret",
+)
 HIDDEN = "***"
 # scheme://userinfo@ : userinfo holds no '/', '@', whitespace, quotes or backslashes (RFC 3986 allows none unescaped)
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/?#@\s\"'\\<>]*@")
@@ -56,8 +66,10 @@ def scrub_data(value: Any) -> Any:
     if isinstance(value, str):
         return scrub_text(value)
     if isinstance(value, dict):
-        return {k: (HIDDEN if isinstance(k, str) and is_secret_name(k) and v not in (None, "") else scrub_data(v))
-                for k, v in value.items()}
+        return {
+            k: (HIDDEN if isinstance(k, str) and is_secret_name(k) and v not in (None, "") else scrub_data(v))
+            for k, v in value.items()
+        }
     if isinstance(value, (list, tuple)):
         return [scrub_data(v) for v in value]
     return value

@@ -41,8 +41,9 @@ class Registry(Mapping[str, T], Generic[T]):
         caps["reads_text"], "reads_text" in caps, caps.names()
     """
 
-    def __init__(self, kind: str, items: Iterable[tuple[str, T]] = (),
-                 origin: Callable[[T], str] | None = None) -> None:
+    def __init__(
+        self, kind: str, items: Iterable[tuple[str, T]] = (), origin: Callable[[T], str] | None = None
+    ) -> None:
         self.kind = kind
         self._items: dict[str, T] = {}
         self._origin = origin
@@ -64,8 +65,9 @@ class Registry(Mapping[str, T], Generic[T]):
         try:
             return self._items[name]
         except KeyError:
-            raise ValueError(f"unknown {self.kind} {name!r}{closest(name, self._items)}; "
-                             f"known: {', '.join(self._items) or 'none'}") from None
+            raise ValueError(
+                f"unknown {self.kind} {name!r}{closest(name, self._items)}; known: {', '.join(self._items) or 'none'}"
+            ) from None
 
     def names(self) -> list[str]:
         """The names, sorted."""

@@ -112,9 +112,13 @@ def stored_message(message: dict[str, Any]) -> dict[str, Any]:
     return {**message, "content": [_stored_part(p) for p in content]}
 
 
-def stored_request(messages: list[dict[str, Any]], tools: list[dict] | None = None,
-                   response_schema: dict | None = None, max_tokens: int | None = None,
-                   temperature: float | None = None) -> tuple[str, dict[str, Any]]:
+def stored_request(
+    messages: list[dict[str, Any]],
+    tools: list[dict] | None = None,
+    response_schema: dict | None = None,
+    max_tokens: int | None = None,
+    temperature: float | None = None,
+) -> tuple[str, dict[str, Any]]:
     """(request id, {piece hash: piece}) for one request; the id is the hash of the request record, which lists its
     messages', tools' and schema's hashes in order.
 
@@ -129,8 +133,14 @@ def stored_request(messages: list[dict[str, Any]], tools: list[dict] | None = No
         pieces[key] = value
         return key
 
-    record = {"kind": "request", "messages": [put(stored_message(m)) for m in messages], "tools": put(tools),
-              "response_schema": put(response_schema), "max_tokens": max_tokens, "temperature": temperature}
+    record = {
+        "kind": "request",
+        "messages": [put(stored_message(m)) for m in messages],
+        "tools": put(tools),
+        "response_schema": put(response_schema),
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+    }
     request_id = put(record)
     assert request_id is not None
     return request_id, pieces

@@ -106,8 +106,11 @@ class ImageInfo(BaseModel):
     size: tuple[int, int] | None = Field(None, description="Width and height the agent saw; boxes are in these pixels.")
     transforms: list[str] = Field(default_factory=list, description="e.g. 'exif-transpose', 'resized to 960x1280'.")
     note: str | None = Field(None, description="Why the image is absent or unusable, if it is.")
-    source: str | None = Field(None, description="Where the image came from: its path (or URL) in the dataset row; "
-                               "None when the row embeds only its bytes.")
+    source: str | None = Field(
+        None,
+        description="Where the image came from: its path (or URL) in the dataset row; "
+        "None when the row embeds only its bytes.",
+    )
     sha256: str | None = Field(None, description="SHA-256 of the image file's bytes as read from the dataset.")
 
 
@@ -115,37 +118,64 @@ class ModelCall(BaseModel):
     """One request to a language model, as the backend saw it."""
 
     purpose: str = Field(description="decide | answer | verify | closed_book | consistency | cove | decouple | ...")
-    mode: DecisionMode | None = Field(None, description="How the reply was constrained: structured output (JSON "
-                                      "schema), native tool calls, JSON asked for in the text, or free text.")
+    mode: DecisionMode | None = Field(
+        None,
+        description="How the reply was constrained: structured output (JSON "
+        "schema), native tool calls, JSON asked for in the text, or free text.",
+    )
     model: str | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     latency_ms: float = 0.0
     finish_reason: str | None = None
-    raw_reply: str = Field("", description=f"The reply as received (text or tool calls as JSON), first "
-                                           f"{RAW_REPLY_LIMIT} characters.")
+    raw_reply: str = Field(
+        "", description=f"The reply as received (text or tool calls as JSON), first {RAW_REPLY_LIMIT} characters."
+    )
     reply_chars: int = Field(0, description="Length of the whole raw reply.")
-    reasoning: str | None = Field(None, description=f"A reasoning model's thinking as the server returned it apart "
-                                  f"(`reasoning_content`), first {RAW_REPLY_LIMIT} characters; None when there was "
-                                  f"none.")
+    reasoning: str | None = Field(
+        None,
+        description=f"A reasoning model's thinking as the server returned it apart "
+        f"(`reasoning_content`), first {RAW_REPLY_LIMIT} characters; None when there was "
+        f"none.",
+    )
     cancelled: bool = Field(False, description="The request was cancelled (turn ended) before it finished.")
     error: str | None = None
-    replica: str | None = Field(None, description="The server (base URL) that answered, when the model is served "
-                                "by several replicas or over HTTP; None for in-process models.")
-    started_at: float | None = Field(None, description="When the request was sent (epoch seconds): calls that overlap "
-                                     "ran concurrently; the others are on the turn's critical path one after another.")
-    prompt_blocks: list[str] = Field(default_factory=list, description="Chained hashes of the prompt's blocks (as a "
-                                     "server's prefix cache keys them): how much of a prompt repeats the previous "
-                                     "one's.")
-    block_unit: Literal["tokens", "chars"] | None = Field(None, description="What a block counts: tokens of the "
-                                                          "backend's own tokenizer when it is local, else characters.")
-    request_id: str | None = Field(None, description="The request as sent (messages, tool specs, response schema), "
-                                   "stored once per distinct piece under the run folder's requests/ "
-                                   "(glasses_rag/core/sent.py; read back with traces.requests.read_request).")
-    cached_tokens: int | None = Field(None, description="Prompt tokens whose KV came from a prefix cache instead "
-                                      "of being computed (in-process backends; None when not reported).")
-    prompt_profile: str | None = Field(None, description="The prompt profile that rendered the prompt (a model "
-                                       "policy's 'full' or 'compact'; None for other callers).")
+    replica: str | None = Field(
+        None,
+        description="The server (base URL) that answered, when the model is served "
+        "by several replicas or over HTTP; None for in-process models.",
+    )
+    started_at: float | None = Field(
+        None,
+        description="When the request was sent (epoch seconds): calls that overlap "
+        "ran concurrently; the others are on the turn's critical path one after another.",
+    )
+    prompt_blocks: list[str] = Field(
+        default_factory=list,
+        description="Chained hashes of the prompt's blocks (as a "
+        "server's prefix cache keys them): how much of a prompt repeats the previous "
+        "one's.",
+    )
+    block_unit: Literal["tokens", "chars"] | None = Field(
+        None,
+        description="What a block counts: tokens of the backend's own tokenizer when it is local, else characters.",
+    )
+    request_id: str | None = Field(
+        None,
+        description="The request as sent (messages, tool specs, response schema), "
+        "stored once per distinct piece under the run folder's requests/ "
+        "(glasses_rag/core/sent.py; read back with traces.requests.read_request).",
+    )
+    cached_tokens: int | None = Field(
+        None,
+        description="Prompt tokens whose KV came from a prefix cache instead "
+        "of being computed (in-process backends; None when not reported).",
+    )
+    prompt_profile: str | None = Field(
+        None,
+        description="The prompt profile that rendered the prompt (a model "
+        "policy's 'full' or 'compact'; None for other callers).",
+    )
     _pieces: dict[str, Any] | None = PrivateAttr(None)  # the request's stored pieces until the trace is written
 
     def with_request(self, request_id: str, pieces: dict[str, Any]) -> ModelCall:

@@ -53,8 +53,18 @@ GENERATOR_VERSION = "2"
 # Label names and their order, as in the real dataset's features (crag-mm-2025 dataset card,
 # `dataset_info.features` of crag-mm-multi-turn-public): the parquet stores their indices.
 Domain = Literal[
-    "animal", "other", "shopping", "book", "general object recognition", "local", "vehicle",
-    "plants and gardening", "style and fashion", "food", "text understanding", "sports and games",
+    "animal",
+    "other",
+    "shopping",
+    "book",
+    "general object recognition",
+    "local",
+    "vehicle",
+    "plants and gardening",
+    "style and fashion",
+    "food",
+    "text understanding",
+    "sports and games",
     "math and science",
 ]
 QueryCategory = Literal["reasoning", "simple-knowledge", "comparison", "simple-recognition", "multi-hop", "aggregation"]
@@ -67,8 +77,9 @@ IMAGE_QUALITY: list[str] = list(get_args(ImageQuality))
 
 # What a question tests (questions.json `kind`; not a CRAG-MM label): recognition, kg (answer in the
 # image KG), web (needs web search), ocr (text in the image), general (no image needed), ...
-QuestionKind = Literal["recognition", "kg", "web", "ocr", "multi-hop", "comparison", "aggregation", "no-answer",
-                       "general"]
+QuestionKind = Literal[
+    "recognition", "kg", "web", "ocr", "multi-hop", "comparison", "aggregation", "no-answer", "general"
+]
 
 
 Slug = Annotated[str, Field(pattern=r"^[a-z0-9]+(-[a-z0-9]+)*$")]  # file names and URL paths
@@ -108,8 +119,7 @@ def _color(v: Any) -> str | tuple[int, int, int]:
     if isinstance(v, str):
         ImageColor.getrgb(v)  # ValueError for an unknown name
         return v
-    if (isinstance(v, (list, tuple)) and len(v) == 3
-            and all(type(c) is int and 0 <= c <= 255 for c in v)):
+    if isinstance(v, (list, tuple)) and len(v) == 3 and all(type(c) is int and 0 <= c <= 255 for c in v):
         return tuple(v)
     raise ValueError(f"a color is a name such as 'white' or [r, g, b] with channels 0..255, not {v!r}")
 
@@ -293,8 +303,9 @@ class SampleArrayImage(_Model):
         return Image.fromarray((colormaps[self.cmap](a)[:, :, :3] * 255).round().astype(np.uint8))
 
 
-ImageSource = Annotated[SkimageImage | SklearnImage | MatplotlibImage | SignImage | SampleArrayImage,
-                        Field(discriminator="source")]
+ImageSource = Annotated[
+    SkimageImage | SklearnImage | MatplotlibImage | SignImage | SampleArrayImage, Field(discriminator="source")
+]
 
 
 # --------------------------------------------------------------------------------------------
@@ -403,7 +414,9 @@ def _entry(raw: Any, loc: tuple) -> str:
     """`single_turn[3] {entity: latte, query: '...'} > dynamism` for a pydantic error location."""
     out, node = "", raw
     for key in loc:
-        if (isinstance(node, dict) and key in node) or (isinstance(node, list) and isinstance(key, int) and key < len(node)):
+        if (isinstance(node, dict) and key in node) or (
+            isinstance(node, list) and isinstance(key, int) and key < len(node)
+        ):
             node = node[key]
         else:
             node = None  # a union tag such as 'sign' or a missing key: keep naming, stop walking
@@ -475,23 +488,29 @@ def _resolve(folder: Path, seen: tuple[Path, ...] = ()) -> _Resolved:
         raise ContentError(f"{path}: extends {base_name!r} makes a cycle: {names}")
     if not base.is_dir():
         known = sorted(f.name for f in folder.parent.iterdir() if (f / FILES["info"]).is_file() and f != folder)
-        raise ContentError(f"{path}: extends {base_name!r}: no content folder {base} "
-                           f"(content folders next to it: {', '.join(known) or 'none'})")
+        raise ContentError(
+            f"{path}: extends {base_name!r}: no content folder {base} "
+            f"(content folders next to it: {', '.join(known) or 'none'})"
+        )
     if not (base / FILES["info"]).is_file():
         raise ContentError(f"{path}: extends {base_name!r}, but {base / FILES['info']} does not exist")
     parent = _resolve(base, here)
 
     missing = [k for k in _OWN_KEYS if k not in raw]
     if missing:
-        raise ContentError(f"{path}: a folder that extends {base_name!r} names its own {' and '.join(_OWN_KEYS)} "
-                           f"(missing: {', '.join(missing)})")
+        raise ContentError(
+            f"{path}: a folder that extends {base_name!r} names its own {' and '.join(_OWN_KEYS)} "
+            f"(missing: {', '.join(missing)})"
+        )
     own = {k: v for k, v in raw.items() if k != "extends"}
     info = _validate(path, {**parent.info.model_dump(), **own}, BenchmarkInfo)
     for anc_folder, anc in parent.chain:
         for k in _OWN_KEYS:
             if getattr(info, k) == getattr(anc, k):
-                raise ContentError(f"{path}: {k} {getattr(info, k)!r} is also the {k} of "
-                                   f"{anc_folder / FILES['info']}: a derived set needs its own")
+                raise ContentError(
+                    f"{path}: {k} {getattr(info, k)!r} is also the {k} of "
+                    f"{anc_folder / FILES['info']}: a derived set needs its own"
+                )
     files = {k: folder / FILES[k] if (folder / FILES[k]).exists() else parent.files[k] for k in _INHERITED}
     return _Resolved(info, files, ((folder, info),) + parent.chain)
 
@@ -506,8 +525,11 @@ def _cross_check(files: dict[str, Path], c: Content) -> list[str]:
             errs.append(f"{ents}: entities[{i}] {{slug: {e.slug!r}}}: slug used twice")
         by_slug.setdefault(e.slug, e)
     page_slugs: set[str] = set()
-    pages = [(ents, f"entities[{i}] {{slug: {e.slug!r}}} > pages[{j}]", p)
-             for i, e in enumerate(c.entities) for j, p in enumerate(e.pages)]
+    pages = [
+        (ents, f"entities[{i}] {{slug: {e.slug!r}}} > pages[{j}]", p)
+        for i, e in enumerate(c.entities)
+        for j, p in enumerate(e.pages)
+    ]
     pages += [(files["pages"], f"pages[{j}]", p) for j, p in enumerate(c.pages)]
     for path, where, p in pages:
         if p.slug in page_slugs:
@@ -531,8 +553,9 @@ def load_content(folder: str | Path) -> Content:
     ents = _validate(r.files["entities"], _load_yaml(r.files["entities"]), _EntitiesFile)
     pages = _validate(r.files["pages"], _load_yaml(r.files["pages"]), _PagesFile)
     qs = _validate(r.files["questions"], _load_yaml(r.files["questions"]), _QuestionsFile)
-    c = Content(info=r.info, entities=ents.entities, pages=pages.pages,
-                single_turn=qs.single_turn, multi_turn=qs.multi_turn)
+    c = Content(
+        info=r.info, entities=ents.entities, pages=pages.pages, single_turn=qs.single_turn, multi_turn=qs.multi_turn
+    )
     errs = _cross_check(r.files, c)
     if errs:
         raise ContentError("\n".join(errs))
@@ -570,7 +593,7 @@ def degrade(im: Image.Image, quality: str, rng: np.random.Generator, text: bool 
     w, h = im.size
     if quality == "low light":
         a = np.asarray(im).astype(np.float32) / 255.0
-        a = (a ** 1.3) * rng.uniform(0.22, 0.32)
+        a = (a**1.3) * rng.uniform(0.22, 0.32)
         a = a + rng.normal(0, 0.012, a.shape)
         im = Image.fromarray((np.clip(a, 0, 1) * 255).astype(np.uint8))
     elif quality == "blurred":
@@ -637,20 +660,24 @@ def _features():
     from datasets import ClassLabel, Features, Sequence, Value
     from datasets import Image as HFImage
 
-    return Features({
-        "session_id": Value("string"),
-        "image": HFImage(),
-        "image_url": Value("string"),
-        "turns": Sequence({
-            "interaction_id": Value("string"),
-            "domain": ClassLabel(names=DOMAINS),
-            "query_category": ClassLabel(names=QUERY_CATEGORIES),
-            "dynamism": ClassLabel(names=DYNAMISM),
-            "query": Value("string"),
-            "image_quality": ClassLabel(names=IMAGE_QUALITY),
-        }),
-        "answers": Sequence({"interaction_id": Value("string"), "ans_full": Value("string")}),
-    })
+    return Features(
+        {
+            "session_id": Value("string"),
+            "image": HFImage(),
+            "image_url": Value("string"),
+            "turns": Sequence(
+                {
+                    "interaction_id": Value("string"),
+                    "domain": ClassLabel(names=DOMAINS),
+                    "query_category": ClassLabel(names=QUERY_CATEGORIES),
+                    "dynamism": ClassLabel(names=DYNAMISM),
+                    "query": Value("string"),
+                    "image_quality": ClassLabel(names=IMAGE_QUALITY),
+                }
+            ),
+            "answers": Sequence({"interaction_id": Value("string"), "ans_full": Value("string")}),
+        }
+    )
 
 
 @contextmanager
@@ -692,18 +719,29 @@ def _write(c: Content, p: DatasetPaths) -> None:
         originals[e.slug] = im = _render(e)
         fname = f"{e.slug}.png"
         reference_image(im).save(p.kg_images / fname, format="PNG", optimize=False)
-        kg.append({
-            "index": i,
-            "image_file": f"kg_images/{fname}",
-            "url": f"{info.site}/images/{fname}",
-            "entities": [{"entity_name": e.name, "entity_attributes": e.attrs}],
-            "domain": e.domain,
-            "slug": e.slug,
-            "distractor": e.distractor,
-        })
+        kg.append(
+            {
+                "index": i,
+                "image_file": f"kg_images/{fname}",
+                "url": f"{info.site}/images/{fname}",
+                "entities": [{"entity_name": e.name, "entity_attributes": e.attrs}],
+                "domain": e.domain,
+                "slug": e.slug,
+                "distractor": e.distractor,
+            }
+        )
     about = [(pg, e.name) for e in c.entities for pg in e.pages] + [(pg, None) for pg in c.pages]
-    web = [{"page_url": f"{info.site}/wiki/{pg.slug}", "page_name": pg.title, "page_snippet": pg.snippet,
-            "page_content": pg.content, "about": name, "prompt_injection": pg.injection} for pg, name in about]
+    web = [
+        {
+            "page_url": f"{info.site}/wiki/{pg.slug}",
+            "page_name": pg.title,
+            "page_snippet": pg.snippet,
+            "page_content": pg.content,
+            "about": name,
+            "prompt_injection": pg.injection,
+        }
+        for pg, name in about
+    ]
 
     by_slug = {e.slug: e for e in c.entities}
     rng = np.random.default_rng(info.seed)  # one stream, drawn row by row: single-turn rows, then multi-turn
@@ -712,8 +750,9 @@ def _write(c: Content, p: DatasetPaths) -> None:
     def row(session_id: str, pic: _Image, turns: list[ContentTurn]) -> dict:
         e = by_slug[pic.entity]
         im = degrade(originals[e.slug], pic.image_quality, rng, text=e.mostly_text)
-        t: dict[str, list] = {k: [] for k in ("interaction_id", "domain", "query_category", "dynamism", "query",
-                                              "image_quality")}
+        t: dict[str, list] = {
+            k: [] for k in ("interaction_id", "domain", "query_category", "dynamism", "query", "image_quality")
+        }
         a: dict[str, list] = {"interaction_id": [], "ans_full": []}
         for j, turn in enumerate(turns):
             iid = f"{session_id}-t{j}"
@@ -725,12 +764,26 @@ def _write(c: Content, p: DatasetPaths) -> None:
             t["image_quality"].append(IMAGE_QUALITY.index(pic.image_quality))
             a["interaction_id"].append(iid)
             a["ans_full"].append(turn.answer)
-            meta[iid] = {"session_id": session_id, "turn": j, "entity": e.name, "entity_slug": e.slug,
-                         "kind": turn.kind, "needs_web": turn.needs_web, "needs_ocr": turn.needs_ocr,
-                         "no_answer": turn.answer == IDK, "image_quality": pic.image_quality,
-                         "query": turn.query, "answer": turn.answer}
-        return {"session_id": session_id, "image": {"bytes": _jpeg(im), "path": None}, "image_url": pic.image_url,
-                "turns": t, "answers": a}
+            meta[iid] = {
+                "session_id": session_id,
+                "turn": j,
+                "entity": e.name,
+                "entity_slug": e.slug,
+                "kind": turn.kind,
+                "needs_web": turn.needs_web,
+                "needs_ocr": turn.needs_ocr,
+                "no_answer": turn.answer == IDK,
+                "image_quality": pic.image_quality,
+                "query": turn.query,
+                "answer": turn.answer,
+            }
+        return {
+            "session_id": session_id,
+            "image": {"bytes": _jpeg(im), "path": None},
+            "image_url": pic.image_url,
+            "turns": t,
+            "answers": a,
+        }
 
     prefix = info.session_prefix
     single = [row(f"{prefix}-st-{n:03d}", q, [q]) for n, q in enumerate(c.single_turn)]
@@ -749,8 +802,13 @@ def _manifest_ok(p: DatasetPaths, c: Content, fp: str) -> bool:
         return False
     if m.get("fingerprint") != fp or m.get("version") != c.info.version:
         return False
-    need = [p.single_turn / "validation.parquet", p.multi_turn / "validation.parquet", p.kg_json, p.web_json,
-            p.questions_json]
+    need = [
+        p.single_turn / "validation.parquet",
+        p.multi_turn / "validation.parquet",
+        p.kg_json,
+        p.web_json,
+        p.questions_json,
+    ]
     return all(x.exists() for x in need)
 
 
@@ -771,9 +829,19 @@ def ensure_dataset(c: Content, p: DatasetPaths, force: bool = False) -> DatasetP
         try:
             tp = dataset_paths(tmp)
             _write(c, tp)
-            tp.manifest.write_text(json.dumps({"name": c.info.name, "version": c.info.version, "fingerprint": fp,
-                                               "n_single_turn": len(c.single_turn), "n_multi_turn": len(c.multi_turn),
-                                               "n_kg_images": len(c.entities)}, indent=1))
+            tp.manifest.write_text(
+                json.dumps(
+                    {
+                        "name": c.info.name,
+                        "version": c.info.version,
+                        "fingerprint": fp,
+                        "n_single_turn": len(c.single_turn),
+                        "n_multi_turn": len(c.multi_turn),
+                        "n_kg_images": len(c.entities),
+                    },
+                    indent=1,
+                )
+            )
             if p.root.exists():
                 shutil.rmtree(p.root, ignore_errors=True)
             os.replace(tmp, p.root)

@@ -101,9 +101,15 @@ class LRUCache:
     def stats(self) -> dict[str, Any]:
         with self._lock:
             n = self.hits + self.misses
-            return {"hits": self.hits, "misses": self.misses, "hit_rate": round(self.hits / n, 4) if n else 0.0,
-                    "size": len(self._data), "max_entries": self.max_entries, "evictions": self.evictions,
-                    "uncacheable": self.uncacheable}
+            return {
+                "hits": self.hits,
+                "misses": self.misses,
+                "hit_rate": round(self.hits / n, 4) if n else 0.0,
+                "size": len(self._data),
+                "max_entries": self.max_entries,
+                "evictions": self.evictions,
+                "uncacheable": self.uncacheable,
+            }
 
     def reset_stats(self) -> None:
         with self._lock:
@@ -199,8 +205,14 @@ class CachedSearch:
         l1_h, l1_m = web["hits"] + image["hits"], web["misses"] + image["misses"]
         h, m = l1_h + page["hits"], l1_m + page["misses"]
         return {
-            "web": web, "image": image, "page": page,
-            "results": {"hits": l1_h, "misses": l1_m, "hit_rate": round(l1_h / (l1_h + l1_m), 4) if l1_h + l1_m else 0.0},
+            "web": web,
+            "image": image,
+            "page": page,
+            "results": {
+                "hits": l1_h,
+                "misses": l1_m,
+                "hit_rate": round(l1_h / (l1_h + l1_m), 4) if l1_h + l1_m else 0.0,
+            },
             "total": {"hits": h, "misses": m, "hit_rate": round(h / (h + m), 4) if h + m else 0.0},
         }
 

@@ -270,8 +270,9 @@ def _write_image_index(folder: Path, items: Iterable[dict[str, Any]], clip_path:
     return folder
 
 
-def _write_web_index(folder: Path, items: list[dict[str, Any]], text_model_path: str | Path, device: Any,
-                     batch_size: int) -> Path:
+def _write_web_index(
+    folder: Path, items: list[dict[str, Any]], text_model_path: str | Path, device: Any, batch_size: int
+) -> Path:
     """The web collection: each page (the first of a URL) as chunks (`_web_fields`), one text embedding each."""
     from cragmm_search.web_search_mock_api.api.web_search import extract_features as text_features
     from transformers import AutoModel, AutoTokenizer

@@ -56,8 +56,10 @@ class LoadReport(BaseModel):
         self.messages.append(f"skipped {where}: {why}")
 
     def summary(self) -> str:
-        return (f"{self.source} [{self.split or 'all'}] {self.layout or '?'}: loaded {self.loaded}, "
-                f"skipped {self.skipped}, image errors {self.image_errors}")
+        return (
+            f"{self.source} [{self.split or 'all'}] {self.layout or '?'}: loaded {self.loaded}, "
+            f"skipped {self.skipped}, image errors {self.image_errors}"
+        )
 
 
 # ------------------------------------------------------------------------------------------
@@ -94,11 +96,15 @@ def missing_data_message(path_or_name: str | Path, download: str) -> str:
     """Why `path_or_name` could not be read, and what to do: a download hint for a Hub id, the folder for a path."""
     name = str(path_or_name)
     if not looks_like_hub_id(name):
-        return (f"data folder or file not found: {name!r} (see docs/data.md for the bundled benchmarks and how to "
-                "get real data)")
+        return (
+            f"data folder or file not found: {name!r} (see docs/data.md for the bundled benchmarks and how to "
+            "get real data)"
+        )
     where = ", ".join(str(r) for r in _cache_roots()) or "none present"
-    return (f"{name!r} is neither a local path nor a dataset found in the Hugging Face caches ({where}). Download it "
-            f"beforehand, e.g. `{download}`, and pass the folder with --data (docs/data.md).")
+    return (
+        f"{name!r} is neither a local path nor a dataset found in the Hugging Face caches ({where}). Download it "
+        f"beforehand, e.g. `{download}`, and pass the folder with --data (docs/data.md)."
+    )
 
 
 def find_cached_dataset(name: str) -> Path | None:
@@ -114,8 +120,9 @@ def find_cached_dataset(name: str) -> Path | None:
         # datasets arrow cache: owner___name/<config>/<version>/<hash>/*.arrow
         arrow = root / f"{owner}___{ds}"
         if arrow.is_dir():
-            candidates += sorted({f.parent for f in find_files(arrow, "*.arrow")}, key=lambda p: p.stat().st_mtime,
-                                 reverse=True)
+            candidates += sorted(
+                {f.parent for f in find_files(arrow, "*.arrow")}, key=lambda p: p.stat().st_mtime, reverse=True
+            )
     for c in candidates:
         if find_files(c, "*.parquet", limit=1) or find_files(c, "*.arrow", limit=1):
             return c
@@ -125,8 +132,9 @@ def find_cached_dataset(name: str) -> Path | None:
 MAX_DEPTH = 5  # dataset files sit a few folders down (snapshots/<rev>/data/...): never walk a whole disk
 
 
-def find_files(root: Path, pattern: str, max_depth: int = MAX_DEPTH, limit: int = 10_000,
-               max_entries: int = 20_000) -> list[Path]:
+def find_files(
+    root: Path, pattern: str, max_depth: int = MAX_DEPTH, limit: int = 10_000, max_entries: int = 20_000
+) -> list[Path]:
     """Files matching `pattern` at most `max_depth` folders under `root` (symlinked folders not followed), at most
     `limit` of them, looking at no more than `max_entries` entries: a dataset path like "/" ends quickly instead of
     walking the filesystem."""
@@ -215,11 +223,13 @@ def _datasets_source(ds: Any) -> RowSource:
     from datasets import Image as HFImage
 
     if isinstance(ds.features.get("image"), HFImage):
-        ds = ds.cast_column("image", HFImage(decode=False))  # bytes, decoded later and safely (glasses_rag.crag_mm.images)
+        ds = ds.cast_column(
+            "image", HFImage(decode=False)
+        )  # bytes, decoded later and safely (glasses_rag.crag_mm.images)
 
     def batches() -> Iterator[list[dict[str, Any]]]:
         for i in range(0, len(ds), 16):
-            chunk = ds[i: i + 16]
+            chunk = ds[i : i + 16]
             yield [dict(zip(chunk, values)) for values in zip(*chunk.values())]
 
     return RowSource(ds.features.to_dict(), len(ds), batches)
@@ -240,8 +250,9 @@ def _locate(path_or_name: str | Path) -> Path:
         cached = find_cached_dataset(str(path_or_name))
         if cached is None:
             hub_id = KNOWN_NAMES.get(str(path_or_name), str(path_or_name))
-            raise FileNotFoundError(missing_data_message(
-                path_or_name, f"huggingface-cli download --repo-type dataset {hub_id}"))
+            raise FileNotFoundError(
+                missing_data_message(path_or_name, f"huggingface-cli download --repo-type dataset {hub_id}")
+            )
         src = cached
     return src
 
@@ -380,8 +391,9 @@ def confined_cell(cell: Any, roots: list[Path]) -> tuple[Any, str | None]:
     return (None, why) if real is None else ({"bytes": None, "path": real}, None)
 
 
-def _row_to_conversation(row: dict[str, Any], decoders: dict[str, Any], where: str, report: LoadReport,
-                         roots: list[Path] | None = None):
+def _row_to_conversation(
+    row: dict[str, Any], decoders: dict[str, Any], where: str, report: LoadReport, roots: list[Path] | None = None
+):
     turns_raw = _as_records(row.get("turns"))
     answers_raw = _as_records(row.get("answers"))
     if not turns_raw:
@@ -393,21 +405,25 @@ def _row_to_conversation(row: dict[str, Any], decoders: dict[str, Any], where: s
         q = t.get("query")
         if not isinstance(q, str) or not q.strip():
             # one bad turn must not drop the conversation: it runs as an empty question (answered "I don't know")
-            report.messages.append(f"{where}: turn {i} has no query; it is answered \"I don't know\"")
+            report.messages.append(f'{where}: turn {i} has no query; it is answered "I don\'t know"')
             report.bad_turns += 1
             q = ""
         iid = t.get("interaction_id")
-        turns.append(Turn(
-            interaction_id=str(iid) if iid not in (None, "") else f"{row.get('session_id')}-{i}",
-            query=q,
-            **{k: decoders[k](t.get(k)) for k in LABEL_KEYS},
-        ))
+        turns.append(
+            Turn(
+                interaction_id=str(iid) if iid not in (None, "") else f"{row.get('session_id')}-{i}",
+                query=q,
+                **{k: decoders[k](t.get(k)) for k in LABEL_KEYS},
+            )
+        )
     answers = []
     if answers_raw:
         ids = [t.interaction_id for t in turns]
         if len(set(ids)) != len(ids):
-            report.messages.append(f"{where}: interaction ids repeat ({', '.join(sorted({i for i in ids if ids.count(i) > 1}))}); "
-                                   "ground truth is taken by position")
+            report.messages.append(
+                f"{where}: interaction ids repeat ({', '.join(sorted({i for i in ids if ids.count(i) > 1}))}); "
+                "ground truth is taken by position"
+            )
         # ground truth by position, as the official iterator pairs turns[i] with answers[i]
         answers = ["" if a.get("ans_full") is None else str(a.get("ans_full")) for a in answers_raw]
 
@@ -449,8 +465,9 @@ class ConversationIterator:
         return next(self._gen)
 
 
-def _iter_rows(source: RowSource, decoders, limit: int | None, report: LoadReport,
-               roots: list[Path]) -> Iterator[Conversation]:
+def _iter_rows(
+    source: RowSource, decoders, limit: int | None, report: LoadReport, roots: list[Path]
+) -> Iterator[Conversation]:
     for i, row in enumerate(source.rows(limit)):
         where = f"row {i}"
         try:
@@ -492,8 +509,9 @@ def load_conversations(
     return ConversationIterator(_iter_rows(source, decoders, limit, report, roots), report, rows=rows)
 
 
-def load_all(path_or_name: str | Path, split: str | None = None, limit: int | None = None
-             ) -> tuple[list[Conversation], LoadReport]:
+def load_all(
+    path_or_name: str | Path, split: str | None = None, limit: int | None = None
+) -> tuple[list[Conversation], LoadReport]:
     """Convenience: every conversation plus the report."""
     it = load_conversations(path_or_name, split=split, limit=limit)
     return list(it), it.report

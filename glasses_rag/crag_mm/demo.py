@@ -26,9 +26,23 @@ from glasses_rag.crag_mm.benchmark import (
 )
 from glasses_rag.crag_mm.benchmark import DatasetPaths as DemoPaths
 
-__all__ = ["DOMAINS", "DYNAMISM", "IDK", "IMAGE_QUALITY", "QUERY_CATEGORIES", "DEMO_CONTENT", "DEFAULT_ROOT",
-           "DemoPaths", "demo_paths", "demo_content", "fingerprint", "ensure_demo", "load_kg", "load_web",
-           "load_question_meta"]
+__all__ = [
+    "DOMAINS",
+    "DYNAMISM",
+    "IDK",
+    "IMAGE_QUALITY",
+    "QUERY_CATEGORIES",
+    "DEMO_CONTENT",
+    "DEFAULT_ROOT",
+    "DemoPaths",
+    "demo_paths",
+    "demo_content",
+    "fingerprint",
+    "ensure_demo",
+    "load_kg",
+    "load_web",
+    "load_question_meta",
+]
 
 DEMO_CONTENT = Path(__file__).resolve().parent / "benchmarks" / "demo"
 DEFAULT_ROOT = Path(__file__).resolve().parents[2] / "data" / "demo"

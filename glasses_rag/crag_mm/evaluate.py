@@ -118,9 +118,12 @@ class Metrics(BaseModel):
     exact_match_rate: float = 0.0  # the official `exact_match`
     truthfulness: float = 0.0  # the official `truthfulness_score` (0.0 when total <= 1)
     multi_turn_score: float = 0.0  # the official `mean_multi_turn_conversation_score`
-    correct_and_missing: int = Field(0, description="Turns counted as both correct and missing (an exact match of a "
-                                     "ground-truth \"I don't know\"): why hallucination can be below 0 and "
-                                     "truthfulness above 1 (not an official number).")
+    correct_and_missing: int = Field(
+        0,
+        description="Turns counted as both correct and missing (an exact match of a "
+        'ground-truth "I don\'t know"): why hallucination can be below 0 and '
+        "truthfulness above 1 (not an official number).",
+    )
 
 
 class EvalReport(BaseModel):
@@ -191,20 +194,51 @@ def apply_early_stop(results: list[TurnResult]) -> tuple[list[TurnResult], list[
     return out, stopped
 
 
-def _scored(rec: TurnRecord, *, answer: str, exact: bool, miss: bool, correct: bool, truncated: bool,
-            judge: str | None, judge_status: JudgeStatus | None, reason: str, keep_text: bool) -> ScoredTurn:
+def _scored(
+    rec: TurnRecord,
+    *,
+    answer: str,
+    exact: bool,
+    miss: bool,
+    correct: bool,
+    truncated: bool,
+    judge: str | None,
+    judge_status: JudgeStatus | None,
+    reason: str,
+    keep_text: bool,
+) -> ScoredTurn:
     label = flags_label(correct, miss)
     return ScoredTurn(
-        session_id=rec.session_id, turn_index=rec.turn_index, interaction_id=rec.interaction_id,
-        query=rec.query if keep_text else "", answer=answer if keep_text else "",
-        ground_truth=(rec.ground_truth or "") if keep_text else "", labels=rec.labels, egocentric=rec.egocentric,
-        is_exact_match=exact, is_miss=miss, is_correct=correct, raw_result=label, mt_result=label, result=label,
-        truncated=truncated, judge=judge, judge_status=judge_status, reason=reason,
+        session_id=rec.session_id,
+        turn_index=rec.turn_index,
+        interaction_id=rec.interaction_id,
+        query=rec.query if keep_text else "",
+        answer=answer if keep_text else "",
+        ground_truth=(rec.ground_truth or "") if keep_text else "",
+        labels=rec.labels,
+        egocentric=rec.egocentric,
+        is_exact_match=exact,
+        is_miss=miss,
+        is_correct=correct,
+        raw_result=label,
+        mt_result=label,
+        result=label,
+        truncated=truncated,
+        judge=judge,
+        judge_status=judge_status,
+        reason=reason,
     )
 
 
-def score_record(rec: TurnRecord, judge: Judge | None, truncator: Truncator, mode: ScoringMode,
-                 idk_rule: IdkRule, rescore: bool = False, keep_text: bool = True) -> ScoredTurn:
+def score_record(
+    rec: TurnRecord,
+    judge: Judge | None,
+    truncator: Truncator,
+    mode: ScoringMode,
+    idk_rule: IdkRule,
+    rescore: bool = False,
+    keep_text: bool = True,
+) -> ScoredTurn:
     """One record -> its pre-early-stop flags.
 
     A pre-scored record (``result`` set, ``rescore`` False) is not sent to the judge again, but its
@@ -220,14 +254,33 @@ def score_record(rec: TurnRecord, judge: Judge | None, truncator: Truncator, mod
         if exact or miss or rec.result != "missing":
             correct = exact or (not miss and rec.result == "correct")
             reason = "pre-scored" if not (exact or miss) else ("exact match" if exact else "i don't know")
-            return _scored(rec, answer=cut, exact=exact, miss=miss, correct=correct,
-                           truncated=cut != (rec.answer or ""), judge=rec.judge if not (exact or miss) else
-                           ("exact-match" if exact else "idk"), judge_status=None, reason=reason, keep_text=keep_text)
-    s = score_turn(rec.query, rec.answer, rec.ground_truth, judge=judge, truncator=truncator, idk_rule=idk_rule,
-                   mode=mode)
-    return _scored(rec, answer=s.response, exact=s.is_exact_match, miss=s.is_miss, correct=s.is_correct,
-                   truncated=s.truncated, judge=s.judge, judge_status=s.judge_status, reason=s.reason,
-                   keep_text=keep_text)
+            return _scored(
+                rec,
+                answer=cut,
+                exact=exact,
+                miss=miss,
+                correct=correct,
+                truncated=cut != (rec.answer or ""),
+                judge=rec.judge if not (exact or miss) else ("exact-match" if exact else "idk"),
+                judge_status=None,
+                reason=reason,
+                keep_text=keep_text,
+            )
+    s = score_turn(
+        rec.query, rec.answer, rec.ground_truth, judge=judge, truncator=truncator, idk_rule=idk_rule, mode=mode
+    )
+    return _scored(
+        rec,
+        answer=s.response,
+        exact=s.is_exact_match,
+        miss=s.is_miss,
+        correct=s.is_correct,
+        truncated=s.truncated,
+        judge=s.judge,
+        judge_status=s.judge_status,
+        reason=s.reason,
+        keep_text=keep_text,
+    )
 
 
 def score_records(
@@ -263,8 +316,9 @@ def score_records(
     return out, skipped
 
 
-def compute_metrics(turns: Sequence[ScoredTurn], mode: str | ScoringMode = DEFAULT_MODE,
-                    early_stop: str = "conversation") -> Metrics:
+def compute_metrics(
+    turns: Sequence[ScoredTurn], mode: str | ScoringMode = DEFAULT_MODE, early_stop: str = "conversation"
+) -> Metrics:
     """The official ``calculate_scores`` over ``turns`` (see the module docstring).
 
     ``early_stop="within"`` re-applies the early stop inside these turns, per session, from their own
@@ -316,10 +370,12 @@ def compute_metrics(turns: Sequence[ScoredTurn], mode: str | ScoringMode = DEFAU
     )
 
 
-BOTH_NOTE = ("{n} turn(s) counted as BOTH correct and missing (an exact match of a ground-truth \"I don't know\", "
-             "as the official evaluation counts it): hallucination = total - correct - missing goes below 0, "
-             "accuracy + missing above 1, truthfulness = (2*correct + missing)/total - 1 above what the answers "
-             "earned, up to 2 (docs/scoring.md, kddcup2025 quirk 3)")
+BOTH_NOTE = (
+    '{n} turn(s) counted as BOTH correct and missing (an exact match of a ground-truth "I don\'t know", '
+    "as the official evaluation counts it): hallucination = total - correct - missing goes below 0, "
+    "accuracy + missing above 1, truthfulness = (2*correct + missing)/total - 1 above what the answers "
+    "earned, up to 2 (docs/scoring.md, kddcup2025 quirk 3)"
+)
 
 
 def out_of_range(m: Metrics) -> bool:
@@ -336,8 +392,16 @@ def _slice_value(t: ScoredTurn, key: str) -> str:
     return "unknown" if v is None or v == "" else str(v)
 
 
-def _notes(m: ScoringMode, rule: str, judge: Judge | None, judge_name: str, truncator: Truncator,
-           turns: list[ScoredTurn], overall: Metrics, ego: Metrics | None) -> list[str]:
+def _notes(
+    m: ScoringMode,
+    rule: str,
+    judge: Judge | None,
+    judge_name: str,
+    truncator: Truncator,
+    turns: list[ScoredTurn],
+    overall: Metrics,
+    ego: Metrics | None,
+) -> list[str]:
     n_double = sum(t.is_correct and t.is_miss for t in turns)
     n_stopped = sum(t.early_stopped for t in turns)
     n_stop_flip = sum(t.early_stopped and t.is_correct for t in turns)
@@ -350,46 +414,70 @@ def _notes(m: ScoringMode, rule: str, judge: Judge | None, judge_name: str, trun
     if "approx" in truncator.name:
         notes.append("75-token truncation approximated without the official Llama tokenizer (whitespace-approx(75))")
     if rule == "kddcup2025":
-        notes.append("idk rule kddcup2025: \"i don't know\" substring of response.lower() (ASCII apostrophe only; "
-                     "\"I do not know\" and a curly apostrophe are not misses)")
+        notes.append(
+            'idk rule kddcup2025: "i don\'t know" substring of response.lower() (ASCII apostrophe only; '
+            '"I do not know" and a curly apostrophe are not misses)'
+        )
     else:
-        notes.append("idk rule crag-mm-release: \"i dont know\" or \"i do not know\" in the response lower-cased with "
-                     "every character outside [a-z0-9 whitespace] removed")
+        notes.append(
+            'idk rule crag-mm-release: "i dont know" or "i do not know" in the response lower-cased with '
+            "every character outside [a-z0-9 whitespace] removed"
+        )
     if rule != m.idk_rule:
         notes.append(f"idk rule {rule} overrides the mode's own rule ({m.idk_rule}): not what the official code does")
-    notes.append("exact match (strip().lower() equality) and the idk test are independent flags; the judge is asked "
-                 f"only when neither is set: {n_double} exact-match turn(s) containing \"i don't know\" counted as "
-                 "BOTH correct and missing (hallucination = total - correct - missing)")
+    notes.append(
+        "exact match (strip().lower() equality) and the idk test are independent flags; the judge is asked "
+        f'only when neither is set: {n_double} exact-match turn(s) containing "i don\'t know" counted as '
+        "BOTH correct and missing (hallucination = total - correct - missing)"
+    )
     if m.counts_after_early_stop:
-        notes.append(f"multi-turn early stop applied BEFORE counting (all metrics): after two consecutive not-correct "
-                     f"turns every later turn of the conversation counts as missing ({n_stopped} turn(s) overridden, "
-                     f"{n_stop_flip} of them originally correct)")
+        notes.append(
+            f"multi-turn early stop applied BEFORE counting (all metrics): after two consecutive not-correct "
+            f"turns every later turn of the conversation counts as missing ({n_stopped} turn(s) overridden, "
+            f"{n_stop_flip} of them originally correct)"
+        )
     else:
-        notes.append(f"counts (accuracy, missing, hallucination, truthfulness, exact match) taken BEFORE the multi-turn "
-                     f"early stop; only multi_turn_score reflects it ({n_stopped} turn(s) overridden there)")
-    notes.append("truthfulness = (2*correct + missing)/total - 1, forced to 0.0 when total <= 1 "
-                 f"(official `if total > 1 else 0.0`){'; applied: overall has a single turn' if overall.total == 1 else ''}")
-    notes.append("multi_turn_score = unweighted mean over conversations of mean(correct) - mean(not correct and not "
-                 "missing), after the early stop")
-    notes.append("egocentric = conversations without an image URL, scored separately with the same function "
-                 "(early stop inside the subset)" + ("" if ego is not None else
-                                                      "; none here (the official code would print NaN)"))
-    notes.append("slices other than egocentric are not official: same formulas over each conversation's early-stopped flags")
+        notes.append(
+            f"counts (accuracy, missing, hallucination, truthfulness, exact match) taken BEFORE the multi-turn "
+            f"early stop; only multi_turn_score reflects it ({n_stopped} turn(s) overridden there)"
+        )
+    notes.append(
+        "truthfulness = (2*correct + missing)/total - 1, forced to 0.0 when total <= 1 "
+        f"(official `if total > 1 else 0.0`){'; applied: overall has a single turn' if overall.total == 1 else ''}"
+    )
+    notes.append(
+        "multi_turn_score = unweighted mean over conversations of mean(correct) - mean(not correct and not "
+        "missing), after the early stop"
+    )
+    notes.append(
+        "egocentric = conversations without an image URL, scored separately with the same function "
+        "(early stop inside the subset)"
+        + ("" if ego is not None else "; none here (the official code would print NaN)")
+    )
+    notes.append(
+        "slices other than egocentric are not official: same formulas over each conversation's early-stopped flags"
+    )
     if judge is None:
-        notes.append("no judge: only exact matches are correct; every other non-idk turn is a hallucination "
-                     "(official --eval-model None)")
+        notes.append(
+            "no judge: only exact matches are correct; every other non-idk turn is a hallucination "
+            "(official --eval-model None)"
+        )
     elif "approx" in judge_name:
         notes.append("judge is the offline rule-judge (approximate): not the official LLM judge")
     else:
-        notes.append(f"judge {judge_name}: no verdict (server failure after the retries of the shared client, a refusal, "
-                     f"an empty reply) counts as a hallucination, as officially; an unparseable verdict: "
-                     f"{m.unparseable_verdict}")
+        notes.append(
+            f"judge {judge_name}: no verdict (server failure after the retries of the shared client, a refusal, "
+            f"an empty reply) counts as a hallucination, as officially; an unparseable verdict: "
+            f"{m.unparseable_verdict}"
+        )
     judge_mode = getattr(getattr(judge, "mode", None), "name", None)
     if judge_mode and judge_mode != m.name:
         notes.append(f"the LLM judge uses the {judge_mode} prompt while counting follows {m.name}")
     if n_error or n_noverdict:
-        notes.append(f"{n_error + n_noverdict} judge call(s) gave no verdict (server failure after the shared client's "
-                     "retries, a refusal or an empty reply): counted as hallucinations, as officially")
+        notes.append(
+            f"{n_error + n_noverdict} judge call(s) gave no verdict (server failure after the shared client's "
+            "retries, a refusal or an empty reply): counted as hallucinations, as officially"
+        )
     if n_unparse:
         notes.append(f"{n_unparse} unparseable judge verdict(s): {m.unparseable_verdict}")
     return notes
@@ -411,8 +499,9 @@ def evaluate(
     m = get_mode(mode)
     rule: IdkRule = idk_rule or m.idk_rule
     truncator = truncator or default_truncator()
-    turns, skipped = score_records(records, judge=judge, truncator=truncator, idk_rule=rule, rescore=rescore,
-                                   mode=m, keep_text=keep_turns)
+    turns, skipped = score_records(
+        records, judge=judge, truncator=truncator, idk_rule=rule, rescore=rescore, mode=m, keep_text=keep_turns
+    )
     slices: dict[str, dict[str, Metrics]] = {}
     for key in SLICE_KEYS:
         groups: dict[str, list[ScoredTurn]] = defaultdict(list)
@@ -500,8 +589,9 @@ def plot_report(report: EvalReport, path: str | Path, title: str = "CRAG-MM trut
 
     keys = [k for k in report.slices if report.slices[k]]
     n = max(1, len(keys))
-    fig, axes = plt.subplots(n, 1, figsize=(8, 1.2 + sum(max(1, len(report.slices[k])) * 0.35 + 0.6 for k in keys)),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        n, 1, figsize=(8, 1.2 + sum(max(1, len(report.slices[k])) * 0.35 + 0.6 for k in keys)), squeeze=False
+    )
     every = [m.truthfulness for m in _all_metrics(report)]
     limits = (min(-1.0, *every), max(1.0, *every) + 0.1)  # truthfulness can pass 1: shown, never clipped
     for ax, key in zip(axes[:, 0], keys):
@@ -520,11 +610,17 @@ def plot_report(report: EvalReport, path: str | Path, title: str = "CRAG-MM trut
                 ax.text(vals[i], i, " *", va="center", fontsize=8)
         ax.set_title(f"truthfulness by {key}", fontsize=9)
         ax.invert_yaxis()
-    fig.suptitle(f"{title} ({report.mode}; overall {report.overall.truthfulness:.3f}); judge: {report.judge}",
-                 fontsize=9)
+    fig.suptitle(
+        f"{title} ({report.mode}; overall {report.overall.truthfulness:.3f}); judge: {report.judge}", fontsize=9
+    )
     if any(out_of_range(m) for m in _all_metrics(report)):
-        fig.text(0.01, 0.005, textwrap.fill("* " + BOTH_NOTE.format(n=report.overall.correct_and_missing), 150),
-                 fontsize=6.5, va="bottom")
+        fig.text(
+            0.01,
+            0.005,
+            textwrap.fill("* " + BOTH_NOTE.format(n=report.overall.correct_and_missing), 150),
+            fontsize=6.5,
+            va="bottom",
+        )
         fig.tight_layout(rect=(0, min(0.3, 0.4 / fig.get_figheight()), 1, 1))  # room for two lines of note
     else:
         fig.tight_layout()

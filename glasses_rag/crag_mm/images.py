@@ -80,8 +80,10 @@ def confine(path: str | Path, roots: list[Path]) -> tuple[str | None, str | None
         return None, f"image path {shown!r} refused: {type(e).__name__}"
     if any(real.is_relative_to(r) for r in roots):
         return str(real), None
-    return None, (f"image path {shown!r} refused: it resolves outside the dataset's folder {roots[0]} (name another "
-                  f"folder with --image-root or {IMAGE_ROOT_ENV} to allow it)")
+    return None, (
+        f"image path {shown!r} refused: it resolves outside the dataset's folder {roots[0]} (name another "
+        f"folder with --image-root or {IMAGE_ROOT_ENV} to allow it)"
+    )
 
 
 def _read_bounded(path: str | Path) -> tuple[bytes | None, str | None]:
@@ -181,8 +183,9 @@ def load_image(cell: Any, max_side: int = MAX_SIDE) -> tuple[Any, ImageInfo]:
         return None, info
     seen = DECODED_SOURCES.get((source_key, max_side))
     if seen is not None and seen.size is not None:  # (only decodes that succeeded are kept: size is set)
-        info = info.model_copy(update={"original_size": seen.original_size, "size": seen.size,
-                                       "transforms": list(seen.transforms)})
+        info = info.model_copy(
+            update={"original_size": seen.original_size, "size": seen.size, "transforms": list(seen.transforms)}
+        )
         im = deferred_image("RGB", seen.size, lambda: _decode_bytes(data, max_side))
     else:
         im, info = _decode(data, info, max_side)
@@ -224,8 +227,9 @@ def _decode(source: Any, info: ImageInfo, max_side: int) -> tuple[Any, ImageInfo
             im.draft("RGB", (max_side, max_side))  # DCT-domain downscale: the full image is never decoded
             info.transforms.append(f"decoded at reduced scale {im.size[0]}x{im.size[1]}")
         if getattr(im, "_im", None) is None and im.size[0] * im.size[1] > MAX_DECODE_PIXELS:
-            info.note = (f"image too large to decode safely ({w}x{h} = {w * h} pixels > {MAX_DECODE_PIXELS}); "
-                         "running without it")
+            info.note = (
+                f"image too large to decode safely ({w}x{h} = {w * h} pixels > {MAX_DECODE_PIXELS}); running without it"
+            )
             return None, info
         im.load()
         orientation = im.getexif().get(0x0112)  # glasses photos often carry it
@@ -244,8 +248,9 @@ def _decode(source: Any, info: ImageInfo, max_side: int) -> tuple[Any, ImageInfo
         return None, info
 
 
-def prepare(image: Any, info: ImageInfo, egocentric: bool | None, mode: ImagePrep = "harness",
-            max_side: int = MAX_SIDE) -> tuple[Any, ImageInfo]:
+def prepare(
+    image: Any, info: ImageInfo, egocentric: bool | None, mode: ImagePrep = "harness", max_side: int = MAX_SIDE
+) -> tuple[Any, ImageInfo]:
     """The official harness's transform of egocentric frames (`mode="harness"`: from the loaded pixels, as the
     harness does), else the image bounded to `max_side`."""
     if image is None:

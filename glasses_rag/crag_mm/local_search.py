@@ -65,14 +65,16 @@ def _records(path: Path, key: str, model: type[BaseModel]) -> list[dict[str, Any
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise FileNotFoundError(f"{path} is missing (a local index folder holds kg.json, web.json and kg_images/)") from None
+        raise FileNotFoundError(
+            f"{path} is missing (a local index folder holds kg.json, web.json and kg_images/)"
+        ) from None
     except ValueError as e:
         raise ValueError(f"{path}: not valid JSON ({e})") from None
     except RecursionError:
         raise ValueError(f"{path}: nested too deeply to read") from None
     items = data.get(key) if isinstance(data, dict) else data
     if not isinstance(items, list):
-        raise ValueError(f"{path}: expected a list of entries (or {{\"{key}\": [...]}})")
+        raise ValueError(f'{path}: expected a list of entries (or {{"{key}": [...]}})')
     out = []
     for i, item in enumerate(items):
         try:
@@ -141,16 +143,24 @@ class LocalSearchIndex:
         index.web_search("eiffel tower height", k=3)
     """
 
-    def __init__(self, root: str | Path | None = None, image_embedder=None, text_embedder=None,
-                 cache: bool = True, text_embedder_path: str | Path | None = None):
+    def __init__(
+        self,
+        root: str | Path | None = None,
+        image_embedder=None,
+        text_embedder=None,
+        cache: bool = True,
+        text_embedder_path: str | Path | None = None,
+    ):
         if root is None:
             from glasses_rag.crag_mm.demo import demo_paths
 
             root = demo_paths().root
         if not Path(root).is_dir():
-            raise FileNotFoundError(f"local search index folder {root} does not exist: prepare the data first "
-                                    f"(glasses_rag.crag_mm.search.prepare_search; the demo's: python -m "
-                                    f"glasses_rag.crag_mm.demo), or give the folder of an index (--index-dir)")
+            raise FileNotFoundError(
+                f"local search index folder {root} does not exist: prepare the data first "
+                f"(glasses_rag.crag_mm.search.prepare_search; the demo's: python -m "
+                f"glasses_rag.crag_mm.demo), or give the folder of an index (--index-dir)"
+            )
         self.root = Path(root)
         self.cache_dir = self.root / "cache"
         self.use_cache = cache
@@ -249,8 +259,9 @@ class LocalSearchIndex:
             if self._text_matrix is None:
                 emb = self.text_embedder
                 key = _sha(getattr(emb, "name", "text"), *self._chunk_texts)
-                self._text_matrix = self._cached("web", key, len(self._chunk_texts),
-                                                 lambda: _embed_bulk(emb, self._chunk_texts))
+                self._text_matrix = self._cached(
+                    "web", key, len(self._chunk_texts), lambda: _embed_bulk(emb, self._chunk_texts)
+                )
             return self._text_matrix
 
     # -- SearchBackend ------------------------------------------------------------------------
@@ -267,13 +278,17 @@ class LocalSearchIndex:
         out = []
         for i in order:
             rec = self.kg[int(i)]
-            out.append({
-                "index": int(rec.get("index", i)),
-                "score": float(np.clip(sims[i], -1.0, 1.0)),
-                "url": rec["url"],
-                "entities": [{"entity_name": e["entity_name"], "entity_attributes": e.get("entity_attributes")}
-                             for e in rec.get("entities", [])],
-            })
+            out.append(
+                {
+                    "index": int(rec.get("index", i)),
+                    "score": float(np.clip(sims[i], -1.0, 1.0)),
+                    "url": rec["url"],
+                    "entities": [
+                        {"entity_name": e["entity_name"], "entity_attributes": e.get("entity_attributes")}
+                        for e in rec.get("entities", [])
+                    ],
+                }
+            )
         return out
 
     def web_search(self, query: str, k: int = 5) -> list[dict[str, Any]]:
@@ -292,8 +307,15 @@ class LocalSearchIndex:
         out = []
         for url, (cid, score) in sorted(best.items(), key=lambda kv: -kv[1][1]):
             p = self._page_by_url[url]
-            out.append({"index": cid, "score": score, "page_name": p["page_name"],
-                        "page_snippet": p["page_snippet"], "page_url": url})
+            out.append(
+                {
+                    "index": cid,
+                    "score": score,
+                    "page_name": p["page_name"],
+                    "page_snippet": p["page_snippet"],
+                    "page_url": url,
+                }
+            )
         return out
 
     # -- extras -------------------------------------------------------------------------------

@@ -13,8 +13,9 @@ from glasses_rag.crag_mm.scoring import DEFAULT_MODE, MODES, Judge, ScoringMode,
 from traces.store import TraceStore
 
 
-def rescore_run(run_dir: str | Path, judge: Judge | None, truncator: Truncator | None = None,
-                mode: str | ScoringMode = DEFAULT_MODE) -> EvalReport:
+def rescore_run(
+    run_dir: str | Path, judge: Judge | None, truncator: Truncator | None = None, mode: str | ScoringMode = DEFAULT_MODE
+) -> EvalReport:
     """Score a finished run folder's traces again (another judge, mode or truncation) without rerunning the agent.
     Every turn goes to the judge again (the traces' own verdicts are ignored); the traces are not changed."""
     run_dir = Path(run_dir)
@@ -26,17 +27,24 @@ def rescore_run(run_dir: str | Path, judge: Judge | None, truncator: Truncator |
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m glasses_rag.crag_mm.rescore",
-                                description="Rescore a finished run folder with another judge, scoring mode or "
-                                            "truncation, without rerunning the agent; writes report.json/.txt.")
+    p = argparse.ArgumentParser(
+        prog="python -m glasses_rag.crag_mm.rescore",
+        description="Rescore a finished run folder with another judge, scoring mode or "
+        "truncation, without rerunning the agent; writes report.json/.txt.",
+    )
     p.add_argument("run_dir", type=Path, help="a run folder, traces/runs/<run_id>")
-    p.add_argument("--judge", default="rule", help="'rule' (approximate, offline), 'none' (exact match only) or "
-                                                   "'openai:<base_url>#<model>' (the official prompt of the mode)")
+    p.add_argument(
+        "--judge",
+        default="rule",
+        help="'rule' (approximate, offline), 'none' (exact match only) or "
+        "'openai:<base_url>#<model>' (the official prompt of the mode)",
+    )
     p.add_argument("--judge-api-key-env", default="OPENAI_API_KEY")
     p.add_argument("--scoring-mode", choices=sorted(MODES), default=DEFAULT_MODE)
     p.add_argument("--tokenizer", default=None, help="as in graph.run (default: the official Llama 3.2 tokenizer)")
-    p.add_argument("--out", type=Path, default=None,
-                   help="where to write the report (default: <run_dir>/rescored-<mode>-<judge>)")
+    p.add_argument(
+        "--out", type=Path, default=None, help="where to write the report (default: <run_dir>/rescored-<mode>-<judge>)"
+    )
     p.add_argument("--no-plot", action="store_true")
     args = p.parse_args(argv)
     try:

@@ -64,8 +64,11 @@ class Turn(BaseModel):
     query_category: str | None = None
     dynamism: str | None = None
     image_quality: str | None = None
-    labels: dict[str, Any] = Field(default_factory=dict, description="Other labels of the dataset row, kept as "
-                                   "they are (e.g. SuperGlasses' difficulty, hops, glasses, sub_questions).")
+    labels: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Other labels of the dataset row, kept as "
+        "they are (e.g. SuperGlasses' difficulty, hops, glasses, sub_questions).",
+    )
 
 
 class Conversation(BaseModel):

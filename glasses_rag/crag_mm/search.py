@@ -24,15 +24,22 @@ from glasses_rag.models.resources import ModelPaths
 class SearchConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    backend: Literal["local", "cragmm", "none"] = Field("local", description="'local': the embedded index (the demo's or "
-                                                        "index_dir); 'cragmm': the official cragmm-search-pipeline; "
-                                                        "'none': no retrieval.")
+    backend: Literal["local", "cragmm", "none"] = Field(
+        "local",
+        description="'local': the embedded index (the demo's or "
+        "index_dir); 'cragmm': the official cragmm-search-pipeline; "
+        "'none': no retrieval.",
+    )
     index_dir: Path | None = Field(None, description="Local index folder (kg.json, web.json, kg_images/).")
     demo_dir: Path | None = Field(None, description="Where the demo benchmark is generated (default data/demo).")
     cragmm_image_index: Path | None = Field(None, description="ChromaDB folder with the 'image_embeddings' collection.")
-    cragmm_web_index: Path | None = Field(None, description="ChromaDB folder with the 'web_search_embeddings' collection.")
+    cragmm_web_index: Path | None = Field(
+        None, description="ChromaDB folder with the 'web_search_embeddings' collection."
+    )
     cragmm_clip: Path | None = Field(None, description="Local CLIP folder the official image index was built with.")
-    cragmm_text_model: Path | None = Field(None, description="Local text-embedding folder the web index was built with.")
+    cragmm_text_model: Path | None = Field(
+        None, description="Local text-embedding folder the web index was built with."
+    )
     cache: bool = Field(True, description="Two-level search cache (query -> results, url -> page) in front.")
     cache_entries: int = Field(1024, ge=1)
 
@@ -97,13 +104,18 @@ def _backend(cfg: SearchConfig, models: ModelPaths, web: bool) -> Any:
             raise ValueError("the cragmm search backend needs " + ", ".join("--" + m for m in missing))
         if web and cfg.cragmm_web_index is not None and cfg.cragmm_text_model is None:
             raise ValueError("--cragmm-web-index needs --cragmm-text-model (the model that built the web index)")
-        return CragMMSearch(image_index_dir=image_index, clip_model_dir=clip,
-                            web_index_dir=cfg.cragmm_web_index if web else None, text_model_dir=cfg.cragmm_text_model)
+        return CragMMSearch(
+            image_index_dir=image_index,
+            clip_model_dir=clip,
+            web_index_dir=cfg.cragmm_web_index if web else None,
+            text_model_dir=cfg.cragmm_text_model,
+        )
     from glasses_rag.crag_mm.local_search import LocalSearchIndex
     from glasses_rag.models.image_embedder import make_image_embedder
 
-    return LocalSearchIndex(local_index_dir(cfg), image_embedder=make_image_embedder(models.clip),
-                            text_embedder_path=models.text_embedder)
+    return LocalSearchIndex(
+        local_index_dir(cfg), image_embedder=make_image_embedder(models.clip), text_embedder_path=models.text_embedder
+    )
 
 
 class OfficialPipelineSearch:
@@ -132,10 +144,20 @@ class OfficialPipelineSearch:
 
     def image_search(self, image: Any, k: int = 5) -> list[dict[str, Any]]:
         raw = self._call(lambda: self.pipeline(image, k=k)) or []
-        return [{"index": plain(r.get("index")), "score": float(r.get("score", 0.0)), "url": r.get("url") or "",
-                 "entities": [{"entity_name": e.get("entity_name"), "entity_attributes": plain(e.get("entity_attributes"))}
-                              for e in (r.get("entities") or []) if isinstance(e, dict)]}
-                for r in raw if isinstance(r, dict)]
+        return [
+            {
+                "index": plain(r.get("index")),
+                "score": float(r.get("score", 0.0)),
+                "url": r.get("url") or "",
+                "entities": [
+                    {"entity_name": e.get("entity_name"), "entity_attributes": plain(e.get("entity_attributes"))}
+                    for e in (r.get("entities") or [])
+                    if isinstance(e, dict)
+                ],
+            }
+            for r in raw
+            if isinstance(r, dict)
+        ]
 
     def web_search(self, query: str, k: int = 5) -> list[dict[str, Any]]:
         if not self.has_web:
@@ -153,9 +175,17 @@ class OfficialPipelineSearch:
             raw = self._call(lambda: post(forward({text_type: query}, k=k)))
         else:
             raw = self._call(lambda: self.pipeline(query, k=k))
-        return [{"index": plain(r.get("index")), "score": float(r.get("score", 0.0)), "page_name": r.get("page_name") or "",
-                 "page_snippet": r.get("page_snippet") or "", "page_url": r.get("page_url") or ""}
-                for r in (raw or []) if isinstance(r, dict)]
+        return [
+            {
+                "index": plain(r.get("index")),
+                "score": float(r.get("score", 0.0)),
+                "page_name": r.get("page_name") or "",
+                "page_snippet": r.get("page_snippet") or "",
+                "page_url": r.get("page_url") or "",
+            }
+            for r in (raw or [])
+            if isinstance(r, dict)
+        ]
 
 
 class NullSearch:

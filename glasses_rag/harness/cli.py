@@ -105,8 +105,9 @@ def add_options(parser: argparse.ArgumentParser, options: list[Option], roots: d
             group.add_argument(*flags, choices=choices, metavar=opt.metavar, **kw)
 
 
-def convert(parser: argparse.ArgumentParser, args: argparse.Namespace, options: list[Option],
-            roots: dict[str, type[BaseModel]]) -> argparse.Namespace:
+def convert(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, options: list[Option], roots: dict[str, type[BaseModel]]
+) -> argparse.Namespace:
     """Each given option's text validated by its field (type, bounds), in place; a bad one is a usage error."""
     for opt in options:
         raw = getattr(args, opt.name)

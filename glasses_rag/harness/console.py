@@ -8,7 +8,11 @@ from typing import Any
 
 from glasses_rag.harness.run_scoring import Scoring
 
-TASK_TEXT = {1: "single-turn, image-KG search only", 2: "single-turn, image-KG + web search", 3: "multi-turn, image-KG + web search"}
+TASK_TEXT = {
+    1: "single-turn, image-KG search only",
+    2: "single-turn, image-KG + web search",
+    3: "multi-turn, image-KG + web search",
+}
 
 
 def search_line(agent: Any, superglasses: bool) -> str:
@@ -33,10 +37,12 @@ def model_lines(stats: Any) -> list[str]:
     """Model calls per turn (and on the critical path), the loop's decisions and tool calls, requests per replica."""
     n = max(1, stats.turns)
     unreported = stats.calls_without_usage
-    lines = [f"model:   {stats.model_calls} call(s): {stats.model_calls / n:.2f} per turn, "
-             f"{stats.sequential_calls / n:.2f} one after another; {stats.prompt_tokens} prompt + "
-             f"{stats.completion_tokens} completion tokens"
-             + (f" ({unreported} call(s) without token counts from the backend)" if unreported else "")]
+    lines = [
+        f"model:   {stats.model_calls} call(s): {stats.model_calls / n:.2f} per turn, "
+        f"{stats.sequential_calls / n:.2f} one after another; {stats.prompt_tokens} prompt + "
+        f"{stats.completion_tokens} completion tokens"
+        + (f" ({unreported} call(s) without token counts from the backend)" if unreported else "")
+    ]
     if stats.loop.decisions or stats.loop.decisions_cancelled:
         lines.append(f"loop:    {stats.loop.summary()}")
     if stats.replicas:
@@ -44,8 +50,17 @@ def model_lines(stats: Any) -> list[str]:
     return lines
 
 
-def header_lines(args: argparse.Namespace, agent: Any, scoring: Scoring, source: Any, rows: Any, tools: list[str],
-                 traces: Path, concurrency: str, warm_s: float) -> list[str]:
+def header_lines(
+    args: argparse.Namespace,
+    agent: Any,
+    scoring: Scoring,
+    source: Any,
+    rows: Any,
+    tools: list[str],
+    traces: Path,
+    concurrency: str,
+    warm_s: float,
+) -> list[str]:
     """What the run is made of: every component by name (heuristic stand-ins say so in their names)."""
     sg = scoring.superglasses
     verifier = getattr(agent.verifier, "name", "off") if agent.verifier is not None else "off"
@@ -81,9 +96,11 @@ def closing_lines(stats: Any, budget_s: float, conversations: Any) -> list[str]:
     lines = []
     by_budget = stats.ended_by.get("time_budget", 0)
     if stats.turns and by_budget / stats.turns > 0.1:
-        lines.append(f"warning: {by_budget} of {stats.turns} turn(s) ran out of their {budget_s:g}s budget; answers "
-                     "were lost to time, not to the questions (lower --concurrency, raise --budget or use a faster "
-                     "model)")
+        lines.append(
+            f"warning: {by_budget} of {stats.turns} turn(s) ran out of their {budget_s:g}s budget; answers "
+            "were lost to time, not to the questions (lower --concurrency, raise --budget or use a faster "
+            "model)"
+        )
     if stats.failed_conversations:
         lines.append(f"failed:  {stats.failed_conversations} conversation(s) raised (see log); the others were kept")
     skipped = getattr(getattr(conversations, "report", None), "skipped", 0)
@@ -96,7 +113,13 @@ def unreachable_line(stats: Any) -> str | None:
     """An error line when most turns could not reach their model server: their answers are not the model's."""
     if not stats.turns or (stats.turns_unreachable * 2 <= stats.turns and not stats.stopped_unreachable):
         return None
-    stopped = (" it stopped starting turns after the server was unreachable in several turns in a row (the same "
-               "command resumes once the server is back);" if stats.stopped_unreachable else "")
-    return (f"error: {stats.turns_unreachable} of {stats.turns} turn(s) could not reach the model server (the "
-            f"traces' `error` says why);{stopped} the scores above are not the model's")
+    stopped = (
+        " it stopped starting turns after the server was unreachable in several turns in a row (the same "
+        "command resumes once the server is back);"
+        if stats.stopped_unreachable
+        else ""
+    )
+    return (
+        f"error: {stats.turns_unreachable} of {stats.turns} turn(s) could not reach the model server (the "
+        f"traces' `error` says why);{stopped} the scores above are not the model's"
+    )

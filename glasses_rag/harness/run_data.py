@@ -16,9 +16,11 @@ def load_data(args: argparse.Namespace):
         from glasses_rag.superglasses.sample import SAMPLE_NAMES, ensure_sample
 
         if args.data == "demo":
-            raise ValueError("--benchmark superglasses needs --data: 'sample' (the offline sample, built on first "
-                             "use), a local copy of xandery/SuperGlasses (folder of its parquet files) or the dataset "
-                             "id when it is in the Hugging Face cache")
+            raise ValueError(
+                "--benchmark superglasses needs --data: 'sample' (the offline sample, built on first "
+                "use), a local copy of xandery/SuperGlasses (folder of its parquet files) or the dataset "
+                "id when it is in the Hugging Face cache"
+            )
         if args.data in SAMPLE_NAMES:
             from glasses_rag.crag_mm.demo import demo_paths
 

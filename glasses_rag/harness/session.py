@@ -27,8 +27,12 @@ def agent_config_from_args(args: argparse.Namespace) -> Any:
     from graph.config import AgentConfig
 
     given = nested(args, options(), "agent")
-    model = model_config_from_options(args.model, args.model_config, pool_size=pool_size_for(args.concurrency),
-                                      **{k: getattr(args, k) for k in MODEL_OPTIONS})
+    model = model_config_from_options(
+        args.model,
+        args.model_config,
+        pool_size=pool_size_for(args.concurrency),
+        **{k: getattr(args, k) for k in MODEL_OPTIONS},
+    )
     given["policy"] = model if model is not None else "rule"
     given.setdefault("tools", {})["profile"] = args.benchmark
     return AgentConfig.model_validate(given)
@@ -53,8 +57,10 @@ def effective_concurrency(args: argparse.Namespace, config: Any) -> tuple[int, s
     cores = max(1, cores // args.workers)  # each worker process runs --concurrency conversations
     if args.concurrency > cores and cpu_bound(config) and not args.oversubscribe:
         per = " per worker process" if args.workers > 1 else ""
-        return cores, (f" (capped from {args.concurrency}: the policy runs on this machine's {cores} CPU core(s)"
-                       f"{per}; --oversubscribe to lift it)")
+        return cores, (
+            f" (capped from {args.concurrency}: the policy runs on this machine's {cores} CPU core(s)"
+            f"{per}; --oversubscribe to lift it)"
+        )
     return args.concurrency, ""
 
 
@@ -75,8 +81,16 @@ def run(args: argparse.Namespace, argv: list[str] | None) -> int:
         lock.release()  # also on Ctrl-C: the folder is free for the resume
 
 
-def _run_claimed(args: argparse.Namespace, argv: list[str] | None, config: Any, source: Any, conversations: Any,
-                 scoring: Scoring, store: Any, fingerprint: str) -> int:
+def _run_claimed(
+    args: argparse.Namespace,
+    argv: list[str] | None,
+    config: Any,
+    source: Any,
+    conversations: Any,
+    scoring: Scoring,
+    store: Any,
+    fingerprint: str,
+) -> int:
     from graph.build import build_agent
     from traces.store import write_json_atomic
 
@@ -86,16 +100,44 @@ def _run_claimed(args: argparse.Namespace, argv: list[str] | None, config: Any, 
     check_model_servers(agent.llm, scoring.judge)
     used = agent.config  # with the preset applied
     tools = [t.name for t in agent.registry.for_task(args.task, used.tools.allowed, used.tools.profile)]
-    print(scrub_text("\n".join(header_lines(args, agent, scoring, source, getattr(conversations, "rows", None), tools,
-                                            store.dir, f"{concurrency}{capped}", time.time() - t0))), flush=True)
+    print(
+        scrub_text(
+            "\n".join(
+                header_lines(
+                    args,
+                    agent,
+                    scoring,
+                    source,
+                    getattr(conversations, "rows", None),
+                    tools,
+                    store.dir,
+                    f"{concurrency}{capped}",
+                    time.time() - t0,
+                )
+            )
+        ),
+        flush=True,
+    )
     manifest = {
-        "run_id": store.dir.name, "benchmark": args.benchmark, "task": args.task, "data": str(source),
-        "policy": agent.policy_name, "search": agent.search_name, "judge": scoring.judge_name,
-        "scoring_mode": args.scoring_mode, "truncation": scoring.truncator.name, "tools": tools,
+        "run_id": store.dir.name,
+        "benchmark": args.benchmark,
+        "task": args.task,
+        "data": str(source),
+        "policy": agent.policy_name,
+        "search": agent.search_name,
+        "judge": scoring.judge_name,
+        "scoring_mode": args.scoring_mode,
+        "truncation": scoring.truncator.name,
+        "tools": tools,
         "tools_not_offered": agent.registry.unavailable,
-        "budget_s": config.budget.budget_s, "max_steps": config.budget.max_steps, "concurrency": concurrency,
-        "workers": args.workers, "config": config.model_dump(mode="json"), "config_fingerprint": agent.fingerprint,
-        "run_fingerprint": fingerprint, "argv": scrub_argv(sys.argv[1:] if argv is None else argv),
+        "budget_s": config.budget.budget_s,
+        "max_steps": config.budget.max_steps,
+        "concurrency": concurrency,
+        "workers": args.workers,
+        "config": config.model_dump(mode="json"),
+        "config_fingerprint": agent.fingerprint,
+        "run_fingerprint": fingerprint,
+        "argv": scrub_argv(sys.argv[1:] if argv is None else argv),
         "status": "running",
     }
     manifest = scrub_data(manifest)  # a model config's api_key as ***, URL userinfo removed
@@ -107,13 +149,23 @@ def _run_claimed(args: argparse.Namespace, argv: list[str] | None, config: Any, 
         from glasses_rag.superglasses.evaluate import open_web_stats
 
         web_cache = open_web_stats()
-    write_json_atomic(store.dir / "run.json", scrub_data({
-        **manifest, "status": "finished", "stats": stats.model_dump(), "turns": stats.turns,
-        "resumed_turns": stats.resumed_turns, "failed_conversations": stats.failed_conversations,
-        "search_cache": agent.resources.search.stats() if hasattr(agent.resources.search, "stats") else None,
-        "web_cache": web_cache, "seconds": round(time.time() - t0, 2),
-        "load_report": conversations.report.model_dump() if hasattr(conversations, "report") else None,
-    }))
+    write_json_atomic(
+        store.dir / "run.json",
+        scrub_data(
+            {
+                **manifest,
+                "status": "finished",
+                "stats": stats.model_dump(),
+                "turns": stats.turns,
+                "resumed_turns": stats.resumed_turns,
+                "failed_conversations": stats.failed_conversations,
+                "search_cache": agent.resources.search.stats() if hasattr(agent.resources.search, "stats") else None,
+                "web_cache": web_cache,
+                "seconds": round(time.time() - t0, 2),
+                "load_report": conversations.report.model_dump() if hasattr(conversations, "report") else None,
+            }
+        ),
+    )
     print(scrub_text("\n".join(summary_lines(stats))))  # first: how the turns ended is what a newcomer must not miss
     print(scrub_text(text))
     for line in closing_lines(stats, config.budget.budget_s, conversations):
@@ -128,8 +180,9 @@ def _run_claimed(args: argparse.Namespace, argv: list[str] | None, config: Any, 
     return 0 if not stats.failed_conversations else 1
 
 
-def run_and_collect(args: argparse.Namespace, agent: Any, conversations: Any, store: Any, scoring: Scoring,
-                    concurrency: int) -> tuple[Any, list[Any]]:
+def run_and_collect(
+    args: argparse.Namespace, agent: Any, conversations: Any, store: Any, scoring: Scoring, concurrency: int
+) -> tuple[Any, list[Any]]:
     """Run every conversation; keep one compact scoring record per turn (the traces themselves are dropped)."""
     from glasses_rag.crag_mm.evaluate import TurnRecord, record_from_trace
     from glasses_rag.harness.runner import run_task
@@ -148,26 +201,52 @@ def run_and_collect(args: argparse.Namespace, agent: Any, conversations: Any, st
         progress = (lambda n: bar.update(1)) if bar else None
         fingerprint = None if args.resume_anyway else agent.fingerprint
         if args.workers > 1:
-            stats = _run_in_workers(args, agent, conversations, store, concurrency, progress, fingerprint,
-                                    records.append)
+            stats = _run_in_workers(
+                args, agent, conversations, store, concurrency, progress, fingerprint, records.append
+            )
         else:
-            stats = run_task(agent, conversations, args.task, store, scorer=scoring, concurrency=concurrency,
-                             progress=progress, on_turn=keep_record, image_prep=args.image_prep,
-                             history_answer=scoring.truncator.truncate, fingerprint=fingerprint)
+            stats = run_task(
+                agent,
+                conversations,
+                args.task,
+                store,
+                scorer=scoring,
+                concurrency=concurrency,
+                progress=progress,
+                on_turn=keep_record,
+                image_prep=args.image_prep,
+                history_answer=scoring.truncator.truncate,
+                fingerprint=fingerprint,
+            )
     finally:
         if bar:
             bar.close()
     return stats, records
 
 
-def _run_in_workers(args: argparse.Namespace, agent: Any, conversations: Any, store: Any, concurrency: int,
-                    progress: Any, fingerprint: str | None, on_record: Any) -> Any:
+def _run_in_workers(
+    args: argparse.Namespace,
+    agent: Any,
+    conversations: Any,
+    store: Any,
+    concurrency: int,
+    progress: Any,
+    fingerprint: str | None,
+    on_record: Any,
+) -> Any:
     """The same run in `--workers` processes, each building its own agent and scoring from picklable options."""
     from glasses_rag.crag_mm.evaluate import record_from_trace
     from glasses_rag.harness.workers import WorkerSpec, run_task_in_workers
 
-    spec = WorkerSpec(config=agent.config, task=args.task, out=store.dir.parent, run_id=agent.run_id,
-                      concurrency=concurrency, image_prep=args.image_prep, fingerprint=fingerprint,
-                      scoring=functools.partial(worker_scoring, {k: getattr(args, k) for k in SCORING_OPTIONS}),
-                      summarize=record_from_trace)
+    spec = WorkerSpec(
+        config=agent.config,
+        task=args.task,
+        out=store.dir.parent,
+        run_id=agent.run_id,
+        concurrency=concurrency,
+        image_prep=args.image_prep,
+        fingerprint=fingerprint,
+        scoring=functools.partial(worker_scoring, {k: getattr(args, k) for k in SCORING_OPTIONS}),
+        summarize=record_from_trace,
+    )
     return run_task_in_workers(spec, conversations, args.workers, progress=progress, on_record=on_record)

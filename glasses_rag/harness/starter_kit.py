@@ -137,7 +137,9 @@ def _content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type", "text") == "text")
+        return " ".join(
+            str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type", "text") == "text"
+        )
     return "" if content is None else str(content)
 
 
@@ -182,8 +184,16 @@ def harness_task() -> int | None:
     return None
 
 
-def agent_config(config: Any = None, *, policy: Any = None, budget_s: float | None = None, max_steps: int | None = None,
-                 abstain_below: float | None = None, allowed_tools: list[str] | None = None, **paths: Any) -> Any:
+def agent_config(
+    config: Any = None,
+    *,
+    policy: Any = None,
+    budget_s: float | None = None,
+    max_steps: int | None = None,
+    abstain_below: float | None = None,
+    allowed_tools: list[str] | None = None,
+    **paths: Any,
+) -> Any:
     """The adapter's keyword arguments as an AgentConfig (a given config, a JSON file of one, a CLI run's run.json, or
     the defaults the CLI uses), with the keywords that were given applied on top."""
     from graph.config import AgentConfig
@@ -232,13 +242,29 @@ class GlassesRAGAgent(BaseAgent):  # type: ignore[misc,valid-type]  # the kit's 
         detector, clip, reranker, text_embedder: optional local model folders (glasses_rag.models.resources.ModelPaths).
     """
 
-    def __init__(self, search_pipeline: Any = None, task: int | None = None, policy: Any = None, budget_s: float = 10.0,
-                 *, config: Any = None, batch_size: int = 8, max_workers: int | None = None, grace_s: float = 2.0,
-                 trace_dir: str | Path | None = None, run_id: str | None = None, max_steps: int | None = None,
-                 abstain_below: float | None = None, allowed_tools: list[str] | None = None,
-                 detector: str | Path | None = None, clip: str | Path | None = None,
-                 reranker: str | Path | None = None, text_embedder: str | Path | None = None,
-                 max_conversations: int = 20000, **kwargs: Any):
+    def __init__(
+        self,
+        search_pipeline: Any = None,
+        task: int | None = None,
+        policy: Any = None,
+        budget_s: float = 10.0,
+        *,
+        config: Any = None,
+        batch_size: int = 8,
+        max_workers: int | None = None,
+        grace_s: float = 2.0,
+        trace_dir: str | Path | None = None,
+        run_id: str | None = None,
+        max_steps: int | None = None,
+        abstain_below: float | None = None,
+        allowed_tools: list[str] | None = None,
+        detector: str | Path | None = None,
+        clip: str | Path | None = None,
+        reranker: str | Path | None = None,
+        text_embedder: str | Path | None = None,
+        max_conversations: int = 20000,
+        **kwargs: Any,
+    ):
         try:
             super().__init__(search_pipeline)
         except TypeError:  # the newer kit's BaseAgent(**kwargs)
@@ -253,15 +279,27 @@ class GlassesRAGAgent(BaseAgent):  # type: ignore[misc,valid-type]  # the kit's 
         self.batch_size = int(min(MAX_BATCH_SIZE, max(MIN_BATCH_SIZE, batch_size)))
         self.max_workers = max(1, max_workers or self.batch_size)
         self.grace_s = float(grace_s)
-        self.config = agent_config(config, policy=policy, budget_s=budget_s, max_steps=max_steps,
-                                   abstain_below=abstain_below, allowed_tools=allowed_tools, detector=detector,
-                                   clip=clip, reranker=reranker, text_embedder=text_embedder)
+        self.config = agent_config(
+            config,
+            policy=policy,
+            budget_s=budget_s,
+            max_steps=max_steps,
+            abstain_below=abstain_below,
+            allowed_tools=allowed_tools,
+            detector=detector,
+            clip=clip,
+            reranker=reranker,
+            text_embedder=text_embedder,
+        )
         self.budget_s = self.config.budget.budget_s
         self.run_id = run_id or f"starter-kit-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
         # The same wiring as the CLI: one build_agent, one configuration (search cache, warm-up, thresholds).
-        self.agent = build_agent(self.config, search=search_pipeline if search_pipeline is not None else NullSearch(),
-                                 policy=policy if policy is not None and not isinstance(policy, (str, Path)) else None,
-                                 run_id=self.run_id)
+        self.agent = build_agent(
+            self.config,
+            search=search_pipeline if search_pipeline is not None else NullSearch(),
+            policy=policy if policy is not None and not isinstance(policy, (str, Path)) else None,
+            run_id=self.run_id,
+        )
         self.search = self.agent.resources.search
         self.web_enabled = pipeline_has_web(self.search) if task is None else task >= 2
         self.policy = self.agent.policy
@@ -299,8 +337,15 @@ class GlassesRAGAgent(BaseAgent):  # type: ignore[misc,valid-type]  # the kit's 
                 self._convs.move_to_end(key)
             return conv
 
-    def build_turn(self, query: str, image: Any, messages: Sequence[dict], session_id: str | None = None,
-                   interaction_id: str | None = None, domain: str | None = None):
+    def build_turn(
+        self,
+        query: str,
+        image: Any,
+        messages: Sequence[dict],
+        session_id: str | None = None,
+        interaction_id: str | None = None,
+        domain: str | None = None,
+    ):
         """The TurnInput for one item, with history rebuilt from the messages and remembered entities."""
         from glasses_rag.crag_mm.images import load_image, prepare
         from graph.agent import TurnInput
@@ -318,10 +363,17 @@ class GlassesRAGAgent(BaseAgent):  # type: ignore[misc,valid-type]  # the kit's 
         # the harness already resized egocentric frames to 960x1280; other images are only bounded, as in the CLI
         img, info = prepare(*load_image(image), egocentric=None)
         idx = len(history)
-        return conv, TurnInput(task=self.task_for(history), session_id=conv.session_id,
-                               interaction_id=interaction_id or f"{conv.session_id}-t{idx}", turn_index=idx,
-                               question=str(query or ""), image=img, image_info=info, history=history,
-                               labels={"domain": domain} if domain else {})
+        return conv, TurnInput(
+            task=self.task_for(history),
+            session_id=conv.session_id,
+            interaction_id=interaction_id or f"{conv.session_id}-t{idx}",
+            turn_index=idx,
+            question=str(query or ""),
+            image=img,
+            image_info=info,
+            history=history,
+            labels={"domain": domain} if domain else {},
+        )
 
     def _one(self, conv: _Conversation, inp: Any) -> Any:
         trace = self.agent.run_turn(inp)
@@ -337,8 +389,9 @@ class GlassesRAGAgent(BaseAgent):  # type: ignore[misc,valid-type]  # the kit's 
                 log.warning("could not write trace: %s", e)
         return trace
 
-    def batch_generate_response(self, queries: list[str], images: list[Any], message_histories: list[list[dict]],
-                                **kwargs: Any) -> list[str]:
+    def batch_generate_response(
+        self, queries: list[str], images: list[Any], message_histories: list[list[dict]], **kwargs: Any
+    ) -> list[str]:
         """One turn per conversation; conversations run concurrently; any failure -> "I don't know" for that item.
 
         Extra keyword arguments of the newer kit (``rag_context_list``, ``domains``) are accepted;
@@ -359,8 +412,14 @@ class GlassesRAGAgent(BaseAgent):  # type: ignore[misc,valid-type]  # the kit's 
         try:
             for i in range(n):
                 try:
-                    conv, inp = self.build_turn(queries[i], images[i], histories[i], session_id=sids[i],
-                                                interaction_id=iids[i], domain=domains[i] if i < len(domains) else None)
+                    conv, inp = self.build_turn(
+                        queries[i],
+                        images[i],
+                        histories[i],
+                        session_id=sids[i],
+                        interaction_id=iids[i],
+                        domain=domains[i] if i < len(domains) else None,
+                    )
                     inputs[i] = inp
                     jobs[pool.submit(self._one, conv, inp)] = i
                 except Exception as e:  # noqa: BLE001
@@ -398,6 +457,18 @@ class GlassesRAGAgent(BaseAgent):  # type: ignore[misc,valid-type]  # the kit's 
 
 UserAgent = GlassesRAGAgent  # the name agents/user_config.py exports in the starter kit
 
-__all__ = ["GlassesRAGAgent", "UserAgent", "OfficialPipelineSearch", "NullSearch", "as_search_backend",
-           "pipeline_has_web", "conversation_key", "history_pairs", "answers_match", "agent_config", "harness_task",
-           "OFFICIAL_BASE_AGENT", "IDK"]
+__all__ = [
+    "GlassesRAGAgent",
+    "UserAgent",
+    "OfficialPipelineSearch",
+    "NullSearch",
+    "as_search_backend",
+    "pipeline_has_web",
+    "conversation_key",
+    "history_pairs",
+    "answers_match",
+    "agent_config",
+    "harness_task",
+    "OFFICIAL_BASE_AGENT",
+    "IDK",
+]

@@ -66,9 +66,11 @@ class WorkerSpec(BaseModel):
     image_prep: ImagePrep = "harness"
     fingerprint: str | None = Field(None, description="Resume only traces made by an agent of this configuration.")
     scoring: Callable[[], tuple[Scorer | None, HistoryAnswer | None]] | None = Field(
-        None, description="Built once in each worker: the scorer and what later turns see of an answer.")
+        None, description="Built once in each worker: the scorer and what later turns see of an answer."
+    )
     summarize: Callable[[TurnTrace], Any] | None = Field(
-        None, description="Runs in the worker on each finished trace; what it returns is sent to the parent.")
+        None, description="Runs in the worker on each finished trace; what it returns is sent to the parent."
+    )
     log_level: int = logging.WARNING
 
 
@@ -110,8 +112,10 @@ class _WatchedStore(TraceStore):
 
     def write(self, trace: TurnTrace) -> Path:
         if not self.watch.alive():
-            raise ParentGone(f"the parent process {self.watch.ppid} is gone and the run folder's lock with it: "
-                             f"trace of {trace.session_id!r} turn {trace.turn_index} not written")
+            raise ParentGone(
+                f"the parent process {self.watch.ppid} is gone and the run folder's lock with it: "
+                f"trace of {trace.session_id!r} turn {trace.turn_index} not written"
+            )
         return super().write(trace)
 
 
@@ -143,9 +147,18 @@ def _worker_main(spec: WorkerSpec, conn: Connection) -> None:
             error = fut.exception()
             outbox.send(("done", session_id, None if error is None else f"{type(error).__name__}: {error}"))
 
-    run = functools.partial(run_conversation, agent, task=spec.task, store=store, scorer=scorer, stop=stop,
-                            image_prep=spec.image_prep, history_answer=history_answer, on_turn=turn_done,
-                            fingerprint=spec.fingerprint)
+    run = functools.partial(
+        run_conversation,
+        agent,
+        task=spec.task,
+        store=store,
+        scorer=scorer,
+        stop=stop,
+        image_prep=spec.image_prep,
+        history_answer=history_answer,
+        on_turn=turn_done,
+        fingerprint=spec.fingerprint,
+    )
     with ThreadPoolExecutor(max_workers=spec.concurrency, thread_name_prefix="conversation") as pool:
         while True:
             try:
@@ -247,8 +260,12 @@ class ProcessWorkerPool:
                     why = message[1] if message is not None else f"exit code {w.process.exitcode}"
                     raise WorkerStartError(f"worker process {w.process.pid} could not start: {why}")
 
-    def run(self, conversations: Iterable[Conversation], progress: Callable[[int], None] | None = None,
-            on_record: Callable[[Any], None] | None = None) -> RunStats:
+    def run(
+        self,
+        conversations: Iterable[Conversation],
+        progress: Callable[[int], None] | None = None,
+        on_record: Callable[[Any], None] | None = None,
+    ) -> RunStats:
         """Runs every conversation on the workers; returns the run's statistics. `on_record` gets what
         `spec.summarize` made of each finished turn (new or resumed), `progress` each finished conversation's
         turn count. A worker that dies fails only the conversations it was running; the others go on."""
@@ -326,9 +343,13 @@ class ProcessWorkerPool:
         """A worker died: the conversations it was running fail (their finished turns stay on disk)."""
         w.alive = False
         w.process.join(5)
-        log.error("worker process %s ended (exit code %s) while running %d conversation(s); they are reported "
-                  "failed and a rerun with the same --run-id resumes them", w.process.pid, w.process.exitcode,
-                  len(w.in_flight))
+        log.error(
+            "worker process %s ended (exit code %s) while running %d conversation(s); they are reported "
+            "failed and a rerun with the same --run-id resumes them",
+            w.process.pid,
+            w.process.exitcode,
+            len(w.in_flight),
+        )
         for session_id, turns in w.in_flight.items():
             self._stats.failed_conversations += 1
             log.error("conversation %s failed: its worker process ended", session_id)
@@ -357,8 +378,10 @@ class ProcessWorkerPool:
         deadline = time.monotonic() + self.spec.config.budget.budget_s + 60
         try:
             while (running := [w for w in self.workers if w.process.is_alive()]) and time.monotonic() < deadline:
-                wait([w.conn for w in running if not w.conn.closed] + [w.process.sentinel for w in running],
-                     timeout=max(0.0, deadline - time.monotonic()))
+                wait(
+                    [w.conn for w in running if not w.conn.closed] + [w.process.sentinel for w in running],
+                    timeout=max(0.0, deadline - time.monotonic()),
+                )
                 for w in running:
                     if not w.conn.closed:
                         self._drain_discarding(w)
@@ -380,9 +403,13 @@ class ProcessWorkerPool:
             w.conn.close()
 
 
-def run_task_in_workers(spec: WorkerSpec, conversations: Iterable[Conversation], workers: int,
-                        progress: Callable[[int], None] | None = None,
-                        on_record: Callable[[Any], None] | None = None) -> RunStats:
+def run_task_in_workers(
+    spec: WorkerSpec,
+    conversations: Iterable[Conversation],
+    workers: int,
+    progress: Callable[[int], None] | None = None,
+    on_record: Callable[[Any], None] | None = None,
+) -> RunStats:
     """`glasses_rag.harness.runner.run_task` over `workers` processes: the same traces, statistics and records."""
     with ProcessWorkerPool(spec, workers) as pool:
         return pool.run(conversations, progress=progress, on_record=on_record)

@@ -184,7 +184,17 @@ class ZeroShotDetector:
             clipped = _clip_box(x0, y0, x1, y1, w, h)
             if clipped is None:
                 continue
-            boxes.append(Box(x0=clipped[0], y0=clipped[1], x1=clipped[2], y1=clipped[3], label=back.get(label, label), score=float(score), method=self.name))
+            boxes.append(
+                Box(
+                    x0=clipped[0],
+                    y0=clipped[1],
+                    x1=clipped[2],
+                    y1=clipped[3],
+                    label=back.get(label, label),
+                    score=float(score),
+                    method=self.name,
+                )
+            )
         return nms(boxes, self.nms_iou, per_label=True)[:top_k]
 
     # -- OWLv2 / OWL-ViT ----------------------------------------------------------------------
@@ -200,7 +210,9 @@ class ZeroShotDetector:
             outputs=outputs, threshold=threshold, target_sizes=[(h, w)], text_labels=[labels]
         )[0]
         out = []
-        for box, score, li in zip(res["boxes"].float().cpu().numpy(), res["scores"].float().cpu().numpy(), res["labels"].cpu().numpy()):
+        for box, score, li in zip(
+            res["boxes"].float().cpu().numpy(), res["scores"].float().cpu().numpy(), res["labels"].cpu().numpy()
+        ):
             out.append((tuple(box.tolist()), float(score), labels[int(li)]))
         return out
 
@@ -288,7 +300,9 @@ def _image_size(image: Any) -> tuple[int, int]:
     return int(image.size[0]), int(image.size[1])
 
 
-def _pad_box(x0: float, y0: float, x1: float, y1: float, w: int, h: int, pad: float, min_frac: float = 0.05, min_px: int = 8):
+def _pad_box(
+    x0: float, y0: float, x1: float, y1: float, w: int, h: int, pad: float, min_frac: float = 0.05, min_px: int = 8
+):
     """Pad by `pad` x box size on each side, grow to a minimum size, clip; never degenerate."""
     bw, bh = x1 - x0, y1 - y0
     x0, x1 = x0 - pad * bw, x1 + pad * bw
@@ -380,7 +394,9 @@ def _saliency_parts(image: Any, size: int = 128) -> tuple[np.ndarray, np.ndarray
     # 2) colour contrast: Lab distance from the border colour (a background estimate)
     lab = rgb2lab(gaussian(small, sigma=1.0, channel_axis=-1))
     bw = max(1, int(0.08 * min(sh, sw)))
-    border = np.concatenate([lab[:bw].reshape(-1, 3), lab[-bw:].reshape(-1, 3), lab[:, :bw].reshape(-1, 3), lab[:, -bw:].reshape(-1, 3)])
+    border = np.concatenate(
+        [lab[:bw].reshape(-1, 3), lab[-bw:].reshape(-1, 3), lab[:, :bw].reshape(-1, 3), lab[:, -bw:].reshape(-1, 3)]
+    )
     cc_raw = np.linalg.norm(lab - np.median(border, axis=0), axis=-1)
     cc = _normalise(gaussian(cc_raw, sigma=max(1.0, 0.02 * max(sh, sw))))
 

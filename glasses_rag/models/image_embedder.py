@@ -72,9 +72,9 @@ def _lbp_riu2(y: np.ndarray, r: int) -> np.ndarray:
     H, W = y.shape
     if H <= 2 * r + 1 or W <= 2 * r + 1:
         return np.zeros(10, np.float32)
-    c = y[r:H - r, r:W - r]
+    c = y[r : H - r, r : W - r]
     offs = [(-r, 0), (-r, r), (0, r), (r, r), (r, 0), (r, -r), (0, -r), (-r, -r)]
-    bits = np.stack([(y[r + dy:H - r + dy, r + dx:W - r + dx] >= c + 0.02) for dy, dx in offs]).astype(np.int8)
+    bits = np.stack([(y[r + dy : H - r + dy, r + dx : W - r + dx] >= c + 0.02) for dy, dx in offs]).astype(np.int8)
     trans = np.abs(np.diff(np.concatenate([bits, bits[:1]]), axis=0)).sum(0)
     ones = bits.sum(0)
     code = np.where(trans <= 2, ones, 9)
@@ -123,11 +123,18 @@ class HeuristicImageEmbedder:
         ang = (np.arctan2(gy, gx) % np.pi) / np.pi
         oh = np.bincount(np.minimum((ang * 16).astype(int), 15).ravel(), weights=mag.ravel(), minlength=16)
         orient = np.abs(np.fft.rfft(oh / (oh.sum() + _EPS)))[1:7]
-        return np.concatenate([
-            _block(colour, 1.0), _block(levels, 0.6), _block(frac, 0.3), _block(lbp, 0.5), _block(mh, 0.35),
-            (0.35 * orient / (np.linalg.norm(orient) + _EPS)).astype(np.float32) if orient.any() else
-            np.zeros(6, np.float32),
-        ]).astype(np.float32)
+        return np.concatenate(
+            [
+                _block(colour, 1.0),
+                _block(levels, 0.6),
+                _block(frac, 0.3),
+                _block(lbp, 0.5),
+                _block(mh, 0.35),
+                (0.35 * orient / (np.linalg.norm(orient) + _EPS)).astype(np.float32)
+                if orient.any()
+                else np.zeros(6, np.float32),
+            ]
+        ).astype(np.float32)
 
     def embed(self, images: list[Any]) -> np.ndarray:
         if not images:
@@ -177,7 +184,7 @@ class ClipImageEmbedder:
         outs = []
         for k in range(0, len(ims), self.batch_size):
             with self._lock, self._torch.inference_mode():
-                inputs = self.processor(images=ims[k:k + self.batch_size], return_tensors="pt")
+                inputs = self.processor(images=ims[k : k + self.batch_size], return_tensors="pt")
                 pix = inputs["pixel_values"].to(self.device)
                 f = self.model.get_image_features(pixel_values=pix)
                 f = self._torch.nn.functional.normalize(f, dim=-1)

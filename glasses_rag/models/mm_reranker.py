@@ -50,8 +50,9 @@ def load_head(folder: Path) -> dict[str, Any]:
         keys = {f"{role}_{p}": f"{prefix}.{p}" for role, prefix in names.items() for p in ("weight", "bias")}
         if all(k in found for k in keys.values()):
             return {role: found[k] for role, k in keys.items()}
-    raise ValueError(f"{folder} has no relevance head (score.dense / score.out_proj weights): not a "
-                     "jina-reranker-m0 folder")
+    raise ValueError(
+        f"{folder} has no relevance head (score.dense / score.out_proj weights): not a jina-reranker-m0 folder"
+    )
 
 
 class JinaM0Reranker:
@@ -60,8 +61,14 @@ class JinaM0Reranker:
 
     calibrated = True
 
-    def __init__(self, path: str | Path, device: str = "cpu", max_length: int = 1024, batch_size: int = 8,
-                 max_pixels: int = 602112):
+    def __init__(
+        self,
+        path: str | Path,
+        device: str = "cpu",
+        max_length: int = 1024,
+        batch_size: int = 8,
+        max_pixels: int = 602112,
+    ):
         import torch
         from transformers import AutoTokenizer, Qwen2VLForConditionalGeneration, Qwen2VLImageProcessor
 
@@ -78,8 +85,9 @@ class JinaM0Reranker:
         # processor, which needs torchvision
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.path), local_files_only=True)
         self.tokenizer.padding_side = "left"  # the last position is every row's last token
-        self.images = Qwen2VLImageProcessor.from_pretrained(str(self.path), local_files_only=True,
-                                                             max_pixels=max_pixels)
+        self.images = Qwen2VLImageProcessor.from_pretrained(
+            str(self.path), local_files_only=True, max_pixels=max_pixels
+        )
         model = Qwen2VLForConditionalGeneration.from_pretrained(str(self.path), local_files_only=True)
         self.backbone = model.model.to(device).eval()
         head = load_head(self.path)
@@ -103,10 +111,11 @@ class JinaM0Reranker:
         """Token ids (and pixels): the image placeholder expanded to the image's patch count after merging, as
         Qwen2-VL's processor does."""
         if image is None:
-            return dict(self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length,
-                                       return_tensors="pt"))
+            return dict(
+                self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt")
+            )
         pix = self.images(images=[image] * len(texts), return_tensors="pt")
-        n = int(pix["image_grid_thw"][0].prod()) // (self.images.merge_size ** 2)
+        n = int(pix["image_grid_thw"][0].prod()) // (self.images.merge_size**2)
         expanded = [t.replace("<|image_pad|>", "<|image_pad|>" * n) for t in texts]
         return {**self.tokenizer(expanded, padding=True, return_tensors="pt"), **pix}
 
@@ -123,7 +132,7 @@ class JinaM0Reranker:
             return np.zeros(0, dtype=np.float32)
         out = []
         for i in range(0, len(texts), self.batch_size):
-            batch = texts[i:i + self.batch_size]
+            batch = texts[i : i + self.batch_size]
             out.append(self._run(batch, image))
         return np.concatenate(out)
 

@@ -28,9 +28,13 @@ class OcrEngine:
         # rapidocr logs every model file it loads at INFO, and a photo without text at WARNING ("The text detection
         # result is empty", mid-progress-bar): errors only, to keep run output readable. One onnxruntime thread by
         # default: concurrent turns each get a core instead of fighting over all of them.
-        self._engine = RapidOCR(params={"Global.log_level": "error",
-                                        "EngineConfig.onnxruntime.intra_op_num_threads": threads,
-                                        "EngineConfig.onnxruntime.inter_op_num_threads": threads})
+        self._engine = RapidOCR(
+            params={
+                "Global.log_level": "error",
+                "EngineConfig.onnxruntime.intra_op_num_threads": threads,
+                "EngineConfig.onnxruntime.inter_op_num_threads": threads,
+            }
+        )
         self.min_score = min_score
         self._lock = threading.Lock()  # onnxruntime sessions are shared across concurrent turns
         self._cache: OrderedDict[str, list[OcrLine]] = OrderedDict()
@@ -53,7 +57,9 @@ class OcrEngine:
         if txts and scores is not None and boxes is not None:
             for text, score, box in zip(txts, scores, boxes):
                 if float(score) >= self.min_score and text.strip():
-                    lines.append(OcrLine(text=text.strip(), score=float(score), box=np.asarray(box, dtype=float).tolist()))
+                    lines.append(
+                        OcrLine(text=text.strip(), score=float(score), box=np.asarray(box, dtype=float).tolist())
+                    )
         with self._lock:
             self._cache[key] = lines
             while len(self._cache) > self._cache_size:

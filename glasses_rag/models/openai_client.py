@@ -291,8 +291,9 @@ class _Stream:
         """One `delta.tool_calls[i]`: the first names the call (vLLM sends id, type and the whole name, pythonic
         parsers the first arguments too), later ones carry pieces of `function.arguments`."""
         fn: dict = tc["function"] if isinstance(tc.get("function"), dict) else {}
-        slot = self.calls.setdefault(self._call_index(tc, fn), {"id": None, "type": "function",
-                                                                "function": {"name": "", "arguments": ""}})
+        slot = self.calls.setdefault(
+            self._call_index(tc, fn), {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
+        )
         slot["id"] = tc.get("id") or slot["id"]
         name = fn.get("name")
         if isinstance(name, str) and name != slot["function"]["name"]:  # some servers repeat the whole name
@@ -320,8 +321,11 @@ class _Stream:
             msg["reasoning_content"] = "".join(self.reasoning)
         if self.calls:
             msg["tool_calls"] = [self.calls[i] for i in sorted(self.calls)]
-        out: dict[str, Any] = {"object": "chat.completion", "model": self.model,
-                               "choices": [{"index": 0, "message": msg, "finish_reason": self.finish}]}
+        out: dict[str, Any] = {
+            "object": "chat.completion",
+            "model": self.model,
+            "choices": [{"index": 0, "message": msg, "finish_reason": self.finish}],
+        }
         if self.usage:
             out["usage"] = self.usage
         return out
@@ -376,8 +380,17 @@ class OpenAIClient:
     """`max_outstanding`: requests in flight on a replica past which a conversation's requests (see
     `glasses_rag.core.calls.affinity`) go to the least busy replica instead of staying on theirs."""
 
-    def __init__(self, base_url: str | Sequence[str], api_key: str | None = None, *, timeout_s: float = 60.0,
-                 max_retries: int = 3, retry_wait_s: float = 0.5, pool_size: int = 16, max_outstanding: int = 64):
+    def __init__(
+        self,
+        base_url: str | Sequence[str],
+        api_key: str | None = None,
+        *,
+        timeout_s: float = 60.0,
+        max_retries: int = 3,
+        retry_wait_s: float = 0.5,
+        pool_size: int = 16,
+        max_outstanding: int = 64,
+    ):
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
         if not urls:
             raise ValueError("no base URL given")
@@ -410,8 +423,11 @@ class OpenAIClient:
         if self._session is None:
             connector = aiohttp.TCPConnector(limit=self.pool_size, limit_per_host=self.pool_size)
             self._session = aiohttp.ClientSession(
-                connector=connector, headers=self._headers, json_serialize=dumps_body,
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=min(10.0, self.timeout_s)))
+                connector=connector,
+                headers=self._headers,
+                json_serialize=dumps_body,
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=min(10.0, self.timeout_s)),
+            )
             _OPEN_SESSIONS.add(self._session)
         return self._session
 
@@ -482,8 +498,16 @@ class OpenAIClient:
 
     # ---- requests ------------------------------------------------------------------------------------------
 
-    async def _send(self, method: str, path: str, payload: dict | None, stream: bool, acc: _Stream | None,
-                    key: str | None, meta: dict[str, Any]) -> dict:
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        payload: dict | None,
+        stream: bool,
+        acc: _Stream | None,
+        key: str | None,
+        meta: dict[str, Any],
+    ) -> dict:
         r = self._pick(key)
         meta["replica"] = r.base_url
         url = f"{r.base_url}{path}"
@@ -535,16 +559,27 @@ class OpenAIClient:
             return 0.0
         return min(30.0, self.retry_wait_s * 2 ** (state.attempt_number - 1))
 
-    async def _request(self, method: str, path: str, payload: dict | None, stream: bool, acc: _Stream | None,
-                       key: str | None = None, meta: dict[str, Any] | None = None) -> dict:
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        payload: dict | None,
+        stream: bool,
+        acc: _Stream | None,
+        key: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> dict:
         attempts = self.max_retries + len(self.replicas)  # each extra replica is worth one more try
-        retrying = AsyncRetrying(stop=stop_after_attempt(attempts), wait=self._wait,
-                                 retry=retry_if_exception_type(_RetryableModelError), reraise=False)
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(attempts),
+            wait=self._wait,
+            retry=retry_if_exception_type(_RetryableModelError),
+            reraise=False,
+        )
         try:
             async for attempt in retrying:
                 with attempt:
-                    return await self._send(method, path, payload, stream, acc, key,
-                                            meta if meta is not None else {})
+                    return await self._send(method, path, payload, stream, acc, key, meta if meta is not None else {})
         except RetryError as e:
             last = e.last_attempt.exception()
             raise ServerUnreachable(f"{last} (gave up after {attempts} attempts)") from last
@@ -588,8 +623,11 @@ class OpenAIClient:
             self.top_k_off = -1
             return True
         if "max_tokens" in body and "max_completion_tokens" in msg:
-            log.warning("%s asks for max_completion_tokens instead of max_tokens; sending that from now on: %s",
-                        self.base_url, e)
+            log.warning(
+                "%s asks for max_completion_tokens instead of max_tokens; sending that from now on: %s",
+                self.base_url,
+                e,
+            )
             self.max_completion_tokens = True
             return True
         if not any(w in msg for w in _UNKNOWN_FIELD_WORDS):
@@ -599,14 +637,20 @@ class OpenAIClient:
             return False
         if set(named) & set(EXTENSION_SAMPLING):  # a server without one of vLLM's extensions lacks them all
             named = list(dict.fromkeys([*named, *(k for k in EXTENSION_SAMPLING if k in body)]))
-        log.warning("%s does not take the sampling field(s) %s; sending requests without them from now on: %s",
-                    self.base_url, ", ".join(named), e)
+        log.warning(
+            "%s does not take the sampling field(s) %s; sending requests without them from now on: %s",
+            self.base_url,
+            ", ".join(named),
+            e,
+        )
         self.dropped.update(named)
         return True
 
     def _chat(self, payload: dict[str, Any], stream: bool, key: str | None, meta: dict[str, Any]) -> dict:
         if not stream:
-            return _event_loop().run(lambda: self._request("POST", "/chat/completions", payload, False, None, key, meta))
+            return _event_loop().run(
+                lambda: self._request("POST", "/chat/completions", payload, False, None, key, meta)
+            )
         body = {**payload, "stream": True, "stream_options": {"include_usage": True}}
         acc = _Stream()
         try:
@@ -666,8 +710,9 @@ def _checked(url: str, status: int, text: str) -> dict:
     if status == 429 or (status >= 500 and not _says_unsupported(text)):
         raise _RetryableModelError(f"server error {status} from {url}: {text[:500]}", replica_fault=status != 429)
     if status >= 400 and _says_too_long(text):
-        raise ContextTooLong(f"the prompt and max_tokens do not fit the model's context at {url} ({status}): "
-                             f"{text[:600]}", status=status)
+        raise ContextTooLong(
+            f"the prompt and max_tokens do not fit the model's context at {url} ({status}): {text[:600]}", status=status
+        )
     if status >= 400:  # (a 500 that names an unsupported request feature is an answer, not a fault)
         raise BackendError(f"request rejected by {url} with {status}: {text[:1000]}", status=status)
     try:
@@ -685,8 +730,9 @@ async def _read_body(resp: aiohttp.ClientResponse, url: str, cap: int) -> str:
     limit = ERROR_BODY_BYTES if resp.status >= 400 else cap
     declared = resp.content_length
     if resp.status < 400 and declared is not None and declared > cap:
-        raise ReplyTooLarge(f"{url} announced a reply of {declared} bytes, over the {cap}-byte cap that the "
-                            "request's max_tokens allows")
+        raise ReplyTooLarge(
+            f"{url} announced a reply of {declared} bytes, over the {cap}-byte cap that the request's max_tokens allows"
+        )
     buf = bytearray()
     async for piece in resp.content.iter_chunked(64 * 1024):
         buf += piece
@@ -705,8 +751,7 @@ async def _sse_lines(resp: aiohttp.ClientResponse, url: str, cap: int) -> AsyncI
     async for piece in resp.content.iter_any():
         total += len(piece)
         if total > cap:
-            raise ReplyTooLarge(f"{url} streamed more than {cap} bytes, the cap that the request's max_tokens "
-                                "allows")
+            raise ReplyTooLarge(f"{url} streamed more than {cap} bytes, the cap that the request's max_tokens allows")
         buf += piece
         start = 0
         while (end := buf.find(b"\n", start)) != -1:
@@ -736,8 +781,16 @@ def _says_too_long(text: str) -> bool:
 
 # How servers say a request field is unknown: OpenAI "Unrecognized request argument supplied: top_k", pydantic
 # "Extra inputs are not permitted", others "unknown field" / "unexpected keyword" / "not supported"
-_UNKNOWN_FIELD_WORDS = ("unrecogni", "unknown", "unexpected", "not supported", "unsupported", "extra input",
-                        "not permitted", "not allowed")
+_UNKNOWN_FIELD_WORDS = (
+    "unrecogni",
+    "unknown",
+    "unexpected",
+    "not supported",
+    "unsupported",
+    "extra input",
+    "not permitted",
+    "not allowed",
+)
 
 
 def reasoning_of(message: dict[str, Any]) -> str:

@@ -70,7 +70,9 @@ class CrossEncoderReranker:
         self.batch_size = batch_size
         self._torch = torch
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.path), local_files_only=True)
-        self.model = AutoModelForSequenceClassification.from_pretrained(str(self.path), local_files_only=True).to(device).eval()
+        self.model = (
+            AutoModelForSequenceClassification.from_pretrained(str(self.path), local_files_only=True).to(device).eval()
+        )
         self.num_labels = int(self.model.config.num_labels)
         self.positive_index = self._positive_index()
         tok_max = getattr(self.tokenizer, "model_max_length", None) or max_length
@@ -99,7 +101,12 @@ class CrossEncoderReranker:
             batch = [str(t) for t in texts[i : i + self.batch_size]]
             with self._lock, torch.inference_mode():
                 enc = self.tokenizer(
-                    [str(query)] * len(batch), batch, padding=True, truncation="longest_first", max_length=self.max_length, return_tensors="pt"
+                    [str(query)] * len(batch),
+                    batch,
+                    padding=True,
+                    truncation="longest_first",
+                    max_length=self.max_length,
+                    return_tensors="pt",
                 )
                 enc = {k: v.to(self.device) for k, v in enc.items()}
                 logits = self.model(**enc).logits.float()

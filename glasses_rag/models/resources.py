@@ -18,13 +18,18 @@ from glasses_rag.models.threads import cache_dir, cpu_threads, limit_cpu_threads
 class ModelPaths(BaseModel):
     """Local folders of optional real models (never downloaded at run time)."""
 
-    text_embedder: Path | None = Field(None, description="sentence-embedding model folder; default: bundled all-MiniLM-L6-v2")
-    detector: Path | None = Field(None, description="GroundingDINO / OWLv2 folder for AutoModelForZeroShotObjectDetection")
+    text_embedder: Path | None = Field(
+        None, description="sentence-embedding model folder; default: bundled all-MiniLM-L6-v2"
+    )
+    detector: Path | None = Field(
+        None, description="GroundingDINO / OWLv2 folder for AutoModelForZeroShotObjectDetection"
+    )
     clip: Path | None = Field(None, description="CLIP folder for image embeddings of the embedded image index")
-    reranker: Path | None = Field(None, description="cross-encoder folder (AutoModelForSequenceClassification), or a "
-                                  "jina-reranker-m0 folder (Qwen2-VL: scores items against the image too)")
-
-
+    reranker: Path | None = Field(
+        None,
+        description="cross-encoder folder (AutoModelForSequenceClassification), or a "
+        "jina-reranker-m0 folder (Qwen2-VL: scores items against the image too)",
+    )
 
 
 class Resources:

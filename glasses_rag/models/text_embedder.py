@@ -52,7 +52,7 @@ class _Embedder:
                     found[t] = self._cache[t]
         missing = [t for t in dict.fromkeys(texts) if t not in found]
         for i in range(0, len(missing), batch_size):
-            batch = missing[i: i + batch_size]
+            batch = missing[i : i + batch_size]
             found.update(zip(batch, self._encode(batch)))
         if cache and missing:
             with self._cache_lock:
@@ -74,8 +74,27 @@ def _erf(x: np.ndarray) -> np.ndarray:
     fractional error under 1.2e-7 everywhere."""
     z = np.abs(x).astype(np.float64)
     t = 1.0 / (1.0 + 0.5 * z)
-    poly = -z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (
-        -0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))))
+    poly = (
+        -z * z
+        - 1.26551223
+        + t
+        * (
+            1.00002368
+            + t
+            * (
+                0.37409196
+                + t
+                * (
+                    0.09678418
+                    + t
+                    * (
+                        -0.18628806
+                        + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))
+                    )
+                )
+            )
+        )
+    )
     erfc = t * np.exp(poly)
     return np.where(x >= 0, 1.0 - erfc, erfc - 1.0).astype(np.float32)
 
@@ -136,8 +155,9 @@ class BertNumpyEmbedder(_Embedder):
             ctx = (scores / scores.sum(-1, keepdims=True)) @ v
             ctx = ctx.transpose(0, 2, 1, 3).reshape(x.shape)
             att = ctx @ w[p + "attention.output.dense.weight"] + w[p + "attention.output.dense.bias"]
-            x = _layer_norm(x + att, w[p + "attention.output.LayerNorm.weight"], w[p + "attention.output.LayerNorm.bias"],
-                            self.eps)
+            x = _layer_norm(
+                x + att, w[p + "attention.output.LayerNorm.weight"], w[p + "attention.output.LayerNorm.bias"], self.eps
+            )
             inner = x @ w[p + "intermediate.dense.weight"] + w[p + "intermediate.dense.bias"]
             inner = 0.5 * inner * (1.0 + _erf(inner / np.float32(np.sqrt(2.0))))
             out = inner @ w[p + "output.dense.weight"] + w[p + "output.dense.bias"]
@@ -185,9 +205,13 @@ def _is_numpy_bert(folder: Path) -> bool:
         cfg: dict[str, Any] = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return (cfg.get("model_type") == "bert" and cfg.get("position_embedding_type", "absolute") == "absolute"
-            and cfg.get("hidden_act") == "gelu" and (folder / "tokenizer.json").is_file()
-            and (folder / "model.safetensors").is_file())
+    return (
+        cfg.get("model_type") == "bert"
+        and cfg.get("position_embedding_type", "absolute") == "absolute"
+        and cfg.get("hidden_act") == "gelu"
+        and (folder / "tokenizer.json").is_file()
+        and (folder / "model.safetensors").is_file()
+    )
 
 
 @lru_cache(maxsize=4)

@@ -31,8 +31,9 @@ class ToolSpec(BaseModel):
     signature: str
     json_schema: dict[str, Any]
     tags: list[str] = Field(default_factory=list)
-    capabilities: tuple[Any, ...] = Field((), exclude=True, description="The tool's tools.capability.Capability "
-                                          "objects (planners use their hooks).")
+    capabilities: tuple[Any, ...] = Field(
+        (), exclude=True, description="The tool's tools.capability.Capability objects (planners use their hooks)."
+    )
     inputs: dict[str, str] = Field(default_factory=dict, description="Planner slot -> the tool's argument name.")
 
 
@@ -43,8 +44,11 @@ class StepSummary(BaseModel):
     arguments: dict[str, Any] = Field(default_factory=dict)
     summary: str = ""
     error: str | None = None
-    update: dict[str, Any] = Field(default_factory=dict, description="What the call wrote into the state (typed "
-                                   "values), for policies that show each result where it came.")
+    update: dict[str, Any] = Field(
+        default_factory=dict,
+        description="What the call wrote into the state (typed "
+        "values), for policies that show each result where it came.",
+    )
     parallel_with: str | None = Field(None, description="The call this one was decided together with.")
 
 
@@ -95,13 +99,18 @@ class Decision(BaseModel):
     action: Literal["call_tool", "answer"]
     tool: str | None = None
     arguments: dict[str, Any] = Field(default_factory=dict)
-    parallel: list[ParallelCall] = Field(default_factory=list,
-                                         description="Independent calls run at the same time as this one (e.g. image and web search).")
+    parallel: list[ParallelCall] = Field(
+        default_factory=list,
+        description="Independent calls run at the same time as this one (e.g. image and web search).",
+    )
     sub_question: str | None = None
     needs_retrieval: bool | None = None
     rationale: str = ""
-    answer: AnswerDraft | None = Field(None, description="With action 'answer': the answer itself, when the reply "
-                                       "that decided also wrote it (one round trip instead of two).")
+    answer: AnswerDraft | None = Field(
+        None,
+        description="With action 'answer': the answer itself, when the reply "
+        "that decided also wrote it (one round trip instead of two).",
+    )
 
 
 @runtime_checkable
@@ -151,10 +160,20 @@ class ScriptedPolicy:
     """Replays a fixed list of decisions, then answers with a fixed draft. For tests and debugging. It keeps every
     view it was shown in `views` (tests read them) unless `keep_views=False` (a benchmark running many turns)."""
 
-    def __init__(self, decisions: list[Decision | dict], answer: AnswerDraft | dict | None = None, name: str = "scripted",
-                 blocking: bool = True, keep_views: bool = True):
+    def __init__(
+        self,
+        decisions: list[Decision | dict],
+        answer: AnswerDraft | dict | None = None,
+        name: str = "scripted",
+        blocking: bool = True,
+        keep_views: bool = True,
+    ):
         self.decisions = [d if isinstance(d, Decision) else Decision.model_validate(d) for d in decisions]
-        self.final = answer if isinstance(answer, AnswerDraft) else AnswerDraft.model_validate(answer or {"answer": IDK, "confidence": 0.0})
+        self.final = (
+            answer
+            if isinstance(answer, AnswerDraft)
+            else AnswerDraft.model_validate(answer or {"answer": IDK, "confidence": 0.0})
+        )
         self.name = name
         self.blocking = blocking
         self.keep_views = keep_views

@@ -19,8 +19,9 @@ from tools.base import Verdict
 class Verifier(Protocol):
     name: str
 
-    def verify(self, question: str, draft: AnswerDraft, evidence: list[str], image: Any = None,
-               view: Any = None) -> Verdict:
+    def verify(
+        self, question: str, draft: AnswerDraft, evidence: list[str], image: Any = None, view: Any = None
+    ) -> Verdict:
         """`view` is the turn as the policy saw it (glasses_rag.policies.protocol.PolicyView), for verifiers that reuse
         the turn's transcript; others read `evidence`."""
         ...
@@ -64,21 +65,34 @@ class EvidenceSupportVerifier:
     name = "heuristic:evidence-support"
     blocking = False  # word overlap only: runs in the graph's thread
 
-    def verify(self, question: str, draft: AnswerDraft, evidence: list[str], image: Any = None,
-               view: Any = None) -> Verdict:
+    def verify(
+        self, question: str, draft: AnswerDraft, evidence: list[str], image: Any = None, view: Any = None
+    ) -> Verdict:
         if nlp.has_instruction(draft.answer):
-            return Verdict(supported=False, confidence=0.0, method=self.name,
-                           reason="the draft repeats text addressed to the agent (a prompt injection), not a fact")
+            return Verdict(
+                supported=False,
+                confidence=0.0,
+                method=self.name,
+                reason="the draft repeats text addressed to the agent (a prompt injection), not a fact",
+            )
         facts = [data_text(t) for t in evidence]
         support, i = lexical_support(draft.answer, facts)
         conf = draft.confidence * support
         where = f"evidence #{i}" if i >= 0 else "no evidence"
         missing = numbers(draft.answer) - set().union(*(numbers(t) for t in facts)) if facts else numbers(draft.answer)
         if missing:
-            return Verdict(supported=False, confidence=0.0, method=self.name,
-                           reason=f"the number(s) {', '.join(sorted(missing))} appear in no factual evidence")
-        return Verdict(supported=support >= 0.5, confidence=round(conf, 4), method=self.name,
-                       reason=f"{support:.0%} of the answer's words found in the factual text of {where}")
+            return Verdict(
+                supported=False,
+                confidence=0.0,
+                method=self.name,
+                reason=f"the number(s) {', '.join(sorted(missing))} appear in no factual evidence",
+            )
+        return Verdict(
+            supported=support >= 0.5,
+            confidence=round(conf, 4),
+            method=self.name,
+            reason=f"{support:.0%} of the answer's words found in the factual text of {where}",
+        )
 
 
 def numbers(text: str) -> set[str]:

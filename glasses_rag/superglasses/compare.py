@@ -57,15 +57,16 @@ from glasses_rag.superglasses.logs import (
 from traces.store import write_json_atomic
 
 ERROR_TYPES = ("retrieval_demand", "tool_invocation", "query_decoupling", "object_detection")
-GENERIC_LABELS = frozenset({"", "object", "main object", "the main object", "salient region", "region", "thing",
-                            "item", "unknown", "none"})
+GENERIC_LABELS = frozenset(
+    {"", "object", "main object", "the main object", "salient region", "region", "thing", "item", "unknown", "none"}
+)
 RULES: dict[str, str] = {
     "retrieval_demand": "our need-retrieval decision differs from the annotation",
     "tool_invocation": "both retrieve and the search tools chosen differ",
     "query_decoupling": "multi-hop annotation (>= 2 sub-questions): sub-question count differs, or mean similarity "
-                        "of the matched sub-questions < sim_threshold",
+    "of the matched sub-questions < sim_threshold",
     "object_detection": "annotated object missed, or boxes (same units) with IoU < iou_threshold, or both labels "
-                        "specific and different",
+    "specific and different",
 }
 _TOKEN = re.compile(r"[a-z0-9]+")
 
@@ -102,8 +103,9 @@ class CompareReport(BaseModel):
     tool_vocabulary: list[str]
     tool_choice_agreement: float | None = Field(None, description="null (n/a) when the vocabulary is empty")
     tool_jaccard: float | None = None
-    seeking_confusion: dict[str, dict[str, int]] = Field(default_factory=dict,
-                                                         description="annotation type -> our type -> questions")
+    seeking_confusion: dict[str, dict[str, int]] = Field(
+        default_factory=dict, description="annotation type -> our type -> questions"
+    )
     retrieval_agreement: float | None = None
     retrieval_confusion: dict[str, int] = Field(default_factory=dict, description="tp/fp/fn/tn, annotation = truth")
     hop_mae: float | None = None
@@ -242,8 +244,15 @@ class _SubQuestionMatcher:
             return match_sub_questions(pred, ref, self.sim)
 
 
-def compare(predicted: list[SGLog], reference: list[SGLog], *, embedder: Any = "auto", sim_threshold: float = 0.5,
-            iou_threshold: float = 0.5, tool_vocabulary: set[str] | None = None) -> CompareReport:
+def compare(
+    predicted: list[SGLog],
+    reference: list[SGLog],
+    *,
+    embedder: Any = "auto",
+    sim_threshold: float = 0.5,
+    iou_threshold: float = 0.5,
+    tool_vocabulary: set[str] | None = None,
+) -> CompareReport:
     """Compare our logs with annotated ones. `embedder`: "auto" (MiniLM, token F1 when it cannot load), None
     (token F1), or any object with `embed(list[str]) -> (n, d)` L2-normalised rows. `tool_vocabulary`: the tools
     compared (default: SuperGlasses' Image Search and Text Search)."""
@@ -258,26 +267,39 @@ def compare(predicted: list[SGLog], reference: list[SGLog], *, embedder: Any = "
     hop_diffs = [t.hops_pred - t.hops_ref for t in turns if t.hops_pred and t.hops_ref]
     counts = {e: sum(e in t.errors for t in wrong) for e in ERROR_TYPES}
     return CompareReport(
-        n_predicted=len(pred), n_reference=len(ref), n_matched=len(turns),
-        n_judged=sum(t.accuracy is not None for t in turns), n_wrong=len(wrong),
-        unmatched_predicted=[i for i in pred if i not in ref], unmatched_reference=[i for i in ref if i not in pred],
-        duplicates=dups, tool_vocabulary=sorted(vocab),
+        n_predicted=len(pred),
+        n_reference=len(ref),
+        n_matched=len(turns),
+        n_judged=sum(t.accuracy is not None for t in turns),
+        n_wrong=len(wrong),
+        unmatched_predicted=[i for i in pred if i not in ref],
+        unmatched_reference=[i for i in ref if i not in pred],
+        duplicates=dups,
+        tool_vocabulary=sorted(vocab),
         tool_choice_agreement=_mean([float(t.tool_agree) for t in turns if t.tool_agree is not None]),
         tool_jaccard=_mean([t.tool_jaccard for t in turns if t.tool_jaccard is not None]),
         seeking_confusion=_seeking_confusion(turns) if vocab else {},
         retrieval_agreement=_mean([float(t.need_pred == t.need_ref) for t in decided]),
         retrieval_confusion=_retrieval_confusion(decided),
-        hop_mae=_mean([float(abs(d)) for d in hop_diffs]), hop_bias=_mean([float(d) for d in hop_diffs]),
-        hop_exact=_mean([float(d == 0) for d in hop_diffs]), hop_turns=len(hop_diffs),
+        hop_mae=_mean([float(abs(d)) for d in hop_diffs]),
+        hop_bias=_mean([float(d) for d in hop_diffs]),
+        hop_exact=_mean([float(d == 0) for d in hop_diffs]),
+        hop_turns=len(hop_diffs),
         subq_similarity=_mean([t.subq_similarity for t in turns if t.subq_similarity is not None]),
-        subq_turns=sum(t.subq_similarity is not None for t in turns), similarity_method=matcher.method,
-        error_counts=counts, error_base=_error_base(wrong, ref, vocab),
+        subq_turns=sum(t.subq_similarity is not None for t in turns),
+        similarity_method=matcher.method,
+        error_counts=counts,
+        error_base=_error_base(wrong, ref, vocab),
         error_share_of_wrong={e: (c / len(wrong) if wrong else None) for e, c in counts.items()},
-        wrong_with_error=sum(bool(t.errors) for t in wrong), thresholds=thresholds, turns=turns)
+        wrong_with_error=sum(bool(t.errors) for t in wrong),
+        thresholds=thresholds,
+        turns=turns,
+    )
 
 
-def _compare_turn(p: SGLog, r: SGLog, vocab: set[str], matcher: _SubQuestionMatcher,
-                  thresholds: dict[str, float]) -> TurnComparison:
+def _compare_turn(
+    p: SGLog, r: SGLog, vocab: set[str], matcher: _SubQuestionMatcher, thresholds: dict[str, float]
+) -> TurnComparison:
     """One question: ours (`p`) against the annotation (`r`)."""
     sp, sr = p.search_tools(vocab), r.search_tools(vocab)
     agree = jac = None
@@ -292,18 +314,34 @@ def _compare_turn(p: SGLog, r: SGLog, vocab: set[str], matcher: _SubQuestionMatc
         errs = _error_types(p, r, bool(vocab) and sp != sr, subq, obj_err, thresholds["sim_threshold"])
     labels = None
     if p.detected_object is not None or r.detected_object is not None:
-        labels = (p.detected_object.label if p.detected_object else "",
-                  r.detected_object.label if r.detected_object else "")
+        labels = (
+            p.detected_object.label if p.detected_object else "",
+            r.detected_object.label if r.detected_object else "",
+        )
     return TurnComparison(
-        id=p.id, accuracy=p.accuracy, tools_pred=sorted(sp), tools_ref=sorted(sr),
-        seeking_pred=information_seeking(sp), seeking_ref=information_seeking(sr), tool_agree=agree,
-        tool_jaccard=None if jac is None else round(jac, 6), need_pred=p.need_retrieval, need_ref=r.need_retrieval,
-        hops_pred=len(p.hops), hops_ref=len(r.hops), subq_similarity=subq, subq_pairs=pairs, object_iou=overlap,
-        object_labels=labels, errors=errs)
+        id=p.id,
+        accuracy=p.accuracy,
+        tools_pred=sorted(sp),
+        tools_ref=sorted(sr),
+        seeking_pred=information_seeking(sp),
+        seeking_ref=information_seeking(sr),
+        tool_agree=agree,
+        tool_jaccard=None if jac is None else round(jac, 6),
+        need_pred=p.need_retrieval,
+        need_ref=r.need_retrieval,
+        hops_pred=len(p.hops),
+        hops_ref=len(r.hops),
+        subq_similarity=subq,
+        subq_pairs=pairs,
+        object_iou=overlap,
+        object_labels=labels,
+        errors=errs,
+    )
 
 
-def _error_types(p: SGLog, r: SGLog, tools_differ: bool, subq: float | None, obj_err: bool,
-                 sim_threshold: float) -> list[str]:
+def _error_types(
+    p: SGLog, r: SGLog, tools_differ: bool, subq: float | None, obj_err: bool, sim_threshold: float
+) -> list[str]:
     """The error types of a wrong answer (see the module docstring)."""
     errs: list[str] = []
     if p.need_retrieval is not None and r.need_retrieval is not None and p.need_retrieval != r.need_retrieval:
@@ -329,10 +367,12 @@ def _error_base(wrong: list[TurnComparison], ref: dict[str, SGLog], vocab: set[s
 
 def _retrieval_confusion(decided: list[TurnComparison]) -> dict[str, int]:
     """tp/fp/fn/tn of need_retrieval, the annotation as the truth."""
-    return {"tp": sum(bool(t.need_pred and t.need_ref) for t in decided),
-            "fp": sum(bool(t.need_pred and not t.need_ref) for t in decided),
-            "fn": sum(bool(not t.need_pred and t.need_ref) for t in decided),
-            "tn": sum(bool(not t.need_pred and not t.need_ref) for t in decided)}
+    return {
+        "tp": sum(bool(t.need_pred and t.need_ref) for t in decided),
+        "fp": sum(bool(t.need_pred and not t.need_ref) for t in decided),
+        "fn": sum(bool(not t.need_pred and t.need_ref) for t in decided),
+        "tn": sum(bool(not t.need_pred and not t.need_ref) for t in decided),
+    }
 
 
 def _seeking_confusion(turns: list[TurnComparison]) -> dict[str, dict[str, int]]:
@@ -356,9 +396,17 @@ def references_from_traces(traces: list[Any], problems: list[str] | None = None)
     for t in traces:
         if "sub_questions" not in t.labels:
             continue
-        row = {"id": t.labels.get("sg_id") or t.interaction_id, "question": t.question, "answer": t.ground_truth,
-               **{k: v for k, v in t.labels.items() if k not in ("sg_id", "query_category")
-                  and not (k in ("domain", "dynamism", "image_quality") and v is None)}}
+        row = {
+            "id": t.labels.get("sg_id") or t.interaction_id,
+            "question": t.question,
+            "answer": t.ground_truth,
+            **{
+                k: v
+                for k, v in t.labels.items()
+                if k not in ("sg_id", "query_category")
+                and not (k in ("domain", "dynamism", "image_quality") and v is None)
+            },
+        }
         lg = parse_log(row, f"trace {t.interaction_id}", problems)
         if lg is not None:
             out.append(lg)
@@ -375,42 +423,63 @@ def _f(x: float | None, pct: bool = False) -> str:
 
 
 def format_report(rep: CompareReport, max_turns: int = 50) -> str:
-    L = [f"matched {rep.n_matched} questions (ours {rep.n_predicted}, annotated {rep.n_reference}); "
-         f"unmatched: ours {len(rep.unmatched_predicted)}, annotated {len(rep.unmatched_reference)}"
-         + (f"; duplicates {len(rep.duplicates)}" if rep.duplicates else ""),
-         f"tool vocabulary: {', '.join(rep.tool_vocabulary) or '(empty: tool metrics n/a)'}", "",
-         f"{'metric':<44}{'value':>10}", "-" * 54]
-    rows = [("tool choice agreement (None/Image/Text/Both)", _f(rep.tool_choice_agreement, True)),
-            ("tool set Jaccard (mean)", _f(rep.tool_jaccard)),
-            ("retrieval decision agreement", _f(rep.retrieval_agreement, True)),
-            (f"hop count MAE, sub-questions (n={rep.hop_turns})", _f(rep.hop_mae)),
-            ("hop count bias (ours - annotated)", "n/a" if rep.hop_bias is None else f"{rep.hop_bias:+.3f}"),
-            ("hop count exact", _f(rep.hop_exact, True)),
-            (f"sub-question similarity ({rep.similarity_method}, n={rep.subq_turns})", _f(rep.subq_similarity))]
+    L = [
+        f"matched {rep.n_matched} questions (ours {rep.n_predicted}, annotated {rep.n_reference}); "
+        f"unmatched: ours {len(rep.unmatched_predicted)}, annotated {len(rep.unmatched_reference)}"
+        + (f"; duplicates {len(rep.duplicates)}" if rep.duplicates else ""),
+        f"tool vocabulary: {', '.join(rep.tool_vocabulary) or '(empty: tool metrics n/a)'}",
+        "",
+        f"{'metric':<44}{'value':>10}",
+        "-" * 54,
+    ]
+    rows = [
+        ("tool choice agreement (None/Image/Text/Both)", _f(rep.tool_choice_agreement, True)),
+        ("tool set Jaccard (mean)", _f(rep.tool_jaccard)),
+        ("retrieval decision agreement", _f(rep.retrieval_agreement, True)),
+        (f"hop count MAE, sub-questions (n={rep.hop_turns})", _f(rep.hop_mae)),
+        ("hop count bias (ours - annotated)", "n/a" if rep.hop_bias is None else f"{rep.hop_bias:+.3f}"),
+        ("hop count exact", _f(rep.hop_exact, True)),
+        (f"sub-question similarity ({rep.similarity_method}, n={rep.subq_turns})", _f(rep.subq_similarity)),
+    ]
     L += [f"{k:<44}{v:>10}" for k, v in rows]
     c = rep.retrieval_confusion
     if c:
         L.append(f"  retrieval confusion (annotation = truth): tp={c['tp']} fp={c['fp']} fn={c['fn']} tn={c['tn']}")
     if rep.seeking_confusion:
-        L.append("  information seeking, annotated -> ours: " + "; ".join(
-            f"{r}: " + ", ".join(f"{p} {n}" for p, n in sorted(row.items())) for r, row in sorted(rep.seeking_confusion.items())))
-    L += ["", f"error analysis over wrong answers: {rep.n_wrong} wrong of {rep.n_judged} judged "
-              f"({rep.n_matched - rep.n_judged} not judged)",
-          f"{'error type':<20}{'count':>7}{'base':>7}{'share of wrong':>16}", "-" * 50]
+        L.append(
+            "  information seeking, annotated -> ours: "
+            + "; ".join(
+                f"{r}: " + ", ".join(f"{p} {n}" for p, n in sorted(row.items()))
+                for r, row in sorted(rep.seeking_confusion.items())
+            )
+        )
+    L += [
+        "",
+        f"error analysis over wrong answers: {rep.n_wrong} wrong of {rep.n_judged} judged "
+        f"({rep.n_matched - rep.n_judged} not judged)",
+        f"{'error type':<20}{'count':>7}{'base':>7}{'share of wrong':>16}",
+        "-" * 50,
+    ]
     for e in ERROR_TYPES:
         share = rep.error_share_of_wrong[e]
         L.append(f"{e:<20}{rep.error_counts[e]:>7}{rep.error_base[e]:>7}{_f(share, True):>16}")
-    L.append(f"{'any':<20}{rep.wrong_with_error:>7}{rep.n_wrong:>7}"
-             f"{_f(rep.wrong_with_error / rep.n_wrong if rep.n_wrong else None, True):>16}")
-    L.append(f"(decoupling: mean similarity < {rep.thresholds['sim_threshold']}; object IoU < "
-             f"{rep.thresholds['iou_threshold']}; definitions: as in this project after the paper's description)")
+    L.append(
+        f"{'any':<20}{rep.wrong_with_error:>7}{rep.n_wrong:>7}"
+        f"{_f(rep.wrong_with_error / rep.n_wrong if rep.n_wrong else None, True):>16}"
+    )
+    L.append(
+        f"(decoupling: mean similarity < {rep.thresholds['sim_threshold']}; object IoU < "
+        f"{rep.thresholds['iou_threshold']}; definitions: as in this project after the paper's description)"
+    )
     if rep.turns:
         L += ["", f"{'id':<20}{'ok':>4}  {'seek ours/ann':<14}{'need':>6}{'hops':>6}{'sim':>7}  errors", "-" * 80]
         for t in rep.turns[:max_turns]:
             ok = "-" if t.accuracy is None else "YN"[not t.accuracy]
             need = "".join("?" if x is None else "YN"[not x] for x in (t.need_pred, t.need_ref))
-            L.append(f"{t.id[:19]:<20}{ok:>4}  {t.seeking_pred + '/' + t.seeking_ref:<14}{need[0] + '/' + need[1]:>6}"
-                     f"{f'{t.hops_pred}/{t.hops_ref}':>6}{_f(t.subq_similarity):>7}  {', '.join(t.errors) or '-'}")
+            L.append(
+                f"{t.id[:19]:<20}{ok:>4}  {t.seeking_pred + '/' + t.seeking_ref:<14}{need[0] + '/' + need[1]:>6}"
+                f"{f'{t.hops_pred}/{t.hops_ref}':>6}{_f(t.subq_similarity):>7}  {', '.join(t.errors) or '-'}"
+            )
         if len(rep.turns) > max_turns:
             L.append(f"... {len(rep.turns) - max_turns} more (see --json)")
     for name, ids in (("unmatched ours", rep.unmatched_predicted), ("unmatched annotated", rep.unmatched_reference)):
@@ -421,29 +490,43 @@ def format_report(rep: CompareReport, max_turns: int = 50) -> str:
 
 def no_annotations(run: str, reference: str | None, n_predicted: int) -> str:
     """Why there is nothing to compare with, and what compares two runs instead."""
-    where = (f"{reference} holds no annotated trajectory" if reference else
-             f"{run} holds no turn trace (a folder of runs?)" if not n_predicted else
-             f"{run}: its traces carry no annotated trajectory (SuperGlasses rows' sub_questions; a CRAG-MM run has "
-             "none)")
-    return (f"error: glasses_rag.superglasses.compare compares a run with annotated SuperGlasses trajectories, "
-            f"and {where}. "
-            f"To compare two runs on the same questions: python -m traces.diff RUN_A RUN_B")
+    where = (
+        f"{reference} holds no annotated trajectory"
+        if reference
+        else f"{run} holds no turn trace (a folder of runs?)"
+        if not n_predicted
+        else f"{run}: its traces carry no annotated trajectory (SuperGlasses rows' sub_questions; a CRAG-MM run has "
+        "none)"
+    )
+    return (
+        f"error: glasses_rag.superglasses.compare compares a run with annotated SuperGlasses trajectories, "
+        f"and {where}. "
+        f"To compare two runs on the same questions: python -m traces.diff RUN_A RUN_B"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m glasses_rag.superglasses.compare",
-                                 description="Compare a run with annotated SuperGlasses trajectories (two runs: python -m traces.diff).")
+    ap = argparse.ArgumentParser(
+        prog="python -m glasses_rag.superglasses.compare",
+        description="Compare a run with annotated SuperGlasses trajectories (two runs: python -m traces.diff).",
+    )
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--run", help="run folder of turn traces, e.g. traces/runs/<run_id>")
     src.add_argument("--predicted", help="logs already exported by `python -m glasses_rag.superglasses.logs export`")
-    ap.add_argument("--reference", help="annotated logs (JSON, JSON lines, text, or the queries parquet); default "
-                                        "with --run: the annotations carried in the traces' labels")
+    ap.add_argument(
+        "--reference",
+        help="annotated logs (JSON, JSON lines, text, or the queries parquet); default "
+        "with --run: the annotations carried in the traces' labels",
+    )
     ap.add_argument("--json", help="also write the full report (with per-question rows) here")
     ap.add_argument("--no-embed", action="store_true", help="skip MiniLM; sub-questions compared by token F1")
     ap.add_argument("--sim-threshold", type=float, default=0.5)
     ap.add_argument("--iou-threshold", type=float, default=0.5)
-    ap.add_argument("--tools", default=None,
-                    help="comma-separated tool vocabulary (default: Image Search, Text Search; '' for none)")
+    ap.add_argument(
+        "--tools",
+        default=None,
+        help="comma-separated tool vocabulary (default: Image Search, Text Search; '' for none)",
+    )
     ap.add_argument("--max-turns", type=int, default=50, help="per-question rows to print")
     args = ap.parse_args(argv)
     problems: list[str] = []
@@ -464,8 +547,14 @@ def main(argv: list[str] | None = None) -> int:
         print(no_annotations(args.run or args.predicted, args.reference, len(pred)), file=sys.stderr)
         return 2
     vocab = None if args.tools is None else {t.strip() for t in args.tools.split(",") if t.strip()}
-    rep = compare(pred, ref, embedder=None if args.no_embed else "auto", sim_threshold=args.sim_threshold,
-                  iou_threshold=args.iou_threshold, tool_vocabulary=vocab)
+    rep = compare(
+        pred,
+        ref,
+        embedder=None if args.no_embed else "auto",
+        sim_threshold=args.sim_threshold,
+        iou_threshold=args.iou_threshold,
+        tool_vocabulary=vocab,
+    )
     print(format_report(rep, args.max_turns))
     for p in problems:
         print(f"note: {p}", file=sys.stderr)

@@ -39,13 +39,28 @@ SUPERGLASSES_PROMPT_VERIFIED = True
 SYSTEM_PROMPT = "judge_superglasses_system.txt"
 USER_PROMPT = "judge_superglasses_user.txt"
 SUPERGLASSES_JUDGE = replace(
-    MODES["kddcup2025"], name="superglasses",
-    reproduces="SuperGlasses (arXiv 2602.22683) LLM judge replying {\"accuracy\": true|false} (Fig. 16); "
-               + ("prompt text of Fig. 16" if SUPERGLASSES_PROMPT_VERIFIED else "prompt wording approximate"),
-    judge_model="Qwen2.5-32B-Instruct", judge_system_prompt=SYSTEM_PROMPT, judge_user_prompt=USER_PROMPT,
-    judge_temperature=0.0, unparseable_verdict="no verdict: counted as wrong")
-SLICES = ("difficulty", "hops", "hop_group", "information_seeking", "domain", "category", "dynamism", "glasses",
-          "use_image", "image_quality")
+    MODES["kddcup2025"],
+    name="superglasses",
+    reproduces='SuperGlasses (arXiv 2602.22683) LLM judge replying {"accuracy": true|false} (Fig. 16); '
+    + ("prompt text of Fig. 16" if SUPERGLASSES_PROMPT_VERIFIED else "prompt wording approximate"),
+    judge_model="Qwen2.5-32B-Instruct",
+    judge_system_prompt=SYSTEM_PROMPT,
+    judge_user_prompt=USER_PROMPT,
+    judge_temperature=0.0,
+    unparseable_verdict="no verdict: counted as wrong",
+)
+SLICES = (
+    "difficulty",
+    "hops",
+    "hop_group",
+    "information_seeking",
+    "domain",
+    "category",
+    "dynamism",
+    "glasses",
+    "use_image",
+    "image_quality",
+)
 
 
 def read_prompt(name: str, folder: Path = PROMPTS_DIR) -> str:
@@ -102,8 +117,10 @@ def open_web_line() -> str:
     key = "set" if os.environ.get(c.key_env) else f"NOT SET ({c.key_env}): searches will fail as tool errors"
     lens = "on" if c.image_dir and c.image_base_url else "off (GLASSES_IMAGE_DIR / GLASSES_IMAGE_BASE_URL unset)"
     reach = "public addresses only" + (f" + GLASSES_WEB_ALLOW {','.join(c.allow)}" if c.allow else "")
-    return (f"SerpApi-compatible API at {c.serpapi_base_url}, key {key}; Google Lens {lens}; pages: {reach}, "
-            f"{c.timeout_s:g}s per request; cache {c.cache_dir}")
+    return (
+        f"SerpApi-compatible API at {c.serpapi_base_url}, key {key}; Google Lens {lens}; pages: {reach}, "
+        f"{c.timeout_s:g}s per request; cache {c.cache_dir}"
+    )
 
 
 def open_web_stats() -> dict[str, Any] | None:
@@ -184,8 +201,9 @@ def _add(s: SliceStats, result: str) -> None:
     s.accuracy = round(s.correct / s.n, 6)
 
 
-def evaluate_superglasses(traces: Iterable[TurnTrace], judge_name: str, embedder: Any = "auto",
-                          problems: list[str] | None = None) -> tuple[SuperGlassesReport, list[SGLog]]:
+def evaluate_superglasses(
+    traces: Iterable[TurnTrace], judge_name: str, embedder: Any = "auto", problems: list[str] | None = None
+) -> tuple[SuperGlassesReport, list[SGLog]]:
     """The report over scored traces (their `score` set by the run's scorer), and the traces as SGLogs."""
     traces = list(traces)
     overall = SliceStats()
@@ -194,9 +212,17 @@ def evaluate_superglasses(traces: Iterable[TurnTrace], judge_name: str, embedder
     unscored = 0
     for t in traces:
         values = slice_values(t.labels)
-        rows.append(QuestionRow(id=str(t.labels.get("sg_id") or t.interaction_id), question=t.question,
-                                answer=t.answer, ground_truth=t.ground_truth, result=t.score, judge=t.judge,
-                                slices=values))
+        rows.append(
+            QuestionRow(
+                id=str(t.labels.get("sg_id") or t.interaction_id),
+                question=t.question,
+                answer=t.answer,
+                ground_truth=t.ground_truth,
+                result=t.score,
+                judge=t.judge,
+                slices=values,
+            )
+        )
         if t.score is None:
             unscored += 1
             continue
@@ -209,34 +235,52 @@ def evaluate_superglasses(traces: Iterable[TurnTrace], judge_name: str, embedder
     comparison = compare(logs, refs, embedder=embedder) if refs else None
     stats: dict[str, float | int] = {}
     if refs:
-        stats = {"questions": len(refs),
-                 "mean_sub_questions": round(sum(len(r.hops) for r in refs) / len(refs), 4),
-                 "mean_tool_uses": round(sum(sum(h.uses_tool for h in r.hops) for r in refs) / len(refs), 4)}
+        stats = {
+            "questions": len(refs),
+            "mean_sub_questions": round(sum(len(r.hops) for r in refs) / len(refs), 4),
+            "mean_tool_uses": round(sum(sum(h.uses_tool for h in r.hops) for r in refs) / len(refs), 4),
+        }
     notes = ["Accuracy = correct / scored questions; 'I don't know' is not correct. The whole answer is judged."]
     if not SUPERGLASSES_PROMPT_VERIFIED and judge_name.startswith("llm-judge"):
-        notes.append("The judge prompt follows the paper's description of Fig. 16 ({\"accuracy\": true|false}); its "
-                     "exact wording could not be checked offline (prompts/README_superglasses_judge.md).")
+        notes.append(
+            'The judge prompt follows the paper\'s description of Fig. 16 ({"accuracy": true|false}); its '
+            "exact wording could not be checked offline (prompts/README_superglasses_judge.md)."
+        )
     if "approximate" in judge_name and not judge_name.startswith("llm-judge"):
         notes.append("Offline rule judge: an approximation of the paper's LLM judge, not its metric.")
     if comparison is not None:
-        notes.append("Error types are counted over wrong answers only, as defined in this project after the paper's "
-                     "description (glasses_rag/superglasses/compare.py).")
+        notes.append(
+            "Error types are counted over wrong answers only, as defined in this project after the paper's "
+            "description (glasses_rag/superglasses/compare.py)."
+        )
     return SuperGlassesReport(
-        judge=judge_name, judge_note=SUPERGLASSES_JUDGE.reproduces, overall=overall, unscored=unscored,
-        slices={k: dict(sorted(v.items())) for k, v in slices.items() if v}, annotation_stats=stats,
-        comparison=comparison, notes=notes, questions=rows), logs
+        judge=judge_name,
+        judge_note=SUPERGLASSES_JUDGE.reproduces,
+        overall=overall,
+        unscored=unscored,
+        slices={k: dict(sorted(v.items())) for k, v in slices.items() if v},
+        annotation_stats=stats,
+        comparison=comparison,
+        notes=notes,
+        questions=rows,
+    ), logs
 
 
 def format_superglasses(rep: SuperGlassesReport) -> str:
     o = rep.overall
-    L = [f"SuperGlasses accuracy: {100 * o.accuracy:.2f}% ({o.correct}/{o.n}; {o.missing} 'I don't know'"
-         + (f"; {rep.unscored} not scored" if rep.unscored else "") + f") judge: {rep.judge}"]
+    L = [
+        f"SuperGlasses accuracy: {100 * o.accuracy:.2f}% ({o.correct}/{o.n}; {o.missing} 'I don't know'"
+        + (f"; {rep.unscored} not scored" if rep.unscored else "")
+        + f") judge: {rep.judge}"
+    ]
     for name, vals in rep.slices.items():
         L.append(f"  {name}: " + ", ".join(f"{v} {100 * s.accuracy:.1f}% (n={s.n})" for v, s in vals.items()))
     if rep.annotation_stats:
         a = rep.annotation_stats
-        L.append(f"annotations: {a['mean_sub_questions']} sub-questions and {a['mean_tool_uses']} tool uses per "
-                 f"question ({a['questions']} questions)")
+        L.append(
+            f"annotations: {a['mean_sub_questions']} sub-questions and {a['mean_tool_uses']} tool uses per "
+            f"question ({a['questions']} questions)"
+        )
     if rep.comparison is not None:
         L += ["", "trajectories vs annotations:", format_report(rep.comparison, max_turns=20)]
     L += [f"note: {n}" for n in rep.notes]
@@ -255,8 +299,9 @@ def plot_superglasses(rep: SuperGlassesReport, path: str | Path) -> Path:
     from glasses_rag.core.files import write_atomic
 
     keys = [k for k, v in rep.slices.items() if v]
-    fig, axes = plt.subplots(max(1, len(keys)), 1, squeeze=False,
-                             figsize=(8, 1.2 + sum(len(rep.slices[k]) * 0.35 + 0.6 for k in keys)))
+    fig, axes = plt.subplots(
+        max(1, len(keys)), 1, squeeze=False, figsize=(8, 1.2 + sum(len(rep.slices[k]) * 0.35 + 0.6 for k in keys))
+    )
     for ax, key in zip(axes[:, 0], keys):
         names = list(rep.slices[key])
         ax.barh(range(len(names)), [rep.slices[key][v].accuracy for v in names], color="tab:blue")
@@ -266,8 +311,11 @@ def plot_superglasses(rep: SuperGlassesReport, path: str | Path) -> Path:
         ax.set_xlim(0, 1)
         ax.set_title(f"accuracy by {key}", fontsize=9)
         ax.invert_yaxis()
-    fig.suptitle(f"SuperGlasses accuracy (overall {rep.overall.accuracy:.3f}, {rep.overall.correct}/"
-                 f"{rep.overall.n}); judge: {rep.judge}", fontsize=9)
+    fig.suptitle(
+        f"SuperGlasses accuracy (overall {rep.overall.accuracy:.3f}, {rep.overall.correct}/"
+        f"{rep.overall.n}); judge: {rep.judge}",
+        fontsize=9,
+    )
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
@@ -277,11 +325,15 @@ def plot_superglasses(rep: SuperGlassesReport, path: str | Path) -> Path:
 
 def write_superglasses_report(rep: SuperGlassesReport, logs: list[SGLog], out_dir: str | Path) -> dict[str, Path]:
     out = Path(out_dir)
-    files = {"superglasses_json": out / "superglasses_report.json", "superglasses_txt": out / "superglasses_report.txt",
-             "superglasses_logs": out / "superglasses_logs.jsonl"}
+    files = {
+        "superglasses_json": out / "superglasses_report.json",
+        "superglasses_txt": out / "superglasses_report.txt",
+        "superglasses_logs": out / "superglasses_logs.jsonl",
+    }
     # without URL userinfo (a judge named openai:http://alice:pw@host/v1#m)
-    write_json_atomic(files["superglasses_json"],
-                      public_url(json.dumps(rep.model_dump(mode="json"), indent=2, ensure_ascii=False)))
+    write_json_atomic(
+        files["superglasses_json"], public_url(json.dumps(rep.model_dump(mode="json"), indent=2, ensure_ascii=False))
+    )
     write_json_atomic(files["superglasses_txt"], public_url(format_superglasses(rep) + "\n"))
     write_logs(logs, files["superglasses_logs"])
     return files

@@ -62,8 +62,19 @@ DATASET_ID = "xandery/SuperGlasses"
 ALIASES = {"superglasses", "super-glasses", DATASET_ID.lower()}
 # Columns that become the turn itself; every other column is kept as a label.
 TURN_COLUMNS = ("id", "question", "answer", "image")
-LABEL_COLUMNS = ("image_id", "category", "domain", "difficulty", "dynamism", "image_quality", "glasses", "location",
-                 "hops", "use_image", "sub_questions")
+LABEL_COLUMNS = (
+    "image_id",
+    "category",
+    "domain",
+    "difficulty",
+    "dynamism",
+    "image_quality",
+    "glasses",
+    "location",
+    "hops",
+    "use_image",
+    "sub_questions",
+)
 UseImageNo = Literal["image", "no-image", "skip"]
 _TRUNCATED_LOCK = threading.Lock()
 
@@ -77,7 +88,9 @@ class SuperGlassesLoadReport(LoadReport):
     images_joined: int = 0
     use_image_no: int = Field(0, description="Rows whose use_image is not 'Yes'.")
     truncated_images: int = 0
-    extra_columns: list[str] = Field(default_factory=list, description="Columns not in the known layout; kept as labels.")
+    extra_columns: list[str] = Field(
+        default_factory=list, description="Columns not in the known layout; kept as labels."
+    )
     missing_columns: list[str] = Field(default_factory=list)
 
 
@@ -93,8 +106,11 @@ def _root(path_or_name: str | Path) -> Path:
     hub_id = DATASET_ID if name.lower() in ALIASES else name
     cached = find_cached_dataset(hub_id)
     if cached is None:
-        raise FileNotFoundError(missing_data_message(
-            hub_id, f"huggingface-cli download --repo-type dataset {hub_id} --local-dir data/superglasses"))
+        raise FileNotFoundError(
+            missing_data_message(
+                hub_id, f"huggingface-cli download --repo-type dataset {hub_id} --local-dir data/superglasses"
+            )
+        )
     return cached
 
 
@@ -269,15 +285,21 @@ def row_to_conversation(row: dict[str, Any], n: int, report: SuperGlassesLoadRep
     q = row.get("question")
     if not isinstance(q, str) or not q.strip():
         report.bad_turns += 1
-        report.messages.append(f"row {n} ({sid}): no question; it is answered \"I don't know\"")
+        report.messages.append(f'row {n} ({sid}): no question; it is answered "I don\'t know"')
         q = ""
     answer = row.get("answer")
     answers = [] if answer is None else [str(answer)]
     if answer is None:
         report.messages.append(f"row {n} ({sid}): no answer; the turn runs but is not scored")
-    turn = Turn(interaction_id=sid, query=q, domain=_text(labels.get("domain")),
-                query_category=_text(labels.get("category")), dynamism=_text(labels.get("dynamism")),
-                image_quality=_text(labels.get("image_quality")), labels=labels)
+    turn = Turn(
+        interaction_id=sid,
+        query=q,
+        domain=_text(labels.get("domain")),
+        query_category=_text(labels.get("category")),
+        dynamism=_text(labels.get("dynamism")),
+        image_quality=_text(labels.get("image_quality")),
+        labels=labels,
+    )
     return Conversation(session_id=sid, turns=[turn], answers=answers, egocentric=True)
 
 
@@ -285,9 +307,13 @@ def row_to_conversation(row: dict[str, Any], n: int, report: SuperGlassesLoadRep
 _QueryRow = tuple[int, dict[str, Any], tuple[Path, int, int] | None]
 
 
-def load_superglasses(path_or_name: str | Path, limit: int | None = None, use_image_no: UseImageNo = "image",
-                      report: SuperGlassesLoadReport | None = None,
-                      image_root: str | Path | None = None) -> ConversationIterator:
+def load_superglasses(
+    path_or_name: str | Path,
+    limit: int | None = None,
+    use_image_no: UseImageNo = "image",
+    report: SuperGlassesLoadReport | None = None,
+    image_root: str | Path | None = None,
+) -> ConversationIterator:
     """Iterate SuperGlasses rows as Conversations (see the module docstring). Files are located and the queries
     read eagerly, so a missing dataset raises FileNotFoundError here; images are read while iterating. An image
     given as a path is read only inside the dataset's folder or `image_root` (default: GLASSES_IMAGE_ROOT).
@@ -320,10 +346,12 @@ def _check_columns(qfiles: list[Path], report: SuperGlassesLoadReport) -> int:
     for f in qfiles:
         pf = pq.ParquetFile(f)
         names = pf.schema_arrow.names
-        report.missing_columns = sorted({c for c in (*TURN_COLUMNS, *LABEL_COLUMNS) if c not in names}
-                                        | set(report.missing_columns))
-        report.extra_columns = sorted({c for c in names if c not in TURN_COLUMNS + LABEL_COLUMNS}
-                                      | set(report.extra_columns))
+        report.missing_columns = sorted(
+            {c for c in (*TURN_COLUMNS, *LABEL_COLUMNS) if c not in names} | set(report.missing_columns)
+        )
+        report.extra_columns = sorted(
+            {c for c in names if c not in TURN_COLUMNS + LABEL_COLUMNS} | set(report.extra_columns)
+        )
         total += pf.metadata.num_rows
     return total
 
@@ -373,8 +401,9 @@ class _Images:
             return (0, "", 0, 0, item[0])
         return (1, str(loc[0]), loc[1], loc[2], item[0])
 
-    def cell(self, row: dict[str, Any], own: tuple[Path, int, int] | None, report: SuperGlassesLoadReport
-             ) -> tuple[Any, str | None]:
+    def cell(
+        self, row: dict[str, Any], own: tuple[Path, int, int] | None, report: SuperGlassesLoadReport
+    ) -> tuple[Any, str | None]:
         """The row's picture (see `_image_cell`), or None and why (a refused path); raises when a shard cannot be
         read."""
         cell, why = None, None
@@ -388,8 +417,9 @@ class _Images:
         return cell, why
 
 
-def _conversations(chunks: Iterable[list[_QueryRow]], images: _Images, use_image_no: UseImageNo,
-                   report: SuperGlassesLoadReport) -> Iterator[Conversation]:
+def _conversations(
+    chunks: Iterable[list[_QueryRow]], images: _Images, use_image_no: UseImageNo, report: SuperGlassesLoadReport
+) -> Iterator[Conversation]:
     for n, row, own in (item for rows in chunks for item in sorted(rows, key=images.reading_order)):
         try:
             conv = row_to_conversation(row, n, report)
@@ -412,8 +442,9 @@ def _conversations(chunks: Iterable[list[_QueryRow]], images: _Images, use_image
         yield conv
 
 
-def _attach_image(conv: Conversation, n: int, row: dict[str, Any], cell: Any, without_image: bool,
-                  report: SuperGlassesLoadReport) -> None:
+def _attach_image(
+    conv: Conversation, n: int, row: dict[str, Any], cell: Any, without_image: bool, report: SuperGlassesLoadReport
+) -> None:
     """Gives the conversation its picture (a truncated JPEG decoded leniently), or says why it has none."""
     if without_image:
         cell = None

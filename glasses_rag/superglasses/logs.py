@@ -46,9 +46,14 @@ SEARCH_TOOLS = (IMAGE, TEXT)  # the SuperGlasses tool vocabulary
 # tool's capabilities): a call's `search` decides first (see `hop_tool`). The two searches are SuperGlasses' tools;
 # the others are recorded as `other_tools` (SuperGlasses does not annotate them).
 TOOL_NAMES: dict[str, str] = {
-    "image_search": IMAGE, "google_lens": IMAGE,
-    "web_search": TEXT, "google_search": TEXT,
-    "detect_crop": "Object Detection", "ocr": "OCR", "query_decoupler": "Query Decoupling", "reranker": "Rerank",
+    "image_search": IMAGE,
+    "google_lens": IMAGE,
+    "web_search": TEXT,
+    "google_search": TEXT,
+    "detect_crop": "Object Detection",
+    "ocr": "OCR",
+    "query_decoupler": "Query Decoupling",
+    "reranker": "Rerank",
     "read_webpage": "Web Page Reader",
 }
 # A call with one of these errors never reached the tool (see tools.registry.ToolCallError).
@@ -64,16 +69,48 @@ def squash(s: Any) -> str:
 _TOOL_ALIASES: dict[str, str] = {
     **{squash(k): v for k, v in TOOL_NAMES.items()},
     **{squash(v): v for v in TOOL_NAMES.values()},
-    **{k: IMAGE for k in ("imagesearch", "imageretrieval", "reverseimagesearch", "googlelens", "lens", "visualsearch",
-                          "image", "imagesearchtool", "imagetool")},
-    **{k: TEXT for k in ("textsearch", "websearch", "textretrieval", "googlesearch", "search", "websearchtool",
-                         "text", "textsearchtool", "webtool", "textquery")},
-    "objectdetection": "Object Detection", "detection": "Object Detection", "detectcrop": "Object Detection",
-    "textrecognition": "OCR", "querydecoupling": "Query Decoupling", "querydecomposition": "Query Decoupling",
-    "reranking": "Rerank", "webpagereader": "Web Page Reader", "pagereader": "Web Page Reader",
+    **{
+        k: IMAGE
+        for k in (
+            "imagesearch",
+            "imageretrieval",
+            "reverseimagesearch",
+            "googlelens",
+            "lens",
+            "visualsearch",
+            "image",
+            "imagesearchtool",
+            "imagetool",
+        )
+    },
+    **{
+        k: TEXT
+        for k in (
+            "textsearch",
+            "websearch",
+            "textretrieval",
+            "googlesearch",
+            "search",
+            "websearchtool",
+            "text",
+            "textsearchtool",
+            "webtool",
+            "textquery",
+        )
+    },
+    "objectdetection": "Object Detection",
+    "detection": "Object Detection",
+    "detectcrop": "Object Detection",
+    "textrecognition": "OCR",
+    "querydecoupling": "Query Decoupling",
+    "querydecomposition": "Query Decoupling",
+    "reranking": "Rerank",
+    "webpagereader": "Web Page Reader",
+    "pagereader": "Web Page Reader",
 }
-_NO_TOOL = frozenset({"", "none", "null", "nil", "no", "n/a", "na", "notool", "noretrieval", "noneed", "false", "0",
-                      "{}", "[]", "nan"})
+_NO_TOOL = frozenset(
+    {"", "none", "null", "nil", "no", "n/a", "na", "notool", "noretrieval", "noneed", "false", "0", "{}", "[]", "nan"}
+)
 
 
 def sg_tool_name(tool: str) -> str:
@@ -130,16 +167,22 @@ class SGLog(BaseModel):
     ground_truth: str | None = None
     answer: str | None = Field(None, description="The model's answer (ours or the logged system's).")
     accuracy: bool | None = Field(None, description="The judge's verdict on `answer`; null when not judged.")
-    labels: dict[str, Any] = Field(default_factory=dict, description="category, domain, difficulty, dynamism, "
-                                   "image_quality, glasses, location, hops (the annotated count), use_image, image_id.")
+    labels: dict[str, Any] = Field(
+        default_factory=dict,
+        description="category, domain, difficulty, dynamism, "
+        "image_quality, glasses, location, hops (the annotated count), use_image, image_id.",
+    )
     need_retrieval: bool | None = Field(None, description="Retrieval used or decided; null when the log does not say.")
-    tool_decision: list[str] = Field(default_factory=list, description="Search tools used (SuperGlasses names), "
-                                     "in order of first use.")
+    tool_decision: list[str] = Field(
+        default_factory=list, description="Search tools used (SuperGlasses names), in order of first use."
+    )
     detected_object: SGObject | None = None
     hops: list[SGHop] = Field(default_factory=list, description="The sub-questions, each with zero or one tool.")
     source: Layout = "other"
-    extra: dict[str, Any] = Field(default_factory=dict, description="Everything else: our trace's run metadata, or "
-                                  "keys of an imported log that could not be mapped.")
+    extra: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Everything else: our trace's run metadata, or keys of an imported log that could not be mapped.",
+    )
     unmapped: list[str] = Field(default_factory=list, description="Keys of the imported entry kept under `extra`.")
 
     def search_tools(self, vocabulary: Iterable[str] = SEARCH_TOOLS) -> set[str]:
@@ -174,8 +217,10 @@ def trace_hops(trace: TurnTrace) -> list[SGHop]:
     hops: list[dict[str, Any]] = []  # SGHop fields, plus `steps`: the trace events behind the hop
 
     def find(q: str, tool: str | None) -> dict[str, Any] | None:
-        return next((h for h in hops if _norm_q(h["sub_question"]) == _norm_q(q)
-                     and (tool is None or h["tool_used"] == tool)), None)
+        return next(
+            (h for h in hops if _norm_q(h["sub_question"]) == _norm_q(q) and (tool is None or h["tool_used"] == tool)),
+            None,
+        )
 
     for s in trace.tool_calls():
         if not _dispatched(s):
@@ -196,9 +241,12 @@ def trace_hops(trace: TurnTrace) -> list[SGHop]:
             hop = {"sub_question": q, "steps": []}
             hops.append(hop)
         first = s.results[0] if s.results else None
-        hop.update(tool_used=name, search_keywords=s.search_keywords if name == TEXT or s.search_keywords else None,
-                   search_url=first.url if first else None,
-                   search_result_snippet=(first.snippet or first.title or first.entity_name or "") if first else None)
+        hop.update(
+            tool_used=name,
+            search_keywords=s.search_keywords if name == TEXT or s.search_keywords else None,
+            search_url=first.url if first else None,
+            search_result_snippet=(first.snippet or first.title or first.entity_name or "") if first else None,
+        )
         hop["steps"].append(s.index)
         if s.error is not None:
             hop["error"] = s.error.kind
@@ -234,20 +282,38 @@ def to_superglasses(trace: TurnTrace) -> SGLog:
             b = s.detected_box
             obj = SGObject(label=b.label, box=[b.x0, b.y0, b.x1, b.y1], score=b.score, method=b.method)
     # the runner also sets the CRAG-MM label names; for a SuperGlasses row `query_category` only repeats `category`
-    labels = {k: v for k, v in trace.labels.items() if k not in _OUR_LABELS
-              and not (k in ("domain", "query_category", "dynamism", "image_quality") and v is None)
-              and not (k == "query_category" and "category" in trace.labels)}
+    labels = {
+        k: v
+        for k, v in trace.labels.items()
+        if k not in _OUR_LABELS
+        and not (k in ("domain", "query_category", "dynamism", "image_quality") and v is None)
+        and not (k == "query_category" and "category" in trace.labels)
+    }
     return SGLog(
-        id=str(trace.labels.get("sg_id") or trace.interaction_id), question=trace.question,
-        ground_truth=trace.ground_truth, answer=trace.answer,
-        accuracy=None if trace.score is None else trace.score == "correct", labels=labels,
-        need_retrieval=any(hop_tool(s) in SEARCH_TOOLS for s in calls), tool_decision=decision,
-        detected_object=obj, hops=hops, source="export",
-        extra={"run_id": trace.run_id, "session_id": trace.session_id, "interaction_id": trace.interaction_id,
-               "turn_index": trace.turn_index, "task": trace.task, "policy": trace.policy, "score": trace.score,
-               "judge": trace.judge, "abstained": trace.abstained,
-               "other_tools": [hop_tool(s) for s in used if hop_tool(s) not in SEARCH_TOOLS],
-               "tool_errors": [{"step_index": s.index, "tool": s.tool, "kind": s.error.kind} for s in calls if s.error]},
+        id=str(trace.labels.get("sg_id") or trace.interaction_id),
+        question=trace.question,
+        ground_truth=trace.ground_truth,
+        answer=trace.answer,
+        accuracy=None if trace.score is None else trace.score == "correct",
+        labels=labels,
+        need_retrieval=any(hop_tool(s) in SEARCH_TOOLS for s in calls),
+        tool_decision=decision,
+        detected_object=obj,
+        hops=hops,
+        source="export",
+        extra={
+            "run_id": trace.run_id,
+            "session_id": trace.session_id,
+            "interaction_id": trace.interaction_id,
+            "turn_index": trace.turn_index,
+            "task": trace.task,
+            "policy": trace.policy,
+            "score": trace.score,
+            "judge": trace.judge,
+            "abstained": trace.abstained,
+            "other_tools": [hop_tool(s) for s in used if hop_tool(s) not in SEARCH_TOOLS],
+            "tool_errors": [{"step_index": s.index, "tool": s.tool, "kind": s.error.kind} for s in calls if s.error],
+        },
     )
 
 
@@ -290,39 +356,152 @@ def export_run(run_dir: str | Path, out_path: str | Path, problems: list[str] | 
 _ID = ("id", "sgid", "interactionid", "qid", "questionid", "queryid", "sampleid", "uid")
 _QUESTION = ("question", "query", "userquestion", "prompt")
 _GT = ("groundtruth", "gt", "goldanswer", "referenceanswer", "groundtruthanswer", "gtanswer", "goldenanswer")
-_PRED = ("prediction", "response", "modelanswer", "finalanswer", "agentanswer", "predictedanswer", "output",
-         "superlensanswer")
-_LABELS = {"category": "category", "categories": "category", "querycategory": "category", "domain": "domain",
-           "difficulty": "difficulty", "dynamism": "dynamism", "imagequality": "image_quality", "glasses": "glasses",
-           "device": "glasses", "location": "location", "useimage": "use_image", "imageid": "image_id", "image": "image",
-           "numhops": "hops", "hopcount": "hops", "numberofhops": "hops"}
-_NEED = ("needretrieval", "needsretrieval", "needsearch", "needssearch", "retrievalneeded", "requiresretrieval",
-         "needrag", "rag", "decision", "retrievaldecision", "retrievaldemand", "ragdecision")
-_TOOLS = ("tooldecision", "tooldecisions", "tools", "toolsused", "toolsequence", "toolchain", "tooluse",
-          "informationseeking")
-_OBJECT = ("detectedobject", "object", "objectdetection", "targetobject", "objectofinterest", "detection",
-           "entityobject")
-_HOPS = ("hops", "subquestions", "searchlog", "searchlogs", "searchtrajectory", "searchtrajectories", "trajectory",
-         "searchsteps", "steps", "searchhistory", "hoplist")
+_PRED = (
+    "prediction",
+    "response",
+    "modelanswer",
+    "finalanswer",
+    "agentanswer",
+    "predictedanswer",
+    "output",
+    "superlensanswer",
+)
+_LABELS = {
+    "category": "category",
+    "categories": "category",
+    "querycategory": "category",
+    "domain": "domain",
+    "difficulty": "difficulty",
+    "dynamism": "dynamism",
+    "imagequality": "image_quality",
+    "glasses": "glasses",
+    "device": "glasses",
+    "location": "location",
+    "useimage": "use_image",
+    "imageid": "image_id",
+    "image": "image",
+    "numhops": "hops",
+    "hopcount": "hops",
+    "numberofhops": "hops",
+}
+_NEED = (
+    "needretrieval",
+    "needsretrieval",
+    "needsearch",
+    "needssearch",
+    "retrievalneeded",
+    "requiresretrieval",
+    "needrag",
+    "rag",
+    "decision",
+    "retrievaldecision",
+    "retrievaldemand",
+    "ragdecision",
+)
+_TOOLS = (
+    "tooldecision",
+    "tooldecisions",
+    "tools",
+    "toolsused",
+    "toolsequence",
+    "toolchain",
+    "tooluse",
+    "informationseeking",
+)
+_OBJECT = (
+    "detectedobject",
+    "object",
+    "objectdetection",
+    "targetobject",
+    "objectofinterest",
+    "detection",
+    "entityobject",
+)
+_HOPS = (
+    "hops",
+    "subquestions",
+    "searchlog",
+    "searchlogs",
+    "searchtrajectory",
+    "searchtrajectories",
+    "trajectory",
+    "searchsteps",
+    "steps",
+    "searchhistory",
+    "hoplist",
+)
 _ACCURACY = ("accuracy", "correct", "iscorrect", "judgement", "judgment", "verdict")
 _IGNORED = ("format", "source", "unmapped")  # written by our export; re-derived on reading
 
 _HOP_SUBQ = ("subquestion", "subquery", "subq", "question", "text", "querytext")
-_HOP_TOOL = ("toolused", "tool", "toolname", "searchtool", "tooltype", "searchtype", "retrievaltools",
-             "retrievaltool", "tools", "type", "name")
+_HOP_TOOL = (
+    "toolused",
+    "tool",
+    "toolname",
+    "searchtool",
+    "tooltype",
+    "searchtype",
+    "retrievaltools",
+    "retrievaltool",
+    "tools",
+    "type",
+    "name",
+)
 _HOP_KW = ("searchkeywords", "keywords", "keyword", "searchquery", "query", "searchterms", "q")
 _HOP_URL = ("searchurl", "url", "link", "sourceurl", "resulturl", "urls", "links")
-_HOP_SNIPPET = ("searchresultsnippet", "searchresult", "snippet", "resultsnippet", "result", "searchsnippet",
-                "content", "searchresults", "results", "evidence")
+_HOP_SNIPPET = (
+    "searchresultsnippet",
+    "searchresult",
+    "snippet",
+    "resultsnippet",
+    "result",
+    "searchsnippet",
+    "content",
+    "searchresults",
+    "results",
+    "evidence",
+)
 _HOP_KEYS = (_HOP_SUBQ, _HOP_TOOL, _HOP_KW, _HOP_URL, _HOP_SNIPPET)
 _HOP_OWN_EXTRAS = ("steps", "error", "moretools")  # written by our export: kept without a report
 _HOP_N = re.compile(r"^hop(\d+)$")
 _LINE = re.compile(r"^\s*([^:]{1,60}?)\s*:\s*(.*?)\s*$")
 
-_TRUE = {"true", "yes", "y", "1", "t", "need", "needed", "required", "needrag", "rag", "retrieval", "search",
-         "useretrieval", "needretrieval", "needsearch"}
-_FALSE = {"false", "no", "n", "0", "f", "none", "notneeded", "noretrieval", "norag", "noneedrag", "noneed",
-          "directanswer", "direct", "nosearch", "noneedsearch", "noneedretrieval", ""}
+_TRUE = {
+    "true",
+    "yes",
+    "y",
+    "1",
+    "t",
+    "need",
+    "needed",
+    "required",
+    "needrag",
+    "rag",
+    "retrieval",
+    "search",
+    "useretrieval",
+    "needretrieval",
+    "needsearch",
+}
+_FALSE = {
+    "false",
+    "no",
+    "n",
+    "0",
+    "f",
+    "none",
+    "notneeded",
+    "noretrieval",
+    "norag",
+    "noneedrag",
+    "noneed",
+    "directanswer",
+    "direct",
+    "nosearch",
+    "noneedsearch",
+    "noneedretrieval",
+    "",
+}
 
 
 def _text(v: Any) -> str:
@@ -362,8 +541,12 @@ def _box(v: Any) -> list[float] | None:
             return [x0, y0, a, b] if a >= x0 and b >= y0 else [x0, y0, x0 + a, y0 + b]
         if isinstance(v, dict):
             d = {squash(k): x for k, x in v.items()}
-            for keys in (("x0", "y0", "x1", "y1"), ("x1", "y1", "x2", "y2"), ("xmin", "ymin", "xmax", "ymax"),
-                         ("left", "top", "right", "bottom")):
+            for keys in (
+                ("x0", "y0", "x1", "y1"),
+                ("x1", "y1", "x2", "y2"),
+                ("xmin", "ymin", "xmax", "ymax"),
+                ("left", "top", "right", "bottom"),
+            ):
                 if all(k in d for k in keys):
                     return [float(d[k]) for k in keys]
             for keys in (("x", "y", "w", "h"), ("x", "y", "width", "height")):
@@ -409,7 +592,9 @@ def _decisions(text: str) -> tuple[list[str], list[str]]:
         s = part.strip().strip(".")
         if not s:
             continue
-        m = re.match(r"^(?:no\s+need(?:\s+(?:for|of|to use))?|not\s+needed:?|no|without|skip|don'?t\s+need)\s+(.+)$", s, re.I)
+        m = re.match(
+            r"^(?:no\s+need(?:\s+(?:for|of|to use))?|not\s+needed:?|no|without|skip|don'?t\s+need)\s+(.+)$", s, re.I
+        )
         if m:
             declined.append(sg_tool_name(m.group(1)))
             continue
@@ -420,8 +605,9 @@ def _decisions(text: str) -> tuple[list[str], list[str]]:
     return need, declined
 
 
-def tools_named_in(value: Any, found: list[tuple[str, dict[str, Any]]] | None = None,
-             notes: list[str] | None = None) -> list[tuple[str, dict[str, Any]]]:
+def tools_named_in(
+    value: Any, found: list[tuple[str, dict[str, Any]]] | None = None, notes: list[str] | None = None
+) -> list[tuple[str, dict[str, Any]]]:
     """The tools named in a `retrieval-tools`-like value, with the details given for each ({keywords, url, ...}).
 
     None, "", "none", "null", "{}" and "[]" name no tool; a JSON string is decoded; a list names the tools of its
@@ -438,7 +624,9 @@ def tools_named_in(value: Any, found: list[tuple[str, dict[str, Any]]] | None = 
         return found
     if isinstance(value, dict):
         d = {squash(k): (k, x) for k, x in value.items()}
-        key = next((k for k in ("tool", "toolused", "toolname", "name", "type", "searchtool", "tooltype") if k in d), None)
+        key = next(
+            (k for k in ("tool", "toolused", "toolname", "name", "type", "searchtool", "tooltype") if k in d), None
+        )
         if key is not None:
             names = [n for n, _ in tools_named_in(d[key][1])]
             details = {k: x for k, x in value.items() if squash(k) != key}
@@ -474,8 +662,9 @@ def _pick(d: dict[str, tuple[str, Any]], names: tuple[str, ...], used: set[str])
     return False, None
 
 
-def _hop_from(v: Any, question: str, where: str, problems: list[str] | None, unmapped: list[str],
-              name: str = "hop") -> SGHop | None:
+def _hop_from(
+    v: Any, question: str, where: str, problems: list[str] | None, unmapped: list[str], name: str = "hop"
+) -> SGHop | None:
     """One hop from a dict in any layout, or from a plain string (a sub-question without a tool)."""
     v = _loads(v)
     if isinstance(v, str):
@@ -506,12 +695,20 @@ def _hop_from(v: Any, question: str, where: str, problems: list[str] | None, unm
     extra = _unmapped_keys(d, used, unmapped, f"{name}.", _HOP_OWN_EXTRAS)
     if len(tools) > 1:
         extra["more_tools"] = [n for n, _ in tools[1:]]
-        _problem(problems, f"{where}: names {len(tools)} tools ({', '.join(n for n, _ in tools)}); a SuperGlasses "
-                           "hop has one: the first is `Tool used`, the others are kept under more_tools")
+        _problem(
+            problems,
+            f"{where}: names {len(tools)} tools ({', '.join(n for n, _ in tools)}); a SuperGlasses "
+            "hop has one: the first is `Tool used`, the others are kept under more_tools",
+        )
     snippet = _text(snip) or None
-    return SGHop(sub_question=_text(q) if has_q and _text(q) else question, tool_used=tool_name,
-                 search_keywords=_text(kw) or None, search_url=_text(url) or None,
-                 search_result_snippet=snippet, **extra)
+    return SGHop(
+        sub_question=_text(q) if has_q and _text(q) else question,
+        tool_used=tool_name,
+        search_keywords=_text(kw) or None,
+        search_url=_text(url) or None,
+        search_result_snippet=snippet,
+        **extra,
+    )
 
 
 def _key_lines(text: str) -> dict[str, Any]:
@@ -533,9 +730,10 @@ def _layout(d: dict[str, tuple[str, Any]]) -> Layout:
         return "hop-n"
     if {"decision", "tooldecision", "objectdetection"} & set(d):
         return "superlens"
-    if {"subquestion", "toolused"} & set(d) or any(isinstance(x, list) and x and isinstance(x[0], dict) and
-                                                    {"subquestion", "toolused"} & {squash(k) for k in x[0]}
-                                                    for _, x in d.values()):
+    if {"subquestion", "toolused"} & set(d) or any(
+        isinstance(x, list) and x and isinstance(x[0], dict) and {"subquestion", "toolused"} & {squash(k) for k in x[0]}
+        for _, x in d.values()
+    ):
         return "paper"
     return "other"
 
@@ -571,7 +769,9 @@ def parse_log(entry: Any, where: str = "entry", problems: list[str] | None = Non
         try:
             return SGLog.model_validate(entry)  # our own export: lossless
         except ValidationError as err:
-            _problem(problems, f"{where}: marked {FORMAT} but not valid ({err.errors()[0].get('msg')}); read tolerantly")
+            _problem(
+                problems, f"{where}: marked {FORMAT} but not valid ({err.errors()[0].get('msg')}); read tolerantly"
+            )
     if not isinstance(entry, dict):
         _problem(problems, f"{where}: not a JSON object ({type(entry).__name__})")
         return None
@@ -599,10 +799,21 @@ def _read_entry(e: _Entry, iid: str) -> SGLog:
     if isinstance(hop_count, int) and hops and hop_count != len(hops):
         e.problem(f"hops = {hop_count} but {len(hops)} sub-question(s) are given")
     extra = _entry_extra(e)
-    return SGLog(id=iid, question=question, ground_truth=ground_truth, answer=answer,
-                 accuracy=_bool(acc) if has_acc else None, labels=labels, need_retrieval=need, tool_decision=decision,
-                 detected_object=_object(obj_raw) if has_obj else None, hops=hops, source=layout, extra=extra,
-                 unmapped=e.unmapped)
+    return SGLog(
+        id=iid,
+        question=question,
+        ground_truth=ground_truth,
+        answer=answer,
+        accuracy=_bool(acc) if has_acc else None,
+        labels=labels,
+        need_retrieval=need,
+        tool_decision=decision,
+        detected_object=_object(obj_raw) if has_obj else None,
+        hops=hops,
+        source=layout,
+        extra=extra,
+        unmapped=e.unmapped,
+    )
 
 
 def _answers(e: _Entry, layout: Layout) -> tuple[str | None, str | None]:
@@ -724,13 +935,21 @@ def _entry_extra(e: _Entry) -> dict[str, Any]:
         extra["unreadable_hops"] = e.unreadable_hops
     for u in e.unmapped:
         hop_name, dot, key = u.partition(".")
-        e.problem(f"{hop_name} key {key!r} not mapped; kept in the hop" if dot and hop_name.startswith("hop ")
-                  else f"key {u!r} not mapped; kept under extra")
+        e.problem(
+            f"{hop_name} key {key!r} not mapped; kept in the hop"
+            if dot and hop_name.startswith("hop ")
+            else f"key {u!r} not mapped; kept under extra"
+        )
     return extra
 
 
-def _unmapped_keys(keys: dict[str, tuple[str, Any]], used: set[str], unmapped: list[str], prefix: str = "",
-                   unreported: Iterable[str] = ()) -> dict[str, Any]:
+def _unmapped_keys(
+    keys: dict[str, tuple[str, Any]],
+    used: set[str],
+    unmapped: list[str],
+    prefix: str = "",
+    unreported: Iterable[str] = (),
+) -> dict[str, Any]:
     """The keys not used, under their original names; each named in `unmapped` (after `prefix`) unless
     `unreported`."""
     out: dict[str, Any] = {}

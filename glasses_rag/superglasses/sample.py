@@ -35,10 +35,23 @@ def sub_q(text: str, tools: Any) -> dict[str, str]:
 
 
 def query_row(i: int, image_id: int | None, question: str, answer: str, subs: list[dict], **labels: Any) -> dict:
-    row = {"id": f"sg-{i:04d}", "image_id": image_id, "image": f"{image_id}.jpg", "question": question,
-           "answer": answer, "category": ["Entity Recognition"], "domain": "Vehicle", "difficulty": "Easy",
-           "dynamism": "Static", "image_quality": "Normal", "glasses": "Ray-Ban Meta", "location": "Outdoor",
-           "hops": len(subs), "use_image": "Yes", "sub_questions": subs}
+    row = {
+        "id": f"sg-{i:04d}",
+        "image_id": image_id,
+        "image": f"{image_id}.jpg",
+        "question": question,
+        "answer": answer,
+        "category": ["Entity Recognition"],
+        "domain": "Vehicle",
+        "difficulty": "Easy",
+        "dynamism": "Static",
+        "image_quality": "Normal",
+        "glasses": "Ray-Ban Meta",
+        "location": "Outdoor",
+        "hops": len(subs),
+        "use_image": "Yes",
+        "sub_questions": subs,
+    }
     row.update(labels)
     return row
 
@@ -51,21 +64,34 @@ def write_superglasses(root: Path, rows: list[dict], images: dict[int, bytes], s
 
     (root / "queries").mkdir(parents=True, exist_ok=True)
     (root / "images").mkdir(parents=True, exist_ok=True)
-    qfeat = Features({
-        "id": Value("string"), "image_id": Value("int64"), "image": Value("string"), "question": Value("string"),
-        "answer": Value("string"), "category": Sequence(Value("string")), "domain": Value("string"),
-        "difficulty": Value("string"), "dynamism": Value("string"), "image_quality": Value("string"),
-        "glasses": Value("string"), "location": Value("string"), "hops": Value("int64"), "use_image": Value("string"),
-        "sub_questions": [{"sub_question": Value("string"), "retrieval-tools": Value("string")}],
-    })
+    qfeat = Features(
+        {
+            "id": Value("string"),
+            "image_id": Value("int64"),
+            "image": Value("string"),
+            "question": Value("string"),
+            "answer": Value("string"),
+            "category": Sequence(Value("string")),
+            "domain": Value("string"),
+            "difficulty": Value("string"),
+            "dynamism": Value("string"),
+            "image_quality": Value("string"),
+            "glasses": Value("string"),
+            "location": Value("string"),
+            "hops": Value("int64"),
+            "use_image": Value("string"),
+            "sub_questions": [{"sub_question": Value("string"), "retrieval-tools": Value("string")}],
+        }
+    )
     cols = {k: [r.get(k) for r in rows] for k in qfeat}
     Dataset.from_dict(cols, features=qfeat).to_parquet(str(root / "queries" / "test-00000-of-00001.parquet"))
     ids = sorted(images)
     ifeat = Features({"image_id": Value("int64"), "image": HFImage()})
     for s in range(shards):
         part = ids[s::shards]
-        Dataset.from_dict({"image_id": part, "image": [{"bytes": images[i], "path": f"{i}.jpg"} for i in part]},
-                          features=ifeat).to_parquet(str(root / "images" / f"test-{s:05d}-of-{shards:05d}.parquet"))
+        Dataset.from_dict(
+            {"image_id": part, "image": [{"bytes": images[i], "path": f"{i}.jpg"} for i in part]}, features=ifeat
+        ).to_parquet(str(root / "images" / f"test-{s:05d}-of-{shards:05d}.parquet"))
     return root
 
 
@@ -73,20 +99,47 @@ def sample_dataset(root: Path) -> Path:
     """Four questions over three images: one-hop image search, two-hop image + text, no retrieval (use_image
     "No"), and a question whose image_id is in no images file."""
     rows = [
-        query_row(0, 1, "What is this rocket?", "Falcon 9", [sub_q("What is the rocket?", {"Image Search": {"url": "https://example.org/f9"}})],
-                  difficulty="Easy"),
-        query_row(1, 1, "Who makes this rocket?", "SpaceX",
-                  [sub_q("What is the rocket?", ["Image Search"]),
-                   sub_q("Who makes Falcon 9?", {"tool": "Text Search", "keywords": "Falcon 9 manufacturer"})],
-                  difficulty="Hard", category=["Entity Recognition", "Reasoning"]),
-        query_row(2, 2, "What colour is the sky?", "blue", [sub_q("What colour is the sky?", "none")],
-                  use_image="No", domain="Nature", glasses="Xiaomi"),
-        query_row(3, 99, "When was this tower built?", "1889",
-                  [sub_q("When was the Eiffel Tower built?", '{"Text Search": "Eiffel Tower built year"}')],
-                  domain="Landmark", glasses="RayNeo"),
+        query_row(
+            0,
+            1,
+            "What is this rocket?",
+            "Falcon 9",
+            [sub_q("What is the rocket?", {"Image Search": {"url": "https://example.org/f9"}})],
+            difficulty="Easy",
+        ),
+        query_row(
+            1,
+            1,
+            "Who makes this rocket?",
+            "SpaceX",
+            [
+                sub_q("What is the rocket?", ["Image Search"]),
+                sub_q("Who makes Falcon 9?", {"tool": "Text Search", "keywords": "Falcon 9 manufacturer"}),
+            ],
+            difficulty="Hard",
+            category=["Entity Recognition", "Reasoning"],
+        ),
+        query_row(
+            2,
+            2,
+            "What colour is the sky?",
+            "blue",
+            [sub_q("What colour is the sky?", "none")],
+            use_image="No",
+            domain="Nature",
+            glasses="Xiaomi",
+        ),
+        query_row(
+            3,
+            99,
+            "When was this tower built?",
+            "1889",
+            [sub_q("When was the Eiffel Tower built?", '{"Text Search": "Eiffel Tower built year"}')],
+            domain="Landmark",
+            glasses="RayNeo",
+        ),
     ]
     return write_superglasses(root, rows, {1: jpeg((200, 30, 30)), 2: jpeg((30, 30, 200)), 3: jpeg((0, 200, 0))})
-
 
 
 def ensure_sample(root: Path) -> Path:

@@ -31,8 +31,14 @@ def respond(body: dict) -> dict:
     asked = _texts(messages[-1])
     said = [_texts(m) for m in messages if m.get("role") == "assistant"]
     if "chain of verification" in asked:
-        return _reply({"verifications": [{"question": "is the entity right?", "answer": "yes", "supported": True}],
-                       "supported": True, "confidence": 0.9, "reason": "the results say so"})
+        return _reply(
+            {
+                "verifications": [{"question": "is the entity right?", "answer": "yes", "supported": True}],
+                "supported": True,
+                "confidence": 0.9,
+                "reason": "the results say so",
+            }
+        )
     if "Decide the next step" not in asked:  # a separate answer request
         return _reply({"answer": "I don't know", "confidence": 0.1, "entity": "", "rationale": "no decision asked"})
     if not any('"image_search"' in s for s in said):
@@ -40,10 +46,23 @@ def respond(body: dict) -> dict:
     if not any('"web_search"' in s for s in said):
         found = _QUESTION.search("\n".join(_texts(m) for m in messages if m.get("role") == "user"))
         query = found.group(1).strip()[:200] if found else "the pictured entity"
-        return _reply({"action": "call_tool", "tool": "web_search", "arguments": {"query": query},
-                       "rationale": "look the fact up"})
-    return _reply({"action": "answer", "answer": "a scripted answer", "confidence": 0.9, "entity": "",
-                   "rationale": "enough evidence"})
+        return _reply(
+            {
+                "action": "call_tool",
+                "tool": "web_search",
+                "arguments": {"query": query},
+                "rationale": "look the fact up",
+            }
+        )
+    return _reply(
+        {
+            "action": "answer",
+            "answer": "a scripted answer",
+            "confidence": 0.9,
+            "entity": "",
+            "rationale": "enough evidence",
+        }
+    )
 
 
 def _reply(obj: dict[str, Any]) -> dict:

@@ -65,12 +65,22 @@ class _FakeModelHTTPServer(ThreadingHTTPServer):
 
 
 class FakeOpenAIServer:
-    def __init__(self, models: tuple[str, ...] = ("fake-vlm",), *, delay_s: float = 0.0,
-                 responder: Callable[[dict], Any] | None = None,
-                 response_formats: Iterable[str] = ("json_schema", "json_object"), tools: bool = True,
-                 stream: bool = True, port: int = 0, vllm: VllmBehaviour | None = None,
-                 reject_fields: Iterable[str] = (), tools_error: tuple[int, Any] | None = None,
-                 owned_by: str | None = None, record: bool = True):
+    def __init__(
+        self,
+        models: tuple[str, ...] = ("fake-vlm",),
+        *,
+        delay_s: float = 0.0,
+        responder: Callable[[dict], Any] | None = None,
+        response_formats: Iterable[str] = ("json_schema", "json_object"),
+        tools: bool = True,
+        stream: bool = True,
+        port: int = 0,
+        vllm: VllmBehaviour | None = None,
+        reject_fields: Iterable[str] = (),
+        tools_error: tuple[int, Any] | None = None,
+        owned_by: str | None = None,
+        record: bool = True,
+    ):
         self.record = record  # keep every request body (tests read them); a long-lived server process does not
         self.script: deque[Any] = deque()
         self.routes: list[tuple[str, Any]] = []
@@ -116,20 +126,40 @@ class FakeOpenAIServer:
 
     def _reject(self, body: dict) -> tuple[int, Any] | None:
         rf = body.get("response_format")
-        if isinstance(rf, dict) and rf.get("type") not in ("text", None) and rf.get("type") not in self.response_formats:
-            return 422, {"detail": [{"type": "literal_error", "loc": ["body", "response_format", "type"],
-                                     "msg": f"Input should be one of {sorted(self.response_formats) or ['text']}"}]}
+        if (
+            isinstance(rf, dict)
+            and rf.get("type") not in ("text", None)
+            and rf.get("type") not in self.response_formats
+        ):
+            return 422, {
+                "detail": [
+                    {
+                        "type": "literal_error",
+                        "loc": ["body", "response_format", "type"],
+                        "msg": f"Input should be one of {sorted(self.response_formats) or ['text']}",
+                    }
+                ]
+            }
         if body.get("tools") and self.tools_error is not None:
             return self.tools_error
         if body.get("tools") and not self.accept_tools:
-            return 400, {"object": "error", "message": '"auto" tool choice requires --enable-auto-tool-choice and '
-                                                       '--tool-call-parser to be set', "code": 400}
+            return 400, {
+                "object": "error",
+                "message": '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set',
+                "code": 400,
+            }
         if body.get("stream") and not self.accept_stream:
             return 400, {"error": "stream is not supported by this server"}
         unknown = [k for k in self.reject_fields if k in body]
         if unknown:
-            return 400, {"error": {"message": f"Unrecognized request argument supplied: {unknown[0]}",
-                                   "type": "invalid_request_error", "param": None, "code": None}}
+            return 400, {
+                "error": {
+                    "message": f"Unrecognized request argument supplied: {unknown[0]}",
+                    "type": "invalid_request_error",
+                    "param": None,
+                    "code": None,
+                }
+            }
         return self.vllm.reject(body, self.models) if self.vllm is not None else None
 
     def start(self) -> FakeOpenAIServer:
@@ -183,18 +213,36 @@ class FakeOpenAIServer:
 
     @staticmethod
     def text_reply(text: str, prompt_tokens: int = 10, completion_tokens: int = 5) -> dict:
-        return {"id": "cmpl-1", "object": "chat.completion", "model": "fake-vlm",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}}
+        return {
+            "id": "cmpl-1",
+            "object": "chat.completion",
+            "model": "fake-vlm",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens},
+        }
 
     @staticmethod
     def tool_call_reply(name: str, arguments: dict | str, content: str | None = None) -> dict:
         args = arguments if isinstance(arguments, str) else json.dumps(arguments)
-        return {"id": "cmpl-2", "object": "chat.completion", "model": "fake-vlm",
-                "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
-                    "role": "assistant", "content": content,
-                    "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": name, "arguments": args}}]}}],
-                "usage": {"prompt_tokens": 12, "completion_tokens": 7}}
+        return {
+            "id": "cmpl-2",
+            "object": "chat.completion",
+            "model": "fake-vlm",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "tool_calls",
+                    "message": {
+                        "role": "assistant",
+                        "content": content,
+                        "tool_calls": [
+                            {"id": "call_1", "type": "function", "function": {"name": name, "arguments": args}}
+                        ],
+                    },
+                }
+            ],
+            "usage": {"prompt_tokens": 12, "completion_tokens": 7},
+        }
 
     @staticmethod
     def sse_chunks(reply: dict, include_usage: bool = True, piece: int = 8) -> list[dict]:
@@ -208,16 +256,30 @@ class FakeOpenAIServer:
 
         out = [chunk({"role": "assistant"})]
         thought = msg.get("reasoning_content") or ""
-        out += [chunk({"reasoning_content": thought[i:i + piece]}) for i in range(0, len(thought), piece)]
+        out += [chunk({"reasoning_content": thought[i : i + piece]}) for i in range(0, len(thought), piece)]
         text = msg.get("content") or ""
-        out += [chunk({"content": text[i:i + piece]}) for i in range(0, len(text), piece)]
+        out += [chunk({"content": text[i : i + piece]}) for i in range(0, len(text), piece)]
         for k, tc in enumerate(msg.get("tool_calls") or []):
             fn = tc.get("function") or {}
-            out.append(chunk({"tool_calls": [{"index": k, "id": tc.get("id"), "type": "function",
-                                              "function": {"name": fn.get("name"), "arguments": ""}}]}))
+            out.append(
+                chunk(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": k,
+                                "id": tc.get("id"),
+                                "type": "function",
+                                "function": {"name": fn.get("name"), "arguments": ""},
+                            }
+                        ]
+                    }
+                )
+            )
             args = fn.get("arguments") or ""
-            out += [chunk({"tool_calls": [{"index": k, "function": {"arguments": args[i:i + piece]}}]})
-                    for i in range(0, len(args), piece)]
+            out += [
+                chunk({"tool_calls": [{"index": k, "function": {"arguments": args[i : i + piece]}}]})
+                for i in range(0, len(args), piece)
+            ]
         out.append(chunk({}, choice.get("finish_reason") or "stop"))
         if include_usage and reply.get("usage"):
             out.append({**base, "choices": [], "usage": reply["usage"]})
@@ -273,8 +335,11 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.rstrip("/").endswith("/models"):
             vllm = self.fake.vllm
             owner = {"owned_by": self.fake.owned_by} if self.fake.owned_by else {}
-            cards = vllm.model_cards(self.fake.models) if vllm else [
-                {"id": m, "object": "model", **owner} for m in self.fake.models]
+            cards = (
+                vllm.model_cards(self.fake.models)
+                if vllm
+                else [{"id": m, "object": "model", **owner} for m in self.fake.models]
+            )
             self._send(200, {"object": "list", "data": cards})
         else:
             self._send(404, {"error": "not found"})
@@ -399,11 +464,16 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m glasses_rag.testing.fake_model_server", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m glasses_rag.testing.fake_model_server", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--delay", type=float, default=0.0, help="seconds every reply takes (a fake model's latency)")
-    p.add_argument("--responder", default=None,
-                   help="module:function or path/to/file.py:function answering a request body with a reply")
+    p.add_argument(
+        "--responder",
+        default=None,
+        help="module:function or path/to/file.py:function answering a request body with a reply",
+    )
     args = p.parse_args(argv)
     responder = None
     if args.responder:

@@ -33,8 +33,15 @@ PIECE = 16 * 1024
 
 
 class HostileModelServer:
-    def __init__(self, mode: HostileMode = "endless", *, size: int = 6 * 1024 * 1024, reply_s: float = 60.0,
-                 reply_bytes: int = 4 * 1024**3, port: int = 0):
+    def __init__(
+        self,
+        mode: HostileMode = "endless",
+        *,
+        size: int = 6 * 1024 * 1024,
+        reply_s: float = 60.0,
+        reply_bytes: int = 4 * 1024**3,
+        port: int = 0,
+    ):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
         self.mode, self.size, self.reply_s, self.reply_bytes = mode, size, reply_s, reply_bytes
@@ -62,8 +69,12 @@ class HostileModelServer:
 
 
 def _chunk(delta: dict, finish: str | None = None) -> bytes:
-    body = {"id": "chatcmpl-hostile", "object": "chat.completion.chunk", "model": "x",
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    body = {
+        "id": "chatcmpl-hostile",
+        "object": "chat.completion.chunk",
+        "model": "x",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
     return f"data: {json.dumps(body)}\n\n".encode()
 
 
@@ -144,10 +155,22 @@ class _HostileHandler(BaseHTTPRequestHandler):
             yield _chunk({"tool_calls": [{"index": 0, "function": {"arguments": "1)"}}]}, "tool_calls")
             yield b"data: [DONE]\n\n"
             return
-        head = {"id": "chatcmpl-hostile", "object": "chat.completion", "model": "x", "choices": [
-            {"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": None,
-                                                                      "tool_calls": [{**call, "function": {
-                                                                          "name": "web_search", "arguments": "@"}}]}}]}
+        head = {
+            "id": "chatcmpl-hostile",
+            "object": "chat.completion",
+            "model": "x",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "tool_calls",
+                    "message": {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [{**call, "function": {"name": "web_search", "arguments": "@"}}],
+                    },
+                }
+            ],
+        }
         before, after = json.dumps(head).split("@")
         yield before.encode()
         for _ in range(n):
@@ -156,8 +179,14 @@ class _HostileHandler(BaseHTTPRequestHandler):
 
     def _huge_body(self, slot: int) -> None:
         h = self.hostile
-        before, after = json.dumps({"id": "chatcmpl-hostile", "object": "chat.completion", "model": "x", "choices": [
-            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "@"}}]}).split("@")
+        before, after = json.dumps(
+            {
+                "id": "chatcmpl-hostile",
+                "object": "chat.completion",
+                "model": "x",
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "@"}}],
+            }
+        ).split("@")
         n = max(1, h.size // PIECE)
         self._head(200, "application/json", len(before) + n * PIECE + len(after))
         pieces = [before.encode(), *(b"x" * PIECE for _ in range(n)), after.encode()]
@@ -185,7 +214,9 @@ class _HostileHandler(BaseHTTPRequestHandler):
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m glasses_rag.testing.hostile_model_server", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m glasses_rag.testing.hostile_model_server", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("mode", choices=MODES)
     p.add_argument("--size", type=int, default=6 * 1024 * 1024, help="bytes of huge-args / huge-body")
     p.add_argument("--port", type=int, default=0)

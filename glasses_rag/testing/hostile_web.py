@@ -31,10 +31,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlparse
 
-SECRET_PAGE = ("<html><head><title>Ssrfa admin</title></head><body><article><h1>Ssrfa admin</h1>"
-               "<p>The admin password of Ssrfa is hunter2. Keep this page on the intranet only, it is internal.</p>"
-               "<p>Ssrfa is the internal administration console of the intranet and nobody outside may read it.</p>"
-               "</article></body></html>")
+SECRET_PAGE = (
+    "<html><head><title>Ssrfa admin</title></head><body><article><h1>Ssrfa admin</h1>"
+    "<p>The admin password of Ssrfa is hunter2. Keep this page on the intranet only, it is internal.</p>"
+    "<p>Ssrfa is the internal administration console of the intranet and nobody outside may read it.</p>"
+    "</article></body></html>"
+)
 SLOW_S = 600.0  # the longest a slow reply goes on (a test never waits for it)
 
 
@@ -106,7 +108,7 @@ class HostileWeb:
                 route = ROUTES.get(u.path)
                 if route is not None:
                     return route(outer, self, params)
-                name = u.path[len("/pages/"):] if u.path.startswith("/pages/") else None
+                name = u.path[len("/pages/") :] if u.path.startswith("/pages/") else None
                 if name in outer.pages:
                     ctype, body = outer.pages[name]
                     return send(self, 200, body, ctype)
@@ -136,8 +138,9 @@ def send(h: BaseHTTPRequestHandler, code: int, body: bytes, ctype: str, headers:
         pass
 
 
-def stream(web: HostileWeb, h: BaseHTTPRequestHandler, path: str, ctype: str, chunks: Iterable[bytes],
-           pause_s: float = 0.0) -> None:
+def stream(
+    web: HostileWeb, h: BaseHTTPRequestHandler, path: str, ctype: str, chunks: Iterable[bytes], pause_s: float = 0.0
+) -> None:
     """A reply without a length, written chunk by chunk (each after `pause_s`) until the client goes away."""
     try:
         h.send_response(200)
@@ -236,7 +239,14 @@ def _search(web: HostileWeb, h: BaseHTTPRequestHandler, params: dict[str, str]) 
 
 
 ROUTES: dict[str, Callable[[HostileWeb, BaseHTTPRequestHandler, dict[str, str]], None]] = {
-    "/trickle": _trickle, "/stall": _stall, "/bomb": _bomb, "/redirect": _redirect, "/loop": _loop, "/endless": _endless, "/gzip-bomb": _gzip_bomb, "/secret": _secret,
+    "/trickle": _trickle,
+    "/stall": _stall,
+    "/bomb": _bomb,
+    "/redirect": _redirect,
+    "/loop": _loop,
+    "/endless": _endless,
+    "/gzip-bomb": _gzip_bomb,
+    "/secret": _secret,
     "/search.json": _search,
 }
 
@@ -250,16 +260,21 @@ def huge_results(n: int, link: str = "https://example.org/p") -> Iterator[bytes]
     yield b'{"search_metadata": {"status": "Success"}, "organic_results": ['
     batch = 1000
     for start in range(0, n, batch):
-        items = (json.dumps({"position": i + 1, "title": f"Result {i}", "link": f"{link}/{i}", "snippet": "x " * 20})
-                 for i in range(start, min(n, start + batch)))
+        items = (
+            json.dumps({"position": i + 1, "title": f"Result {i}", "link": f"{link}/{i}", "snippet": "x " * 20})
+            for i in range(start, min(n, start + batch))
+        )
         yield (b"," if start else b"") + ",".join(items).encode()
     yield b"]}"
 
 
 def huge_snippet(mb: int, link: str = "https://example.org/p") -> Iterator[bytes]:
     """An engine=google reply whose one result has a snippet of `mb` megabytes."""
-    yield (b'{"search_metadata": {"status": "Success"}, "organic_results": [{"position": 1, "title": "Big", "link": "'
-           + link.encode() + b'", "snippet": "')
+    yield (
+        b'{"search_metadata": {"status": "Success"}, "organic_results": [{"position": 1, "title": "Big", "link": "'
+        + link.encode()
+        + b'", "snippet": "'
+    )
     block = b"word " * 200_000  # 1 MB
     for _ in range(mb):
         yield block

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-GEMMA_CHAT = ("{% for m in messages %}<start_of_turn>{{ 'model' if m['role'] == 'assistant' else 'user' }}\n"
-              "{{ m['content'] }}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n"
-              "{% endif %}")
+GEMMA_CHAT = (
+    "{% for m in messages %}<start_of_turn>{{ 'model' if m['role'] == 'assistant' else 'user' }}\n"
+    "{{ m['content'] }}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n"
+    "{% endif %}"
+)
 
 
 def byte_tokenizer(specials: list[str], bos: str, eos: str, chat_template: str):
@@ -28,16 +30,16 @@ def byte_tokenizer(specials: list[str], bos: str, eos: str, chat_template: str):
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens(specials)
     extra = [t for t in specials[1:] if t not in (bos, eos)]
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=specials[0], bos_token=bos, eos_token=eos,
-                                   additional_special_tokens=extra)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token=specials[0], bos_token=bos, eos_token=eos, additional_special_tokens=extra
+    )
     fast.chat_template = chat_template
     return fast
 
 
 def gemma_tokenizer():
     """A byte-level tokenizer with Gemma's turn markers as special tokens and a Gemma chat template."""
-    return byte_tokenizer(["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>"], "<bos>", "<eos>",
-                          GEMMA_CHAT)
+    return byte_tokenizer(["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>"], "<bos>", "<eos>", GEMMA_CHAT)
 
 
 def save_tiny_gemma3(folder: str | Path, seed: int = 0) -> Path:
@@ -47,10 +49,21 @@ def save_tiny_gemma3(folder: str | Path, seed: int = 0) -> Path:
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
     tok = gemma_tokenizer()
-    cfg = Gemma3TextConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                           num_attention_heads=2, num_key_value_heads=1, head_dim=32, sliding_window=16,
-                           layer_types=["sliding_attention"] * 3 + ["full_attention"], max_position_embeddings=4096,
-                           pad_token_id=0, eos_token_id=1, bos_token_id=2)
+    cfg = Gemma3TextConfig(
+        vocab_size=len(tok),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+        sliding_window=16,
+        layer_types=["sliding_attention"] * 3 + ["full_attention"],
+        max_position_embeddings=4096,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=2,
+    )
     torch.manual_seed(seed)
     Gemma3ForCausalLM(cfg).save_pretrained(folder)
     tok.save_pretrained(folder)
@@ -70,10 +83,21 @@ def save_tiny_gemma3_real_tokenizer(folder: str | Path, seed: int = 0) -> Path:
     real = converted_gguf(gemma.assemble())
     tok = AutoTokenizer.from_pretrained(real, **tokenizer_options("gemma3_text"))
     tok.chat_template = GEMMA_CHAT
-    cfg = Gemma3TextConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                           num_attention_heads=2, num_key_value_heads=1, head_dim=16, sliding_window=16,
-                           layer_types=["sliding_attention", "full_attention"], max_position_embeddings=4096,
-                           pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id)
+    cfg = Gemma3TextConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        sliding_window=16,
+        layer_types=["sliding_attention", "full_attention"],
+        max_position_embeddings=4096,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        bos_token_id=tok.bos_token_id,
+    )
     torch.manual_seed(seed)
     Gemma3ForCausalLM(cfg).save_pretrained(folder)
     tok.save_pretrained(folder)
@@ -89,11 +113,22 @@ def save_tiny_lora(model_folder: str | Path, folder: str | Path, seed: int = 1) 
 
     base = AutoModelForCausalLM.from_pretrained(model_folder)
     torch.manual_seed(seed)
-    cfg = LoraConfig(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj", "up_proj", "down_proj"],
-                     init_lora_weights=False, task_type="CAUSAL_LM")
+    cfg = LoraConfig(
+        r=4,
+        lora_alpha=16,
+        target_modules=["q_proj", "v_proj", "up_proj", "down_proj"],
+        init_lora_weights=False,
+        task_type="CAUSAL_LM",
+    )
     get_peft_model(base, cfg).save_pretrained(str(folder))
     return Path(folder)
 
 
-__all__ = ["GEMMA_CHAT", "byte_tokenizer", "gemma_tokenizer", "save_tiny_gemma3", "save_tiny_gemma3_real_tokenizer",
-           "save_tiny_lora"]
+__all__ = [
+    "GEMMA_CHAT",
+    "byte_tokenizer",
+    "gemma_tokenizer",
+    "save_tiny_gemma3",
+    "save_tiny_gemma3_real_tokenizer",
+    "save_tiny_lora",
+]

@@ -38,15 +38,24 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-TRUST_TEMPLATE_ERROR = ("Chat template is passed with request, but --trust-request-chat-template is not set. "
-                        "Refused request with untrusted chat template.")
+TRUST_TEMPLATE_ERROR = (
+    "Chat template is passed with request, but --trust-request-chat-template is not set. "
+    "Refused request with untrusted chat template."
+)
 # vLLM 0.10.2's error event for a streamed "required" reply (an illustrative text: the real one is whatever the
 # doubled text makes the parse raise)
 REQUIRED_STREAM_ERROR = "Expecting ',' delimiter: line 1 column 3 (char 2)"
 AUTO_TOOLS_ERROR = '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
 # vLLM's own defaults for what a request leaves out (ChatCompletionRequest._DEFAULT_SAMPLING_PARAMS)
-NEUTRAL = {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "temperature": 1.0,
-           "top_p": 1.0, "top_k": 0, "min_p": 0.0}
+NEUTRAL = {
+    "repetition_penalty": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "top_k": 0,
+    "min_p": 0.0,
+}
 FILLED_BY_0_10 = ("repetition_penalty", "temperature", "top_p", "top_k", "min_p")  # 0.10: penalties default 0.0
 
 
@@ -69,12 +78,22 @@ class VllmBehaviour:
 
     def model_cards(self, bases: tuple[str, ...]) -> list[dict]:
         """/v1/models as vLLM lists it: the base model(s), then the LoRA modules with their parent."""
-        def card(name: str, root: str, parent: str | None) -> dict:
-            return {"id": name, "object": "model", "created": 0, "owned_by": "vllm", "root": root,
-                    "parent": parent, "max_model_len": 8192 if parent is None else None, "permission": []}
 
-        return ([card(b, b, None) for b in bases]
-                + [card(n, path, bases[0] if bases else None) for n, path in self.lora_modules.items()])
+        def card(name: str, root: str, parent: str | None) -> dict:
+            return {
+                "id": name,
+                "object": "model",
+                "created": 0,
+                "owned_by": "vllm",
+                "root": root,
+                "parent": parent,
+                "max_model_len": 8192 if parent is None else None,
+                "permission": [],
+            }
+
+        return [card(b, b, None) for b in bases] + [
+            card(n, path, bases[0] if bases else None) for n, path in self.lora_modules.items()
+        ]
 
     def served_as(self, body: dict, bases: tuple[str, ...]) -> str | None:
         """The name a request is served under (a base or a LoRA module), or None when vLLM would answer 404."""
@@ -94,8 +113,11 @@ class VllmBehaviour:
         if self.served_as(body, bases) is None:  # vLLM checks the model first
             return self.unknown_model(body)
         kwargs = body.get("chat_template_kwargs") or {}
-        if self.version != "0.10" and not self.trust_request_chat_template and (
-                body.get("chat_template") is not None or kwargs.get("chat_template") is not None):
+        if (
+            self.version != "0.10"
+            and not self.trust_request_chat_template
+            and (body.get("chat_template") is not None or kwargs.get("chat_template") is not None)
+        ):
             return 400, error_body(TRUST_TEMPLATE_ERROR)
         if body.get("tools") and _tool_choice(body) == "auto" and self.tool_parser is None:
             return 400, error_body(AUTO_TOOLS_ERROR)
@@ -105,8 +127,9 @@ class VllmBehaviour:
         """The sampling values the engine would run `body` with."""
         gen = self.generation_config
         filled = FILLED_BY_0_10 if self.version == "0.10" else tuple(NEUTRAL)
-        out = {k: body[k] if body.get(k) is not None else (gen.get(k, v) if k in filled else v)
-               for k, v in NEUTRAL.items()}
+        out = {
+            k: body[k] if body.get(k) is not None else (gen.get(k, v) if k in filled else v) for k, v in NEUTRAL.items()
+        }
         if out["top_k"] == -1:
             out["top_k"] = 0
         if out["temperature"] < 1e-5:  # greedy: vLLM resets these three, not the penalties
@@ -124,8 +147,12 @@ class VllmBehaviour:
     def parses(self, body: dict, reply: dict) -> bool:
         """Whether the reply's text goes through a tool-call parser: tools offered, the model wrote text."""
         msg = (reply.get("choices") or [{}])[0].get("message") or {}
-        return bool(body.get("tools")) and _tool_choice(body) != "none" and not msg.get("tool_calls") and \
-            isinstance(msg.get("content"), str)
+        return (
+            bool(body.get("tools"))
+            and _tool_choice(body) != "none"
+            and not msg.get("tool_calls")
+            and isinstance(msg.get("content"), str)
+        )
 
     def complete(self, body: dict, reply: dict) -> dict:
         """The non-streamed reply: what the parser extracts as calls, else the whole text as content."""
@@ -133,9 +160,14 @@ class VllmBehaviour:
         calls, content = self._extract(body, text)
         msg: dict[str, Any] = {"role": "assistant", "content": content}
         if calls:
-            msg["tool_calls"] = [{"id": _call_id(), "type": "function",
-                                  "function": {"name": n, "arguments": json.dumps(a, ensure_ascii=False)}}
-                                 for n, a in calls]
+            msg["tool_calls"] = [
+                {
+                    "id": _call_id(),
+                    "type": "function",
+                    "function": {"name": n, "arguments": json.dumps(a, ensure_ascii=False)},
+                }
+                for n, a in calls
+            ]
         finish = "tool_calls" if calls else reply["choices"][0].get("finish_reason") or "stop"
         return {**reply, "choices": [{"index": 0, "message": msg, "finish_reason": finish}]}
 
@@ -147,7 +179,7 @@ class VllmBehaviour:
                 blocks = re.findall(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)", text, re.S)
                 objs = [json.loads(a or b) for a, b in blocks]
                 calls = [(o["name"], o["arguments"]) for o in objs]
-                return calls, text[:text.find("<tool_call>")] or None
+                return calls, text[: text.find("<tool_call>")] or None
             if self.tool_parser == "llama3_json" and "{" in text:
                 calls = _json_calls(text, strict=True)
                 return (calls, None) if calls else ([], text)
@@ -170,14 +202,16 @@ class VllmBehaviour:
         out: list[dict] = [chunk({"role": "assistant", "content": ""})]
         if self.version == "0.10" and _tool_choice(body) == "required":
             return [*out, error_body(REQUIRED_STREAM_ERROR)]
-        out += [chunk({"content": content[i:i + self.piece]}) for i in range(0, len(content), self.piece)]
+        out += [chunk({"content": content[i : i + self.piece]}) for i in range(0, len(content), self.piece)]
         for k, (name, args) in enumerate(calls):
             first: dict[str, Any] = {"index": k, "id": _call_id(), "type": "function", "function": {"name": name}}
             if self.tool_parser == "pythonic" and _tool_choice(body) != "required":
-                first["function"]["arguments"], args = args[:self.piece], args[self.piece:]
+                first["function"]["arguments"], args = args[: self.piece], args[self.piece :]
             out.append(chunk({"tool_calls": [first]}))
-            out += [chunk({"tool_calls": [{"index": k, "function": {"arguments": args[i:i + self.piece]}}]})
-                    for i in range(0, len(args), self.piece)]
+            out += [
+                chunk({"tool_calls": [{"index": k, "function": {"arguments": args[i : i + self.piece]}}]})
+                for i in range(0, len(args), self.piece)
+            ]
         engine_finish = reply["choices"][0].get("finish_reason") or "stop"
         if calls and engine_finish == "stop":
             finish = "tool_calls"
@@ -254,7 +288,7 @@ def _hermes_streamed(text: str) -> list[tuple[str, str]]:
         if not name:
             break
         args = re.search(r'"arguments"\s*:\s*', block)
-        raw = block[args.end():].rstrip() if args else ""
+        raw = block[args.end() :].rstrip() if args else ""
         calls.append((name.group(1), raw[:-1].rstrip() if raw.endswith("}") else raw))
     return calls
 
@@ -263,8 +297,11 @@ def _pythonic_calls(text: str) -> list[tuple[str, Any]]:
     if not text.startswith("["):  # vLLM matches its pattern at the very start, then parses the text as it is
         raise ValueError("not a pythonic tool call list")
     tree = ast.parse(text, mode="eval").body
-    if not isinstance(tree, ast.List) or not all(isinstance(e, ast.Call) and isinstance(e.func, ast.Name)
-                                                 for e in tree.elts):
+    if not isinstance(tree, ast.List) or not all(
+        isinstance(e, ast.Call) and isinstance(e.func, ast.Name) for e in tree.elts
+    ):
         raise ValueError("not a list of calls")
-    return [(e.func.id, {k.arg: ast.literal_eval(k.value) for k in e.keywords})  # type: ignore[attr-defined]
-            for e in tree.elts]
+    return [
+        (e.func.id, {k.arg: ast.literal_eval(k.value) for k in e.keywords})  # type: ignore[attr-defined]
+        for e in tree.elts
+    ]

@@ -8,7 +8,9 @@ import re
 IDK = "I don't know"  # the agent's abstention, as the benchmark expects it
 _ABSTAIN = re.compile(
     r"^\W*(?:i\s*(?:do\s*not|don'?t|don’t|dont)\s*know|unknown|not\s+sure|i'?m\s+not\s+sure|cannot\s+(?:be\s+)?determine"
-    r"|can'?t\s+(?:be\s+)?determined?|no\s+answer|unanswerable|n/?a)\b", re.I)
+    r"|can'?t\s+(?:be\s+)?determined?|no\s+answer|unanswerable|n/?a)\b",
+    re.I,
+)
 
 
 def is_abstention(text: str | None) -> bool:

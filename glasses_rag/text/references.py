@@ -16,18 +16,29 @@ from glasses_rag.text.words import (
     words,
 )
 
-DEICTIC = re.compile(r"\b(this|that|these|those|here|pictured|shown|in (?:the|this|my) (?:image|photo|picture|view)"
-                     r"|(?:am|i'?m) (?:i )?(?:looking at|seeing|holding))\b", re.I)
+DEICTIC = re.compile(
+    r"\b(this|that|these|those|here|pictured|shown|in (?:the|this|my) (?:image|photo|picture|view)"
+    r"|(?:am|i'?m) (?:i )?(?:looking at|seeing|holding))\b",
+    re.I,
+)
 PRONOUN = re.compile(r"\b(it|its|it's|they|them|their|he|she|his|her|him|hers)\b", re.I)
 PERSON_PRONOUN = re.compile(r"\b(he|she|his|her|him|hers)\b", re.I)
-TEXT_CUES = re.compile(r"\b(say|says|said|written|write|read|reads|text|sign|label|title|brand|logo|name on|word|words"
-                       r"|number on|route|menu|price|author|book|cover|letters|printed|poster|plate|banner)\b", re.I)
-SPLIT_AND = re.compile(r"\s*(?:,?\s+and\s+(?=(?:(?:in|on|at|for|from|since|by)\s+)?(?:what|who|when|where|which|how|why|is|are"
-                       r"|was|were|does|did|do|can)\b)|;|\?\s+(?=\S))\s*", re.I)
+TEXT_CUES = re.compile(
+    r"\b(say|says|said|written|write|read|reads|text|sign|label|title|brand|logo|name on|word|words"
+    r"|number on|route|menu|price|author|book|cover|letters|printed|poster|plate|banner)\b",
+    re.I,
+)
+SPLIT_AND = re.compile(
+    r"\s*(?:,?\s+and\s+(?=(?:(?:in|on|at|for|from|since|by)\s+)?(?:what|who|when|where|which|how|why|is|are"
+    r"|was|were|does|did|do|can)\b)|;|\?\s+(?=\S))\s*",
+    re.I,
+)
 FUNCTION_WORDS = (STOPWORDS | PREPOSITIONS) - PHOTO_NOUNS
 NOUN_PHRASE_STOP = FUNCTION_WORDS | PHRASE_VERBS
 _DET = re.compile(r"\b(this|these|that|those)\b", re.I)
-_RELATIVE_THAT = re.compile(r"\b(?:the|a|an)\s+[a-z-]+(?:\s+[a-z-]+)?\s+$", re.I)  # "the cafe that ...": relative pronoun
+_RELATIVE_THAT = re.compile(
+    r"\b(?:the|a|an)\s+[a-z-]+(?:\s+[a-z-]+)?\s+$", re.I
+)  # "the cafe that ...": relative pronoun
 _ADJECTIVE_END = re.compile(r"(?:ous|ful|ive|able|ible|al|ic|ant|ent|ary|ar|less|ish)$")
 
 
@@ -51,8 +62,9 @@ def split_question(question: str) -> list[str]:
 
 def _ends_phrase(w: str, taken: int, plural: bool) -> bool:
     """A verb after the noun phrase: a known one, or (after a first noun) an "-ed" form or a singular verb in -s."""
-    return w in PHRASE_VERBS or bool(taken and (re.search(r"[a-z]{3,}(?<!e)ed$", w)
-                                                or (not plural and len(w) > 3 and re.search(r"[^su]s$", w))))
+    return w in PHRASE_VERBS or bool(
+        taken and (re.search(r"[a-z]{3,}(?<!e)ed$", w) or (not plural and len(w) > 3 and re.search(r"[^su]s$", w)))
+    )
 
 
 def _noun_phrase_end(question: str, det_end: int, plural: bool, needs_verb: bool) -> int:
@@ -73,11 +85,14 @@ def _noun_phrase_end(question: str, det_end: int, plural: bool, needs_verb: bool
             break
         taken.append(t)
         pos = t.end()
-    rest = question[det_end + (taken[-1].end() if taken else 0):]
+    rest = question[det_end + (taken[-1].end() if taken else 0) :]
     if needs_verb and not closed_by_verb and taken and (len(taken) >= 2 or not re.search(r"[A-Za-z]", rest)):
         taken = taken[:-1]
-    elif len(taken) >= 2 and re.fullmatch(r"\s+(?:for|of|about|with|from|in|on|at|to)\W*", rest) and _ADJECTIVE_END.search(
-            taken[-1].group(1).lower()):
+    elif (
+        len(taken) >= 2
+        and re.fullmatch(r"\s+(?:for|of|about|with|from|in|on|at|to)\W*", rest)
+        and _ADJECTIVE_END.search(taken[-1].group(1).lower())
+    ):
         taken = taken[:-1]  # "what is this place famous for": the adjective is the predicate
     return det_end + (taken[-1].end() if taken else 0)
 
@@ -93,7 +108,7 @@ def pointed_phrase(question: str) -> str:
     if not m:
         return ""
     needs_verb = _needs_verb(words(q[: m.start()]))
-    return q[m.end():_noun_phrase_end(q, m.end(), m.group(1).lower() in ("these", "those"), needs_verb)].strip()
+    return q[m.end() : _noun_phrase_end(q, m.end(), m.group(1).lower() in ("these", "those"), needs_verb)].strip()
 
 
 def _pointing_word(q: str) -> re.Match | None:
@@ -120,8 +135,9 @@ def _replace_entity(q: str, entity: str) -> str:
     return re.sub(r"\btheir\b", f"{entity}'s", q, flags=re.I)
 
 
-def resolve_references(question: str, entity: str | None, person: str | None = None,
-                       entity_is_person: bool | None = None) -> str:
+def resolve_references(
+    question: str, entity: str | None, person: str | None = None, entity_is_person: bool | None = None
+) -> str:
     """Replace 'this X' / 'it' / 'its' with the entity name, so the question stands alone for search.
 
     Entity-aware: the noun phrase after 'this' is swallowed only up to its verb ("what does this beetle eat" keeps

@@ -12,19 +12,43 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-_SMALL: dict[str, float] = {w: i for i, w in enumerate("zero one two three four five six seven eight nine ten eleven "
-                                                           "twelve thirteen fourteen fifteen sixteen seventeen eighteen "
-                                                           "nineteen twenty".split())}
-_SMALL.update({"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80, "ninety": 90,
-               "hundred": 100, "dozen": 12, "a dozen": 12, "half": 0.5, "a hundred": 100, "a thousand": 1000})
+_SMALL: dict[str, float] = {
+    w: i
+    for i, w in enumerate(
+        "zero one two three four five six seven eight nine ten eleven "
+        "twelve thirteen fourteen fifteen sixteen seventeen eighteen "
+        "nineteen twenty".split()
+    )
+}
+_SMALL.update(
+    {
+        "thirty": 30,
+        "forty": 40,
+        "fifty": 50,
+        "sixty": 60,
+        "seventy": 70,
+        "eighty": 80,
+        "ninety": 90,
+        "hundred": 100,
+        "dozen": 12,
+        "a dozen": 12,
+        "half": 0.5,
+        "a hundred": 100,
+        "a thousand": 1000,
+    }
+)
 _SCALE = {"hundred": 1e2, "thousand": 1e3, "million": 1e6, "billion": 1e9, "trillion": 1e12}
 _WORDNUM = "|".join(sorted(_SMALL, key=len, reverse=True))
 NUMBER = re.compile(
     rf"(?<![\w.,])(?:(?P<digits>\d{{1,3}}(?:,\d{{3}})+(?:\.\d+)?|\d+(?:\.\d+)?)|(?P<word>{_WORDNUM})(?:-(?P<unit_word>one|two|"
     rf"three|four|five|six|seven|eight|nine))?)(?:\s+(?P<scale>hundred|thousand|million|billion|trillion))?(?![\w])",
-    re.I)
-_QUALIFIER = re.compile(r"(?:about|around|approximately|approx\.|roughly|nearly|almost|over|under|more than|less than|"
-                        r"at least|at most|up to|some|just over|just under|circa|c\.|an estimated|estimated)\s+$", re.I)
+    re.I,
+)
+_QUALIFIER = re.compile(
+    r"(?:about|around|approximately|approx\.|roughly|nearly|almost|over|under|more than|less than|"
+    r"at least|at most|up to|some|just over|just under|circa|c\.|an estimated|estimated)\s+$",
+    re.I,
+)
 _RANGE = re.compile(r"\s*(?:to|-|–|and|or)\s*", re.I)
 MONEY = "money"
 
@@ -73,7 +97,9 @@ def _value(m: re.Match) -> float:
     if m.group("digits"):
         v = float(m.group("digits").replace(",", ""))
     else:
-        v = float(_SMALL[m.group("word").lower()]) + (float(_SMALL[m.group("unit_word").lower()]) if m.group("unit_word") else 0)
+        v = float(_SMALL[m.group("word").lower()]) + (
+            float(_SMALL[m.group("unit_word").lower()]) if m.group("unit_word") else 0
+        )
     if m.group("scale"):
         v *= _SCALE[m.group("scale").lower()]
     return v
@@ -96,8 +122,9 @@ class UnitTable:
         self._currency_after = re.compile(r"\s*(" + _alternation(after) + r")\b", re.I)
         symbols = [c for c in data.currencies if not c.isalnum()]
         codes = [c for d in data.currencies.values() for c in d.codes]
-        self._currency_before = re.compile(r"(?:(" + _alternation(symbols) + r")|\b(" + _alternation(codes)
-                                           + r")\s)\s*$")
+        self._currency_before = re.compile(
+            r"(?:(" + _alternation(symbols) + r")|\b(" + _alternation(codes) + r")\s)\s*$"
+        )
 
     @cached_property
     def year_exclusion(self) -> str:
@@ -142,12 +169,12 @@ class UnitTable:
         for m in NUMBER.finditer(t):
             if m.start() < covered:
                 continue  # the second number of a range already taken
-            if m.group("word") and m.group("word").lower() in ("one", "half") and not self._unit_re.match(t[m.end():]):
+            if m.group("word") and m.group("word").lower() in ("one", "half") and not self._unit_re.match(t[m.end() :]):
                 continue  # "one of the ...": a pronoun, not a count
             start, end = m.start(), m.end()
             rng = _RANGE.match(t[end:])
             if rng:
-                m2 = NUMBER.match(t[end + rng.end():])
+                m2 = NUMBER.match(t[end + rng.end() :])
                 if m2 and m2.group("digits") and m.group("digits"):
                     end = end + rng.end() + m2.end()
             start, end, unit, dim, factor = self._unit_after(t, start, end)
@@ -174,8 +201,18 @@ def _extended(table: UnitTable, kind: str, names: tuple[str, ...]) -> UnitTable:
         key = known or names[0]
         old = data.currencies.get(key, CurrencyDef())
         codes = tuple(dict.fromkeys((*old.codes, *(n for n in names if re.fullmatch(r"[A-Z]{3}", n)))))
-        words = tuple(dict.fromkeys((*old.names, *(n for n in names if not re.fullmatch(r"[A-Z]{3}", n) and n != key
-                                                   and any(ch.isalnum() for ch in n)))))
+        words = tuple(
+            dict.fromkeys(
+                (
+                    *old.names,
+                    *(
+                        n
+                        for n in names
+                        if not re.fullmatch(r"[A-Z]{3}", n) and n != key and any(ch.isalnum() for ch in n)
+                    ),
+                )
+            )
+        )
         currencies = {**data.currencies, key: CurrencyDef(codes=codes, names=words)}
         return UnitTable(UnitData(units=data.units, currencies=currencies))
     known = next((table.unit_of(n) for n in names if table.unit_of(n)), None)

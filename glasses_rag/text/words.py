@@ -30,7 +30,9 @@ class WordLists(BaseModel):
     photo_nouns: frozenset[_Word]
     irregular_past: dict[_Word, _Word]
 
-    @field_validator("stopwords", "prepositions", "auxiliaries", "copulas", "phrase_verbs", "photo_nouns", mode="before")
+    @field_validator(
+        "stopwords", "prepositions", "auxiliaries", "copulas", "phrase_verbs", "photo_nouns", mode="before"
+    )
     @classmethod
     def _split(cls, v: object) -> object:
         return v.split() if isinstance(v, str) else v
@@ -73,12 +75,25 @@ PHOTO_NOUNS = _LISTS.photo_nouns
 IRREGULAR_PAST = _IRREGULAR = _LISTS.irregular_past
 
 WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'’.-]*")
-_CONTRACTIONS = [(re.compile(p, re.I), r) for p, r in [
-    (r"\bwhat's\b", "what is"), (r"\bwho's\b", "who is"), (r"\bwhere's\b", "where is"), (r"\bhow's\b", "how is"),
-    (r"\bthat's\b", "that is"), (r"\bit's\b", "it is"), (r"\bwhat're\b", "what are"), (r"\bi'm\b", "i am"),
-    (r"\bwhen's\b", "when is"), (r"\bthere's\b", "there is"), (r"\bi'd\b", "i would"), (r"\bwhich's\b", "which is"),
-    (r"\bwho're\b", "who are"), (r"\bwhere're\b", "where are"),
-]]
+_CONTRACTIONS = [
+    (re.compile(p, re.I), r)
+    for p, r in [
+        (r"\bwhat's\b", "what is"),
+        (r"\bwho's\b", "who is"),
+        (r"\bwhere's\b", "where is"),
+        (r"\bhow's\b", "how is"),
+        (r"\bthat's\b", "that is"),
+        (r"\bit's\b", "it is"),
+        (r"\bwhat're\b", "what are"),
+        (r"\bi'm\b", "i am"),
+        (r"\bwhen's\b", "when is"),
+        (r"\bthere's\b", "there is"),
+        (r"\bi'd\b", "i would"),
+        (r"\bwhich's\b", "which is"),
+        (r"\bwho're\b", "who are"),
+        (r"\bwhere're\b", "where are"),
+    ]
+]
 
 
 def expand_contractions(text: str) -> str:

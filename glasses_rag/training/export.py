@@ -63,7 +63,7 @@ Counterfactual = Literal["swap", "empty", "no-web"]
 # shown then does not support the teacher's answer, so the decision to learn is "I don't know":
 COUNTERFACTUALS: dict[Counterfactual, str] = {
     "swap": "the image search's results replaced by those of another turn picturing another entity (one whose "
-            "results do not contain the teacher's answer)",
+    "results do not contain the teacher's answer)",
     "empty": "the image search found nothing",
     "no-web": "the web search found nothing",
 }
@@ -74,26 +74,40 @@ _NO_IMAGE = object()  # stands for "the turn had a photo" when the model is text
 class ExportOptions(BaseModel):
     """How examples are rendered and labelled; the policy options must match the ones the model will run with."""
 
-    mode: ExportMode = Field("structured", description="structured: JSON decisions (the grammar-constrained mode); "
-                             "native: assistant tool calls.")
-    wrong: Wrong = Field("idk", description="A turn judged wrong: relabelled \"I don't know\", dropped, or kept.")
+    mode: ExportMode = Field(
+        "structured",
+        description="structured: JSON decisions (the grammar-constrained mode); native: assistant tool calls.",
+    )
+    wrong: Wrong = Field("idk", description='A turn judged wrong: relabelled "I don\'t know", dropped, or kept.')
     keep_all: bool = Field(False, description="Ignore the scores: every turn as the teacher answered it.")
     abstentions: bool = Field(True, description="Keep the teacher's \"I don't know\" turns as abstention examples.")
     tools: list[str] | None = Field(None, description="The tools the model is offered (default: the task's).")
     profile: str = Field("crag-mm", description="The tools' benchmark profile (graph.config.ToolsConfig.profile).")
     sees_images: bool = Field(False, description="The model sees the photo (a VLM); False: text-only prompts.")
     budget_s: float | None = Field(None, description="The budget the prompt states (default: the trace's).")
-    policy: dict[str, Any] = Field(default_factory=dict, description="ModelPolicy options (max_evidence, "
-                                   "evidence_chars, prompts_dir, ...), as the evaluated model policy gets them.")
+    policy: dict[str, Any] = Field(
+        default_factory=dict,
+        description="ModelPolicy options (max_evidence, "
+        "evidence_chars, prompts_dir, ...), as the evaluated model policy gets them.",
+    )
     # off by default: neither 1.0 nor 0.25 helped on the validation split (docs/training.md, Measured)
-    counterfactual: float = Field(0.0, ge=0, description="Counterfactual abstention examples per answered turn: "
-                                  "the turn with the evidence it answered from withheld or replaced (see "
-                                  "counterfactual_kinds), the target \"I don't know\"; 0: none.")
-    counterfactual_kinds: list[Counterfactual] = Field(default_factory=lambda: list[Counterfactual](COUNTERFACTUALS),
-                                                       description="Which counterfactuals to make (see COUNTERFACTUALS).")
-    self_check: bool = Field(False, description="Self-check examples: the verification request the model policy "
-                             "sends for a draft (glasses_rag.policies.model.verify), a supported draft -> supported, an "
-                             "unsupported one (a counterfactual's, a turn judged wrong) -> not supported.")
+    counterfactual: float = Field(
+        0.0,
+        ge=0,
+        description="Counterfactual abstention examples per answered turn: "
+        "the turn with the evidence it answered from withheld or replaced (see "
+        'counterfactual_kinds), the target "I don\'t know"; 0: none.',
+    )
+    counterfactual_kinds: list[Counterfactual] = Field(
+        default_factory=lambda: list[Counterfactual](COUNTERFACTUALS),
+        description="Which counterfactuals to make (see COUNTERFACTUALS).",
+    )
+    self_check: bool = Field(
+        False,
+        description="Self-check examples: the verification request the model policy "
+        "sends for a draft (glasses_rag.policies.model.verify), a supported draft -> supported, an "
+        "unsupported one (a counterfactual's, a turn judged wrong) -> not supported.",
+    )
 
 
 class Example(BaseModel):
@@ -135,7 +149,10 @@ def task_tools(task: int, opts: ExportOptions) -> list[ToolSpec]:
 def _ordered(arguments: dict[str, Any], spec: ToolSpec | None) -> dict[str, Any]:
     """Arguments in the order of the tool's schema (the grammar writes properties in that order)."""
     props = list((spec.json_schema.get("function", {}).get("parameters", {}).get("properties") or {}) if spec else [])
-    return {**{k: arguments[k] for k in props if k in arguments}, **{k: v for k, v in arguments.items() if k not in props}}
+    return {
+        **{k: arguments[k] for k in props if k in arguments},
+        **{k: v for k, v in arguments.items() if k not in props},
+    }
 
 
 def _fit(text: str | None, n: int) -> str | None:
@@ -146,18 +163,35 @@ def _fit(text: str | None, n: int) -> str | None:
 def call_completion(tool: str, arguments: dict[str, Any], spec: ToolSpec | None, mode: ExportMode) -> dict[str, Any]:
     args = {k: _fit(v, SENTENCE_CHARS) if isinstance(v, str) else v for k, v in _ordered(arguments, spec).items()}
     if mode == "native":
-        return {"role": "assistant", "content": "", "tool_calls": [
-            {"type": "function", "function": {"name": tool, "arguments": json.dumps(args, ensure_ascii=False)}}]}
+        return {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"type": "function", "function": {"name": tool, "arguments": json.dumps(args, ensure_ascii=False)}}
+            ],
+        }
     obj = {"action": "call_tool", "tool": tool, "arguments": args, "rationale": ""}
     return {"role": "assistant", "content": json.dumps(obj, ensure_ascii=False)}
 
 
 def answer_completion(answer: str, confidence: float, entity: str | None, mode: ExportMode) -> dict[str, Any]:
-    fields = {"answer": _fit(answer, ANSWER_CHARS), "confidence": round(float(confidence), 2),
-              "entity": _fit(entity, NAME_CHARS), "rationale": ""}
+    fields = {
+        "answer": _fit(answer, ANSWER_CHARS),
+        "confidence": round(float(confidence), 2),
+        "entity": _fit(entity, NAME_CHARS),
+        "rationale": "",
+    }
     if mode == "native":
-        return {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {
-            "name": FINAL_ANSWER, "arguments": json.dumps(fields, ensure_ascii=False)}}]}
+        return {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "type": "function",
+                    "function": {"name": FINAL_ANSWER, "arguments": json.dumps(fields, ensure_ascii=False)},
+                }
+            ],
+        }
     return {"role": "assistant", "content": json.dumps({"action": "answer", **fields}, ensure_ascii=False)}
 
 
@@ -177,8 +211,14 @@ def summary_of(ev: ToolCallEvent) -> StepSummary:
         except (KeyError, ValueError):  # a field this code does not know: shown as the summary only
             continue
     error = f"{ev.error.kind}: {ev.error.message}" if ev.error else None
-    return StepSummary(tool=ev.tool, arguments=dict(ev.arguments), summary=ev.summary or "", error=error,
-                       update=update, parallel_with=ev.parallel_with)
+    return StepSummary(
+        tool=ev.tool,
+        arguments=dict(ev.arguments),
+        summary=ev.summary or "",
+        error=error,
+        update=update,
+        parallel_with=ev.parallel_with,
+    )
 
 
 def label(trace: TurnTrace, opts: ExportOptions) -> tuple[str, str] | None:
@@ -196,16 +236,25 @@ def label(trace: TurnTrace, opts: ExportOptions) -> tuple[str, str] | None:
     return None
 
 
-def turn_view(trace: TurnTrace, history: list[HistoryTurn], tools: list[ToolSpec], done: list[StepSummary],
-              opts: ExportOptions) -> PolicyView:
+def turn_view(
+    trace: TurnTrace, history: list[HistoryTurn], tools: list[ToolSpec], done: list[StepSummary], opts: ExportOptions
+) -> PolicyView:
     """The view the policy had before its decision number len(done) (the budget as the turn started)."""
-    return PolicyView(task=trace.task, question=trace.question, history=history, has_image=trace.has_image,
-                      tools=tools, done=done, remaining_steps=max(0, trace.max_steps - len(done)),
-                      remaining_s=opts.budget_s or trace.budget_s)
+    return PolicyView(
+        task=trace.task,
+        question=trace.question,
+        history=history,
+        has_image=trace.has_image,
+        tools=tools,
+        done=done,
+        remaining_steps=max(0, trace.max_steps - len(done)),
+        remaining_s=opts.budget_s or trace.budget_s,
+    )
 
 
-def examples_from_trace(trace: TurnTrace, history: list[HistoryTurn], policy: ModelPolicy, opts: ExportOptions,
-                        image: str | None = None) -> list[Example]:
+def examples_from_trace(
+    trace: TurnTrace, history: list[HistoryTurn], policy: ModelPolicy, opts: ExportOptions, image: str | None = None
+) -> list[Example]:
     """One example per decision of a kept turn: each dispatched tool call, then the answer."""
     target = label(trace, opts)
     if target is None:
@@ -222,12 +271,20 @@ def examples_from_trace(trace: TurnTrace, history: list[HistoryTurn], policy: Mo
     targets.append(answer_completion(answer, conf, entity, opts.mode))
     done = [summary_of(ev) for ev in calls]
     meta = {"session_id": trace.session_id, "interaction_id": trace.interaction_id, "task": trace.task, "label": why}
-    return [render(turn_view(trace, history, tools, done[:i], opts), policy, opts, completion, image,
-                   {**meta, "step": i}) for i, completion in enumerate(targets)]
+    return [
+        render(turn_view(trace, history, tools, done[:i], opts), policy, opts, completion, image, {**meta, "step": i})
+        for i, completion in enumerate(targets)
+    ]
 
 
-def render(view: PolicyView, policy: ModelPolicy, opts: ExportOptions, completion: dict[str, Any], image: str | None,
-           meta: dict[str, Any]) -> Example:
+def render(
+    view: PolicyView,
+    policy: ModelPolicy,
+    opts: ExportOptions,
+    completion: dict[str, Any],
+    image: str | None,
+    meta: dict[str, Any],
+) -> Example:
     """The policy's own decision request for `view` as an example; with an image path, TRL's vision format."""
     shown: Any = None
     if view.has_image:
@@ -257,7 +314,9 @@ def _image_placeholder(message: dict[str, Any]) -> dict[str, Any]:
     return {**message, "content": parts}
 
 
-def examples_from_run(traces: list[TurnTrace], opts: ExportOptions, images: dict[str, str] | None = None) -> list[Example]:
+def examples_from_run(
+    traces: list[TurnTrace], opts: ExportOptions, images: dict[str, str] | None = None
+) -> list[Example]:
     """Every kept turn's examples; a turn's history is its conversation's earlier turns as the agent answered."""
     policy = policy_for(opts)
     by_session: dict[str, list[TurnTrace]] = {}
@@ -282,7 +341,7 @@ def examples_from_run(traces: list[TurnTrace], opts: ExportOptions, images: dict
 
 def _unit(*parts: str) -> float:
     """A number in [0, 1) fixed by `parts` (which turns get a counterfactual, and which donor: reproducible)."""
-    return int(hashlib.sha256("|".join(parts).encode()).hexdigest()[:12], 16) / 16 ** 12
+    return int(hashlib.sha256("|".join(parts).encode()).hexdigest()[:12], 16) / 16**12
 
 
 def _top_entity(step: StepSummary) -> str | None:
@@ -307,8 +366,9 @@ def answered(trace: TurnTrace, opts: ExportOptions) -> str | None:
     return target[0] if target and target[0] != IDK else None
 
 
-def counterfactuals(trace: TurnTrace, opts: ExportOptions, donors: list[tuple[str, StepSummary]]
-                    ) -> list[tuple[str, list[StepSummary]]]:
+def counterfactuals(
+    trace: TurnTrace, opts: ExportOptions, donors: list[tuple[str, StepSummary]]
+) -> list[tuple[str, list[StepSummary]]]:
     """(kind, the calls the model saw, the last one changed) for this turn's counterfactuals: `counterfactual`
     per answered turn (the fraction by a hash of the turn), kinds and donors picked by hashes too. A turn
     without a call a kind changes gets none of that kind."""
@@ -324,23 +384,35 @@ def counterfactuals(trace: TurnTrace, opts: ExportOptions, donors: list[tuple[st
             continue
         if kind == "swap":
             own = _top_entity(calls[at])
-            fits = [step for sid, step in donors if sid != trace.session_id and _top_entity(step) != own
-                    and lexical_support(answer, [h.text() for h in step.update["evidence"]])[0] < 0.5]
+            fits = [
+                step
+                for sid, step in donors
+                if sid != trace.session_id
+                and _top_entity(step) != own
+                and lexical_support(answer, [h.text() for h in step.update["evidence"]])[0] < 0.5
+            ]
             if not fits:
                 continue
             donor = fits[int(_unit(trace.interaction_id, "donor") * len(fits))]
             changed = calls[at].model_copy(update={"update": donor.update, "summary": donor.summary})
         else:
-            changed = calls[at].model_copy(update={"update": {"evidence": []},
-                                                   "summary": NO_PAGES if kind == "no-web" else NO_MATCH})
+            changed = calls[at].model_copy(
+                update={"update": {"evidence": []}, "summary": NO_PAGES if kind == "no-web" else NO_MATCH}
+            )
         made[kind] = [*calls[:at], changed]
     n = int(opts.counterfactual) + (_unit(trace.interaction_id, "count") < opts.counterfactual % 1)
     order = sorted(made, key=lambda k: _unit(trace.interaction_id, k))
     return [(k, made[k]) for k in order[:n]]
 
 
-def counterfactual_examples(trace: TurnTrace, history: list[HistoryTurn], policy: ModelPolicy, opts: ExportOptions,
-                            donors: list[tuple[str, StepSummary]], image: str | None = None) -> list[Example]:
+def counterfactual_examples(
+    trace: TurnTrace,
+    history: list[HistoryTurn],
+    policy: ModelPolicy,
+    opts: ExportOptions,
+    donors: list[tuple[str, StepSummary]],
+    image: str | None = None,
+) -> list[Example]:
     """For each counterfactual of the turn: the decision after the changed call, "I don't know"; with
     `self_check`, also the verification of the teacher's answer against that evidence: not supported."""
     answer = answered(trace, opts)
@@ -349,16 +421,34 @@ def counterfactual_examples(trace: TurnTrace, history: list[HistoryTurn], policy
     out = []
     for kind, done in counterfactuals(trace, opts, donors):
         view = turn_view(trace, history, tools, done, opts)
-        out.append(render(view, policy, opts, answer_completion(IDK, 0.0, None, opts.mode), image,
-                          {**meta, "label": f"counterfactual-{kind}", "step": len(done)}))
+        out.append(
+            render(
+                view,
+                policy,
+                opts,
+                answer_completion(IDK, 0.0, None, opts.mode),
+                image,
+                {**meta, "label": f"counterfactual-{kind}", "step": len(done)},
+            )
+        )
         if opts.self_check and answer is not None:
-            out.append(render_check(view, policy, opts, answer, False, image,
-                                    {**meta, "label": f"check-counterfactual-{kind}", "step": len(done)}))
+            out.append(
+                render_check(
+                    view,
+                    policy,
+                    opts,
+                    answer,
+                    False,
+                    image,
+                    {**meta, "label": f"check-counterfactual-{kind}", "step": len(done)},
+                )
+            )
     return out
 
 
-def self_check_examples(trace: TurnTrace, history: list[HistoryTurn], policy: ModelPolicy, opts: ExportOptions,
-                        image: str | None = None) -> list[Example]:
+def self_check_examples(
+    trace: TurnTrace, history: list[HistoryTurn], policy: ModelPolicy, opts: ExportOptions, image: str | None = None
+) -> list[Example]:
     """The verification request for the teacher's draft with all of the turn's evidence: supported when the turn
     was judged correct, not supported when judged wrong (an abstention is never verified: the graph skips it)."""
     if trace.error or trace.ended_by == "error" or trace.abstained or not trace.answer or trace.answer == IDK:
@@ -367,8 +457,13 @@ def self_check_examples(trace: TurnTrace, history: list[HistoryTurn], policy: Mo
         return []
     done = [summary_of(ev) for ev in dispatched(trace)]
     view = turn_view(trace, history, task_tools(trace.task, opts), done, opts)
-    meta = {"session_id": trace.session_id, "interaction_id": trace.interaction_id, "task": trace.task,
-            "label": f"check-{trace.score}", "step": len(done)}
+    meta = {
+        "session_id": trace.session_id,
+        "interaction_id": trace.interaction_id,
+        "task": trace.task,
+        "label": f"check-{trace.score}",
+        "step": len(done),
+    }
     return [render_check(view, policy, opts, trace.answer, trace.score == "correct", image, meta)]
 
 
@@ -379,19 +474,29 @@ def check_completion(supported: bool) -> dict[str, Any]:
     return {"role": "assistant", "content": json.dumps(obj)}
 
 
-def render_check(view: PolicyView, policy: ModelPolicy, opts: ExportOptions, draft: str, supported: bool,
-                 image: str | None, meta: dict[str, Any]) -> Example:
-    """The verifier's own request (glasses_rag.policies.model.verify.ModelVerifier.cove_messages) for `draft` after `view`."""
+def render_check(
+    view: PolicyView,
+    policy: ModelPolicy,
+    opts: ExportOptions,
+    draft: str,
+    supported: bool,
+    image: str | None,
+    meta: dict[str, Any],
+) -> Example:
+    """The verifier's own request (glasses_rag.policies.model.verify.ModelVerifier.cove_messages) for `draft`
+    after `view`."""
     shown: Any = None
     if view.has_image:
         shown = _image(image) if opts.sees_images and image else _NO_IMAGE
-    prompt = ModelVerifier(policy).cove_messages(view, _fit(draft, ANSWER_CHARS) or "",
-                                                 None if shown is _NO_IMAGE and opts.sees_images else shown)
+    prompt = ModelVerifier(policy).cove_messages(
+        view, _fit(draft, ANSWER_CHARS) or "", None if shown is _NO_IMAGE and opts.sees_images else shown
+    )
     images = None
     if opts.sees_images and image and view.has_image:
         prompt, images = [_image_placeholder(m) for m in prompt], [image]
-    return Example(prompt=prompt, completion=[check_completion(supported)], images=images,
-                   meta={**meta, "purpose": "verify"})
+    return Example(
+        prompt=prompt, completion=[check_completion(supported)], images=images, meta={**meta, "purpose": "verify"}
+    )
 
 
 # ---- from SuperGlasses annotations ------------------------------------------------------------------------------
@@ -409,14 +514,32 @@ def trace_from_superglasses(log: SGLog) -> TurnTrace | None:
             steps.append(ToolCallEvent(index=i, tool="image_search", summary=hop.search_result_snippet or ""))
         elif hop.tool_used == TEXT:
             query = hop.search_keywords or hop.sub_question or log.question
-            steps.append(ToolCallEvent(index=i, tool="web_search", arguments={"query": query},
-                                       summary=hop.search_result_snippet or ""))
+            steps.append(
+                ToolCallEvent(
+                    index=i, tool="web_search", arguments={"query": query}, summary=hop.search_result_snippet or ""
+                )
+            )
     has_image = log.labels.get("use_image") is not False
-    return TurnTrace(run_id="superglasses", task=SUPERGLASSES_TASK, session_id=log.id, interaction_id=log.id,
-                     turn_index=0, question=log.question, image={"size": (1, 1) if has_image else None},
-                     policy="annotation", search_backend="annotation", budget_s=10.0, max_steps=8, steps=steps,
-                     answer=log.ground_truth, abstained=False, confidence=1.0, ended_by="answer", latency_ms=0.0,
-                     score="correct")
+    return TurnTrace(
+        run_id="superglasses",
+        task=SUPERGLASSES_TASK,
+        session_id=log.id,
+        interaction_id=log.id,
+        turn_index=0,
+        question=log.question,
+        image={"size": (1, 1) if has_image else None},
+        policy="annotation",
+        search_backend="annotation",
+        budget_s=10.0,
+        max_steps=8,
+        steps=steps,
+        answer=log.ground_truth,
+        abstained=False,
+        confidence=1.0,
+        ended_by="answer",
+        latency_ms=0.0,
+        score="correct",
+    )
 
 
 def save_images(data: str | Path, folder: str | Path, limit: int | None = None) -> int:
@@ -451,27 +574,56 @@ def parser() -> argparse.ArgumentParser:
     src.add_argument("--run", help="a run folder, traces/runs/<run_id>")
     src.add_argument("--superglasses", help="SuperGlasses annotations (any layout glasses_rag.superglasses.logs reads)")
     p.add_argument("--out", required=True, help="the JSONL file to write")
-    p.add_argument("--mode", choices=["structured", "native"], default="structured",
-                   help="how the model writes decisions: JSON (grammar-constrained, default) or native tool calls")
-    p.add_argument("--wrong", choices=["idk", "drop", "keep"], default="idk",
-                   help="turns judged wrong: relabelled \"I don't know\" (default), dropped, or kept as answered")
+    p.add_argument(
+        "--mode",
+        choices=["structured", "native"],
+        default="structured",
+        help="how the model writes decisions: JSON (grammar-constrained, default) or native tool calls",
+    )
+    p.add_argument(
+        "--wrong",
+        choices=["idk", "drop", "keep"],
+        default="idk",
+        help='turns judged wrong: relabelled "I don\'t know" (default), dropped, or kept as answered',
+    )
     p.add_argument("--no-abstentions", action="store_true", help="leave out the teacher's \"I don't know\" turns")
-    p.add_argument("--counterfactual", type=float, default=0.0, metavar="RATIO",
-                   help="counterfactual abstention examples per answered turn (evidence withheld or replaced, target "
-                   "\"I don't know\"; default 0: none, as validated)")
-    p.add_argument("--counterfactual-kinds", default=",".join(COUNTERFACTUALS),
-                   help="comma-separated: " + "; ".join(f"{k}: {v}" for k, v in COUNTERFACTUALS.items()))
+    p.add_argument(
+        "--counterfactual",
+        type=float,
+        default=0.0,
+        metavar="RATIO",
+        help="counterfactual abstention examples per answered turn (evidence withheld or replaced, target "
+        '"I don\'t know"; default 0: none, as validated)',
+    )
+    p.add_argument(
+        "--counterfactual-kinds",
+        default=",".join(COUNTERFACTUALS),
+        help="comma-separated: " + "; ".join(f"{k}: {v}" for k, v in COUNTERFACTUALS.items()),
+    )
     p.add_argument("--self-check", action="store_true", help="add the self-check (verification) examples")
-    p.add_argument("--keep", choices=["scored", "all"], default="scored",
-                   help="scored (default): label turns by their scores; all: every turn as the teacher answered")
+    p.add_argument(
+        "--keep",
+        choices=["scored", "all"],
+        default="scored",
+        help="scored (default): label turns by their scores; all: every turn as the teacher answered",
+    )
     p.add_argument("--tools", help="comma-separated tools the model is offered (default: the task's)")
-    p.add_argument("--budget", type=float, help="the turn budget the prompts state, in seconds (default: each "
-                   "trace's; give the budget the model will run with)")
-    p.add_argument("--max-evidence", type=int, default=5, help="search results shown per call (as the model policy's "
-                   "max_evidence; default 5)")
+    p.add_argument(
+        "--budget",
+        type=float,
+        help="the turn budget the prompts state, in seconds (default: each "
+        "trace's; give the budget the model will run with)",
+    )
+    p.add_argument(
+        "--max-evidence",
+        type=int,
+        default=5,
+        help="search results shown per call (as the model policy's max_evidence; default 5)",
+    )
     p.add_argument("--evidence-chars", type=int, default=300, help="characters per result shown (default 300)")
-    p.add_argument("--images", action="store_true", help="a VLM: prompts show the photo (TRL's vision format); "
-                   "needs --image-dir")
+    p.add_argument(
+        "--images", action="store_true", help="a VLM: prompts show the photo (TRL's vision format); needs --image-dir"
+    )
     p.add_argument("--image-dir", help="a folder of <session_id>.jpg photos")
     p.add_argument("--images-from", help="a dataset split folder whose photos are first written to --image-dir")
     return p
@@ -479,13 +631,19 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    opts = ExportOptions(mode=args.mode, wrong=args.wrong, keep_all=args.keep == "all",
-                         abstentions=not args.no_abstentions, sees_images=args.images,
-                         counterfactual=args.counterfactual, self_check=args.self_check,
-                         counterfactual_kinds=[k for k in args.counterfactual_kinds.split(",") if k],
-                         tools=[t for t in args.tools.split(",") if t] if args.tools else None,
-                         budget_s=args.budget,
-                         policy={"max_evidence": args.max_evidence, "evidence_chars": args.evidence_chars})
+    opts = ExportOptions(
+        mode=args.mode,
+        wrong=args.wrong,
+        keep_all=args.keep == "all",
+        abstentions=not args.no_abstentions,
+        sees_images=args.images,
+        counterfactual=args.counterfactual,
+        self_check=args.self_check,
+        counterfactual_kinds=[k for k in args.counterfactual_kinds.split(",") if k],
+        tools=[t for t in args.tools.split(",") if t] if args.tools else None,
+        budget_s=args.budget,
+        policy={"max_evidence": args.max_evidence, "evidence_chars": args.evidence_chars},
+    )
     problems: list[str] = []
     if args.run:
         traces = read_run(args.run, problems)

@@ -39,8 +39,10 @@ class FinetuneConfig(BaseModel):
     data: str = Field(description="A JSONL export of glasses_rag.training.export (prompt-completion or messages).")
     model: str = Field(description="The base model: a local Hugging Face folder or a .gguf file (converted once).")
     out: str = Field(description="The adapter folder to write.")
-    chat_template: str | None = Field(None, description="A bundled name, .jinja file or text (default: the model's "
-                                      "own, else its family's bundled one).")
+    chat_template: str | None = Field(
+        None,
+        description="A bundled name, .jinja file or text (default: the model's own, else its family's bundled one).",
+    )
     lora_r: int = Field(16, ge=1)
     lora_alpha: int = Field(32, ge=1)
     lora_dropout: float = Field(0.05, ge=0, lt=1)
@@ -50,13 +52,23 @@ class FinetuneConfig(BaseModel):
     max_steps: int = Field(-1, description="Optimizer steps (-1: from the epochs).")
     batch_size: int = Field(1, ge=1)
     grad_accum: int = Field(2, ge=1)
-    max_length: int = Field(4096, ge=64, description="Longer examples are left out (counted in the card), never "
-                            "cut: a cut example would lose its completion.")
-    loss: str = Field("completion", description="completion: loss on the completions (prompt-completion data); "
-                      "assistant: loss on the assistant turns ({% generation %} markers; messages data).")
+    max_length: int = Field(
+        4096,
+        ge=64,
+        description="Longer examples are left out (counted in the card), never "
+        "cut: a cut example would lose its completion.",
+    )
+    loss: str = Field(
+        "completion",
+        description="completion: loss on the completions (prompt-completion data); "
+        "assistant: loss on the assistant turns ({% generation %} markers; messages data).",
+    )
     save_steps: int = Field(20, ge=1)
-    gradient_checkpointing: bool | None = Field(None, description="Recompute activations in the backward pass "
-                                                "(default: on a GPU only; a small model on a CPU has the memory).")
+    gradient_checkpointing: bool | None = Field(
+        None,
+        description="Recompute activations in the backward pass "
+        "(default: on a GPU only; a small model on a CPU has the memory).",
+    )
     seed: int = 0
     dtype: str = Field("auto", description="float32 on a CPU (auto), bfloat16 on a GPU (auto), or named.")
     threads: int | None = Field(None, ge=1, description="CPU threads for torch (default: torch's).")
@@ -186,19 +198,44 @@ def trainer_for(cfg: FinetuneConfig, model: Any, processing: Any, ds: Any) -> An
     from trl import SFTConfig, SFTTrainer
 
     targets: Any = cfg.target_modules if cfg.target_modules == "all-linear" else cfg.target_modules.split(",")
-    lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                      target_modules=targets, task_type="CAUSAL_LM")
+    lora = LoraConfig(
+        r=cfg.lora_r,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout,
+        target_modules=targets,
+        task_type="CAUSAL_LM",
+    )
     args = SFTConfig(
-        output_dir=str(Path(cfg.out) / "checkpoints"), learning_rate=cfg.learning_rate, num_train_epochs=cfg.epochs,
-        max_steps=cfg.max_steps, per_device_train_batch_size=cfg.batch_size,
-        gradient_accumulation_steps=cfg.grad_accum, max_length=None, seed=cfg.seed, logging_steps=1,
-        save_steps=cfg.save_steps, save_total_limit=2, report_to="none", lr_scheduler_type="linear",
-        warmup_ratio=0.05, completion_only_loss=cfg.loss == "completion" if "prompt" in ds.column_names else None,
-        assistant_only_loss=cfg.loss == "assistant", dataloader_num_workers=0, dataset_num_proc=None,
-        bf16=str(model.dtype) == "torch.bfloat16", use_cpu=not _gpu(),
-        gradient_checkpointing=_gpu() if cfg.gradient_checkpointing is None else cfg.gradient_checkpointing)
-    return SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=processing, peft_config=lora,
-                      callbacks=[stop_callback()])
+        output_dir=str(Path(cfg.out) / "checkpoints"),
+        learning_rate=cfg.learning_rate,
+        num_train_epochs=cfg.epochs,
+        max_steps=cfg.max_steps,
+        per_device_train_batch_size=cfg.batch_size,
+        gradient_accumulation_steps=cfg.grad_accum,
+        max_length=None,
+        seed=cfg.seed,
+        logging_steps=1,
+        save_steps=cfg.save_steps,
+        save_total_limit=2,
+        report_to="none",
+        lr_scheduler_type="linear",
+        warmup_ratio=0.05,
+        completion_only_loss=cfg.loss == "completion" if "prompt" in ds.column_names else None,
+        assistant_only_loss=cfg.loss == "assistant",
+        dataloader_num_workers=0,
+        dataset_num_proc=None,
+        bf16=str(model.dtype) == "torch.bfloat16",
+        use_cpu=not _gpu(),
+        gradient_checkpointing=_gpu() if cfg.gradient_checkpointing is None else cfg.gradient_checkpointing,
+    )
+    return SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=ds,
+        processing_class=processing,
+        peft_config=lora,
+        callbacks=[stop_callback()],
+    )
 
 
 def _gpu() -> bool:
@@ -238,8 +275,18 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     resumed = last_checkpoint(Path(cfg.out))
     result = trainer.train(resume_from_checkpoint=resumed)
     finished = trainer.state.global_step >= trainer.state.max_steps
-    card = make_card(cfg, trainer, folder, len(ds), too_long, resumed, finished,
-                     time.perf_counter() - t0, time.process_time() - c0, result.training_loss)
+    card = make_card(
+        cfg,
+        trainer,
+        folder,
+        len(ds),
+        too_long,
+        resumed,
+        finished,
+        time.perf_counter() - t0,
+        time.process_time() - c0,
+        result.training_loss,
+    )
     if finished:
         trainer.save_model(cfg.out)
         processing.save_pretrained(cfg.out)
@@ -253,8 +300,18 @@ def _has_images(path: str) -> bool:
     return bool(first.strip()) and bool(json.loads(first).get("images"))
 
 
-def make_card(cfg: FinetuneConfig, trainer: Any, folder: Path, n: int, too_long: int, resumed: str | None,
-              finished: bool, seconds: float, cpu_seconds: float, loss: float) -> dict[str, Any]:
+def make_card(
+    cfg: FinetuneConfig,
+    trainer: Any,
+    folder: Path,
+    n: int,
+    too_long: int,
+    resumed: str | None,
+    finished: bool,
+    seconds: float,
+    cpu_seconds: float,
+    loss: float,
+) -> dict[str, Any]:
     import peft
     import transformers
     import trl
@@ -262,29 +319,39 @@ def make_card(cfg: FinetuneConfig, trainer: Any, folder: Path, n: int, too_long:
     from glasses_rag.models.vlm.transformers_local import file_sha256
 
     curve = [{"step": h["step"], "loss": round(h["loss"], 4)} for h in trainer.state.log_history if "loss" in h]
-    return {"base_model": str(folder), "data": {"file": cfg.data, "sha256": file_sha256(Path(cfg.data)),
-                                                "examples": n, "left_out_too_long": too_long},
-            "hyperparameters": cfg.model_dump(exclude={"data", "model", "out"}),
-            "steps": trainer.state.global_step, "max_steps": trainer.state.max_steps, "finished": finished,
-            "resumed_from": resumed, "train_loss": round(float(loss), 4), "loss_curve": curve,
-            "seconds": round(seconds, 1), "cpu_seconds": round(cpu_seconds, 1),
-            "device": "cuda" if _gpu() else "cpu", "cpu_count": os.cpu_count(),
-            "versions": {"trl": trl.__version__, "peft": peft.__version__, "transformers": transformers.__version__}}
+    return {
+        "base_model": str(folder),
+        "data": {"file": cfg.data, "sha256": file_sha256(Path(cfg.data)), "examples": n, "left_out_too_long": too_long},
+        "hyperparameters": cfg.model_dump(exclude={"data", "model", "out"}),
+        "steps": trainer.state.global_step,
+        "max_steps": trainer.state.max_steps,
+        "finished": finished,
+        "resumed_from": resumed,
+        "train_loss": round(float(loss), 4),
+        "loss_curve": curve,
+        "seconds": round(seconds, 1),
+        "cpu_seconds": round(cpu_seconds, 1),
+        "device": "cuda" if _gpu() else "cpu",
+        "cpu_count": os.cpu_count(),
+        "versions": {"trl": trl.__version__, "peft": peft.__version__, "transformers": transformers.__version__},
+    }
 
 
 def write_card(out: Path, card: dict[str, Any]) -> None:
     write_atomic(out / "card.json", json.dumps(card, indent=1) + "\n")
     curve = ", ".join(f"{p['step']}: {p['loss']}" for p in card["loss_curve"])
     hp = card["hyperparameters"]
-    text = (f"# LoRA adapter\n\nBase model: `{card['base_model']}`\n\n"
-            f"Data: `{card['data']['file']}` (sha256 {card['data']['sha256'][:16]}, {card['data']['examples']} "
-            f"examples, {card['data']['left_out_too_long']} left out as longer than {hp['max_length']} tokens)\n\n"
-            f"Trained with `python -m glasses_rag.training.finetune` (TRL SFTTrainer + peft LoRA, loss on the "
-            f"{hp['loss']}s): "
-            f"r {hp['lora_r']}, alpha {hp['lora_alpha']}, dropout {hp['lora_dropout']}, targets {hp['target_modules']}, "
-            f"learning rate {hp['learning_rate']}, batch {hp['batch_size']} x {hp['grad_accum']} accumulation, "
-            f"{card['steps']} steps, seed {hp['seed']}, on {card['device']}: {card['seconds']} s "
-            f"({card['cpu_seconds']} s CPU).\n\nLoss by step: {curve}\n")
+    text = (
+        f"# LoRA adapter\n\nBase model: `{card['base_model']}`\n\n"
+        f"Data: `{card['data']['file']}` (sha256 {card['data']['sha256'][:16]}, {card['data']['examples']} "
+        f"examples, {card['data']['left_out_too_long']} left out as longer than {hp['max_length']} tokens)\n\n"
+        f"Trained with `python -m glasses_rag.training.finetune` (TRL SFTTrainer + peft LoRA, loss on the "
+        f"{hp['loss']}s): "
+        f"r {hp['lora_r']}, alpha {hp['lora_alpha']}, dropout {hp['lora_dropout']}, targets {hp['target_modules']}, "
+        f"learning rate {hp['learning_rate']}, batch {hp['batch_size']} x {hp['grad_accum']} accumulation, "
+        f"{card['steps']} steps, seed {hp['seed']}, on {card['device']}: {card['seconds']} s "
+        f"({card['cpu_seconds']} s CPU).\n\nLoss by step: {curve}\n"
+    )
     write_atomic(out / "README.md", text)
 
 
@@ -306,8 +373,10 @@ def main(argv: list[str] | None = None) -> int:
     cfg = FinetuneConfig.model_validate({k: v for k, v in args.items() if v is not None})
     card = finetune(cfg)
     where = cfg.out if card["finished"] else f"{cfg.out}/checkpoints (stopped; run again to resume)"
-    print(f"{card['steps']} steps on {card['data']['examples']} examples, loss {card['train_loss']}, "
-          f"{card['seconds']} s -> {where}")
+    print(
+        f"{card['steps']} steps on {card['data']['examples']} examples, loss {card['train_loss']}, "
+        f"{card['seconds']} s -> {where}"
+    )
     return 0 if card["finished"] else 130
 
 

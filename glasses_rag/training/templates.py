@@ -30,8 +30,10 @@ def chat_template_for(tokenizer: Any, model_type: str, named: str | None = None)
         return own
     bundled = bundled_for(model_type)
     if bundled is None:
-        raise ValueError(f"the model ({model_type}) has no chat template and no bundled one fits its family: name "
-                         "one with --chat-template (gemma, chatml, llama3, a .jinja file)")
+        raise ValueError(
+            f"the model ({model_type}) has no chat template and no bundled one fits its family: name "
+            "one with --chat-template (gemma, chatml, llama3, a .jinja file)"
+        )
     return load_chat_template(bundled)
 
 

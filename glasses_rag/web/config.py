@@ -19,36 +19,50 @@ MB = 2**20  # sizes from the environment are in KiB and MiB
 
 
 class WebConfig(BaseModel):
-    serpapi_base_url: str = Field(DEFAULT_BASE_URL, description="A SerpApi-compatible server (operator-configured: "
-                                                                "not subject to the fetch policy).")
+    serpapi_base_url: str = Field(
+        DEFAULT_BASE_URL,
+        description="A SerpApi-compatible server (operator-configured: not subject to the fetch policy).",
+    )
     key_env: str = Field(KEY_ENV, description="The environment variable that holds the SerpApi key.")
     hl: str = Field("en", description="Search language (SerpApi hl).")
     gl: str = Field("us", description="Search country (SerpApi gl).")
-    allow: list[str] = Field(default_factory=list, description="Hosts or networks (CIDR) the page reader may reach "
-                             "although they are loopback, private, link-local, ...: for tests and intranets.")
-    timeout_s: float = Field(15.0, gt=0, le=120, description="Total seconds per request: connect, every redirect "
-                                                             "hop and every read.")
+    allow: list[str] = Field(
+        default_factory=list,
+        description="Hosts or networks (CIDR) the page reader may reach "
+        "although they are loopback, private, link-local, ...: for tests and intranets.",
+    )
+    timeout_s: float = Field(
+        15.0, gt=0, le=120, description="Total seconds per request: connect, every redirect hop and every read."
+    )
     max_retries: int = Field(2, ge=0, le=5)
     max_redirects: int = Field(5, ge=0, le=20)
     max_page_bytes: int = Field(2 * MB, ge=1024, description="Bytes of a page downloaded; the rest is never read.")
     max_html_bytes: int = Field(512 * 1024, ge=1024, description="Bytes of HTML handed to the text extractor.")
-    extract_timeout_s: float = Field(10.0, gt=0, le=120, description="Seconds the text extraction of one page may "
-                                                                     "take; its worker process is killed after.")
+    extract_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=120,
+        description="Seconds the text extraction of one page may take; its worker process is killed after.",
+    )
     extract_workers: int = Field(2, ge=1, le=16, description="Text-extraction worker processes at most.")
-    extract_memory_bytes: int = Field(2048 * MB, ge=256 * MB, description="Address-space cap of each "
-                                                                                "extraction worker process.")
+    extract_memory_bytes: int = Field(
+        2048 * MB, ge=256 * MB, description="Address-space cap of each extraction worker process."
+    )
     serp_max_bytes: int = Field(8 * MB, ge=1024, description="Bytes of one search reply; a larger reply is an error.")
     serp_max_items: int = Field(100, ge=1, le=1000, description="Items of a reply list that are read.")
-    cache_dir: Path = Field(DEFAULT_CACHE_DIR, description="Folder of the two-level web cache (search replies, "
-                                                         "pages).")
+    cache_dir: Path = Field(DEFAULT_CACHE_DIR, description="Folder of the two-level web cache (search replies, pages).")
     cache_max_bytes: int = Field(1024 * MB, ge=MB, description="Bytes per cache level; the oldest entries go first.")
     cache_max_entry_bytes: int = Field(4 * MB, ge=1024, description="A larger value is not stored.")
-    image_dir: Path | None = Field(None, description="Folder where Google Lens images are published (Lens needs a "
-                                   "public image URL; without it Lens is off).")
+    image_dir: Path | None = Field(
+        None,
+        description="Folder where Google Lens images are published (Lens needs a "
+        "public image URL; without it Lens is off).",
+    )
     image_base_url: str | None = Field(None, description="The public URL at which image_dir is served.")
     image_max_age_s: float = Field(24 * 3600.0, gt=0, description="Published Lens images older than this are deleted.")
-    image_dir_max_bytes: int = Field(200 * MB, ge=MB, description="Published Lens images beyond this total are "
-                                                                  "deleted, oldest first.")
+    image_dir_max_bytes: int = Field(
+        200 * MB, ge=MB, description="Published Lens images beyond this total are deleted, oldest first."
+    )
 
     @field_validator("allow", mode="before")
     @classmethod
@@ -132,4 +146,8 @@ def missing_lens(env: dict[str, str] | None = None) -> str | None:
     if key:
         return key
     c = WebConfig.from_env(env)
-    return None if c.image_dir and c.image_base_url else "Google Lens off: GLASSES_IMAGE_DIR / GLASSES_IMAGE_BASE_URL unset"
+    return (
+        None
+        if c.image_dir and c.image_base_url
+        else "Google Lens off: GLASSES_IMAGE_DIR / GLASSES_IMAGE_BASE_URL unset"
+    )

@@ -50,10 +50,19 @@ class _Limit:
 
 class _ExtractionProcess:
     def __init__(self, memory_bytes: int) -> None:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")])),
-               MEMORY_ENV: str(memory_bytes / 2**20)}
-        self.proc = subprocess.Popen([sys.executable, "-m", "glasses_rag.web.extract_worker"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, close_fds=True)
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")])),
+            MEMORY_ENV: str(memory_bytes / 2**20),
+        }
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "glasses_rag.web.extract_worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            close_fds=True,
+        )
         _LIVE.add(self)
 
     def _write(self, data: bytes, limit: _Limit) -> None:
@@ -64,7 +73,7 @@ class _ExtractionProcess:
         while view:
             if select.select([], [fd], [], limit.slice())[1]:
                 try:
-                    view = view[os.write(fd, view):]
+                    view = view[os.write(fd, view) :]
                 except BlockingIOError:
                     continue
 

@@ -90,11 +90,16 @@ def address_class(ip: IPAddress) -> str | None:
             return f"{why} ({inner} inside {ip})"
         if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
             return None
-    for name, bad in (("the unspecified address", ip.is_unspecified), ("a loopback address", ip.is_loopback),
-                      ("a link-local address", ip.is_link_local), ("a multicast address", ip.is_multicast),
-                      ("a carrier-grade NAT address", isinstance(ip, ipaddress.IPv4Address) and ip in CGNAT),
-                      ("a private address", ip.is_private), ("a reserved address", ip.is_reserved),
-                      ("an address that is not globally routable", not ip.is_global)):
+    for name, bad in (
+        ("the unspecified address", ip.is_unspecified),
+        ("a loopback address", ip.is_loopback),
+        ("a link-local address", ip.is_link_local),
+        ("a multicast address", ip.is_multicast),
+        ("a carrier-grade NAT address", isinstance(ip, ipaddress.IPv4Address) and ip in CGNAT),
+        ("a private address", ip.is_private),
+        ("a reserved address", ip.is_reserved),
+        ("an address that is not globally routable", not ip.is_global),
+    ):
         if bad:
             return name
     return None

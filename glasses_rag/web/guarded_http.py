@@ -110,7 +110,7 @@ class GuardedStream(httpcore.NetworkStream):
         while view:
             self._sock.settimeout(wait_slice(timeout, started, httpcore.WriteTimeout))
             try:
-                view = view[self._sock.send(view):]
+                view = view[self._sock.send(view) :]
             except TimeoutError:
                 continue
             except OSError as e:
@@ -119,8 +119,9 @@ class GuardedStream(httpcore.NetworkStream):
     def close(self) -> None:
         self._sock.close()
 
-    def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
-                  timeout: float | None = None) -> httpcore.NetworkStream:
+    def start_tls(
+        self, ssl_context: ssl.SSLContext, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore.NetworkStream:
         started = time.monotonic()
         try:
             tls = ssl_context.wrap_socket(self._sock, server_hostname=server_hostname, do_handshake_on_connect=False)
@@ -183,8 +184,9 @@ class GuardedBackend(httpcore.NetworkBackend):
     """Connections for httpcore: resolved once, vetted by `policy` (None: any address, for operator-configured
     servers), connected to the vetted address, the peer address checked."""
 
-    def __init__(self, policy: FetchPolicy | None, resolver: Resolver = system_resolver,
-                 connector: Connector = tcp_connect):
+    def __init__(
+        self, policy: FetchPolicy | None, resolver: Resolver = system_resolver, connector: Connector = tcp_connect
+    ):
         self.policy = policy
         self.resolver = resolver
         self.connector = connector
@@ -195,8 +197,14 @@ class GuardedBackend(httpcore.NetworkBackend):
         literal = literal_address(host)
         return [str(literal)] if literal is not None else self.resolver(host, port)
 
-    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
-                    socket_options: Iterable[Any] | None = None) -> httpcore.NetworkStream:
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
         started = time.monotonic()
         try:
             addresses = self._addresses(host, port)
@@ -205,8 +213,9 @@ class GuardedBackend(httpcore.NetworkBackend):
         failures = []
         for ip in addresses:
             try:
-                sock, peer = self.connector(ip, port, lambda: wait_slice(timeout, started, httpcore.ConnectTimeout),
-                                            socket_options or ())
+                sock, peer = self.connector(
+                    ip, port, lambda: wait_slice(timeout, started, httpcore.ConnectTimeout), socket_options or ()
+                )
             except OSError as e:
                 failures.append(str(e))
                 continue
@@ -228,18 +237,34 @@ class GuardedTransport(httpx.HTTPTransport):
         super().__init__(verify=verify, trust_env=False)
         self._pool.close()
         # httpx.HTTPTransport has no parameter for the network backend: its pool is replaced by an equal one with it
-        self._pool = httpcore.ConnectionPool(ssl_context=httpx.create_ssl_context(verify=verify, trust_env=False),
-                                             max_connections=32, max_keepalive_connections=0, http1=True, http2=False,
-                                             network_backend=backend)
+        self._pool = httpcore.ConnectionPool(
+            ssl_context=httpx.create_ssl_context(verify=verify, trust_env=False),
+            max_connections=32,
+            max_keepalive_connections=0,
+            http1=True,
+            http2=False,
+            network_backend=backend,
+        )
 
 
-def guarded_client(policy: FetchPolicy | None, *, timeout_s: float, resolver: Resolver = system_resolver,
-                   connector: Connector = tcp_connect, headers: dict[str, str] | None = None,
-                   verify: bool | ssl.SSLContext = True) -> httpx.Client:
+def guarded_client(
+    policy: FetchPolicy | None,
+    *,
+    timeout_s: float,
+    resolver: Resolver = system_resolver,
+    connector: Connector = tcp_connect,
+    headers: dict[str, str] | None = None,
+    verify: bool | ssl.SSLContext = True,
+) -> httpx.Client:
     """An httpx.Client over a GuardedTransport; redirects are not followed (callers follow them hop by hop)."""
     transport = GuardedTransport(GuardedBackend(policy, resolver, connector), verify=verify)
-    return httpx.Client(transport=transport, trust_env=False, follow_redirects=False, timeout=httpx.Timeout(timeout_s),
-                        headers={"Accept-Encoding": ACCEPT_ENCODING, **(headers or {})})
+    return httpx.Client(
+        transport=transport,
+        trust_env=False,
+        follow_redirects=False,
+        timeout=httpx.Timeout(timeout_s),
+        headers={"Accept-Encoding": ACCEPT_ENCODING, **(headers or {})},
+    )
 
 
 ACCEPT_ENCODING = "gzip, deflate"  # the encodings `read_body` decodes with a bound on its output

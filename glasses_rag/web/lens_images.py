@@ -106,7 +106,9 @@ def prune_images(folder: Path, max_age_s: float, max_bytes: int, keep: str | Non
             if name != keep:
                 files.append((st.st_mtime, st.st_size, folder / name))
         kept_path = folder / keep if keep else None
-        total = sum(size for _, size, _ in files) + (kept_path.stat().st_size if kept_path and kept_path.exists() else 0)
+        total = sum(size for _, size, _ in files) + (
+            kept_path.stat().st_size if kept_path and kept_path.exists() else 0
+        )
         now = time.time()
         deleted = []
         for mtime, size, p in sorted(files):

@@ -30,14 +30,29 @@ OpenWebConfig = WebConfig  # the name earlier versions used
 class OpenWeb:
     """What the open-web tools call; every request goes through the disk cache first."""
 
-    def __init__(self, config: WebConfig | None = None, *, resolver: Resolver = system_resolver,
-                 connector: Connector = tcp_connect):
+    def __init__(
+        self,
+        config: WebConfig | None = None,
+        *,
+        resolver: Resolver = system_resolver,
+        connector: Connector = tcp_connect,
+    ):
         self.config = c = config or WebConfig.from_env()
         self.policy = FetchPolicy.from_allow(c.allow)
-        self.pages_http = guarded_client(self.policy, timeout_s=c.timeout_s, resolver=resolver, connector=connector,
-                                         headers={"User-Agent": USER_AGENT})
-        self.serp = SerpApiClient(c.serpapi_base_url, key_env=c.key_env, timeout_s=c.timeout_s,
-                                  max_retries=c.max_retries, max_bytes=c.serp_max_bytes)
+        self.pages_http = guarded_client(
+            self.policy,
+            timeout_s=c.timeout_s,
+            resolver=resolver,
+            connector=connector,
+            headers={"User-Agent": USER_AGENT},
+        )
+        self.serp = SerpApiClient(
+            c.serpapi_base_url,
+            key_env=c.key_env,
+            timeout_s=c.timeout_s,
+            max_retries=c.max_retries,
+            max_bytes=c.serp_max_bytes,
+        )
         self.extractor = Extractor(c.extract_workers, c.extract_memory_bytes)
         self.cache = WebCache(c.cache_dir, c.cache_max_bytes, c.cache_max_entry_bytes)
 
@@ -49,8 +64,11 @@ class OpenWeb:
         """(results and notes, from cache) for a Google web search."""
         c = self.config
         params = {"q": query, "num": k, "hl": c.hl, "gl": c.gl}
-        value, cached = self.cache.search("google", params, lambda: web_results(
-            self.serp.google(query, num=k, hl=c.hl, gl=c.gl), k, c.serp_max_items).model_dump())
+        value, cached = self.cache.search(
+            "google",
+            params,
+            lambda: web_results(self.serp.google(query, num=k, hl=c.hl, gl=c.gl), k, c.serp_max_items).model_dump(),
+        )
         return SearchResults.model_validate(value), cached
 
     def lens_search(self, image: Any, k: int = 5, refine: str = "") -> tuple[SearchResults, bool]:
@@ -60,23 +78,32 @@ class OpenWeb:
             raise SerpApiError("the image cannot be hashed for the search cache")
         c = self.config
         params = {"image": key, "k": k, "q": refine, "hl": c.hl, "country": c.gl}
-        value, cached = self.cache.search("google_lens", params, lambda: lens_results(
-            self.serp.google_lens(self.publish_image(image), q=refine or None, hl=c.hl, country=c.gl), k,
-            c.serp_max_items).model_dump())
+        value, cached = self.cache.search(
+            "google_lens",
+            params,
+            lambda: lens_results(
+                self.serp.google_lens(self.publish_image(image), q=refine or None, hl=c.hl, country=c.gl),
+                k,
+                c.serp_max_items,
+            ).model_dump(),
+        )
         return SearchResults.model_validate(value), cached
 
     def publish_image(self, image: Any) -> str:
         """A public URL for the image: written as JPEG to GLASSES_IMAGE_DIR, served at GLASSES_IMAGE_BASE_URL."""
         c = self.config
         if c.image_dir is None or not c.image_base_url:
-            raise SerpApiError("Google Lens searches a public image URL: set GLASSES_IMAGE_DIR to a folder served "
-                               "at GLASSES_IMAGE_BASE_URL")
+            raise SerpApiError(
+                "Google Lens searches a public image URL: set GLASSES_IMAGE_DIR to a folder served "
+                "at GLASSES_IMAGE_BASE_URL"
+            )
         return publish_image(image, c.image_dir, c.image_base_url, c.image_max_age_s, c.image_dir_max_bytes)
 
     def read(self, url: str) -> tuple[Page, bool]:
         """(parsed page, from cache); a page that failed comes back with `error` and is not cached."""
-        value, cached = self.cache.page(url, lambda: read_page(url, self.pages_http, self.extractor,
-                                                               self.config).model_dump())
+        value, cached = self.cache.page(
+            url, lambda: read_page(url, self.pages_http, self.extractor, self.config).model_dump()
+        )
         return page_from_cache(value), cached
 
     def stats(self) -> dict[str, Any]:

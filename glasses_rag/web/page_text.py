@@ -51,7 +51,7 @@ def chunk_text(text: str, chunk_words: int = CHUNK_WORDS) -> list[str]:
             if len(words) > chunk_words:
                 flush()
                 for i in range(0, len(words), chunk_words):
-                    chunks.append(" ".join(words[i:i + chunk_words]))
+                    chunks.append(" ".join(words[i : i + chunk_words]))
                 continue
             if n + len(words) > chunk_words:
                 flush()

@@ -12,8 +12,21 @@ from glasses_rag.core.credentials import RewriteFilter
 
 SECRET_PARAMS = ("api_key", "apikey", "key", "token", "access_token", "auth", "password", "secret", "signature", "sig")
 _PATTERN = re.compile(r"(?i)\b(" + "|".join(map(re.escape, SECRET_PARAMS)) + r")(=|%3D)([^&\s\"'<>#]+)")
-LOGGERS = ("httpx", "httpcore", "httpcore.connection", "httpcore.http11", "httpcore.http2", "httpcore.proxy",
-           "httpcore.socks", "glasses_rag.web", "glasses_rag.web.open_web", "glasses_rag.web.serpapi", "glasses_rag.web.webpage", "glasses_rag.web.web_cache", "glasses_rag.web.lens_images")
+LOGGERS = (
+    "httpx",
+    "httpcore",
+    "httpcore.connection",
+    "httpcore.http11",
+    "httpcore.http2",
+    "httpcore.proxy",
+    "httpcore.socks",
+    "glasses_rag.web",
+    "glasses_rag.web.open_web",
+    "glasses_rag.web.serpapi",
+    "glasses_rag.web.webpage",
+    "glasses_rag.web.web_cache",
+    "glasses_rag.web.lens_images",
+)
 
 
 def redact(text: str) -> str:

@@ -57,9 +57,18 @@ def _cancellable_sleep(seconds: float) -> None:
 
 
 class SerpApiClient:
-    def __init__(self, base_url: str | None = None, api_key: str | None = None, *, key_env: str = KEY_ENV,
-                 timeout_s: float = 20.0, max_retries: int = 2, retry_wait_s: float = 0.5,
-                 max_bytes: int = 8 * MB, client: httpx.Client | None = None):
+    def __init__(
+        self,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        *,
+        key_env: str = KEY_ENV,
+        timeout_s: float = 20.0,
+        max_retries: int = 2,
+        retry_wait_s: float = 0.5,
+        max_bytes: int = 8 * MB,
+        client: httpx.Client | None = None,
+    ):
         install_log_redaction()
         self.base_url = (base_url or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL).rstrip("/")
         self._api_key = api_key
@@ -125,15 +134,21 @@ class SerpApiClient:
         """One request with retries; the parsed JSON reply."""
         params = {k: v for k, v in params.items() if v is not None and v != ""}
         params["api_key"] = self.api_key()
-        retrying = Retrying(stop=stop_after_attempt(self.max_retries + 1),
-                            wait=wait_exponential(multiplier=self.retry_wait_s, max=20), sleep=_cancellable_sleep,
-                            retry=retry_if_exception_type(_RetryableSearchError), reraise=False)
+        retrying = Retrying(
+            stop=stop_after_attempt(self.max_retries + 1),
+            wait=wait_exponential(multiplier=self.retry_wait_s, max=20),
+            sleep=_cancellable_sleep,
+            retry=retry_if_exception_type(_RetryableSearchError),
+            reraise=False,
+        )
         try:
             for attempt in retrying:
                 with attempt:
                     return self._send(params)
         except RetryError as e:
-            raise SerpApiError(f"{e.last_attempt.exception()} (gave up after {self.max_retries + 1} attempts)") from None
+            raise SerpApiError(
+                f"{e.last_attempt.exception()} (gave up after {self.max_retries + 1} attempts)"
+            ) from None
         raise SerpApiError("unreachable")  # pragma: no cover
 
     def google(self, q: str, num: int = 10, **extra: Any) -> dict:
@@ -265,16 +280,30 @@ def web_results(data: dict, k: int, max_items: int = 100) -> SearchResults:
     out: list[dict[str, Any]] = []
     box = _one(data, "answer_box", AnswerBox, notes)
     if box is not None and (text := box.answer or box.snippet or box.result):
-        out.append({"title": box.title or "answer box", "url": box.link, "snippet": text, "position": 0,
-                    "kind": "answer_box"})
+        out.append(
+            {"title": box.title or "answer box", "url": box.link, "snippet": text, "position": 0, "kind": "answer_box"}
+        )
     kg = _one(data, "knowledge_graph", KnowledgeGraph, notes)
     if kg is not None and kg.title:
-        out.append({"title": kg.title, "url": kg.website or _source_link(kg, notes),
-                    "snippet": "; ".join(x for x in (kg.type, kg.description) if x), "position": 0,
-                    "kind": "knowledge_graph"})
+        out.append(
+            {
+                "title": kg.title,
+                "url": kg.website or _source_link(kg, notes),
+                "snippet": "; ".join(x for x in (kg.type, kg.description) if x),
+                "position": 0,
+                "kind": "knowledge_graph",
+            }
+        )
     for i, r in enumerate(_items(data, "organic_results", Organic, max_items, notes)[:k]):
-        out.append({"title": r.title, "url": r.link, "snippet": r.snippet or r.title, "position": r.position or i + 1,
-                    "kind": "organic"})
+        out.append(
+            {
+                "title": r.title,
+                "url": r.link,
+                "snippet": r.snippet or r.title,
+                "position": r.position or i + 1,
+                "kind": "organic",
+            }
+        )
     return SearchResults(results=out, notes=notes)
 
 
@@ -286,10 +315,26 @@ def lens_results(data: dict, k: int, max_items: int = 100) -> SearchResults:
     if isinstance(data.get("knowledge_graph"), list):
         for e in _items(data, "knowledge_graph", LensEntity, max_items, notes):
             if e.title:
-                out.append({"title": e.title, "url": e.link, "snippet": e.subtitle, "position": 0, "kind": "entity",
-                            "source": e.source})
+                out.append(
+                    {
+                        "title": e.title,
+                        "url": e.link,
+                        "snippet": e.subtitle,
+                        "position": 0,
+                        "kind": "entity",
+                        "source": e.source,
+                    }
+                )
     matches = [m for m in _items(data, "visual_matches", VisualMatch, max_items, notes) if m.title or m.link]
     for i, m in enumerate(matches[:k]):
-        out.append({"title": m.title, "url": m.link, "snippet": m.title, "position": m.position or i + 1,
-                    "kind": "visual_match", "source": m.source})
+        out.append(
+            {
+                "title": m.title,
+                "url": m.link,
+                "snippet": m.title,
+                "position": m.position or i + 1,
+                "kind": "visual_match",
+                "source": m.source,
+            }
+        )
     return SearchResults(results=out, notes=notes)

@@ -115,8 +115,9 @@ class _Stats:
 class WebCache:
     """Level "searches" (search request -> results) and level "pages" (url -> parsed page) in one SQLite file."""
 
-    def __init__(self, directory: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
-                 max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES):
+    def __init__(
+        self, directory: str | Path, max_bytes: int = DEFAULT_MAX_BYTES, max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES
+    ):
         self.directory = Path(directory).expanduser()
         self.directory.mkdir(parents=True, exist_ok=True)
         self.path = self.directory / DB_NAME
@@ -167,8 +168,9 @@ class WebCache:
                 src = Path(f"{self.path}{suffix}")
                 if src.exists():
                     src.replace(Path(f"{aside}{suffix}"))
-            log.warning("web cache database %s is damaged (%s): moved to %s, starting a fresh one", self.path, error,
-                        aside)
+            log.warning(
+                "web cache database %s is damaged (%s): moved to %s, starting a fresh one", self.path, error, aside
+            )
         self._inode = None
 
     def _run(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
@@ -189,8 +191,11 @@ class WebCache:
     # -- entries ----------------------------------------------------------------------------------------------
 
     def _get(self, level: str, key: str) -> Any:
-        row = self._run(lambda db: db.execute("SELECT header, value FROM entries WHERE level=? AND id=?",
-                                              (level, _id(key))).fetchone())
+        row = self._run(
+            lambda db: db.execute(
+                "SELECT header, value FROM entries WHERE level=? AND id=?", (level, _id(key))
+            ).fetchone()
+        )
         if row is None:
             return _MISSING
         try:
@@ -199,8 +204,11 @@ class WebCache:
             self._set_aside(level, key, row, e)
             return _MISSING
         if value is not _MISSING:
-            self._run(lambda db: db.execute("UPDATE entries SET used=? WHERE level=? AND id=?",
-                                            (time.time(), level, _id(key))))
+            self._run(
+                lambda db: db.execute(
+                    "UPDATE entries SET used=? WHERE level=? AND id=?", (time.time(), level, _id(key))
+                )
+            )
         return value
 
     def _set_aside(self, level: str, key: str, row: tuple[Any, Any], error: Exception) -> None:
@@ -215,16 +223,29 @@ class WebCache:
         data = json.dumps(value, ensure_ascii=False).encode()
         if len(data) > self.max_entry_bytes:
             self._stats[level].oversize += 1
-            log.info("web cache: %s value for %r not stored (%d bytes > %d)", level, key[:200], len(data),
-                     self.max_entry_bytes)
+            log.info(
+                "web cache: %s value for %r not stored (%d bytes > %d)",
+                level,
+                key[:200],
+                len(data),
+                self.max_entry_bytes,
+            )
             return False
         now = time.time()
-        header = EntryHeader(format=FORMAT, level=level, key=key, stored_at=now, size=len(data),  # type: ignore[arg-type]
-                             sha256=hashlib.sha256(data).hexdigest())
+        header = EntryHeader(
+            format=FORMAT,
+            level=level,
+            key=key,
+            stored_at=now,
+            size=len(data),  # type: ignore[arg-type]
+            sha256=hashlib.sha256(data).hexdigest(),
+        )
 
         def store(db: sqlite3.Connection) -> None:
-            db.execute("INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?, ?, ?)",
-                       (level, _id(key), header.model_dump_json(), data, len(data), now))
+            db.execute(
+                "INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?, ?, ?)",
+                (level, _id(key), header.model_dump_json(), data, len(data), now),
+            )
             self._evict(db, level)
 
         self._run(store)
@@ -241,8 +262,9 @@ class WebCache:
             db.execute("DELETE FROM entries WHERE level=? AND id=?", (level, ident))
             freed += size
 
-    def get_or_compute(self, level: str, key: str, compute: Callable[[], Any],
-                       keep: Callable[[Any], bool]) -> tuple[Any, bool]:
+    def get_or_compute(
+        self, level: str, key: str, compute: Callable[[], Any], keep: Callable[[Any], bool]
+    ) -> tuple[Any, bool]:
         value = self._get(level, key)
         stats = self._stats[level]
         with self._lock:
@@ -259,20 +281,28 @@ class WebCache:
 
     def search(self, engine: str, params: dict[str, Any], compute: Callable[[], Any]) -> tuple[Any, bool]:
         """(results, came from the cache). Only list/dict results are stored."""
-        return self.get_or_compute("searches", search_key(engine, params), compute,
-                                   lambda v: isinstance(v, (list, dict)))
+        return self.get_or_compute(
+            "searches", search_key(engine, params), compute, lambda v: isinstance(v, (list, dict))
+        )
 
     def page(self, url: str, compute: Callable[[], Any]) -> tuple[Any, bool]:
         """(parsed page, came from the cache). A page whose `error` is set is not stored (retried next time)."""
-        return self.get_or_compute("pages", page_key(url), compute, lambda v: isinstance(v, dict) and not v.get("error"))
+        return self.get_or_compute(
+            "pages", page_key(url), compute, lambda v: isinstance(v, dict) and not v.get("error")
+        )
 
     def stats(self) -> dict[str, Any]:
         counts = dict(self._run(lambda db: db.execute("SELECT level, COUNT(*) FROM entries GROUP BY level").fetchall()))
         out: dict[str, Any] = {"directory": str(self.directory)}
         for level, s in self._stats.items():
             n = s.hits + s.misses
-            out[level] = {"hits": s.hits, "misses": s.misses, "hit_rate": round(s.hits / n, 4) if n else 0.0,
-                          "entries": counts.get(level, 0), "not_stored_oversize": s.oversize}
+            out[level] = {
+                "hits": s.hits,
+                "misses": s.misses,
+                "hit_rate": round(s.hits / n, 4) if n else 0.0,
+                "entries": counts.get(level, 0),
+                "not_stored_oversize": s.oversize,
+            }
         return out
 
     def close(self) -> None:

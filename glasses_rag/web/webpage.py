@@ -74,8 +74,9 @@ def fetch(url: str, client: httpx.Client, max_bytes: int, timeout_s: float, max_
     raise ValueError(f"more than {max_redirects} redirects")
 
 
-def read_page(url: str, client: httpx.Client, extractor: Extractor, config: WebConfig,
-              chunk_words: int = CHUNK_WORDS) -> Page:
+def read_page(
+    url: str, client: httpx.Client, extractor: Extractor, config: WebConfig, chunk_words: int = CHUNK_WORDS
+) -> Page:
     """Fetch, extract and chunk one page. Failures come back as a Page with `error`; only the turn's end
     (glasses_rag.core.calls.Cancelled) is raised."""
     try:
@@ -84,20 +85,34 @@ def read_page(url: str, client: httpx.Client, extractor: Extractor, config: WebC
         return Page(url=url, error=str(e)[:500])
     except (httpx.HTTPError, httpx.InvalidURL, ValueError, UnicodeError) as e:
         return Page(url=url, error=f"{type(e).__name__}: {e}"[:500])
-    body = got.body[:config.max_html_bytes]
+    body = got.body[: config.max_html_bytes]
     truncated = got.truncated or len(got.body) > len(body)
     try:
-        parsed = extractor.run(body.decode(got.encoding, errors="replace"), got.final_url, config.extract_timeout_s,
-                               chunk_words)
+        parsed = extractor.run(
+            body.decode(got.encoding, errors="replace"), got.final_url, config.extract_timeout_s, chunk_words
+        )
     except (ExtractionTimeout, LookupError, RuntimeError, OSError) as e:  # LookupError: an unknown encoding
         return Page(url=url, final_url=got.final_url, truncated=truncated, error=f"{type(e).__name__}: {e}"[:500])
     if parsed.get("error"):
-        return Page(url=url, final_url=got.final_url, truncated=truncated, error=f"extraction failed: {parsed['error']}")
+        return Page(
+            url=url, final_url=got.final_url, truncated=truncated, error=f"extraction failed: {parsed['error']}"
+        )
     if not parsed.get("text"):
-        return Page(url=url, final_url=got.final_url, title=parsed.get("title", ""), truncated=truncated,
-                    error="no main text found")
-    return Page(url=url, final_url=got.final_url, title=parsed["title"], text=parsed["text"], chunks=parsed["chunks"],
-                truncated=truncated)
+        return Page(
+            url=url,
+            final_url=got.final_url,
+            title=parsed.get("title", ""),
+            truncated=truncated,
+            error="no main text found",
+        )
+    return Page(
+        url=url,
+        final_url=got.final_url,
+        title=parsed["title"],
+        text=parsed["text"],
+        chunks=parsed["chunks"],
+        truncated=truncated,
+    )
 
 
 def page_from_cache(value: Any) -> Page:

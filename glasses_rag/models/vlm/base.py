@@ -53,25 +53,37 @@ class Usage(BaseModel):
 
     input_tokens: int | None = None
     output_tokens: int | None = None
-    cached_tokens: int | None = Field(None, description="Prompt tokens whose KV came from a prefix cache (the "
-                                      "in-process backend's, or a server's prompt_tokens_details.cached_tokens).")
+    cached_tokens: int | None = Field(
+        None,
+        description="Prompt tokens whose KV came from a prefix cache (the "
+        "in-process backend's, or a server's prompt_tokens_details.cached_tokens).",
+    )
 
 
 class ChatReply(BaseModel):
     text: str = ""
-    reasoning: str = Field("", description="A reasoning model's thinking, when the server returns it apart "
-                           "(`reasoning_content`); never taken for the reply.")
+    reasoning: str = Field(
+        "",
+        description="A reasoning model's thinking, when the server returns it apart "
+        "(`reasoning_content`); never taken for the reply.",
+    )
     tool_calls: list[ChatToolCall] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
     latency_ms: float = 0.0
     finish_reason: str | None = None
     model: str | None = None
-    prompt_ids: list[int] | None = Field(None, exclude=True, description="The prompt's token ids, when the backend "
-                                         "tokenized it locally (prefix measurements).")
-    mode: DecisionMode | None = Field(None, description="How the reply was constrained: 'structured' (JSON schema "
-                                      "enforced by the server or a grammar), 'json_object' (some JSON object: the "
-                                      "server ignores the schema), 'native_tools' (tools were offered), or None "
-                                      "(plain generation; the prompt asks for JSON).")
+    prompt_ids: list[int] | None = Field(
+        None,
+        exclude=True,
+        description="The prompt's token ids, when the backend tokenized it locally (prefix measurements).",
+    )
+    mode: DecisionMode | None = Field(
+        None,
+        description="How the reply was constrained: 'structured' (JSON schema "
+        "enforced by the server or a grammar), 'json_object' (some JSON object: the "
+        "server ignores the schema), 'native_tools' (tools were offered), or None "
+        "(plain generation; the prompt asks for JSON).",
+    )
     replica: str | None = Field(None, description="The server (base URL) that answered, for HTTP backends.")
 
 
@@ -99,8 +111,14 @@ class ChatBackend(Protocol):
     supports_structured: bool
     supports_images: bool
 
-    def complete(self, messages: list[dict], tools: list[dict] | None = None, max_tokens: int = 512,
-                 temperature: float = 0.0, response_schema: dict | None = None) -> ChatReply: ...
+    def complete(
+        self,
+        messages: list[dict],
+        tools: list[dict] | None = None,
+        max_tokens: int = 512,
+        temperature: float = 0.0,
+        response_schema: dict | None = None,
+    ) -> ChatReply: ...
 
 
 TOKEN_BLOCK = 16  # tokens per block, as vLLM's prefix cache
@@ -113,8 +131,11 @@ def prompt_text(messages: list[dict]) -> str:
     for m in messages:
         content = m.get("content")
         if isinstance(content, list):
-            content = "".join(p.get("text", "") if p.get("type") == "text" else f"<image:{_image_digest(p)}>"
-                              for p in content if isinstance(p, dict))
+            content = "".join(
+                p.get("text", "") if p.get("type") == "text" else f"<image:{_image_digest(p)}>"
+                for p in content
+                if isinstance(p, dict)
+            )
         calls = json.dumps(m.get("tool_calls"), sort_keys=True) if m.get("tool_calls") else ""
         parts.append(f"<{m.get('role')}>{content or ''}{calls}</{m.get('role')}>")
     return "".join(parts)
@@ -139,7 +160,7 @@ def prompt_blocks(units: str | list[int], size: int) -> list[str]:
     out: list[str] = []
     h = b""
     for start in range(0, len(units) - size + 1, size):
-        block = units[start:start + size]
+        block = units[start : start + size]
         data = block.encode() if isinstance(block, str) else b",".join(str(x).encode() for x in block)
         h = hashlib.blake2b(h + data, digest_size=6).digest()
         out.append(h.hex())
@@ -153,9 +174,17 @@ def _blocks(backend: Any, messages: list[dict], reply: ChatReply | None) -> tupl
     return prompt_blocks(prompt_text(messages), CHAR_BLOCK), "chars"
 
 
-def complete_and_report(backend: ChatBackend, purpose: str, messages: list[dict], *, tools: list[dict] | None = None,
-                        response_schema: dict | None = None, max_tokens: int = 512,
-                        temperature: float = 0.0, prompt_profile: str | None = None) -> ChatReply:
+def complete_and_report(
+    backend: ChatBackend,
+    purpose: str,
+    messages: list[dict],
+    *,
+    tools: list[dict] | None = None,
+    response_schema: dict | None = None,
+    max_tokens: int = 512,
+    temperature: float = 0.0,
+    prompt_profile: str | None = None,
+) -> ChatReply:
     """One backend request, reported as a ModelCall to the graph event that made it (also when it fails or is
     cancelled): tokens, latency, finish reason, the raw reply (first 4 KB), the constraint mode used, when it was
     sent and the prompt's block hashes (how much of it repeats the previous request's)."""
@@ -164,42 +193,70 @@ def complete_and_report(backend: ChatBackend, purpose: str, messages: list[dict]
     name = getattr(backend, "name", type(backend).__name__)
     sent = stored_request(messages, tools, response_schema, max_tokens, temperature)
     try:
-        reply = backend.complete(messages, tools=tools, max_tokens=max_tokens, temperature=temperature,
-                                 response_schema=response_schema)
+        reply = backend.complete(
+            messages, tools=tools, max_tokens=max_tokens, temperature=temperature, response_schema=response_schema
+        )
     except Exception as e:
         partial = getattr(e, "partial", None)
         blocks, unit = _blocks(backend, messages, partial if isinstance(partial, ChatReply) else None)
-        call = ModelCall(purpose=purpose, model=name, latency_ms=round((time.perf_counter() - t0) * 1000, 3),
-                         cancelled=isinstance(e, Cancelled), error=f"{type(e).__name__}: {e}"[:500],
-                         started_at=started, prompt_blocks=blocks, block_unit=unit, prompt_profile=prompt_profile)
+        call = ModelCall(
+            purpose=purpose,
+            model=name,
+            latency_ms=round((time.perf_counter() - t0) * 1000, 3),
+            cancelled=isinstance(e, Cancelled),
+            error=f"{type(e).__name__}: {e}"[:500],
+            started_at=started,
+            prompt_blocks=blocks,
+            block_unit=unit,
+            prompt_profile=prompt_profile,
+        )
         if isinstance(partial, ChatReply):
             raw, n = ModelCall.clip(_raw(partial))
-            call = call.model_copy(update=dict(mode=partial.mode or "json_text", raw_reply=raw, reply_chars=n,
-                                               reasoning=ModelCall.clip(partial.reasoning)[0] or None,
-                                               prompt_tokens=partial.usage.input_tokens,
-                                               completion_tokens=partial.usage.output_tokens,
-                                               finish_reason=partial.finish_reason or "cancelled",
-                                               replica=partial.replica))
+            call = call.model_copy(
+                update=dict(
+                    mode=partial.mode or "json_text",
+                    raw_reply=raw,
+                    reply_chars=n,
+                    reasoning=ModelCall.clip(partial.reasoning)[0] or None,
+                    prompt_tokens=partial.usage.input_tokens,
+                    completion_tokens=partial.usage.output_tokens,
+                    finish_reason=partial.finish_reason or "cancelled",
+                    replica=partial.replica,
+                )
+            )
         report_model_call(call.with_request(*sent))
         raise
     raw, n = ModelCall.clip(_raw(reply))
     blocks, unit = _blocks(backend, messages, reply)
-    report_model_call(ModelCall(
-        purpose=purpose, mode=reply.mode or "json_text", model=reply.model or name,
-        prompt_tokens=reply.usage.input_tokens, completion_tokens=reply.usage.output_tokens,
-        latency_ms=round(reply.latency_ms or (time.perf_counter() - t0) * 1000, 3),
-        finish_reason=reply.finish_reason, raw_reply=raw, reply_chars=n, started_at=started, prompt_blocks=blocks,
-        reasoning=ModelCall.clip(reply.reasoning)[0] or None,
-        block_unit=unit, replica=reply.replica, cached_tokens=reply.usage.cached_tokens,
-        prompt_profile=prompt_profile).with_request(*sent))
+    report_model_call(
+        ModelCall(
+            purpose=purpose,
+            mode=reply.mode or "json_text",
+            model=reply.model or name,
+            prompt_tokens=reply.usage.input_tokens,
+            completion_tokens=reply.usage.output_tokens,
+            latency_ms=round(reply.latency_ms or (time.perf_counter() - t0) * 1000, 3),
+            finish_reason=reply.finish_reason,
+            raw_reply=raw,
+            reply_chars=n,
+            started_at=started,
+            prompt_blocks=blocks,
+            reasoning=ModelCall.clip(reply.reasoning)[0] or None,
+            block_unit=unit,
+            replica=reply.replica,
+            cached_tokens=reply.usage.cached_tokens,
+            prompt_profile=prompt_profile,
+        ).with_request(*sent)
+    )
     return reply
 
 
 def _raw(reply: ChatReply) -> str:
     if not reply.tool_calls:
         return reply.text
-    return json.dumps({"content": reply.text, "tool_calls": [t.model_dump() for t in reply.tool_calls]},
-                      ensure_ascii=False)
+    return json.dumps(
+        {"content": reply.text, "tool_calls": [t.model_dump() for t in reply.tool_calls]}, ensure_ascii=False
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -367,8 +424,10 @@ def load_chat_template(value: str) -> str:
         return bundled.read_text(encoding="utf-8")
     p = Path(value).expanduser()
     if p.suffix.lower() not in TEMPLATE_SUFFIXES:
-        raise ValueError(f"chat template {value!r} is neither a bundled one ({', '.join(bundled_chat_templates())}) "
-                         f"nor a template file ({', '.join(TEMPLATE_SUFFIXES)}) nor template text")
+        raise ValueError(
+            f"chat template {value!r} is neither a bundled one ({', '.join(bundled_chat_templates())}) "
+            f"nor a template file ({', '.join(TEMPLATE_SUFFIXES)}) nor template text"
+        )
     if not p.is_file():
         raise ValueError(f"chat template file not found: {value}")
     if p.stat().st_size > TEMPLATE_MAX_BYTES:
@@ -446,7 +505,7 @@ def _balanced_scan(text: str, quotes: bool) -> Iterable[str]:
                     break
             i += 1
         if end != -1:
-            yield text[start:end + 1]
+            yield text[start : end + 1]
         elif stack and quote is None and n == len(text):
             yield text[start:] + "".join(reversed(stack))
         start = text.find("{", start + 1)

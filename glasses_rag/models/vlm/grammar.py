@@ -75,8 +75,9 @@ class SchemaGrammars:
         if self._compiler is None:
             import xgrammar as xgr
 
-            info = xgr.TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=self.vocab_size,
-                                                      stop_token_ids=self.stop_ids)
+            info = xgr.TokenizerInfo.from_huggingface(
+                self.tokenizer, vocab_size=self.vocab_size, stop_token_ids=self.stop_ids
+            )
             self._compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)  # cached here, by schema
         return self._compiler
 

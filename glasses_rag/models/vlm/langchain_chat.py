@@ -37,36 +37,62 @@ class BackendChatModel(BaseChatModel):
     def _identifying_params(self) -> dict[str, Any]:
         return {"backend": getattr(self.backend, "name", type(self.backend).__name__)}
 
-    def bind_tools(self, tools: Sequence[dict[str, Any] | type | Callable | Any], *, tool_choice: str | None = None,
-                   **kwargs: Any):
+    def bind_tools(
+        self, tools: Sequence[dict[str, Any] | type | Callable | Any], *, tool_choice: str | None = None, **kwargs: Any
+    ):
         formatted = [convert_to_openai_tool(t) for t in tools]
         return self.bind(tools=formatted, **kwargs)
 
-    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
-                  run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
         from glasses_rag.models.vlm.base import extract_json, parse_arguments
 
         tools = kwargs.get("tools")
         oa_messages = convert_to_openai_messages(messages)
-        reply = self.backend.complete(oa_messages, tools=tools, max_tokens=kwargs.get("max_tokens", self.max_tokens),
-                                      temperature=kwargs.get("temperature", self.temperature))
+        reply = self.backend.complete(
+            oa_messages,
+            tools=tools,
+            max_tokens=kwargs.get("max_tokens", self.max_tokens),
+            temperature=kwargs.get("temperature", self.temperature),
+        )
         text = reply.text
         if stop:
             for s in stop:
                 if s in text:
                     text = text[: text.index(s)]
-        calls = [{"name": c.name, "args": c.arguments, "id": c.id or f"call_{uuid.uuid4().hex[:12]}", "type": "tool_call"}
-                 for c in reply.tool_calls]
+        calls = [
+            {"name": c.name, "args": c.arguments, "id": c.id or f"call_{uuid.uuid4().hex[:12]}", "type": "tool_call"}
+            for c in reply.tool_calls
+        ]
         if not calls and tools:
             names = {t["function"]["name"] for t in tools if "function" in t}
             obj = extract_json(text) or {}
             name = obj.get("tool") or obj.get("name")
             if name in names:
-                calls.append({"name": name, "args": parse_arguments(obj.get("arguments", obj.get("args"))),
-                              "id": f"call_{uuid.uuid4().hex[:12]}", "type": "tool_call"})
+                calls.append(
+                    {
+                        "name": name,
+                        "args": parse_arguments(obj.get("arguments", obj.get("args"))),
+                        "id": f"call_{uuid.uuid4().hex[:12]}",
+                        "type": "tool_call",
+                    }
+                )
         n_in, n_out = reply.usage.input_tokens or 0, reply.usage.output_tokens or 0
         usage = {"input_tokens": n_in, "output_tokens": n_out, "total_tokens": n_in + n_out}
-        msg = AIMessage(content=text, tool_calls=calls, usage_metadata=usage,
-                        response_metadata={"latency_ms": reply.latency_ms, "finish_reason": reply.finish_reason,
-                                           "model_name": reply.model, "mode": reply.mode})
+        msg = AIMessage(
+            content=text,
+            tool_calls=calls,
+            usage_metadata=usage,
+            response_metadata={
+                "latency_ms": reply.latency_ms,
+                "finish_reason": reply.finish_reason,
+                "model_name": reply.model,
+                "mode": reply.mode,
+            },
+        )
         return ChatResult(generations=[ChatGeneration(message=msg)])

@@ -50,14 +50,23 @@ class LlamaCppBackend:
     supports_structured = True
     supports_images = False
 
-    def __init__(self, model_path: str | Path, n_ctx: int = 4096, n_threads: int | None = None,
-                 n_gpu_layers: int = 0, chat_format: str | None = None, chat_template: str | None = None,
-                 **kwargs: Any):
+    def __init__(
+        self,
+        model_path: str | Path,
+        n_ctx: int = 4096,
+        n_threads: int | None = None,
+        n_gpu_layers: int = 0,
+        chat_format: str | None = None,
+        chat_template: str | None = None,
+        **kwargs: Any,
+    ):
         try:
             from llama_cpp import Llama
         except ImportError as e:
-            raise ImportError("the llamacpp backend needs llama-cpp-python, which is not installed: "
-                              "run `pip install llama-cpp-python`") from e
+            raise ImportError(
+                "the llamacpp backend needs llama-cpp-python, which is not installed: "
+                "run `pip install llama-cpp-python`"
+            ) from e
         p = Path(model_path)
         if not p.is_file():
             raise FileNotFoundError(f"GGUF model file not found: {p}")
@@ -65,15 +74,23 @@ class LlamaCppBackend:
         self.chat_format = chat_format
         self._lock = threading.Lock()
         self._grammars: dict[str, Any] = {}  # schema JSON -> LlamaGrammar (None: the schema does not convert)
-        self.llm: Any = Llama(model_path=str(p), n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers,
-                         chat_format=chat_format, verbose=False, **kwargs)
+        self.llm: Any = Llama(
+            model_path=str(p),
+            n_ctx=n_ctx,
+            n_threads=n_threads,
+            n_gpu_layers=n_gpu_layers,
+            chat_format=chat_format,
+            verbose=False,
+            **kwargs,
+        )
         if chat_template:
             from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
             eos = self.llm.detokenize([self.llm.token_eos()]).decode("utf-8", "ignore")
             bos = self.llm.detokenize([self.llm.token_bos()]).decode("utf-8", "ignore")
-            self.llm.chat_handler = Jinja2ChatFormatter(without_generation_markers(load_chat_template(chat_template)), eos_token=eos,
-                                                        bos_token=bos).to_chat_handler()
+            self.llm.chat_handler = Jinja2ChatFormatter(
+                without_generation_markers(load_chat_template(chat_template)), eos_token=eos, bos_token=bos
+            ).to_chat_handler()
 
     def _messages(self, messages: list[dict]) -> list[dict]:
         if self.chat_format in _NO_SYSTEM_ROLE:
@@ -89,8 +106,11 @@ class LlamaCppBackend:
             try:
                 self._grammars[key] = LlamaGrammar.from_json_schema(key, verbose=False)
             except Exception as e:  # noqa: BLE001 - the converter raises plain exceptions on unsupported features
-                log.warning("llama.cpp cannot turn this JSON schema into a grammar (%s: %s); generating without one",
-                            type(e).__name__, e)
+                log.warning(
+                    "llama.cpp cannot turn this JSON schema into a grammar (%s: %s); generating without one",
+                    type(e).__name__,
+                    e,
+                )
                 self._grammars[key] = None
         return self._grammars[key]
 
@@ -102,8 +122,14 @@ class LlamaCppBackend:
             if scope is not None and scope.cancelled:
                 raise ReplyCancelled("the turn ended while waiting for the model (another generation held it)")
 
-    def complete(self, messages: list[dict], tools: list[dict] | None = None, max_tokens: int = 512,
-                 temperature: float = 0.0, response_schema: dict | None = None) -> ChatReply:
+    def complete(
+        self,
+        messages: list[dict],
+        tools: list[dict] | None = None,
+        max_tokens: int = 512,
+        temperature: float = 0.0,
+        response_schema: dict | None = None,
+    ) -> ChatReply:
         t0 = time.perf_counter()
         scope = current_scope()
         kw: dict[str, Any] = {}
@@ -116,8 +142,9 @@ class LlamaCppBackend:
         finish = None
         try:
             try:
-                stream = self.llm.create_chat_completion(messages=self._messages(messages), max_tokens=max_tokens,
-                                                         temperature=temperature, stream=True, **kw)
+                stream = self.llm.create_chat_completion(
+                    messages=self._messages(messages), max_tokens=max_tokens, temperature=temperature, stream=True, **kw
+                )
                 try:
                     for chunk in stream:
                         choice = (chunk.get("choices") or [{}])[0]
@@ -136,9 +163,16 @@ class LlamaCppBackend:
             n_in = max(0, int(getattr(self.llm, "n_tokens", 0)) - n_out)
         finally:
             self._lock.release()
-        reply = ChatReply(text="".join(text), usage=Usage(input_tokens=n_in, output_tokens=n_out), finish_reason=finish,
-                          latency_ms=(time.perf_counter() - t0) * 1000.0, model=self.name,
-                          mode="structured" if "grammar" in kw else None)
+        reply = ChatReply(
+            text="".join(text),
+            usage=Usage(input_tokens=n_in, output_tokens=n_out),
+            finish_reason=finish,
+            latency_ms=(time.perf_counter() - t0) * 1000.0,
+            model=self.name,
+            mode="structured" if "grammar" in kw else None,
+        )
         if scope is not None and scope.cancelled:
-            raise ReplyCancelled("the turn ended during generation", reply.model_copy(update={"finish_reason": "cancelled"}))
+            raise ReplyCancelled(
+                "the turn ended during generation", reply.model_copy(update={"finish_reason": "cancelled"})
+            )
         return reply

@@ -64,19 +64,41 @@ class OpenAICompatibleBackend:
     the first model it serves.
     """
 
-    def __init__(self, base_url: str | Sequence[str], model: str | None = None, api_key: str | None = None,
-                 timeout_s: float = 120.0, max_retries: int = 3, retry_wait_s: float = 0.5, native_tools: bool = True,
-                 response_format: str = "json_schema", stream: bool = True, pool_size: int = 16,
-                 text_only: bool = False, chat_template: str | None = None, system_role: bool = True,
-                 extra_body: dict[str, Any] | None = None, sampling: dict[str, Any] | None = None,
-                 tool_choice: str = "auto", json_object_enforced: bool = False, max_outstanding: int = 64,
-                 adapter: str | None = None):
+    def __init__(
+        self,
+        base_url: str | Sequence[str],
+        model: str | None = None,
+        api_key: str | None = None,
+        timeout_s: float = 120.0,
+        max_retries: int = 3,
+        retry_wait_s: float = 0.5,
+        native_tools: bool = True,
+        response_format: str = "json_schema",
+        stream: bool = True,
+        pool_size: int = 16,
+        text_only: bool = False,
+        chat_template: str | None = None,
+        system_role: bool = True,
+        extra_body: dict[str, Any] | None = None,
+        sampling: dict[str, Any] | None = None,
+        tool_choice: str = "auto",
+        json_object_enforced: bool = False,
+        max_outstanding: int = 64,
+        adapter: str | None = None,
+    ):
         if response_format not in ("json_schema", "json_object"):
             raise ValueError(f"response_format must be json_schema or json_object, not {response_format!r}")
         if tool_choice not in ("auto", "required"):
             raise ValueError(f"tool_choice must be auto or required, not {tool_choice!r}")
-        self.client = OpenAIClient(base_url, api_key, timeout_s=timeout_s, max_retries=max_retries,
-                                   retry_wait_s=retry_wait_s, pool_size=pool_size, max_outstanding=max_outstanding)
+        self.client = OpenAIClient(
+            base_url,
+            api_key,
+            timeout_s=timeout_s,
+            max_retries=max_retries,
+            retry_wait_s=retry_wait_s,
+            pool_size=pool_size,
+            max_outstanding=max_outstanding,
+        )
         self.base_url = self.client.base_url
         self.timeout_s = timeout_s
         self.supports_native_tools = native_tools
@@ -121,9 +143,11 @@ class OpenAICompatibleBackend:
         found = next((c for c in cards if isinstance(c, dict) and c.get("id") == adapter), None)
         if found is None:
             served = ", ".join(str(c.get("id")) for c in cards if isinstance(c, dict)) or "nothing"
-            raise BackendError(f"{self.base_url} does not serve the adapter {adapter!r} (it serves: {served}); start "
-                               f"vLLM with --enable-lora --lora-modules {adapter}=<adapter folder> (docs/vllm.md)",
-                               status=404)
+            raise BackendError(
+                f"{self.base_url} does not serve the adapter {adapter!r} (it serves: {served}); start "
+                f"vLLM with --enable-lora --lora-modules {adapter}=<adapter folder> (docs/vllm.md)",
+                status=404,
+            )
         parent = found.get("parent")
         if parent and self.model != adapter and parent != self.model:
             log.warning("the adapter %r is served on top of %r, not %r", adapter, parent, self.model)
@@ -137,19 +161,35 @@ class OpenAICompatibleBackend:
         if self.response_format == "json_object":
             if self.json_object_enforced:  # llama-cpp-python's server builds a grammar from the schema
                 return {"type": "json_object", "schema": schema["schema"]}, "structured"
-            self._warn_once("json_object", "%s: response_format json_object carries the JSON schema in 'schema', "
-                            "which vLLM and SGLang ignore (they only make the reply some JSON object); the trace "
-                            "records such calls as mode 'json_object'. llama-cpp-python's server does enforce it: "
-                            "set json_object_enforced: true in the model config for such a server, or use "
-                            "response_format json_schema with vLLM.", self.base_url)
+            self._warn_once(
+                "json_object",
+                "%s: response_format json_object carries the JSON schema in 'schema', "
+                "which vLLM and SGLang ignore (they only make the reply some JSON object); the trace "
+                "records such calls as mode 'json_object'. llama-cpp-python's server does enforce it: "
+                "set json_object_enforced: true in the model config for such a server, or use "
+                "response_format json_schema with vLLM.",
+                self.base_url,
+            )
             return {"type": "json_object", "schema": schema["schema"]}, "json_object"
         name = schema.get("name", "reply")
         return {"type": "json_schema", "json_schema": {"name": name, "schema": schema["schema"]}}, "structured"
 
-    def _payload(self, messages: list[dict], tools: list[dict] | None, max_tokens: int, temperature: float,
-                 response_schema: dict | None) -> tuple[dict[str, Any], DecisionMode | None]:
-        payload: dict[str, Any] = {"model": self.served, "messages": messages, **self.sampling,
-                                   "max_tokens": max_tokens, "temperature": temperature, **self.extra_body}
+    def _payload(
+        self,
+        messages: list[dict],
+        tools: list[dict] | None,
+        max_tokens: int,
+        temperature: float,
+        response_schema: dict | None,
+    ) -> tuple[dict[str, Any], DecisionMode | None]:
+        payload: dict[str, Any] = {
+            "model": self.served,
+            "messages": messages,
+            **self.sampling,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            **self.extra_body,
+        }
         mode: DecisionMode | None = None
         if response_schema and self.supports_structured:
             payload["response_format"], mode = self._format(response_schema)
@@ -161,8 +201,14 @@ class OpenAICompatibleBackend:
 
     # ---- ChatBackend ------------------------------------------------------------------------
 
-    def complete(self, messages: list[dict], tools: list[dict] | None = None, max_tokens: int = 512,
-                 temperature: float = 0.0, response_schema: dict | None = None) -> ChatReply:
+    def complete(
+        self,
+        messages: list[dict],
+        tools: list[dict] | None = None,
+        max_tokens: int = 512,
+        temperature: float = 0.0,
+        response_schema: dict | None = None,
+    ) -> ChatReply:
         if not self.system_role:
             messages = system_into_user(messages)
         if self.text_only:
@@ -188,8 +234,9 @@ class OpenAICompatibleBackend:
                     continue
             return reply
 
-    def _ask(self, payload: dict[str, Any], stream: bool, mode: DecisionMode | None, meta: dict[str, Any],
-             t0: float) -> dict | None:
+    def _ask(
+        self, payload: dict[str, Any], stream: bool, mode: DecisionMode | None, meta: dict[str, Any], t0: float
+    ) -> dict | None:
         """The server's reply to one request; None when it should be asked again (see `complete`)."""
         try:
             return self.client.chat(payload, stream=stream, meta=meta)
@@ -202,7 +249,9 @@ class OpenAICompatibleBackend:
             if not stream:
                 raise
             if mode == "native_tools":  # vLLM 0.10.2 with tool_choice "required" (vLLM issue #24509)
-                self._stop_streaming_tools(f"The server streamed an error instead of the reply: {e}.", meta.get("replica"))
+                self._stop_streaming_tools(
+                    f"The server streamed an error instead of the reply: {e}.", meta.get("replica")
+                )
             meta["stream_failed"] = True
             return None
         except BackendError as e:
@@ -212,22 +261,35 @@ class OpenAICompatibleBackend:
 
     def _stop_streaming_tools(self, problem: str, replica: str | None) -> None:
         self.stream_tools = False
-        self._warn_once("stream_tools", "%s: %s Requests with tools are no longer streamed here (unstreamed, the "
-                        "server returns the reply whole); this one is asked again.", replica or self.base_url, problem)
+        self._warn_once(
+            "stream_tools",
+            "%s: %s Requests with tools are no longer streamed here (unstreamed, the "
+            "server returns the reply whole); this one is asked again.",
+            replica or self.base_url,
+            problem,
+        )
 
     def _fall_back(self, e: BackendError, payload: dict[str, Any], mode: DecisionMode | None) -> bool:
         """Whether the rejection `e` names a request feature this server lacks; if so it is left out from now on
         (and the request is sent again)."""
         if "chat_template" in payload and _rejected(e, "chat_template"):
             self.extra_body.pop("chat_template", None)  # (a concurrent request may have dropped it already)
-            self._warn_once("chat_template", "%s refused the per-request chat_template (vLLM 0.11+ takes one only "
-                            "when started with --trust-request-chat-template). Start vLLM with that flag, or drop "
-                            "chat_template from the model config (give it to vLLM as --chat-template instead); "
-                            "continuing without it, so the server's own template renders the prompts: %s",
-                            self.base_url, e)
+            self._warn_once(
+                "chat_template",
+                "%s refused the per-request chat_template (vLLM 0.11+ takes one only "
+                "when started with --trust-request-chat-template). Start vLLM with that flag, or drop "
+                "chat_template from the model config (give it to vLLM as --chat-template instead); "
+                "continuing without it, so the server's own template renders the prompts: %s",
+                self.base_url,
+                e,
+            )
         elif mode in ("structured", "json_object") and _rejected(e, "structured"):
-            log.warning("%s rejected response_format %s; trying native tools / JSON in text: %s",
-                        self.base_url, self.response_format, e)
+            log.warning(
+                "%s rejected response_format %s; trying native tools / JSON in text: %s",
+                self.base_url,
+                self.response_format,
+                e,
+            )
             self.supports_structured = False
         elif mode == "native_tools" and self.stream_tools and "cannot use tools with stream" in str(e).lower():
             log.warning("%s does not stream replies with tools; asking for them whole: %s", self.base_url, e)
@@ -258,15 +320,29 @@ class OpenAICompatibleBackend:
             fn = _dict(_dict(tc).get("function"))
             ident = _dict(tc).get("id")
             if isinstance(fn.get("name"), str) and fn["name"]:
-                calls.append(ChatToolCall(name=fn["name"], arguments=parse_arguments(fn.get("arguments")),
-                                          id=ident if isinstance(ident, str) else None))
+                calls.append(
+                    ChatToolCall(
+                        name=fn["name"],
+                        arguments=parse_arguments(fn.get("arguments")),
+                        id=ident if isinstance(ident, str) else None,
+                    )
+                )
         u = _dict(data.get("usage"))
         finish, model = choices[0].get("finish_reason"), data.get("model")
-        usage = Usage(input_tokens=_count(u.get("prompt_tokens")), output_tokens=_count(u.get("completion_tokens")),
-                      cached_tokens=_cached(u))
-        return ChatReply(text=content if isinstance(content, str) else "", tool_calls=calls, reasoning=reasoning_of(msg),
-                         usage=usage, latency_ms=latency_ms, finish_reason=finish if isinstance(finish, str) else None,
-                         model=model if isinstance(model, str) else None)
+        usage = Usage(
+            input_tokens=_count(u.get("prompt_tokens")),
+            output_tokens=_count(u.get("completion_tokens")),
+            cached_tokens=_cached(u),
+        )
+        return ChatReply(
+            text=content if isinstance(content, str) else "",
+            tool_calls=calls,
+            reasoning=reasoning_of(msg),
+            usage=usage,
+            latency_ms=latency_ms,
+            finish_reason=finish if isinstance(finish, str) else None,
+            model=model if isinstance(model, str) else None,
+        )
 
 
 def _dict(value: Any) -> dict:
@@ -289,19 +365,23 @@ def _held_back(reply: ChatReply) -> str | None:
     if tokens is not None and tokens <= 1:
         return None  # nothing was generated: an empty reply, not a swallowed one
     generated = "?" if tokens is None else str(tokens)
-    return (f"Streamed reply to a request with tools arrived empty (finish {reply.finish_reason!r}, {generated} "
-            "tokens generated): vLLM's tool-call parser most likely held it back. It withholds streamed text that "
-            "starts like a call ({, <tool_call>, [) until a function name appears, and never sends text that names "
-            "none, e.g. a bare {\"action\": ...} object.")
+    return (
+        f"Streamed reply to a request with tools arrived empty (finish {reply.finish_reason!r}, {generated} "
+        "tokens generated): vLLM's tool-call parser most likely held it back. It withholds streamed text that "
+        "starts like a call ({, <tool_call>, [) until a function name appears, and never sends text that names "
+        'none, e.g. a bare {"action": ...} object.'
+    )
 
 
 def _arguments_lost(reply: ChatReply, tools: list[dict]) -> str | None:
     for call in reply.tool_calls:
         required = _required_arguments(tools, call.name)
         if not call.arguments and required:
-            return (f"The streamed call {call.name}() arrived without its required arguments "
-                    f"({', '.join(required)}): vLLM's hermes parser streams only an 'arguments' key, so a call "
-                    "written with 'parameters' loses them.")
+            return (
+                f"The streamed call {call.name}() arrived without its required arguments "
+                f"({', '.join(required)}): vLLM's hermes parser streams only an 'arguments' key, so a call "
+                "written with 'parameters' loses them."
+            )
     return None
 
 

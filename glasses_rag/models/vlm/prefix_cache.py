@@ -37,7 +37,7 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     n = min(len(a), len(b))
     i = 0
     step = 256
-    while i + step <= n and a[i:i + step] == b[i:i + step]:  # whole slices compare in C
+    while i + step <= n and a[i : i + step] == b[i : i + step]:  # whole slices compare in C
         i += step
     while i < n and a[i] == b[i]:
         i += 1

@@ -66,7 +66,9 @@ def _resolve_dtype(dtype: Any, device: str):
     if dtype is None or dtype == "auto":
         return torch.float32 if device == "cpu" else "auto"
     if isinstance(dtype, str):
-        name = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}.get(dtype, dtype)
+        name = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}.get(
+            dtype, dtype
+        )
         try:
             return getattr(torch, name)
         except AttributeError:
@@ -150,13 +152,20 @@ def repair_gemma_tokenizer(tok: Any, gguf_path: Path) -> None:
     pieces = fields["tokenizer.ggml.tokens"].contents()
     scores = fields["tokenizer.ggml.scores"].contents()
     types = fields["tokenizer.ggml.token_type"].contents()  # 3: control, 4: user-defined, 6: byte
-    pieces = ["▁" * len(p) if p and not p.strip(" ") else p for p in pieces]  # runs of spaces, as the normalizer sees them
+    pieces = [
+        "▁" * len(p) if p and not p.strip(" ") else p for p in pieces
+    ]  # runs of spaces, as the normalizer sees them
     vocab: dict[str, int] = {}
     for i, piece in enumerate(pieces):
         vocab.setdefault(piece, i)
     backend = tok.backend_tokenizer
-    backend.model = BPE(vocab, generate_merges(vocab, list(zip(pieces, scores))), unk_token=tok.unk_token or "<unk>",
-                        fuse_unk=True, byte_fallback=True)
+    backend.model = BPE(
+        vocab,
+        generate_merges(vocab, list(zip(pieces, scores))),
+        unk_token=tok.unk_token or "<unk>",
+        fuse_unk=True,
+        byte_fallback=True,
+    )
     backend.add_special_tokens([AddedToken(p, normalized=False, special=True) for p, t in zip(pieces, types) if t == 3])
     backend.add_tokens([AddedToken(p, normalized=False, special=False) for p, t in zip(pieces, types) if t == 4])
 
@@ -204,10 +213,22 @@ class TransformersVLMBackend:
     supports_native_tools = False
     model: Any  # set by _load (a transformers PreTrainedModel)
 
-    def __init__(self, path: str | Path, device: str = "cpu", dtype: Any = None, trust_remote_code: bool = False,
-                 max_image_side: int | None = None, chat_template: str | None = None, text_only: bool = False,
-                 n_ctx: int | None = None, n_threads: int | None = None, cache_dir: str | Path | None = None,
-                 adapter: str | Path | None = None, prefix_cache_mb: int = 256, jump_forward: bool = True):
+    def __init__(
+        self,
+        path: str | Path,
+        device: str = "cpu",
+        dtype: Any = None,
+        trust_remote_code: bool = False,
+        max_image_side: int | None = None,
+        chat_template: str | None = None,
+        text_only: bool = False,
+        n_ctx: int | None = None,
+        n_threads: int | None = None,
+        cache_dir: str | Path | None = None,
+        adapter: str | Path | None = None,
+        prefix_cache_mb: int = 256,
+        jump_forward: bool = True,
+    ):
         import torch
         from transformers import AutoConfig
 
@@ -216,8 +237,9 @@ class TransformersVLMBackend:
             self.source = p
             p = converted_gguf(p, cache_dir)
         elif not p.is_dir():
-            raise FileNotFoundError(f"model folder not found: {p} (give a local folder or a .gguf file; nothing is "
-                                    "downloaded)")
+            raise FileNotFoundError(
+                f"model folder not found: {p} (give a local folder or a .gguf file; nothing is downloaded)"
+            )
         else:
             self.source = p
         threads = n_threads or (cpu_threads() if device == "cpu" else None)
@@ -242,11 +264,15 @@ class TransformersVLMBackend:
         self._load(p, _resolve_dtype(dtype, device), kw)
         if self.adapter is not None:
             self.model = merged_adapter(self.model, self.adapter)
-        own = getattr(self.processor or self.tokenizer, "chat_template", None) or getattr(self.tokenizer, "chat_template", None)
+        own = getattr(self.processor or self.tokenizer, "chat_template", None) or getattr(
+            self.tokenizer, "chat_template", None
+        )
         self.chat_template = load_chat_template(chat_template) if chat_template else None
         if self.chat_template is None and not own:
-            raise ValueError(f"the model {self.source} has no chat template: set chat_template (gemma, chatml, llama3, "
-                             "a .jinja file or the template text) in the model config or with --chat-template")
+            raise ValueError(
+                f"the model {self.source} has no chat template: set chat_template (gemma, chatml, llama3, "
+                "a .jinja file or the template text) in the model config or with --chat-template"
+            )
         limit = getattr(getattr(self.config, "text_config", self.config), "max_position_embeddings", None)
         self.n_ctx = n_ctx or limit
         self.model.to(device)  # type: ignore[arg-type]  # transformers types .to() through a decorator
@@ -269,7 +295,8 @@ class TransformersVLMBackend:
                 raise ImportError(
                     f"the processor of {p} ({self.model_type}) needs torchvision (its video processor), which this "
                     "project does not install. Serve the model with vLLM and use the openai backend, or use a "
-                    "processor without a video half (LLaVA, Idefics3, Mllama families).") from e
+                    "processor without a video half (LLaVA, Idefics3, Mllama families)."
+                ) from e
             self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
             self.model = AutoModelForImageTextToText.from_pretrained(p, dtype=torch_dtype, **kw)
         else:
@@ -320,15 +347,20 @@ class TransformersVLMBackend:
                     if part.get("type") == "text":
                         parts.append({"type": "text", "text": part.get("text", "")})
                     elif part.get("type") == "image_url" and self.supports_images:
-                        url = part["image_url"]["url"] if isinstance(part.get("image_url"), dict) else part.get("image_url")
+                        url = (
+                            part["image_url"]["url"]
+                            if isinstance(part.get("image_url"), dict)
+                            else part.get("image_url")
+                        )
                         img = data_url_to_image(url)
                         if self.max_image_side and max(img.size) > self.max_image_side:
                             img.thumbnail((self.max_image_side, self.max_image_side))
                         images.append(img)
                         parts.append({"type": "image"})
             hf_messages.append({"role": m.get("role", "user"), "content": parts})
-        prompt = self.processor.apply_chat_template(hf_messages, add_generation_prompt=True, tokenize=False,
-                                                    **self._template_kw())
+        prompt = self.processor.apply_chat_template(
+            hf_messages, add_generation_prompt=True, tokenize=False, **self._template_kw()
+        )
         if not images:
             return self.processor(text=[prompt], return_tensors="pt")
         first, second = ([images], images) if self.model_type in _NESTED_IMAGES else (images, [images])
@@ -338,8 +370,13 @@ class TransformersVLMBackend:
             return self.processor(text=[prompt], images=second, return_tensors="pt")
 
     def _text_inputs(self, messages: list[dict]):
-        return self.tokenizer.apply_chat_template(text_only_messages(messages), add_generation_prompt=True,
-                                                  return_tensors="pt", return_dict=True, **self._template_kw())
+        return self.tokenizer.apply_chat_template(
+            text_only_messages(messages),
+            add_generation_prompt=True,
+            return_tensors="pt",
+            return_dict=True,
+            **self._template_kw(),
+        )
 
     # ---- ChatBackend ------------------------------------------------------------------------
 
@@ -365,8 +402,10 @@ class TransformersVLMBackend:
             raise BackendError(f"the chat template of {self.source.name} failed: {type(e).__name__}: {e}") from e
         n_in = int(inputs["input_ids"].shape[1])
         if self.n_ctx and n_in + max_tokens > self.n_ctx:
-            raise BackendError(f"the prompt has {n_in} tokens; with max_tokens {max_tokens} it exceeds the context "
-                               f"size of {self.n_ctx} (n_ctx)")
+            raise BackendError(
+                f"the prompt has {n_in} tokens; with max_tokens {max_tokens} it exceeds the context "
+                f"size of {self.n_ctx} (n_ctx)"
+            )
         inputs = inputs.to(self.device)
         if "token_type_ids" in inputs and "token_type_ids" not in self._forward_params:
             inputs.pop("token_type_ids")
@@ -402,7 +441,7 @@ class TransformersVLMBackend:
         cache, n_cached = self.prefix_cache.lookup(ids)
         cache = cache if cache is not None else self.prefix_cache.empty()
         out = self.model.generate(**inputs, **gen, past_key_values=cache)
-        self.prefix_cache.store(out[0, :cache.get_seq_length()].tolist(), cache)
+        self.prefix_cache.store(out[0, : cache.get_seq_length()].tolist(), cache)
         return out, n_cached
 
     @staticmethod
@@ -416,18 +455,33 @@ class TransformersVLMBackend:
         if schema is None or self.grammars is None or sampling or not self._token_ids_only(inputs):
             return None
         if self._decoder is None:
-            self._decoder = GreedyGrammarDecoder(self.model, self.tokenizer, self.grammars.vocab_size,
-                                                 self.grammars.stop_ids, totals=self.decode_stats)
+            self._decoder = GreedyGrammarDecoder(
+                self.model, self.tokenizer, self.grammars.vocab_size, self.grammars.stop_ids, totals=self.decode_stats
+            )
         return self._decoder
 
-    def _decode(self, decoder: GreedyGrammarDecoder, inputs: Any, schema: dict, max_tokens: int,
-                new: list[int]) -> tuple[Decoded, int]:
+    def _decode(
+        self, decoder: GreedyGrammarDecoder, inputs: Any, schema: dict, max_tokens: int, new: list[int]
+    ) -> tuple[Decoded, int]:
         assert self.grammars is not None  # _decoder_for gives a decoder only with grammars
-        return decoder.decode_cached(self.prefix_cache, self.grammars.compiled(schema), inputs["input_ids"][0].tolist(),
-                                     max_tokens, jump_forward=self.jump_forward, out=new, cancelled=self._cancel.is_set)
+        return decoder.decode_cached(
+            self.prefix_cache,
+            self.grammars.compiled(schema),
+            inputs["input_ids"][0].tolist(),
+            max_tokens,
+            jump_forward=self.jump_forward,
+            out=new,
+            cancelled=self._cancel.is_set,
+        )
 
-    def complete(self, messages: list[dict], tools: list[dict] | None = None, max_tokens: int = 512,
-                 temperature: float = 0.0, response_schema: dict | None = None) -> ChatReply:
+    def complete(
+        self,
+        messages: list[dict],
+        tools: list[dict] | None = None,
+        max_tokens: int = 512,
+        temperature: float = 0.0,
+        response_schema: dict | None = None,
+    ) -> ChatReply:
         import torch
         from transformers import StoppingCriteria, StoppingCriteriaList
 
@@ -454,41 +508,55 @@ class TransformersVLMBackend:
             try:
                 with torch.inference_mode():
                     if decoder is not None and schema is not None:
-                        decoded, n_cached = self._decode(decoder, inputs, schema, max_tokens,
-                                                         latest.setdefault("new", []))
+                        decoded, n_cached = self._decode(
+                            decoder, inputs, schema, max_tokens, latest.setdefault("new", [])
+                        )
                     else:
                         out, n_cached = self._generate(inputs, gen)
             except _Interrupted:
                 # the layer hook stopped a forward pass: in the prefill, or in a later token's step
                 done = latest.get("new") or None
                 where = "during generation" if done is not None else "during the prompt's prefill"
-                raise ReplyCancelled(f"the turn ended {where}", ChatReply(
-                    text=self.tokenizer.decode(done, skip_special_tokens=True).strip() if done is not None else "",
-                    usage=Usage(input_tokens=n_in, output_tokens=len(done) if done is not None else None),
-                    finish_reason="cancelled", latency_ms=(time.perf_counter() - t0) * 1000.0,
-                    model=self.name, mode=mode, prompt_ids=inputs["input_ids"][0].tolist())) from None
+                raise ReplyCancelled(
+                    f"the turn ended {where}",
+                    ChatReply(
+                        text=self.tokenizer.decode(done, skip_special_tokens=True).strip() if done is not None else "",
+                        usage=Usage(input_tokens=n_in, output_tokens=len(done) if done is not None else None),
+                        finish_reason="cancelled",
+                        latency_ms=(time.perf_counter() - t0) * 1000.0,
+                        model=self.name,
+                        mode=mode,
+                        prompt_ids=inputs["input_ids"][0].tolist(),
+                    ),
+                ) from None
             except Exception as e:  # noqa: BLE001
                 raise BackendError(f"local generation with {self.source} failed: {type(e).__name__}: {e}") from e
             if decoder is not None:
-                reply = ChatReply(text=self.tokenizer.decode(decoded.tokens, skip_special_tokens=True).strip(),
-                                  usage=Usage(input_tokens=n_in, output_tokens=len(decoded.tokens)),
-                                  finish_reason=decoded.finish, latency_ms=(time.perf_counter() - t0) * 1000.0,
-                                  model=self.name, mode=mode)
+                reply = ChatReply(
+                    text=self.tokenizer.decode(decoded.tokens, skip_special_tokens=True).strip(),
+                    usage=Usage(input_tokens=n_in, output_tokens=len(decoded.tokens)),
+                    finish_reason=decoded.finish,
+                    latency_ms=(time.perf_counter() - t0) * 1000.0,
+                    model=self.name,
+                    mode=mode,
+                )
             else:
                 reply = self._reply(out[0, n_in:], n_in, max_tokens, gen, t0, mode)
             reply.usage.cached_tokens = n_cached
             reply.prompt_ids = inputs["input_ids"][0].tolist()  # the trace's prefix measurement, in tokens
             if cancel.is_set():
-                raise ReplyCancelled("the turn ended during generation",
-                                     reply.model_copy(update={"finish_reason": "cancelled"}))
+                raise ReplyCancelled(
+                    "the turn ended during generation", reply.model_copy(update={"finish_reason": "cancelled"})
+                )
             return reply
         finally:
             if scope is not None:
                 scope.remove(token)
             self._lock.release()
 
-    def _reply(self, new: Any, n_in: int, max_tokens: int, gen: dict, t0: float,
-               mode: DecisionMode | None) -> ChatReply:
+    def _reply(
+        self, new: Any, n_in: int, max_tokens: int, gen: dict, t0: float, mode: DecisionMode | None
+    ) -> ChatReply:
         """The reply of a finished generation. "stop" when it ended on a stop token (for a schema: the grammar was
         complete) or before max_tokens; "length" when max_tokens cut it (a constrained reply is then unfinished
         JSON, and the caller records it as unusable)."""
@@ -497,8 +565,14 @@ class TransformersVLMBackend:
         ended = bool(n_out) and int(new[-1]) in stops
         finish = "stop" if ended or n_out < max_tokens else "length"
         text = self.tokenizer.decode(new, skip_special_tokens=True).strip()
-        return ChatReply(text=text, usage=Usage(input_tokens=n_in, output_tokens=n_out), finish_reason=finish,
-                         latency_ms=(time.perf_counter() - t0) * 1000.0, model=self.name, mode=mode)
+        return ChatReply(
+            text=text,
+            usage=Usage(input_tokens=n_in, output_tokens=n_out),
+            finish_reason=finish,
+            latency_ms=(time.perf_counter() - t0) * 1000.0,
+            model=self.name,
+            mode=mode,
+        )
 
 
 __all__ = ["TransformersVLMBackend", "converted_gguf", "is_vision_config", "message_text"]

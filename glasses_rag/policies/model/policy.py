@@ -42,11 +42,22 @@ class ModelPolicy:
     ModelConfig.decision_mode); each request uses the strongest the backend supports at that moment (a server that
     rejected one is not offered it again)."""
 
-    def __init__(self, backend: ChatBackend, name: str | None = None, *, max_tokens: int = 512,
-                 temperature: float = 0.0, native_tools: bool | None = None, max_evidence: int = 5,
-                 evidence_chars: int = 300, image_max_side: int = 1024, prompts_dir: Path | None = None,
-                 modes: tuple[str, ...] = ("structured", "native_tools", "json_text"), verify_max_tokens: int = 256,
-                 prompt_profile: str = "full"):
+    def __init__(
+        self,
+        backend: ChatBackend,
+        name: str | None = None,
+        *,
+        max_tokens: int = 512,
+        temperature: float = 0.0,
+        native_tools: bool | None = None,
+        max_evidence: int = 5,
+        evidence_chars: int = 300,
+        image_max_side: int = 1024,
+        prompts_dir: Path | None = None,
+        modes: tuple[str, ...] = ("structured", "native_tools", "json_text"),
+        verify_max_tokens: int = 256,
+        prompt_profile: str = "full",
+    ):
         self.backend = backend
         self.name = name or f"vlm:{getattr(backend, 'name', type(backend).__name__)}"
         self.max_tokens = max_tokens
@@ -58,8 +69,14 @@ class ModelPolicy:
         elif native_tools and "native_tools" not in modes:
             modes = ("native_tools", *modes)
         self.modes = modes
-        self.prompts = Prompts(prompts_dir, sees_images=self.sees_images, image_max_side=image_max_side,
-                               max_hits=max_evidence, evidence_chars=evidence_chars, profile=prompt_profile)
+        self.prompts = Prompts(
+            prompts_dir,
+            sees_images=self.sees_images,
+            image_max_side=image_max_side,
+            max_hits=max_evidence,
+            evidence_chars=evidence_chars,
+            profile=prompt_profile,
+        )
 
     def warm_up(self) -> None:
         """Let an in-process backend initialise before the first turn (build_agent calls this)."""
@@ -85,33 +102,48 @@ class ModelPolicy:
 
     # ---- requests ---------------------------------------------------------------------------------------------
 
-    def request(self, purpose: str, messages: list[dict], schema: dict | None = None,
-                tools: list[dict] | None = None, max_tokens: int | None = None) -> ChatReply:
+    def request(
+        self,
+        purpose: str,
+        messages: list[dict],
+        schema: dict | None = None,
+        tools: list[dict] | None = None,
+        max_tokens: int | None = None,
+    ) -> ChatReply:
         """One backend request with the constraint this policy may offer, reported as a ModelCall."""
         return complete_and_report(
-            self.backend, purpose, messages,
+            self.backend,
+            purpose,
+            messages,
             response_schema=schema if "structured" in self.modes else None,
             tools=tools if "native_tools" in self.modes else None,
-            max_tokens=self.token_cap(schema, max_tokens or self.max_tokens), temperature=self.temperature,
-            prompt_profile=self.prompts.profile.name)
+            max_tokens=self.token_cap(schema, max_tokens or self.max_tokens),
+            temperature=self.temperature,
+            prompt_profile=self.prompts.profile.name,
+        )
 
     def token_cap(self, schema: dict | None, max_tokens: int) -> int:
         """The token cap of a request: `max_tokens` as configured (a hard limit the user set). Every text field of
-        a reply schema is bounded (glasses_rag/policies/model/replies.py), so a grammar-constrained reply always ends by itself
-        within the schema's longest reply (`max_json_chars`); a cap below that can still cut a reply, which then
-        cannot be read: said once per schema, in the log."""
+        a reply schema is bounded (glasses_rag/policies/model/replies.py), so a grammar-constrained reply always ends
+        by itself within the schema's longest reply (`max_json_chars`); a cap below that can still cut a reply,
+        which then cannot be read: said once per schema, in the log."""
         if schema is not None and self.mode() == "structured":
             longest = max_json_chars(schema)
             name = schema.get("name", "?")
             if longest != float("inf") and max_tokens < longest and name not in self._short_caps:
                 self._short_caps.add(name)
-                log.info("max_tokens %d is below the longest %r reply its schema allows (%d tokens of plain "
-                            "text): a reply that writes its fields to their bounds is cut and cannot be read",
-                            max_tokens, name, int(longest))
+                log.info(
+                    "max_tokens %d is below the longest %r reply its schema allows (%d tokens of plain "
+                    "text): a reply that writes its fields to their bounds is cut and cannot be read",
+                    max_tokens,
+                    name,
+                    int(longest),
+                )
         return max_tokens
 
-    def ask(self, purpose: str, view: PolicyView, image: Any, text: str, schema: dict | None,
-            max_tokens: int | None = None) -> ChatReply:
+    def ask(
+        self, purpose: str, view: PolicyView, image: Any, text: str, schema: dict | None, max_tokens: int | None = None
+    ) -> ChatReply:
         """The turn's transcript with `text` asked last, constrained to `schema` (or plain JSON in the text)."""
         messages = self.prompts.ask(self.prompts.transcript(view, image, self.format()), text)
         return self.request(purpose, messages, schema=schema, max_tokens=max_tokens)
@@ -169,8 +201,11 @@ def answer_instead_of_a_repeat(decision: Decision, view: PolicyView) -> Decision
         return decision
     if not view.ran_call(decision.tool, decision.arguments):
         return decision
-    return Decision(action="answer", rationale=f"repeated {decision.tool}({decision.arguments}), which already ran: "
-                    f"answering now (model's rationale: {decision.rationale})")
+    return Decision(
+        action="answer",
+        rationale=f"repeated {decision.tool}({decision.arguments}), which already ran: "
+        f"answering now (model's rationale: {decision.rationale})",
+    )
 
 
 _POLICY_OPTS = {"max_evidence", "evidence_chars", "prompts_dir"}
@@ -185,6 +220,13 @@ def make_model_policy(spec: str | ModelConfig, **opts: Any) -> ModelPolicy:
         cfg = ModelConfig.model_validate({**cfg.model_dump(exclude_unset=True), **overrides})
     policy_opts = {k: opts.pop(k) for k in list(opts) if k in _POLICY_OPTS}
     backend = make_backend(cfg, **opts)
-    return ModelPolicy(backend, name=cfg.name, max_tokens=cfg.max_tokens, temperature=cfg.temperature,
-                       image_max_side=cfg.image_max_side, modes=cfg.decision_modes(),
-                       prompt_profile=cfg.prompt_profile, **policy_opts)
+    return ModelPolicy(
+        backend,
+        name=cfg.name,
+        max_tokens=cfg.max_tokens,
+        temperature=cfg.temperature,
+        image_max_side=cfg.image_max_side,
+        modes=cfg.decision_modes(),
+        prompt_profile=cfg.prompt_profile,
+        **policy_opts,
+    )

@@ -26,8 +26,18 @@ from glasses_rag.policies.protocol import IDK, PolicyView, StepSummary
 
 PROMPTS_DIR = Path(__file__).resolve().parents[3] / "prompts"
 Format = Literal["json", "native"]
-TEMPLATES = ("vlm_system", "vlm_format_json", "vlm_format_native", "vlm_turn", "vlm_observation", "vlm_decide",
-             "vlm_answer", "vlm_closed_book", "vlm_cove", "vlm_selfcheck_consistency")
+TEMPLATES = (
+    "vlm_system",
+    "vlm_format_json",
+    "vlm_format_native",
+    "vlm_turn",
+    "vlm_observation",
+    "vlm_decide",
+    "vlm_answer",
+    "vlm_closed_book",
+    "vlm_cove",
+    "vlm_selfcheck_consistency",
+)
 
 
 class PromptProfile(BaseModel):
@@ -38,10 +48,15 @@ class PromptProfile(BaseModel):
 
     name: str
     description: str
-    templates: dict[str, str] = Field(default_factory=dict, description="A template name -> the file (under "
-                                      "prompts/, without .txt) that renders it instead.")
-    tool_arguments: bool = Field(True, description="Each tool with its whole signature and one line per documented "
-                                 "argument; false: its required arguments and the first sentence of its description.")
+    templates: dict[str, str] = Field(
+        default_factory=dict,
+        description="A template name -> the file (under prompts/, without .txt) that renders it instead.",
+    )
+    tool_arguments: bool = Field(
+        True,
+        description="Each tool with its whole signature and one line per documented "
+        "argument; false: its required arguments and the first sentence of its description.",
+    )
     max_hits: int | None = Field(None, ge=1, description="Search results shown per call (None: the policy's).")
     evidence_chars: int | None = Field(None, ge=20, description="Characters per result (None: the policy's).")
 
@@ -79,8 +94,12 @@ def tools_text(view: PolicyView, arguments: bool = True) -> str:
     line per documented argument; with `arguments` False, its required arguments and its description's first
     sentence."""
     if not arguments:
-        return "\n".join(f"- {short_signature(t.name, t.json_schema)} - {first_sentence(t.description)}"
-                         for t in view.tools) or "(no tools)"
+        return (
+            "\n".join(
+                f"- {short_signature(t.name, t.json_schema)} - {first_sentence(t.description)}" for t in view.tools
+            )
+            or "(no tools)"
+        )
     lines = []
     for t in view.tools:
         lines.append(f"- {t.signature}")
@@ -121,8 +140,16 @@ def history_text(view: PolicyView) -> str:
 class Prompts:
     """Renders a turn's transcript from a PolicyView. `image_note` says whether the model sees the photo."""
 
-    def __init__(self, prompts_dir: Path | None = None, *, sees_images: bool = True, image_max_side: int = 1024,
-                 max_hits: int = 5, evidence_chars: int = 300, profile: str = "full"):
+    def __init__(
+        self,
+        prompts_dir: Path | None = None,
+        *,
+        sees_images: bool = True,
+        image_max_side: int = 1024,
+        max_hits: int = 5,
+        evidence_chars: int = 300,
+        profile: str = "full",
+    ):
         self.profile = prompt_profile(profile, prompts_dir)
         self.templates = {n: load_prompt(self.profile.templates.get(n, n), prompts_dir) for n in TEMPLATES}
         self.sees_images = sees_images
@@ -137,8 +164,10 @@ class Prompts:
         if image is None:
             return "No image is available for this turn."
         if not self.sees_images:
-            return ("The user's glasses took a photo, but you cannot see it (text-only model): learn what it shows "
-                    "from the tools (image search, OCR) and their results.")
+            return (
+                "The user's glasses took a photo, but you cannot see it (text-only model): learn what it shows "
+                "from the tools (image search, OCR) and their results."
+            )
         return "An image from the user's smart glasses is attached."
 
     # ---- the stable prefix ----------------------------------------------------------------------------------
@@ -149,12 +178,19 @@ class Prompts:
         return {"role": "system", "content": self.render("vlm_system", tools=tools, reply_format=reply_format)}
 
     def turn(self, view: PolicyView, image: Any) -> dict:
-        text = self.render("vlm_turn", image_note=self.image_note(image), task=view.task, history=history_text(view),
-                           question=view.question)
+        text = self.render(
+            "vlm_turn",
+            image_note=self.image_note(image),
+            task=view.task,
+            history=history_text(view),
+            question=view.question,
+        )
         if image is not None and self.sees_images:
             url = image_to_data_url(image, self.image_max_side)
-            return {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
-                                                {"type": "text", "text": text}]}
+            return {
+                "role": "user",
+                "content": [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": text}],
+            }
         return {"role": "user", "content": text}
 
     def transcript(self, view: PolicyView, image: Any, fmt: Format) -> list[dict]:
@@ -165,14 +201,22 @@ class Prompts:
         return messages
 
     def _step(self, i: int, step: StepSummary, fmt: Format) -> list[dict]:
-        result = self.render("vlm_observation", call=f"{step.tool}({clip(json.dumps(step.arguments, default=str), 200)})",
-                             result=self.result_text(step))
+        result = self.render(
+            "vlm_observation",
+            call=f"{step.tool}({clip(json.dumps(step.arguments, default=str), 200)})",
+            result=self.result_text(step),
+        )
         if fmt == "native":
             call_id = f"call_{i}"
-            call = {"id": call_id, "type": "function",
-                    "function": {"name": step.tool, "arguments": json.dumps(step.arguments, default=str)}}
-            return [{"role": "assistant", "content": "", "tool_calls": [call]},
-                    {"role": "tool", "tool_call_id": call_id, "content": result}]
+            call = {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": step.tool, "arguments": json.dumps(step.arguments, default=str)},
+            }
+            return [
+                {"role": "assistant", "content": "", "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": call_id, "content": result},
+            ]
         call_json = json.dumps({"action": "call_tool", "tool": step.tool, "arguments": step.arguments}, default=str)
         return [{"role": "assistant", "content": call_json}, {"role": "user", "content": result}]
 
@@ -189,8 +233,11 @@ class Prompts:
     def _field_lines(self, field: str, value: Any) -> list[str]:
         if field == "evidence" and isinstance(value, list):
             hits = [h for h in value if isinstance(h, Hit)]
-            out = [f"[{i}] ({h.source} {h.score:.2f}, {h.url or h.entity_name or h.source}) "
-                   f"{clip(h.text(), self.evidence_chars)}" for i, h in enumerate(hits[: self.max_hits], 1)]
+            out = [
+                f"[{i}] ({h.source} {h.score:.2f}, {h.url or h.entity_name or h.source}) "
+                f"{clip(h.text(), self.evidence_chars)}"
+                for i, h in enumerate(hits[: self.max_hits], 1)
+            ]
             return out + ([f"... {len(hits) - self.max_hits} more not shown"] if len(hits) > self.max_hits else [])
         if isinstance(value, Box):
             return [f"Region of interest: ({value.x0},{value.y0})-({value.x1},{value.y1}) {value.label}".rstrip()]

@@ -144,32 +144,81 @@ def _decision_schema(tools: list[ToolSpec]) -> dict[str, Any]:
     options = []
     for t in tools:
         params = t.json_schema["function"]["parameters"]
-        options.append({"type": "object", "additionalProperties": False,
-                        "required": ["action", "tool", "arguments", "rationale"],
-                        "properties": {"action": {"const": "call_tool"}, "tool": {"const": t.name},
-                                       "arguments": bounded_strings(_inline_refs(params, params.get("$defs", {}))),
-                                       "rationale": _TEXT, "sub_question": _TEXT, "needs_retrieval": _FLAG}})
-    options.append({"type": "object", "additionalProperties": False,
-                    "required": ["action", "answer", "confidence", "entity", "rationale"],
-                    "properties": {"action": {"const": "answer"}, **ANSWER_FIELDS, "needs_retrieval": _FLAG}})
+        options.append(
+            {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["action", "tool", "arguments", "rationale"],
+                "properties": {
+                    "action": {"const": "call_tool"},
+                    "tool": {"const": t.name},
+                    "arguments": bounded_strings(_inline_refs(params, params.get("$defs", {}))),
+                    "rationale": _TEXT,
+                    "sub_question": _TEXT,
+                    "needs_retrieval": _FLAG,
+                },
+            }
+        )
+    options.append(
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["action", "answer", "confidence", "entity", "rationale"],
+            "properties": {"action": {"const": "answer"}, **ANSWER_FIELDS, "needs_retrieval": _FLAG},
+        }
+    )
     return {"name": "next_step", "schema": {"anyOf": options}}
 
 
-ANSWER_SCHEMA = {"name": "answer", "schema": {
-    "type": "object", "additionalProperties": False, "required": ["answer", "confidence", "entity", "rationale"],
-    "properties": ANSWER_FIELDS}}
-COVE_SCHEMA = {"name": "verification", "schema": {
-    "type": "object", "additionalProperties": False, "required": ["verifications", "supported", "confidence", "reason"],
-    "properties": {"verifications": {"type": "array", "maxItems": 3, "items": {
-        "type": "object", "additionalProperties": False, "required": ["question", "answer", "supported"],
-        "properties": {"question": _TEXT, "answer": _ANSWER_TEXT, "supported": _FLAG}}},
-        "supported": _FLAG, "confidence": _CONFIDENCE, "reason": _TEXT}}}
-CONSISTENCY_SCHEMA = {"name": "consistency", "schema": {
-    "type": "object", "additionalProperties": False, "required": ["consistent", "reason"],
-    "properties": {"consistent": _FLAG, "reason": _TEXT}}}
-FINAL_ANSWER_TOOL = {"type": "function", "function": {
-    "name": FINAL_ANSWER, "description": "Give the final answer to the user's question (or \"I don't know\").",
-    "parameters": ANSWER_SCHEMA["schema"]}}
+ANSWER_SCHEMA = {
+    "name": "answer",
+    "schema": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["answer", "confidence", "entity", "rationale"],
+        "properties": ANSWER_FIELDS,
+    },
+}
+COVE_SCHEMA = {
+    "name": "verification",
+    "schema": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["verifications", "supported", "confidence", "reason"],
+        "properties": {
+            "verifications": {
+                "type": "array",
+                "maxItems": 3,
+                "items": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["question", "answer", "supported"],
+                    "properties": {"question": _TEXT, "answer": _ANSWER_TEXT, "supported": _FLAG},
+                },
+            },
+            "supported": _FLAG,
+            "confidence": _CONFIDENCE,
+            "reason": _TEXT,
+        },
+    },
+}
+CONSISTENCY_SCHEMA = {
+    "name": "consistency",
+    "schema": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["consistent", "reason"],
+        "properties": {"consistent": _FLAG, "reason": _TEXT},
+    },
+}
+FINAL_ANSWER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": FINAL_ANSWER,
+        "description": "Give the final answer to the user's question (or \"I don't know\").",
+        "parameters": ANSWER_SCHEMA["schema"],
+    },
+}
 
 
 # ---- replies --------------------------------------------------------------------------------------------------
@@ -196,8 +245,7 @@ PLACEHOLDER = re.compile(r"<[^<>]{1,60}>")
 def answer_from_obj(obj: dict[str, Any], text: str = "") -> AnswerDraft:
     keys = [k for k in ("answer", "final_answer", "response") if k in obj]
     if not keys:
-        raise PolicyReplyError(f"the reply has no answer field: {snippet(text or json.dumps(obj, default=str))}",
-                               text)
+        raise PolicyReplyError(f"the reply has no answer field: {snippet(text or json.dumps(obj, default=str))}", text)
     ans = obj[keys[0]]
     if isinstance(ans, (list, tuple)):
         ans = ", ".join(str(a) for a in ans)
@@ -207,8 +255,9 @@ def answer_from_obj(obj: dict[str, Any], text: str = "") -> AnswerDraft:
     rationale = str(obj.get("rationale") or obj.get("reason") or "")
     if is_abstention(ans) or PLACEHOLDER.fullmatch(ans):  # a small model copies the format's "<answer or ...>"
         return AnswerDraft(answer=IDK, confidence=0.0, rationale=rationale, entity=entity)
-    return AnswerDraft(answer=ans, confidence=confidence(obj.get("confidence", 0.0)), rationale=rationale,
-                       entity=entity)
+    return AnswerDraft(
+        answer=ans, confidence=confidence(obj.get("confidence", 0.0)), rationale=rationale, entity=entity
+    )
 
 
 def answer_from_text(text: str) -> AnswerDraft:
@@ -267,25 +316,37 @@ def decision_from_obj(obj: dict[str, Any], fallback_rationale: str = "") -> Deci
         nr = {"true": True, "yes": True, "false": False, "no": False}.get(nr.strip().lower())
     sq = obj.get("sub_question")
     rationale = str(obj.get("rationale") or obj.get("reason") or obj.get("thought") or fallback_rationale or "")
-    return Decision.model_validate({
-        "action": kind, "tool": str(tool) if kind == "call_tool" else None,
-        "arguments": parse_arguments(args) if kind == "call_tool" else {},
-        "sub_question": str(sq) if sq not in (None, "") else None,
-        "needs_retrieval": nr if isinstance(nr, bool) else None, "rationale": rationale,
-        "answer": answer_from_obj(obj) if kind == "answer" and "answer" in obj else None})
+    return Decision.model_validate(
+        {
+            "action": kind,
+            "tool": str(tool) if kind == "call_tool" else None,
+            "arguments": parse_arguments(args) if kind == "call_tool" else {},
+            "sub_question": str(sq) if sq not in (None, "") else None,
+            "needs_retrieval": nr if isinstance(nr, bool) else None,
+            "rationale": rationale,
+            "answer": answer_from_obj(obj) if kind == "answer" and "answer" in obj else None,
+        }
+    )
 
 
 def _from_tool_calls(reply: ChatReply) -> Decision:
     tc = reply.tool_calls[0]
     if tc.name.strip().lower() in _ANSWER_WORDS:
         draft = answer_from_obj(tc.arguments) if "answer" in tc.arguments else None
-        return Decision(action="answer", answer=draft,
-                        rationale=(draft.rationale if draft else "") or snippet(reply.text) or "model chose to answer")
+        return Decision(
+            action="answer",
+            answer=draft,
+            rationale=(draft.rationale if draft else "") or snippet(reply.text) or "model chose to answer",
+        )
     # several native calls in one reply are independent by construction: run them together
-    more = [ParallelCall(tool=c.name, arguments=c.arguments) for c in reply.tool_calls[1:]
-            if c.name.strip().lower() not in _ANSWER_WORDS]
-    return Decision(action="call_tool", tool=tc.name, arguments=tc.arguments, parallel=more,
-                    rationale=snippet(reply.text))
+    more = [
+        ParallelCall(tool=c.name, arguments=c.arguments)
+        for c in reply.tool_calls[1:]
+        if c.name.strip().lower() not in _ANSWER_WORDS
+    ]
+    return Decision(
+        action="call_tool", tool=tc.name, arguments=tc.arguments, parallel=more, rationale=snippet(reply.text)
+    )
 
 
 def decision_from_reply(reply: ChatReply) -> Decision:
@@ -298,5 +359,6 @@ def decision_from_reply(reply: ChatReply) -> Decision:
     try:
         return decision_from_obj(obj)
     except ValidationError as e:
-        raise PolicyReplyError(f"invalid decision ({e.error_count()} errors): {snippet(reply.text)}",
-                               reply.text) from None
+        raise PolicyReplyError(
+            f"invalid decision ({e.error_count()} errors): {snippet(reply.text)}", reply.text
+        ) from None

@@ -36,11 +36,18 @@ class AsksModel(Protocol):
 
     def format(self) -> Any: ...
 
-    def ask(self, purpose: str, view: PolicyView, image: Any, text: str, schema: dict | None,
-            max_tokens: int | None = None) -> Any: ...
+    def ask(
+        self, purpose: str, view: PolicyView, image: Any, text: str, schema: dict | None, max_tokens: int | None = None
+    ) -> Any: ...
 
-    def request(self, purpose: str, messages: list[dict], schema: dict | None = None, tools: list[dict] | None = None,
-                max_tokens: int | None = None) -> Any: ...
+    def request(
+        self,
+        purpose: str,
+        messages: list[dict],
+        schema: dict | None = None,
+        tools: list[dict] | None = None,
+        max_tokens: int | None = None,
+    ) -> Any: ...
 
 
 class ConsistencyJudgement(BaseModel):
@@ -72,12 +79,21 @@ def cove_from_text(text: str) -> CoVeResult:
     obj = extract_json(text)
     if obj is None:
         raise PolicyReplyError(f"no JSON verification in the reply: {snippet(text) or '<empty>'}", text)
-    qas = [VerificationQA(question=str(q.get("question", "")), answer=str(q.get("answer", "")),
-                          supported=_as_bool(q.get("supported", False)))
-           for q in obj.get("verifications") or obj.get("verification") or obj.get("questions") or []
-           if isinstance(q, dict)]
-    return CoVeResult(verifications=qas, supported=_as_bool(obj.get("supported", False)),
-                      confidence=confidence(obj.get("confidence", 0.0)), reason=str(obj.get("reason", "")))
+    qas = [
+        VerificationQA(
+            question=str(q.get("question", "")),
+            answer=str(q.get("answer", "")),
+            supported=_as_bool(q.get("supported", False)),
+        )
+        for q in obj.get("verifications") or obj.get("verification") or obj.get("questions") or []
+        if isinstance(q, dict)
+    ]
+    return CoVeResult(
+        verifications=qas,
+        supported=_as_bool(obj.get("supported", False)),
+        confidence=confidence(obj.get("confidence", 0.0)),
+        reason=str(obj.get("reason", "")),
+    )
 
 
 def _view_without_steps(question: str, evidence: list[str]) -> PolicyView:
@@ -85,8 +101,9 @@ def _view_without_steps(question: str, evidence: list[str]) -> PolicyView:
     from glasses_rag.policies.protocol import StepSummary
 
     done = [StepSummary(tool="evidence", summary=clip(t, 400)) for t in evidence[:8]]
-    return PolicyView(task=0, question=question, has_image=False, tools=[], done=done, remaining_steps=0,
-                      remaining_s=0.0)
+    return PolicyView(
+        task=0, question=question, has_image=False, tools=[], done=done, remaining_steps=0, remaining_s=0.0
+    )
 
 
 class ModelVerifier:
@@ -119,33 +136,44 @@ class ModelVerifier:
             return ConsistencyJudgement(consistent=False, closed_book_knows=False, reason="closed-book path abstained")
         p = self.policy
         t = p.prompts.render("vlm_selfcheck_consistency", question=question, draft=draft, closed_book=closed.answer)
-        obj = extract_json(p.request("consistency", [{"role": "user", "content": t}], CONSISTENCY_SCHEMA,
-                                     max_tokens=200).text)
+        obj = extract_json(
+            p.request("consistency", [{"role": "user", "content": t}], CONSISTENCY_SCHEMA, max_tokens=200).text
+        )
         if not obj:  # no judgement: the dual path is neutral
             return ConsistencyJudgement(consistent=False, closed_book_knows=False, reason="unparseable judgement")
-        return ConsistencyJudgement(consistent=_as_bool(obj.get("consistent", False)), reason=str(obj.get("reason", "")))
+        return ConsistencyJudgement(
+            consistent=_as_bool(obj.get("consistent", False)), reason=str(obj.get("reason", ""))
+        )
 
-    def verify(self, question: str, draft: AnswerDraft, evidence: list[str], image: Any = None,
-               view: PolicyView | None = None) -> Verdict:
+    def verify(
+        self, question: str, draft: AnswerDraft, evidence: list[str], image: Any = None, view: PolicyView | None = None
+    ) -> Verdict:
         if is_abstention(draft.answer):
-            return Verdict(supported=False, confidence=0.0, reason="draft is an abstention; nothing to verify",
-                           method=self.name)
+            return Verdict(
+                supported=False, confidence=0.0, reason="draft is an abstention; nothing to verify", method=self.name
+            )
         view = view or _view_without_steps(question, evidence)
         if self.mode == "single":
             cove = self.chain_of_verification(view, draft.answer, image)
             conf = cove.confidence if cove.supported else min(cove.confidence, 0.3)
-            return Verdict(supported=cove.supported and conf >= 0.5, confidence=conf, method=self.name,
-                           reason=f"cove: {'supported' if cove.supported else 'unsupported'}, {clip(cove.reason, 200)}")
+            return Verdict(
+                supported=cove.supported and conf >= 0.5,
+                confidence=conf,
+                method=self.name,
+                reason=f"cove: {'supported' if cove.supported else 'unsupported'}, {clip(cove.reason, 200)}",
+            )
         closed, cove, cons = self.dual_path(question, view, draft.answer, image)
         return combine_verdict(cons, cove, closed.answer, self.name)
 
-    def dual_path(self, question: str, view: PolicyView, draft: str, image: Any = None
-                  ) -> tuple[AnswerDraft, CoVeResult, ConsistencyJudgement]:
+    def dual_path(
+        self, question: str, view: PolicyView, draft: str, image: Any = None
+    ) -> tuple[AnswerDraft, CoVeResult, ConsistencyJudgement]:
         """The closed-book answer and the chain of verification (run together), then their consistency judgement.
         A failed verification raises; a failed closed-book path counts as "I don't know" (neutral)."""
-        (ok_c, closed), (ok_v, cove) = run_many([lambda: self.closed_book_answer(view, image),
-                                                 lambda: self.chain_of_verification(view, draft, image)],
-                                                timeout_s=3600)
+        (ok_c, closed), (ok_v, cove) = run_many(
+            [lambda: self.closed_book_answer(view, image), lambda: self.chain_of_verification(view, draft, image)],
+            timeout_s=3600,
+        )
         if not ok_v:
             raise cove
         if not ok_c:
@@ -156,15 +184,21 @@ class ModelVerifier:
 def combine_verdict(cons: ConsistencyJudgement, cove: CoVeResult, closed_answer: str, method: str) -> Verdict:
     """CoVe decides support; the dual path moves the confidence (an abstaining closed-book path is neutral)."""
     dual = 0.5 if not cons.closed_book_knows else (1.0 if cons.consistent else 0.0)
-    qa_rate = (sum(q.supported for q in cove.verifications) / len(cove.verifications)) if cove.verifications \
+    qa_rate = (
+        (sum(q.supported for q in cove.verifications) / len(cove.verifications))
+        if cove.verifications
         else cove.confidence
+    )
     conf = round(0.5 * cove.confidence + 0.2 * qa_rate + 0.3 * dual, 3)
     if not cove.supported:
         conf = min(conf, 0.3)
     n_ok = sum(q.supported for q in cove.verifications)
     path = "consistent" if cons.consistent else ("abstained" if not cons.closed_book_knows else "inconsistent")
-    reason = (f"cove: {'supported' if cove.supported else 'unsupported'} ({n_ok}/{len(cove.verifications)} checks), "
-              f"{clip(cove.reason, 200)}; dual path: closed-book said {clip(closed_answer, 80)!r}, {path}"
-              f"{': ' + clip(cons.reason, 150) if cons.reason else ''}")
-    return Verdict(supported=cove.supported and conf >= 0.5, confidence=max(0.0, min(1.0, conf)), reason=reason,
-                   method=method)
+    reason = (
+        f"cove: {'supported' if cove.supported else 'unsupported'} ({n_ok}/{len(cove.verifications)} checks), "
+        f"{clip(cove.reason, 200)}; dual path: closed-book said {clip(closed_answer, 80)!r}, {path}"
+        f"{': ' + clip(cons.reason, 150) if cons.reason else ''}"
+    )
+    return Verdict(
+        supported=cove.supported and conf >= 0.5, confidence=max(0.0, min(1.0, conf)), reason=reason, method=method
+    )

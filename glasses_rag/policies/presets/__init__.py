@@ -53,8 +53,10 @@ def load_preset(spec: str | Path, tool_modules: Iterable[str] = ()) -> Preset:
     if path.suffix not in (".yaml", ".yml"):
         bundled = bundled_presets()
         if str(spec) not in bundled:
-            raise ValueError(f"unknown preset {str(spec)!r}{closest(str(spec), bundled)}; bundled presets: "
-                             f"{', '.join(bundled)} (or give the path of a preset .yaml file)")
+            raise ValueError(
+                f"unknown preset {str(spec)!r}{closest(str(spec), bundled)}; bundled presets: "
+                f"{', '.join(bundled)} (or give the path of a preset .yaml file)"
+            )
         path = bundled[str(spec)]
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -82,8 +84,9 @@ def one_line(error: ValidationError, data: Any) -> str:
         if len(loc) >= 2 and loc[0] == "steps" and isinstance(loc[1], int) and isinstance(data, dict):
             step = (data.get("steps") or [{}])[loc[1]] if loc[1] < len(data.get("steps") or []) else {}
             sid = step.get("id") if isinstance(step, dict) else None
-            where = f"step {sid!r}" + (f" field {'.'.join(str(x) for x in loc[2:])}" if loc[2:] else "") if sid \
-                else where
+            where = (
+                f"step {sid!r}" + (f" field {'.'.join(str(x) for x in loc[2:])}" if loc[2:] else "") if sid else where
+            )
         parts.append(f"{where}: {' '.join(str(e['msg']).split()).removeprefix('Value error, ')}")
     return "; ".join(parts)
 
@@ -95,8 +98,12 @@ def unknown_tools(preset: Preset, tool_modules: Iterable[str] = ()) -> str:
     known = default_registry(tool_modules).names()
     bad = [(f"step {s.id!r}", t) for s in preset.steps for t in s.tools if t not in known]
     bad += [("tools", t) for t in preset.tools or [] if t not in known]
-    bad += [(f"ablation row {r.title!r}", t) for r in (preset.ablation.rows if preset.ablation else [])
-            for t in r.without if t not in known]
+    bad += [
+        (f"ablation row {r.title!r}", t)
+        for r in (preset.ablation.rows if preset.ablation else [])
+        for t in r.without
+        if t not in known
+    ]
     return "; ".join(f"{where}: unknown tool {t!r}{closest(t, known)}" for where, t in bad)
 
 
@@ -154,8 +161,10 @@ def apply_to_config(preset: Preset, config: Any) -> Any:
         base = allowed if allowed is not None else config.tools.allowed
         allowed = [t for t in base if t in set(config.tools.allowed)]
     mode = preset.verification_mode()
-    update: dict[str, Any] = {"tools": config.tools.model_copy(update={"allowed": allowed}),
-                              "self_check": "off" if mode == "none" else "on"}
+    update: dict[str, Any] = {
+        "tools": config.tools.model_copy(update={"allowed": allowed}),
+        "self_check": "off" if mode == "none" else "on",
+    }
     if mode in ("model-single", "model-dual-cove"):
         update["verify_mode"] = "single" if mode == "model-single" else "dual-cove"
     if preset.abstain_below is not None:

@@ -61,8 +61,13 @@ def make_preset_policy(preset: Preset, config: Any, resources: Any, default: Cal
 
         answerer = copy.copy(inner)  # its own Prompts: every item whole, the preset's budget bounds the context
         answerer.prompts = unclipped(inner.prompts)
-    policy = PipelinePolicy(preset, answerer, backend=getattr(inner, "backend", None) if model else None, name=name,
-                            answer_method=answer_method)
+    policy = PipelinePolicy(
+        preset,
+        answerer,
+        backend=getattr(inner, "backend", None) if model else None,
+        name=name,
+        answer_method=answer_method,
+    )
     if any(RERANKER in s.tools for s in preset.active_steps()):
         policy.warm.append(lambda: warm_reranker(resources))
     return policy
@@ -99,11 +104,15 @@ def make_preset_verifier(preset: Preset, config: Any, policy: Any, resources: An
     if mode == "evidence-support":
         return EvidenceSupportVerifier()
     if mode == "idk-variants":
-        return IdkVariantVerifier(resources.text_embedder, thresholds.get("similarity", 0.7),
-                                  calibrate=bool(thresholds.get("calibrate_on_table_1", 0)))
+        return IdkVariantVerifier(
+            resources.text_embedder,
+            thresholds.get("similarity", 0.7),
+            calibrate=bool(thresholds.get("calibrate_on_table_1", 0)),
+        )
     if model_policy is None or not callable(getattr(model_policy, "verifier", None)):
-        return StandInVerifier(preset.verification.module if mode == "unsw-algorithm-1" else
-                               "the model's chain-of-verification")
+        return StandInVerifier(
+            preset.verification.module if mode == "unsw-algorithm-1" else "the model's chain-of-verification"
+        )
     if mode == "unsw-algorithm-1":
         check: Any = UnswVerifier(model_policy, thresholds.get("tau_low", 0.9), thresholds.get("tau_high", 1.0))
     else:

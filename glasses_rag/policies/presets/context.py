@@ -73,8 +73,11 @@ class ContextReport(BaseModel):
     def text(self, spec: Any) -> str:
         budget = ", ".join(f"{self.tokens.get(k, 0)}/{v} {k} tokens" for k, v in _budgets(spec).items() if v)
         src = "the reranker's kept list" if self.reranked else "the search results"
-        return (f"answer context: {self.items} item(s) from {src}" + (f", {self.dropped} left out" if self.dropped
-                else "") + (f"; {budget} ({self.counter})" if budget else ""))
+        return (
+            f"answer context: {self.items} item(s) from {src}"
+            + (f", {self.dropped} left out" if self.dropped else "")
+            + (f"; {budget} ({self.counter})" if budget else "")
+        )
 
 
 def source_of(hit: Hit) -> str:
@@ -86,8 +89,11 @@ def _budgets(spec: Any) -> dict[str, int | None]:
 
 
 def _reranker_index(done: list[StepSummary]) -> int | None:
-    found = [i for i, s in enumerate(done) if s.tool == RERANKER and not s.error
-             and isinstance(s.update.get("evidence"), list)]
+    found = [
+        i
+        for i, s in enumerate(done)
+        if s.tool == RERANKER and not s.error and isinstance(s.update.get("evidence"), list)
+    ]
     return found[-1] if found else None
 
 
@@ -160,15 +166,31 @@ def answer_view(view: PolicyView, spec: Any, counter: TokenCounter) -> tuple[Pol
             done.append(step)
             continue
         if rr is not None and i < rr:
-            done.append(step.model_copy(update={"update": {**step.update, "evidence": []}, "summary": (
-                f"{len(hits)} result(s), passed to the reranker: its kept list below is the answer context")}))
+            done.append(
+                step.model_copy(
+                    update={
+                        "update": {**step.update, "evidence": []},
+                        "summary": (
+                            f"{len(hits)} result(s), passed to the reranker: its kept list below is the answer context"
+                        ),
+                    }
+                )
+            )
             continue
         shown = [s for s in (budget.take(h) for h in hits) if s is not None]
         budget.report.dropped += len(hits) - len(shown)
         shown_all += shown
-        done.append(step.model_copy(update={"update": {**step.update, "evidence": shown}, "summary": (
-            f"{len(shown)} of {len(hits)} result(s) in the answer context: "
-            + ", ".join(h.entity_name or h.title or h.url or "" for h in shown))}))
+        done.append(
+            step.model_copy(
+                update={
+                    "update": {**step.update, "evidence": shown},
+                    "summary": (
+                        f"{len(shown)} of {len(hits)} result(s) in the answer context: "
+                        + ", ".join(h.entity_name or h.title or h.url or "" for h in shown)
+                    ),
+                }
+            )
+        )
     return view.model_copy(update={"done": done, "evidence": shown_all}), budget.report
 
 

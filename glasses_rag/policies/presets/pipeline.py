@@ -37,8 +37,12 @@ class TurnRoutes:
 
     @staticmethod
     def _key(view: PolicyView, image: Any) -> tuple:
-        return (view.task, view.question, tuple((h.question, h.answer) for h in view.history),
-                None if image is None else id(image))
+        return (
+            view.task,
+            view.question,
+            tuple((h.question, h.answer) for h in view.history),
+            None if image is None else id(image),
+        )
 
     def peek(self, view: PolicyView, image: Any) -> Route | None:
         with self._lock:
@@ -181,19 +185,31 @@ class PipelinePolicy:
         if calls and view.remaining_steps > 0:
             calls = calls[: view.remaining_steps]
             first = calls[0]
-            return Decision(action="call_tool", tool=first.tool, arguments=first.arguments, parallel=calls[1:],
-                            sub_question=first.sub_question, needs_retrieval=route.retrieve,
-                            rationale=f"{said}{self.preset.name}: {' + '.join(why)}")
+            return Decision(
+                action="call_tool",
+                tool=first.tool,
+                arguments=first.arguments,
+                parallel=calls[1:],
+                sub_question=first.sub_question,
+                needs_retrieval=route.retrieve,
+                rationale=f"{said}{self.preset.name}: {' + '.join(why)}",
+            )
         direct = None
         if route.direct is not None and not view.done:  # the answer came with the routing: no second request
             reason = "answered directly by the demand-adaptive answerer (no retrieval needed)"
-            direct = route.direct.model_copy(update={"rationale": f"demand-adaptive answerer: {route.direct.rationale}"})
+            direct = route.direct.model_copy(
+                update={"rationale": f"demand-adaptive answerer: {route.direct.rationale}"}
+            )
         elif not route.retrieve:
             reason = "the router needs no retrieval"
         else:
             reason = "the preset's steps are done" if self.tool_steps else "no tools: the answer comes from the image"
-        return Decision(action="answer", rationale=f"{said}{self.preset.name}: {reason}", needs_retrieval=route.retrieve,
-                        answer=direct)
+        return Decision(
+            action="answer",
+            rationale=f"{said}{self.preset.name}: {reason}",
+            needs_retrieval=route.retrieve,
+            answer=direct,
+        )
 
     def next_calls(self, view: PolicyView, route: Route) -> tuple[list[ParallelCall], list[str]]:
         """The first step not yet done (and the steps running with it); the calls the trace holds count as done."""
@@ -211,7 +227,7 @@ class PipelinePolicy:
             if spent[tool] >= len(calls):
                 spent[tool] -= len(calls)
                 continue
-            batch += calls[spent[tool]:]
+            batch += calls[spent[tool] :]
             spent[tool] = 0
             why.append(f"{step.id} ({step.follows})")
         return batch, why
@@ -224,8 +240,11 @@ class PipelinePolicy:
             return route.direct.model_copy(update={"rationale": f"demand-adaptive answerer: {route.direct.rationale}"})
         floor = spec.realtime_min_retrieval
         if floor is not None and route.real_time and best_score(view) < floor:
-            return AnswerDraft(answer=IDK, confidence=0.0, rationale=f"real-time question and no evidence scores "
-                               f"{floor:g} or more (UNSW Algorithm 1, line 1)")
+            return AnswerDraft(
+                answer=IDK,
+                confidence=0.0,
+                rationale=f"real-time question and no evidence scores {floor:g} or more (UNSW Algorithm 1, line 1)",
+            )
         if spec.min_image_score is not None:
             view = without_weak_image_hits(view, spec.min_image_score)
         view, report = self.answer_context(self.with_entities(view, route))
@@ -240,8 +259,14 @@ class PipelinePolicy:
         with its list of entities) shown to the answer model as a finished step of the turn."""
         if self.backend is None or not (route.entities or route.expanded):
             return view
-        text = "; ".join(x for x in (f"entities: {', '.join(route.entities)}" if route.entities else "",
-                                     f"expanded query: {route.expanded}" if route.expanded else "") if x)
+        text = "; ".join(
+            x
+            for x in (
+                f"entities: {', '.join(route.entities)}" if route.entities else "",
+                f"expanded query: {route.expanded}" if route.expanded else "",
+            )
+            if x
+        )
         note = StepSummary(tool="entity_extraction", summary=text)
         return view.model_copy(update={"done": [note, *view.done]})
 
@@ -265,8 +290,14 @@ def without_weak_image_hits(view: PolicyView, floor: float) -> PolicyView:
         hits = s.update.get("evidence")
         kept = keep(hits)
         if isinstance(hits, list) and len(kept) < len(hits):  # the call's own listing named the dropped ones too
-            s = s.model_copy(update={"update": {**s.update, "evidence": kept}, "summary": (
-                f"{len(kept)} of {len(hits)} results kept (image-search similarity >= {floor:g}): "
-                + ", ".join(h.entity_name or h.title or "" for h in kept))})
+            s = s.model_copy(
+                update={
+                    "update": {**s.update, "evidence": kept},
+                    "summary": (
+                        f"{len(kept)} of {len(hits)} results kept (image-search similarity >= {floor:g}): "
+                        + ", ".join(h.entity_name or h.title or "" for h in kept)
+                    ),
+                }
+            )
         done.append(s)
     return view.model_copy(update={"evidence": keep(view.evidence), "done": done})

@@ -24,10 +24,16 @@ from glasses_rag.policies.rules.questions import classify
 from glasses_rag.text import nlp
 
 PROMPTS_DIR = Path(__file__).resolve().parents[3] / "prompts"
-_REAL_TIME = re.compile(r"\b(today|tonight|tomorrow|yesterday|now|right now|currently|current|latest|newest|recent|"
-                        r"recently|this (?:week|month|year|season)|open (?:now|today)|price|cost|weather|score)\b", re.I)
-_READS_TEXT = re.compile(r"\bwhat (?:does|do|did) [\w' ]{0,40}\b(?:say|read)\b|\bwhat(?:'s| is| are) (?:written|printed)\b|"
-                         r"^\s*(?:read|transcribe)\b", re.I)
+_REAL_TIME = re.compile(
+    r"\b(today|tonight|tomorrow|yesterday|now|right now|currently|current|latest|newest|recent|"
+    r"recently|this (?:week|month|year|season)|open (?:now|today)|price|cost|weather|score)\b",
+    re.I,
+)
+_READS_TEXT = re.compile(
+    r"\bwhat (?:does|do|did) [\w' ]{0,40}\b(?:say|read)\b|\bwhat(?:'s| is| are) (?:written|printed)\b|"
+    r"^\s*(?:read|transcribe)\b",
+    re.I,
+)
 
 
 class Route(BaseModel):
@@ -60,8 +66,12 @@ class Router:
 
 
 def _history(view: PolicyView) -> str:
-    return "\n".join(f"Q: {h.question} A: {h.answer}" + (f" [entity: {h.entity}]" if h.entity else "")
-                     for h in view.history[-4:]) or "(none)"
+    return (
+        "\n".join(
+            f"Q: {h.question} A: {h.answer}" + (f" [entity: {h.entity}]" if h.entity else "") for h in view.history[-4:]
+        )
+        or "(none)"
+    )
 
 
 def _image_note(view: PolicyView, sees: bool) -> str:
@@ -70,8 +80,9 @@ def _image_note(view: PolicyView, sees: bool) -> str:
     return "An image from the user's smart glasses is attached." if sees else "The photo is not shown to you."
 
 
-def ask_model(backend: Any, router: Router, view: PolicyView, image: Any,
-              known: dict[str, Any] | None = None) -> dict[str, Any]:
+def ask_model(
+    backend: Any, router: Router, view: PolicyView, image: Any, known: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """One model request with the router's prompt and schema (`known`: what a prelude router decided, for the
     prompt's placeholders); the parsed route fields."""
     from glasses_rag.models.vlm.base import complete_and_report, extract_json, image_to_data_url
@@ -79,14 +90,25 @@ def ask_model(backend: Any, router: Router, view: PolicyView, image: Any,
     sees = router.sees_image and image is not None and bool(getattr(backend, "supports_images", False))
     fill = {k: v for k, v in (known or {}).items() if isinstance(v, str)}
     text = string.Template((PROMPTS_DIR / f"{router.prompt}.txt").read_text(encoding="utf-8")).safe_substitute(
-        question=view.question, history=_history(view), image_note=_image_note(view, sees), **fill,
-        domain_guideline=domain_guideline(fill.get("domain", "")))
+        question=view.question,
+        history=_history(view),
+        image_note=_image_note(view, sees),
+        **fill,
+        domain_guideline=domain_guideline(fill.get("domain", "")),
+    )
     content: Any = text
     if sees:
-        content = [{"type": "image_url", "image_url": {"url": image_to_data_url(image)}}, {"type": "text", "text": text}]
-    reply = complete_and_report(backend, router.name, [{"role": "user", "content": content}],
-                                response_schema={"name": router.name.replace("-", "_"), "schema": router.schema},
-                                max_tokens=router.max_tokens)
+        content = [
+            {"type": "image_url", "image_url": {"url": image_to_data_url(image)}},
+            {"type": "text", "text": text},
+        ]
+    reply = complete_and_report(
+        backend,
+        router.name,
+        [{"role": "user", "content": content}],
+        response_schema={"name": router.name.replace("-", "_"), "schema": router.schema},
+        max_tokens=router.max_tokens,
+    )
     obj = extract_json(reply.text)
     if not obj:
         raise ValueError(f"no JSON in the reply: {reply.text[:200]!r}")
@@ -100,8 +122,10 @@ def run_router(router: Router, backend: Any, view: PolicyView, image: Any) -> di
             known = ask_model(backend, ROUTERS[router.prelude], view, image) if router.prelude else {}
             out = {**known, **ask_model(backend, router, view, image, known)}
             said = f"{router.prelude} + {router.name}" if router.prelude else router.name
-            return {**out, "notes": [f"{said}: model" + (f" (domain {known['domain']})" if known.get("domain")
-                                                         else "")]}
+            return {
+                **out,
+                "notes": [f"{said}: model" + (f" (domain {known['domain']})" if known.get("domain") else "")],
+            }
         except (Cancelled, CallTimeout):
             raise
         except Exception as e:  # noqa: BLE001 - an unusable reply: the named stand-in decides instead
@@ -118,7 +142,8 @@ def _flag(v: Any, default: bool) -> bool:
         return v
     if isinstance(v, str):
         return {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}.get(
-            v.strip().lower(), default)
+            v.strip().lower(), default
+        )
     return default
 
 
@@ -156,13 +181,19 @@ def _domain(obj: dict[str, Any], view: PolicyView) -> dict[str, Any]:
 
 def _superlens_demand(obj: dict[str, Any], view: PolicyView) -> dict[str, Any]:
     answer = _text(obj.get("answer"))
-    retrieve = _flag(obj.get("needs_retrieval"), True) or not answer or nlp.is_abstention(answer) or bool(
-        _NO_KNOWLEDGE.search(answer))
+    retrieve = (
+        _flag(obj.get("needs_retrieval"), True)
+        or not answer
+        or nlp.is_abstention(answer)
+        or bool(_NO_KNOWLEDGE.search(answer))
+    )
     if retrieve:
         return {"retrieve": True}
     rationale = f"direct answer: {_text(obj.get('reasoning'), 300)}"
-    return {"retrieve": False, "direct": AnswerDraft(answer=answer, confidence=_confidence(obj.get("confidence")),
-                                                     rationale=rationale)}
+    return {
+        "retrieve": False,
+        "direct": AnswerDraft(answer=answer, confidence=_confidence(obj.get("confidence")), rationale=rationale),
+    }
 
 
 def _superlens_search(obj: dict[str, Any], view: PolicyView) -> dict[str, Any]:
@@ -178,8 +209,11 @@ def search_router_stand_in(view: PolicyView) -> dict[str, Any]:
     question only asks what is pictured (the planner's question types, glasses_rag/policies/rules/questions.py)."""
     qtype = classify(view.question, has_image=view.has_image, history_entity=any(h.entity for h in view.history))
     image = view.has_image and qtype not in ("web_fact", "follow_up")
-    return {"image_search": image, "text_search": qtype != "recognition" or not image,
-            "object": nlp.pointed_phrase(view.question) or None}
+    return {
+        "image_search": image,
+        "text_search": qtype != "recognition" or not image,
+        "object": nlp.pointed_phrase(view.question) or None,
+    }
 
 
 # ---- UNSW ------------------------------------------------------------------------------------------------------
@@ -209,8 +243,11 @@ def _expand(obj: dict[str, Any], view: PolicyView) -> dict[str, Any]:
     entities: list[Any] = raw[:5] if isinstance(raw, list) else []
     names = [_text(e, 80).split(",")[0].strip() for e in entities]
     object_ = next((n for n in names if n), None)
-    return {"expanded": expanded if expanded.lower() != view.question.strip().lower() else "", "object": object_,
-            "entities": [_text(e, 80) for e in entities if _text(e, 80)]}
+    return {
+        "expanded": expanded if expanded.lower() != view.question.strip().lower() else "",
+        "object": object_,
+        "entities": [_text(e, 80) for e in entities if _text(e, 80)],
+    }
 
 
 def _nothing(view: PolicyView) -> dict[str, Any]:
@@ -230,23 +267,72 @@ def _schema(props: dict[str, Any]) -> dict[str, Any]:
 
 
 # Listed here, read by name (glasses_rag/core/registry.py); schema.RouteName names those a preset step may use.
-ROUTERS: Registry[Router] = Registry("router", [(r.name, r) for r in (
-    Router("superlens-domain", "preset_superlens_domain", _schema({"domain": _S}), _domain,
-           "stand-in: no domain offline", _nothing, max_tokens=40),
-    Router("superlens-demand", "preset_superlens_demand",
-           _schema({"reasoning": _S, "answer": _S, "confidence": {"type": "number", "minimum": 0, "maximum": 1},
-                    "needs_retrieval": _B}),
-           _superlens_demand, "stand-in heuristic:always-retrieve (no model knowledge offline)", _always_retrieve,
-           max_tokens=400, prelude="superlens-domain"),
-    Router("superlens-search", "preset_superlens_search", _schema({"image_search": _B, "text_search": _B,
-                                                                   "object": _S}),
-           _superlens_search, "stand-in heuristic:question-type-router", search_router_stand_in),
-    Router("unsw-route", "preset_unsw_route", _schema({"needs_external_info": _B, "is_real_time": _B}),
-           _unsw_route, "stand-in heuristic:keyword-router", keyword_router_stand_in, max_tokens=60,
-           sees_image=False),
-    Router("unsw-summary", "preset_unsw_summary", _schema({"summary": _S}), _summary,
-           "stand-in: no image summary offline (q' = q)", _nothing),
-    Router("eurecom-expand", "preset_eurecom_expand",
-           _schema({"expanded_query": _S, "entities": {"type": "array", "maxItems": 5, "items": _S}}), _expand,
-           "stand-in: no query expansion offline", _nothing, max_tokens=300),
-)])
+ROUTERS: Registry[Router] = Registry(
+    "router",
+    [
+        (r.name, r)
+        for r in (
+            Router(
+                "superlens-domain",
+                "preset_superlens_domain",
+                _schema({"domain": _S}),
+                _domain,
+                "stand-in: no domain offline",
+                _nothing,
+                max_tokens=40,
+            ),
+            Router(
+                "superlens-demand",
+                "preset_superlens_demand",
+                _schema(
+                    {
+                        "reasoning": _S,
+                        "answer": _S,
+                        "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+                        "needs_retrieval": _B,
+                    }
+                ),
+                _superlens_demand,
+                "stand-in heuristic:always-retrieve (no model knowledge offline)",
+                _always_retrieve,
+                max_tokens=400,
+                prelude="superlens-domain",
+            ),
+            Router(
+                "superlens-search",
+                "preset_superlens_search",
+                _schema({"image_search": _B, "text_search": _B, "object": _S}),
+                _superlens_search,
+                "stand-in heuristic:question-type-router",
+                search_router_stand_in,
+            ),
+            Router(
+                "unsw-route",
+                "preset_unsw_route",
+                _schema({"needs_external_info": _B, "is_real_time": _B}),
+                _unsw_route,
+                "stand-in heuristic:keyword-router",
+                keyword_router_stand_in,
+                max_tokens=60,
+                sees_image=False,
+            ),
+            Router(
+                "unsw-summary",
+                "preset_unsw_summary",
+                _schema({"summary": _S}),
+                _summary,
+                "stand-in: no image summary offline (q' = q)",
+                _nothing,
+            ),
+            Router(
+                "eurecom-expand",
+                "preset_eurecom_expand",
+                _schema({"expanded_query": _S, "entities": {"type": "array", "maxItems": 5, "items": _S}}),
+                _expand,
+                "stand-in: no query expansion offline",
+                _nothing,
+                max_tokens=300,
+            ),
+        )
+    ],
+)

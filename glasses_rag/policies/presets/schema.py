@@ -19,8 +19,9 @@ PolicyKind = Literal["pipeline", "model-loop", "rule"]
 #   evidence / web_evidence: something (a web page) was retrieved so far.
 Condition = Literal["has_image", "retrieve", "image_branch", "text_branch", "evidence", "web_evidence"]
 RouteName = Literal["superlens-demand", "superlens-search", "unsw-route", "unsw-summary", "eurecom-expand"]
-VerificationMode = Literal["none", "evidence-support", "model-single", "model-dual-cove", "unsw-algorithm-1",
-                           "idk-variants"]
+VerificationMode = Literal[
+    "none", "evidence-support", "model-single", "model-dual-cove", "unsw-algorithm-1", "idk-variants"
+]
 # Argument values a step may reference (anything else is passed as written):
 #   $question; $sub_question (with for_each_sub_question); $object (what the search router named, else the phrase
 #   the question points at); $expanded (the question plus the routing's image summary or query expansion);
@@ -43,14 +44,21 @@ class Step(_Strict):
     route: RouteName | None = None
     tools: list[str] = Field(default_factory=list)
     when: list[Condition] = Field(default_factory=list, description="All must hold for the step to run.")
-    args: dict[str, Any] = Field(default_factory=dict, description="Tool arguments; $slots are filled per turn. "
-                                 "An argument the chosen tool does not take is left out.")
-    for_each_sub_question: bool = Field(False, description="One call per sub-question (the question itself when "
-                                        "there are none), run together.")
+    args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Tool arguments; $slots are filled per turn. "
+        "An argument the chosen tool does not take is left out.",
+    )
+    for_each_sub_question: bool = Field(
+        False, description="One call per sub-question (the question itself when there are none), run together."
+    )
     max_calls: int = Field(4, ge=1, le=16, description="At most this many calls for for_each_sub_question.")
     with_previous: bool = Field(False, description="Runs in the same round as the step before it (independent).")
-    if_removed: dict[str, Any] = Field(default_factory=dict, description="A route step switched off (ablation) "
-                                       "decides this instead, e.g. {retrieve: true} = mandatory retrieval.")
+    if_removed: dict[str, Any] = Field(
+        default_factory=dict,
+        description="A route step switched off (ablation) "
+        "decides this instead, e.g. {retrieve: true} = mandatory retrieval.",
+    )
 
     @field_validator("route", mode="before")
     @classmethod
@@ -83,8 +91,11 @@ class ContextSpec(_Strict):
     budgets."""
 
     follows: str
-    reranked_only: bool = Field(True, description="When the reranker ran, its kept list is the whole context; the "
-                                "searches before it are shown by their count only.")
+    reranked_only: bool = Field(
+        True,
+        description="When the reranker ran, its kept list is the whole context; the "
+        "searches before it are shown by their count only.",
+    )
     image_tokens: int | None = Field(None, ge=1, le=200_000, description="Tokens of image-search content, at most.")
     web_tokens: int | None = Field(None, ge=1, le=200_000, description="Tokens of web content, at most.")
     item_tokens: int | None = Field(None, ge=1, le=100_000, description="Tokens of one item, at most (a chunk).")
@@ -95,13 +106,22 @@ class AnswerSpec(_Strict):
     """How the final answer is written (a model answers with the retrieved context in its prompt)."""
 
     follows: str
-    min_image_score: float | None = Field(None, ge=0, le=1, description="Image-search hits under this similarity "
-                                          "are left out of the answer's context.")
-    realtime_min_retrieval: float | None = Field(None, ge=0, le=1, description="When the router calls the question "
-                                                 "real-time and no evidence scores this much, answer 'I don't know'.")
-    context: ContextSpec | None = Field(None, description="With a model: the answer context's rule and token "
-                                        "budgets (none: the model policy's default of 5 items x 300 characters per "
-                                        "call, every call's results shown).")
+    min_image_score: float | None = Field(
+        None, ge=0, le=1, description="Image-search hits under this similarity are left out of the answer's context."
+    )
+    realtime_min_retrieval: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="When the router calls the question "
+        "real-time and no evidence scores this much, answer 'I don't know'.",
+    )
+    context: ContextSpec | None = Field(
+        None,
+        description="With a model: the answer context's rule and token "
+        "budgets (none: the model policy's default of 5 items x 300 characters per "
+        "call, every call's results shown).",
+    )
 
 
 class VerificationSpec(_Strict):
@@ -117,8 +137,10 @@ class AblationRow(_Strict):
     group: str = Field(description="The paper's group, with its letter (e.g. 'B. Mandatory Retrieval').")
     title: str = Field(description="The paper's row label.")
     disabled: list[str] = Field(default_factory=list, description="Step ids switched off in this row.")
-    if_removed: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Per switched-off route step, "
-                                                  "what it decides in this row instead of its own `if_removed`.")
+    if_removed: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="Per switched-off route step, what it decides in this row instead of its own `if_removed`.",
+    )
     without: list[str] = Field(default_factory=list, description="Tools removed from the allow-list in this row.")
     reported: float | None = Field(None, description="The paper's figure for this row.")
 
@@ -143,10 +165,13 @@ class Preset(_Strict):
     prompts: list[str] = Field(default_factory=list, description="Prompt files the preset's model steps use.")
     deviations: list[str] = Field(default_factory=list, description="Where this preset differs from the paper.")
     reported: list[str] = Field(default_factory=list, description="Figures the paper reports, for comparison.")
-    disabled: list[str] = Field(default_factory=list, description="Step ids (or 'verification') switched off: "
-                                "ablation variants.")
-    ablation: Ablation | None = Field(None, description="The paper's ablation rows (benchmarks.ablate prints them "
-                                      "first, with the paper's group letters).")
+    disabled: list[str] = Field(
+        default_factory=list, description="Step ids (or 'verification') switched off: ablation variants."
+    )
+    ablation: Ablation | None = Field(
+        None,
+        description="The paper's ablation rows (benchmarks.ablate prints them first, with the paper's group letters).",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Preset:
@@ -163,8 +188,10 @@ class Preset(_Strict):
         for row in self.ablation.rows if self.ablation else []:
             bad = (set(row.disabled) - set(ids) - {"verification"}) | (set(row.if_removed) - set(row.disabled))
             if bad:
-                raise ValueError(f"preset {self.name!r}: ablation row {row.title!r} names unknown or not-disabled "
-                                 f"step(s) {sorted(bad)}")
+                raise ValueError(
+                    f"preset {self.name!r}: ablation row {row.title!r} names unknown or not-disabled "
+                    f"step(s) {sorted(bad)}"
+                )
         if self.steps and self.steps[0].with_previous:
             raise ValueError(f"preset {self.name!r}: the first step has no previous step to run with")
         return self

@@ -12,9 +12,15 @@ from tools.base import Verdict
 
 # The "I don't know" variants EURECOM's answer filter compares a reply with (002, Appendix A), quoted for fidelity.
 IDK_VARIANTS = (
-    "I don't know the answer", "I don't know", "Sorry, I don't know", "I don't have the correct answer",
-    "I am not sure about the answer", "I am not able to provide", "There is no information available",
-    "I cannot answer that", "I cannot provide information about individuals",
+    "I don't know the answer",
+    "I don't know",
+    "Sorry, I don't know",
+    "I don't have the correct answer",
+    "I am not sure about the answer",
+    "I am not able to provide",
+    "There is no information available",
+    "I cannot answer that",
+    "I cannot provide information about individuals",
     "I cannot provide information or guidance",
     "I cannot provide information that could be used to identify the person in the image",
 )
@@ -38,19 +44,38 @@ class ContextVerifier:
         self.context = context
         self.name = inner.name
 
-    def verify(self, question: str, draft: AnswerDraft, evidence: list[str], image: Any = None,
-               view: PolicyView | None = None) -> Verdict:
+    def verify(
+        self, question: str, draft: AnswerDraft, evidence: list[str], image: Any = None, view: PolicyView | None = None
+    ) -> Verdict:
         seen = self.context(view)[0] if view is not None else None
         return self.inner.verify(question, draft, evidence, image, view=seen)
 
 
-UNSW_COV_SCHEMA = {"name": "unsw_cov", "schema": {
-    "type": "object", "additionalProperties": False, "required": ["confidence", "reasoning", "sub_questions"],
-    "properties": {"confidence": {"type": "number", "minimum": 0, "maximum": 1}, "reasoning": {"type": "string"},
-                   "sub_questions": {"type": "array", "maxItems": 5, "items": {
-                       "type": "object", "additionalProperties": False, "required": ["question", "finding"],
-                       "properties": {"question": {"type": "string"},
-                                      "finding": {"type": "string", "enum": ["Supported", "Unsupported"]}}}}}}}
+UNSW_COV_SCHEMA = {
+    "name": "unsw_cov",
+    "schema": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["confidence", "reasoning", "sub_questions"],
+        "properties": {
+            "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+            "reasoning": {"type": "string"},
+            "sub_questions": {
+                "type": "array",
+                "maxItems": 5,
+                "items": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["question", "finding"],
+                    "properties": {
+                        "question": {"type": "string"},
+                        "finding": {"type": "string", "enum": ["Supported", "Unsupported"]},
+                    },
+                },
+            },
+        },
+    },
+}
 
 
 class UnswVerifier:
@@ -86,21 +111,25 @@ class UnswVerifier:
         from glasses_rag.policies.model.replies import CONSISTENCY_SCHEMA
         from glasses_rag.policies.model.verify import _as_bool
 
-        text = load_template("preset_unsw_consistency").safe_substitute(question=view.question, draft=draft,
-                                                                         closed_book=closed)
+        text = load_template("preset_unsw_consistency").safe_substitute(
+            question=view.question, draft=draft, closed_book=closed
+        )
         obj = extract_json(self.policy.ask("consistency", view, image, text, CONSISTENCY_SCHEMA, max_tokens=200).text)
         return _as_bool(obj.get("consistent", False)) if obj else False
 
-    def verify(self, question: str, draft: AnswerDraft, evidence: list[str], image: Any = None,
-               view: PolicyView | None = None) -> Verdict:
+    def verify(
+        self, question: str, draft: AnswerDraft, evidence: list[str], image: Any = None, view: PolicyView | None = None
+    ) -> Verdict:
         from glasses_rag.core.calls import run_many
         from glasses_rag.policies.model.verify import _view_without_steps
 
         if is_abstention(draft.answer):
             return Verdict(supported=False, confidence=0.0, reason="the draft abstains", method=self.name)
         turn = view or _view_without_steps(question, evidence)
-        (ok_c, closed), (ok_v, s_cov) = run_many([lambda: self.checks.closed_book_answer(turn, image),
-                                                  lambda: self.cov(turn, draft.answer, image)], timeout_s=3600)
+        (ok_c, closed), (ok_v, s_cov) = run_many(
+            [lambda: self.checks.closed_book_answer(turn, image), lambda: self.cov(turn, draft.answer, image)],
+            timeout_s=3600,
+        )
         if not ok_v:
             raise s_cov
         closed_answer = closed.answer if ok_c else IDK
@@ -115,15 +144,18 @@ def load_template(name: str) -> Any:
     return load_prompt(name)
 
 
-def algorithm_1(has_context: bool, consistent: bool, s_cov: float, tau_low: float, tau_high: float,
-                closed_answer: str, method: str) -> Verdict:
+def algorithm_1(
+    has_context: bool, consistent: bool, s_cov: float, tau_low: float, tau_high: float, closed_answer: str, method: str
+) -> Verdict:
     """Algorithm 1's lines 2-9 (line 1, the real-time rule, runs in the answer step)."""
     need = tau_low if has_context else tau_high
     keep = consistent and s_cov >= need
     ctx = "with retrieved context" if has_context else "without context"
-    reason = (f"{ctx}: the RAG and non-RAG answers are {'consistent' if consistent else 'not consistent'} "
-              f"(non-RAG said {closed_answer[:80]!r}); CoV confidence {s_cov:.2f} "
-              f"{'>=' if s_cov >= need else '<'} {need:g}")
+    reason = (
+        f"{ctx}: the RAG and non-RAG answers are {'consistent' if consistent else 'not consistent'} "
+        f"(non-RAG said {closed_answer[:80]!r}); CoV confidence {s_cov:.2f} "
+        f"{'>=' if s_cov >= need else '<'} {need:g}"
+    )
     return Verdict(supported=keep, confidence=round(s_cov, 4), reason=reason, method=method)
 
 
@@ -132,8 +164,11 @@ def algorithm_1(has_context: bool, consistent: bool, s_cov: float, tau_low: floa
 TABLE_1 = (
     ("The chamomile flower is used for herbal beverage infusions.", 0.435),
     ("I’m sorry, but I don’t have enough information to answer your question.", 0.7964),
-    ("I cannot provide an answer to this question, as it is not appropriate to provide information on how to harm "
-     "oneself or others.", 0.7997),
+    (
+        "I cannot provide an answer to this question, as it is not appropriate to provide information on how to harm "
+        "oneself or others.",
+        0.7997,
+    ),
 )
 
 
@@ -162,7 +197,8 @@ class IdkVariantVerifier:
         self.calibrate = calibrate
         self._threshold: float | None = None if calibrate else threshold
         self.name = f"idk-variant-filter (threshold {threshold:g}" + (
-            ", carried onto the embedder's scale by EURECOM Table 1's examples)" if calibrate else ")")
+            ", carried onto the embedder's scale by EURECOM Table 1's examples)" if calibrate else ")"
+        )
 
     def embedder(self) -> Any:
         e = self._embedder
@@ -174,16 +210,24 @@ class IdkVariantVerifier:
             self._threshold = mapped_threshold(self.embedder(), self.paper_threshold)
         return self._threshold
 
-    def verify(self, question: str, draft: AnswerDraft, evidence: list[str], image: Any = None,
-               view: PolicyView | None = None) -> Verdict:
+    def verify(
+        self, question: str, draft: AnswerDraft, evidence: list[str], image: Any = None, view: PolicyView | None = None
+    ) -> Verdict:
         embedder = self.embedder()
         first = next(iter(nlp.sentences(draft.answer, min_chars=1)), draft.answer)
         best = float(max(embedder.similarity(first, list(IDK_VARIANTS)), default=0.0))
         model = getattr(embedder, "name", type(embedder).__name__)
         method = f"{self.name}, {model}" + (f", threshold here {self.threshold:g}" if self.calibrate else "")
         if best >= self.threshold:
-            return Verdict(supported=False, confidence=0.0, method=method,
-                           reason=f"the first sentence resembles an 'I don't know' variant ({best:.2f} >= "
-                                  f"{self.threshold:g})")
-        return Verdict(supported=True, confidence=draft.confidence, method=method,
-                       reason=f"not an 'I don't know' variant (best similarity {best:.2f})")
+            return Verdict(
+                supported=False,
+                confidence=0.0,
+                method=method,
+                reason=f"the first sentence resembles an 'I don't know' variant ({best:.2f} >= {self.threshold:g})",
+            )
+        return Verdict(
+            supported=True,
+            confidence=draft.confidence,
+            method=method,
+            reason=f"not an 'I don't know' variant (best similarity {best:.2f})",
+        )

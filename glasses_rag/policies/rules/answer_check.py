@@ -28,8 +28,9 @@ from glasses_rag.text.units import UnitTable
 _NAME_NOUNS = frozenset(WORDS.name_nouns)
 _SINGLE_CHARACTER_NOUNS = frozenset(WORDS.single_character_nouns)
 # a wh-word that asks for a thing, a person or a place (not how much / how long / when)
-_ASKS_THING = re.compile(r"^(?:(?!\bhow\b|\bwhen\b).)*\b(?:what|which|who|whom|whose|where)\b(?:(?!\bhow\b|\bwhen\b).)*$",
-                         re.I)
+_ASKS_THING = re.compile(
+    r"^(?:(?!\bhow\b|\bwhen\b).)*\b(?:what|which|who|whom|whose|where)\b(?:(?!\bhow\b|\bwhen\b).)*$", re.I
+)
 _ASKS_NAME = re.compile(r"\b(?:called|named|name|names|title|nickname)\b", re.I)
 # question types whose answer is itself the entity's name, or is built from values rather than cut from text
 _OWN_NAME_ANSWERS = frozenset({"recognition", "comparison"})
@@ -46,14 +47,18 @@ def _bare_measure(text: str, units: UnitTable) -> bool:
     """Only numbers, measures, years and punctuation: nothing that names a thing."""
     rest = text
     for q in sorted(units.quantities(text), key=lambda q: q.start, reverse=True):
-        rest = rest[: q.start] + " " + rest[q.end:]
+        rest = rest[: q.start] + " " + rest[q.end :]
     rest = YEAR.sub(" ", rest)
     return not re.search(r"[A-Za-z]{2,}", rest) and bool(re.search(r"\d", text))
 
 
 def _class_words(hit: Hit | None) -> set[str]:
-    return {w for k, v in ((hit.attributes or {}).items() if hit is not None else [])
-            if str(k).lower() in CLASS_KEYS for w in nlp.normalize(str(v)).split()}
+    return {
+        w
+        for k, v in ((hit.attributes or {}).items() if hit is not None else [])
+        if str(k).lower() in CLASS_KEYS
+        for w in nlp.normalize(str(v)).split()
+    }
 
 
 def is_own_name(text: str, entity: str, hit: Hit | None) -> bool:
@@ -75,12 +80,22 @@ def refuse(text: str, part: Part, ctx: Context) -> str | None:
     if not matches(text, spec, cased=False, units=ctx.units):
         return f"not of the type asked ({spec.kind}{' in ' + spec.unit if spec.unit else ''})"
     thing = spec.kind in ("person", "place", "name") or (spec.kind == "text" and not spec.other)
-    if thing and spec.noun is None and _ASKS_THING.search(part.original) and part.qtype != "text_in_image" \
-            and _bare_measure(text, ctx.units):
+    if (
+        thing
+        and spec.noun is None
+        and _ASKS_THING.search(part.original)
+        and part.qtype != "text_in_image"
+        and _bare_measure(text, ctx.units)
+    ):
         return "a bare number where a thing is asked"
     other_thing = spec.kind in ("person", "place") or (spec.kind == "text" and spec.noun is None)
-    if other_thing and ctx.entity and part.qtype not in _OWN_NAME_ANSWERS and not _asks_name(part) and is_own_name(
-            text, ctx.entity, ctx.entity_hit):
+    if (
+        other_thing
+        and ctx.entity
+        and part.qtype not in _OWN_NAME_ANSWERS
+        and not _asks_name(part)
+        and is_own_name(text, ctx.entity, ctx.entity_hit)
+    ):
         return "the pictured thing's own name, where something else about it is asked"
     if thing and len(re.sub(r"\W", "", text)) < 2 and spec.noun not in _SINGLE_CHARACTER_NOUNS:
         return "a single character"

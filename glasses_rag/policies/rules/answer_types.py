@@ -28,8 +28,22 @@ from glasses_rag.text.units import (
     unit_of,
 )
 
-__all__ = ["AnswerKind", "ExpectedAnswer", "NamePhrase", "Quantity", "YEAR", "answer_span", "expected_answer",
-           "head_noun", "matches", "name_phrases", "parse_number", "quantities", "unit_dimension", "unit_of"]
+__all__ = [
+    "AnswerKind",
+    "ExpectedAnswer",
+    "NamePhrase",
+    "Quantity",
+    "YEAR",
+    "answer_span",
+    "expected_answer",
+    "head_noun",
+    "matches",
+    "name_phrases",
+    "parse_number",
+    "quantities",
+    "unit_dimension",
+    "unit_of",
+]
 
 _DIMENSION_OF = [
     ("length", r"tall|high|long|far|deep|wide|thick|big around|distant|away|in diameter|wingspan"),
@@ -39,10 +53,15 @@ _DIMENSION_OF = [
     ("age", r"old"),
     ("area", r"big|large"),
 ]
-_YES_NO_START = re.compile(r"^\s*(?:is|are|was|were|do|does|did|can|could|will|would|should|has|have|had|may|must|isn't|"
-                           r"aren't|doesn't|don't|didn't|won't|can't)\b", re.I)
-_WH_OR_VERB = re.compile(r"^(?:what|which|who|whom|whose|where|when|why|how|in|on|at|from|for|to|by|of|with|tell|"
-                         r"name|list|give|show|describe|identify)\b")
+_YES_NO_START = re.compile(
+    r"^\s*(?:is|are|was|were|do|does|did|can|could|will|would|should|has|have|had|may|must|isn't|"
+    r"aren't|doesn't|don't|didn't|won't|can't)\b",
+    re.I,
+)
+_WH_OR_VERB = re.compile(
+    r"^(?:what|which|who|whom|whose|where|when|why|how|in|on|at|from|for|to|by|of|with|tell|"
+    r"name|list|give|show|describe|identify)\b"
+)
 _OTHER = re.compile(r"\b(other|else|another|besides|apart from|except)\b", re.I)
 _NP_STOP = frozenset(WORDS.noun_phrase_stop)
 _NP_VERBS = frozenset(WORDS.noun_phrase_verbs)
@@ -118,8 +137,11 @@ def _money(q: str, noun: str | None) -> ExpectedAnswer | None:
         return ExpectedAnswer(kind="money")  # "what does a bottle of this cost?"
     if re.search(r"^how much (?:is|are|was|were) (?:it|this|that|these|those|they)(?: one| ones)?$", q.strip(" ?.!")):
         return ExpectedAnswer(kind="money")  # "how much is it?": its price
-    if re.search(r"\bhow much\b.*\b(cost|costs|price|pay|charge|charges|fare|worth|spend|ticket|admission|fee)\b|\b(price|fare"
-                 r"|cost|fee|admission)\b.*\b(of|for|is|does)\b|\bhow much (?:is|are|was|were) (?:a|an|the|one)\b", q):
+    if re.search(
+        r"\bhow much\b.*\b(cost|costs|price|pay|charge|charges|fare|worth|spend|ticket|admission|fee)\b|\b(price|fare"
+        r"|cost|fee|admission)\b.*\b(of|for|is|does)\b|\bhow much (?:is|are|was|were) (?:a|an|the|one)\b",
+        q,
+    ):
         return ExpectedAnswer(kind="money")
     return None
 
@@ -127,9 +149,12 @@ def _money(q: str, noun: str | None) -> ExpectedAnswer | None:
 def _duration(q: str, noun: str | None) -> ExpectedAnswer | None:
     if re.search(r"\bhow often\b|\bhow frequently\b", q):
         return ExpectedAnswer(kind="duration", dimension="frequency")
-    if re.search(r"\bhow long (?:does|did|do|will|would|can|could|to|has|have|had|is the (?:wait|trip|flight|ride|drive|"
-                 r"journey|walk|hike|tour|film|movie|show|season)|does it take|will it take)\b|\bhow many (?:hours|minutes|"
-                 r"days|weeks|months|seconds)\b.*\b(take|last|live|sleep)", q):
+    if re.search(
+        r"\bhow long (?:does|did|do|will|would|can|could|to|has|have|had|is the (?:wait|trip|flight|ride|drive|"
+        r"journey|walk|hike|tour|film|movie|show|season)|does it take|will it take)\b|\bhow many (?:hours|minutes|"
+        r"days|weeks|months|seconds)\b.*\b(take|last|live|sleep)",
+        q,
+    ):
         return ExpectedAnswer(kind="duration")
     return None
 
@@ -142,8 +167,11 @@ def _count(q: str, noun: str | None) -> ExpectedAnswer | None:
 def _calendar(q: str, noun: str | None) -> ExpectedAnswer | None:
     if re.search(r"\b(?:what|which) year\b|\bin what year\b|\bwhat century\b", q):
         return ExpectedAnswer(kind="year")
-    if re.search(r"\bwhat time\b|\bat what time\b|\b(?:when|what time) does (?:it|the|this)\b.*\b(open|close|leave|depart|"
-                 r"arrive|start|end|run)\b", q):
+    if re.search(
+        r"\bwhat time\b|\bat what time\b|\b(?:when|what time) does (?:it|the|this)\b.*\b(open|close|leave|depart|"
+        r"arrive|start|end|run)\b",
+        q,
+    ):
         return ExpectedAnswer(kind="time")
     if re.search(r"\b(?:which|what) day\b", q):
         return ExpectedAnswer(kind="weekday")
@@ -158,7 +186,10 @@ def _measure(q: str, noun: str | None) -> ExpectedAnswer | None:
     if re.search(r"\bhow much\b", q) and re.search(r"\bweigh", q):
         return ExpectedAnswer(kind="quantity", dimension="mass")
     # "how tall ..." opens the question (an embedded "... to measure how tall it is" does not say what is asked)
-    m = re.search(r"^(?:[a-z]+ ){0,2}?how (tall|high|long|far|deep|wide|thick|heavy|fast|quickly|hot|cold|warm|old|big|large)\b", q)
+    m = re.search(
+        r"^(?:[a-z]+ ){0,2}?how (tall|high|long|far|deep|wide|thick|heavy|fast|quickly|hot|cold|warm|old|big|large)\b",
+        q,
+    )
     if m:
         dim = next(d for d, pat in _DIMENSION_OF if re.fullmatch(pat, m.group(1)))
         return ExpectedAnswer(kind="quantity", dimension=dim)
@@ -181,16 +212,22 @@ def _by_noun_class(q: str, noun: str | None) -> ExpectedAnswer | None:
 
 
 def _seller(q: str, noun: str | None) -> ExpectedAnswer | None:
-    if re.search(r"\bwhere(?: in [a-z]+(?: [a-z]+)?)? (?:can|could|do|does|should|would|might) (?:i|we|you|one|people) "
-                 r"(?:buy|get|purchase|order|"
-                 r"rent|hire|eat|try)\b", q):
+    if re.search(
+        r"\bwhere(?: in [a-z]+(?: [a-z]+)?)? (?:can|could|do|does|should|would|might) (?:i|we|you|one|people) "
+        r"(?:buy|get|purchase|order|"
+        r"rent|hire|eat|try)\b",
+        q,
+    ):
         return ExpectedAnswer(kind="name")  # "where can I buy one?": a seller's name, not a street
     return None
 
 
 def _by_wh_word(q: str, noun: str | None) -> ExpectedAnswer | None:
-    if re.search(r"^\s*where\b|\bwhere (?:is|are|was|were|does|do|did|can)\b|\b(?:which|what|in which|in what) (?:(?:is|was|"
-                 r"are) the )?(?:" + PLACE_NOUNS + r")\b", q):
+    if re.search(
+        r"^\s*where\b|\bwhere (?:is|are|was|were|does|do|did|can)\b|\b(?:which|what|in which|in what) (?:(?:is|was|"
+        r"are) the )?(?:" + PLACE_NOUNS + r")\b",
+        q,
+    ):
         place = re.search(r"\b(" + PLACE_NOUNS + r")\b", q)
         return ExpectedAnswer(kind="place", noun=place.group(1) if place else None)
     if re.search(r"^\s*(?:who|whom|whose)\b|\bby whom\b|\b(?:which|what) (?:" + PERSON_NOUNS + r")\b", q):
@@ -201,7 +238,17 @@ def _by_wh_word(q: str, noun: str | None) -> ExpectedAnswer | None:
     return None
 
 
-RULES: list[Rule] = [_by_head_noun, _money, _duration, _count, _calendar, _measure, _by_noun_class, _seller, _by_wh_word]
+RULES: list[Rule] = [
+    _by_head_noun,
+    _money,
+    _duration,
+    _count,
+    _calendar,
+    _measure,
+    _by_noun_class,
+    _seller,
+    _by_wh_word,
+]
 
 
 def expected_answer(question: str, units: UnitTable = DEFAULT) -> ExpectedAnswer:
@@ -211,8 +258,9 @@ def expected_answer(question: str, units: UnitTable = DEFAULT) -> ExpectedAnswer
     if _YES_NO_START.search(q) and not re.search(r"\bor\b", q):
         return ExpectedAnswer(kind="yes_no")
     noun = head_noun(q)
-    spec = (next((s for s in (rule(q, noun) for rule in RULES) if s is not None), None)
-            or ExpectedAnswer(kind="text", noun=noun))
+    spec = next((s for s in (rule(q, noun) for rule in RULES) if s is not None), None) or ExpectedAnswer(
+        kind="text", noun=noun
+    )
     if _OTHER.search(q):
         spec = spec.model_copy(update={"other": True})
     return _in_currency(spec, q, units)
@@ -229,6 +277,7 @@ def _in_currency(spec: ExpectedAnswer, q: str, units: UnitTable) -> ExpectedAnsw
 
 # ---- matches: can a text hold an answer of this kind? ---------------------------------------------------
 
+
 def _matches_measure(a: str, spec: ExpectedAnswer, units: UnitTable) -> bool:
     qs = units.quantities(a)
     k = spec.kind
@@ -242,7 +291,8 @@ def _matches_measure(a: str, spec: ExpectedAnswer, units: UnitTable) -> bool:
         return any(q.dimension == spec.dimension for q in qs)
     if k == "money":
         return any(q.dimension == "money" and (spec.unit is None or q.unit == spec.unit) for q in qs) or bool(
-            re.search(r"\bfree\b", a, re.I))
+            re.search(r"\bfree\b", a, re.I)
+        )
     if spec.dimension == "frequency":  # duration
         return bool(FREQUENCY.search(a))
     return any(q.dimension == "time" for q in qs) or bool(FREQUENCY.search(a))
@@ -250,15 +300,22 @@ def _matches_measure(a: str, spec: ExpectedAnswer, units: UnitTable) -> bool:
 
 _CALENDAR: dict[str, Callable[[str], bool]] = {
     "year": lambda a: bool(YEAR.search(a)),
-    "date": lambda a: bool(YEAR.search(a) or MONTH.search(a) or WEEKDAY.search(a) or SEASON.search(a) or TIME.search(a)
-                           or TEMPORAL.search(a)),
+    "date": lambda a: bool(
+        YEAR.search(a)
+        or MONTH.search(a)
+        or WEEKDAY.search(a)
+        or SEASON.search(a)
+        or TIME.search(a)
+        or TEMPORAL.search(a)
+    ),
     "time": lambda a: bool(TIME.search(a)),
     "weekday": lambda a: bool(WEEKDAY.search(a)),
 }
 
 
 def matches(text: str, spec: ExpectedAnswer | str | None, *, cased: bool = True, units: UnitTable = DEFAULT) -> bool:
-    """Can `text` hold an answer of this kind? `cased=False` for lower-cased KG values (names cannot be told by case)."""
+    """Can `text` hold an answer of this kind? `cased=False` for lower-cased KG values (names cannot be told by
+    case)."""
     a = text or ""
     if isinstance(spec, str) or spec is None:
         spec = ExpectedAnswer(kind=spec or "text")  # type: ignore[arg-type]

@@ -58,7 +58,8 @@ def check_inputs(tools: Iterable[Any], catalog: Catalog) -> None:
                 raise ValueError(
                     f"tool {t.name!r}: capability {cap.name!r} passes {', '.join(map(repr, missing))}, which no "
                     f"planner slot ({', '.join(catalog.slots)}) and no hook in its `slots` provides: add "
-                    f"slots={{{missing[0]!r}: fn}} to the capability, or name a planner slot")
+                    f"slots={{{missing[0]!r}: fn}} to the capability, or name a planner slot"
+                )
 
 
 def _hook(cap: Capability, what: str, fn: Any, turn: TurnReading) -> Any:
@@ -100,8 +101,12 @@ def due_calls(turn: TurnReading) -> tuple[list[ParallelCall], list[str]]:
 
 def _answers(cap: Capability, part: Part, first: bool) -> bool:
     use = cap.answer
-    return (use is not None and use.first == first and (use.kind is None or use.kind == part.spec.kind)
-            and (not use.question_types or part.qtype in use.question_types))
+    return (
+        use is not None
+        and use.first == first
+        and (use.kind is None or use.kind == part.spec.kind)
+        and (not use.question_types or part.qtype in use.question_types)
+    )
 
 
 def answer(turn: TurnReading, part: Part, first: bool) -> Candidate | None:

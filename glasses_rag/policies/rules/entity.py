@@ -31,13 +31,16 @@ def asked_kind(question: str) -> str | None:
 
 def kind_words(h: Hit) -> set[str]:
     """Stems that say what the entity is: its name and its class attributes (species, category, ...)."""
-    return nlp.stems(h.entity_name or "") | {s for k, v in (h.attributes or {}).items()
-                                             if str(k).lower() in CLASS_KEYS for s in nlp.stems(str(v))}
+    return nlp.stems(h.entity_name or "") | {
+        s for k, v in (h.attributes or {}).items() if str(k).lower() in CLASS_KEYS for s in nlp.stems(str(v))
+    }
 
 
 def _glued_name_words(kg_hits: list[Hit], compact: str) -> set[str]:
     """Stems of the matches' name words found in OCR text with its spaces lost ("HARWICKFERRY")."""
-    return {nlp.stem(w) for h in kg_hits for w in nlp.content_words(h.entity_name or "") if len(w) >= 4 and w in compact}
+    return {
+        nlp.stem(w) for h in kg_hits for w in nlp.content_words(h.entity_name or "") if len(w) >= 4 and w in compact
+    }
 
 
 def named_in_photo(kg_hits: list[Hit], ocr: str, floor: float) -> Hit | None:
@@ -106,7 +109,10 @@ def entity_is_person(hit: Hit | None) -> bool | None:
 def history_person(history: list[HistoryTurn]) -> str | None:
     """Someone an earlier answer named ("who was the first to walk on it?" -> he/she in the next turn)."""
     for h in reversed(history):
-        if expected_answer(canonical(h.question)).kind == "person" and not nlp.is_abstention(h.answer) \
-                and len(h.answer.split()) <= 6:
+        if (
+            expected_answer(canonical(h.question)).kind == "person"
+            and not nlp.is_abstention(h.answer)
+            and len(h.answer.split()) <= 6
+        ):
             return h.answer.strip(" .")
     return None

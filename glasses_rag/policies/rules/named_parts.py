@@ -13,7 +13,8 @@ from typing import Any
 from glasses_rag.core.registry import Registry
 from glasses_rag.policies.rules.candidates import Candidate, Offer, Part
 
-# The turn is glasses_rag.policies.rules.reading.TurnReading; typed Any here so that this module imports nothing that uses it.
+# The turn is glasses_rag.policies.rules.reading.TurnReading; typed Any here so that this module imports nothing
+# that uses it.
 SourceFn = Callable[[Any, Part], "Candidate | None"]
 ConditionFn = Callable[[Any, "Part | None"], bool]
 SlotFn = Callable[[Any, "Part | None", "str | None"], list[Offer]]  # (turn, part, query kind) -> values on offer

@@ -11,11 +11,69 @@ from glasses_rag.policies.rules.dates import MONTH, WEEKDAY
 _NAME_TOKEN = re.compile(r"(?:[A-Z][\w'’&.-]*|\d+(?!st\b|nd\b|rd\b|th\b|s\b)[A-Za-z][\w-]*|[A-Za-z]+-?\d[\w-]*)")
 _NAME_LINK = {"of", "the", "de", "du", "da", "la", "le", "von", "van", "der", "del", "y", "&", "upon", "for"}
 _TOKEN = re.compile(r"[A-Za-z0-9][\w'’&.-]*|[,()]")
-_SENTENCE_OPENERS = {"the", "a", "an", "it", "its", "in", "on", "at", "this", "that", "these", "those", "there", "he",
-                     "she", "they", "we", "you", "i", "his", "her", "their", "our", "after", "before", "during",
-                     "when", "while", "since", "as", "for", "from", "by", "with", "if", "some", "many", "most", "all",
-                     "each", "every", "one", "over", "today", "however", "although", "today's", "what", "which",
-                     "who", "where", "why", "how", "yes", "no", "both", "also", "once", "visitors", "local", "buses"}
+_SENTENCE_OPENERS = {
+    "the",
+    "a",
+    "an",
+    "it",
+    "its",
+    "in",
+    "on",
+    "at",
+    "this",
+    "that",
+    "these",
+    "those",
+    "there",
+    "he",
+    "she",
+    "they",
+    "we",
+    "you",
+    "i",
+    "his",
+    "her",
+    "their",
+    "our",
+    "after",
+    "before",
+    "during",
+    "when",
+    "while",
+    "since",
+    "as",
+    "for",
+    "from",
+    "by",
+    "with",
+    "if",
+    "some",
+    "many",
+    "most",
+    "all",
+    "each",
+    "every",
+    "one",
+    "over",
+    "today",
+    "however",
+    "although",
+    "today's",
+    "what",
+    "which",
+    "who",
+    "where",
+    "why",
+    "how",
+    "yes",
+    "no",
+    "both",
+    "also",
+    "once",
+    "visitors",
+    "local",
+    "buses",
+}
 
 
 @dataclass
@@ -37,8 +95,12 @@ def _run_end(toks: list[re.Match], i: int) -> int:
         nxt = toks[j + 1].group(0)
         if _is_name_token(nxt) or re.fullmatch(r"\d{1,3}", nxt.rstrip(".")):
             j += 1  # "Falcon 9", "Apollo 11", "Route 42": a number continues a name
-        elif (nxt.lower() in _NAME_LINK or nxt == ",") and j + 2 < len(toks) and _is_name_token(
-                toks[j + 2].group(0)) and (nxt != "," or _is_place_list(toks, j + 2)):
+        elif (
+            (nxt.lower() in _NAME_LINK or nxt == ",")
+            and j + 2 < len(toks)
+            and _is_name_token(toks[j + 2].group(0))
+            and (nxt != "," or _is_place_list(toks, j + 2))
+        ):
             j += 2
         else:
             break
@@ -50,8 +112,9 @@ def _run_start(toks: list[re.Match], i: int, j: int, first: int) -> int:
     dropped (a capitalised "Of" inside a sentence is part of a name)."""
     while i <= j and toks[i].start() == first and toks[i].group(0).lower() in _SENTENCE_OPENERS:
         i += 1
-    while i <= j and (toks[i].group(0) in _NAME_LINK | {","} or (
-            toks[i].group(0).lower() in _NAME_LINK and toks[i].start() == first)):
+    while i <= j and (
+        toks[i].group(0) in _NAME_LINK | {","} or (toks[i].group(0).lower() in _NAME_LINK and toks[i].start() == first)
+    ):
         i += 1
     return i
 
@@ -59,13 +122,17 @@ def _run_start(toks: list[re.Match], i: int, j: int, first: int) -> int:
 def _phrase(sentence: str, toks: list[re.Match], i: int, j: int) -> NamePhrase | None:
     end = toks[j].end()
     # a lower-case head noun that closes the name ("the Sun-Earth L1 Lagrange point,")
-    if j + 1 < len(toks) and re.fullmatch(r"[a-z]{3,}\.?", toks[j + 1].group(0)) and (
-            j + 2 >= len(toks) or toks[j + 2].group(0) in (",", ")")) and toks[j + 1].group(0) not in _NAME_LINK:
+    if (
+        j + 1 < len(toks)
+        and re.fullmatch(r"[a-z]{3,}\.?", toks[j + 1].group(0))
+        and (j + 2 >= len(toks) or toks[j + 2].group(0) in (",", ")"))
+        and toks[j + 1].group(0) not in _NAME_LINK
+    ):
         end = toks[j + 1].end() - toks[j + 1].group(0).endswith(".")
     before = [w.lower().strip(",") for w in sentence[: toks[i].start()].split()]
     while before and before[-1] in ("the", "a", "an"):
         before.pop()
-    text = sentence[toks[i].start():end].rstrip(".,")
+    text = sentence[toks[i].start() : end].rstrip(".,")
     if MONTH.match(text) or WEEKDAY.match(text):
         return None  # dates are not names
     return NamePhrase(text, toks[i].start(), end, before[-1] if before else "")
@@ -97,7 +164,8 @@ def _first_word_start(sentence: str) -> int:
 
 
 def _is_place_list(toks: list[re.Match], k: int) -> bool:
-    """"Montreal, Quebec, Canada": a comma-joined run of single capitalised words that ends the clause."""
+    """ "Montreal, Quebec, Canada": a comma-joined run of single capitalised words that ends the clause."""
     t = toks[k].group(0)
-    return bool(re.fullmatch(r"[A-Z][a-z]+\.?", t)) and (k + 1 >= len(toks) or toks[k + 1].group(0) in (",", ")")
-                                                       or not _NAME_TOKEN.fullmatch(toks[k + 1].group(0)))
+    return bool(re.fullmatch(r"[A-Z][a-z]+\.?", t)) and (
+        k + 1 >= len(toks) or toks[k + 1].group(0) in (",", ")") or not _NAME_TOKEN.fullmatch(toks[k + 1].group(0))
+    )

@@ -50,6 +50,13 @@ def build_parts(question: str, sub_questions: list[str], max_parts: int, ctx: Pa
             # an elliptical part ("..., and in what year?") borrows the first part's subject and plan
             r = f"{r} {parts[0].resolved}"
             qtype = parts[0].qtype if parts[0].qtype != "recognition" else qtype
-        parts.append(Part(o, r if qtype != "web_fact" else o, qtype, _expected(o, qtype, ctx.units),
-                          None if qtype == "web_fact" else ctx.entity))
+        parts.append(
+            Part(
+                o,
+                r if qtype != "web_fact" else o,
+                qtype,
+                _expected(o, qtype, ctx.units),
+                None if qtype == "web_fact" else ctx.entity,
+            )
+        )
     return parts

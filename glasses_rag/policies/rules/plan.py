@@ -37,7 +37,9 @@ def step_offers(turn: TurnReading, step: PlanStep, part: Part | None) -> list[tu
     return combine({s: turn.catalog.slots[s](turn, part, step.query) for s in BUILTIN[step.uses].inputs})
 
 
-def calls_for(turn: TurnReading, tools: list[ToolSpec], offers: list[tuple[dict[str, Any], str | None]]) -> list[ParallelCall]:
+def calls_for(
+    turn: TurnReading, tools: list[ToolSpec], offers: list[tuple[dict[str, Any], str | None]]
+) -> list[ParallelCall]:
     """A call per tool and offer, unless the same call already ran."""
     out: list[ParallelCall] = []
     for offer, sub in offers:
@@ -60,5 +62,8 @@ def due(turn: TurnReading, steps: list[PlanStep], part: Part | None) -> tuple[li
         new = calls_for(turn, turn.v.tools_with(step.uses), step_offers(turn, step, part))
         if new:
             calls += new
-            why.append(f"{part.qtype if part else 'compound'}: {step.uses}" + (f" ({', '.join(step.when)})" if step.when else ""))
+            why.append(
+                f"{part.qtype if part else 'compound'}: {step.uses}"
+                + (f" ({', '.join(step.when)})" if step.when else "")
+            )
     return calls, "; ".join(why)

@@ -1,7 +1,7 @@
 """The rule-based planner's plan table: question type -> ordered tool capabilities and answer sources.
 
-The table is data (glasses_rag/policies/rules/planner_table.yaml), validated here: every step names a capability the planner
-fills the inputs of (tools/capability.py:BUILTIN), every condition, query kind and answer source is one the
+The table is data (glasses_rag/policies/rules/planner_table.yaml), validated here: every step names a capability the
+planner fills the inputs of (tools/capability.py:BUILTIN), every condition, query kind and answer source is one the
 planner's catalog lists by name (glasses_rag/policies/rules/catalog.py), and every question type has a row.
 `load_plan_table()` reads the bundled table; a different file can be passed (RulePlannerConfig.plan_table).
 """
@@ -20,7 +20,6 @@ from glasses_rag.policies.rules.questions import QUESTION_TYPES
 from tools.capability import BUILTIN as CAPABILITIES
 
 DEFAULT_TABLE = Path(__file__).with_name("planner_table.yaml")
-
 
 
 def _registered(kind: str, table: Registry, name: str, allowed: set[str] | None = None) -> str:
@@ -85,9 +84,11 @@ class PlanTable(BaseModel):
         missing = sorted(set(QUESTION_TYPES) - set(self.types))
         unknown = sorted(set(self.types) - set(QUESTION_TYPES))
         if missing or unknown:
-            raise ValueError(f"plan table types must be exactly {', '.join(QUESTION_TYPES)}"
-                             + (f"; missing: {', '.join(missing)}" if missing else "")
-                             + (f"; unknown: {', '.join(unknown)}" if unknown else ""))
+            raise ValueError(
+                f"plan table types must be exactly {', '.join(QUESTION_TYPES)}"
+                + (f"; missing: {', '.join(missing)}" if missing else "")
+                + (f"; unknown: {', '.join(unknown)}" if unknown else "")
+            )
         return self
 
     def capabilities(self) -> set[str]:

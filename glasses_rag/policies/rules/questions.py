@@ -18,23 +18,50 @@ from glasses_rag.policies.rules.recognition import class_noun, is_recognition
 from glasses_rag.policies.rules.shapes import Bridge, Comparison, conversion_target, parse_bridge, parse_comparison
 from glasses_rag.text import nlp
 
-__all__ = ["QUESTION_TYPES", "Bridge", "Comparison", "QuestionType", "canonical", "class_noun", "classify",
-           "conversion_target", "is_elliptical", "is_recognition", "parse_bridge", "parse_comparison"]
+__all__ = [
+    "QUESTION_TYPES",
+    "Bridge",
+    "Comparison",
+    "QuestionType",
+    "canonical",
+    "class_noun",
+    "classify",
+    "conversion_target",
+    "is_elliptical",
+    "is_recognition",
+    "parse_bridge",
+    "parse_comparison",
+]
 
-QuestionType = Literal["recognition", "attribute", "web_fact", "text_in_image", "comparison", "multi_hop",
-                       "aggregation", "follow_up", "conversion"]
+QuestionType = Literal[
+    "recognition",
+    "attribute",
+    "web_fact",
+    "text_in_image",
+    "comparison",
+    "multi_hop",
+    "aggregation",
+    "follow_up",
+    "conversion",
+]
 QUESTION_TYPES: tuple[str, ...] = QuestionType.__args__  # type: ignore[attr-defined]
 _ELLIPTICAL_NOUNS = frozenset(WORDS.elliptical_nouns)
-_AGGREGATION = re.compile(r"\bhow many\b.*\b(?:did|has|have|had)\b|\bhow many\b.*\b(?:in total|altogether|combined|so far|"
-                          r"in all|overall|ever)\b|\b(?:list|name) all\b|\ball the\b.*\b(?:which|that)\b", re.I)
+_AGGREGATION = re.compile(
+    r"\bhow many\b.*\b(?:did|has|have|had)\b|\bhow many\b.*\b(?:in total|altogether|combined|so far|"
+    r"in all|overall|ever)\b|\b(?:list|name) all\b|\ball the\b.*\b(?:which|that)\b",
+    re.I,
+)
 
 
 def is_elliptical(question: str) -> bool:
     """A later turn that names no subject ("who is the owner?", "what is the price?"): about the conversation's
     entity. One content word at most, none of them a name."""
     cw = nlp.content_words(question)
-    return len(cw) <= 1 and all(w in _ELLIPTICAL_NOUNS or not w[:1].isdigit() for w in cw) and not re.search(
-        r"\b[A-Z]", question[1:])
+    return (
+        len(cw) <= 1
+        and all(w in _ELLIPTICAL_NOUNS or not w[:1].isdigit() for w in cw)
+        and not re.search(r"\b[A-Z]", question[1:])
+    )
 
 
 def classify(question: str, *, has_image: bool, history_entity: bool = False) -> QuestionType:
@@ -46,8 +73,11 @@ def classify(question: str, *, has_image: bool, history_entity: bool = False) ->
         return "conversion"
     if parse_comparison(q) is not None:
         return "comparison"
-    if has_image and is_recognition(q) and not (history_entity and not refers and not re.search(
-            r"\b(this|that|these|those)\b", q, re.I)):
+    if (
+        has_image
+        and is_recognition(q)
+        and not (history_entity and not refers and not re.search(r"\b(this|that|these|those)\b", q, re.I))
+    ):
         return "recognition"
     if parse_bridge(q) is not None and (refers or pron or history_entity):
         return "multi_hop"

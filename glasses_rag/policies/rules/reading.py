@@ -19,8 +19,8 @@ from glasses_rag.policies.rules.entity import entity_is_person, history_person, 
 from glasses_rag.policies.rules.lexicon import CLASS_KEYS
 from glasses_rag.policies.rules.parts import PartsContext, build_parts
 from glasses_rag.policies.rules.spec import ExpectedAnswer
-from glasses_rag.text.units import DEFAULT, UnitTable
 from glasses_rag.text import nlp
+from glasses_rag.text.units import DEFAULT, UnitTable
 
 if TYPE_CHECKING:
     from glasses_rag.policies.rules.named_parts import Catalog
@@ -53,8 +53,9 @@ class TurnReading:
         # the question in plain direct form: "could you tell me how tall this tower is" -> "how tall is this tower?"
         self.question = q = canonical(view.question)
         self.use_image = view.has_image and (not view.history or nlp.refers_to_image(q) or nlp.has_pronoun(q))
-        self.kg_hits = sorted([h for h in view.evidence if h.source == "image_kg" and h.entity_name],
-                              key=lambda h: h.score, reverse=True)
+        self.kg_hits = sorted(
+            [h for h in view.evidence if h.source == "image_kg" and h.entity_name], key=lambda h: h.score, reverse=True
+        )
         self.web_hits = [h for h in view.evidence if h.source == "web"]
         match = image_entity(self.kg_hits if self.use_image else [], view.ocr_text or "", q, self.c, self.floor)
         self.hit, self.image_conf, self.rivals = match.hit, match.confidence, match.rivals
@@ -63,8 +64,14 @@ class TurnReading:
         self.refused: list[str] = []  # answers the answer-type check turned down, for the rationale
         self._memo: dict[tuple, Any] = {}
         person = self.history_person if nlp.PERSON_PRONOUN.search(q) and self.history_person != self.entity else None
-        self.parts = build_parts(q, view.sub_questions, self.c.max_parts, PartsContext(
-            self.entity, person, self.entity_is_person, self.use_image, bool(self.history_entity), self.units))
+        self.parts = build_parts(
+            q,
+            view.sub_questions,
+            self.c.max_parts,
+            PartsContext(
+                self.entity, person, self.entity_is_person, self.use_image, bool(self.history_entity), self.units
+            ),
+        )
 
     # ---- tools.capability.Reading -------------------------------------------------------------------------
     @property
@@ -123,12 +130,14 @@ class TurnReading:
         return None, 0.0, None
 
     def _referred_back(self) -> tuple[str | None, float, Hit | None]:
-        """"that one" in a later turn: the thing the previous answer named (an image match, when one has that name),
+        """ "that one" in a later turn: the thing the previous answer named (an image match, when one has that name),
         not the pictured one; unknown when the previous turn was not answered."""
         last = self.v.history[-1].answer
         if nlp.is_abstention(last):
             return None, 0.0, None
-        hit = next((h for h in self.kg_hits if h.entity_name and nlp.normalize(h.entity_name) == nlp.normalize(last)), None)
+        hit = next(
+            (h for h in self.kg_hits if h.entity_name and nlp.normalize(h.entity_name) == nlp.normalize(last)), None
+        )
         return (hit.entity_name if hit else last.strip(" .")), HISTORY_ENTITY_CONFIDENCE, hit
 
     @cached_property
@@ -143,13 +152,16 @@ class TurnReading:
     def other_names(self) -> list[str]:
         """Other entities the image search returned: text about them is not about this entity."""
         own = set(nlp.normalize(self.entity or "").split())
-        return [h.entity_name for h in self.kg_hits if h.entity_name and h.entity_name != self.entity
-                and not set(nlp.normalize(h.entity_name).split()) <= own]
+        return [
+            h.entity_name
+            for h in self.kg_hits
+            if h.entity_name and h.entity_name != self.entity and not set(nlp.normalize(h.entity_name).split()) <= own
+        ]
 
     def topic_words(self, entity: str | None, hit: Hit | None) -> set[str]:
         """Stems that show a text is about the entity: its name and its class ("domestic cat" for a cat's photo)."""
         words = nlp.stems(entity or "")
-        for k, v in ((hit.attributes or {}).items() if hit is not None else []):
+        for k, v in (hit.attributes or {}).items() if hit is not None else []:
             if str(k).lower() in CLASS_KEYS and not nlp.is_instruction_attribute(k, v):
                 words |= nlp.stems(str(v))
         return words
@@ -159,8 +171,11 @@ class TurnReading:
 
     # ---- the photo's text --------------------------------------------------------------------------------------
     def ocr_lines(self) -> list[str]:
-        return [ln.strip() for ln in (self.v.ocr_text or "").splitlines()
-                if len(re.sub(r"[^A-Za-z]", "", ln)) >= 2 and not nlp.is_instruction(ln)]
+        return [
+            ln.strip()
+            for ln in (self.v.ocr_text or "").splitlines()
+            if len(re.sub(r"[^A-Za-z]", "", ln)) >= 2 and not nlp.is_instruction(ln)
+        ]
 
     def ocr_title(self) -> str | None:
         """The text the photo opens with (its first two lines), to search for."""
@@ -188,8 +203,9 @@ class TurnReading:
 
     def checked(self, origin: str, part: Part, got: Candidate) -> Candidate | None:
         """`got` when its type fits what the part asks (answer_check), else None (the reason kept in `refused`)."""
-        why = answer_check.refuse(got.text, part, answer_check.Context(
-            entity=self.entity, entity_hit=self.entity_hit, units=self.units))
+        why = answer_check.refuse(
+            got.text, part, answer_check.Context(entity=self.entity, entity_hit=self.entity_hit, units=self.units)
+        )
         if why is None:
             return got
         self.refused.append(f"{origin} offered {got.text!r}: {why}")

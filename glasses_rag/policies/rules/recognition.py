@@ -13,20 +13,26 @@ _POLITE = re.compile(
     r"(?:(?:can|could|would|will) you (?:please )?(?=identify|recognize|recognise|name)"
     r"|(?:can|could|would|will) you (?:please )?(?:tell me|say|let me know|figure out)"
     r"|(?:do|does) (?:you|anyone) know|tell me|i (?:want|would like|'d like) to know|i wonder|i am wondering"
-    r"|i'm wondering|any idea|help me (?:identify|figure out)|please (?:tell me|identify|name))\s*[,:]?\s*", re.I)
+    r"|i'm wondering|any idea|help me (?:identify|figure out)|please (?:tell me|identify|name))\s*[,:]?\s*",
+    re.I,
+)
 _LOCATIVE = re.compile(
     r"\s*\b(?:in|on|from|within) (?:the|this|my|that) (?:photo|picture|image|pic|shot|frame|view|snapshot|scene)\b"
     r"|\s*\b(?:that |which )?(?:i am|i'm|am i|we are|are we) (?:currently |now )?(?:looking at|seeing|holding|"
     r"pointing at|facing|viewing|standing (?:in front of|next to|near))\b|\s*\bright now\b|\s*\bin front of (?:me|us)\b"
-    r"|\s*\b(?:pictured|shown|depicted|visible|seen|photographed)(?: here)?\b|\s*\bhere\b|\s*\bover there\b", re.I)
+    r"|\s*\b(?:pictured|shown|depicted|visible|seen|photographed)(?: here)?\b|\s*\bhere\b|\s*\bover there\b",
+    re.I,
+)
 _CLASS = frozenset(WORDS.recognition_classes)
 # nouns that ask for a property, not for what the thing is ("what color is it")
 _PROPERTY_NOUNS = frozenset(WORDS.property_nouns)
 _DEIXIS = {"this", "that", "these", "those", "it", "they", "he", "she"}
 _SPECIAL = [
     re.compile(rf"^who (?:is|are|was) (?:the|this|that|these) (?:[a-z-]+ )?(?:{PEOPLE})$"),
-    re.compile(r"^(?:what|which) (?:is|are) (?:the )?(?:name|names|identity|title) of (?:the|this|that|these|those|it)"
-               r"(?: [a-z-]+){0,3}$"),
+    re.compile(
+        r"^(?:what|which) (?:is|are) (?:the )?(?:name|names|identity|title) of (?:the|this|that|these|those|it)"
+        r"(?: [a-z-]+){0,3}$"
+    ),
     re.compile(r"^(?:what|who) (?:is|are) (?:this|that|these|those|it)(?: [a-z-]+){0,2} called$"),
     re.compile(r"^what (?:do|would) (?:you|we|they|people) call (?:this|that|these|those|it)(?: [a-z-]+){0,2}$"),
     re.compile(r"^(?:identify|name|recognize|recognise) (?:this|that|these|those|the|it)(?: [a-z-]+){0,3}$"),
@@ -83,7 +89,11 @@ def is_recognition(question: str) -> bool:
     if deixis and not copula:
         return False  # "who owns it": a verb, not "is"
     poss = re.search(r"\b(?:this|that|these|those) [a-z-]+'s? ([a-z- ]+)$", q)
-    if poss and poss.group(1).split()[-1] not in ("name", "names", "identity") or (poss and len(poss.group(1).split()) > 1):
+    if (
+        poss
+        and poss.group(1).split()[-1] not in ("name", "names", "identity")
+        or (poss and len(poss.group(1).split()) > 1)
+    ):
         return False  # "what is this plant's scientific name": a property of it, not which one it is
     if not (copula and deixis) and _noun_before_copula(toks):
         return True  # "which launch vehicle is this": a noun that can also be a verb ("launch") before the copula
@@ -99,9 +109,14 @@ def _noun_before_copula(toks: list[str]) -> bool:
     k = next((j for j, w in enumerate(toks[1:4], 1) if w in nlp.COPULAS), None)
     if k is None or k == 1 or k + 1 >= len(toks) or toks[k + 1] not in _DEIXIS - {"it", "they", "he", "she"}:
         return False
-    head, tail = toks[1:k], toks[k + 2:]
-    return (toks[0] in ("what", "which") and all(w not in nlp.FUNCTION_WORDS for w in head)
-            and not set(head) & _PROPERTY_NOUNS and len(tail) <= 3 and all(_np_word(w) for w in tail))
+    head, tail = toks[1:k], toks[k + 2 :]
+    return (
+        toks[0] in ("what", "which")
+        and all(w not in nlp.FUNCTION_WORDS for w in head)
+        and not set(head) & _PROPERTY_NOUNS
+        and len(tail) <= 3
+        and all(_np_word(w) for w in tail)
+    )
 
 
 def class_noun(question: str) -> str | None:

@@ -30,8 +30,15 @@ __all__ = ["RuleBasedPlanner", "RulePlannerConfig"]
 
 def _decision(calls: list[ParallelCall], why: str) -> Decision:
     first, rest = calls[0], calls[1:]
-    return Decision(action="call_tool", tool=first.tool, arguments=first.arguments, parallel=rest, rationale=why,
-                    sub_question=first.sub_question, needs_retrieval=True)
+    return Decision(
+        action="call_tool",
+        tool=first.tool,
+        arguments=first.arguments,
+        parallel=rest,
+        rationale=why,
+        sub_question=first.sub_question,
+        needs_retrieval=True,
+    )
 
 
 def _add(batch: list[ParallelCall], calls: list[ParallelCall]) -> None:
@@ -93,8 +100,9 @@ class RuleBasedPlanner:
         reasons += whys
         if batch:
             return _decision(batch[: view.remaining_steps], "; ".join(dict.fromkeys(reasons)))
-        return Decision(action="answer", rationale="the plan for this question type is complete",
-                        needs_retrieval=bool(view.done))
+        return Decision(
+            action="answer", rationale="the plan for this question type is complete", needs_retrieval=bool(view.done)
+        )
 
     def _answer_part(self, t: TurnReading, part: Part) -> tuple[Candidate | None, str | None]:
         """The first answer the part's sources give: extension capabilities marked `first`, the question type's own
@@ -113,22 +121,38 @@ class RuleBasedPlanner:
         got: list[Candidate] = []
         for part in t.parts:
             cand, source = self._answer_part(t, part)
-            if cand is not None and t.rivals and t.depends_on_image(part) and not (
-                    source and holds_for_rivals(t, source, part, cand)):
-                return AnswerDraft(answer=IDK, confidence=0.0, entity=t.entity,
-                                   rationale=f"{part.qtype}: the photo matches {t.entity} and "
-                                             f"{', '.join(h.entity_name or '' for h in t.rivals)} equally, and the "
-                                             f"answer differs between them or cannot be checked for each")
+            if (
+                cand is not None
+                and t.rivals
+                and t.depends_on_image(part)
+                and not (source and holds_for_rivals(t, source, part, cand))
+            ):
+                return AnswerDraft(
+                    answer=IDK,
+                    confidence=0.0,
+                    entity=t.entity,
+                    rationale=f"{part.qtype}: the photo matches {t.entity} and "
+                    f"{', '.join(h.entity_name or '' for h in t.rivals)} equally, and the "
+                    f"answer differs between them or cannot be checked for each",
+                )
             if cand is None:
                 refused = f"; refused: {'; '.join(t.refused)}" if t.refused else ""
-                return AnswerDraft(answer=IDK, confidence=0.0, entity=t.entity,
-                                   rationale=f"{part.qtype}: no evidence of the expected type ({part.spec.kind}) "
-                                             f"answers: {part.resolved}{refused}")
+                return AnswerDraft(
+                    answer=IDK,
+                    confidence=0.0,
+                    entity=t.entity,
+                    rationale=f"{part.qtype}: no evidence of the expected type ({part.spec.kind}) "
+                    f"answers: {part.resolved}{refused}",
+                )
             got.append(cand)
         sents = {c.sentence for c in got}
         if len(got) > 1 and len(sents) == 1 and None not in sents:
             text = t.short(got[0].sentence or "")  # every part answered by one sentence: it says them together
         else:
             text = "; ".join(c.text for c in got)
-        return AnswerDraft(answer=text, confidence=round(min(c.confidence for c in got), 4),
-                           rationale="; ".join(c.note for c in got), entity=t.entity)
+        return AnswerDraft(
+            answer=text,
+            confidence=round(min(c.confidence for c in got), 4),
+            rationale="; ".join(c.note for c in got),
+            entity=t.entity,
+        )

@@ -15,6 +15,7 @@ from glasses_rag.text.units import unit_of
 
 # ---- comparison ----------------------------------------------------------------------------------
 
+
 class Comparison(BaseModel):
     """A comparison of two things along one dimension; `sides` are the phrases compared, as asked."""
 
@@ -33,22 +34,36 @@ _COMPARATIVE = "|".join(sorted(list(_MORE) + list(_LESS), key=len, reverse=True)
 
 def parse_comparison(question: str) -> Comparison | None:
     q = " ".join(nlp.expand_contractions(question).lower().strip(" ?.!").split())
-    m = re.search(r"\b(?:was|were|is|are|did) (.+?) (born|built|founded|launched|made|released|published|created|"
-                  r"opened|established|completed|discovered|invented|formed|written|first \w+|\w+ed) before or after "
-                  r"(.+?)(?: (?:was|were|is|are|had been|did)(?: first)? (\w+))?$", q)
+    m = re.search(
+        r"\b(?:was|were|is|are|did) (.+?) (born|built|founded|launched|made|released|published|created|"
+        r"opened|established|completed|discovered|invented|formed|written|first \w+|\w+ed) before or after "
+        r"(.+?)(?: (?:was|were|is|are|had been|did)(?: first)? (\w+))?$",
+        q,
+    )
     if m:
         side_b, event_b = m.group(3), m.group(4)
         if event_b is None:  # "... before or after the station opened": the last word is the other event
             last = re.search(r"^(.+) (\w+(?:ed|en)|born|built|made|began|began|won|ran|sank|rose)$", side_b)
             side_b, event_b = (last.group(1), last.group(2)) if last else (side_b, m.group(2))
-        return Comparison(relation="before_after", dimension="year", word="before or after",
-                          sides=[m.group(1), side_b], events=[m.group(2), event_b])
-    m = re.search(r"\b(?:which|what|who) (?:came|was|were|happened|is|one (?:came|was)) (?:first|earlier|older)[,:]? "
-                  r"(?:the )?(.+?),? or (.+)$", q)
+        return Comparison(
+            relation="before_after",
+            dimension="year",
+            word="before or after",
+            sides=[m.group(1), side_b],
+            events=[m.group(2), event_b],
+        )
+    m = re.search(
+        r"\b(?:which|what|who) (?:came|was|were|happened|is|one (?:came|was)) (?:first|earlier|older)[,:]? "
+        r"(?:the )?(.+?),? or (.+)$",
+        q,
+    )
     if m:
         return Comparison(relation="first", dimension="year", word="first", sides=[m.group(1), m.group(2)])
-    m = re.search(rf"\b(?:which|what|who)(?: one)? (?:is|was|are|were|stands|runs|weighs)(?: the)? ({_COMPARATIVE}|more \w+"
-                  rf"|less \w+)[,:]? (?:the )?(.+?),? or (?:the )?(.+)$", q)
+    m = re.search(
+        rf"\b(?:which|what|who)(?: one)? (?:is|was|are|were|stands|runs|weighs)(?: the)? ({_COMPARATIVE}|more \w+"
+        rf"|less \w+)[,:]? (?:the )?(.+?),? or (?:the )?(.+)$",
+        q,
+    )
     if m:
         return _comparison(m.group(1), [m.group(2), m.group(3)], yes_no=False)
     m = re.search(rf"^(?:is|was|are|were) (.+?) ({_COMPARATIVE}) than (.+)$", q)
@@ -72,6 +87,7 @@ def _comparison(word: str, sides: list[str], yes_no: bool) -> Comparison | None:
 
 # ---- multi-hop: "the <noun> that <clause about this>" ---------------------------------------------
 
+
 class Bridge(BaseModel):
     """A multi-hop question: find the bridge entity (`noun` described by `clause`), then ask `hop2` about it."""
 
@@ -83,13 +99,17 @@ class Bridge(BaseModel):
 
 _REF = r"(?:this|these|that|those|it|its|he|she|they|his|her|their)"
 _AUX = r"(?:is|are|was|were|has|have|had|did|does|do|will|would|can|could)"
-_REL = re.compile(r"\bthe ((?:[a-z0-9-]+ ){0,2}[a-z-]+) (that|which|who|where|whose|when|in which|on which|from which) ")
+_REL = re.compile(
+    r"\bthe ((?:[a-z0-9-]+ ){0,2}[a-z-]+) (that|which|who|where|whose|when|in which|on which|from which) "
+)
 _REDUCED = re.compile(rf"\bthe ((?:[a-z0-9-]+ ){{0,2}}[a-z-]+) (?={_REF}\b)")
 # a participle clause: "the ship named after her", "the satellite launched by this rocket in 2015"
-_PARTICIPLE = re.compile(rf"\bthe ((?:[a-z0-9-]+ ){{0,2}}[a-z-]+) (?=(?:[a-z]{{3,}}ed|built|made|named|known|found|given|taken|"
-                         rf"written|drawn|grown|held|run|sold|worn|shown|seen|won|led|kept|paid|sent|flown|chosen|driven|"
-                         rf"begun|bought|brought|caught|thrown) (?:by|after|for|in|on|from|at|with|of|to|near|into|about) "
-                         rf"(?:[a-z-]+ ){{0,2}}{_REF}\b)")
+_PARTICIPLE = re.compile(
+    rf"\bthe ((?:[a-z0-9-]+ ){{0,2}}[a-z-]+) (?=(?:[a-z]{{3,}}ed|built|made|named|known|found|given|taken|"
+    rf"written|drawn|grown|held|run|sold|worn|shown|seen|won|led|kept|paid|sent|flown|chosen|driven|"
+    rf"begun|bought|brought|caught|thrown) (?:by|after|for|in|on|from|at|with|of|to|near|into|about) "
+    rf"(?:[a-z-]+ ){{0,2}}{_REF}\b)"
+)
 
 
 def parse_bridge(question: str) -> Bridge | None:
@@ -98,12 +118,18 @@ def parse_bridge(question: str) -> Bridge | None:
     for pat in (_REL, _REDUCED, _PARTICIPLE):
         for m in pat.finditer(q):
             noun_words = m.group(1).split()
-            if noun_words[-1] in nlp.STOPWORDS | nlp.PREPOSITIONS or noun_words[0] in ("first", "last", "only", "same", "one"):
+            if noun_words[-1] in nlp.STOPWORDS | nlp.PREPOSITIONS or noun_words[0] in (
+                "first",
+                "last",
+                "only",
+                "same",
+                "one",
+            ):
                 continue  # "the first person to ...": not a bridge; "the project behind this logo": not a clause
             end = _clause_end(q, m.end())
             if end is None:
                 continue
-            clause = q[m.end():end].strip()
+            clause = q[m.end() : end].strip()
             if not re.search(rf"\b{_REF}\b", clause) or not nlp.content_words(clause):
                 continue
             noun = noun_words[-1]
@@ -128,8 +154,13 @@ def _clause_end(q: str, start: int) -> int | None:
     # the referring phrase: "this" + up to three noun-phrase words, or a bare pronoun
     j = i
     if toks[i][0] in ("this", "these", "that", "those", "its", "his", "her", "their"):
-        while j + 1 < len(toks) and j - i < 3 and toks[j + 1][0] not in nlp.NOUN_PHRASE_STOP and not re.search(
-                r"[a-z]{3,}(?<!e)ed$", toks[j + 1][0]) and not (j > i and re.search(r"[^su]s$", toks[j + 1][0])):
+        while (
+            j + 1 < len(toks)
+            and j - i < 3
+            and toks[j + 1][0] not in nlp.NOUN_PHRASE_STOP
+            and not re.search(r"[a-z]{3,}(?<!e)ed$", toks[j + 1][0])
+            and not (j > i and re.search(r"[^su]s$", toks[j + 1][0]))
+        ):
             j += 1
     if i > 0:  # the reference was the object ("that served this drink"): the clause ends with it
         end = j
@@ -140,12 +171,22 @@ def _clause_end(q: str, start: int) -> int | None:
         if end + 1 < len(toks) and toks[end + 1][0] not in nlp.STOPWORDS:
             end += 1
     # "in 1999", "in february 2015": a dated phrase belongs to the clause
-    if end + 2 < len(toks) and toks[end + 1][0] in ("in", "on", "during", "since") and (
-            re.fullmatch(r"\d{3,4}", toks[end + 2][0]) or (end + 3 < len(toks) and re.fullmatch(r"\d{3,4}", toks[end + 3][0]))):
+    if (
+        end + 2 < len(toks)
+        and toks[end + 1][0] in ("in", "on", "during", "since")
+        and (
+            re.fullmatch(r"\d{3,4}", toks[end + 2][0])
+            or (end + 3 < len(toks) and re.fullmatch(r"\d{3,4}", toks[end + 3][0]))
+        )
+    ):
         end += 2 if re.fullmatch(r"\d{3,4}", toks[end + 2][0]) else 3
     # a stranded preposition: "stands in" followed by the main clause's verb
-    if end + 2 < len(toks) and toks[end + 1][0] in nlp.PREPOSITIONS and toks[end + 2][0] not in nlp.STOPWORDS | {
-            "a", "an", "the"} and not re.fullmatch(r"\d+", toks[end + 2][0]):
+    if (
+        end + 2 < len(toks)
+        and toks[end + 1][0] in nlp.PREPOSITIONS
+        and toks[end + 2][0] not in nlp.STOPWORDS | {"a", "an", "the"}
+        and not re.fullmatch(r"\d+", toks[end + 2][0])
+    ):
         end += 1
     return toks[end][2]
 
@@ -154,16 +195,24 @@ def _clause_end(q: str, start: int) -> int | None:
 
 _UNIT_WORDS = r"[a-z]+(?: [a-z]+)?(?:/[a-z]+)?"
 _CONVERT = [
-    re.compile(rf"\bhow many ({_UNIT_WORDS}?)(?: tall| long| high| wide| deep| heavy| far| away| across)? (?:is|are|was|were|"
-               rf"would be|would that be) (?:that|it|this|they|those|these)\b"),
-    re.compile(rf"\bhow many ({_UNIT_WORDS}?) (?:does|do|did) (?:that|it|this|they|those|these)"
-               rf"(?: [a-z]+)? (?:weigh|measure)\b"),
-    re.compile(rf"\b(?:what|how much|how far|how long|how tall|how heavy) (?:is|are|was|would) "
-               rf"(?:that|it|this|they|those|these)"
-               rf"(?: be)? in ({_UNIT_WORDS})\s*\??$"),
+    re.compile(
+        rf"\bhow many ({_UNIT_WORDS}?)(?: tall| long| high| wide| deep| heavy| far| away| across)? (?:is|are|was|were|"
+        rf"would be|would that be) (?:that|it|this|they|those|these)\b"
+    ),
+    re.compile(
+        rf"\bhow many ({_UNIT_WORDS}?) (?:does|do|did) (?:that|it|this|they|those|these)"
+        rf"(?: [a-z]+)? (?:weigh|measure)\b"
+    ),
+    re.compile(
+        rf"\b(?:what|how much|how far|how long|how tall|how heavy) (?:is|are|was|would) "
+        rf"(?:that|it|this|they|those|these)"
+        rf"(?: be)? in ({_UNIT_WORDS})\s*\??$"
+    ),
     re.compile(rf"\bconvert (?:that|it|this|the [a-z]+) (?:to|into) ({_UNIT_WORDS})\s*\??$"),
-    re.compile(rf"\bhow (?:tall|high|long|far|deep|wide|heavy|big|fast) (?:is|are|was|were) (?:that|it|this|they|these|those)"
-               rf"(?: [a-z]+){{0,2}} in ({_UNIT_WORDS})\s*\??$"),
+    re.compile(
+        rf"\bhow (?:tall|high|long|far|deep|wide|heavy|big|fast) (?:is|are|was|were) (?:that|it|this|they|these|those)"
+        rf"(?: [a-z]+){{0,2}} in ({_UNIT_WORDS})\s*\??$"
+    ),
 ]
 
 

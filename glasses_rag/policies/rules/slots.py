@@ -14,8 +14,14 @@ from glasses_rag.policies.rules.sources.multihop import hop2_question
 from glasses_rag.policies.rules.sources.quantities import quantity
 from glasses_rag.text import nlp
 
-_DIMENSION_WORDS = {"length": "height length", "mass": "weight", "speed": "speed", "volume": "volume",
-                    "temperature": "temperature", "area": "area"}
+_DIMENSION_WORDS = {
+    "length": "height length",
+    "mass": "weight",
+    "speed": "speed",
+    "volume": "volume",
+    "temperature": "temperature",
+    "area": "area",
+}
 
 
 def target_phrase(q: str) -> str:
@@ -62,6 +68,7 @@ def query_slot(turn: TurnReading, part: Part | None, kind: str | None) -> list[O
 
 
 # ---- query kinds ----------------------------------------------------------------------------------------
+
 
 def part_query(turn: TurnReading, part: Part | None) -> list[Offer]:
     """The question part with "this"/"it" resolved, as keywords."""

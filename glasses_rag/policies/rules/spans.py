@@ -23,12 +23,16 @@ from glasses_rag.text.units import DEFAULT, Quantity, UnitTable
 from glasses_rag.text.words import content_words, normalize, stem, words
 
 # words before a name that say it is where something is ("in Bergen", "overlooks Kunming Lake", "native to Mexico")
-_LOCATIVE = frozenset("""in at from near on to into onto overlooks overlooking across of towards toward outside inside around
-throughout within via between beside along""".split())
+_LOCATIVE = frozenset(
+    """in at from near on to into onto overlooks overlooking across of towards toward outside inside around
+throughout within via between beside along""".split()
+)
 _ASKS_NAME = re.compile(r"\b(?:called|named)\s*\??$", re.I)
-_PLACE_NAME = re.compile(r"\b(?:City|Town|Village|County|State|Province|Island|Islands|Lake|River|Mountain|Mount|Bay|Park|Street|"
-                         r"Road|Avenue|Square|Harbou?r|Port|Valley|Coast|Desert|Forest|Sea|Ocean|Point|Hill|Peninsula|Republic|"
-                         r"Kingdom|Beach|Falls|Canyon|District|Airport|Station)\b")
+_PLACE_NAME = re.compile(
+    r"\b(?:City|Town|Village|County|State|Province|Island|Islands|Lake|River|Mountain|Mount|Bay|Park|Street|"
+    r"Road|Avenue|Square|Harbou?r|Port|Valley|Coast|Desert|Forest|Sea|Ocean|Point|Hill|Peninsula|Republic|"
+    r"Kingdom|Beach|Falls|Canyon|District|Airport|Station)\b"
+)
 
 
 class _Context:
@@ -37,12 +41,17 @@ class _Context:
     def __init__(self, sentence: str, spec: ExpectedAnswer, question: str, avoid: list[str] | None, units: UnitTable):
         self.sentence, self.spec, self.units = sentence, spec, units
         self.avoid = [normalize(a) for a in (avoid or []) if a]
-        avoided = {w for a in self.avoid for w in a.split()}  # the entity's own name says nothing of where the answer is
+        avoided = {
+            w for a in self.avoid for w in a.split()
+        }  # the entity's own name says nothing of where the answer is
         cw = content_words(question)
         self.qwords = {w for w in cw if w not in avoided} | {stem(w) for w in cw if w not in avoided}
         self.qstems = {stem(w) for w in cw} | ({stem(spec.noun)} if spec.noun else set())
-        self.anchors = [m.start() for m in re.finditer(r"[A-Za-z0-9][\w-]*", sentence)
-                        if m.group(0).lower() in self.qwords or stem(m.group(0)) in self.qwords]
+        self.anchors = [
+            m.start()
+            for m in re.finditer(r"[A-Za-z0-9][\w-]*", sentence)
+            if m.group(0).lower() in self.qwords or stem(m.group(0)) in self.qwords
+        ]
 
     def near(self, pos: int) -> float:
         return min((abs(pos - a) for a in self.anchors), default=200)
@@ -52,6 +61,7 @@ class _Context:
 
 
 # ---- numbers ------------------------------------------------------------------------------------------
+
 
 def _typed_quantities(c: _Context) -> list[Quantity]:
     spec, qs = c.spec, c.units.quantities(c.sentence)
@@ -74,9 +84,11 @@ def _counted_span(c: _Context, qs: list[Quantity]) -> str | None:
     for q in qs:
         if unit and q.unit == unit:
             return q.text
-        m = re.match(r"((?:\s+[\w-]+){0,3}?\s+)(" + re.escape(stem(counted)) + r"\w*)", c.sentence[q.end:q.end + 60], re.I)
+        m = re.match(
+            r"((?:\s+[\w-]+){0,3}?\s+)(" + re.escape(stem(counted)) + r"\w*)", c.sentence[q.end : q.end + 60], re.I
+        )
         if m:
-            return c.sentence[q.start:q.end + m.end()].strip()
+            return c.sentence[q.start : q.end + m.end()].strip()
     return None
 
 
@@ -84,8 +96,8 @@ def _frequency_span(c: _Context) -> str | None:
     m = FREQUENCY.search(c.sentence)
     if not m:
         return None
-    trailing = re.match(r"(?:(?!\sand\s)[^,;.]){0,30}", c.sentence[m.end():])
-    return (c.sentence[m.start():m.end()] + (trailing.group(0) if trailing else "")).strip()
+    trailing = re.match(r"(?:(?!\sand\s)[^,;.]){0,30}", c.sentence[m.end() :])
+    return (c.sentence[m.start() : m.end()] + (trailing.group(0) if trailing else "")).strip()
 
 
 def _number_span(c: _Context) -> str | None:
@@ -99,13 +111,14 @@ def _number_span(c: _Context) -> str | None:
     q = min(qs, key=lambda q: c.near(q.start))
     text = q.text
     if c.spec.kind == "number" and q.unit is None:
-        nxt = re.match(r"\s+([a-z][\w-]*)", c.sentence[q.end:])
+        nxt = re.match(r"\s+([a-z][\w-]*)", c.sentence[q.end :])
         if nxt and nxt.group(1) not in ("and", "or", "to", "of", "in", "on", "at", "is", "was"):
             text = f"{text} {nxt.group(1)}"
     return text.strip()
 
 
 # ---- dates ----------------------------------------------------------------------------------------------
+
 
 def _date_span(c: _Context) -> str | None:
     m = FULL_DATE.search(c.sentence)
@@ -135,8 +148,9 @@ def _calendar_span(c: _Context) -> str | None:
 
 # ---- lists, names, free text -------------------------------------------------------------------------------
 
+
 def _other_items_span(c: _Context) -> str | None:
-    """"what other flavor ...": the items a list names, less the ones already known."""
+    """ "what other flavor ...": the items a list names, less the ones already known."""
     m = re.search(r"\b(?:include|includes|including|are|come in|comes in|such as)\s+([^.;]+)", c.sentence, re.I)
     if not m:
         return None
@@ -175,8 +189,10 @@ def _name_score(c: _Context, p: NamePhrase) -> float | None:
             return None  # a name in subject or object position is not where something is
     if k == "person":
         score += (1.5 if p.after in ("by", "named", "was", "is") else 0.0) + (0.5 if len(p.text.split()) >= 2 else 0.0)
-    if spec.noun and (stem(spec.noun) == stem((words(p.text) or [""])[-1]) or re.search(
-            r"\b" + re.escape(spec.noun) + r"\w*\s+(?:the\s+|of\s+)?$", s[: p.start], re.I)):
+    if spec.noun and (
+        stem(spec.noun) == stem((words(p.text) or [""])[-1])
+        or re.search(r"\b" + re.escape(spec.noun) + r"\w*\s+(?:the\s+|of\s+)?$", s[: p.start], re.I)
+    ):
         score += 3
     return score
 
@@ -184,13 +200,13 @@ def _name_score(c: _Context, p: NamePhrase) -> float | None:
 def _name_text(c: _Context, p: NamePhrase) -> str:
     s, text = c.sentence, p.text
     if c.spec.kind == "person":  # "created by Larry Shepp and Benjamin F. Logan": both people
-        more = re.match(r"\s*(?:,\s*|,?\s+and\s+)([A-Z][\w'.-]*(?:\s+[A-Z][\w'.-]*){0,3})", s[p.end:])
+        more = re.match(r"\s*(?:,\s*|,?\s+and\s+)([A-Z][\w'.-]*(?:\s+[A-Z][\w'.-]*){0,3})", s[p.end :])
         if more and len(more.group(1).split()) >= 2:
-            text = s[p.start: p.end + more.end()]
+            text = s[p.start : p.end + more.end()]
     if c.spec.kind == "text" and c.spec.noun:  # "the 2012 Glenford Prize for crime fiction": the whole noun phrase
         left = re.search(r"(?:\b(?:the|a|an)\s+)?(?:\d{4}\s+)?$", s[: p.start])
-        right = re.match(r"\s+(?:for|of)\s+(?:[a-z][\w-]*\s*){1,4}(?=[,.;)]|$)", s[p.end:])
-        text = (s[left.start(): p.start] if left else "") + text + (right.group(0).rstrip() if right else "")
+        right = re.match(r"\s+(?:for|of)\s+(?:[a-z][\w-]*\s*){1,4}(?=[,.;)]|$)", s[p.end :])
+        text = (s[left.start() : p.start] if left else "") + text + (right.group(0).rstrip() if right else "")
     return text.strip()
 
 
@@ -209,13 +225,13 @@ def _name_span(c: _Context) -> str | None:
 
 
 def _called(c: _Context) -> str | None:
-    """"... is called X"."""
+    """ "... is called X"."""
     m = re.search(r"\b(?:is|are|was|were)\s+(?:called|known as|named|termed)\s+([^,;.]+)", c.sentence, re.I)
     return m.group(1).strip() if m else None
 
 
 def _free_text_span(c: _Context) -> str | None:
-    """"... is called X", else the clause that best overlaps the question."""
+    """ "... is called X", else the clause that best overlaps the question."""
     called = _called(c)
     if called:
         return called
@@ -227,8 +243,9 @@ def _free_text_span(c: _Context) -> str | None:
     return best
 
 
-def answer_span(sentence: str, spec: ExpectedAnswer, question: str = "", avoid: list[str] | None = None,
-                units: UnitTable = DEFAULT) -> str | None:
+def answer_span(
+    sentence: str, spec: ExpectedAnswer, question: str = "", avoid: list[str] | None = None, units: UnitTable = DEFAULT
+) -> str | None:
     """The short answer inside `sentence` for a question of this kind; None when the sentence holds none.
 
     `avoid`: names that cannot be the answer (the entity asked about, the question's own names). Free-text kinds

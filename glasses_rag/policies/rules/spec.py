@@ -7,8 +7,21 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-AnswerKind = Literal["person", "place", "year", "date", "time", "weekday", "number", "quantity", "money", "duration",
-                     "yes_no", "name", "text"]
+AnswerKind = Literal[
+    "person",
+    "place",
+    "year",
+    "date",
+    "time",
+    "weekday",
+    "number",
+    "quantity",
+    "money",
+    "duration",
+    "yes_no",
+    "name",
+    "text",
+]
 
 
 class ExpectedAnswer(BaseModel):

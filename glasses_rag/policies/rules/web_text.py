@@ -9,8 +9,11 @@ from glasses_rag.core.types import Hit
 from glasses_rag.policies.rules.names import name_phrases
 from glasses_rag.text import nlp
 
-_NEGATION = re.compile(r"\b(?:not|no|never|cannot|can't|isn't|aren't|wasn't|weren't|doesn't|don't|didn't|won't|"
-                       r"prohibited|forbidden|banned|nor)\b", re.I)
+_NEGATION = re.compile(
+    r"\b(?:not|no|never|cannot|can't|isn't|aren't|wasn't|weren't|doesn't|don't|didn't|won't|"
+    r"prohibited|forbidden|banned|nor)\b",
+    re.I,
+)
 
 
 def page_sentences(h: Hit) -> list[str]:
@@ -30,19 +33,27 @@ def priced_thing(question: str) -> set[str]:
     """Stems of what a price question prices ("how much is a single adult fare?" -> single, adult, fare): a sentence
     must name all of it, so that the price of a one-way ticket does not answer for a return ticket."""
     q = question.lower()
-    m = (re.search(r"\bhow much (?:is|are|was|were|does|do|did|would) (?:a |an |the |one )?((?:[a-z-]+ ){0,3}?[a-z-]+?)"
-                   r"(?= cost| for| of| to| at| from| in| on| here|\?|$)", q)
-         or re.search(r"\b(?:price|cost|fee|fare) of (?:a |an |the |one )?((?:[a-z-]+ ){0,3}?[a-z-]+?)"
-                      r"(?= for| of| to| at| from| in| on| here|\?|$)", q))
+    m = re.search(
+        r"\bhow much (?:is|are|was|were|does|do|did|would) (?:a |an |the |one )?((?:[a-z-]+ ){0,3}?[a-z-]+?)"
+        r"(?= cost| for| of| to| at| from| in| on| here|\?|$)",
+        q,
+    ) or re.search(
+        r"\b(?:price|cost|fee|fare) of (?:a |an |the |one )?((?:[a-z-]+ ){0,3}?[a-z-]+?)"
+        r"(?= for| of| to| at| from| in| on| here|\?|$)",
+        q,
+    )
     return nlp.stems(m.group(1)) if m else set()
 
 
 def with_subject(sentence: str, subject: str | None) -> str:
-    """"It lies in Westmark." -> "Port Aven lies in Westmark.": for comparing the sentence with the question."""
+    """ "It lies in Westmark." -> "Port Aven lies in Westmark.": for comparing the sentence with the question."""
     if not subject:
         return sentence
-    return re.sub(r"^(?:It|They|He|She|This|Its|Their)\b", lambda m: subject + ("'s" if m.group(0) in ("Its", "Their")
-                                                                                  else ""), sentence)
+    return re.sub(
+        r"^(?:It|They|He|She|This|Its|Their)\b",
+        lambda m: subject + ("'s" if m.group(0) in ("Its", "Their") else ""),
+        sentence,
+    )
 
 
 def names_another(text: str, entity: str, topic: set[str]) -> bool:
@@ -50,8 +61,12 @@ def names_another(text: str, entity: str, topic: set[str]) -> bool:
     ("Sol Bakery" when the entity is "Luna Bakery")."""
     own = nlp.normalize(entity)
     cls = topic - nlp.stems(entity)
-    return any((nlp.stems(p.text) & cls or nlp.stems(p.text) & nlp.stems(entity)) and nlp.normalize(p.text) not in own
-               and len(p.text.split()) >= 2 for p in name_phrases(text))
+    return any(
+        (nlp.stems(p.text) & cls or nlp.stems(p.text) & nlp.stems(entity))
+        and nlp.normalize(p.text) not in own
+        and len(p.text.split()) >= 2
+        for p in name_phrases(text)
+    )
 
 
 def yes_no(sentence: str, qwords: set[str], ent_words: set[str]) -> str | None:
@@ -61,4 +76,6 @@ def yes_no(sentence: str, qwords: set[str], ent_words: set[str]) -> str | None:
     if not need or not need <= nlp.stems(sentence):
         return None
     clause = max(nlp.clauses(sentence), key=lambda c: len(nlp.stems(c) & need), default=sentence)
-    return f"{'No' if _NEGATION.search(sentence) else 'Yes'}, {clause[0].lower() + clause[1:] if clause else ''}".strip(" ,")
+    return f"{'No' if _NEGATION.search(sentence) else 'Yes'}, {clause[0].lower() + clause[1:] if clause else ''}".strip(
+        " ,"
+    )

@@ -13,11 +13,29 @@ from glasses_rag.policies.rules.web_text import page_sentences
 from glasses_rag.text import nlp
 
 _SELF = re.compile(r"\b(this|these|that|those|it|its|he|she|him|her)\b", re.I)
-_YEAR_CUES = frozenset(nlp.stem(w) for w in ("year", "born", "built", "founded", "launched", "opened", "established",
-                                             "published", "released", "first", "completed", "created"))
-_CUES = {"length": {"height", "tall", "high", "long", "length", "metr", "meter", "stand", "tower", "rise"},
-         "mass": {"weight", "weigh", "mass", "heavy"}, "speed": {"speed", "fast"},
-         "temperature": {"temperatur", "hot", "cold"}}
+_YEAR_CUES = frozenset(
+    nlp.stem(w)
+    for w in (
+        "year",
+        "born",
+        "built",
+        "founded",
+        "launched",
+        "opened",
+        "established",
+        "published",
+        "released",
+        "first",
+        "completed",
+        "created",
+    )
+)
+_CUES = {
+    "length": {"height", "tall", "high", "long", "length", "metr", "meter", "stand", "tower", "rise"},
+    "mass": {"weight", "weigh", "mass", "heavy"},
+    "speed": {"speed", "fast"},
+    "temperature": {"temperatur", "hot", "cold"},
+}
 _QUERY_WORDS = {"length": "height tall", "mass": "weight", "speed": "speed", "temperature": "temperature"}
 
 
@@ -114,8 +132,11 @@ def missing_sides(turn: TurnReading, part: Part) -> list[str]:
     cmp = parse_comparison(part.original)
     if cmp is None:
         return []
-    return [s for s, ev in zip(cmp.sides, _events(cmp)) if side(turn, cmp, s, ev) is None and not (
-        is_self(turn, s) and turn.entity is None)]
+    return [
+        s
+        for s, ev in zip(cmp.sides, _events(cmp))
+        if side(turn, cmp, s, ev) is None and not (is_self(turn, s) and turn.entity is None)
+    ]
 
 
 def compare(turn: TurnReading, part: Part) -> Candidate | None:

@@ -20,13 +20,19 @@ from glasses_rag.text import nlp
 def _typed_keys(turn: TurnReading, hit: Hit, spec: ExpectedAnswer) -> list[str]:
     """The attribute names whose value has the expected type (never one that carries instructions)."""
     attrs = hit.attributes or {}
-    keys = [str(k) for k, val in attrs.items()
-            if matches(str(val), spec, cased=False, units=turn.units) and not nlp.is_instruction_attribute(k, val)
-            and not (spec.kind == "number" and YEAR.fullmatch(str(val).strip()))]  # a year counts nothing
+    keys = [
+        str(k)
+        for k, val in attrs.items()
+        if matches(str(val), spec, cased=False, units=turn.units)
+        and not nlp.is_instruction_attribute(k, val)
+        and not (spec.kind == "number" and YEAR.fullmatch(str(val).strip()))
+    ]  # a year counts nothing
     return [k for k in keys if nlp.shares_stem(spec.counted, k)] if spec.counted else keys
 
 
-def _key_score(turn: TurnReading, spec: ExpectedAnswer, key: str, sim: float, asked: set[str], typed_single: bool) -> float | None:
+def _key_score(
+    turn: TurnReading, spec: ExpectedAnswer, key: str, sim: float, asked: set[str], typed_single: bool
+) -> float | None:
     """How well an attribute name matches what is asked; None under the floor that applies to it. A name all of whose
     words are asked wins over one that adds a qualifier ("name" over "scientific name" for "what is its name?")."""
     kstems = nlp.stems(key)
@@ -40,8 +46,13 @@ def _key_score(turn: TurnReading, spec: ExpectedAnswer, key: str, sim: float, as
     exact = bool(kstems) and kstems <= asked | {nlp.stem(spec.noun or "-")}
     shared = bool(asked & kstems) or exact  # a word (or synonym) of what is asked: "discovered" / "found at"
     c = turn.c
-    need = (c.min_attr_sim_shared if shared else c.min_attr_sim if noun_ok or place_key or typed_single
-            else c.min_attr_sim_no_overlap)
+    need = (
+        c.min_attr_sim_shared
+        if shared
+        else c.min_attr_sim
+        if noun_ok or place_key or typed_single
+        else c.min_attr_sim_no_overlap
+    )
     if sim < need:
         return None
     return sim + (0.2 if shared else 0.0) + (0.1 if noun_ok or place_key else 0.0) + (0.1 if exact else 0.0)
@@ -97,7 +108,7 @@ def holds_for_rivals(turn: TurnReading, source_name: str, part: Part, cand: Cand
 
 
 def class_attribute(turn: TurnReading, part: Part) -> Candidate | None:
-    """"what breed is this dog?": the KG attribute named by the class the question asks for."""
+    """ "what breed is this dog?": the KG attribute named by the class the question asks for."""
     noun = class_noun(part.original)
     hit = turn.entity_hit
     if not noun or hit is None or not hit.attributes or noun in ("kind", "type", "sort", "name"):

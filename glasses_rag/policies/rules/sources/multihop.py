@@ -36,8 +36,9 @@ def bridge(turn: TurnReading, part: Part) -> Candidate | None:
     got = _bridge_from_kg(turn, b.noun, b.clause)
     if got is not None:
         return got
-    got = web_answer(turn, part, question=nlp.resolve_references(b.hop1, turn.entity),
-                     spec=ExpectedAnswer(kind="name", noun=b.noun))
+    got = web_answer(
+        turn, part, question=nlp.resolve_references(b.hop1, turn.entity), spec=ExpectedAnswer(kind="name", noun=b.noun)
+    )
     if got is not None:
         got.note = "hop 1: " + got.note
     return got
@@ -58,9 +59,19 @@ def bridge_hop(turn: TurnReading, part: Part) -> Candidate | None:
     rest = nlp.stems(hop2) - nlp.stems(first.text) - {"name", "call", "called", "title"}
     if not rest:  # "what is the name of the street this cafe is on?": hop 1 is the answer
         return first
-    second = web_answer(turn, part, question=hop2, spec=expected_answer(hop2, turn.units), must_mention=first.text,
-                        avoid=[turn.entity or ""])
+    second = web_answer(
+        turn,
+        part,
+        question=hop2,
+        spec=expected_answer(hop2, turn.units),
+        must_mention=first.text,
+        avoid=[turn.entity or ""],
+    )
     if second is None:
         return None
-    return Candidate(second.text, min(first.confidence, second.confidence),
-                     f"{first.note}: {first.text}; hop 2: {second.note}", second.sentence)
+    return Candidate(
+        second.text,
+        min(first.confidence, second.confidence),
+        f"{first.note}: {first.text}; hop 2: {second.note}",
+        second.sentence,
+    )

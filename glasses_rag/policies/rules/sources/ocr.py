@@ -12,9 +12,12 @@ from glasses_rag.policies.rules.reading import TurnReading
 from glasses_rag.text import nlp
 
 # questions asking what the text in the photo says (not "what language is it written for")
-SAYS = re.compile(r"\bwhat (?:does|do|did) (?:it|this|that|these|those|the [a-z]+) (?:say|read)\b|\bwhat(?:'s| is| are| was)"
-                  r" (?:written|printed|displayed)\b|\b(?:read|transcribe) (?:the|this|it|that|me)\b|\bwhat (?:text|words|"
-                  r"letters)\b|\bwhat (?:does|do) (?:the )?(?:text|sign|label|words?|letters|writing) (?:say|read)\b", re.I)
+SAYS = re.compile(
+    r"\bwhat (?:does|do|did) (?:it|this|that|these|those|the [a-z]+) (?:say|read)\b|\bwhat(?:'s| is| are| was)"
+    r" (?:written|printed|displayed)\b|\b(?:read|transcribe) (?:the|this|it|that|me)\b|\bwhat (?:text|words|"
+    r"letters)\b|\bwhat (?:does|do) (?:the )?(?:text|sign|label|words?|letters|writing) (?:say|read)\b",
+    re.I,
+)
 
 
 def label_like(line: str) -> bool:
@@ -37,7 +40,9 @@ def ocr_name(turn: TurnReading, part: Part) -> Candidate | None:
     lines = turn.ocr_lines()[:3]
     for n in range(len(lines), 0, -1):
         title = " ".join(lines[:n])
-        page = next((h for h in turn.web_hits if nlp.mentions(f"{h.title or ''}. {h.content or h.snippet}", title)), None)
+        page = next(
+            (h for h in turn.web_hits if nlp.mentions(f"{h.title or ''}. {h.content or h.snippet}", title)), None
+        )
         if page is not None:
             return Candidate(title, OCR_NAME_CONFIDENCE, f"name read in the photo, also named by {page.url}")
     return None
@@ -60,14 +65,24 @@ def ocr_typed(turn: TurnReading, part: Part) -> Candidate | None:
     lines = _data_lines(turn)
     spec = part.spec
     if spec.noun and spec.kind in ("text", "name", "place"):
-        hits = [ln for ln in lines if nlp.stem(spec.noun) in nlp.stems(ln) and len(nlp.content_words(ln)) >= 2
-                and label_like(ln)]
+        hits = [
+            ln
+            for ln in lines
+            if nlp.stem(spec.noun) in nlp.stems(ln) and len(nlp.content_words(ln)) >= 2 and label_like(ln)
+        ]
         if len(hits) == 1:
             return Candidate(hits[0], OCR_CONFIDENCE, f"line read in the photo naming the {spec.noun}")
     if spec.kind in ("text", "name", "yes_no", "place", "person"):
         return None  # a name alone cannot be told from the other lines of a sign or a cover
-    found = [s for s in (answer_span(ln, spec, part.resolved, units=turn.units) for ln in lines
-                         if matches(ln, spec, units=turn.units)) if s]
+    found = [
+        s
+        for s in (
+            answer_span(ln, spec, part.resolved, units=turn.units)
+            for ln in lines
+            if matches(ln, spec, units=turn.units)
+        )
+        if s
+    ]
     if len(set(found)) == 1:
         return Candidate(found[0], OCR_CONFIDENCE, f"{spec.kind} read in the photo")
     return None

@@ -14,7 +14,7 @@ from glasses_rag.text import nlp
 
 
 def count(turn: TurnReading, part: Part) -> Candidate | None:
-    """"how many X did it ...?" with no number stated: count the items a sentence lists after X."""
+    """ "how many X did it ...?" with no number stated: count the items a sentence lists after X."""
     noun = part.spec.counted
     if not noun:
         return None
@@ -48,7 +48,7 @@ def _quantity(turn: TurnReading, part: Part) -> tuple[float, str, float] | None:
         if got:
             return got[0], got[1], 0.8
     hit = turn.entity_hit
-    for k, val in ((hit.attributes or {}).items() if hit is not None else []):
+    for k, val in (hit.attributes or {}).items() if hit is not None else []:
         got = pick(str(val)) if not nlp.is_instruction_attribute(k, val) else None
         if got and nlp.shares_stem(part.original + " height length weight size", str(k)):
             return got[0], got[1], turn.entity_conf

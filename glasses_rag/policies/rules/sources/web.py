@@ -40,21 +40,45 @@ class Ask:
     avoid: list[str] = field(default_factory=list)
 
 
-def _ask(turn: TurnReading, part: Part, question: str, spec: ExpectedAnswer, must_mention: str | None,
-         avoid: list[str] | None) -> Ask:
+def _ask(
+    turn: TurnReading,
+    part: Part,
+    question: str,
+    spec: ExpectedAnswer,
+    must_mention: str | None,
+    avoid: list[str] | None,
+) -> Ask:
     entity = must_mention or part.entity
-    topic = (turn.topic_words(part.entity, turn.entity_hit if part.entity else None) if not must_mention
-             else nlp.stems(must_mention))
+    topic = (
+        turn.topic_words(part.entity, turn.entity_hit if part.entity else None)
+        if not must_mention
+        else nlp.stems(must_mention)
+    )
     ent_words = set(nlp.normalize(entity or "").split())
-    qwords = (nlp.stems(" ".join(w for w in nlp.content_words(question) if w not in ent_words)) - topic - TYPE_WORDS
-              - ({nlp.stem(spec.noun or "")} if spec.kind != "text" else set()))
+    qwords = (
+        nlp.stems(" ".join(w for w in nlp.content_words(question) if w not in ent_words))
+        - topic
+        - TYPE_WORDS
+        - ({nlp.stem(spec.noun or "")} if spec.kind != "text" else set())
+    )
     # the words that say what is asked about, less the names in the question ("who designed Neil Armstrong's
     # spacesuit": a sentence about Neil Armstrong that says nothing of designing or spacesuits does not answer)
     name_words = {nlp.stem(w) for p in name_phrases(question) for w in re.findall(r"\b[A-Z][\w'-]*", p.text)}
     priced = (priced_thing(question) - topic - nlp.stems(entity or "")) if spec.kind == "money" else set()
     names = [p.text for p in name_phrases(question)]
-    return Ask(question, spec, entity, must_mention, topic, ent_words, qwords, qwords - name_words, priced, names,
-               list(avoid or []))
+    return Ask(
+        question,
+        spec,
+        entity,
+        must_mention,
+        topic,
+        ent_words,
+        qwords,
+        qwords - name_words,
+        priced,
+        names,
+        list(avoid or []),
+    )
 
 
 def _page_topic(turn: TurnReading, ask: Ask, h: Hit) -> set[str] | None:
@@ -66,8 +90,10 @@ def _page_topic(turn: TurnReading, ask: Ask, h: Hit) -> set[str] | None:
             return None
         alias = re.search(re.escape(ask.must_mention) + r"\s*\(([^()]{2,30})\)", page, re.I)
         page_topic = ask.topic | (nlp.stems(alias.group(1)) if alias else set())  # "Foo Bar Observatory (FBO)"
-    if any(nlp.mentions(h.title or "", o) and not (ask.entity and nlp.mentions(h.title or "", ask.entity))
-           for o in turn.other_names):
+    if any(
+        nlp.mentions(h.title or "", o) and not (ask.entity and nlp.mentions(h.title or "", ask.entity))
+        for o in turn.other_names
+    ):
         return None  # a page about another entity the image search also found (a look-alike)
     return page_topic
 
@@ -80,12 +106,21 @@ def _sentence_fits(turn: TurnReading, ask: Ask, h: Hit, sent: str, page_topic: s
         return False  # "how many galaxies" needs a sentence about galaxies
     if ask.priced and not ask.priced <= nlp.stems(sent):
         return False  # "how much is a return ticket": a sentence about one-way tickets does not say
-    if spec.kind == "money" and not entity and not turn.history_entity and not any(nlp.mentions(f"{h.title or ''}. {sent}", n) for n in ask.names):
+    if (
+        spec.kind == "money"
+        and not entity
+        and not turn.history_entity
+        and not any(nlp.mentions(f"{h.title or ''}. {sent}", n) for n in ask.names)
+    ):
         return False  # a price is someone's: "how much is the shakshuka?" names no seller, a cafe's price does not say
     if entity and not (title_topical or page_topic & nlp.stems(sent)):
         return False  # not about the entity asked about
-    if entity and not ask.must_mention and not (nlp.mentions(sent, entity) or nlp.mentions(h.title or "", entity)) \
-            and names_another(f"{h.title or ''}. {sent}", entity, page_topic):
+    if (
+        entity
+        and not ask.must_mention
+        and not (nlp.mentions(sent, entity) or nlp.mentions(h.title or "", entity))
+        and names_another(f"{h.title or ''}. {sent}", entity, page_topic)
+    ):
         return False  # about another thing of the same kind ("Sol Bakery" for a photo of "Luna Bakery")
     return not any(nlp.mentions(sent, o) and not nlp.mentions(sent, entity or "") for o in turn.other_names)
 
@@ -100,7 +135,8 @@ def _sentences(turn: TurnReading, ask: Ask) -> list[tuple[str, Hit]]:
             continue
         subject = page_subject(h)
         title_topical = bool(page_topic & nlp.stems(h.title or "")) or bool(
-            ask.must_mention and subject and nlp.mentions(subject, ask.must_mention))  # the page opens with it
+            ask.must_mention and subject and nlp.mentions(subject, ask.must_mention)
+        )  # the page opens with it
         for sent in page_sentences(h):
             sent = with_subject(sent, subject)
             if _sentence_fits(turn, ask, h, sent, page_topic, title_topical):
@@ -112,8 +148,11 @@ def _span(turn: TurnReading, ask: Ask, sent: str) -> str | None:
     spec = ask.spec
     if spec.kind == "yes_no":
         return yes_no(sent, ask.qwords, ask.ent_words)
-    known = [str(v) for v in (turn.entity_hit.attributes or {}).values()] if (
-        spec.other and turn.entity_hit is not None) else []
+    known = (
+        [str(v) for v in (turn.entity_hit.attributes or {}).values()]
+        if (spec.other and turn.entity_hit is not None)
+        else []
+    )
     return answer_span(sent, spec, ask.question, avoid=[ask.entity or "", *ask.avoid, *known], units=turn.units)
 
 
@@ -129,13 +168,22 @@ def _score(turn: TurnReading, ask: Ask, sent: str, text: str, sim: float) -> flo
         return None  # a free-text answer has no type to check: the sentence must cover what is asked
     if not typed and relation_clash(sent, ask.question):
         return None  # "what is it made of?": a sentence saying where it is made in does not say
-    return sim + 0.05 * len(qwords & swords) / max(1, len(qwords)) + (
-        0.05 if ask.entity and nlp.mentions(sent, ask.entity) else 0.0) + (
-        0.1 if spec.noun and spec.kind != "text" and nlp.stem(spec.noun) in swords else 0.0)  # "which county"
+    return (
+        sim
+        + 0.05 * len(qwords & swords) / max(1, len(qwords))
+        + (0.05 if ask.entity and nlp.mentions(sent, ask.entity) else 0.0)
+        + (0.1 if spec.noun and spec.kind != "text" and nlp.stem(spec.noun) in swords else 0.0)
+    )  # "which county"
 
 
-def web_answer(turn: TurnReading, part: Part, question: str | None = None, spec: ExpectedAnswer | None = None,
-               must_mention: str | None = None, avoid: list[str] | None = None) -> Candidate | None:
+def web_answer(
+    turn: TurnReading,
+    part: Part,
+    question: str | None = None,
+    spec: ExpectedAnswer | None = None,
+    must_mention: str | None = None,
+    avoid: list[str] | None = None,
+) -> Candidate | None:
     """The best web sentence that answers `question` (default: the part's), and the answer span in it."""
     ask = _ask(turn, part, question or part.resolved, spec or part.spec, must_mention, avoid)
     cands = _sentences(turn, ask)
