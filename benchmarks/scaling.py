@@ -3,9 +3,9 @@
 
 The model is the fake OpenAI-compatible server (glasses_rag/testing/fake_model_server.py) in its own process (no
 GIL shared with the agent), answering every request after `--delay` seconds (300 ms by default) with scripted
-replies to the agent's transcript prompts: decide -> web_search, decide -> answer (the answer rides on the decision), then the
-self-check (one chain-of-verification round trip). So a turn is `round trips x delay` of model time, and the ideal
-rate at concurrency c is
+replies to the agent's transcript prompts: decide -> web_search, decide -> answer (the answer rides on the
+decision), then the self-check (one chain-of-verification round trip). So a turn is `round trips x delay` of model
+time, and the ideal rate at concurrency c is
 
     ideal = c / (sequential model round trips per turn x delay)
 
