@@ -13,6 +13,7 @@ from typing import Any
 from glasses_rag.core.registry import Registry
 from graph.agent import Agent
 from graph.config import AgentConfig
+from graph.state import tool_spec
 from tools.registry import ToolRegistry
 
 log = logging.getLogger(__name__)
@@ -133,8 +134,16 @@ def build_agent(
     verifier = preset.verifier(policy, resources, make_verifier)
     agent = Agent(policy, resources, config, registry, verifier, llm=getattr(policy, "backend", None), run_id=run_id)
     if config.warm_up:
-        resources.warm_up()
-        warm = getattr(policy, "warm_up", None)
-        if callable(warm):
-            warm()
+        warm_up(agent, task)
     return agent
+
+
+def warm_up(agent: Agent, task: int | None) -> None:
+    """Models loaded and, for a policy that can, its first decision's grammar compiled: start-up work that must not
+    come out of the first turn's budget."""
+    agent.resources.warm_up()
+    warm = getattr(agent.policy, "warm_up", None)
+    if callable(warm):
+        used = agent.config.tools
+        offered = agent.registry.for_task(task, used.allowed, used.profile) if task is not None else []
+        warm(tools=[tool_spec(t) for t in offered] or None)  # no task given: the turns' tools are not known yet

@@ -276,6 +276,21 @@ def test_structured_reply_is_schema_valid_json_ending_at_the_grammar_end(text_ba
     assert text_backend.grammars.compiles == n + 1
 
 
+def test_warm_up_compiles_the_first_decisions_grammar_before_the_turn(text_model_dir):
+    """Compiling a decision grammar takes seconds against a real vocabulary: the warm-up does it, so the first
+    decision of the first turn compiles nothing."""
+    p = make_model_policy(f"transformers:{text_model_dir}", max_tokens=200)
+    p.warm_up(tools=TOOLS)
+    compiled = p.backend.grammars.compiles
+    assert compiled == 2  # the first decision over these tools, and the answer
+    with collect_model_calls():
+        try:
+            p.decide(_view(), None)
+        except PolicyReplyError:
+            pass  # a random tiny model may write a reply that is valid JSON but not a usable decision
+    assert p.backend.grammars.compiles == compiled
+
+
 def test_a_constrained_reply_cut_by_max_tokens_says_length_and_is_a_policy_error(text_model_dir, text_backend):
     r = text_backend.complete(MSGS, response_schema=BOUNDED, max_tokens=4)
     assert r.finish_reason == "length" and r.usage.output_tokens == 4 and r.mode == "structured"

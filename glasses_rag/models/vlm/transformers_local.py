@@ -387,6 +387,12 @@ class TransformersVLMBackend:
             self.grammars.prepare()
         self.complete([{"role": "user", "content": "Hello"}], max_tokens=1)
 
+    def prepare_schemas(self, response_schemas: list[dict[str, Any]]) -> None:
+        """Compile these response schemas' grammars now (cached), not in the first turn that asks for them."""
+        if self.grammars is not None:
+            for response_schema in response_schemas:
+                self.grammars.compiled(response_schema["schema"])
+
     def _acquire(self, scope) -> None:
         """The model's lock, given up (as a cancellation) when the turn ends while waiting for it."""
         while not self._lock.acquire(timeout=0.05):

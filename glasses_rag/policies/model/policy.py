@@ -78,11 +78,15 @@ class ModelPolicy:
             profile=prompt_profile,
         )
 
-    def warm_up(self) -> None:
-        """Let an in-process backend initialise before the first turn (build_agent calls this)."""
+    def warm_up(self, tools: list[ToolSpec] | None = None) -> None:
+        """Let an in-process backend initialise before the first turn (build_agent calls this), and compile the
+        grammars of the first decision over `tools` and of the answer (seconds each against a large vocabulary)."""
         warm = getattr(self.backend, "warm_up", None)
         if callable(warm):
             warm()
+        prepare = getattr(self.backend, "prepare_schemas", None)
+        if tools and callable(prepare) and self.mode() == "structured":
+            prepare([decision_schema(tools), ANSWER_SCHEMA])
 
     @property
     def sees_images(self) -> bool:

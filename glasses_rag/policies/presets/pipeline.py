@@ -148,7 +148,8 @@ class PipelinePolicy:
             return view, None
         return answer_view(view, spec, self.counter)
 
-    def warm_up(self) -> None:
+    def warm_up(self, tools: list[ToolSpec] | None = None) -> None:
+        """Models loaded before the first turn (`tools`: what the agent offers; the pipeline's steps are fixed)."""
         for load in self.warm:
             load()
         warm = getattr(self.answerer, "warm_up", None)
