@@ -81,6 +81,9 @@ def _start(run_id: str, out: Path) -> subprocess.Popen:
         text=True,
         start_new_session=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
+        # as from a terminal: Ctrl-C's default disposition, whatever this test process inherited (an ignored
+        # SIGINT stays ignored across exec, and the run would then never see the signal)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 
