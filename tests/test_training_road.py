@@ -106,7 +106,7 @@ def test_finetune_writes_a_card_resumes_and_stops_on_ctrl_c(tiny_gemma, export, 
     assert not stopped["finished"] and stopped["steps"] == 2 and not (out / "card.json").exists()
     assert ft.last_checkpoint(out) is not None  # the step it stopped after is saved
     card = ft.finetune(cfg)  # the same command again: resumes there
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Ctrl-C is the caller's again
     assert card["finished"] and card["steps"] == 4 and card["resumed_from"].endswith("checkpoint-2")
     saved = json.loads((out / "card.json").read_text())
     assert saved["data"]["examples"] == 7 and saved["hyperparameters"]["lora_r"] == 16

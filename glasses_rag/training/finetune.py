@@ -271,9 +271,13 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     ds, too_long = load_examples(cfg.data, cfg.max_length, processing)
     if len(ds) == 0:
         raise ValueError(f"{cfg.data}: no example fits max_length={cfg.max_length} (or the file is empty)")
-    trainer = trainer_for(cfg, model, processing, ds)
-    resumed = last_checkpoint(Path(cfg.out))
-    result = trainer.train(resume_from_checkpoint=resumed)
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        trainer = trainer_for(cfg, model, processing, ds)  # its callback takes Ctrl-C for the training only
+        resumed = last_checkpoint(Path(cfg.out))
+        result = trainer.train(resume_from_checkpoint=resumed)
+    finally:
+        signal.signal(signal.SIGINT, previous)  # e.g. benchmarks.distill's evaluations after it: Ctrl-C stops them
     finished = trainer.state.global_step >= trainer.state.max_steps
     card = make_card(
         cfg,
