@@ -118,8 +118,40 @@ def _run_claimed(
         ),
         flush=True,
     )
-    manifest = {
-        "run_id": store.dir.name,
+    manifest = run_manifest(args, agent, config, scoring, source, tools, concurrency, fingerprint, argv)
+    manifest = scrub_data(manifest)  # a model config's api_key as ***, URL userinfo removed
+    write_json_atomic(store.dir / "run.json", manifest)  # written first: a resumed run checks it
+    stats, records = run_and_collect(args, agent, conversations, store, scoring, concurrency)
+    report, files, text = write_reports(args, scoring, records, store)
+    write_json_atomic(store.dir / "run.json", scrub_data(finished_manifest(manifest, agent, stats, conversations, t0)))
+    print(scrub_text("\n".join(summary_lines(stats))))  # first: how the turns ended is what a newcomer must not miss
+    print(scrub_text(text))
+    for line in closing_lines(stats, config.budget.budget_s, conversations):
+        print(scrub_text(line))
+    if not args.no_plot:
+        files["plot"] = plot_run(scoring, report, store.dir)  # after the summary
+    print("report: " + ", ".join(str(p) for p in files.values()))
+    unreachable = unreachable_line(stats)
+    if unreachable:
+        print(unreachable, file=sys.stderr)
+        return 1
+    return 0 if not stats.failed_conversations else 1
+
+
+def run_manifest(
+    args: argparse.Namespace,
+    agent: Any,
+    config: Any,
+    scoring: Scoring,
+    source: Any,
+    tools: list[str],
+    concurrency: int,
+    fingerprint: str,
+    argv: list[str] | None,
+) -> dict[str, Any]:
+    """run.json as written before the first turn (a resumed run checks it): what the run is made of."""
+    return {
+        "run_id": agent.run_id,
         "benchmark": args.benchmark,
         "task": args.task,
         "data": str(source),
@@ -140,44 +172,30 @@ def _run_claimed(
         "argv": scrub_argv(sys.argv[1:] if argv is None else argv),
         "status": "running",
     }
-    manifest = scrub_data(manifest)  # a model config's api_key as ***, URL userinfo removed
-    write_json_atomic(store.dir / "run.json", manifest)  # written first: a resumed run checks it
-    stats, records = run_and_collect(args, agent, conversations, store, scoring, concurrency)
-    report, files, text = write_reports(args, scoring, records, store)
+
+
+def finished_manifest(
+    manifest: dict[str, Any], agent: Any, stats: Any, conversations: Any, t0: float
+) -> dict[str, Any]:
+    """run.json once the turns are done: the manifest with how they went, the caches' figures and the seconds."""
     web_cache = None
-    if scoring.superglasses:  # imported only for a SuperGlasses run
+    if manifest["benchmark"] == "superglasses":  # imported only for a SuperGlasses run
         from glasses_rag.superglasses.evaluate import open_web_stats
 
         web_cache = open_web_stats()
-    write_json_atomic(
-        store.dir / "run.json",
-        scrub_data(
-            {
-                **manifest,
-                "status": "finished",
-                "stats": stats.model_dump(),
-                "turns": stats.turns,
-                "resumed_turns": stats.resumed_turns,
-                "failed_conversations": stats.failed_conversations,
-                "search_cache": agent.resources.search.stats() if hasattr(agent.resources.search, "stats") else None,
-                "web_cache": web_cache,
-                "seconds": round(time.time() - t0, 2),
-                "load_report": conversations.report.model_dump() if hasattr(conversations, "report") else None,
-            }
-        ),
-    )
-    print(scrub_text("\n".join(summary_lines(stats))))  # first: how the turns ended is what a newcomer must not miss
-    print(scrub_text(text))
-    for line in closing_lines(stats, config.budget.budget_s, conversations):
-        print(scrub_text(line))
-    if not args.no_plot:
-        files["plot"] = plot_run(scoring, report, store.dir)  # after the summary
-    print("report: " + ", ".join(str(p) for p in files.values()))
-    unreachable = unreachable_line(stats)
-    if unreachable:
-        print(unreachable, file=sys.stderr)
-        return 1
-    return 0 if not stats.failed_conversations else 1
+    search = agent.resources.search
+    return {
+        **manifest,
+        "status": "finished",
+        "stats": stats.model_dump(),
+        "turns": stats.turns,
+        "resumed_turns": stats.resumed_turns,
+        "failed_conversations": stats.failed_conversations,
+        "search_cache": search.stats() if hasattr(search, "stats") else None,
+        "web_cache": web_cache,
+        "seconds": round(time.time() - t0, 2),
+        "load_report": conversations.report.model_dump() if hasattr(conversations, "report") else None,
+    }
 
 
 def run_and_collect(
