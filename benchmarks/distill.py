@@ -147,14 +147,18 @@ def conversations(paths: Any, task: int, sessions: list[str], limit: int | None 
 # ---- runs ----------------------------------------------------------------------------------------------------------
 
 
-def agent_config(args: argparse.Namespace, index_dir: Path, policy: Any, self_check: str) -> Any:
+def agent_config(
+    args: argparse.Namespace, index_dir: Path, policy: Any, self_check: str, abstain_below: float | None = None
+) -> Any:
     from glasses_rag.crag_mm.search import SearchConfig
     from graph.config import AgentConfig, BudgetConfig, ToolsConfig
 
+    extra = {} if abstain_below is None else {"abstain_below": abstain_below}
     return AgentConfig(
         policy=policy,
         search=SearchConfig(index_dir=index_dir),
         self_check=self_check,
+        **extra,
         tools=ToolsConfig(allowed=args.tools.split(",")),
         budget=BudgetConfig(budget_s=args.budget, max_steps=args.max_steps, answer_reserve_s=args.answer_reserve),
     )
@@ -189,12 +193,13 @@ def model_config(args: argparse.Namespace, adapter: str | None) -> Any:
     from glasses_rag.models.vlm import ModelConfig
 
     name = "gemma3-270m" + ("+distilled" if adapter else " (base)")
+    conf = {"answer_confidence": "tokens"} if args.calibrate else {}
     if args.model:
         from glasses_rag.models.vlm import parse_spec
 
         base = parse_spec(args.model).model_dump(exclude_unset=True)
         return ModelConfig.model_validate(
-            {**base, "adapter": adapter, "text_only": True, "max_tokens": args.max_tokens, "name": name}
+            {**base, "adapter": adapter, "text_only": True, "max_tokens": args.max_tokens, "name": name, **conf}
         )
     return ModelConfig(
         backend="transformers",
@@ -205,6 +210,7 @@ def model_config(args: argparse.Namespace, adapter: str | None) -> Any:
         name=name,
         adapter=adapter,
         n_threads=args.threads,
+        **conf,
     )
 
 
@@ -303,12 +309,42 @@ def train(args: argparse.Namespace, data: Path, work: Path) -> dict[str, Any]:
     return finetune(cfg)
 
 
-def evaluate_both(args: argparse.Namespace, paths: Any, split: Split, adapter: str, work: Path) -> dict[str, Any]:
+def calibrate(args: argparse.Namespace, paths: Any, sessions: list[str], adapter: str | None, work: Path) -> Any:
+    """The model's threshold from its run on the calibration conversations (answer confidence from its tokens,
+    no threshold, self-check off): glasses_rag.training.calibrate.Threshold."""
+    from glasses_rag.crag_mm.scoring import make_judge, make_truncator
+    from glasses_rag.training.calibrate import choose_threshold, points_from_traces
+
+    label = "tuned" if adapter else "base"
+    config = agent_config(args, paths.root, model_config(args, adapter), "off", abstain_below=0.0)
+    convs = conversations(paths, args.task, sessions, args.calibration_limit)
+    _, traces, _ = run(config, convs, args.task, work, f"calibrate-{label}")
+    th = choose_threshold(points_from_traces(traces, make_judge("rule"), make_truncator(None)))
+    print(
+        f"  {label}: abstain below {th.abstain_below:.4f} (keeps {th.kept} of {th.answered} answers on "
+        f"{th.turns} calibration turns: truthfulness {th.truthfulness:+.3f}, {th.truthfulness_without:+.3f} "
+        "with every answer kept)",
+        file=sys.stderr,
+        flush=True,
+    )
+    return th
+
+
+def evaluate_both(
+    args: argparse.Namespace, paths: Any, split: Split, adapter: str, work: Path, calibration: Any
+) -> dict[str, Any]:
     convs = conversations(paths, args.task, split.eval, args.eval_limit)
     out = {}
     for label, ad in (("base", None), ("tuned", adapter)):
+        th = calibrate(args, calibration[0], calibration[1], ad, work) if calibration else None
         report, traces, cpu = run(
-            agent_config(args, paths.root, model_config(args, ad), args.self_check),
+            agent_config(
+                args,
+                paths.root,
+                model_config(args, ad),
+                args.self_check,
+                abstain_below=th.abstain_below if th else None,
+            ),
             convs,
             args.task,
             work,
@@ -317,6 +353,8 @@ def evaluate_both(args: argparse.Namespace, paths: Any, split: Split, adapter: s
         out[label] = figures(report, traces)
         # the process's CPU seconds (model, tools, graph) per decision: the machine may be shared
         out[label]["cpu_seconds_per_decision"] = cpu / max(1, out[label]["decisions"])
+        if th is not None:
+            out[label]["calibration"] = th.model_dump()
         print(f"  {label}: {len(traces)} turns evaluated", file=sys.stderr, flush=True)
     return out
 
@@ -343,6 +381,9 @@ def table(result: dict[str, Any]) -> str:
                 else fmt.format(f[key])
             )
         lines.append(f"{title:20} {cells[0]:>10} {cells[1]:>10}")
+    if "calibration" in result["tuned"]:
+        cells = [f"{result[side]['calibration']['abstain_below']:.3f}" for side in ("base", "tuned")]
+        lines.append(f"{'abstain below':20} {cells[0]:>10} {cells[1]:>10}")
     lines.append(f"{'training minutes':20} {'':>10} {result['train']['train_seconds'] / 60:>10.1f}")
     return "\n".join(lines)
 
@@ -355,6 +396,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-index-dir", help="the evaluation data's search index (default: the dataset's own)")
     p.add_argument("--task", type=int, default=2, choices=[1, 2, 3])
     p.add_argument("--eval-limit", type=int, default=24, help="evaluation turns, whole conversations (default 24)")
+    p.add_argument(
+        "--calibration-limit", type=int, default=24, help="calibration turns, whole conversations (default 24)"
+    )
     p.add_argument("--train-limit", type=int, default=None, help="teacher turns, whole conversations (default: all)")
     p.add_argument("--teacher", default="rule", help="'rule' (the rule-based planner) or a model spec")
     p.add_argument("--model", help="the student as a model spec (default: Gemma 3 270M, in-process)")
@@ -387,6 +431,14 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="evaluate on a validation split carved from the training conversations (by entity, another "
         "hash), training on the rest: for choosing options without looking at the evaluation split",
+    )
+    p.add_argument(
+        "--no-calibrate",
+        dest="calibrate",
+        action="store_false",
+        help="no calibrated abstention: answers keep the confidence the model writes and the default threshold "
+        "(by default each model's answer confidence is its tokens' mean probability, and its threshold is chosen "
+        "on a calibration split carved from the training conversations, which the training does not see)",
     )
     p.add_argument("--budget", type=float, default=60.0, help="seconds per turn (a CPU model needs more than 10)")
     p.add_argument("--answer-reserve", type=float, default=20.0)
@@ -421,38 +473,52 @@ def main(argv: list[str] | None = None) -> int:
         args.max_tokens = longest_decision(args.tools.split(","), args.task)
     if args.self_check == "auto":
         args.self_check = "on" if args.check_examples else "off"
+    if args.calibrate and args.self_check == "on":  # the threshold is on the draft; a verdict has its own
+        raise SystemExit("the model's self-check and the calibrated threshold exclude each other: add --no-calibrate")
     split = make_split(
         session_entities(paths, args.task), session_entities(eval_paths, args.task) if args.eval_data else None
     )
+    entities = session_entities(paths, args.task)
     if args.validate:  # the evaluation split is set aside unread; the training conversations split again
-        entities = session_entities(paths, args.task)
         inner = make_split({s: entities[s] for s in split.train}, None, salt="validation")
         split = Split(train=inner.train, eval=inner.eval, by=f"{inner.by}, validation split of the training side")
         eval_paths = paths
+    calibration = None
+    if args.calibrate:  # carved from the training side the same way; the student does not train on it
+        cal = make_split({s: entities[s] for s in split.train}, None, salt="calibration")
+        split = Split(train=cal.train, eval=split.eval, by=split.by)
+        calibration = (paths, cal.eval)
     print(
-        f"split by {split.by}: {len(split.train)} training and {len(split.eval)} evaluation conversations "
-        f"(task {args.task}); work folder {work}",
+        f"split by {split.by}: {len(split.train)} training, "
+        + (f"{len(calibration[1])} calibration " if calibration else "")
+        + f"and {len(split.eval)} evaluation conversations (task {args.task}); work folder {work}",
         file=sys.stderr,
         flush=True,
     )
     data, counts = teach(args, paths, split, work)
     print(f"  teacher: {counts}", file=sys.stderr, flush=True)
     card = train(args, data, work)
-    result = evaluate_both(args, eval_paths, split, str(work / "adapter"), work)
+    result = evaluate_both(args, eval_paths, split, str(work / "adapter"), work, calibration)
     result["train"] = {"train_seconds": card["seconds"]}
     print(
         f"distill: teacher {args.teacher} on {args.data} ({counts['turns']} turns, {counts['examples']} examples), "
         f"student {args.model or 'gemma3-270m (transformers, in-process, text-only, grammar-constrained)'}, "
         f"{card['steps']} LoRA steps; evaluated on {result['base']['turns']} unseen turns of "
         f"{args.eval_data or args.data} (split by {split.by}), self-check {args.self_check}, "
-        f"counterfactual {args.counterfactual:g}, judge: rule (offline, approximate)"
+        f"counterfactual {args.counterfactual:g}, "
+        + (
+            "abstention: each model's threshold on its answers' token probability, chosen on its calibration run, "
+            if calibration
+            else ""
+        )
+        + "judge: rule (offline, approximate)"
     )
     print(table(result))
     print(f"whole road: {(time.perf_counter() - t0) / 60:.1f} min (wall); work folder {work}")
     if args.json:
         keep = {
-            "base": {k: result["base"][k] for k in METRICS},
-            "tuned": {k: result["tuned"][k] for k in METRICS},
+            "base": {k: result["base"][k] for k in (*METRICS, "calibration") if k in result["base"]},
+            "tuned": {k: result["tuned"][k] for k in (*METRICS, "calibration") if k in result["tuned"]},
             "train": result["train"],
         }
         args.json.write_text(json.dumps(keep, indent=1) + "\n")

@@ -172,3 +172,26 @@ def test_the_decoder_matches_generate_token_for_token_with_the_draft_refused_eve
     assert reply.usage.output_tokens == len(written)
     assert reply.text == backend.tokenizer.decode(plain, skip_special_tokens=True).strip()
     assert backend.decode_stats.drafted > 0 and backend.decode_stats.accepted == 0
+
+
+def test_each_written_token_comes_with_its_log_probability_under_the_grammars_mask(backends):
+    """The reply's tokens carry the log-probability of the distribution greedy decoding chose them from (the
+    masked one): the texts join to the reply, and the first is what a plain forward pass and the mask give."""
+    import xgrammar as xgr
+
+    backend = backends[0]
+    msgs = _messages(QUESTIONS[1], 0)
+    schema = _short(ANSWER_SCHEMA["schema"])
+    reply = backend.complete(msgs, max_tokens=64, response_schema={"name": "answer", "schema": schema})
+    assert reply.logprobs is not None and len(reply.logprobs) == reply.usage.output_tokens
+    assert "".join(t.token for t in reply.logprobs).strip() == reply.text
+    assert all(t.logprob <= 1e-6 for t in reply.logprobs)
+    inputs, _ = backend._inputs(msgs, 64)
+    with torch.inference_mode():
+        logits = backend.model(**inputs).logits[0, -1:, :].float()
+    mask = xgr.allocate_token_bitmask(1, backend.grammars.vocab_size)
+    xgr.GrammarMatcher(backend.grammars.compiled(schema)).fill_next_token_bitmask(mask, 0)
+    xgr.apply_token_bitmask_inplace(logits, mask)
+    first = int(torch.argmax(logits[0]))
+    assert backend.tokenizer.decode([first]) == reply.logprobs[0].token
+    assert reply.logprobs[0].logprob == pytest.approx(float(torch.log_softmax(logits[0], -1)[first]), abs=1e-4)

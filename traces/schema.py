@@ -233,6 +233,11 @@ class AnswerEvent(_Event):
     node: Literal["answer"] = "answer"
     answer: str
     confidence: float | None = None
+    confidence_from: Literal["tokens"] | None = Field(
+        None,
+        description="'tokens': the confidence is the mean probability of the answer's tokens (a model policy with "
+        "`answer_confidence: tokens`); None: the policy's own figure (a model's written confidence, a rule's).",
+    )
     rationale: str | None = None
     entity: str | None = None
     from_decision: bool = Field(

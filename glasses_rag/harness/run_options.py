@@ -193,6 +193,7 @@ _MODEL = [
     Option("--decision-mode", "model.decision_mode", MODEL),
     Option("--adapter", "model.adapter", MODEL),
     Option("--prompt-profile", "model.prompt_profile", MODEL),
+    Option("--answer-confidence", "model.answer_confidence", MODEL),
     Option("--prefix-cache-mb", "model.prefix_cache_mb", MODEL),
     Option(
         "--no-jump-forward",

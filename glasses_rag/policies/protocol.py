@@ -87,6 +87,11 @@ class AnswerDraft(BaseModel):
     confidence: float = Field(ge=0.0, le=1.0)
     rationale: str = ""
     entity: str | None = Field(None, description="The entity the answer is about, carried to later turns.")
+    confidence_from: Literal["tokens"] | None = Field(
+        None,
+        description="'tokens': `confidence` is the geometric mean probability of the tokens that wrote the answer "
+        "(the model's own likelihood, not a number it wrote); None: as the policy gave it.",
+    )
 
 
 class ParallelCall(BaseModel):

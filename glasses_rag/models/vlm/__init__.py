@@ -74,6 +74,13 @@ class ModelConfig(BaseModel):
         "or 'compact' (a shorter system text and tool list, for small models; docs/models.md). Each model call's "
         "trace record names the profile that rendered its prompt.",
     )
+    answer_confidence: Literal["written", "tokens"] = Field(
+        "written",
+        description="Where an answer's confidence (the one `--abstain-below` compares) comes from: 'written', the "
+        "number the model writes in its reply; 'tokens', the geometric mean probability of the tokens that wrote "
+        "the answer (in-process transformers backend; a backend that gives no token log-probabilities keeps the "
+        "written number, said once in the log). benchmarks.distill calibrates the threshold on held-out data.",
+    )
     prefix_cache_mb: int = Field(
         256,
         ge=0,
@@ -186,7 +193,11 @@ class ModelConfig(BaseModel):
     )
     n_gpu_layers: int = Field(0, description="llamacpp: layers offloaded to the GPU (-1: all).")
     device: str = "cpu"
-    dtype: str | None = Field(None, description="transformers: float32, bfloat16, float16 or auto.")
+    dtype: str | None = Field(
+        None,
+        description="transformers: float32, bfloat16, float16, auto, or int8 (CPU: every linear layer quantized "
+        "to int8 after loading, about 2.5 times faster decode steps for a small model; docs/models.md).",
+    )
     cache_dir: str | None = Field(
         None, description="transformers: where a converted GGUF model is kept (default ~/.cache/glasses-rag/gguf)."
     )

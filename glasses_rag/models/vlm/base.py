@@ -47,6 +47,14 @@ class ChatToolCall(BaseModel):
     id: str | None = None
 
 
+class TokenLogprob(BaseModel):
+    """One written token and its log-probability, as OpenAI's `logprobs.content[]` gives them (the in-process
+    decoder: under the grammar's mask, the distribution greedy decoding chose from)."""
+
+    token: str
+    logprob: float
+
+
 class Usage(BaseModel):
     """Token counts of one reply; None when the backend did not report them (e.g. a server that ignores
     stream_options.include_usage), never a made-up 0."""
@@ -85,6 +93,12 @@ class ChatReply(BaseModel):
         "(plain generation; the prompt asks for JSON).",
     )
     replica: str | None = Field(None, description="The server (base URL) that answered, for HTTP backends.")
+    logprobs: list[TokenLogprob] | None = Field(
+        None,
+        exclude=True,
+        description="The reply's tokens in order with their log-probabilities, when the backend gives them; their "
+        "texts joined are the reply's text before stripping.",
+    )
 
 
 class ReplyCancelled(Cancelled):

@@ -16,6 +16,13 @@ differently from the model is simply not accepted past the split); only the numb
 Two more passes are saved: the prompt's logits are computed for its last position only, and when the grammar is
 complete (only stop tokens allowed) the loop ends without the forward pass that would choose which stop token:
 plain decoding's reply is then the same tokens plus one stop token, which decodes to no text.
+
+The output layer (Gemma 3: 262,144 x 640, a third of a decode step on a CPU) is applied only to the tokens the
+grammar allows where they are few (a key, an enum value, the digits of a number: everywhere but free text), as
+`F.linear` on those rows: the same scores for those tokens, the others masked out anyway, so the same argmax.
+
+Each written token's log-probability under the distribution greedy decoding chose it from (the masked one) is
+kept (`Decoded.logprobs`): the model policy reads an answer's confidence from them.
 """
 
 from __future__ import annotations
@@ -42,6 +49,43 @@ class Decoded:
     finish: str  # "stop": the grammar completed or a stop token was written; "length": max_new ran out; "cancelled"
     kv_tokens: int  # tokens (prompt + reply) whose keys and values are in the cache afterwards
     stats: DecodeStats = field(default_factory=DecodeStats)
+    logprobs: list[float] = field(default_factory=list)  # each token's log-probability under the grammar's mask
+
+
+@dataclass
+class OutputLayer:
+    """A causal LM split at its output layer: the backbone gives hidden states, `weight` (vocab x hidden) scores
+    them; `softcap` is Gemma 2's final logit soft-capping (None for Gemma 3)."""
+
+    backbone: Any
+    weight: Any
+    softcap: float | None
+
+    @classmethod
+    def of(cls, model: Any) -> OutputLayer | None:
+        """The split for the usual `XForCausalLM` shape (`.model` backbone, a bias-free `lm_head`); None for
+        anything else, which is then called whole."""
+        import torch
+
+        head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+        backbone = getattr(model, "model", None)
+        if not type(model).__name__.endswith("ForCausalLM") or backbone is None:
+            return None
+        if not isinstance(head, torch.nn.Linear) or head.bias is not None:
+            return None
+        return cls(backbone, head.weight, getattr(model.config, "final_logit_softcapping", None))
+
+    def scores(self, hidden: Any, rows: Any | None = None) -> Any:
+        """Float32 logits of one position's hidden state, for the token ids `rows` (all when None), computed as
+        the model computes them (in its dtype, then soft-capped), then copied to float32 as generate() does."""
+        import torch
+        import torch.nn.functional as F
+
+        w = self.weight if rows is None else self.weight.index_select(0, rows)
+        logits = F.linear(hidden.unsqueeze(0), w)
+        if self.softcap is not None:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return logits[0].to(dtype=torch.float32)
 
 
 class GreedyGrammarDecoder:
@@ -70,6 +114,8 @@ class GreedyGrammarDecoder:
             words[t // 32] |= 1 << (t % 32)
         self._stop_only = torch.tensor([[w - (1 << 32) if w >= 1 << 31 else w for w in words]], dtype=torch.int32)
         self._drafts: dict[str, list[int]] = {}  # forced string -> its tokens (a decision repeats the same keys)
+        self.head = OutputLayer.of(model)
+        self._shifts = torch.arange(32, dtype=torch.int32)
 
     def _draft(self, text: str) -> list[int]:
         hit = self._drafts.get(text)
@@ -80,38 +126,55 @@ class GreedyGrammarDecoder:
         return hit
 
     def _forward(self, cache: Any, ids: list[int], start: int, keep: int) -> Any:
-        """Logits (float32, [keep, vocab]) of the last `keep` positions of `ids` fed at position `start`."""
+        """The last `keep` positions of `ids` fed at position `start`: their hidden states ([keep, hidden]) when
+        the output layer is split off, else their float32 logits ([keep, vocab])."""
         import torch
 
         dev = self.model.device
         n = len(ids)
         pos = torch.arange(start, start + n, device=dev)
-        mask = torch.ones(1, start + n, dtype=torch.long, device=dev)
-        out = self.model(
+        kw = dict(
             input_ids=torch.tensor([ids], device=dev),
-            attention_mask=mask,
+            attention_mask=torch.ones(1, start + n, dtype=torch.long, device=dev),
             position_ids=pos.unsqueeze(0),
             cache_position=pos,
             past_key_values=cache,
             use_cache=True,
-            logits_to_keep=keep,
             return_dict=True,
         )
+        if self.head is not None:
+            return self.head.backbone(**kw).last_hidden_state[0, -keep:, :]
+        out = self.model(**kw, logits_to_keep=keep)
         # generate() copies the last position's logits to float32 before the logits processors
         return out.logits[0, -keep:, :].to(copy=True, dtype=torch.float32)
 
-    def _choose(self, matcher: Any, logits: Any) -> int | None:
-        """The token plain constrained greedy decoding writes after `matcher`'s state, from that position's logits;
-        None when the grammar is complete (only stop tokens allowed: decoding ends there)."""
+    def _allowed(self) -> Any:
+        """The token ids the bitmask allows, ascending."""
+        bits = (self._bitmask[0].unsqueeze(1) >> self._shifts) & 1
+        ids = bits.reshape(-1).nonzero().squeeze(1)
+        return ids[ids < min(self.vocab_size, self.head.weight.shape[0])]
+
+    def _choose(self, matcher: Any, row: Any) -> tuple[int | None, float]:
+        """The token plain constrained greedy decoding writes after `matcher`'s state, from that position's row
+        (hidden state or logits), and its log-probability under the grammar's mask; None when the grammar is
+        complete (only stop tokens allowed: decoding ends there)."""
         import torch
         import xgrammar as xgr
 
         matcher.fill_next_token_bitmask(self._bitmask, 0)
         if torch.equal(self._bitmask, self._stop_only):
-            return None
-        scores = logits.unsqueeze(0)
+            return None, 0.0
+        if self.head is not None:
+            allowed = self._allowed()
+            if 0 < allowed.numel() <= self.head.weight.shape[0] // 4:  # few: score only those rows
+                logits = self.head.scores(row, allowed)
+                j = int(torch.argmax(logits))  # the first maximum, as over the masked full row (ids ascending)
+                return int(allowed[j]), float(torch.log_softmax(logits, dim=-1)[j])
+            row = self.head.scores(row)
+        scores = row.unsqueeze(0)
         xgr.apply_token_bitmask_inplace(scores, self._bitmask)
-        return int(torch.argmax(scores, dim=-1)[0])
+        tok = int(torch.argmax(scores, dim=-1)[0])
+        return tok, float(torch.log_softmax(scores[0], dim=-1)[tok])
 
     def decode_cached(
         self,
@@ -151,9 +214,9 @@ class GreedyGrammarDecoder:
 
         matcher = xgr.GrammarMatcher(compiled_grammar)
         tokens = out if out is not None else []
+        logprobs: list[float] = []
         stats = DecodeStats()
-        kv = n_cached
-        logits = self._forward(cache, prompt[n_cached:], n_cached, 1)[0]
+        row = self._forward(cache, prompt[n_cached:], n_cached, 1)[0]
         stats.forwards += 1
         kv = len(prompt)
         finish = "length"
@@ -161,11 +224,12 @@ class GreedyGrammarDecoder:
             if cancelled():
                 finish = "cancelled"
                 break
-            tok = self._choose(matcher, logits)
+            tok, lp = self._choose(matcher, row)
             if tok is None:
                 finish = "stop"
                 break
             tokens.append(tok)
+            logprobs.append(lp)
             if not matcher.accept_token(tok):  # cannot happen: the token was allowed by the mask
                 raise RuntimeError(f"the grammar refused token {tok} that its own mask allowed")
             if tok in self.stop_ids:
@@ -183,20 +247,28 @@ class GreedyGrammarDecoder:
             stats.forwards += 1
             kv += len(feed)
             stats.drafted += len(draft)
-            i = 0
-            while i < len(draft):  # the draft stands where plain decoding would have chosen the same token
-                if self._choose(matcher, many[i]) != draft[i]:
-                    break
-                tokens.append(draft[i])
-                matcher.accept_token(draft[i])
-                i += 1
+            i = self._confirm(matcher, draft, many, tokens, logprobs)
             stats.accepted += i
             if i < len(draft):
                 kv -= len(draft) - i
                 cache.crop(kv)  # the unconfirmed draft tokens leave the cache
-            logits = many[i]
+            row = many[i]
         stats.tokens = len(tokens)
-        return Decoded(tokens=tokens, finish=finish, kv_tokens=kv, stats=stats)
+        return Decoded(tokens=tokens, finish=finish, kv_tokens=kv, stats=stats, logprobs=logprobs)
+
+    def _confirm(self, matcher: Any, draft: list[int], rows: Any, tokens: list[int], logprobs: list[float]) -> int:
+        """How many of `draft`'s tokens stand: each where plain decoding would have chosen the same token from its
+        position's row; those are written (to `tokens`, `logprobs` and the matcher)."""
+        i = 0
+        while i < len(draft):
+            tok, lp = self._choose(matcher, rows[i])
+            if tok != draft[i]:
+                break
+            tokens.append(tok)
+            logprobs.append(lp)
+            matcher.accept_token(tok)
+            i += 1
+        return i
 
 
-__all__ = ["DecodeStats", "Decoded", "GreedyGrammarDecoder"]
+__all__ = ["DecodeStats", "Decoded", "GreedyGrammarDecoder", "OutputLayer"]

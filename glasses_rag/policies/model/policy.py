@@ -23,6 +23,7 @@ from glasses_rag.policies.model.replies import (  # noqa: F401 - re-exported for
     ANSWER_SCHEMA,
     FINAL_ANSWER_TOOL,
     answer_from_text,
+    answer_token_confidence,
     decision_from_obj,
     decision_from_reply,
     decision_schema,
@@ -57,6 +58,7 @@ class ModelPolicy:
         modes: tuple[str, ...] = ("structured", "native_tools", "json_text"),
         verify_max_tokens: int = 256,
         prompt_profile: str = "full",
+        answer_confidence: str = "written",
     ):
         self.backend = backend
         self.name = name or f"vlm:{getattr(backend, 'name', type(backend).__name__)}"
@@ -69,6 +71,8 @@ class ModelPolicy:
         elif native_tools and "native_tools" not in modes:
             modes = ("native_tools", *modes)
         self.modes = modes
+        self.answer_confidence = answer_confidence
+        self._no_logprobs_said = False
         self.prompts = Prompts(
             prompts_dir,
             sees_images=self.sees_images,
@@ -158,13 +162,17 @@ class ModelPolicy:
         fmt = self.format()
         reply = self._decide(view, image, fmt)
         try:
-            return answer_instead_of_a_repeat(decision_from_reply(reply), view)
+            decision = decision_from_reply(reply)
         except PolicyReplyError:
             if fmt == self.format():
                 raise
-        # the server refused the tools just now, and its fallback reply to a prompt written for native calls
-        # could not be read: ask once more, in the shape it takes
-        return answer_instead_of_a_repeat(decision_from_reply(self._decide(view, image, self.format())), view)
+            # the server refused the tools just now, and its fallback reply to a prompt written for native calls
+            # could not be read: ask once more, in the shape it takes
+            reply = self._decide(view, image, self.format())
+            decision = decision_from_reply(reply)
+        if decision.answer is not None:
+            decision.answer = self.scored(decision.answer, reply)
+        return answer_instead_of_a_repeat(decision, view)
 
     def decide_messages(self, view: PolicyView, image: Any, fmt: Format) -> list[dict]:
         """The messages of a decision request: the turn's transcript with the decide instruction last (also what
@@ -181,7 +189,25 @@ class ModelPolicy:
     def answer(self, view: PolicyView, image: Any = None) -> AnswerDraft:
         """A separate answer request: only when the step budget ran out or the turn was stopped."""
         text = self.prompts.render("vlm_answer", idk=IDK)
-        return answer_from_text(self.ask("answer", view, image, text, ANSWER_SCHEMA).text)
+        reply = self.ask("answer", view, image, text, ANSWER_SCHEMA)
+        return self.scored(answer_from_text(reply.text), reply)
+
+    def scored(self, draft: AnswerDraft, reply: ChatReply) -> AnswerDraft:
+        """`draft` with the confidence `answer_confidence` asks for: with 'tokens', the mean probability of the
+        answer's tokens in `reply` (an abstention keeps its 0)."""
+        if self.answer_confidence != "tokens" or draft.answer == IDK:
+            return draft
+        conf = answer_token_confidence(reply.logprobs)
+        if conf is None:
+            if not self._no_logprobs_said:
+                self._no_logprobs_said = True
+                log.warning(
+                    "answer_confidence 'tokens': %s gave no token log-probabilities for an answer; its written "
+                    "confidence is kept",
+                    self.name,
+                )
+            return draft
+        return draft.model_copy(update={"confidence": round(conf, 4), "confidence_from": "tokens"})
 
     def verifier(self, mode: str = "single") -> ModelVerifier:
         return ModelVerifier(self, mode)
@@ -232,5 +258,6 @@ def make_model_policy(spec: str | ModelConfig, **opts: Any) -> ModelPolicy:
         image_max_side=cfg.image_max_side,
         modes=cfg.decision_modes(),
         prompt_profile=cfg.prompt_profile,
+        answer_confidence=cfg.answer_confidence,
         **policy_opts,
     )

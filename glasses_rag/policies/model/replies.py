@@ -6,12 +6,13 @@ the `final_answer` function offered with native tool calls; tolerant parsing of 
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
 from pydantic import ValidationError
 
-from glasses_rag.models.vlm.base import ChatReply, extract_json, parse_arguments
+from glasses_rag.models.vlm.base import ChatReply, TokenLogprob, extract_json, parse_arguments
 from glasses_rag.policies.protocol import (
     IDK,
     AnswerDraft,
@@ -258,6 +259,36 @@ def answer_from_obj(obj: dict[str, Any], text: str = "") -> AnswerDraft:
     return AnswerDraft(
         answer=ans, confidence=confidence(obj.get("confidence", 0.0)), rationale=rationale, entity=entity
     )
+
+
+_ANSWER_VALUE = re.compile(r'"(?:answer|final_answer)"\s*:\s*"((?:[^"\\]|\\.)*)"')
+
+
+def answer_token_confidence(logprobs: list[TokenLogprob] | None) -> float | None:
+    """The geometric mean probability of the tokens that wrote a JSON reply's answer value, its closing quote
+    included (where the answer ends is part of it); None without log-probabilities or an answer value.
+
+    A length-normalised sequence likelihood: the model's own belief in the words it wrote, which a small model's
+    written "confidence" (always 1.0 after fine-tuning on confident targets) is not.
+
+    Example:
+        >>> lp = [TokenLogprob(token='{"answer": "', logprob=0.0), TokenLogprob(token="Paris", logprob=-0.5),
+        ...       TokenLogprob(token='"}', logprob=-0.1)]
+        >>> round(answer_token_confidence(lp), 3)
+        0.741
+    """
+    if not logprobs:
+        return None
+    m = _ANSWER_VALUE.search("".join(t.token for t in logprobs))
+    if m is None:
+        return None
+    start, end = m.start(1), m.end(1) + 1
+    pos, chosen = 0, []
+    for t in logprobs:
+        if pos + len(t.token) > start and pos < end:
+            chosen.append(t.logprob)
+        pos += len(t.token)
+    return math.exp(sum(chosen) / len(chosen)) if chosen else None
 
 
 def answer_from_text(text: str) -> AnswerDraft:

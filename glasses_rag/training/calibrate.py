@@ -1,0 +1,171 @@
+"""The confidence under which a model says "I don't know", chosen on turns the training never saw.
+
+CRAG-MM scores a right answer 1, "I don't know" 0 and a wrong answer -1 (paper §3.3), so an answer is worth giving
+only when it is more likely right than wrong. A small fine-tuned model answers almost everything, and the
+confidence it writes is the one it was trained to write (1.0), so it cannot tell the two apart. Its own likelihood
+of the words it wrote can: run it with `answer_confidence: tokens` (each answer's confidence is then the geometric
+mean probability of its tokens, `glasses_rag.policies.model.replies.answer_token_confidence`) and
+`--abstain-below 0` on held-out turns, then keep the threshold under which answering would have lost points
+there. The winning CRAG-MM systems gate answers on a confidence in the same way, with thresholds set by hand
+(UNSW report §3.4: 0.9 and 1.0 on their verifier's score); here the threshold is chosen on data.
+
+    python -m graph.run --task 2 --model-config tuned.json --answer-confidence tokens --abstain-below 0 \\
+        --self-check off --run-id calib --data <held-out rows>
+    python -m glasses_rag.training.calibrate --run traces/runs/calib      # prints the threshold
+
+`benchmarks.distill` does this for both models on a calibration split carved from the training conversations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from pydantic import BaseModel
+
+from glasses_rag.policies.protocol import IDK
+
+VALUE = {"correct": 1, "missing": 0, "incorrect": -1}
+
+
+class CalibrationPoint(BaseModel):
+    """One held-out turn: the confidence of its answer (None: the model itself said "I don't know") and the
+    turn's score with that answer given and with "I don't know" instead."""
+
+    turn: str
+    confidence: float | None
+    answered: int
+    abstained: int
+
+
+class Threshold(BaseModel):
+    """The chosen threshold and what it did on the calibration turns."""
+
+    abstain_below: float
+    turns: int
+    answered: int  # turns with an answer (not the model's own "I don't know")
+    kept: int  # answers at or above the threshold
+    truthfulness: float  # on the calibration turns, with the threshold
+    truthfulness_without: float  # the same turns, every answer kept
+
+
+def _value(result: str | None) -> int:
+    return VALUE.get(result or "incorrect", -1)
+
+
+def _draft(trace: Any) -> tuple[str, float | None]:
+    """The turn's answer before any self-check or threshold, and its confidence."""
+    for step in reversed(trace.steps):
+        if getattr(step, "node", None) == "answer":
+            return step.answer, step.confidence
+    return trace.answer or IDK, None
+
+
+def points_from_traces(traces: list[Any], judge: Any = None, truncator: Any = None) -> list[CalibrationPoint]:
+    """A point per scored turn, re-scoring with `judge` what the run did not score (the draft when a threshold
+    replaced it, "I don't know" always); the judge and truncator should be the run's own.
+
+    Example:
+        >>> points_from_traces([])
+        []
+    """
+    from glasses_rag.crag_mm.scoring import score_turn
+
+    def score(trace: Any, answer: str) -> int:
+        if answer == (trace.answer or "") and trace.score:
+            return _value(trace.score)
+        return _value(score_turn(trace.question, answer, trace.ground_truth, judge, truncator).result)
+
+    out = []
+    for t in traces:
+        if t.ground_truth is None:
+            continue
+        answer, conf = _draft(t)
+        idk = score(t, IDK)
+        if answer.strip().lower() == IDK.lower() or conf is None:
+            out.append(
+                CalibrationPoint(turn=t.interaction_id or t.session_id, confidence=None, answered=idk, abstained=idk)
+            )
+            continue
+        out.append(
+            CalibrationPoint(
+                turn=t.interaction_id or t.session_id, confidence=conf, answered=score(t, answer), abstained=idk
+            )
+        )
+    return out
+
+
+def choose_threshold(points: list[CalibrationPoint]) -> Threshold:
+    """The threshold that maximises truthfulness on `points`: answers are kept from the most confident down, and
+    the cut goes where the total is highest (on a tie, the fewest answers kept: on unseen turns a wrong answer
+    costs as much as a right one earns); the threshold lies halfway between the last kept and the first dropped
+    confidence.
+
+    Example:
+        >>> pts = [CalibrationPoint(turn=str(i), confidence=c, answered=a, abstained=0)
+        ...        for i, (c, a) in enumerate([(0.9, 1), (0.8, 1), (0.5, -1), (0.3, -1)])]
+        >>> choose_threshold(pts).abstain_below
+        0.65
+    """
+    answered = sorted((p for p in points if p.confidence is not None), key=lambda p: -(p.confidence or 0.0))
+    confs = sorted({p.confidence for p in answered if p.confidence is not None}, reverse=True)
+    base = sum(p.abstained for p in points)
+    best_total, best_k, total = base, 0, base
+    for k, c in enumerate(confs, start=1):
+        total += sum(p.answered - p.abstained for p in answered if p.confidence == c)
+        if total > best_total:
+            best_total, best_k = total, k
+    if not confs:
+        tau = 0.5
+    elif best_k == 0:
+        tau = min(1.0, (confs[0] + 1.0) / 2)
+    elif best_k == len(confs):
+        tau = confs[-1] / 2
+    else:
+        tau = (confs[best_k - 1] + confs[best_k]) / 2
+    n = max(1, len(points))
+    kept = sum(1 for p in answered if (p.confidence or 0.0) >= tau)
+    without = base + sum(p.answered - p.abstained for p in answered)
+    return Threshold(
+        abstain_below=tau,
+        turns=len(points),
+        answered=len(answered),
+        kept=kept,
+        truthfulness=best_total / n,
+        truthfulness_without=without / n,
+    )
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m glasses_rag.training.calibrate", description=__doc__.split("\n\n")[0])
+    p.add_argument("--run", required=True, help="a scored run folder of the model on held-out turns")
+    p.add_argument("--judge", default="rule", help="the judge for answers the run did not score (default rule)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from glasses_rag.crag_mm.scoring import make_judge, make_truncator
+    from glasses_rag.superglasses.logs import read_run
+
+    args = parser().parse_args(argv)
+    problems: list[str] = []
+    traces = read_run(args.run, problems)
+    for msg in problems:
+        print(f"warning: {msg}", file=sys.stderr)
+    points = points_from_traces(traces, make_judge(args.judge), make_truncator(None))
+    if not any(p.confidence is not None for p in points):
+        print(f"no answer in {args.run} has a confidence: run the model with an answer confidence", file=sys.stderr)
+        return 2
+    if not any(getattr(s, "confidence_from", None) == "tokens" for t in traces for s in t.steps):
+        print("note: the run's confidences are not token confidences (answer_confidence: written)", file=sys.stderr)
+    th = choose_threshold(points)
+    print(
+        f"abstain below {th.abstain_below:.4f}: keeps {th.kept} of {th.answered} answers on {th.turns} turns; "
+        f"truthfulness {th.truthfulness:+.3f} (every answer kept: {th.truthfulness_without:+.3f})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""An answer's confidence from its tokens' probabilities, and the threshold chosen on held-out turns
+(glasses_rag.policies.model.replies.answer_token_confidence, ModelPolicy's `answer_confidence`,
+glasses_rag.training.calibrate)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+
+import pytest
+
+from glasses_rag.crag_mm.search import NullSearch
+from glasses_rag.models.vlm.base import ChatReply, TokenLogprob
+from glasses_rag.policies.model.policy import ModelPolicy
+from glasses_rag.policies.model.replies import answer_token_confidence
+from glasses_rag.policies.protocol import IDK
+from glasses_rag.training.calibrate import CalibrationPoint, choose_threshold, points_from_traces
+from graph.agent import TurnInput
+from graph.build import build_agent
+from graph.config import AgentConfig
+
+
+def _tokens(*pieces: tuple[str, float]) -> list[TokenLogprob]:
+    return [TokenLogprob(token=t, logprob=lp) for t, lp in pieces]
+
+
+def test_the_confidence_is_the_geometric_mean_of_the_answer_values_tokens_and_its_closing_quote():
+    lp = _tokens(
+        ('{"action": "answer", "answer": "', -0.01),  # the key and the opening quote: forced, not counted
+        ("Fal", -1.0),
+        ("con 9", -0.2),
+        ('", "confidence": 1.0, ', -0.3),  # the token that ends the answer is counted
+        ('"entity": "Falcon 9"}', -5.0),  # the rest is not
+    )
+    assert answer_token_confidence(lp) == pytest.approx(math.exp((-1.0 - 0.2 - 0.3) / 3))
+    assert answer_token_confidence(None) is None
+    assert answer_token_confidence(_tokens(('{"action": "call_tool", "tool": "ocr"}', -0.1))) is None
+    escaped = _tokens(('{"answer": "', 0.0), ('say \\"hi\\"', -0.5), ('"}', -0.5))
+    assert answer_token_confidence(escaped) == pytest.approx(math.exp(-0.5))
+
+
+class _Backend:
+    """A chat backend that answers every request with `text` and, optionally, its tokens' log-probabilities."""
+
+    name = "fake"
+    supports_structured = True
+    supports_native_tools = False
+    supports_images = False
+
+    def __init__(self, text: str, logprobs: list[TokenLogprob] | None):
+        self.text, self.logprobs = text, logprobs
+
+    def complete(self, messages, tools=None, max_tokens=512, temperature=0.0, response_schema=None) -> ChatReply:
+        return ChatReply(text=self.text, logprobs=self.logprobs, finish_reason="stop", mode="structured")
+
+
+ANSWER = '{"action": "answer", "answer": "Falcon 9", "confidence": 1.0, "entity": "", "rationale": ""}'
+ANSWER_TOKENS = _tokens((ANSWER[:32], -0.01), ("Falcon 9", -2.0), (ANSWER[40:], -0.5))
+
+
+def _turn(policy: ModelPolicy, abstain_below: float):
+    config = AgentConfig(warm_up=False, self_check="off", abstain_below=abstain_below)
+    agent = build_agent(config, policy=policy, search=NullSearch(), task=1, run_id="t")
+    return agent.run_turn(TurnInput(task=1, session_id="s", interaction_id="i", question="what rocket is this?"))
+
+
+def test_a_token_confidence_below_the_threshold_makes_the_answer_i_dont_know_and_the_trace_says_why():
+    policy = ModelPolicy(_Backend(ANSWER, ANSWER_TOKENS), answer_confidence="tokens")
+    conf = math.exp((-2.0 - 0.5) / 2)
+    low = _turn(policy, abstain_below=conf + 0.01)
+    answer_event = next(s for s in low.steps if s.node == "answer")
+    assert answer_event.answer == "Falcon 9" and answer_event.confidence == pytest.approx(conf, abs=1e-4)
+    assert answer_event.confidence_from == "tokens"
+    assert low.answer == IDK
+    assert "draft confidence" in next(s for s in low.steps if s.node == "verdict").reason
+    assert _turn(policy, abstain_below=conf - 0.01).answer == "Falcon 9"
+    # the same reply with the written confidence (1.0) keeps the answer at the same threshold
+    written = ModelPolicy(_Backend(ANSWER, ANSWER_TOKENS))
+    kept = _turn(written, abstain_below=conf + 0.01)
+    assert kept.answer == "Falcon 9" and next(s for s in kept.steps if s.node == "answer").confidence_from is None
+
+
+def test_a_backend_without_log_probabilities_keeps_the_written_confidence_and_says_so_once(caplog):
+    policy = ModelPolicy(_Backend(ANSWER, None), answer_confidence="tokens")
+    with caplog.at_level(logging.WARNING):
+        assert _turn(policy, abstain_below=0.5).answer == "Falcon 9"
+        _turn(policy, abstain_below=0.5)
+    assert sum("no token log-probabilities" in r.getMessage() for r in caplog.records) == 1
+
+
+def _points(rows: list[tuple[float | None, int]], abstained: int = 0) -> list[CalibrationPoint]:
+    return [
+        CalibrationPoint(turn=str(i), confidence=c, answered=a, abstained=abstained) for i, (c, a) in enumerate(rows)
+    ]
+
+
+def test_the_threshold_keeps_the_answers_above_the_best_cut():
+    th = choose_threshold(_points([(0.9, 1), (0.7, 1), (0.6, -1), (0.4, 1), (0.2, -1), (None, 0)]))
+    assert th.abstain_below == pytest.approx(0.65) and th.kept == 2 and th.answered == 5 and th.turns == 6
+    assert th.truthfulness == pytest.approx(2 / 6) and th.truthfulness_without == pytest.approx(1 / 6)
+
+
+def test_the_threshold_keeps_nothing_when_no_answer_helps_and_everything_when_all_do():
+    none = choose_threshold(_points([(0.9, -1), (0.5, -1)]))
+    assert none.abstain_below == pytest.approx(0.95) and none.kept == 0 and none.truthfulness == 0.0
+    every = choose_threshold(_points([(0.9, 1), (0.5, 1)]))
+    assert every.abstain_below == pytest.approx(0.25) and every.kept == 2 and every.truthfulness == 1.0
+    tie = choose_threshold(_points([(0.9, 1), (0.8, -1), (0.7, 1)]))  # +1 after the first and after all three
+    assert tie.kept == 1, "on a tie the fewest answers are kept"
+    # a question whose answer is "I don't know": abstaining there scores 1, answering it does not
+    idk_right = choose_threshold(_points([(0.9, -1)], abstained=1))
+    assert idk_right.kept == 0 and idk_right.truthfulness == 1.0
+    assert choose_threshold([]).turns == 0
+
+
+def test_points_rescore_a_draft_that_a_threshold_replaced():
+    policy = ModelPolicy(_Backend(ANSWER, ANSWER_TOKENS), answer_confidence="tokens")
+    trace = _turn(policy, abstain_below=0.99)
+    trace.ground_truth, trace.score = "Falcon 9", "missing"
+    from glasses_rag.crag_mm.scoring import make_judge, make_truncator
+
+    (point,) = points_from_traces([trace], make_judge("rule"), make_truncator(None))
+    assert point.answered == 1 and point.abstained == 0 and point.confidence == pytest.approx(0.2865, abs=1e-3)
+    data = json.loads(trace.model_dump_json())
+    assert any(s.get("confidence_from") == "tokens" for s in data["steps"])
