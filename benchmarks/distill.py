@@ -9,9 +9,13 @@ in the real model loop on questions the training never saw.
 2. Export (glasses_rag.training.export): one example per decision step, rendered by the model policy's own prompt
    code, the decision as JSON; turns judged wrong relabelled "I don't know", the teacher's own "I don't know" kept.
 3. Fine-tune (glasses_rag.training.finetune): TRL SFTTrainer + peft LoRA on the completions, on the CPU.
-4. Evaluate: the base model and base + adapter (ModelConfig.adapter) each run the evaluation conversations in the
+4. Calibrate (default; `--no-calibrate`: off): each model runs the calibration conversations (carved from the
+   training side like the evaluation split, never trained on) with no threshold, its answers' confidence read
+   from their tokens' probabilities; glasses_rag.training.calibrate picks the threshold under which it abstains.
+5. Evaluate: the base model and base + adapter (ModelConfig.adapter) each run the evaluation conversations in the
    model loop (the model makes every decision, tools real, decisions constrained by the JSON-schema grammar),
-   scored like every run (glasses_rag.crag_mm.scoring.score_trace, glasses_rag.crag_mm.evaluate.evaluate).
+   with their thresholds, scored like every run (glasses_rag.crag_mm.scoring.score_trace,
+   glasses_rag.crag_mm.evaluate.evaluate).
 
 Unseen: by default the evaluation is a split of `--data` by pictured entity (one entity in three, chosen by a
 hash of its name, goes to evaluation with every conversation that pictures it), so no evaluation conversation

@@ -124,3 +124,38 @@ def test_points_rescore_a_draft_that_a_threshold_replaced():
     assert point.answered == 1 and point.abstained == 0 and point.confidence == pytest.approx(0.2865, abs=1e-3)
     data = json.loads(trace.model_dump_json())
     assert any(s.get("confidence_from") == "tokens" for s in data["steps"])
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_servers_log_probabilities_give_the_answers_confidence_streamed_or_not(stream):
+    """A model config with `answer_confidence: tokens` asks an OpenAI-compatible server for `logprobs` and reads
+    the answer's tokens from `choices[0].logprobs.content` (vLLM streams one entry per chunk)."""
+    from glasses_rag.policies.model.policy import make_model_policy
+    from glasses_rag.testing.fake_model_server import FakeOpenAIServer
+    from test_vlm_openai import _view
+
+    reply = FakeOpenAIServer.text_reply(ANSWER)
+    reply["choices"][0]["logprobs"] = {"content": [t.model_dump() for t in ANSWER_TOKENS]}
+    with FakeOpenAIServer() as srv:
+        srv.push(reply)
+        policy = make_model_policy(
+            f"openai:{srv.base_url}#fake-vlm",
+            max_retries=0,
+            decision_mode="json_text",
+            answer_confidence="tokens",
+            stream=stream,
+        )
+        decision = policy.decide(_view())
+        assert srv.requests[0]["logprobs"] is True and bool(srv.requests[0].get("stream")) is stream
+    assert decision.answer is not None and decision.answer.confidence_from == "tokens"
+    assert decision.answer.confidence == pytest.approx(math.exp(-1.25), abs=1e-4)
+
+
+def test_malformed_log_probabilities_from_a_server_are_none():
+    from glasses_rag.models.vlm.openai_server import token_logprobs
+
+    assert token_logprobs(None) is None and token_logprobs({"content": []}) is None
+    assert token_logprobs({"content": [{"token": "a", "logprob": "high"}]}) is None
+    assert token_logprobs({"content": [{"token": "a", "logprob": float("nan")}]}) is None
+    assert [t.logprob for t in token_logprobs({"content": [{"token": "a", "logprob": -9999.0}]})] == [-9999.0]
+    assert [t.logprob for t in token_logprobs({"content": [{"token": "a", "logprob": 3}]})] == [0.0]

@@ -195,3 +195,23 @@ def test_each_written_token_comes_with_its_log_probability_under_the_grammars_ma
     first = int(torch.argmax(logits[0]))
     assert backend.tokenizer.decode([first]) == reply.logprobs[0].token
     assert reply.logprobs[0].logprob == pytest.approx(float(torch.log_softmax(logits[0], -1)[first]), abs=1e-4)
+
+
+def test_int8_quantizes_every_linear_layer_and_still_writes_what_the_grammar_allows(tiny_gemma, backends):
+    """dtype int8: the linear layers become PyTorch's dynamic int8 layers (the output layer too, so the decoder
+    scores the whole vocabulary there), and the reply still follows the schema."""
+    import json
+
+    from glasses_rag.models.vlm.transformers_local import TransformersVLMBackend
+
+    backend = TransformersVLMBackend(tiny_gemma, dtype="int8", prefix_cache_mb=0)
+    backend.grammars = backends[0].grammars
+    modules = list(backend.model.modules())
+    assert not any(type(m) is torch.nn.Linear for m in modules)
+    assert isinstance(backend.model.get_output_embeddings(), torch.ao.nn.quantized.dynamic.Linear)
+    schema = _short(DECISION)
+    reply = backend.complete(_messages(QUESTIONS[0], 0), max_tokens=96, response_schema={"name": "d", "schema": schema})
+    assert reply.finish_reason == "stop" and json.loads(reply.text)["action"] in ("call_tool", "answer")
+    assert backend._decoder is not None and backend._decoder.head is None
+    with pytest.raises(ValueError, match="CPU only"):
+        TransformersVLMBackend(tiny_gemma, dtype="int8", device="meta")

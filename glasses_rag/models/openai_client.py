@@ -65,7 +65,8 @@ COOLDOWN_S = (1.0, 60.0)  # first and longest time a failed replica is left out
 AFFINITY_KEYS = 4096  # conversations whose replica is remembered (least recently used forgotten first)
 # Sampling fields a request may go without, when a server does not take them (see the module docstring)
 EXTENSION_SAMPLING = ("top_k", "min_p", "repetition_penalty")  # beyond OpenAI's API (vLLM, SGLang, llama.cpp)
-OPTIONAL_SAMPLING = (*EXTENSION_SAMPLING, "top_p", "presence_penalty", "frequency_penalty", "seed")
+# logprobs: asked for when the policy reads an answer's confidence from its tokens; a server without it loses it
+OPTIONAL_SAMPLING = (*EXTENSION_SAMPLING, "top_p", "presence_penalty", "frequency_penalty", "seed", "logprobs")
 # Bytes a reply may take: a fixed allowance (headers of the JSON, the usage chunk) plus this much per token asked
 # for. A streamed token is one SSE chunk of ~200-300 bytes (ids, model name, delta); a body's token is at most a
 # few dozen bytes even JSON-escaped; 1 KiB per token leaves room for long model names and tool-call deltas.
@@ -263,6 +264,7 @@ class _Stream:
         self.usage: dict | None = None
         self.model: str | None = None
         self.role = "assistant"
+        self.logprobs: list[dict] = []  # choices[0].logprobs.content, joined across chunks
 
     def add(self, chunk: dict) -> None:
         self.model = chunk.get("model") or self.model
@@ -286,6 +288,9 @@ class _Stream:
                     self._add_call_delta(tc)
             if choice.get("finish_reason"):
                 self.finish = choice["finish_reason"]
+            lp = choice.get("logprobs")
+            content = lp.get("content") if isinstance(lp, dict) else None
+            self.logprobs += [c for c in content if isinstance(c, dict)] if isinstance(content, list) else []
 
     def _add_call_delta(self, tc: dict) -> None:
         """One `delta.tool_calls[i]`: the first names the call (vLLM sends id, type and the whole name, pythonic
@@ -326,6 +331,8 @@ class _Stream:
             "model": self.model,
             "choices": [{"index": 0, "message": msg, "finish_reason": self.finish}],
         }
+        if self.logprobs:
+            out["choices"][0]["logprobs"] = {"content": self.logprobs}
         if self.usage:
             out["usage"] = self.usage
         return out

@@ -258,7 +258,13 @@ class FakeOpenAIServer:
         thought = msg.get("reasoning_content") or ""
         out += [chunk({"reasoning_content": thought[i : i + piece]}) for i in range(0, len(thought), piece)]
         text = msg.get("content") or ""
-        out += [chunk({"content": text[i : i + piece]}) for i in range(0, len(text), piece)]
+        tokens = ((choice.get("logprobs") or {}).get("content")) or []
+        if tokens:  # one chunk per token, with its log-probability, as vLLM streams them
+            out += [chunk({"content": t["token"]}) for t in tokens]
+            for c, t in zip(out[-len(tokens) :], tokens):
+                c["choices"][0]["logprobs"] = {"content": [t]}
+        else:
+            out += [chunk({"content": text[i : i + piece]}) for i in range(0, len(text), piece)]
         for k, tc in enumerate(msg.get("tool_calls") or []):
             fn = tc.get("function") or {}
             out.append(

@@ -331,7 +331,8 @@ def make_backend(cfg: ModelConfig, **opts: Any) -> ChatBackend:
             text_only=cfg.text_only,
             chat_template=cfg.chat_template,
             system_role=cfg.system_role,
-            sampling=cfg.sampling(),
+            # the answer's token probabilities, when the policy reads its confidence from them
+            sampling={**cfg.sampling(), **({"logprobs": True} if cfg.answer_confidence == "tokens" else {})},
             tool_choice=cfg.tool_choice,
             json_object_enforced=cfg.json_object_enforced,
             max_outstanding=cfg.max_outstanding,

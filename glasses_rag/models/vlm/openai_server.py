@@ -16,6 +16,7 @@ from glasses_rag.models.vlm.base import (
     ChatToolCall,
     DecisionMode,
     ReplyCancelled,
+    TokenLogprob,
     Usage,
     load_chat_template,
     parse_arguments,
@@ -35,6 +36,21 @@ _REJECTS = {
     # --trust-request-chat-template is not set. Refused request with untrusted chat template."
     "chat_template": ("trust-request-chat-template", "untrusted chat template"),
 }
+
+
+def token_logprobs(logprobs: Any) -> list[TokenLogprob] | None:
+    """OpenAI's `choices[0].logprobs.content` (token, logprob per written token) as TokenLogprobs; None when the
+    server sent none or anything malformed (a partial list would misplace the answer's tokens)."""
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if not isinstance(content, list) or not content:
+        return None
+    out = []
+    for c in content:
+        token, lp = (c.get("token"), c.get("logprob")) if isinstance(c, dict) else (None, None)
+        if not isinstance(token, str) or not isinstance(lp, (int, float)) or isinstance(lp, bool) or lp != lp:
+            return None
+        out.append(TokenLogprob(token=token, logprob=min(0.0, max(float(lp), -1e4))))  # vLLM: -9999.0 for -inf
+    return out
 
 
 def _rejected(e: BackendError, feature: str) -> bool:
@@ -342,6 +358,7 @@ class OpenAICompatibleBackend:
             latency_ms=latency_ms,
             finish_reason=finish if isinstance(finish, str) else None,
             model=model if isinstance(model, str) else None,
+            logprobs=token_logprobs(choices[0].get("logprobs")),
         )
 
 
