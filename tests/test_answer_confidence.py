@@ -131,8 +131,8 @@ def test_a_servers_log_probabilities_give_the_answers_confidence_streamed_or_not
     """A model config with `answer_confidence: tokens` asks an OpenAI-compatible server for `logprobs` and reads
     the answer's tokens from `choices[0].logprobs.content` (vLLM streams one entry per chunk)."""
     from glasses_rag.policies.model.policy import make_model_policy
+    from glasses_rag.policies.protocol import PolicyView
     from glasses_rag.testing.fake_model_server import FakeOpenAIServer
-    from test_vlm_openai import _view
 
     reply = FakeOpenAIServer.text_reply(ANSWER)
     reply["choices"][0]["logprobs"] = {"content": [t.model_dump() for t in ANSWER_TOKENS]}
@@ -145,7 +145,10 @@ def test_a_servers_log_probabilities_give_the_answers_confidence_streamed_or_not
             answer_confidence="tokens",
             stream=stream,
         )
-        decision = policy.decide(_view())
+        view = PolicyView(
+            task=1, question="What rocket is this?", has_image=False, tools=[], remaining_steps=2, remaining_s=30.0
+        )
+        decision = policy.decide(view)
         assert srv.requests[0]["logprobs"] is True and bool(srv.requests[0].get("stream")) is stream
     assert decision.answer is not None and decision.answer.confidence_from == "tokens"
     assert decision.answer.confidence == pytest.approx(math.exp(-1.25), abs=1e-4)
