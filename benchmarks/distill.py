@@ -334,6 +334,20 @@ def calibrate(args: argparse.Namespace, paths: Any, sessions: list[str], adapter
     return th
 
 
+def unthresholded(traces: list[Any]) -> dict[str, float]:
+    """Truthfulness and hallucination of the same turns had every answer been kept (what the threshold changed;
+    each answer scored by the rule judge, as the run was)."""
+    from glasses_rag.crag_mm.scoring import make_judge, make_truncator
+    from glasses_rag.training.calibrate import points_from_traces
+
+    points = points_from_traces(traces, make_judge("rule"), make_truncator(None))
+    n = max(1, len(points))
+    return {
+        "truthfulness": sum(p.answered for p in points) / n,
+        "hallucination_rate": sum(p.answered < 0 for p in points) / n,
+    }
+
+
 def evaluate_both(
     args: argparse.Namespace, paths: Any, split: Split, adapter: str, work: Path, calibration: Any
 ) -> dict[str, Any]:
@@ -359,6 +373,7 @@ def evaluate_both(
         out[label]["cpu_seconds_per_decision"] = cpu / max(1, out[label]["decisions"])
         if th is not None:
             out[label]["calibration"] = th.model_dump()
+            out[label]["without_threshold"] = unthresholded(traces)
         print(f"  {label}: {len(traces)} turns evaluated", file=sys.stderr, flush=True)
     return out
 
@@ -388,6 +403,17 @@ def table(result: dict[str, Any]) -> str:
     if "calibration" in result["tuned"]:
         cells = [f"{result[side]['calibration']['abstain_below']:.3f}" for side in ("base", "tuned")]
         lines.append(f"{'abstain below':20} {cells[0]:>10} {cells[1]:>10}")
+        for title, key, fmt in (
+            ("  every answer kept:", None, ""),
+            ("  truthfulness", "truthfulness", "{:+.3f}"),
+            ("  hallucination", "hallucination_rate", "{:.1%}"),
+        ):
+            cells = (
+                ["", ""]
+                if key is None
+                else [fmt.format(result[s]["without_threshold"][key]) for s in ("base", "tuned")]
+            )
+            lines.append(f"{title:20} {cells[0]:>10} {cells[1]:>10}")
     lines.append(f"{'training minutes':20} {'':>10} {result['train']['train_seconds'] / 60:>10.1f}")
     return "\n".join(lines)
 
@@ -521,10 +547,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"whole road: {(time.perf_counter() - t0) / 60:.1f} min (wall); work folder {work}")
     if args.json:
         keep = {
-            "base": {k: result["base"][k] for k in (*METRICS, "calibration") if k in result["base"]},
-            "tuned": {k: result["tuned"][k] for k in (*METRICS, "calibration") if k in result["tuned"]},
-            "train": result["train"],
-        }
+            side: {k: result[side][k] for k in (*METRICS, "calibration", "without_threshold") if k in result[side]}
+            for side in ("base", "tuned")
+        } | {"train": result["train"]}
         args.json.write_text(json.dumps(keep, indent=1) + "\n")
         print(f"json: {args.json}")
     return 0
