@@ -336,7 +336,7 @@ def calibrate(args: argparse.Namespace, paths: Any, sessions: list[str], adapter
 
 def unthresholded(traces: list[Any]) -> dict[str, float]:
     """Truthfulness and hallucination of the same turns had every answer been kept (what the threshold changed;
-    each answer scored by the rule judge, as the run was)."""
+    each answer scored by the rule judge, as the run was; single-turn figures, no multi-turn early stop)."""
     from glasses_rag.crag_mm.scoring import make_judge, make_truncator
     from glasses_rag.training.calibrate import points_from_traces
 

@@ -1,6 +1,6 @@
 """The confidence under which a model says "I don't know", chosen on turns the training never saw.
 
-CRAG-MM scores a right answer 1, "I don't know" 0 and a wrong answer -1 (paper §3.3), so an answer is worth giving
+CRAG-MM scores a right answer 1, "I don't know" 0 and a wrong answer -1 (paper §4), so an answer is worth giving
 only when it is more likely right than wrong. A small fine-tuned model answers almost everything, and the
 confidence it writes is the one it was trained to write (1.0), so it cannot tell the two apart. Its own likelihood
 of the words it wrote can: run it with `answer_confidence: tokens` (each answer's confidence is then the geometric
@@ -26,7 +26,12 @@ from pydantic import BaseModel
 
 from glasses_rag.policies.protocol import IDK
 
-VALUE = {"correct": 1, "missing": 0, "incorrect": -1}
+
+def turn_value(is_correct: bool, is_miss: bool) -> int:
+    """A turn's share of the official truthfulness (accuracy minus hallucination, hallucination being what is
+    neither correct nor missing): 1 right, 0 "I don't know", -1 wrong, and 2 for "I don't know" where that is the
+    ground truth (correct and missing at once, docs/scoring.md)."""
+    return 2 * is_correct + is_miss - 1
 
 
 class CalibrationPoint(BaseModel):
@@ -50,10 +55,6 @@ class Threshold(BaseModel):
     truthfulness_without: float  # the same turns, every answer kept
 
 
-def _value(result: str | None) -> int:
-    return VALUE.get(result or "incorrect", -1)
-
-
 def _draft(trace: Any) -> tuple[str, float | None]:
     """The turn's answer before any self-check or threshold, and its confidence."""
     for step in reversed(trace.steps):
@@ -63,8 +64,8 @@ def _draft(trace: Any) -> tuple[str, float | None]:
 
 
 def points_from_traces(traces: list[Any], judge: Any = None, truncator: Any = None) -> list[CalibrationPoint]:
-    """A point per scored turn, re-scoring with `judge` what the run did not score (the draft when a threshold
-    replaced it, "I don't know" always); the judge and truncator should be the run's own.
+    """A point per turn with a ground truth: its answer before any threshold, and "I don't know", each scored
+    with `judge` and `truncator` (the run's own, for figures that match its report).
 
     Example:
         >>> points_from_traces([])
@@ -73,9 +74,8 @@ def points_from_traces(traces: list[Any], judge: Any = None, truncator: Any = No
     from glasses_rag.crag_mm.scoring import score_turn
 
     def score(trace: Any, answer: str) -> int:
-        if answer == (trace.answer or "") and trace.score:
-            return _value(trace.score)
-        return _value(score_turn(trace.question, answer, trace.ground_truth, judge, truncator).result)
+        s = score_turn(trace.question, answer, trace.ground_truth, judge, truncator)
+        return turn_value(s.is_correct, s.is_miss)
 
     out = []
     for t in traces:
