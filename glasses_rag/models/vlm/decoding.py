@@ -148,11 +148,11 @@ class GreedyGrammarDecoder:
         # generate() copies the last position's logits to float32 before the logits processors
         return out.logits[0, -keep:, :].to(copy=True, dtype=torch.float32)
 
-    def _allowed(self) -> Any:
-        """The token ids the bitmask allows, ascending."""
+    def _allowed(self, rows: int) -> Any:
+        """The token ids below `rows` that the bitmask allows, ascending."""
         bits = (self._bitmask[0].unsqueeze(1) >> self._shifts) & 1
         ids = bits.reshape(-1).nonzero().squeeze(1)
-        return ids[ids < min(self.vocab_size, self.head.weight.shape[0])]
+        return ids[ids < min(self.vocab_size, rows)]
 
     def _choose(self, matcher: Any, row: Any) -> tuple[int | None, float]:
         """The token plain constrained greedy decoding writes after `matcher`'s state, from that position's row
@@ -165,8 +165,9 @@ class GreedyGrammarDecoder:
         if torch.equal(self._bitmask, self._stop_only):
             return None, 0.0
         if self.head is not None:
-            allowed = self._allowed()
-            if 0 < allowed.numel() <= self.head.weight.shape[0] // 4:  # few: score only those rows
+            rows = self.head.weight.shape[0]
+            allowed = self._allowed(rows)
+            if 0 < allowed.numel() <= rows // 4:  # few: score only those rows
                 logits = self.head.scores(row, allowed)
                 j = int(torch.argmax(logits))  # the first maximum, as over the masked full row (ids ascending)
                 return int(allowed[j]), float(torch.log_softmax(logits, dim=-1)[j])
