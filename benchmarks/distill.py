@@ -9,9 +9,12 @@ in the real model loop on questions the training never saw.
 2. Export (glasses_rag.training.export): one example per decision step, rendered by the model policy's own prompt
    code, the decision as JSON; turns judged wrong relabelled "I don't know", the teacher's own "I don't know" kept.
 3. Fine-tune (glasses_rag.training.finetune): TRL SFTTrainer + peft LoRA on the completions, on the CPU.
-4. Calibrate (default; `--no-calibrate`: off): each model runs the calibration conversations (carved from the
-   training side like the evaluation split, never trained on) with no threshold, its answers' confidence read
+4. Calibrate (`--calibrate twin`, the default; `carve`; `off`): each model runs the calibration conversations
+   (carved from the training side like the evaluation split) with no threshold, its answers' confidence read
    from their tokens' probabilities; glasses_rag.training.calibrate picks the threshold under which it abstains.
+   The tuned model cannot run turns it trained on, so a twin adapter, trained the same way without the
+   calibration conversations, runs them and its threshold is the tuned model's (`carve`: one adapter, trained
+   without them).
 5. Evaluate: the base model and base + adapter (ModelConfig.adapter) each run the evaluation conversations in the
    model loop (the model makes every decision, tools real, decisions constrained by the JSON-schema grammar),
    with their thresholds, scored like every run (glasses_rag.crag_mm.scoring.score_trace,
@@ -197,7 +200,7 @@ def model_config(args: argparse.Namespace, adapter: str | None) -> Any:
     from glasses_rag.models.vlm import ModelConfig
 
     name = "gemma3-270m" + ("+distilled" if adapter else " (base)")
-    conf = {"answer_confidence": "tokens"} if args.calibrate else {}
+    conf = {"answer_confidence": "tokens"} if args.calibrate != "off" else {}
     if args.model:
         from glasses_rag.models.vlm import parse_spec
 
@@ -297,13 +300,13 @@ def teach(args: argparse.Namespace, paths: Any, split: Split, work: Path) -> tup
     }
 
 
-def train(args: argparse.Namespace, data: Path, work: Path) -> dict[str, Any]:
+def train(args: argparse.Namespace, data: Path, out: Path) -> dict[str, Any]:
     from glasses_rag.training.finetune import FinetuneConfig, finetune
 
     cfg = FinetuneConfig(
         data=str(data),
         model=args.model_path or str(gemma_gguf()),
-        out=str(work / "adapter"),
+        out=str(out),
         max_steps=args.steps,
         grad_accum=1,
         seed=args.seed,
@@ -311,6 +314,22 @@ def train(args: argparse.Namespace, data: Path, work: Path) -> dict[str, Any]:
         chat_template="gemma" if not args.model else None,
     )
     return finetune(cfg)
+
+
+def without_sessions(data: Path, sessions: set[str], out: Path) -> Path:
+    """The export `data` less the examples of `sessions` (the twin adapter's training data)."""
+    kept = 0
+    with data.open(encoding="utf-8") as src, out.open("w", encoding="utf-8") as dst:
+        for line in src:
+            if json.loads(line)["meta"]["session_id"] not in sessions:
+                dst.write(line)
+                kept += 1
+    if not kept:
+        raise SystemExit(
+            "the twin adapter has no training example: every teacher conversation is in the calibration split "
+            "(raise --train-limit, or --calibrate carve)"
+        )
+    return out
 
 
 def calibrate(args: argparse.Namespace, paths: Any, sessions: list[str], adapter: str | None, work: Path) -> Any:
@@ -349,12 +368,15 @@ def unthresholded(traces: list[Any]) -> dict[str, float]:
 
 
 def evaluate_both(
-    args: argparse.Namespace, paths: Any, split: Split, adapter: str, work: Path, calibration: Any
+    args: argparse.Namespace, paths: Any, split: Split, adapters: dict[str, str], work: Path, calibration: Any
 ) -> dict[str, Any]:
+    """Both models on the evaluation split, each with its threshold from the calibration split (`calibration`:
+    (paths, sessions) or None); `adapters`: "tuned", and "twin" when the threshold is the twin adapter's."""
     convs = conversations(paths, args.task, split.eval, args.eval_limit)
     out = {}
-    for label, ad in (("base", None), ("tuned", adapter)):
-        th = calibrate(args, calibration[0], calibration[1], ad, work) if calibration else None
+    for label, ad in (("base", None), ("tuned", adapters["tuned"])):
+        calibrated = adapters.get("twin", ad) if ad else None
+        th = calibrate(args, calibration[0], calibration[1], calibrated, work) if calibration else None
         report, traces, cpu = run(
             agent_config(
                 args,
@@ -415,6 +437,8 @@ def table(result: dict[str, Any]) -> str:
             )
             lines.append(f"{title:20} {cells[0]:>10} {cells[1]:>10}")
     lines.append(f"{'training minutes':20} {'':>10} {result['train']['train_seconds'] / 60:>10.1f}")
+    if "twin_train_seconds" in result["train"]:
+        lines.append(f"{'  twin adapter':20} {'':>10} {result['train']['twin_train_seconds'] / 60:>10.1f}")
     return "\n".join(lines)
 
 
@@ -463,13 +487,16 @@ def parser() -> argparse.ArgumentParser:
         "hash), training on the rest: for choosing options without looking at the evaluation split",
     )
     p.add_argument(
-        "--no-calibrate",
-        dest="calibrate",
-        action="store_false",
-        help="no calibrated abstention: answers keep the confidence the model writes and the default threshold "
-        "(by default each model's answer confidence is its tokens' mean probability, and its threshold is chosen "
-        "on a calibration split carved from the training conversations, which the training does not see)",
+        "--calibrate",
+        choices=["twin", "carve", "off"],
+        default="twin",
+        help="the abstention threshold (each answer's confidence is then its tokens' mean probability), chosen on "
+        "a calibration split carved from the training conversations: 'twin' (default) trains the evaluated "
+        "adapter on every training conversation and a twin adapter without the calibration split, whose "
+        "threshold the evaluated one uses; 'carve' trains one adapter without the calibration split; 'off': "
+        "answers keep the confidence the model writes and the default threshold",
     )
+    p.add_argument("--no-calibrate", dest="calibrate", action="store_const", const="off", help="--calibrate off")
     p.add_argument("--budget", type=float, default=60.0, help="seconds per turn (a CPU model needs more than 10)")
     p.add_argument("--answer-reserve", type=float, default=20.0)
     p.add_argument("--max-steps", type=int, default=4, help="tool calls per turn")
@@ -485,6 +512,25 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--work", type=Path, help="where traces, the export and the adapter go (default: a temp folder)")
     p.add_argument("--json", type=Path, help="write {base, tuned, train} figures to this file")
     return p
+
+
+def splits(args: argparse.Namespace, paths: Any, eval_paths: Any) -> tuple[Split, Any, Any]:
+    """(training/evaluation split, the evaluation data, (paths, calibration sessions) or None). The validation
+    split (`--validate`) and the calibration split are carved from the training side, each by its own hash."""
+    split = make_split(
+        session_entities(paths, args.task), session_entities(eval_paths, args.task) if args.eval_data else None
+    )
+    entities = session_entities(paths, args.task)
+    if args.validate:  # the evaluation split is set aside unread; the training conversations split again
+        inner = make_split({s: entities[s] for s in split.train}, None, salt="validation")
+        split = Split(train=inner.train, eval=inner.eval, by=f"{inner.by}, validation split of the training side")
+        eval_paths = paths
+    if args.calibrate == "off":
+        return split, eval_paths, None
+    cal = make_split({s: entities[s] for s in split.train}, None, salt="calibration")
+    if args.calibrate == "carve":  # the evaluated adapter does not train on the calibration split
+        split = Split(train=cal.train, eval=split.eval, by=split.by)
+    return split, eval_paths, (paths, cal.eval)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -503,33 +549,28 @@ def main(argv: list[str] | None = None) -> int:
         args.max_tokens = longest_decision(args.tools.split(","), args.task)
     if args.self_check == "auto":
         args.self_check = "on" if args.check_examples else "off"
-    if args.calibrate and args.self_check == "on":  # the threshold is on the draft; a verdict has its own
+    if args.calibrate != "off" and args.self_check == "on":  # the threshold is on the draft; a verdict has its own
         raise SystemExit("the model's self-check and the calibrated threshold exclude each other: add --no-calibrate")
-    split = make_split(
-        session_entities(paths, args.task), session_entities(eval_paths, args.task) if args.eval_data else None
-    )
-    entities = session_entities(paths, args.task)
-    if args.validate:  # the evaluation split is set aside unread; the training conversations split again
-        inner = make_split({s: entities[s] for s in split.train}, None, salt="validation")
-        split = Split(train=inner.train, eval=inner.eval, by=f"{inner.by}, validation split of the training side")
-        eval_paths = paths
-    calibration = None
-    if args.calibrate:  # carved from the training side the same way; the student does not train on it
-        cal = make_split({s: entities[s] for s in split.train}, None, salt="calibration")
-        split = Split(train=cal.train, eval=split.eval, by=split.by)
-        calibration = (paths, cal.eval)
+    split, eval_paths, calibration = splits(args, paths, eval_paths)
+    n_cal = len(calibration[1]) if calibration else 0
+    cal_note = {"twin": f" (of which {n_cal} calibrate the twin adapter)", "carve": f", {n_cal} calibration"}
     print(
-        f"split by {split.by}: {len(split.train)} training, "
-        + (f"{len(calibration[1])} calibration " if calibration else "")
-        + f"and {len(split.eval)} evaluation conversations (task {args.task}); work folder {work}",
+        f"split by {split.by}: {len(split.train)} training{cal_note.get(args.calibrate, '')} and "
+        f"{len(split.eval)} evaluation conversations (task {args.task}); work folder {work}",
         file=sys.stderr,
         flush=True,
     )
     data, counts = teach(args, paths, split, work)
     print(f"  teacher: {counts}", file=sys.stderr, flush=True)
-    card = train(args, data, work)
-    result = evaluate_both(args, eval_paths, split, str(work / "adapter"), work, calibration)
-    result["train"] = {"train_seconds": card["seconds"]}
+    card = train(args, data, work / "adapter")
+    adapters = {"tuned": str(work / "adapter")}
+    result_train = {"train_seconds": card["seconds"]}
+    if calibration and args.calibrate == "twin":
+        twin = train(args, without_sessions(data, set(calibration[1]), work / "sft-twin.jsonl"), work / "twin")
+        adapters["twin"] = str(work / "twin")
+        result_train["twin_train_seconds"] = twin["seconds"]
+    result = evaluate_both(args, eval_paths, split, adapters, work, calibration)
+    result["train"] = result_train
     print(
         f"distill: teacher {args.teacher} on {args.data} ({counts['turns']} turns, {counts['examples']} examples), "
         f"student {args.model or 'gemma3-270m (transformers, in-process, text-only, grammar-constrained)'}, "
@@ -537,7 +578,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.eval_data or args.data} (split by {split.by}), self-check {args.self_check}, "
         f"counterfactual {args.counterfactual:g}, "
         + (
-            "abstention: each model's threshold on its answers' token probability, chosen on its calibration run, "
+            "abstention: each model's threshold on its answers' token probability, chosen on its calibration run"
+            + (
+                " (the tuned model's: its twin's, trained without the calibration split), "
+                if "twin" in adapters
+                else ", "
+            )
             if calibration
             else ""
         )

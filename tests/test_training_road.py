@@ -181,7 +181,7 @@ def test_distill_runs_the_whole_road(tiny_gemma, tmp_path, capsys):
     )
     assert rc == 0
     result = json.loads(out.read_text())
-    assert set(result) == {"base", "tuned", "train"} and set(result["train"]) == {"train_seconds"}
+    assert set(result) == {"base", "tuned", "train"} and set(result["train"]) == {"train_seconds", "twin_train_seconds"}
     assert all(set(result[k]) == {*METRICS, "calibration", "without_threshold"} for k in ("base", "tuned"))
     assert all(0.0 <= result[k]["calibration"]["abstain_below"] <= 1.0 for k in ("base", "tuned"))
     assert result["base"]["decisions"] >= 1 and result["tuned"]["decisions"] >= 1
@@ -189,6 +189,8 @@ def test_distill_runs_the_whole_road(tiny_gemma, tmp_path, capsys):
     assert "truthfulness" in printed and "training minutes" in printed and "split by entity" in printed
     assert "abstain below" in printed and "every answer kept" in printed
     assert (tmp_path / "work" / "adapter" / "card.json").is_file()
+    assert (tmp_path / "work" / "twin" / "card.json").is_file()  # the twin: trained without the calibration split
+    assert "twin adapter" in printed
 
 
 @pytest.mark.parametrize("name", ["gemma", "chatml", "llama3"])
