@@ -162,3 +162,22 @@ def test_malformed_log_probabilities_from_a_server_are_none():
     assert token_logprobs({"content": [{"token": "a", "logprob": float("nan")}]}) is None
     assert [t.logprob for t in token_logprobs({"content": [{"token": "a", "logprob": -9999.0}]})] == [-9999.0]
     assert [t.logprob for t in token_logprobs({"content": [{"token": "a", "logprob": 3}]})] == [0.0]
+
+
+def test_an_answer_the_grammar_stopped_at_its_bound_is_i_dont_know_a_free_reply_is_not():
+    """A small model repeating a digit ("1000...") writes to the answer's bound, confidently by its tokens; a
+    structured reply whose answer fills the bound was cut there, not finished. An unconstrained reply may be long."""
+    from glasses_rag.policies.model.replies import ANSWER_CHARS
+
+    long = "1" + "0" * (ANSWER_CHARS - 1)
+    text = json.dumps({"action": "answer", "answer": long, "confidence": 1.0, "entity": "", "rationale": ""})
+    cut = _turn(ModelPolicy(_Backend(text, None)), abstain_below=0.0)
+    assert cut.answer == IDK and "bound" in next(s for s in cut.steps if s.node == "answer").rationale
+
+    class _Free(_Backend):
+        supports_structured = False
+
+        def complete(self, *a, **kw) -> ChatReply:
+            return ChatReply(text=self.text, finish_reason="stop", mode=None)
+
+    assert _turn(ModelPolicy(_Free(text, None)), abstain_below=0.0).answer == long

@@ -20,6 +20,7 @@ from glasses_rag.models.vlm import ModelConfig, make_backend, parse_spec
 from glasses_rag.models.vlm.base import ChatBackend, ChatReply, complete_and_report
 from glasses_rag.policies.model.prompts import PROMPTS_DIR, Format, Prompts, load_prompt  # noqa: F401 - re-exported
 from glasses_rag.policies.model.replies import (  # noqa: F401 - re-exported for callers and tests
+    ANSWER_CHARS,
     ANSWER_SCHEMA,
     FINAL_ANSWER_TOOL,
     answer_from_text,
@@ -194,7 +195,16 @@ class ModelPolicy:
 
     def scored(self, draft: AnswerDraft, reply: ChatReply) -> AnswerDraft:
         """`draft` with the confidence `answer_confidence` asks for: with 'tokens', the mean probability of the
-        answer's tokens in `reply` (an abstention keeps its 0)."""
+        answer's tokens in `reply` (an abstention keeps its 0). An answer that a grammar stopped at its length
+        bound is "I don't know": a small model repeating a token ("1000...") runs to the bound, and such a
+        repetition is confident by its tokens' probabilities while being no answer."""
+        if draft.answer != IDK and reply.mode == "structured" and len(draft.answer) >= ANSWER_CHARS:
+            return AnswerDraft(
+                answer=IDK,
+                confidence=0.0,
+                entity=draft.entity,
+                rationale=f"the answer ran to its {ANSWER_CHARS}-character bound, cut there: {draft.answer[:40]}...",
+            )
         if self.answer_confidence != "tokens" or draft.answer == IDK:
             return draft
         conf = answer_token_confidence(reply.logprobs)
