@@ -156,3 +156,52 @@ def test_pieces_are_written_again_into_a_run_folder_deleted_since(tmp_path):
     shutil.rmtree(tmp_path / "requests")
     assert write_pieces(tmp_path, pieces) == 1
     assert read_piece(tmp_path, piece_hash(value)) == value
+
+
+def test_only_the_trace_is_synced_and_its_pieces_are_written_before_it(model_run, tmp_path, monkeypatch):
+    """Pieces are not fsynced (a crash may tear one: the next test); the trace that names them is, after them."""
+    import os
+
+    from glasses_rag.core.sent import stored_request
+    from traces.requests import read_piece
+    from traces.store import TraceStore
+
+    _, traces, _ = model_run
+    trace = traces[0].model_copy(deep=True)
+    rid, pieces = stored_request([{"role": "user", "content": "a question only this test asks"}])
+    trace.model_calls()[0].with_request(rid, pieces)
+    order: list[str] = []
+    real_replace, real_fsync = os.replace, os.fsync
+    monkeypatch.setattr(os, "replace", lambda a, b: (order.append(Path(b).name), real_replace(a, b))[1])
+    monkeypatch.setattr(
+        os, "fsync", lambda fd: (order.append("fsync " + os.readlink(f"/proc/self/fd/{fd}")), real_fsync(fd))[1]
+    )
+    path = TraceStore(tmp_path, "r").write(trace)
+    synced = [o for o in order if o.startswith("fsync ")]
+    assert len(synced) == 1 and Path(synced[0][6:]).name.startswith(f".{path.name}.")
+    assert order[-1] == path.name and sorted(order[:-2]) == sorted(f"{k}.json" for k in pieces)
+    assert read_piece(tmp_path / "r", rid) == pieces[rid]
+
+
+@pytest.mark.parametrize("damage", ["empty", "torn", "missing"])
+def test_a_piece_a_crash_tore_is_refused_and_written_again_by_a_resumed_run(tmp_path, monkeypatch, damage):
+    import traces.requests as requests
+    from glasses_rag.core.sent import piece_hash
+    from traces.requests import read_piece, write_pieces
+
+    value = {"kind": "x", "text": "a piece " * 40}
+    key = piece_hash(value)
+    assert write_pieces(tmp_path, {key: value}) == 1
+    path = tmp_path / "requests" / f"{key}.json"
+    text = path.read_text()
+    {
+        "empty": lambda: path.write_text(""),
+        "torn": lambda: path.write_text(text[: len(text) // 2]),
+        "missing": path.unlink,
+    }[damage]()
+    with pytest.raises(RequestNotStored):
+        read_piece(tmp_path, key)  # never what the file holds
+    monkeypatch.setattr(requests, "_STORED", type(requests._STORED)())  # a new process: nothing known
+    assert write_pieces(tmp_path, {key: value}) == 1
+    assert read_piece(tmp_path, key) == value
+    assert write_pieces(tmp_path, {key: value}) == 0

@@ -9,6 +9,12 @@ by `read_request`.
 Each distinct piece is one small JSON file written once (a turn's transcript grows by a few messages per request;
 the system text and the tool specs are shared by the whole run), so the folder grows with what is new, not with
 the number of requests times the prompt length.
+
+Durability: a piece is written atomically (temp file + rename) but not fsynced; the trace naming it is (a finished
+trace is never lost). After a machine crash a piece may therefore be empty, torn or missing: `read_piece` checks
+every piece against its hash and raises RequestNotStored for it (the viewer shows the request as not stored),
+never handing back what the file holds; a resumed run writes such a piece again when it stores it. Syncing the
+~4 new pieces of a turn cost more CPU than the rest of the turn's trace writing (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from glasses_rag.core.files import write_json_atomic
+from glasses_rag.core.files import write_atomic
 from glasses_rag.core.sent import piece_hash
 
 FOLDER = "requests"
@@ -51,20 +57,35 @@ def write_pieces(run_dir: Path, pieces: dict[str, Any]) -> int:
     new = 0
     for key in todo:
         path = folder / f"{key}.json"
-        if not path.exists():  # (a resumed run's pieces are on disk already)
+        if not _intact(path, key):  # a resumed run's pieces are on disk already, unless a crash tore them
             folder.mkdir(parents=True, exist_ok=True)
-            write_json_atomic(path, json.dumps(pieces[key], ensure_ascii=False, sort_keys=True))
+            # not synced: see the module docstring (the trace written after it is)
+            write_atomic(path, json.dumps(pieces[key], ensure_ascii=False, sort_keys=True), sync=False)
             new += 1
         with _STORED_LOCK:
             known.add(key)
     return new
 
 
+def _intact(path: Path, key: str) -> bool:
+    """The piece file exists and holds what its name says (looked at once per process and piece)."""
+    if not path.exists():
+        return False
+    try:
+        _load_checked(path, key)
+    except RequestNotStored:
+        return False
+    return True
+
+
 def read_piece(run_dir: Path, key: str) -> Any:
-    """One stored piece, checked against its hash (a damaged or foreign file is refused, never trusted)."""
+    """One stored piece, checked against its hash (a damaged, torn or foreign file is refused, never trusted)."""
     if not isinstance(key, str) or not _HASH.match(key):
         raise RequestNotStored(f"not a request piece id: {key!r}")
-    path = Path(run_dir) / FOLDER / f"{key}.json"
+    return _load_checked(Path(run_dir) / FOLDER / f"{key}.json", key)
+
+
+def _load_checked(path: Path, key: str) -> Any:
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:

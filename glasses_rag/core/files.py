@@ -1,6 +1,8 @@
 """Files written atomically (temp file + fsync + rename): a crash never leaves half a file, and a failed write
-(disk full) leaves the old file as it was. A new file gets the mode `open()` would give it (0666 less the umask:
-with umask 077 nobody else reads a trace); a replaced file keeps its mode."""
+(disk full) leaves the old file as it was. `sync=False` skips the fsync: a reader still never sees part of the
+file while the machine runs, but after a machine crash it may be empty or missing (for content-addressed files
+that are checked against their hash when read: traces/requests.py). A new file gets the mode `open()` would give
+it (0666 less the umask: with umask 077 nobody else reads a trace); a replaced file keeps its mode."""
 
 from __future__ import annotations
 
@@ -34,10 +36,10 @@ def process_umask() -> int:
     return _UMASK[0]
 
 
-def write_atomic(path: str | Path, data: str | bytes) -> Path:
-    """Write `data` to `path` atomically: a temp file in the same folder, fsync, `os.replace`. A reader sees the
-    old file or the new one, never a part; a failed write (disk full) leaves the old file as it was and no
-    temp file behind."""
+def write_atomic(path: str | Path, data: str | bytes, sync: bool = True) -> Path:
+    """Write `data` to `path` atomically: a temp file in the same folder, fsync (unless `sync` is False),
+    `os.replace`. A reader sees the old file or the new one, never a part; a failed write (disk full) leaves the
+    old file as it was and no temp file behind."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
@@ -50,8 +52,9 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
         os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
             f.write(raw)
-            f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
