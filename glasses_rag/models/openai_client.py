@@ -1,7 +1,7 @@
 """The one client for OpenAI-compatible HTTP servers (vLLM, llama.cpp server, SGLang, OpenAI): one retry policy.
 
 Used by the model backend (glasses_rag/models/vlm/openai_server.py), the LLM judges (glasses_rag.crag_mm.scoring,
-glasses_rag.superglasses.logs) and anything else that talks to such a server. Retries (exponential
+glasses_rag.superglasses.logs) and anything else that talks to such a server. Retries with tenacity (exponential
 backoff) on connection errors, timeouts, 429 and 5xx; any other 4xx is a `BackendError` at once, with the server's
 message.
 
@@ -54,6 +54,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
+from tenacity import AsyncRetrying, RetryError, retry_if_exception_type, stop_after_attempt
 
 from glasses_rag.core.calls import Cancelled, current_affinity, current_scope
 from glasses_rag.core.credentials import public_url
@@ -552,12 +553,11 @@ class OpenAIClient:
                     acc.add(chunk)
         return acc.completion()
 
-    def _wait(self, attempt: int) -> float:
-        """Before the try after failed try `attempt` (1, 2, ...): no wait when another replica is up; exponential
-        back-off otherwise."""
+    def _wait(self, state: Any) -> float:
+        """No wait when another replica is up; exponential back-off otherwise."""
         if len(self.replicas) > 1 and self._any_up():
             return 0.0
-        return min(30.0, self.retry_wait_s * 2 ** (attempt - 1))
+        return min(30.0, self.retry_wait_s * 2 ** (state.attempt_number - 1))
 
     async def _request(
         self,
@@ -570,15 +570,19 @@ class OpenAIClient:
         meta: dict[str, Any] | None = None,
     ) -> dict:
         attempts = self.max_retries + len(self.replicas)  # each extra replica is worth one more try
-        # a plain loop rather than tenacity's AsyncRetrying, whose set-up cost ~20 us of the loop's CPU per request;
-        # the same policy: only a _RetryableModelError is retried, with `_wait` between tries
-        for attempt in range(1, attempts + 1):
-            try:
-                return await self._send(method, path, payload, stream, acc, key, meta if meta is not None else {})
-            except _RetryableModelError as e:
-                if attempt == attempts:
-                    raise ServerUnreachable(f"{e} (gave up after {attempts} attempts)") from e
-            await asyncio.sleep(self._wait(attempt))
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(attempts),
+            wait=self._wait,
+            retry=retry_if_exception_type(_RetryableModelError),
+            reraise=False,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    return await self._send(method, path, payload, stream, acc, key, meta if meta is not None else {})
+        except RetryError as e:
+            last = e.last_attempt.exception()
+            raise ServerUnreachable(f"{last} (gave up after {attempts} attempts)") from last
         raise BackendError("unreachable")  # pragma: no cover
 
     def request(self, method: str, path: str, payload: dict | None = None) -> dict:

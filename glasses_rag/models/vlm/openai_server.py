@@ -59,7 +59,7 @@ class OpenAICompatibleBackend:
     itself, and requests with tools are not streamed afterwards. Every request carries explicit sampling values
     (`sampling`), so a server's generation_config.json
     fills none of them. Tool calls that a server left in the text are parsed (glasses_rag/models/vlm/tool_parsers.py).
-    Retries on connection errors, timeouts, 5xx and 429 are the client's. Cancelling the caller's
+    Retries (tenacity) on connection errors, timeouts, 5xx and 429 are the client's. Cancelling the caller's
     scope closes the connection (see glasses_rag/models/openai_client.py). `model=None` asks the server's /models for
     the first model it serves.
     """
