@@ -190,3 +190,25 @@ def test_a_deferred_image_is_made_once_across_threads():
         assert "expected RGB" in str(e)
     else:
         raise AssertionError("a deferred image whose maker gives other pixels must refuse them")
+
+
+def _blocks_from_scratch(text: str, size: int) -> list[str]:
+    import hashlib
+
+    out, h = [], b""
+    for start in range(0, len(text) - size + 1, size):
+        h = hashlib.blake2b(h + text[start : start + size].encode(), digest_size=6).digest()
+        out.append(h.hex())
+    return out
+
+
+def test_prompt_blocks_reusing_the_last_text_equal_those_hashed_from_scratch():
+    system = "You answer questions about a photo. " * 40
+    texts = [system + "turn one " * 30, system + "turn one " * 30 + "more é" * 20, system + "other", "", "x" * 63]
+    texts += [texts[1][:500] + "changed" + texts[1][507:], system[:64] + "é" * 100, texts[0]]
+    for size in (64, 7):
+        for text in texts + texts[::-1]:
+            got = vlm_base.prompt_blocks(text, size)
+            assert got == _blocks_from_scratch(text, size)
+            got.append("not theirs")  # the caller's list: the reused hashes are not changed by it
+    assert vlm_base.prompt_blocks(texts[0], 64) == _blocks_from_scratch(texts[0], 64)

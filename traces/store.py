@@ -96,7 +96,9 @@ class TraceStore:
         return self.dir / f"{name}__{turn_index:02d}.json"
 
     def write(self, trace: TurnTrace) -> Path:
-        """The trace, after the requests its model calls sent (requests/: a trace never names a missing one)."""
+        """The trace (fsynced), after the requests its model calls sent (appended to requests/pieces.jsonl first, so
+        a trace never names a piece not yet written; not synced: traces/requests.py says why a torn one is never
+        used)."""
         from traces.requests import write_pieces
 
         pieces: dict[str, Any] = {}

@@ -752,7 +752,8 @@ async def _read_body(resp: aiohttp.ClientResponse, url: str, cap: int) -> str:
 
 
 async def _sse_lines(resp: aiohttp.ClientResponse, url: str, cap: int) -> AsyncIterator[str]:
-    """The stream's lines, stripped, with at most `cap` bytes read in all (a line never completed included)."""
+    """The stream's non-blank lines, stripped, with at most `cap` bytes read in all (a line never completed
+    included). Blank lines (the separator after every event) are not yielded: a step of the generator each."""
     buf = bytearray()
     total = 0
     async for piece in resp.content.iter_any():
@@ -762,10 +763,12 @@ async def _sse_lines(resp: aiohttp.ClientResponse, url: str, cap: int) -> AsyncI
         buf += piece
         start = 0
         while (end := buf.find(b"\n", start)) != -1:
-            yield buf[start:end].decode("utf-8", "replace").strip()
+            line = buf[start:end].decode("utf-8", "replace").strip()
             start = end + 1
+            if line:
+                yield line
         del buf[:start]
-    if buf:
+    if buf.strip():
         yield buf.decode("utf-8", "replace").strip()
 
 

@@ -171,14 +171,51 @@ def _url_digest(url: str) -> str:
 def prompt_blocks(units: str | list[int], size: int) -> list[str]:
     """Chained hashes of the full blocks of a prompt (text or token ids): block i's hash covers blocks 0..i, so two
     prompts share exactly the leading blocks whose hashes agree (how vLLM keys its prefix cache)."""
-    out: list[str] = []
-    h = b""
-    for start in range(0, len(units) - size + 1, size):
+    if isinstance(units, str):
+        return _text_blocks(units, size)
+    return _chain(units, size, [])
+
+
+def _chain(units: str | list[int], size: int, out: list[str]) -> list[str]:
+    """`out` (the hashes of the leading blocks, already known) extended over the rest of `units`."""
+    h = bytes.fromhex(out[-1]) if out else b""
+    for start in range(len(out) * size, len(units) - size + 1, size):
         block = units[start : start + size]
         data = block.encode() if isinstance(block, str) else b",".join(str(x).encode() for x in block)
         h = hashlib.blake2b(h + data, digest_size=6).digest()
         out.append(h.hex())
     return out
+
+
+# The last prompt text hashed, with its block hashes: the next request (of this conversation or another) repeats
+# most of it (the system text, the transcript so far), and a block's hash depends only on the text up to its end.
+_LAST_TEXT: list[tuple[str, int, list[str]]] = []
+_LAST_TEXT_LOCK = threading.Lock()
+
+
+def _text_blocks(text: str, size: int) -> list[str]:
+    with _LAST_TEXT_LOCK:
+        last = _LAST_TEXT[0] if _LAST_TEXT else None
+    shared: list[str] = []
+    if last is not None and last[1] == size:
+        shared = last[2][: _shared_blocks(last[0], text, size, len(last[2]))]
+    out = _chain(text, size, shared)
+    with _LAST_TEXT_LOCK:
+        _LAST_TEXT[:] = [(text, size, out)]
+    return list(out)
+
+
+def _shared_blocks(a: str, b: str, size: int, most: int) -> int:
+    """How many leading blocks of `size` characters (at most `most`) `a` and `b` have in common (binary search:
+    a block matches only if all before it do)."""
+    lo, hi = 0, min(most, len(b) // size)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[: mid * size] == b[: mid * size]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _blocks(backend: Any, messages: list[dict], reply: ChatReply | None) -> tuple[list[str], str]:
