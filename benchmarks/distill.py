@@ -171,15 +171,22 @@ def agent_config(
     )
 
 
+def scoring() -> tuple[Any, Any]:
+    """The judge and truncator every run of the road is scored with (and its drafts re-scored with)."""
+    from glasses_rag.crag_mm.scoring import make_judge, make_truncator
+
+    return make_judge("rule"), make_truncator(None)
+
+
 def run(config: Any, convs: list[Any], task: int, out_dir: Path, run_id: str) -> tuple[Any, list[Any], float]:
     """Run and score `convs` as every run is scored; returns (EvalReport, traces, CPU seconds)."""
     from glasses_rag.crag_mm.evaluate import evaluate, record_from_trace
-    from glasses_rag.crag_mm.scoring import make_judge, make_truncator, score_trace
+    from glasses_rag.crag_mm.scoring import score_trace
     from glasses_rag.harness.runner import run_task
     from graph.build import build_agent
     from traces.store import TraceStore
 
-    judge, truncator = make_judge("rule"), make_truncator(None)
+    judge, truncator = scoring()
     agent = build_agent(config, run_id=run_id, task=task)
     traces: list[Any] = []
     c0 = time.process_time()
@@ -335,14 +342,13 @@ def without_sessions(data: Path, sessions: set[str], out: Path) -> Path:
 def calibrate(args: argparse.Namespace, paths: Any, sessions: list[str], adapter: str | None, work: Path) -> Any:
     """The model's threshold from its run on the calibration conversations (answer confidence from its tokens,
     no threshold, self-check off): glasses_rag.training.calibrate.Threshold."""
-    from glasses_rag.crag_mm.scoring import make_judge, make_truncator
     from glasses_rag.training.calibrate import choose_threshold, points_from_traces
 
     label = "tuned" if adapter else "base"
     config = agent_config(args, paths.root, model_config(args, adapter), "off", abstain_below=0.0)
     convs = conversations(paths, args.task, sessions, args.calibration_limit)
     _, traces, _ = run(config, convs, args.task, work, f"calibrate-{label}")
-    th = choose_threshold(points_from_traces(traces, make_judge("rule"), make_truncator(None)))
+    th = choose_threshold(points_from_traces(traces, *scoring()))
     print(
         f"  {label}: abstain below {th.abstain_below:.4f} (keeps {th.kept} of {th.answered} answers on "
         f"{th.turns} calibration turns: truthfulness {th.truthfulness:+.3f}, {th.truthfulness_without:+.3f} "
@@ -356,10 +362,9 @@ def calibrate(args: argparse.Namespace, paths: Any, sessions: list[str], adapter
 def unthresholded(traces: list[Any]) -> dict[str, float]:
     """Truthfulness and hallucination of the same turns had every answer been kept (what the threshold changed;
     each answer scored by the rule judge, as the run was; single-turn figures, no multi-turn early stop)."""
-    from glasses_rag.crag_mm.scoring import make_judge, make_truncator
     from glasses_rag.training.calibrate import points_from_traces
 
-    points = points_from_traces(traces, make_judge("rule"), make_truncator(None))
+    points = points_from_traces(traces, *scoring())
     n = max(1, len(points))
     return {
         "truthfulness": sum(p.answered for p in points) / n,
