@@ -319,6 +319,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send(self, code: int, body: Any) -> None:
         raw = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+        self._mark_end()
         try:
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
@@ -362,9 +363,17 @@ class _Handler(BaseHTTPRequestHandler):
                 self.fake.requests.append(body)
                 self.fake.headers.append(dict(self.headers))
                 self.fake.timeline.append(entry)
+        self._entry = entry
         try:
             self._answer(body, entry)
         finally:
+            self._mark_end()
+
+    def _mark_end(self) -> None:
+        """The request's end is when its last bytes are ready, stamped before they are written: a fast client
+        may send its next request before this thread runs again, and that one must not seem to overlap."""
+        entry = getattr(self, "_entry", None)
+        if entry is not None and entry["end"] is None:
             entry["end"] = time.monotonic()
 
     def _answer(self, body: dict, entry: dict) -> None:
@@ -464,6 +473,8 @@ class _Handler(BaseHTTPRequestHandler):
             left = start + (i + 1) * step - time.monotonic()
             if not (self._wait(left) if left > 0 else not self.client_gone()):
                 return False
+            if i == len(events) - 1:
+                self._mark_end()
             if not self._chunk(event):
                 return False
         return self._chunk(b"data: [DONE]\n\n") and self._chunk(b"")
