@@ -411,8 +411,9 @@ def decoding_lines(d: dict[str, int] | None) -> list[str]:
         return []
     return [
         f"   in-process decoding: {d['tokens']} token(s) in {d['forwards']} forward pass(es) "
-        f"({d['forwards'] / d['tokens']:.2f} per token, the prompts' included); jump-forward drafted "
-        f"{d['drafted']} token(s), {d['accepted']} confirmed by the model's own choice"
+        f"({d['forwards'] / d['tokens']:.2f} per token, the prompts' included); drafted {d['drafted']} token(s), "
+        f"{d['accepted']} confirmed by the model's own choice (of them from prompt lookup: "
+        f"{d.get('looked_up', 0)} drafted, {d.get('looked_up_accepted', 0)} confirmed)"
     ]
 
 
@@ -481,6 +482,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-jump-forward",
         action="store_true",
         help="for --transformers: one forward pass per token (the replies are the same; for comparison)",
+    )
+    p.add_argument(
+        "--prompt-lookup",
+        type=int,
+        default=None,
+        help="for --transformers: the longest draft copied from the prompt in free text (0: off; the replies are "
+        "the same)",
     )
     p.add_argument(
         "--threads",
@@ -563,6 +571,7 @@ def main(argv: list[str] | None = None) -> int:
             prefix_cache_mb=args.prefix_cache_mb,
             n_threads=args.threads,
             jump_forward=False if args.no_jump_forward else None,
+            prompt_lookup=args.prompt_lookup,
             **options,
         )
         setups.append(("transformers", f"local transformers model {args.transformers} on {args.device}", cfg))

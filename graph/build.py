@@ -139,11 +139,13 @@ def build_agent(
 
 
 def warm_up(agent: Agent, task: int | None) -> None:
-    """Models loaded and, for a policy that can, its first decision's grammar compiled: start-up work that must not
-    come out of the first turn's budget."""
+    """Models loaded and, for a policy that can, its first decision's grammar compiled (for every task when `task`
+    is None): start-up work that must not come out of the first turn's budget."""
     agent.resources.warm_up()
     warm = getattr(agent.policy, "warm_up", None)
     if callable(warm):
         used = agent.config.tools
-        offered = agent.registry.for_task(task, used.allowed, used.profile) if task is not None else []
-        warm(tools=[tool_spec(t) for t in offered] or None)  # no task given: the turns' tools are not known yet
+        # no task given (a run over several tasks): every task's first decision, each task's tools differ
+        tasks = [task] if task is not None else sorted({k for t in agent.registry for k in t.tasks})
+        offered = [agent.registry.for_task(k, used.allowed, used.profile) for k in tasks]
+        warm(tool_sets=[[tool_spec(t) for t in tools] for tools in offered if tools])

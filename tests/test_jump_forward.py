@@ -152,6 +152,8 @@ def test_jump_forward_writes_the_tokens_of_plain_constrained_decoding(backends, 
     assert fast.forwards < 0.8 * slow.forwards
     # drafts were confirmed and drafts were refused (the model split a forced string its own way): both paths ran
     assert 0 < fast.accepted < fast.drafted
+    # prompt lookup drafted in free text, and was both confirmed and refused
+    assert 0 < fast.looked_up_accepted < fast.looked_up
     if prefix_cache_mb:
         assert jumping.prefix_cache.hits > 0
 
@@ -164,6 +166,7 @@ def test_the_decoder_matches_generate_token_for_token_with_the_draft_refused_eve
     decoder = backend._decoder_for(ANSWER_SCHEMA["schema"], 0.0, {"input_ids": None})
     wrong = backend.tokenizer.convert_tokens_to_ids("<start_of_turn>")
     decoder._draft = lambda text: [wrong] * 3
+    decoder.lookup = 0  # no prompt-lookup drafts either: every draft is the wrong one
     msgs = _messages(QUESTIONS[0], 1)
     schema = _short(ANSWER_SCHEMA["schema"])
     plain = _plain(backend, msgs, schema, 64)
@@ -215,3 +218,26 @@ def test_int8_quantizes_every_linear_layer_and_still_writes_what_the_grammar_all
     assert backend._decoder is not None and backend._decoder.head is None
     with pytest.raises(ValueError, match="CPU only"):
         TransformersVLMBackend(tiny_gemma, dtype="int8", device="meta")
+
+
+def test_prompt_lookup_drafts_what_followed_the_last_tokens_and_never_a_stop_token():
+    """In free text (no forced continuation) the draft is what followed the latest earlier occurrence of the
+    last 3 (else 2) tokens, cut before a stop token (decoding ends there) and to the tokens left."""
+    from types import SimpleNamespace
+
+    from glasses_rag.models.vlm.decoding import GreedyGrammarDecoder, NgramDrafter
+
+    decoder = SimpleNamespace(stop_ids={99}, _draft=lambda text: [7])
+    free = SimpleNamespace(find_jump_forward_string=lambda: "")
+    forced = SimpleNamespace(find_jump_forward_string=lambda: '"}')
+    draft_after = GreedyGrammarDecoder._draft_after
+
+    prompt = [1, 2, 3, 4, 5, 99, 6, 2, 3, 8, 9]
+    lookup = NgramDrafter(prompt, length=8)
+    assert draft_after(decoder, free, lookup, [1, 2, 3], 20) == ([4, 5], True)  # 3-gram match, cut at 99
+    # no earlier [0, 2, 3]; the latest [2, 3] is the reply's own, followed by what the reply wrote after it
+    assert draft_after(decoder, free, lookup, [1, 2, 3, 4, 0, 2, 3], 20) == ([4, 0, 2, 3], True)
+    assert draft_after(decoder, free, NgramDrafter(prompt, 8), [7, 2, 3], 5) == ([8, 9], True)  # the latest 2-gram
+    assert draft_after(decoder, free, NgramDrafter(prompt, 8), [0, 0], 20) == ([], True)  # nothing to copy
+    assert draft_after(decoder, forced, NgramDrafter(prompt, 8), [1, 2, 3], 20) == ([7], False)  # the grammar's
+    assert draft_after(decoder, free, None, [1, 2, 3], 20) == ([], False)  # lookup off

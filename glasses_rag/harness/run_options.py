@@ -204,6 +204,7 @@ _MODEL = [
         help="transformers: one forward pass per token even where the grammar forces the text (for comparison: "
         "the replies are the same).",
     ),
+    Option("--prompt-lookup", "model.prompt_lookup", MODEL),
     Option("--response-format", "model.response_format", MODEL),
     Option(
         "--no-stream",

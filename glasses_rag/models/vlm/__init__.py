@@ -95,6 +95,14 @@ class ModelConfig(BaseModel):
         "them, each confirmed against the model's own greedy choice: the same reply, fewer "
         "passes (models/vlm/decoding.py).",
     )
+    prompt_lookup: int = Field(
+        8,
+        ge=0,
+        description="transformers: in free text (a rationale, a query, an answer), draft up to this "
+        "many tokens from where the last ones occurred earlier in the prompt or the reply, each "
+        "confirmed against the model's own greedy choice as jump-forward's are: the same reply, "
+        "fewer passes when the model copies (0: off; needs jump_forward).",
+    )
     timeout_s: float = Field(120.0, gt=0, description="openai: seconds per request attempt.")
     max_retries: int = Field(3, ge=0)
     pool_size: int | None = Field(
@@ -356,6 +364,7 @@ def make_backend(cfg: ModelConfig, **opts: Any) -> ChatBackend:
             adapter=cfg.adapter,
             prefix_cache_mb=cfg.prefix_cache_mb,
             jump_forward=cfg.jump_forward,
+            prompt_lookup=cfg.prompt_lookup,
             **opts,
         )
     if cfg.adapter:

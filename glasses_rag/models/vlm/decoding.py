@@ -21,6 +21,12 @@ The output layer (Gemma 3: 262,144 x 640, a third of a decode step on a CPU) is 
 grammar allows where they are few (a key, an enum value, the digits of a number: everywhere but free text), as
 `F.linear` on those rows: the same scores for those tokens, the others masked out anyway, so the same argmax.
 
+Free text (a rationale, a search query, an answer) has no forced continuation, but a model often copies it from
+the prompt (the question, a tool's result) or from what it wrote before. There the draft is the tokens that
+followed the latest earlier occurrence of the last few tokens written (prompt lookup decoding, `NgramDrafter`),
+verified the same way: a draft the model would not write costs one wider forward pass (about the price of a
+one-token pass in bfloat16 on a CPU), never a different token.
+
 Each written token's log-probability under the distribution greedy decoding chose it from (the masked one) is
 kept (`Decoded.logprobs`): the model policy reads an answer's confidence from them.
 """
@@ -34,13 +40,59 @@ from typing import Any
 
 @dataclass
 class DecodeStats:
-    """What one decoding did: forward passes (the prompt's included), tokens written, tokens drafted by jump-forward
-    and how many of them the model's own choice confirmed."""
+    """What one decoding did: forward passes (the prompt's included), tokens written, tokens drafted (by
+    jump-forward and by prompt lookup) and how many of them the model's own choice confirmed; `looked_up` and
+    `looked_up_accepted` are prompt lookup's share."""
 
     forwards: int = 0
     tokens: int = 0
     drafted: int = 0
     accepted: int = 0
+    looked_up: int = 0
+    looked_up_accepted: int = 0
+
+    FIELDS = ("forwards", "tokens", "drafted", "accepted", "looked_up", "looked_up_accepted")
+
+
+class NgramDrafter:
+    """Prompt lookup: the tokens that followed the latest earlier occurrence of the sequence's last `sizes[0]`
+    tokens (else of its last `sizes[1]`, ...), at most `length` of them.
+
+    Example:
+        >>> d = NgramDrafter([5, 6, 7, 8, 9], length=2)
+        >>> d.follow([1, 5, 6])
+        >>> d.draft()
+        [7, 8]
+    """
+
+    def __init__(self, context: list[int], length: int = 8, sizes: tuple[int, ...] = (3, 2)):
+        self.length = length
+        self.sizes = sizes
+        self.seq: list[int] = []
+        # for each n-gram size: n-gram -> the position of the token that followed its latest occurrence
+        self._next: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in sizes}
+        self.extend(context)
+        self.reply_start = len(context)
+
+    def follow(self, reply: list[int]) -> None:
+        """Catch up with the reply written after the context so far (it only grows)."""
+        self.extend(reply[len(self.seq) - self.reply_start :])
+
+    def extend(self, tokens: list[int]) -> None:
+        for tok in tokens:
+            p = len(self.seq)
+            for n, index in self._next.items():
+                if p >= n:
+                    index[tuple(self.seq[p - n : p])] = p
+            self.seq.append(tok)
+
+    def draft(self) -> list[int]:
+        for n in self.sizes:
+            if len(self.seq) >= n:
+                p = self._next[n].get(tuple(self.seq[-n:]))
+                if p is not None:
+                    return self.seq[p : p + self.length]
+        return []
 
 
 @dataclass
@@ -96,12 +148,19 @@ class GreedyGrammarDecoder:
     generate()'s would; masking and argmax are generate()'s with xgrammar's logits processor."""
 
     def __init__(
-        self, model: Any, tokenizer: Any, vocab_size: int, stop_ids: list[int], totals: DecodeStats | None = None
+        self,
+        model: Any,
+        tokenizer: Any,
+        vocab_size: int,
+        stop_ids: list[int],
+        totals: DecodeStats | None = None,
+        lookup: int = 8,
     ):
         import torch
         import xgrammar as xgr
 
         self.totals = totals if totals is not None else DecodeStats()  # summed over every decoding
+        self.lookup = lookup  # the longest prompt-lookup draft (0: none)
 
         self.model = model
         self.tokenizer = tokenizer
@@ -194,7 +253,7 @@ class GreedyGrammarDecoder:
         cache = cache if cache is not None else prefix_cache.empty()
         done = self.decode(compiled_grammar, prompt, cache, n_cached, max_new, jump_forward, out, cancelled)
         prefix_cache.store((prompt + done.tokens)[: done.kv_tokens], cache)
-        for name in ("forwards", "tokens", "drafted", "accepted"):
+        for name in DecodeStats.FIELDS:
             setattr(self.totals, name, getattr(self.totals, name) + getattr(done.stats, name))
         return done, n_cached
 
@@ -220,12 +279,15 @@ class GreedyGrammarDecoder:
         row = self._forward(cache, prompt[n_cached:], n_cached, 1)[0]
         stats.forwards += 1
         kv = len(prompt)
+        lookup = NgramDrafter(prompt, self.lookup) if jump_forward and self.lookup > 0 else None
+        pending: tuple[int | None, float] | None = None  # a choice already made from `row` (at a refused draft)
         finish = "length"
         while len(tokens) < max_new:
             if cancelled():
                 finish = "cancelled"
                 break
-            tok, lp = self._choose(matcher, row)
+            tok, lp = pending if pending is not None else self._choose(matcher, row)
+            pending = None
             if tok is None:
                 finish = "stop"
                 break
@@ -238,18 +300,17 @@ class GreedyGrammarDecoder:
                 break
             if len(tokens) >= max_new:
                 break
-            draft: list[int] = []
-            if jump_forward:
-                forced = matcher.find_jump_forward_string()
-                if forced:
-                    draft = self._draft(forced)[: max_new - len(tokens)]
+            draft, looked_up = self._draft_after(matcher, lookup, tokens, max_new) if jump_forward else ([], False)
             feed = [tok] + draft
             many = self._forward(cache, feed, kv, len(feed))
             stats.forwards += 1
             kv += len(feed)
+            i, pending = self._confirm(matcher, draft, many, tokens, logprobs)
             stats.drafted += len(draft)
-            i = self._confirm(matcher, draft, many, tokens, logprobs)
             stats.accepted += i
+            if looked_up:
+                stats.looked_up += len(draft)
+                stats.looked_up_accepted += i
             if i < len(draft):
                 kv -= len(draft) - i
                 cache.crop(kv)  # the unconfirmed draft tokens leave the cache
@@ -257,19 +318,38 @@ class GreedyGrammarDecoder:
         stats.tokens = len(tokens)
         return Decoded(tokens=tokens, finish=finish, kv_tokens=kv, stats=stats, logprobs=logprobs)
 
-    def _confirm(self, matcher: Any, draft: list[int], rows: Any, tokens: list[int], logprobs: list[float]) -> int:
+    def _draft_after(
+        self, matcher: Any, lookup: NgramDrafter | None, tokens: list[int], max_new: int
+    ) -> tuple[list[int], bool]:
+        """The draft to verify after `tokens`: the grammar's forced continuation, else (free text) prompt lookup's;
+        and whether it came from prompt lookup. Never a stop token: decoding ends at one."""
+        room = max_new - len(tokens)
+        forced = matcher.find_jump_forward_string()
+        if forced:
+            return self._draft(forced)[:room], False
+        if lookup is None:
+            return [], False
+        lookup.follow(tokens)
+        draft = lookup.draft()[:room]
+        cut = next((j for j, t in enumerate(draft) if t in self.stop_ids), len(draft))
+        return draft[:cut], True
+
+    def _confirm(
+        self, matcher: Any, draft: list[int], rows: Any, tokens: list[int], logprobs: list[float]
+    ) -> tuple[int, tuple[int | None, float] | None]:
         """How many of `draft`'s tokens stand: each where plain decoding would have chosen the same token from its
-        position's row; those are written (to `tokens`, `logprobs` and the matcher)."""
+        position's row; those are written (to `tokens`, `logprobs` and the matcher). Also the choice made at the
+        first refused position (plain decoding's next token there), so it is not computed twice."""
         i = 0
         while i < len(draft):
-            tok, lp = self._choose(matcher, rows[i])
-            if tok != draft[i]:
-                break
-            tokens.append(tok)
-            logprobs.append(lp)
-            matcher.accept_token(tok)
+            choice = self._choose(matcher, rows[i])
+            if choice[0] != draft[i]:
+                return i, choice
+            tokens.append(draft[i])
+            logprobs.append(choice[1])
+            matcher.accept_token(draft[i])
             i += 1
-        return i
+        return i, None
 
 
-__all__ = ["DecodeStats", "Decoded", "GreedyGrammarDecoder", "OutputLayer"]
+__all__ = ["DecodeStats", "Decoded", "GreedyGrammarDecoder", "NgramDrafter", "OutputLayer"]

@@ -38,6 +38,7 @@ from typing import Any
 
 from glasses_rag.core.calls import current_scope
 from glasses_rag.core.types import DecisionMode
+from glasses_rag.models.threads import cache_dir as derived_files_dir
 from glasses_rag.models.vlm.base import (
     BackendError,
     ChatReply,
@@ -51,6 +52,7 @@ from glasses_rag.models.vlm.base import (
 )
 from glasses_rag.models.vlm.decoding import Decoded, DecodeStats, GreedyGrammarDecoder
 from glasses_rag.models.vlm.grammar import SchemaGrammars, stop_token_ids, xgrammar_available
+from glasses_rag.models.vlm.grammar_store import GrammarStore
 from glasses_rag.models.vlm.prefix_cache import PrefixCache
 
 log = logging.getLogger(__name__)
@@ -258,6 +260,7 @@ class TransformersVLMBackend:
         adapter: str | Path | None = None,
         prefix_cache_mb: int = 256,
         jump_forward: bool = True,
+        prompt_lookup: int = 8,
     ):
         import torch
         from transformers import AutoConfig
@@ -282,6 +285,7 @@ class TransformersVLMBackend:
         self.name = f"transformers:{self.source.name}" + (f"+{self.adapter.name}" if self.adapter else "")
         self.prefix_cache = PrefixCache(prefix_cache_mb << 20)
         self.jump_forward = jump_forward
+        self.prompt_lookup = prompt_lookup  # the longest draft copied from the prompt in free text (0: none)
         self.decode_stats = DecodeStats()  # totals over this backend's constrained decodings (models/vlm/decoding.py)
         self._decoder: GreedyGrammarDecoder | None = None
         self._lock = threading.Lock()
@@ -350,7 +354,8 @@ class TransformersVLMBackend:
         weight = getattr(head, "weight", None)
         weight = weight() if callable(weight) else weight  # an int8 layer's weight is a method
         vocab = int(weight.shape[0]) if weight is not None else len(self.tokenizer)
-        return SchemaGrammars(self.tokenizer, vocab, stop_token_ids(self.tokenizer, self.model.generation_config))
+        stop = stop_token_ids(self.tokenizer, self.model.generation_config)
+        return SchemaGrammars(self.tokenizer, vocab, stop, store=GrammarStore(derived_files_dir("grammars")))
 
     def _hook_layers(self) -> None:
         """A pre-hook on every repeated block (decoder layers, vision blocks): a cancelled generation stops
@@ -498,7 +503,12 @@ class TransformersVLMBackend:
             return None
         if self._decoder is None:
             self._decoder = GreedyGrammarDecoder(
-                self.model, self.tokenizer, self.grammars.vocab_size, self.grammars.stop_ids, totals=self.decode_stats
+                self.model,
+                self.tokenizer,
+                self.grammars.vocab_size,
+                self.grammars.stop_ids,
+                totals=self.decode_stats,
+                lookup=self.prompt_lookup,
             )
         return self._decoder
 

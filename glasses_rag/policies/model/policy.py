@@ -13,6 +13,7 @@ reply, mode, prompt blocks).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -83,15 +84,20 @@ class ModelPolicy:
             profile=prompt_profile,
         )
 
-    def warm_up(self, tools: list[ToolSpec] | None = None) -> None:
+    def warm_up(self, tool_sets: Sequence[list[ToolSpec]] = ()) -> None:
         """Let an in-process backend initialise before the first turn (build_agent calls this), and compile the
-        grammars of the first decision over `tools` and of the answer (seconds each against a large vocabulary)."""
+        grammars of the first decision over each of `tool_sets` and of the answer (seconds each against a large
+        vocabulary).
+
+        Example:
+            >>> policy.warm_up(tool_sets=[[tool_spec(t) for t in registry.for_task(2)]])  # doctest: +SKIP
+        """
         warm = getattr(self.backend, "warm_up", None)
         if callable(warm):
             warm()
         prepare = getattr(self.backend, "prepare_schemas", None)
-        if tools and callable(prepare) and self.mode() == "structured":
-            prepare([decision_schema(tools), ANSWER_SCHEMA])
+        if tool_sets and callable(prepare) and self.mode() == "structured":
+            prepare([*(decision_schema(tools) for tools in tool_sets), ANSWER_SCHEMA])
 
     @property
     def sees_images(self) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import Counter, OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 from glasses_rag.policies.presets.context import ContextReport, TokenCounter, answer_view
@@ -148,8 +149,9 @@ class PipelinePolicy:
             return view, None
         return answer_view(view, spec, self.counter)
 
-    def warm_up(self, tools: list[ToolSpec] | None = None) -> None:
-        """Models loaded before the first turn (`tools`: what the agent offers; the pipeline's steps are fixed)."""
+    def warm_up(self, tool_sets: Sequence[list[ToolSpec]] = ()) -> None:
+        """Models loaded before the first turn (`tool_sets`: what the agent offers; the pipeline's steps are
+        fixed)."""
         for load in self.warm:
             load()
         warm = getattr(self.answerer, "warm_up", None)

@@ -1,0 +1,188 @@
+"""Compiled grammars kept on disk (glasses_rag/models/vlm/grammar_store.py): a later process reads the grammar an
+earlier one compiled, with the same token masks; a damaged, foreign or oversized file is never used."""
+
+from __future__ import annotations
+
+import json
+import zlib
+
+import pytest
+
+pytest.importorskip("xgrammar")
+torch = pytest.importorskip("torch")
+
+from glasses_rag.models.vlm import grammar_store  # noqa: E402
+from glasses_rag.models.vlm.grammar import SchemaGrammars  # noqa: E402
+from glasses_rag.models.vlm.grammar_store import SUFFIX, GrammarStore  # noqa: E402
+from glasses_rag.testing.tiny_models import byte_tokenizer  # noqa: E402
+
+SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["answer", "ok"],
+    "properties": {"answer": {"type": "string", "maxLength": 12}, "ok": {"type": "boolean"}},
+}
+OTHER = {"type": "object", "required": ["n"], "properties": {"n": {"type": "integer"}}}
+CHAT = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return byte_tokenizer(["<s>", "</s>"], "<s>", "</s>", CHAT)
+
+
+def _grammars(tokenizer, folder) -> SchemaGrammars:
+    return SchemaGrammars(tokenizer, len(tokenizer), [tokenizer.eos_token_id], store=GrammarStore(folder))
+
+
+def _masks(grammar, tokenizer, text: str) -> list[torch.Tensor]:
+    """The grammar's token bitmask before each token of `text`."""
+    import xgrammar as xgr
+
+    matcher = xgr.GrammarMatcher(grammar)
+    out = []
+    for tok in tokenizer.encode(text, add_special_tokens=False):
+        mask = xgr.allocate_token_bitmask(1, len(tokenizer))
+        matcher.fill_next_token_bitmask(mask)
+        out.append(mask.clone())
+        assert matcher.accept_token(tok)
+    return out
+
+
+def test_a_later_process_reads_the_grammar_with_the_same_masks(tokenizer, tmp_path):
+    first = _grammars(tokenizer, tmp_path)
+    compiled = first.compiled(SCHEMA)
+    assert (first.compiles, first.loaded) == (1, 0)
+    assert len(list(tmp_path.glob(f"*{SUFFIX}"))) == 1
+
+    later = _grammars(tokenizer, tmp_path)  # a new process: nothing in memory
+    loaded = later.compiled(json.loads(json.dumps(SCHEMA)))
+    assert (later.compiles, later.loaded) == (0, 1)
+    text = '{"answer": "Falcon 9", "ok": true}'
+    assert all(torch.equal(a, b) for a, b in zip(_masks(compiled, tokenizer, text), _masks(loaded, tokenizer, text)))
+
+    later.compiled(OTHER)  # another schema is another file
+    assert later.compiles == 1 and len(list(tmp_path.glob(f"*{SUFFIX}"))) == 2
+
+
+def test_the_key_changes_with_the_tokenizer_schema_and_options(tokenizer, tmp_path):
+    import xgrammar as xgr
+
+    store = GrammarStore(tmp_path)
+    info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=len(tokenizer), stop_token_ids=[2])
+    other = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=len(tokenizer), stop_token_ids=[1])
+    base = store.key(info, json.dumps(SCHEMA), "a")
+    assert base == store.key(info, json.dumps(SCHEMA), "a")
+    assert len({base, store.key(other, json.dumps(SCHEMA), "a"), store.key(info, json.dumps(OTHER), "a")}) == 3
+    assert store.key(info, json.dumps(SCHEMA), "b") != base
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda raw: raw[: len(raw) // 2],  # torn
+        lambda raw: b"not compressed",
+        lambda raw: zlib.compress(b'{"grammar": "edited"}'),
+        lambda raw: b"",
+    ],
+)
+def test_a_damaged_file_is_removed_and_the_schema_compiled_again(tokenizer, tmp_path, damage, caplog):
+    _grammars(tokenizer, tmp_path).compiled(SCHEMA)
+    (path,) = tmp_path.glob(f"*{SUFFIX}")
+    path.write_bytes(damage(path.read_bytes()))
+
+    later = _grammars(tokenizer, tmp_path)
+    grammar = later.compiled(SCHEMA)
+    assert (later.compiles, later.loaded) == (1, 0) and "damaged" in caplog.text
+    assert _masks(grammar, tokenizer, '{"answer": "x", "ok": false}')  # usable
+    third = _grammars(tokenizer, tmp_path)  # stored again, whole
+    third.compiled(SCHEMA)
+    assert (third.compiles, third.loaded) == (0, 1)
+
+
+def test_an_oversized_file_is_refused_before_it_is_inflated(tokenizer, tmp_path, monkeypatch, caplog):
+    _grammars(tokenizer, tmp_path).compiled(SCHEMA)
+    (path,) = tmp_path.glob(f"*{SUFFIX}")
+    monkeypatch.setattr(grammar_store, "MAX_BYTES", 1000)
+    path.write_bytes(zlib.compress(b" " * 10_000_000))  # 10 MB of spaces in ~10 KB
+    later = _grammars(tokenizer, tmp_path)
+    later.compiled(SCHEMA)
+    assert later.compiles == 1 and "at most 1000 bytes" in caplog.text
+
+
+def test_the_folder_keeps_the_most_recently_used_files(tokenizer, tmp_path):
+    g = SchemaGrammars(tokenizer, len(tokenizer), [tokenizer.eos_token_id], store=GrammarStore(tmp_path, 2))
+    for n in range(4):
+        g.compiled({"type": "object", "required": [f"k{n}"], "properties": {f"k{n}": {"type": "integer"}}})
+    assert len(list(tmp_path.glob(f"*{SUFFIX}"))) == 2
+
+
+def test_a_folder_that_cannot_be_written_costs_only_the_next_compile(tokenizer, tmp_path, caplog):
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where the folder should be")
+    g = _grammars(tokenizer, blocker / "grammars")
+    assert g.compiled(SCHEMA) is not None and g.compiles == 1
+    assert "not stored" in caplog.text
+
+
+def test_the_backend_reads_what_an_earlier_backend_compiled(tmp_path, monkeypatch):
+    """Two backends over the same model, as two processes: the second compiles nothing and writes the same reply."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from glasses_rag.models.vlm.transformers_local import TransformersVLMBackend
+
+    monkeypatch.setenv("GLASSES_CACHE_DIR", str(tmp_path / "cache"))
+    tok = byte_tokenizer(["<s>", "</s>"], "<s>", "</s>", CHAT)
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    LlamaForCausalLM(cfg).save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    msgs = [{"role": "user", "content": "Who makes this?"}]
+    schema = {"name": "reply", "schema": SCHEMA}
+    texts = []
+    for expected in ((1, 0), (0, 1)):
+        backend = TransformersVLMBackend(tmp_path / "m")
+        texts.append(backend.complete(msgs, response_schema=schema, max_tokens=60).text)
+        assert (backend.grammars.compiles, backend.grammars.loaded) == expected
+    assert texts[0] == texts[1]
+    assert list((tmp_path / "cache" / "grammars").glob(f"*{SUFFIX}"))
+
+
+def test_warm_up_without_a_task_prepares_the_first_decision_of_every_task():
+    """A run over several tasks (benchmarks.latency --task 1 2 3) builds its agent with no task: the warm-up then
+    prepares each task's first decision, so no turn pays a compile (~15 s against Gemma's vocabulary)."""
+    from glasses_rag.crag_mm.search import NullSearch
+    from glasses_rag.policies.protocol import ScriptedPolicy
+    from graph.build import build_agent, warm_up
+    from graph.config import AgentConfig
+    from tools import ToolContext, ToolOutput, ToolRegistry, tool
+
+    @tool(tasks={1, 2, 3})
+    def look(ctx: ToolContext) -> ToolOutput:
+        """Look."""
+        return ToolOutput(summary="seen")
+
+    @tool(tasks={2, 3})
+    def search_web(ctx: ToolContext, query: str) -> ToolOutput:
+        """Search the web."""
+        return ToolOutput(summary=query)
+
+    class Recording(ScriptedPolicy):
+        def warm_up(self, tool_sets=()):
+            self.sets = [[t.name for t in tools] for tools in tool_sets]
+
+    registry = ToolRegistry([look.__tool__, search_web.__tool__])
+    for task, expected in ((None, [["look"], ["look", "search_web"], ["look", "search_web"]]), (1, [["look"]])):
+        policy = Recording([])
+        agent = build_agent(AgentConfig(warm_up=False), search=NullSearch(), policy=policy, registry=registry)
+        warm_up(agent, task)
+        assert policy.sets == expected
