@@ -49,7 +49,7 @@ class GrammarStore:
         self.folder = Path(folder)
         self.max_files = max_files
         self.hits = 0
-        self._tokenizer_digest: dict[int, str] = {}
+        self._tokenizer_digest: dict[int, tuple[Any, str]] = {}
 
     def key(self, tokenizer_info: Any, schema_text: str, options: str) -> str:
         """The file name's hash for this schema compiled with `options` against this tokenizer."""
@@ -60,11 +60,13 @@ class GrammarStore:
         return h.hexdigest()
 
     def _tokenizer(self, tokenizer_info: Any) -> str:
-        digest = self._tokenizer_digest.get(id(tokenizer_info))
-        if digest is None:  # the whole vocabulary as xgrammar sees it (~0.3 s for 262k tokens, once per process)
-            text = tokenizer_info.serialize_json()
-            digest = hashlib.blake2b(text.encode("utf-8"), digest_size=20).hexdigest()
-            self._tokenizer_digest[id(tokenizer_info)] = digest
+        known = self._tokenizer_digest.get(id(tokenizer_info))
+        if known is not None and known[0] is tokenizer_info:
+            return known[1]
+        # the whole vocabulary as xgrammar sees it (~0.3 s for 262k tokens, once per tokenizer)
+        text = tokenizer_info.serialize_json()
+        digest = hashlib.blake2b(text.encode("utf-8"), digest_size=20).hexdigest()
+        self._tokenizer_digest[id(tokenizer_info)] = (tokenizer_info, digest)  # held: its id is not reused
         return digest
 
     def _path(self, key: str) -> Path:
