@@ -103,11 +103,11 @@ def test_a_damaged_file_is_removed_and_the_schema_compiled_again(tokenizer, tmp_
 def test_an_oversized_file_is_refused_before_it_is_inflated(tokenizer, tmp_path, monkeypatch, caplog):
     _grammars(tokenizer, tmp_path).compiled(SCHEMA)
     (path,) = tmp_path.glob(f"*{SUFFIX}")
-    monkeypatch.setattr(grammar_store, "MAX_BYTES", 1000)
+    monkeypatch.setattr(grammar_store, "MAX_BYTES", 100_000)
     path.write_bytes(zlib.compress(b" " * 10_000_000))  # 10 MB of spaces in ~10 KB
     later = _grammars(tokenizer, tmp_path)
     later.compiled(SCHEMA)
-    assert later.compiles == 1 and "at most 1000 bytes" in caplog.text
+    assert later.compiles == 1 and "at most 100000 bytes" in caplog.text
 
 
 def test_the_folder_keeps_the_most_recently_used_files(tokenizer, tmp_path):
@@ -186,3 +186,13 @@ def test_warm_up_without_a_task_prepares_the_first_decision_of_every_task():
         agent = build_agent(AgentConfig(warm_up=False), search=NullSearch(), policy=policy, registry=registry)
         warm_up(agent, task)
         assert policy.sets == expected
+
+
+def test_a_file_larger_than_the_bound_is_not_read(tokenizer, tmp_path, monkeypatch, caplog):
+    _grammars(tokenizer, tmp_path).compiled(SCHEMA)
+    (path,) = tmp_path.glob(f"*{SUFFIX}")
+    monkeypatch.setattr(grammar_store, "MAX_BYTES", path.stat().st_size - 1)
+    monkeypatch.setattr(type(path), "read_bytes", lambda self: pytest.fail("read a file over the bound"))
+    later = _grammars(tokenizer, tmp_path)
+    later.compiled(SCHEMA)
+    assert (later.compiles, later.loaded) == (1, 0) and "larger than" in caplog.text

@@ -1,7 +1,7 @@
 """Compiled grammars kept on disk between runs.
 
 xgrammar compiles a reply schema against the whole vocabulary: about 15 s per schema for Gemma's 262k tokens on
-one core here (the bounded strings of the decision schema make it long), paid again by every process. A compiled
+one core here, paid again by every process. A compiled
 grammar serializes (`CompiledGrammar.serialize_json`, 62 MB of JSON for the answer schema, 17 MB compressed) and
 loads back in under a second, with the same token masks. Files are keyed by a hash of the xgrammar version, the
 tokenizer (its full xgrammar view), the compile options and the schema's JSON text, so a changed tokenizer or
@@ -11,10 +11,11 @@ A file that cannot be read (torn, edited, from an incompatible build) is removed
 a file larger than `MAX_BYTES` once decompressed is refused before it is inflated. The folder keeps the
 `max_files` most recently used files.
 
-Example:
-    >>> store = GrammarStore(cache_dir("grammars"))          # doctest: +SKIP
-    >>> grammar = store.load(key, tokenizer_info)              # None on a miss  # doctest: +SKIP
-    >>> store.save(key, grammar)                               # doctest: +SKIP
+Example (SchemaGrammars does this for every schema it compiles):
+    >>> store = GrammarStore(cache_dir("grammars"))                        # doctest: +SKIP
+    >>> key = store.key(tokenizer_info, schema_json, "json_schema")        # doctest: +SKIP
+    >>> grammar = store.load(key, tokenizer_info)  # None: not stored yet  # doctest: +SKIP
+    >>> store.save(key, compiler.compile_json_schema(schema_json))         # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -42,13 +43,19 @@ def _xgrammar_version() -> str:
         return "unknown"
 
 
+def _remove(path: Path) -> None:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass  # not ours to remove (a read-only folder): it is only not used
+
+
 class GrammarStore:
     """A folder of compiled grammars, one compressed file per (tokenizer, schema, options) key."""
 
     def __init__(self, folder: str | Path, max_files: int = 16):
         self.folder = Path(folder)
         self.max_files = max_files
-        self.hits = 0
         self._tokenizer_digest: dict[int, tuple[Any, str]] = {}
 
     def key(self, tokenizer_info: Any, schema_text: str, options: str) -> str:
@@ -78,11 +85,14 @@ class GrammarStore:
 
         path = self._path(key)
         try:
+            if path.stat().st_size > MAX_BYTES:  # not read into memory at all
+                raise ValueError(f"larger than {MAX_BYTES} bytes")
             raw = path.read_bytes()
         except FileNotFoundError:
             return None
-        except OSError as e:
-            log.warning("compiled grammar %s not readable (%s): compiling again", path, e)
+        except (OSError, ValueError) as e:
+            log.warning("compiled grammar %s not readable (%s): removed, compiling again", path, e)
+            _remove(path)
             return None
         try:
             inflate = zlib.decompressobj()
@@ -92,10 +102,12 @@ class GrammarStore:
             grammar = xgr.CompiledGrammar.deserialize_json(text.decode("utf-8"), tokenizer_info)
         except Exception as e:  # noqa: BLE001 - any damage means the same thing: compile again
             log.warning("compiled grammar %s is damaged (%s): removed, compiling again", path, e)
-            path.unlink(missing_ok=True)
+            _remove(path)
             return None
-        os.utime(path)  # most recently used: kept when the folder is pruned
-        self.hits += 1
+        try:
+            os.utime(path)  # most recently used: kept when the folder is pruned
+        except OSError:
+            pass  # a read-only folder still serves its grammars
         return grammar
 
     def save(self, key: str, grammar: Any) -> None:
@@ -116,7 +128,7 @@ class GrammarStore:
                 continue
         files.sort(reverse=True)
         for _, p in files[self.max_files :]:
-            p.unlink(missing_ok=True)
+            _remove(p)
 
 
 __all__ = ["GrammarStore", "MAX_BYTES"]
