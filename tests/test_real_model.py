@@ -46,7 +46,7 @@ RUN = (
 
 @pytest.fixture(scope="module")
 def gemma_gguf() -> Path:
-    from glasses_rag.models.vlm.transformers_local import converted_gguf
+    from glasses_rag.models.vlm.gguf_folder import converted_gguf
 
     path = gemma.assemble()  # the package's chunks joined (and checked) once under ~/.cache
     converted_gguf(path)  # converted once per machine, before the timed run

@@ -24,7 +24,7 @@ def tiny_gemma(tmp_path_factory):
     import torch
     from transformers import AutoTokenizer, Gemma3ForCausalLM, Gemma3TextConfig
 
-    from glasses_rag.models.vlm.transformers_local import converted_gguf
+    from glasses_rag.models.vlm.gguf_folder import converted_gguf
 
     real = converted_gguf(gemma.assemble())
     tok = AutoTokenizer.from_pretrained(real, fix_mistral_regex=False)

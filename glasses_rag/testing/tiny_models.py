@@ -78,7 +78,8 @@ def save_tiny_gemma3_real_tokenizer(folder: str | Path, seed: int = 0) -> Path:
     import torch
     from transformers import AutoTokenizer, Gemma3ForCausalLM, Gemma3TextConfig
 
-    from glasses_rag.models.vlm.transformers_local import converted_gguf, tokenizer_options
+    from glasses_rag.models.vlm.gguf_folder import converted_gguf
+    from glasses_rag.models.vlm.transformers_local import tokenizer_options
 
     real = converted_gguf(gemma.assemble())
     tok = AutoTokenizer.from_pretrained(real, **tokenizer_options("gemma3_text"))

@@ -111,7 +111,7 @@ def score_labelled_tokens_only() -> None:
 def model_folder(path: str) -> Path:
     p = Path(path).expanduser()
     if p.is_file() and p.suffix.lower() == ".gguf":
-        from glasses_rag.models.vlm.transformers_local import converted_gguf
+        from glasses_rag.models.vlm.gguf_folder import converted_gguf
 
         return converted_gguf(p)
     if not p.is_dir():
@@ -320,7 +320,7 @@ def make_card(
     import transformers
     import trl
 
-    from glasses_rag.models.vlm.transformers_local import file_sha256
+    from glasses_rag.models.vlm.gguf_folder import file_sha256
 
     curve = [{"step": h["step"], "loss": round(h["loss"], 4)} for h in trainer.state.log_history if "loss" in h]
     return {

@@ -26,11 +26,9 @@ A prompt without an image resumes from the KV cache of the longest prefix alread
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import logging
 import os
-import shutil
 import threading
 import time
 from pathlib import Path
@@ -51,6 +49,7 @@ from glasses_rag.models.vlm.base import (
     text_only_messages,
 )
 from glasses_rag.models.vlm.decoding import Decoded, DecodeStats, GreedyGrammarDecoder
+from glasses_rag.models.vlm.gguf_folder import converted_gguf
 from glasses_rag.models.vlm.grammar import SchemaGrammars, stop_token_ids, xgrammar_available
 from glasses_rag.models.vlm.grammar_store import GrammarStore
 from glasses_rag.models.vlm.prefix_cache import PrefixCache
@@ -59,8 +58,6 @@ log = logging.getLogger(__name__)
 
 # processors that want one list of images per prompt (a nested list) rather than a flat list
 _NESTED_IMAGES = {"idefics", "idefics2", "idefics3", "smolvlm", "mllama"}
-GGUF_CACHE = Path("~/.cache/glasses-rag/gguf")
-CONVERSION = "v2"  # part of the cache key: bump when the conversion changes (v2: Gemma tokenizer repaired)
 
 
 def _resolve_dtype(dtype: Any, device: str):
@@ -94,83 +91,6 @@ def cpu_threads() -> int:
     import torch
 
     return max(1, min(torch.get_num_threads(), (os.cpu_count() or 1) - 1))
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def converted_gguf(path: str | Path, cache_dir: str | Path | None = None) -> Path:
-    """A GGUF file as a transformers folder (bf16 safetensors + tokenizer), converted once and cached under
-    `cache_dir/<sha256 of the file, 16 hex>/`; later calls return the cached folder."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    src = Path(path).expanduser().resolve()
-    if not src.is_file():
-        raise FileNotFoundError(f"GGUF file not found: {src}")
-    cache = Path(cache_dir or os.environ.get("GLASSES_GGUF_CACHE") or GGUF_CACHE).expanduser()
-    digest = file_sha256(src)
-    out = cache / f"{digest[:16]}-{CONVERSION}"
-    if (out / "config.json").is_file():
-        return out
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = cache / f".{out.name}.tmp-{os.getpid()}-{threading.get_ident()}"
-    log.warning("converting %s to a transformers model once (cached in %s)", src.name, out)
-    try:
-        tok = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
-        model = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, dtype=torch.bfloat16)
-    except ImportError as e:
-        raise ImportError(f"loading a GGUF file with transformers needs the gguf and accelerate packages: {e}") from e
-    if model.config.model_type.startswith("gemma"):
-        repair_gemma_tokenizer(tok, src)
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    (tmp / "SOURCE.txt").write_text(f"converted from {src} (sha256 {digest}, conversion {CONVERSION})\n")
-    try:
-        os.rename(tmp, out)  # atomic: a concurrent conversion of the same file keeps the first one
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
-
-
-def repair_gemma_tokenizer(tok: Any, gguf_path: Path) -> None:
-    """Rebuild a Gemma tokenizer that transformers converted from GGUF the way sentencepiece tokenizes.
-
-    transformers (4.5x) makes it a Unigram model over what is a BPE vocabulary (the scores are merge ranks), so
-    text is cut into odd pieces ("▁a re ▁t he"); it registers none of the control tokens, so `<start_of_turn>` in a
-    chat template is not one token; and it renames the byte token <0x09> to a second "\t". Here, from the GGUF's
-    own vocabulary: BPE with merges ordered by the scores (as transformers' sentencepiece converter does), byte
-    fallback, and the control and user-defined tokens added as such."""
-    from gguf import GGUFReader
-    from tokenizers import AddedToken
-    from tokenizers.models import BPE
-    from transformers.convert_slow_tokenizer import generate_merges
-
-    fields = GGUFReader(gguf_path).fields
-    pieces = fields["tokenizer.ggml.tokens"].contents()
-    scores = fields["tokenizer.ggml.scores"].contents()
-    types = fields["tokenizer.ggml.token_type"].contents()  # 3: control, 4: user-defined, 6: byte
-    pieces = [
-        "▁" * len(p) if p and not p.strip(" ") else p for p in pieces
-    ]  # runs of spaces, as the normalizer sees them
-    vocab: dict[str, int] = {}
-    for i, piece in enumerate(pieces):
-        vocab.setdefault(piece, i)
-    backend = tok.backend_tokenizer
-    backend.model = BPE(
-        vocab,
-        generate_merges(vocab, list(zip(pieces, scores))),
-        unk_token=tok.unk_token or "<unk>",
-        fuse_unk=True,
-        byte_fallback=True,
-    )
-    backend.add_special_tokens([AddedToken(p, normalized=False, special=True) for p, t in zip(pieces, types) if t == 3])
-    backend.add_tokens([AddedToken(p, normalized=False, special=False) for p, t in zip(pieces, types) if t == 4])
 
 
 # model types for which transformers' "incorrect regex pattern" check is meant (see tokenizer_options)
@@ -628,4 +548,4 @@ class TransformersVLMBackend:
         )
 
 
-__all__ = ["TransformersVLMBackend", "converted_gguf", "is_vision_config", "message_text"]
+__all__ = ["TransformersVLMBackend", "is_vision_config", "message_text"]
