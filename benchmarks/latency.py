@@ -487,8 +487,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--prompt-lookup",
         type=int,
         default=None,
-        help="for --transformers: the longest draft copied from the prompt in free text (0: off; the replies are "
-        "the same)",
+        help="for --transformers: the longest draft copied from the prompt in free text (0: off; the same replies "
+        "in float32)",
     )
     p.add_argument(
         "--threads",

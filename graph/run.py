@@ -74,6 +74,11 @@ def environment_help() -> str:
             "GLASSES_GGUF_CACHE",
             "Folder for GGUF models converted for transformers (default ~/.cache/glasses-rag/gguf).",
         ),
+        (
+            "GLASSES_GRAMMAR_CACHE",
+            "Folder for compiled reply grammars of the transformers backend (default grammars/ under "
+            "GLASSES_CACHE_DIR).",
+        ),
         ("GLASSES_DEMO_DIR", "Where the demo benchmark is generated (default data/demo)."),
         ("GLASSES_IMAGE_ROOT", "A folder a dataset's image paths may also point into (see --image-root)."),
     ]

@@ -111,10 +111,44 @@ def test_an_oversized_file_is_refused_before_it_is_inflated(tokenizer, tmp_path,
 
 
 def test_the_folder_keeps_the_most_recently_used_files(tokenizer, tmp_path):
-    g = SchemaGrammars(tokenizer, len(tokenizer), [tokenizer.eos_token_id], store=GrammarStore(tmp_path, 2))
-    for n in range(4):
-        g.compiled({"type": "object", "required": [f"k{n}"], "properties": {f"k{n}": {"type": "integer"}}})
-    assert len(list(tmp_path.glob(f"*{SUFFIX}"))) == 2
+    import os
+
+    def schema(n: int) -> dict:
+        return {"type": "object", "required": [f"k{n}"], "properties": {f"k{n}": {"type": "integer"}}}
+
+    def grammars() -> SchemaGrammars:
+        return SchemaGrammars(tokenizer, len(tokenizer), [tokenizer.eos_token_id], store=GrammarStore(tmp_path, 2))
+
+    first = grammars()
+    first.compiled(schema(0))
+    first.compiled(schema(1))
+    for age, path in enumerate(sorted(tmp_path.glob(f"*{SUFFIX}"), key=lambda p: p.stat().st_mtime)):
+        os.utime(path, (1000 + age, 1000 + age))  # k0's file the older
+    later = grammars()
+    later.compiled(schema(0))  # read: now the most recently used
+    later.compiled(schema(2))  # a third file: the least recently used one (k1's) goes
+    assert later.loaded == 1 and len(list(tmp_path.glob(f"*{SUFFIX}"))) == 2
+    last = grammars()
+    last.compiled(schema(0))
+    last.compiled(schema(1))
+    assert (last.loaded, last.compiles) == (1, 1)
+
+
+def test_a_passing_read_error_keeps_the_file(tokenizer, tmp_path, monkeypatch, caplog):
+    _grammars(tokenizer, tmp_path).compiled(SCHEMA)
+    (path,) = tmp_path.glob(f"*{SUFFIX}")
+
+    def busy(self):
+        raise OSError(24, "Too many open files")
+
+    with monkeypatch.context() as m:
+        m.setattr(type(path), "read_bytes", busy)
+        later = _grammars(tokenizer, tmp_path)
+        later.compiled(SCHEMA)
+    assert later.compiles == 1 and "not readable" in caplog.text and path.exists()
+    again = _grammars(tokenizer, tmp_path)
+    again.compiled(SCHEMA)
+    assert again.loaded == 1
 
 
 def test_a_folder_that_cannot_be_written_costs_only_the_next_compile(tokenizer, tmp_path, caplog):
@@ -131,7 +165,7 @@ def test_the_backend_reads_what_an_earlier_backend_compiled(tmp_path, monkeypatc
 
     from glasses_rag.models.vlm.transformers_local import TransformersVLMBackend
 
-    monkeypatch.setenv("GLASSES_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("GLASSES_GRAMMAR_CACHE", str(tmp_path / "grammars"))
     tok = byte_tokenizer(["<s>", "</s>"], "<s>", "</s>", CHAT)
     torch.manual_seed(0)
     cfg = LlamaConfig(
@@ -154,7 +188,10 @@ def test_the_backend_reads_what_an_earlier_backend_compiled(tmp_path, monkeypatc
         texts.append(backend.complete(msgs, response_schema=schema, max_tokens=60).text)
         assert (backend.grammars.compiles, backend.grammars.loaded) == expected
     assert texts[0] == texts[1]
-    assert list((tmp_path / "cache" / "grammars").glob(f"*{SUFFIX}"))
+    assert list((tmp_path / "grammars").glob(f"*{SUFFIX}"))
+    monkeypatch.delenv("GLASSES_GRAMMAR_CACHE")  # else: under the folder of derived files
+    monkeypatch.setenv("GLASSES_CACHE_DIR", str(tmp_path / "cache"))
+    assert grammar_store.default_folder() == tmp_path / "cache" / "grammars"
 
 
 def test_warm_up_without_a_task_prepares_the_first_decision_of_every_task():

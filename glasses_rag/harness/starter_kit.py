@@ -299,6 +299,7 @@ class GlassesRAGAgent(BaseAgent):  # type: ignore[misc,valid-type]  # the kit's 
             search=search_pipeline if search_pipeline is not None else NullSearch(),
             policy=policy if policy is not None and not isinstance(policy, (str, Path)) else None,
             run_id=self.run_id,
+            task=task,  # its grammars prepared at warm-up (every task's when the turns infer it)
         )
         self.search = self.agent.resources.search
         self.web_enabled = pipeline_has_web(self.search) if task is None else task >= 2

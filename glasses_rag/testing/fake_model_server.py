@@ -375,6 +375,7 @@ class _Handler(BaseHTTPRequestHandler):
         entry = getattr(self, "_entry", None)
         if entry is not None and entry["end"] is None:
             entry["end"] = time.monotonic()
+            self._generation_over(True, entry)
 
     def _answer(self, body: dict, entry: dict) -> None:
         if not self.path.rstrip("/").endswith("/chat/completions"):
@@ -401,6 +402,7 @@ class _Handler(BaseHTTPRequestHandler):
         with self.fake._lock:
             self.fake.live += 1
             self.fake.max_live = max(self.fake.max_live, self.fake.live)
+        self._generating = True
         finished = False
         try:
             if body.get("stream"):
@@ -411,16 +413,24 @@ class _Handler(BaseHTTPRequestHandler):
                     vllm = self.fake.vllm
                     self._send(200, vllm.complete(body, reply) if vllm and vllm.parses(body, reply) else reply)
         finally:
-            with self.fake._lock:
-                self.fake.live -= 1
-                if finished:
-                    self.fake.completed += 1
-                else:
-                    self.fake.aborted += 1
-                    entry["aborted"] = True
-                self.fake._lock.notify_all()
+            self._generation_over(finished, entry)
             if not finished:
                 self.close_connection = True
+
+    def _generation_over(self, finished: bool, entry: dict) -> None:
+        """Count the generation out (once): completed when its last bytes are ready (`_mark_end`, before they
+        are written: the client's next request must not find it still live), else aborted."""
+        if not getattr(self, "_generating", False):
+            return
+        self._generating = False
+        with self.fake._lock:
+            self.fake.live -= 1
+            if finished:
+                self.fake.completed += 1
+            else:
+                self.fake.aborted += 1
+                entry["aborted"] = True
+            self.fake._lock.notify_all()
 
     def _wait(self, seconds: float) -> bool:
         """Sleep `seconds` as a generation would, waking at once if the client goes away (no polling:

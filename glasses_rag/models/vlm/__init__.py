@@ -100,8 +100,9 @@ class ModelConfig(BaseModel):
         ge=0,
         description="transformers: in free text (a rationale, a query, an answer), draft up to this "
         "many tokens from where the last ones occurred earlier in the prompt or the reply, each "
-        "confirmed against the model's own greedy choice as jump-forward's are: the same reply, "
-        "fewer passes when the model copies (0: off; needs jump_forward).",
+        "confirmed against the model's own greedy choice as jump-forward's are: the same reply in "
+        "float32 (bfloat16 may round a near-tie the other way), fewer passes when the model copies "
+        "(0: off; needs jump_forward).",
     )
     timeout_s: float = Field(120.0, gt=0, description="openai: seconds per request attempt.")
     max_retries: int = Field(3, ge=0)

@@ -25,7 +25,8 @@ Free text (a rationale, a search query, an answer) has no forced continuation, b
 the prompt (the question, a tool's result) or from what it wrote before. There the draft is the tokens that
 followed the latest earlier occurrence of the last few tokens written (prompt lookup decoding, `NgramDrafter`),
 verified the same way: a draft the model would not write costs one wider forward pass (about the price of a
-one-token pass in bfloat16 on a CPU), never a different token.
+one-token pass in bfloat16 on a CPU), never a different token in float32 (in bfloat16 a wider pass rounds
+differently, and a near-tie can go the other way, as with jump-forward).
 
 Each written token's log-probability under the distribution greedy decoding chose it from (the masked one) is
 kept (`Decoded.logprobs`): the model policy reads an answer's confidence from them.

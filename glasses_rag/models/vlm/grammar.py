@@ -57,11 +57,12 @@ def stop_token_ids(tokenizer: Any, generation_config: Any = None) -> list[int]:
     return ids
 
 
+# how every schema is compiled (also part of a stored grammar's key)
+COMPILE_OPTIONS = {"any_whitespace": False, "strict_mode": True}
+
+
 class SchemaGrammars:
     """Compiled JSON-schema grammars for one tokenizer, and a fresh logits processor per generation."""
-
-    # how every schema is compiled (part of a stored grammar's key)
-    COMPILE_OPTIONS = "json_schema any_whitespace=False strict_mode=True"
 
     def __init__(
         self,
@@ -118,19 +119,29 @@ class SchemaGrammars:
 
     def _stored_or_compiled(self, key: str) -> Any:
         compiler = self._compiler_locked()
-        stored = self.store.key(self._info, key, self.COMPILE_OPTIONS) if self.store is not None else None
+        stored = self._store_key(key)
         if self.store is not None and stored is not None:
             grammar = self.store.load(stored, self._info)
             if grammar is not None:
                 self.loaded += 1
                 return grammar
         t0 = time.perf_counter()
-        grammar = compiler.compile_json_schema(key, any_whitespace=False, strict_mode=True)
+        grammar = compiler.compile_json_schema(key, **COMPILE_OPTIONS)
         self.compiles += 1
         log.info("reply schema compiled in %.1f s (%d characters)", time.perf_counter() - t0, len(key))
         if self.store is not None and stored is not None:
             self.store.save(stored, grammar)
         return grammar
+
+    def _store_key(self, key: str) -> str | None:
+        """The stored grammar's key, or None (no store, or a key that cannot be made: then it is only compiled)."""
+        if self.store is None:
+            return None
+        try:
+            return self.store.key(self._info, key, "json_schema " + json.dumps(COMPILE_OPTIONS, sort_keys=True))
+        except Exception as e:  # noqa: BLE001 - the store only saves time: never a reason to fail a reply
+            log.warning("compiled grammar not looked up in %s: %s", self.store.folder, e)
+            return None
 
     def logits_processor(self, schema: dict[str, Any]) -> Any:
         """A transformers LogitsProcessor that keeps one generation inside the schema (one per generate() call:

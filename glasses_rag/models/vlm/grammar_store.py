@@ -7,12 +7,13 @@ loads back in under a second, with the same token masks. Files are keyed by a ha
 tokenizer (its full xgrammar view), the compile options and the schema's JSON text, so a changed tokenizer or
 schema never reads another's grammar.
 
-A file that cannot be read (torn, edited, from an incompatible build) is removed and the schema compiled again;
-a file larger than `MAX_BYTES` once decompressed is refused before it is inflated. The folder keeps the
-`max_files` most recently used files.
+A damaged file (torn, edited, from an incompatible build) is removed and the schema compiled again. A file larger
+than `MAX_BYTES` is not read, and one that inflates past it is refused at that point (`MAX_BYTES` is 256 MiB;
+a real one is ~62 MB). The folder (`default_folder()`: `$GLASSES_GRAMMAR_CACHE`, else `grammars/` under
+`$GLASSES_CACHE_DIR` or ~/.cache/glasses-rag) keeps the `max_files` most recently used files.
 
 Example (SchemaGrammars does this for every schema it compiles):
-    >>> store = GrammarStore(cache_dir("grammars"))                        # doctest: +SKIP
+    >>> store = GrammarStore(default_folder())                             # doctest: +SKIP
     >>> key = store.key(tokenizer_info, schema_json, "json_schema")        # doctest: +SKIP
     >>> grammar = store.load(key, tokenizer_info)  # None: not stored yet  # doctest: +SKIP
     >>> store.save(key, compiler.compile_json_schema(schema_json))         # doctest: +SKIP
@@ -32,7 +33,7 @@ from glasses_rag.core.files import write_atomic
 
 log = logging.getLogger(__name__)
 
-MAX_BYTES = 1 << 30  # a compiled grammar of a 262k vocabulary is ~60 MB of JSON; more is not one of ours
+MAX_BYTES = 256 << 20  # a compiled grammar of a 262k vocabulary is ~60 MB of JSON; more is not one of ours
 SUFFIX = ".xgrammar.json.z"
 
 
@@ -41,6 +42,13 @@ def _xgrammar_version() -> str:
         return version("xgrammar")
     except PackageNotFoundError:
         return "unknown"
+
+
+def default_folder() -> Path:
+    """$GLASSES_GRAMMAR_CACHE, else `grammars` under the folder of derived files (glasses_rag.models.threads)."""
+    from glasses_rag.models.threads import cache_dir
+
+    return Path(os.environ.get("GLASSES_GRAMMAR_CACHE") or cache_dir("grammars")).expanduser()
 
 
 def _remove(path: Path) -> None:
@@ -85,14 +93,16 @@ class GrammarStore:
 
         path = self._path(key)
         try:
-            if path.stat().st_size > MAX_BYTES:  # not read into memory at all
-                raise ValueError(f"larger than {MAX_BYTES} bytes")
+            size = path.stat().st_size
+            if size > MAX_BYTES:  # not read into memory at all
+                log.warning("compiled grammar %s is larger than %d bytes: removed, compiling again", path, MAX_BYTES)
+                _remove(path)
+                return None
             raw = path.read_bytes()
         except FileNotFoundError:
             return None
-        except (OSError, ValueError) as e:
-            log.warning("compiled grammar %s not readable (%s): removed, compiling again", path, e)
-            _remove(path)
+        except OSError as e:  # a passing error (no file handles, I/O): the file may be good, so it stays
+            log.warning("compiled grammar %s not readable (%s): compiling again", path, e)
             return None
         try:
             inflate = zlib.decompressobj()
@@ -131,4 +141,4 @@ class GrammarStore:
             _remove(p)
 
 
-__all__ = ["GrammarStore", "MAX_BYTES"]
+__all__ = ["GrammarStore", "MAX_BYTES", "default_folder"]

@@ -36,7 +36,6 @@ from typing import Any
 
 from glasses_rag.core.calls import current_scope
 from glasses_rag.core.types import DecisionMode
-from glasses_rag.models.threads import cache_dir as derived_files_dir
 from glasses_rag.models.vlm.base import (
     BackendError,
     ChatReply,
@@ -51,7 +50,7 @@ from glasses_rag.models.vlm.base import (
 from glasses_rag.models.vlm.decoding import Decoded, DecodeStats, GreedyGrammarDecoder
 from glasses_rag.models.vlm.gguf_folder import converted_gguf
 from glasses_rag.models.vlm.grammar import SchemaGrammars, stop_token_ids, xgrammar_available
-from glasses_rag.models.vlm.grammar_store import GrammarStore
+from glasses_rag.models.vlm.grammar_store import GrammarStore, default_folder
 from glasses_rag.models.vlm.prefix_cache import PrefixCache
 
 log = logging.getLogger(__name__)
@@ -275,7 +274,7 @@ class TransformersVLMBackend:
         weight = weight() if callable(weight) else weight  # an int8 layer's weight is a method
         vocab = int(weight.shape[0]) if weight is not None else len(self.tokenizer)
         stop = stop_token_ids(self.tokenizer, self.model.generation_config)
-        return SchemaGrammars(self.tokenizer, vocab, stop, store=GrammarStore(derived_files_dir("grammars")))
+        return SchemaGrammars(self.tokenizer, vocab, stop, store=GrammarStore(default_folder()))
 
     def _hook_layers(self) -> None:
         """A pre-hook on every repeated block (decoder layers, vision blocks): a cancelled generation stops
