@@ -486,32 +486,11 @@ class TransformersVLMBackend:
                         out, n_cached = self._generate(inputs, gen)
             except _Interrupted:
                 # the layer hook stopped a forward pass: in the prefill, or in a later token's step
-                done = latest.get("new") or None
-                where = "during generation" if done is not None else "during the prompt's prefill"
-                raise ReplyCancelled(
-                    f"the turn ended {where}",
-                    ChatReply(
-                        text=self.tokenizer.decode(done, skip_special_tokens=True).strip() if done is not None else "",
-                        usage=Usage(input_tokens=n_in, output_tokens=len(done) if done is not None else None),
-                        finish_reason="cancelled",
-                        latency_ms=(time.perf_counter() - t0) * 1000.0,
-                        model=self.name,
-                        mode=mode,
-                        prompt_ids=inputs["input_ids"][0].tolist(),
-                    ),
-                ) from None
+                raise self._interrupted(latest.get("new") or None, inputs, n_in, t0, mode) from None
             except Exception as e:  # noqa: BLE001
                 raise BackendError(f"local generation with {self.source} failed: {type(e).__name__}: {e}") from e
             if decoder is not None:
-                reply = ChatReply(
-                    text=self.tokenizer.decode(decoded.tokens, skip_special_tokens=True).strip(),
-                    usage=Usage(input_tokens=n_in, output_tokens=len(decoded.tokens)),
-                    finish_reason=decoded.finish,
-                    latency_ms=(time.perf_counter() - t0) * 1000.0,
-                    model=self.name,
-                    mode=mode,
-                    logprobs=token_logprobs(self.tokenizer, decoded.tokens, decoded.logprobs),
-                )
+                reply = self._decoded_reply(decoded, n_in, t0, mode)
             else:
                 reply = self._reply(out[0, n_in:], n_in, max_tokens, gen, t0, mode)
             reply.usage.cached_tokens = n_cached
@@ -525,6 +504,37 @@ class TransformersVLMBackend:
             if scope is not None:
                 scope.remove(token)
             self._lock.release()
+
+    def _interrupted(
+        self, done: list[int] | None, inputs: Any, n_in: int, t0: float, mode: DecisionMode | None
+    ) -> ReplyCancelled:
+        """The cancellation of a generation stopped mid-forward, with what it had written (`done`; None when it
+        stopped in the prompt's prefill)."""
+        where = "during generation" if done is not None else "during the prompt's prefill"
+        return ReplyCancelled(
+            f"the turn ended {where}",
+            ChatReply(
+                text=self.tokenizer.decode(done, skip_special_tokens=True).strip() if done is not None else "",
+                usage=Usage(input_tokens=n_in, output_tokens=len(done) if done is not None else None),
+                finish_reason="cancelled",
+                latency_ms=(time.perf_counter() - t0) * 1000.0,
+                model=self.name,
+                mode=mode,
+                prompt_ids=inputs["input_ids"][0].tolist(),
+            ),
+        )
+
+    def _decoded_reply(self, decoded: Decoded, n_in: int, t0: float, mode: DecisionMode | None) -> ChatReply:
+        """The reply of the grammar decoder (glasses_rag/models/vlm/decoding.py), with each token's log-probability."""
+        return ChatReply(
+            text=self.tokenizer.decode(decoded.tokens, skip_special_tokens=True).strip(),
+            usage=Usage(input_tokens=n_in, output_tokens=len(decoded.tokens)),
+            finish_reason=decoded.finish,
+            latency_ms=(time.perf_counter() - t0) * 1000.0,
+            model=self.name,
+            mode=mode,
+            logprobs=token_logprobs(self.tokenizer, decoded.tokens, decoded.logprobs),
+        )
 
     def _reply(
         self, new: Any, n_in: int, max_tokens: int, gen: dict, t0: float, mode: DecisionMode | None
