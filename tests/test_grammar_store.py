@@ -161,30 +161,16 @@ def test_a_folder_that_cannot_be_written_costs_only_the_next_compile(tokenizer, 
 
 def test_the_backend_reads_what_an_earlier_backend_compiled(tmp_path, monkeypatch):
     """Two backends over the same model, as two processes: the second compiles nothing and writes the same reply."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from glasses_rag.models.vlm.transformers_local import TransformersVLMBackend
+    from glasses_rag.testing.tiny_models import save_tiny_gemma3
 
     monkeypatch.setenv("GLASSES_GRAMMAR_CACHE", str(tmp_path / "grammars"))
-    tok = byte_tokenizer(["<s>", "</s>"], "<s>", "</s>", CHAT)
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    LlamaForCausalLM(cfg).save_pretrained(tmp_path / "m")
-    tok.save_pretrained(tmp_path / "m")
+    model = save_tiny_gemma3(tmp_path / "m")
     msgs = [{"role": "user", "content": "Who makes this?"}]
     schema = {"name": "reply", "schema": SCHEMA}
     texts = []
     for expected in ((1, 0), (0, 1)):
-        backend = TransformersVLMBackend(tmp_path / "m")
+        backend = TransformersVLMBackend(model)
         texts.append(backend.complete(msgs, response_schema=schema, max_tokens=60).text)
         assert (backend.grammars.compiles, backend.grammars.loaded) == expected
     assert texts[0] == texts[1]

@@ -35,7 +35,7 @@ kept (`Decoded.logprobs`): the model policy reads an answer's confidence from th
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 
@@ -51,8 +51,6 @@ class DecodeStats:
     accepted: int = 0
     looked_up: int = 0
     looked_up_accepted: int = 0
-
-    FIELDS = ("forwards", "tokens", "drafted", "accepted", "looked_up", "looked_up_accepted")
 
 
 class NgramDrafter:
@@ -254,8 +252,8 @@ class GreedyGrammarDecoder:
         cache = cache if cache is not None else prefix_cache.empty()
         done = self.decode(compiled_grammar, prompt, cache, n_cached, max_new, jump_forward, out, cancelled)
         prefix_cache.store((prompt + done.tokens)[: done.kv_tokens], cache)
-        for name in DecodeStats.FIELDS:
-            setattr(self.totals, name, getattr(self.totals, name) + getattr(done.stats, name))
+        for f in fields(DecodeStats):
+            setattr(self.totals, f.name, getattr(self.totals, f.name) + getattr(done.stats, f.name))
         return done, n_cached
 
     def decode(
