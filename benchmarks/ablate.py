@@ -191,8 +191,8 @@ def variants(preset_spec: str, task: int, tools_config: Any, root: Path) -> list
 
 def run_variants(args: argparse.Namespace, base: Any, todo: list[Variant], root: Path, scoring: Any) -> list[Row]:
     """Every variant's run, several at once: the run's concurrency is shared among the rows running together."""
-    from glasses_rag.crag_mm.cache import CachedSearch
-    from glasses_rag.crag_mm.search import make_search, prepare_search
+    from glasses_rag.retrieval.cache import CachedSearch
+    from glasses_rag.retrieval.search import make_search, prepare_search
 
     configs = [
         base.model_copy(update={"preset": v.preset, "tools": base.tools.model_copy(update={"allowed": v.allowed})})

@@ -137,9 +137,9 @@ def cpu_per_turn(args: argparse.Namespace, tmp: Path) -> list[dict]:
 
 def cli_agent(model: str, data: Path, out: Path, run_id: str, concurrency: int) -> tuple[Any, Callable, Any]:
     """The agent, scoring and conversations `python -m graph.run` would build for these options."""
+    from glasses_rag.frontends import run as cli
     from glasses_rag.harness import run_data, session
     from glasses_rag.harness.run_scoring import Scoring
-    from graph import run as cli
     from graph.build import build_agent
 
     parser = cli.build_parser()

@@ -85,7 +85,7 @@ class Split(BaseModel):
 
 def dataset(spec: str) -> Any:
     """The dataset paths of a bundled content name or folder (rendered once), else a folder of parquet files."""
-    from glasses_rag.crag_mm.benchmark import dataset_paths, ensure_dataset, find_content, load_content
+    from glasses_rag.crag_mm.content import dataset_paths, ensure_dataset, find_content, load_content
     from glasses_rag.crag_mm.demo import demo_paths
 
     content = find_content(spec)
@@ -157,7 +157,7 @@ def conversations(paths: Any, task: int, sessions: list[str], limit: int | None 
 def agent_config(
     args: argparse.Namespace, index_dir: Path, policy: Any, self_check: str, abstain_below: float | None = None
 ) -> Any:
-    from glasses_rag.crag_mm.search import SearchConfig
+    from glasses_rag.retrieval.search import SearchConfig
     from graph.config import AgentConfig, BudgetConfig, ToolsConfig
 
     extra = {} if abstain_below is None else {"abstain_below": abstain_below}

@@ -4,7 +4,7 @@
     python benchmarks/generalization.py --sets demo heldout --tasks 2 --json out.json
     python benchmarks/generalization.py --sweep               # threshold sweeps, on the tuning sets only
 
-Each set is a content folder `glasses_rag/crag_mm/benchmarks/<name>/` (glasses_rag.crag_mm.benchmark's format); a
+Each set is a content folder `glasses_rag/crag_mm/bundled/<name>/` (glasses_rag.crag_mm.content's format); a
 missing folder is skipped, so the script runs before the paraphrase and held-out sets exist. For each set it renders the
 dataset and its local search index under `data/<name>/` (the demo's under data/demo), then runs every task with
 
@@ -43,7 +43,7 @@ for k, v in {
 }.items():
     os.environ.setdefault(k, v)
 
-CONTENT = ROOT / "glasses_rag" / "crag_mm" / "benchmarks"
+CONTENT = ROOT / "glasses_rag" / "crag_mm" / "bundled"
 DEFAULT_SETS = ["demo", "demo-paraphrase", "heldout"]
 TUNING_SETS = ["demo", "tuning-rewordings", "tuning-extra"]
 TASK_SPLIT = {1: "single_turn", 2: "single_turn", 3: "multi_turn"}
@@ -62,7 +62,7 @@ SWEEPS: dict[str, list[float]] = {
 
 def dataset_for(name: str, data_root: Path, content_root: Path = CONTENT) -> Any:
     """The rendered dataset of content folder `name` (built on first use, rebuilt when the content changes)."""
-    from glasses_rag.crag_mm.benchmark import dataset_paths, ensure_dataset, load_content
+    from glasses_rag.crag_mm.content import dataset_paths, ensure_dataset, load_content
     from glasses_rag.crag_mm.demo import demo_paths
 
     paths = demo_paths() if name == "demo" and data_root == ROOT / "data" else dataset_paths(data_root / name)
@@ -70,7 +70,7 @@ def dataset_for(name: str, data_root: Path, content_root: Path = CONTENT) -> Any
 
 
 def agent_config(index_dir: Path, allowed: list[str] | None = None, **over: Any) -> Any:
-    from glasses_rag.crag_mm.search import SearchConfig
+    from glasses_rag.retrieval.search import SearchConfig
     from graph.config import AgentConfig, ToolsConfig
 
     return AgentConfig(search=SearchConfig(index_dir=index_dir), tools=ToolsConfig(allowed=allowed), **over)
@@ -256,9 +256,9 @@ def sweep_planner(
 def sweep_image_floor(sets: list[Any]) -> list[dict]:
     """How often the top image-KG match is the pictured entity, by its score: precision and coverage of trusting
     matches at or above each floor (the image embedder's own floor is `match_floor`)."""
+    from glasses_rag.core.images import load_image, prepare
     from glasses_rag.crag_mm.dataset import load_all
-    from glasses_rag.crag_mm.images import load_image, prepare
-    from glasses_rag.crag_mm.local_search import LocalSearchIndex
+    from glasses_rag.retrieval.local_search import LocalSearchIndex
 
     rows = []
     for paths in sets:
@@ -331,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument(
-        "--sets", nargs="+", default=DEFAULT_SETS, help="content folder names under glasses_rag/crag_mm/benchmarks/"
+        "--sets", nargs="+", default=DEFAULT_SETS, help="content folder names under glasses_rag/crag_mm/bundled/"
     )
     p.add_argument("--tasks", nargs="+", type=int, default=[1, 2, 3], choices=[1, 2, 3])
     p.add_argument("--limit", type=int, default=None, help="first N conversations of each task")

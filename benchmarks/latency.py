@@ -136,7 +136,7 @@ def _stats(xs: list[float]) -> dict[str, float]:
 def run_turns(agent, conversations, task: int | None = None) -> list:
     """All turns in order (history = the agent's own answers); the traces. `conversations` are (task,
     conversation) pairs, or conversations of `task`."""
-    from glasses_rag.crag_mm.images import load_image, prepare
+    from glasses_rag.core.images import load_image, prepare
     from graph.agent import TurnInput
     from tools.base import HistoryTurn
 
@@ -531,9 +531,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from glasses_rag.crag_mm.dataset import load_all
     from glasses_rag.crag_mm.demo import ensure_demo
-    from glasses_rag.crag_mm.local_search import LocalSearchIndex
     from glasses_rag.models.image_embedder import make_image_embedder
     from glasses_rag.models.vlm import ModelConfig, model_config_from_options
+    from glasses_rag.retrieval.local_search import LocalSearchIndex
 
     demo = ensure_demo(args.demo_dir)
     conversations = [

@@ -44,8 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     from glasses_rag.crag_mm.dataset import load_conversations
     from glasses_rag.crag_mm.evaluate import TurnRecord, evaluate, record_from_trace
     from glasses_rag.crag_mm.scoring import RuleJudge, make_truncator, score_trace
-    from glasses_rag.crag_mm.search import SearchConfig
     from glasses_rag.harness.runner import run_task
+    from glasses_rag.retrieval.search import SearchConfig
     from graph.build import build_agent
     from graph.config import AgentConfig
     from traces.store import TraceStore

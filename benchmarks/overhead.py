@@ -46,8 +46,8 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command
 from pydantic import BaseModel, Field
 
-from glasses_rag.crag_mm.search import NullSearch
 from glasses_rag.policies.protocol import AnswerDraft, Decision, ScriptedPolicy
+from glasses_rag.retrieval.search import NullSearch
 from graph.agent import Agent, TurnInput
 from graph.build import build_agent
 from graph.config import AgentConfig, BudgetConfig

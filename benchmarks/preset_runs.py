@@ -57,7 +57,7 @@ class Row(BaseModel):
 def parse(argv: list[str] | None, own: argparse.ArgumentParser) -> tuple[argparse.Namespace, argparse.Namespace]:
     """This script's options, and every other option parsed by graph.run's own parser (so --data, --index-dir,
     --search, --model, --budget, --judge ... mean exactly what they mean there)."""
-    from graph import run
+    from glasses_rag.frontends import run
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if "-h" in argv or "--help" in argv:

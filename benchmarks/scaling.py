@@ -121,9 +121,9 @@ def start_server(delay: float) -> tuple[subprocess.Popen, str]:
 
 
 def agent_config(url: str, concurrency: int, stream: bool) -> Any:
-    from glasses_rag.crag_mm.search import SearchConfig
     from glasses_rag.models.openai_client import pool_size_for
     from glasses_rag.models.vlm import ModelConfig
+    from glasses_rag.retrieval.search import SearchConfig
     from graph.config import AgentConfig, BudgetConfig
 
     return AgentConfig(
@@ -142,7 +142,7 @@ def agent_config(url: str, concurrency: int, stream: bool) -> Any:
 
 
 def conversations(prefix: str, n: int) -> Iterator[Any]:
-    from glasses_rag.crag_mm.schema import Conversation, Turn
+    from glasses_rag.retrieval.schema import Conversation, Turn
 
     for i in range(n):
         yield Conversation(

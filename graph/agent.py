@@ -49,7 +49,7 @@ class Agent:
     Built by `graph.build.build_agent` (the one way); `run_turn` answers one turn and returns its `TurnTrace`.
 
     Example:
-        >>> from glasses_rag.crag_mm.search import NullSearch
+        >>> from glasses_rag.retrieval.search import NullSearch
         >>> from glasses_rag.policies.protocol import ScriptedPolicy
         >>> from graph.agent import TurnInput
         >>> from graph.build import build_agent

@@ -1,6 +1,6 @@
 """`build_agent`: the one place an agent is wired from its configuration.
 
-The CLI (graph/run.py), the starter-kit adapter (glasses_rag/harness/starter_kit.py), the benchmarks and the tests all
+The CLI (graph/run.py), the starter-kit adapter (glasses_rag/frontends/starter_kit.py), the benchmarks and the tests all
 build their agent with `build_agent(AgentConfig)`, so the same question gets the same answer everywhere.
 """
 
@@ -91,7 +91,7 @@ def build_agent(
         task: 1 builds the search backend without web search.
 
     Example:
-        >>> from glasses_rag.crag_mm.search import NullSearch
+        >>> from glasses_rag.retrieval.search import NullSearch
         >>> from glasses_rag.policies.protocol import ScriptedPolicy
         >>> from graph.agent import TurnInput
         >>> from graph.build import build_agent
@@ -109,10 +109,10 @@ def build_agent(
         >>> [c.tool for c in trace.tool_calls()], trace.answer, trace.ended_by
         (['echo'], 'hi', 'answer')
     """
-    from glasses_rag.crag_mm.cache import CachedSearch
-    from glasses_rag.crag_mm.search import as_search_backend, make_search, prepare_search
     from glasses_rag.models.resources import Resources, limit_cpu_threads
     from glasses_rag.policies.presets import PresetBuild
+    from glasses_rag.retrieval.cache import CachedSearch
+    from glasses_rag.retrieval.search import as_search_backend, make_search, prepare_search
 
     preset = PresetBuild.of(config or AgentConfig())  # the preset's tools, self-check and thresholds applied
     config = preset.config

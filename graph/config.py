@@ -12,10 +12,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from glasses_rag.crag_mm.search import SearchConfig
 from glasses_rag.models.resources import ModelPaths
 from glasses_rag.models.vlm import ModelConfig
 from glasses_rag.policies.rules.rule_planner import RulePlannerConfig
+from glasses_rag.retrieval.search import SearchConfig
 
 
 class BudgetConfig(BaseModel):

@@ -7,8 +7,8 @@ from typing import Any
 
 from PIL import Image, ImageDraw, ImageFont
 
-from glasses_rag.crag_mm.search import NullSearch
 from glasses_rag.harness.runner import RunStats, run_task
+from glasses_rag.retrieval.search import NullSearch
 from graph.build import build_agent
 from graph.config import AgentConfig, BudgetConfig
 from traces.schema import TurnTrace
@@ -88,9 +88,9 @@ def model_loop_run(out: Path, run_id: str) -> list[dict]:
     replaying glasses_rag.testing.scripted_model, into `out/run_id`; the request bodies the server received."""
     import pytest
 
+    from glasses_rag.frontends.run import main
     from glasses_rag.testing.fake_model_server import FakeOpenAIServer
     from glasses_rag.testing.scripted_model import ScriptedModel
-    from graph.run import main
 
     mp = pytest.MonkeyPatch()
     mp.setenv("GLASSES_DEMO_DIR", str(Path(__file__).resolve().parents[1] / "data" / "demo"))

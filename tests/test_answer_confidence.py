@@ -10,11 +10,11 @@ import math
 
 import pytest
 
-from glasses_rag.crag_mm.search import NullSearch
 from glasses_rag.models.vlm.base import ChatReply, TokenLogprob
 from glasses_rag.policies.model.policy import ModelPolicy
 from glasses_rag.policies.model.replies import answer_token_confidence
 from glasses_rag.policies.protocol import IDK
+from glasses_rag.retrieval.search import NullSearch
 from glasses_rag.training.calibrate import CalibrationPoint, choose_threshold, points_from_traces
 from graph.agent import TurnInput
 from graph.build import build_agent

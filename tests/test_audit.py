@@ -21,10 +21,10 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
+from glasses_rag.core.images import MAX_DECODE_PIXELS, load_image
 from glasses_rag.crag_mm.dataset import load_conversations
 from glasses_rag.crag_mm.demo import ensure_demo
-from glasses_rag.crag_mm.images import MAX_DECODE_PIXELS, load_image
-from graph.run import main
+from glasses_rag.frontends.run import main
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = ["--no-progress", "--budget", "20", "--judge", "rule", "--no-plot"]
@@ -89,7 +89,7 @@ def test_decompression_bombs_are_refused_before_decoding_and_memory_stays_bounde
     path = tmp_path / "bomb.png"
     path.write_bytes(bomb)
     code = (
-        "import resource, sys; from glasses_rag.crag_mm.images import load_image\n"
+        "import resource, sys; from glasses_rag.core.images import load_image\n"
         "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         f"for _ in range(8): load_image({str(path)!r})\n"
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base)"
@@ -184,7 +184,7 @@ def test_kg_and_web_entries_with_missing_keys_are_a_one_line_error(tmp_path, cap
 def test_a_damaged_embedding_cache_is_rebuilt_not_trusted(tmp_path):
     import shutil
 
-    from glasses_rag.crag_mm.local_search import LocalSearchIndex
+    from glasses_rag.retrieval.local_search import LocalSearchIndex
 
     idx = tmp_path / "index"
     shutil.copytree(ensure_demo().root, idx, ignore=shutil.ignore_patterns("*.parquet"))
@@ -288,9 +288,9 @@ def test_concurrency_is_capped_for_a_cpu_bound_policy(demo_rows, tmp_path, capsy
 
 
 def test_the_viewer_does_not_walk_the_filesystem_for_data(tmp_path):
+    from glasses_rag.frontends.viewer import build_html
     from traces.schema import FinalEvent, ImageInfo, TurnTrace
     from traces.store import TraceStore
-    from traces.viewer import build_html
 
     store = TraceStore(tmp_path, "run")
     store.write(

@@ -1,4 +1,4 @@
-"""The `sample-array` image source of glasses_rag.crag_mm.benchmark: numeric sample data rendered offline, bad recipes
+"""The `sample-array` image source of glasses_rag.crag_mm.content: numeric sample data rendered offline, bad recipes
 refused."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from glasses_rag.crag_mm.benchmark import Entity, SampleArrayImage, SkimageImage
+from glasses_rag.crag_mm.content import Entity, SampleArrayImage, SkimageImage
 
 
 def recipe(**kw) -> SampleArrayImage:

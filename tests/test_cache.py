@@ -1,4 +1,5 @@
-"""glasses_rag.crag_mm.cache.CachedSearch: identical results, copies, LRU bound, counters, thread safety, forwarding."""
+"""glasses_rag.retrieval.cache.CachedSearch: identical results, copies, LRU bound, counters, thread safety,
+forwarding."""
 
 import threading
 
@@ -6,8 +7,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from glasses_rag.crag_mm.cache import CachedSearch, image_key
-from glasses_rag.crag_mm.schema import ImageSearchResult, SearchBackend, WebSearchResult
+from glasses_rag.retrieval.cache import CachedSearch, image_key
+from glasses_rag.retrieval.schema import ImageSearchResult, SearchBackend, WebSearchResult
 
 
 class CountingBackend:
@@ -223,7 +224,7 @@ def test_thread_safety_under_concurrent_use():
 
 
 def test_identical_to_the_uncached_demo_index():
-    from glasses_rag.crag_mm.local_search import make_demo_search
+    from glasses_rag.retrieval.local_search import make_demo_search
 
     base = make_demo_search()
     c = CachedSearch(base)
@@ -246,8 +247,8 @@ def test_identical_to_the_uncached_demo_index():
 
 
 def test_cached_backend_through_the_web_search_tool():
-    from glasses_rag.crag_mm.local_search import make_demo_search
     from glasses_rag.models.resources import Resources
+    from glasses_rag.retrieval.local_search import make_demo_search
     from tools import default_registry
     from tools.base import ToolContext
 

@@ -8,11 +8,11 @@ import re
 
 import pytest
 
+from glasses_rag.frontends.run import build_parser, configure_logging
 from glasses_rag.harness.cli import field_at
 from glasses_rag.harness.run_options import ROOTS, options
 from glasses_rag.harness.session import agent_config_from_args
 from graph.config import AgentConfig
-from graph.run import build_parser, configure_logging
 
 
 def test_help_prints_each_default_once_and_the_environment_variables(capsys):
@@ -108,7 +108,7 @@ def test_a_negated_flag_says_what_it_does_not_what_the_field_does(capsys):
 
 
 def test_the_environment_variables_show_their_units_and_defaults():
-    from graph.run import environment_help
+    from glasses_rag.frontends.run import environment_help
 
     flat = re.sub(r"\s+", " ", environment_help())
     assert "GLASSES_WEB_TIMEOUT Total seconds per request" in flat and "(default 15)" in flat

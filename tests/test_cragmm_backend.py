@@ -14,8 +14,8 @@ from PIL import Image
 pytest.importorskip("cragmm_search")
 pytest.importorskip("chromadb")
 
-from glasses_rag.crag_mm.cragmm_backend import CragMMSearch, build_cragmm_index, offline_snapshot_download  # noqa: E402
-from glasses_rag.crag_mm.schema import ImageSearchResult, SearchBackend, WebSearchResult  # noqa: E402
+from glasses_rag.retrieval.cragmm_backend import CragMMSearch, build_cragmm_index, offline_snapshot_download  # noqa: E402
+from glasses_rag.retrieval.schema import ImageSearchResult, SearchBackend, WebSearchResult  # noqa: E402
 
 
 def _bytes_to_unicode() -> list[str]:
@@ -229,7 +229,7 @@ def test_image_search_rejects_text(built):
 
 
 def test_cli_runs_a_task_on_the_official_pipeline(built, tmp_path, capsys):
-    from graph.run import main
+    from glasses_rag.frontends.run import main
     from traces.schema import TurnTrace
 
     _, _, paths, clip, bert = built

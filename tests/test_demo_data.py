@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from glasses_rag.crag_mm import demo
-from glasses_rag.crag_mm.benchmark import ContentError, dataset_paths, ensure_dataset, load_content
+from glasses_rag.crag_mm.content import ContentError, dataset_paths, ensure_dataset, load_content
 from glasses_rag.crag_mm.dataset import load_all, load_conversations
 from glasses_rag.crag_mm.demo import DOMAINS, IMAGE_QUALITY, QUERY_CATEGORIES, ensure_demo
 

@@ -116,8 +116,8 @@ def _sample(readme: str) -> list[str]:
 def test_the_readme_sample_is_the_default_run(tmp_path, capsys, monkeypatch):
     """The sample's header and summary lines are what `python -m graph.run --task 1` prints now (the default
     concurrency included), in that order; only paths, timings and counts of a shorter run may differ."""
+    from glasses_rag.frontends.run import main
     from glasses_rag.harness.run_options import RunOptions
-    from graph.run import main
 
     sample = _sample((ROOT / "README.md").read_text(encoding="utf-8"))
     assert f"concurrency: {RunOptions.model_fields['concurrency'].default}" in sample
@@ -170,7 +170,7 @@ def _error_examples(readme: str) -> list[tuple[list[str], str]]:
 
 def test_the_readme_error_examples_are_what_the_cli_prints(tmp_path, capsys, monkeypatch):
     """Each `$ python -m graph.run ...` line of README's error sample prints exactly the line under it, alone."""
-    from graph.run import main
+    from glasses_rag.frontends.run import main
 
     monkeypatch.setenv("GLASSES_DEMO_DIR", str(ROOT / "data" / "demo"))
     examples = _error_examples((ROOT / "README.md").read_text(encoding="utf-8"))

@@ -39,7 +39,7 @@ def test_cli_runs_each_task_offline_and_writes_traces_and_report(tmp_path, task,
         assert out.returncode == 0, out.stderr[-3000:]
         stdout = out.stdout
     else:  # the same entry point in this process
-        from graph.run import main
+        from glasses_rag.frontends.run import main
 
         monkeypatch.setenv("GLASSES_DEMO_DIR", str(ROOT / "data" / "demo"))
         assert main(argv) == 0
@@ -74,7 +74,7 @@ def test_cli_runs_each_task_offline_and_writes_traces_and_report(tmp_path, task,
 
 
 def test_help_documents_every_option(capsys):
-    from graph.run import main
+    from glasses_rag.frontends.run import main
 
     with pytest.raises(SystemExit) as e:
         main(["--help"])
@@ -106,7 +106,7 @@ def test_a_tool_added_as_one_module_is_registered_and_offered(tmp_path, monkeypa
         "    return ToolOutput(summary=f'{city}: sunny', method='test')\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    from graph.run import main
+    from glasses_rag.frontends.run import main
     from tools import default_registry
 
     try:
@@ -141,7 +141,7 @@ def test_a_tool_added_as_one_module_is_registered_and_offered(tmp_path, monkeypa
 
 
 def test_bad_paths_and_specs_give_a_clear_error_not_a_traceback(tmp_path, capsys):
-    from graph.run import main
+    from glasses_rag.frontends.run import main
 
     assert main(["--task", "1", "--data", str(tmp_path / "nowhere"), "--no-progress", "--out", str(tmp_path)]) == 2
     assert "error: FileNotFoundError" in capsys.readouterr().err
@@ -150,8 +150,8 @@ def test_bad_paths_and_specs_give_a_clear_error_not_a_traceback(tmp_path, capsys
 
 
 def test_data_naming_a_benchmark_content_folder_builds_it_and_searches_its_own_index(tmp_path):
+    from glasses_rag.frontends.run import build_parser
     from glasses_rag.harness.run_data import build_content
-    from graph.run import build_parser
 
     args = build_parser().parse_args(["--task", "1", "--data", "demo-paraphrase", "--demo-dir", str(tmp_path / "demo")])
     built = build_content(args)

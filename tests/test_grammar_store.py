@@ -183,8 +183,8 @@ def test_the_backend_reads_what_an_earlier_backend_compiled(tmp_path, monkeypatc
 def test_warm_up_without_a_task_prepares_the_first_decision_of_every_task():
     """A run over several tasks (benchmarks.latency --task 1 2 3) builds its agent with no task: the warm-up then
     prepares each task's first decision, so no turn pays a compile (~15 s against Gemma's vocabulary)."""
-    from glasses_rag.crag_mm.search import NullSearch
     from glasses_rag.policies.protocol import ScriptedPolicy
+    from glasses_rag.retrieval.search import NullSearch
     from graph.build import build_agent, warm_up
     from graph.config import AgentConfig
     from tools import ToolContext, ToolOutput, ToolRegistry, tool

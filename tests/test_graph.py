@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from glasses_rag.crag_mm.search import NullSearch
 from glasses_rag.policies.protocol import AnswerDraft, Decision, ScriptedPolicy
+from glasses_rag.retrieval.search import NullSearch
 from graph.agent import TurnInput
 from graph.build import build_agent
 from graph.config import AgentConfig, BudgetConfig
@@ -239,8 +239,8 @@ def test_conversations_are_pulled_lazily_a_few_ahead_of_the_workers(tmp_path):
     conversations ahead of the finished ones, and every one of them runs."""
     from support import make_agent
 
-    from glasses_rag.crag_mm.schema import Conversation, Turn
     from glasses_rag.harness.runner import run_task
+    from glasses_rag.retrieval.schema import Conversation, Turn
     from traces.store import TraceStore
 
     pulled, finished, ahead = [0], [0], []

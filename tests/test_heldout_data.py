@@ -1,4 +1,4 @@
-"""The held-out benchmark (glasses_rag/crag_mm/benchmarks/heldout/) builds, loads, covers every question kind, is
+"""The held-out benchmark (glasses_rag/crag_mm/bundled/heldout/) builds, loads, covers every question kind, is
 answerable from its own corpus, shares nothing with the demo, and carries prompt-injection pages whose bait is never an
 answer."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from glasses_rag.crag_mm.benchmark import (
+from glasses_rag.crag_mm.content import (
     DOMAINS,
     DYNAMISM,
     IDK,
@@ -26,7 +26,7 @@ from glasses_rag.crag_mm.benchmark import (
 from glasses_rag.crag_mm.dataset import load_conversations
 from glasses_rag.crag_mm.demo import demo_content
 
-HELDOUT = Path(__file__).resolve().parents[1] / "glasses_rag" / "crag_mm" / "benchmarks" / "heldout"
+HELDOUT = Path(__file__).resolve().parents[1] / "glasses_rag" / "crag_mm" / "bundled" / "heldout"
 
 # Answers that are not stated word for word but follow from facts that are: query -> the facts it needs.
 DERIVED = {

@@ -18,9 +18,9 @@ import pytest
 from PIL import Image, ImageDraw
 from support import collect, make_agent
 
-from glasses_rag.crag_mm.schema import Conversation, Turn
 from glasses_rag.policies.protocol import IDK, AnswerDraft, Decision, ScriptedPolicy
 from glasses_rag.policies.protocol import is_abstention as is_idk
+from glasses_rag.retrieval.schema import Conversation, Turn
 from tools import default_registry
 from tools.base import Hit, ToolContext, ToolOutput
 from tools.registry import ToolRegistry, tool
@@ -39,10 +39,10 @@ SLACK_S = 1.0  # a turn may overrun its budget by this much at most
 def env():
     from glasses_rag.crag_mm.dataset import load_all
     from glasses_rag.crag_mm.demo import ensure_demo
-    from glasses_rag.crag_mm.local_search import LocalSearchIndex
     from glasses_rag.models.image_embedder import make_image_embedder
     from glasses_rag.models.ocr import OcrEngine
     from glasses_rag.models.text_embedder import get_text_embedder
+    from glasses_rag.retrieval.local_search import LocalSearchIndex
     from tools import default_registry
 
     reg = default_registry()

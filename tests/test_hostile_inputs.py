@@ -17,16 +17,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from glasses_rag.frontends.run import main
+from glasses_rag.frontends.viewer import render_run
 from glasses_rag.policies.model.prompts import HISTORY_TURNS, history_text
 from glasses_rag.policies.protocol import PolicyView
 from glasses_rag.superglasses import logs as sg_logs
 from glasses_rag.superglasses.loader import load_superglasses
 from glasses_rag.testing.fake_model_server import FakeOpenAIServer
 from glasses_rag.web.serpapi import web_results
-from graph.run import main
 from tools.base import HistoryTurn
 from traces.schema import TRACE_INPUT_LIMIT, ToolCallEvent
-from traces.viewer import render_run
 
 ROOT = Path(__file__).resolve().parents[1]
 DEEP = "[" * 100_000 + "]" * 100_000

@@ -87,8 +87,8 @@ def test_clip_embedder_from_local_folder(tiny_clip):
 
 def test_clip_embedder_in_local_index(tiny_clip, tmp_path):
     from glasses_rag.crag_mm.demo import ensure_demo
-    from glasses_rag.crag_mm.local_search import LocalSearchIndex
-    from glasses_rag.crag_mm.schema import ImageSearchResult
+    from glasses_rag.retrieval.local_search import LocalSearchIndex
+    from glasses_rag.retrieval.schema import ImageSearchResult
 
     root = ensure_demo().root
     idx = LocalSearchIndex(root, image_embedder=ClipImageEmbedder(tiny_clip), cache=False)

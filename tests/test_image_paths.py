@@ -12,10 +12,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from PIL import Image, ImageDraw
 
+from glasses_rag.core.images import IMAGE_ROOT_ENV, confine
 from glasses_rag.crag_mm.dataset import decode_image, load_all, load_conversations
-from glasses_rag.crag_mm.images import IMAGE_ROOT_ENV, confine
+from glasses_rag.frontends.run import main
 from glasses_rag.superglasses.loader import load_superglasses
-from graph.run import main
 from tests.sg_support import jpeg, query_row, sub_q, write_superglasses
 
 SECRET = "PRIVATE NOTE 4711"

@@ -7,8 +7,8 @@ import pytest
 
 from glasses_rag.crag_mm.dataset import decode_image, load_all
 from glasses_rag.crag_mm.demo import ensure_demo, load_question_meta
-from glasses_rag.crag_mm.local_search import LocalSearchIndex
-from glasses_rag.crag_mm.schema import ImageSearchResult, SearchBackend, WebSearchResult
+from glasses_rag.retrieval.local_search import LocalSearchIndex
+from glasses_rag.retrieval.schema import ImageSearchResult, SearchBackend, WebSearchResult
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,10 @@ from PIL import Image
 from support import collect, make_agent
 
 from glasses_rag.core.calls import CallTimeout, CancelScope, collect_model_calls, run_with_deadline
-from glasses_rag.crag_mm.schema import Conversation, Turn
 from glasses_rag.models.vlm.base import complete_and_report
 from glasses_rag.models.vlm.openai_server import OpenAICompatibleBackend
 from glasses_rag.policies.model.policy import make_model_policy
+from glasses_rag.retrieval.schema import Conversation, Turn
 from glasses_rag.testing.fake_model_server import FakeOpenAIServer
 from graph.agent import TurnInput
 from traces.store import TraceStore

@@ -277,7 +277,7 @@ def test_the_cli_against_a_hostile_server_finishes_in_time_with_the_cap_in_the_t
 ):
     from pathlib import Path
 
-    from graph.run import main
+    from glasses_rag.frontends.run import main
     from traces.schema import TurnTrace
 
     monkeypatch.setenv("GLASSES_DEMO_DIR", str(Path(__file__).resolve().parents[1] / "data" / "demo"))

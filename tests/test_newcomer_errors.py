@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from glasses_rag.frontends.run import main
 from glasses_rag.testing.fake_model_server import FakeOpenAIServer
-from graph.run import main
 from traces.schema import TurnTrace
 
 ROOT = Path(__file__).resolve().parents[1]

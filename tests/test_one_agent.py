@@ -7,10 +7,10 @@ import json
 
 from glasses_rag.crag_mm.dataset import decode_image, load_all
 from glasses_rag.crag_mm.demo import ensure_demo
-from glasses_rag.crag_mm.local_search import LocalSearchIndex
 from glasses_rag.crag_mm.scoring import make_truncator
-from glasses_rag.harness.starter_kit import GlassesRAGAgent
-from graph.run import main
+from glasses_rag.frontends.run import main
+from glasses_rag.frontends.starter_kit import GlassesRAGAgent
+from glasses_rag.retrieval.local_search import LocalSearchIndex
 
 
 def harness_image(conv):
@@ -82,10 +82,10 @@ def test_the_cli_and_the_starter_kit_give_the_same_answers(tmp_path):
 
 def test_the_cli_defaults_are_the_agent_config_defaults():
     """No option means the library's default agent: the CLI does not carry its own copy of the thresholds."""
+    from glasses_rag.frontends.run import build_parser, resolve_benchmark
     from glasses_rag.harness.session import agent_config_from_args
     from glasses_rag.policies.rules.rule_planner import RulePlannerConfig
     from graph.config import AgentConfig
-    from graph.run import build_parser, resolve_benchmark
 
     parser = build_parser()
     config = agent_config_from_args(resolve_benchmark(parser, parser.parse_args(["--task", "2"])))

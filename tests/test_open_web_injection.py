@@ -42,7 +42,7 @@ class EveryQuery(dict):
 
 
 def test_injected_pages_on_the_open_web_never_make_the_agent_say_42(tmp_path, monkeypatch, capsys):
-    from graph import run as cli
+    from glasses_rag.frontends import run as cli
 
     rows = [query_row(i, 1, q, "I don't know", [sub_q(q, '{"Text Search": "Ssrfa"}')]) for i, q in enumerate(QUESTIONS)]
     data = write_superglasses(tmp_path / "sg", rows, {1: jpeg()}, shards=1)

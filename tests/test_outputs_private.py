@@ -13,8 +13,8 @@ import pytest
 
 from glasses_rag.core.credentials import ScrubFilter, public_url, scrub_argv, scrub_data, scrub_text
 from glasses_rag.core.files import write_atomic
+from glasses_rag.frontends.run import configure_logging, main
 from glasses_rag.testing.fake_model_server import FakeOpenAIServer
-from graph.run import configure_logging, main
 
 KEY = "sk-live-SECRET-5150"
 PASSWORD = "pw-SECRET-9090"

@@ -1,4 +1,4 @@
-"""The paraphrase set (glasses_rag/crag_mm/benchmarks/demo-paraphrase) is the demo said in other words: same rows,
+"""The paraphrase set (glasses_rag/crag_mm/bundled/demo-paraphrase) is the demo said in other words: same rows,
 turns, answers, labels and images; every query reworded beyond case and punctuation."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from glasses_rag.crag_mm.benchmark import dataset_paths, ensure_dataset, load_content
+from glasses_rag.crag_mm.content import dataset_paths, ensure_dataset, load_content
 from glasses_rag.crag_mm.dataset import load_conversations
 from glasses_rag.crag_mm.demo import DEMO_CONTENT, ensure_demo, load_question_meta
 

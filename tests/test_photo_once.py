@@ -9,7 +9,7 @@ from support import KGSearch, make_agent
 
 import glasses_rag.models.vlm.base as vlm_base
 from glasses_rag.core.hashing import cache_key, image_key, known_key
-from glasses_rag.crag_mm.images import load_image, prepare
+from glasses_rag.core.images import load_image, prepare
 from glasses_rag.policies.model.policy import make_model_policy
 from glasses_rag.testing.decision_model import respond
 from glasses_rag.testing.fake_model_server import FakeOpenAIServer
@@ -139,7 +139,7 @@ def test_request_bodies_are_serialised_exactly_as_json_dumps():
 def test_a_repeated_photo_is_not_decoded_or_resized_until_its_pixels_are_used(monkeypatch):
     import numpy as np
 
-    import glasses_rag.crag_mm.images as images
+    import glasses_rag.core.images as images
     from glasses_rag.core.deferred_image import DeferredImage
 
     data = _jpeg((40, 80, 160), (140, 100))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from glasses_rag.crag_mm.local_search import LocalSearchIndex
-from glasses_rag.crag_mm.search import NullSearch, SearchConfig, local_index_dir, make_search, prepare_search
+from glasses_rag.retrieval.local_search import LocalSearchIndex
+from glasses_rag.retrieval.search import NullSearch, SearchConfig, local_index_dir, make_search, prepare_search
 
 
 def test_constructing_a_backend_over_a_missing_folder_is_a_clear_error_not_a_build(tmp_path):

@@ -73,7 +73,7 @@ def _traces(folder: Path) -> list[TurnTrace]:
 
 def test_presets_command_runs_side_by_side_and_resumes(tmp_path, demo_env, capsys):
     from benchmarks.presets import main
-    from traces.viewer import render_run
+    from glasses_rag.frontends.viewer import render_run
 
     argv = [
         "--task",

@@ -282,7 +282,7 @@ def test_eurecom_idk_filter_turns_idk_variants_into_i_dont_know():
 def test_superlens_on_superglasses_uses_the_open_web_lenses_and_reads_the_pages(tmp_path, monkeypatch):
     from sg_support import FixtureWeb, article, organic, use_fixture_web
 
-    from glasses_rag.crag_mm.search import NullSearch
+    from glasses_rag.retrieval.search import NullSearch
     from glasses_rag.web import open_web
     from graph.config import ToolsConfig
 

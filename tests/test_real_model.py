@@ -39,7 +39,7 @@ pytest.importorskip("accelerate")
 BUDGET_S = 20.0  # a loaded 2-core machine needs seconds per call; an idle one ends each turn in a few
 SLACK_S = 1.5  # turn-end bookkeeping beyond the budget
 RUN = (
-    "import sys; from graph.run import main; from glasses_rag.core.calls import exit_process; "
+    "import sys; from glasses_rag.frontends.run import main; from glasses_rag.core.calls import exit_process; "
     "exit_process(main(sys.argv[1:]))"
 )
 

@@ -90,7 +90,7 @@ def test_traces_keep_the_history_and_the_image_source(model_run):
 def test_a_damaged_or_missing_piece_is_refused_and_the_viewer_says_so(model_run, tmp_path):
     import shutil
 
-    from traces.viewer import build_html
+    from glasses_rag.frontends.viewer import build_html
 
     run, traces, _ = model_run
     copy = tmp_path / "copy"

@@ -8,8 +8,8 @@ import shutil
 
 import pytest
 
+from glasses_rag.frontends.run import main
 from graph import agent as agent_mod
-from graph.run import main
 
 BASE = ["--task", "3", "--limit", "3", "--no-progress", "--budget", "30"]
 

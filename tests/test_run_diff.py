@@ -1,5 +1,6 @@
-"""traces.diff: runs side by side on the same questions, from the scoring they stored; filters; the presets folder;
-SuperGlasses runs; the page in headless Chromium; glasses_rag.superglasses.compare without annotations."""
+"""glasses_rag.frontends.diff: runs side by side on the same questions, from the scoring they stored; filters; the
+presets folder; SuperGlasses runs; the page in headless Chromium; glasses_rag.superglasses.compare without
+annotations."""
 
 from __future__ import annotations
 
@@ -14,12 +15,12 @@ import pytest
 from PIL import Image
 
 from glasses_rag.crag_mm.evaluate import evaluate, records_from_traces, write_report
+from glasses_rag.frontends.diff import main as diff_main
+from glasses_rag.frontends.run_diff import RowFilter, RunDiff, diff_runs, find_runs
+from glasses_rag.frontends.viewer import main as viewer_main
 from glasses_rag.superglasses import compare as cmp
-from traces.diff import main as diff_main
-from traces.run_diff import RowFilter, RunDiff, diff_runs, find_runs
 from traces.schema import FinalEvent, TokenTotals, ToolCallEvent, TurnTrace
 from traces.store import TraceStore
-from traces.viewer import main as viewer_main
 
 ROOT = Path(__file__).resolve().parents[1]
 EVIL = "<script>document.body.setAttribute('data-pwned','1')</script><img src=x onerror=alert(1)>"
@@ -187,7 +188,7 @@ def test_cli_text_json_and_errors(two_runs, tmp_path, capsys):
     assert diff_main([str(a), str(tmp_path / "nope")]) == 2 and "no such folder" in capsys.readouterr().err
     assert diff_main([str(a), str(b), "--only", "a-great"]) == 2 and "cannot read 'great'" in capsys.readouterr().err
     res = subprocess.run(
-        [sys.executable, "-m", "traces.diff", str(a), str(b), "--only", "differ"],
+        [sys.executable, "-m", "glasses_rag.frontends.diff", str(a), str(b), "--only", "differ"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -199,7 +200,11 @@ def test_cli_text_json_and_errors(two_runs, tmp_path, capsys):
 def test_compare_without_annotations_says_so_and_points_to_the_diff(two_runs, capsys):
     assert cmp.main(["--run", str(two_runs[0]), "--no-embed"]) == 2
     err = capsys.readouterr()
-    assert "no annotated trajectory" in err.err and "python -m traces.diff" in err.err and "n/a" not in err.out
+    assert (
+        "no annotated trajectory" in err.err
+        and "python -m glasses_rag.frontends.diff" in err.err
+        and "n/a" not in err.out
+    )
     assert cmp.main(["--run", str(two_runs[0].parent), "--no-embed"]) == 2  # a folder of runs
     assert "holds no turn trace (a folder of runs?)" in capsys.readouterr().err
 
@@ -294,7 +299,7 @@ def test_headless_chromium_filters_the_diff_page(two_runs, tmp_path):
 def test_superglasses_runs_use_the_superglasses_judges_score(tmp_path, monkeypatch, capsys):
     from sg_support import FixtureWeb, article, small_dataset, use_fixture_web
 
-    from graph import run as cli
+    from glasses_rag.frontends import run as cli
 
     data = small_dataset(tmp_path / "sg")
     with FixtureWeb(image_dir=tmp_path / "img") as web:

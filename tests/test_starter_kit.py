@@ -13,8 +13,7 @@ import pytest
 
 from glasses_rag.crag_mm.dataset import decode_image, load_all
 from glasses_rag.crag_mm.demo import ensure_demo
-from glasses_rag.crag_mm.local_search import LocalSearchIndex
-from glasses_rag.harness.starter_kit import (
+from glasses_rag.frontends.starter_kit import (
     IDK,
     GlassesRAGAgent,
     NullSearch,
@@ -24,6 +23,7 @@ from glasses_rag.harness.starter_kit import (
     history_pairs,
     pipeline_has_web,
 )
+from glasses_rag.retrieval.local_search import LocalSearchIndex
 from traces.schema import TurnTrace
 
 

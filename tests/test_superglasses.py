@@ -714,7 +714,7 @@ def test_accuracy_is_sliced_like_the_paper_tables():
 
 
 def test_benchmark_superglasses_run_end_to_end_offline(tmp_path, monkeypatch, capsys):
-    from graph import run as cli
+    from glasses_rag.frontends import run as cli
 
     data = small_dataset(tmp_path / "sg")
     with FixtureWeb(image_dir=tmp_path / "img") as web:

@@ -7,7 +7,7 @@ import pytest
 from PIL import Image
 from sg_support import jpeg, query_row, small_dataset, sub_q, write_superglasses
 
-from glasses_rag.crag_mm.images import load_image
+from glasses_rag.core.images import load_image
 from glasses_rag.superglasses.loader import load_superglasses
 
 

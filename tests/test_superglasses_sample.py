@@ -17,7 +17,7 @@ OPEN_WEB_ENV = ("SERPAPI_API_KEY", "GLASSES_IMAGE_DIR", "GLASSES_IMAGE_BASE_URL"
 
 @pytest.fixture(scope="module")
 def sample_run(tmp_path_factory):
-    from graph.run import main
+    from glasses_rag.frontends.run import main
 
     tmp = tmp_path_factory.mktemp("sg")
     mp = pytest.MonkeyPatch()
@@ -91,7 +91,7 @@ def test_lens_is_not_offered_without_its_image_hosting_even_with_a_key(monkeypat
 
 
 def test_the_viewer_shows_list_labels_as_lists(sample_run):
-    from traces.viewer import build_html
+    from glasses_rag.frontends.viewer import build_html
 
     _, run, _ = sample_run
     page = build_html(run)
@@ -101,7 +101,7 @@ def test_the_viewer_shows_list_labels_as_lists(sample_run):
 
 
 def test_task_superglasses_is_the_superglasses_benchmark():
-    from graph.run import build_parser, resolve_benchmark
+    from glasses_rag.frontends.run import build_parser, resolve_benchmark
 
     p = build_parser()
     for argv in (["--task", "superglasses", "--data", "sample"], ["--task=superglasses", "--data", "sample"]):

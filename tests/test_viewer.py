@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from glasses_rag.frontends.viewer import build_html, load_traces, render_run
+from glasses_rag.frontends.viewer import main as viewer_main
 from tools.base import Box
 from traces.schema import FinalEvent, ImageInfo, StepError, ToolCallEvent, TraceHit, TurnTrace
 from traces.store import TraceStore
-from traces.viewer import build_html, load_traces, render_run
-from traces.viewer import main as viewer_main
 
 CHROMIUM = Path("/usr/bin/chromium")
 PHOTO = re.compile(r"\.img-\d+\{background-image:url\(data:image/jpeg;base64,")  # a conversation's photo
@@ -85,7 +85,7 @@ def evil_trace(run_id: str) -> TurnTrace:
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
     """A real run (task 1, rule planner, demo data, 2 conversations) plus an injection trace and a damaged file."""
-    from graph.run import main as run_main
+    from glasses_rag.frontends.run import main as run_main
 
     out = tmp_path_factory.mktemp("runs")
     assert run_main(["--task", "1", "--limit", "2", "--no-progress", "--run-id", "viewer", "--out", str(out)]) == 0

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from support import model_loop_run
 
-from traces.viewer import load_traces, render_run
-from traces.viewer_parts import KgImages, is_offline_demo_url
+from glasses_rag.frontends.viewer import load_traces, render_run
+from glasses_rag.frontends.viewer_parts import KgImages, is_offline_demo_url
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -33,7 +33,7 @@ FLAGS = [
 def runs(tmp_path_factory):
     """A model-loop run of one four-turn conversation (fake server), and a rule run of five task-2 questions where
     a ground-truth "I don't know" is answered so (hallucination -0.2, truthfulness 1.2)."""
-    from graph.run import main
+    from glasses_rag.frontends.run import main
 
     out = tmp_path_factory.mktemp("runs")
     model_loop_run(out, "model")

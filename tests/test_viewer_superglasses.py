@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from sg_support import FixtureWeb, article, organic, small_dataset, use_fixture_web
 
-from traces.viewer import build_html, load_images
+from glasses_rag.frontends.viewer import build_html, load_images
 
 
 @pytest.fixture(scope="module")
 def sg_run(tmp_path_factory) -> Path:
-    from graph import run as cli
+    from glasses_rag.frontends import run as cli
 
     tmp = tmp_path_factory.mktemp("sg")
     data = small_dataset(tmp / "data")

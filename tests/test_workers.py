@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from graph.run import main
+from glasses_rag.frontends.run import main
 
 ROOT = Path(__file__).resolve().parents[1]
 # multi-turn (answers feed later turns' history); a budget no busy machine runs out of, so answers do not depend

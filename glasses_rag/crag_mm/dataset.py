@@ -1,4 +1,4 @@
-"""Load CRAG-MM rows (real or demo) into `glasses_rag.crag_mm.schema.Conversation`, offline and fault-tolerant.
+"""Load CRAG-MM rows (real or demo) into `glasses_rag.retrieval.schema.Conversation`, offline and fault-tolerant.
 
 Accepted sources:
 * a folder of parquet or arrow files (e.g. `data/validation-*.parquet` of a dataset repo),
@@ -12,7 +12,7 @@ Both layouts of the real dataset are read: v0.1.1 (`turns`/`answers` are lists o
 
 Egocentric rule, as the official evaluators apply it: a row is egocentric when its `image_url` is None
 (the glasses captures carry their bytes; the normal web images carry a URL the official iterator
-downloads). Images are not decoded here: the runner decodes a conversation's image (glasses_rag.crag_mm.images, bounded
+downloads). Images are not decoded here: the runner decodes a conversation's image (glasses_rag.core.images, bounded
 and safe) only when one of its turns is left to run.
 """
 
@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from glasses_rag.crag_mm.schema import Conversation, Turn
+from glasses_rag.retrieval.schema import Conversation, Turn
 
 TURN_KEYS = ("interaction_id", "domain", "query_category", "dynamism", "query", "image_quality")
 LABEL_KEYS = ("domain", "query_category", "dynamism", "image_quality")
@@ -223,9 +223,7 @@ def _datasets_source(ds: Any) -> RowSource:
     from datasets import Image as HFImage
 
     if isinstance(ds.features.get("image"), HFImage):
-        ds = ds.cast_column(
-            "image", HFImage(decode=False)
-        )  # bytes, decoded later and safely (glasses_rag.crag_mm.images)
+        ds = ds.cast_column("image", HFImage(decode=False))  # bytes, decoded later and safely (glasses_rag.core.images)
 
     def batches() -> Iterator[list[dict[str, Any]]]:
         for i in range(0, len(ds), 16):
@@ -364,8 +362,8 @@ def _as_records(value: Any, keys: tuple[str, ...] | None = None) -> list[dict[st
 
 def decode_image(cell: Any):
     """(PIL image or None, reason or None) from an Image() cell (decode=False), bytes or a path; bounded and
-    safe (glasses_rag.crag_mm.images.load_image): only regular files, a pixel cap, EXIF orientation applied."""
-    from glasses_rag.crag_mm.images import load_image
+    safe (glasses_rag.core.images.load_image): only regular files, a pixel cap, EXIF orientation applied."""
+    from glasses_rag.core.images import load_image
 
     if cell is None or (isinstance(cell, dict) and not cell.get("bytes") and not cell.get("path")):
         return None, None
@@ -381,8 +379,8 @@ def _has_image(cell: Any) -> bool:
 
 def confined_cell(cell: Any, roots: list[Path]) -> tuple[Any, str | None]:
     """A row's image cell as it may be read: bytes as they are; a path only when it resolves inside `roots`
-    (glasses_rag.crag_mm.images.confine), as that real path; else (None, why)."""
-    from glasses_rag.crag_mm.images import confine
+    (glasses_rag.core.images.confine), as that real path; else (None, why)."""
+    from glasses_rag.core.images import confine
 
     path = cell.get("path") if isinstance(cell, dict) and not cell.get("bytes") else cell
     if not isinstance(path, (str, Path)):
@@ -490,10 +488,10 @@ def load_conversations(
     """Iterate `Conversation`s; malformed rows are skipped and recorded in the returned iterator's
     `.report` (or in `report` when one is passed). Opening the source happens eagerly, so a missing
     dataset raises FileNotFoundError here; `limit` caps the number of rows read. An image given as a path is
-    read only inside the dataset's folder or `image_root` (default: GLASSES_IMAGE_ROOT); see glasses_rag.crag_mm.images.
+    read only inside the dataset's folder or `image_root` (default: GLASSES_IMAGE_ROOT); see glasses_rag.core.images.
 
     Example: `for conv in load_conversations("data/crag-mm", split="validation", limit=10): ...`"""
-    from glasses_rag.crag_mm.images import allowed_roots
+    from glasses_rag.core.images import allowed_roots
 
     report = report if report is not None else LoadReport()
     report.source = str(path_or_name)

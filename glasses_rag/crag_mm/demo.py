@@ -1,9 +1,9 @@
 """The embedded demo benchmark: a small, offline, deterministic CRAG-MM look-alike.
 
-Its content is data, `glasses_rag/crag_mm/benchmarks/demo/*.yaml` (entities with image recipes, KG attributes and web
-pages; pages about no entity; questions); `glasses_rag.crag_mm.benchmark` validates and renders it. `ensure_demo()`
+Its content is data, `glasses_rag/crag_mm/bundled/demo/*.yaml` (entities with image recipes, KG attributes and web
+pages; pages about no entity; questions); `glasses_rag.crag_mm.content` validates and renders it. `ensure_demo()`
 writes it under `data/demo/` by default (gitignored; GLASSES_DEMO_DIR overrides) in the layout described
-in `glasses_rag.crag_mm.benchmark`: `single_turn/` and `multi_turn/validation.parquet` (real CRAG-MM v0.1.2 layout),
+in `glasses_rag.crag_mm.content`: `single_turn/` and `multi_turn/validation.parquet` (real CRAG-MM v0.1.2 layout),
 `kg.json` + `kg_images/`, `web.json`, `questions.json` and `manifest.json`.
 """
 
@@ -13,7 +13,7 @@ import json
 import os
 from pathlib import Path
 
-from glasses_rag.crag_mm.benchmark import (
+from glasses_rag.crag_mm.content import (
     DOMAINS,
     DYNAMISM,
     IDK,
@@ -24,7 +24,7 @@ from glasses_rag.crag_mm.benchmark import (
     ensure_dataset,
     load_content,
 )
-from glasses_rag.crag_mm.benchmark import DatasetPaths as DemoPaths
+from glasses_rag.crag_mm.content import DatasetPaths as DemoPaths
 
 __all__ = [
     "DOMAINS",
@@ -44,7 +44,7 @@ __all__ = [
     "load_question_meta",
 ]
 
-DEMO_CONTENT = Path(__file__).resolve().parent / "benchmarks" / "demo"
+DEMO_CONTENT = Path(__file__).resolve().parent / "bundled" / "demo"
 DEFAULT_ROOT = Path(__file__).resolve().parents[2] / "data" / "demo"
 
 

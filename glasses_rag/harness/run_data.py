@@ -42,7 +42,7 @@ def build_content(args: argparse.Namespace) -> Any:
     """`--data` naming a benchmark content folder (bundled: demo, demo-paraphrase, heldout; or a folder with a
     benchmark.yaml): build its dataset and index once (data/<name>/ beside the demo), and search that index
     unless --index-dir says otherwise. None for any other --data."""
-    from glasses_rag.crag_mm.benchmark import dataset_paths, ensure_dataset, find_content, load_content
+    from glasses_rag.crag_mm.content import dataset_paths, ensure_dataset, find_content, load_content
     from glasses_rag.crag_mm.demo import demo_paths, ensure_demo
 
     if args.benchmark != "crag-mm":

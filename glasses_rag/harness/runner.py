@@ -16,8 +16,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from pydantic import BaseModel, Field
 
-from glasses_rag.crag_mm.images import ImagePrep, load_image, prepare
-from glasses_rag.crag_mm.schema import Conversation
+from glasses_rag.core.images import ImagePrep, load_image, prepare
+from glasses_rag.retrieval.schema import Conversation
 from graph.agent import Agent, TurnInput
 from tools.base import HistoryTurn
 from traces.model_loop import LoopStats

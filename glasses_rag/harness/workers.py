@@ -39,9 +39,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from glasses_rag.core.credentials import scrub_log_handlers
-from glasses_rag.crag_mm.images import ImagePrep
-from glasses_rag.crag_mm.schema import Conversation
+from glasses_rag.core.images import ImagePrep
 from glasses_rag.harness.runner import RunStats, distinct_session_ids, run_conversation
+from glasses_rag.retrieval.schema import Conversation
 from graph.config import AgentConfig
 from traces.schema import TurnTrace
 from traces.store import TraceStore

@@ -27,7 +27,7 @@ Each count comes with its base: the wrong answers for which the rule can apply (
         [--no-embed]
 
 Without annotations (a CRAG-MM run, a file with none) it says so and exits 2; two runs side by side are
-`python -m traces.diff`.
+`python -m glasses_rag.frontends.diff`.
 """
 
 from __future__ import annotations
@@ -501,14 +501,15 @@ def no_annotations(run: str, reference: str | None, n_predicted: int) -> str:
     return (
         f"error: glasses_rag.superglasses.compare compares a run with annotated SuperGlasses trajectories, "
         f"and {where}. "
-        f"To compare two runs on the same questions: python -m traces.diff RUN_A RUN_B"
+        f"To compare two runs on the same questions: python -m glasses_rag.frontends.diff RUN_A RUN_B"
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m glasses_rag.superglasses.compare",
-        description="Compare a run with annotated SuperGlasses trajectories (two runs: python -m traces.diff).",
+        description="Compare a run with annotated SuperGlasses trajectories "
+        "(two runs: python -m glasses_rag.frontends.diff).",
     )
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--run", help="run folder of turn traces, e.g. traces/runs/<run_id>")

@@ -1,5 +1,5 @@
 """Load the SuperGlasses benchmark (Hugging Face `xandery/SuperGlasses`) into
-`glasses_rag.crag_mm.schema.Conversation`s, offline.
+`glasses_rag.retrieval.schema.Conversation`s, offline.
 
 The dataset has two configs, each with one split `test`:
 - `queries`: one row per question: `id`, `image_id` (int), `image`, `question`, `answer` (the ground truth),
@@ -56,7 +56,7 @@ from glasses_rag.crag_mm.dataset import (
     find_files,
     missing_data_message,
 )
-from glasses_rag.crag_mm.schema import Conversation, Turn, plain
+from glasses_rag.retrieval.schema import Conversation, Turn, plain
 
 DATASET_ID = "xandery/SuperGlasses"
 ALIASES = {"superglasses", "super-glasses", DATASET_ID.lower()}
@@ -195,10 +195,10 @@ def _int_or_none(v: Any) -> int | None:
 
 
 def _image_cell(value: Any, roots: list[Path]) -> tuple[Any, str | None]:
-    """An `image` cell as something glasses_rag.crag_mm.images.load_image reads ({bytes, path} dicts, bytes, or an
-    existing path inside the dataset's folder or the user's image root: glasses_rag.crag_mm.images.confine), and why not
+    """An `image` cell as something glasses_rag.core.images.load_image reads ({bytes, path} dicts, bytes, or an
+    existing path inside the dataset's folder or the user's image root: glasses_rag.core.images.confine), and why not
     when it cannot be: (None, None) when it holds no picture, (None, why) when its path is refused."""
-    from glasses_rag.crag_mm.images import confine
+    from glasses_rag.core.images import confine
 
     if isinstance(value, dict):
         data, path = value.get("bytes"), value.get("path")
@@ -319,7 +319,7 @@ def load_superglasses(
     given as a path is read only inside the dataset's folder or `image_root` (default: GLASSES_IMAGE_ROOT).
 
     Example: `for conv in load_superglasses("data/superglasses", limit=20): ...`"""
-    from glasses_rag.crag_mm.images import allowed_roots
+    from glasses_rag.core.images import allowed_roots
 
     report = report if report is not None else SuperGlassesLoadReport()
     root = _root(path_or_name)
@@ -388,7 +388,7 @@ class _Images:
 
     def __init__(self, locations: dict[Any, tuple[Path, int, int]], roots: list[Path]):
         self.locations = locations
-        self.roots = roots  # where an image path may point (glasses_rag.crag_mm.images.allowed_roots)
+        self.roots = roots  # where an image path may point (glasses_rag.core.images.allowed_roots)
         self.joined, self.own = _RowGroups("image"), _RowGroups("image")
 
     def location(self, row: dict[str, Any]) -> tuple[Path, int, int] | None:

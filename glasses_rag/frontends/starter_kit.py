@@ -14,7 +14,7 @@ facebookresearch/CRAG-MM release calls the same method with extra keyword argume
 
 In a starter-kit checkout, point ``agents/user_config.py`` at this class, e.g.::
 
-    from glasses_rag.harness.starter_kit import GlassesRAGAgent as UserAgent
+    from glasses_rag.frontends.starter_kit import GlassesRAGAgent as UserAgent
 
 `search_pipeline` may be the official ``UnifiedSearchPipeline`` (or any callable with its calling
 convention: ``pipe(image, k=5)`` / ``pipe(text, k=5)`` returning the official result dicts), any of
@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from glasses_rag.crag_mm.search import NullSearch, OfficialPipelineSearch, as_search_backend, pipeline_has_web
+from glasses_rag.retrieval.search import NullSearch, OfficialPipelineSearch, as_search_backend, pipeline_has_web
 from glasses_rag.text.nlp import IDK
 
 log = logging.getLogger(__name__)
@@ -348,7 +348,7 @@ class GlassesRAGAgent(BaseAgent):  # type: ignore[misc,valid-type]  # the kit's 
         domain: str | None = None,
     ):
         """The TurnInput for one item, with history rebuilt from the messages and remembered entities."""
-        from glasses_rag.crag_mm.images import load_image, prepare
+        from glasses_rag.core.images import load_image, prepare
         from graph.agent import TurnInput
         from tools.base import HistoryTurn
 

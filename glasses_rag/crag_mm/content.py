@@ -1,6 +1,6 @@
 """Benchmark content as data, and the generator that turns it into a CRAG-MM-style dataset folder.
 
-A content folder (the demo's is `glasses_rag/crag_mm/benchmarks/demo/`) holds four YAML files:
+A content folder (the demo's is `glasses_rag/crag_mm/bundled/demo/`) holds four YAML files:
 
 * `benchmark.yaml`: name, version, random seed, site URL, session id prefix;
 * `entities.yaml`: the image-KG entities (image recipe, attributes, web pages about them), distractors too;
@@ -638,7 +638,7 @@ class DatasetPaths:
     kg_images: Path
     questions_json: Path
     manifest: Path
-    cache: Path  # embedding caches of glasses_rag.crag_mm.local_search
+    cache: Path  # embedding caches of glasses_rag.retrieval.local_search
 
 
 def dataset_paths(root: str | Path) -> DatasetPaths:
@@ -851,7 +851,7 @@ def ensure_dataset(c: Content, p: DatasetPaths, force: bool = False) -> DatasetP
     return p
 
 
-BUNDLED = Path(__file__).resolve().parent / "benchmarks"
+BUNDLED = Path(__file__).resolve().parent / "bundled"
 
 
 def find_content(spec: str | Path) -> Path | None:

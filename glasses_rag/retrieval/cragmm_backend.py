@@ -29,7 +29,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from glasses_rag.crag_mm.schema import plain
+from glasses_rag.retrieval.schema import plain
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ def _require_dir(path: str | Path | None, what: str) -> str:
 
 
 class CragMMSearch:
-    """glasses_rag.crag_mm.schema.SearchBackend backed by the real ``UnifiedSearchPipeline`` on local folders.
+    """glasses_rag.retrieval.schema.SearchBackend backed by the real ``UnifiedSearchPipeline`` on local folders.
 
     Args:
         image_index_dir: ChromaDB folder with collection ``image_embeddings``.

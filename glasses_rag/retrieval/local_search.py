@@ -1,6 +1,6 @@
 """`LocalSearchIndex`: an embedded SearchBackend over the demo image KG and web corpus.
 
-It reads a folder in the demo layout (`kg.json` + images, `web.json`; see glasses_rag/crag_mm/benchmark.py) and answers
+It reads a folder in the demo layout (`kg.json` + images, `web.json`; see glasses_rag/crag_mm/content.py) and answers
 with exactly the dicts of cragmm-search-pipeline's `UnifiedSearchPipeline`:
 
 * image_search -> [{index, score, url, entities: [{entity_name, entity_attributes}]}]
@@ -127,7 +127,7 @@ def chunk_page(page: dict[str, Any], max_words: int = 60) -> list[str]:
 
 class LocalSearchIndex:
     """SearchBackend over a demo-layout folder (image KG + web pages), embedded in the process. Constructing it
-    reads the folder and never builds one: prepare the data first (glasses_rag.crag_mm.search.prepare_search).
+    reads the folder and never builds one: prepare the data first (glasses_rag.retrieval.search.prepare_search).
 
     Args:
         root: the index folder (kg.json, web.json, kg_images/); None: the demo's (data/demo/), already built.
@@ -158,7 +158,7 @@ class LocalSearchIndex:
         if not Path(root).is_dir():
             raise FileNotFoundError(
                 f"local search index folder {root} does not exist: prepare the data first "
-                f"(glasses_rag.crag_mm.search.prepare_search; the demo's: python -m "
+                f"(glasses_rag.retrieval.search.prepare_search; the demo's: python -m "
                 f"glasses_rag.crag_mm.demo), or give the folder of an index (--index-dir)"
             )
         self.root = Path(root)

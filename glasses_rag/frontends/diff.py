@@ -1,10 +1,10 @@
-"""Run diff: two or more runs side by side on the same questions (`traces.run_diff` has the rules).
+"""Run diff: two or more runs side by side on the same questions (`glasses_rag.frontends.run_diff` has the rules).
 
-    python -m traces.diff RUN_A RUN_B [RUN_C ...]              # a table, then one block per question
-    python -m traces.diff PRESETS_FOLDER                        # every run a `benchmarks.presets` run wrote
-    python -m traces.diff RUN_A RUN_B --only a-right-b-wrong    # questions A got right and B did not
-    python -m traces.diff RUN_A RUN_B --json > diff.json        # the whole diff as JSON (pydantic RunDiff)
-    python -m traces.diff RUN_A RUN_B --html diff.html          # the page, with the same filters in it
+    python -m glasses_rag.frontends.diff RUN_A RUN_B [RUN_C ...]              # a table, then one block per question
+    python -m glasses_rag.frontends.diff PRESETS_FOLDER                        # every run benchmarks.presets wrote
+    python -m glasses_rag.frontends.diff RUN_A RUN_B --only a-right-b-wrong    # questions A got right and B did not
+    python -m glasses_rag.frontends.diff RUN_A RUN_B --json > diff.json        # the whole diff as JSON (RunDiff)
+    python -m glasses_rag.frontends.diff RUN_A RUN_B --html diff.html          # the page, with the same filters in it
 
 Runs are named A, B, C... in the order given (a folder of runs in its presets.json order).
 Exit status: 0, or 2 when fewer than two runs are found or a filter cannot be read.
@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from traces.run_diff import FILTER_OUTCOMES, FILTER_WORDS, DiffRow, RunDiff, RunInfo, cut_rows, diff_runs
+from glasses_rag.frontends.run_diff import FILTER_OUTCOMES, FILTER_WORDS, DiffRow, RunDiff, RunInfo, cut_rows, diff_runs
 
 
 def _num(v: float | None, digits: int = 2) -> str:
@@ -107,7 +107,7 @@ def format_diff(d: RunDiff, max_rows: int = 50) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m traces.diff",
+        prog="python -m glasses_rag.frontends.diff",
         description="Two or more runs side by side on the same questions: right, "
         "wrong or abstained as each run's scoring stored it, tools called, model calls, latency.",
         epilog=f"--only: run letters each followed by {' | '.join(FILTER_OUTCOMES)}, or {', '.join(FILTER_WORDS)}, "
@@ -127,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m traces.diff RUN_A RUN_B [--only a-right-b-wrong] [--json] [--html FILE]`.
+    """`python -m glasses_rag.frontends.diff RUN_A RUN_B [--only a-right-b-wrong] [--json] [--html FILE]`.
 
     Args:
         argv: the command line without the program name (default: sys.argv[1:]).
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(d.model_dump_json(indent=2) if args.json else format_diff(d, args.max_rows))
     if args.html is not None:  # every question on the page; its controls start at the first --only filter
-        from traces.viewer import render_diff_page
+        from glasses_rag.frontends.viewer import render_diff_page
 
         path = render_diff_page(full, args.html, args.only)
         print(f"page: {path}", file=sys.stderr if args.json else sys.stdout)

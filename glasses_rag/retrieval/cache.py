@@ -6,7 +6,7 @@ Level 1 caches search results:
 * image search: key = (hash of the image's bytes, k); a PIL image is hashed over its mode, size and
   pixel bytes, a numpy array over dtype, shape and bytes, raw bytes as they are, a path over the
   file's bytes. Equal pixels give a hit whatever object carries them. A photo loaded by
-  glasses_rag.crag_mm.images (registered with glasses_rag.core.hashing.remember_key) is keyed by its source bytes and
+  glasses_rag.core.images (registered with glasses_rag.core.hashing.remember_key) is keyed by its source bytes and
   transforms instead: the same photo loaded again hits without its pixels being hashed.
 
 Level 2 caches `get_page(url)` -> parsed page content, offered only when the wrapped backend has

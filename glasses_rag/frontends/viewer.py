@@ -1,4 +1,5 @@
-"""Static HTML viewer for one run folder: `python -m traces.viewer <run_dir> [--out file.html] [--data PATH]`.
+"""Static HTML viewer for one run folder:
+`python -m glasses_rag.frontends.viewer <run_dir> [--out file.html] [--data PATH]`.
 
 Writes ONE self-contained HTML file (inline CSS and JS, images as base64 JPEG data URLs, no external
 requests): the run header (run.json, report.json), then every conversation and turn with the image
@@ -29,8 +30,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from glasses_rag.frontends.viewer_parts import h
 from traces.schema import AnswerEvent, FinalEvent, PlanEvent, ToolCallEvent, TraceEvent, TurnTrace, VerdictEvent
-from traces.viewer_parts import h
 
 THUMB_SIDE = 480
 SCORES = ("correct", "missing", "incorrect", "unscored")
@@ -204,9 +205,9 @@ def _safe_href(url: str | None) -> str | None:
 
 
 def _results_table(step: TraceEvent, kg: Any = None) -> str:
-    """The step's search results; an image-KG match of a local KG (`traces.viewer_parts.KgImages`) with its
-    reference image, an offline demo address as marked text (never a link)."""
-    from traces.viewer_parts import url_cell
+    """The step's search results; an image-KG match of a local KG (`glasses_rag.frontends.viewer_parts.KgImages`)
+    with its reference image, an offline demo address as marked text (never a link)."""
+    from glasses_rag.frontends.viewer_parts import url_cell
 
     results = getattr(step, "results", None)
     if not results:
@@ -393,8 +394,9 @@ def _turn_tools(t: TurnTrace) -> list[str]:
 
 
 def _extras(run_dir: Path | None, t: TurnTrace) -> dict[str, str]:
-    """The turn's parts from traces/viewer_parts.py: history given, image source, the model requests as sent."""
-    from traces import viewer_parts as vp
+    """The turn's parts from glasses_rag/frontends/viewer_parts.py: history given, image source, the model requests
+    as sent."""
+    from glasses_rag.frontends import viewer_parts as vp
 
     return {
         "history": vp.history_html(t),
@@ -434,7 +436,7 @@ def _turn_html(
         if s.detected_box is not None:
             colours[s.index] = BOX_COLOURS[k % len(BOX_COLOURS)]
             k += 1
-    from traces.viewer_parts import label_chips
+    from glasses_rag.frontends.viewer_parts import label_chips
 
     labels = label_chips(t.labels)
     meta = [
@@ -500,7 +502,7 @@ def _metrics_table(report: dict[str, Any]) -> str:
     if not sections:
         return ""
     head = "".join(f'<th title="{h(METRIC_TITLES.get(k, ""))}">{h(k)}</th>' for k in METRIC_KEYS)
-    from traces import viewer_parts as vp
+    from glasses_rag.frontends import viewer_parts as vp
 
     rows = "".join(
         f"<tr><th>{h(n)}{' *' if vp.both(m) else ''}</th>"
@@ -794,7 +796,7 @@ def build_html(run_dir: Path, images: dict[str, Any] | None = None, data: str | 
     sessions = list(dict.fromkeys(t.session_id for t in traces))
     imgs = _run_images(run, traces, sessions, images, data, problems)
     counted = _counted_turns(report)
-    from traces import viewer_parts as vp
+    from glasses_rag.frontends import viewer_parts as vp
 
     kg = vp.KgImages.for_run(run)
     style_imgs, conv_html = [], []
@@ -914,8 +916,9 @@ def render_run(
 
 
 def render_diff_page(diff: Any, out: Path, only: list[str] | None = None) -> Path:
-    """The run diff (traces.run_diff.RunDiff) as one page in this viewer's style; controls start at `only`[0]."""
-    from traces.diff_page import DIFF_CSS, DIFF_JS, diff_body
+    """The run diff (glasses_rag.frontends.run_diff.RunDiff) as one page in this viewer's style; controls start at
+    `only`[0]."""
+    from glasses_rag.frontends.diff_page import DIFF_CSS, DIFF_JS, diff_body
     from traces.store import write_json_atomic
 
     out = Path(out)
@@ -930,7 +933,7 @@ def render_diff_page(diff: Any, out: Path, only: list[str] | None = None) -> Pat
 
 def _runs_inside(folder: Path) -> Any:
     """The diff of the runs in `folder` when it holds no trace itself but two runs or more (a presets folder)."""
-    from traces.run_diff import diff_runs, find_runs
+    from glasses_rag.frontends.run_diff import diff_runs, find_runs
 
     if any(folder.glob("*__*.json")) or len(find_runs(folder)) < 2:
         return None
@@ -939,7 +942,7 @@ def _runs_inside(folder: Path) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m traces.viewer",
+        prog="python -m glasses_rag.frontends.viewer",
         description="Render a run folder of turn traces as one self-contained HTML page.",
     )
     p.add_argument("run_dir", type=Path, help="run folder (holds <session>__<turn>.json, run.json, report.json)")
@@ -960,7 +963,7 @@ def main(argv: list[str] | None = None) -> int:
             render_run(Path(r.path), images={} if args.no_images else None, data=args.data)
         out = render_diff_page(diff, args.out or args.run_dir / "index.html")
         print(
-            f"{out}: the diff of the {len(diff.runs)} runs in this folder (as python -m traces.diff "
+            f"{out}: the diff of the {len(diff.runs)} runs in this folder (as python -m glasses_rag.frontends.diff "
             f"{args.run_dir} --html {out} writes it), linking each run's own page (<run>/index.html)"
         )
         return 0

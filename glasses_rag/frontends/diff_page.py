@@ -1,5 +1,5 @@
-"""The run diff as HTML: the body, its extra CSS and its script. `traces.viewer.render_diff_page` puts them in
-the viewer's page (its CSS, its Content-Security-Policy pinning this script by hash).
+"""The run diff as HTML: the body, its extra CSS and its script. `glasses_rag.frontends.viewer.render_diff_page` puts
+them in the viewer's page (its CSS, its Content-Security-Policy pinning this script by hash).
 
 Like the viewer's samples list: one row per question, one column per run (outcome badge, answer, tools, model
 calls, latency, a link to the turn in that run's own viewer page when it has one), and filters in the page: an
@@ -13,7 +13,7 @@ from html import escape
 from pathlib import Path
 from urllib.parse import quote
 
-from traces.run_diff import FILTER_OUTCOMES, DiffRow, RowFilter, RunDiff, RunInfo, TurnSide
+from glasses_rag.frontends.run_diff import FILTER_OUTCOMES, DiffRow, RowFilter, RunDiff, RunInfo, TurnSide
 
 BADGE = {
     "right": "score-correct",
@@ -173,7 +173,8 @@ def row_html(row: DiffRow, links: dict[str, str]) -> str:
 
 
 def run_links(d: RunDiff, out: Path) -> dict[str, str]:
-    """letter -> the run's viewer page relative to `out`, for runs that have one (python -m traces.viewer RUN)."""
+    """letter -> the run's viewer page relative to `out`, for runs that have one (python -m
+    glasses_rag.frontends.viewer RUN)."""
     links = {}
     for r in d.runs:
         page = Path(r.path) / "index.html"

@@ -6,7 +6,7 @@ or none. Constructing a backend never prepares data: `prepare_search(SearchConfi
 builds the demo's index when the configuration searches it (the CLI and `graph.build.build_agent` call it first).
 `as_search_backend` wraps whatever the official harness hands the agent (a `UnifiedSearchPipeline` or any callable
 with its calling convention). Every backend returns results in the official dict layout
-(glasses_rag.crag_mm.schema).
+(glasses_rag.retrieval.schema).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from glasses_rag.crag_mm.schema import plain
 from glasses_rag.models.resources import ModelPaths
+from glasses_rag.retrieval.schema import plain
 
 
 class SearchConfig(BaseModel):
@@ -84,7 +84,7 @@ def make_search(cfg: SearchConfig, models: ModelPaths | None = None, web: bool =
         backend = make_search(SearchConfig(index_dir=Path("data/heldout")))
         backend.web_search("eiffel tower height", k=3)
     """
-    from glasses_rag.crag_mm.cache import CachedSearch
+    from glasses_rag.retrieval.cache import CachedSearch
 
     backend = _backend(cfg, models or ModelPaths(), web)
     if isinstance(backend, NullSearch):  # nothing to cache (a header saying "cached(none)" misleads)
@@ -96,7 +96,7 @@ def _backend(cfg: SearchConfig, models: ModelPaths, web: bool) -> Any:
     if cfg.backend == "none":
         return NullSearch()
     if cfg.backend == "cragmm":
-        from glasses_rag.crag_mm.cragmm_backend import CragMMSearch
+        from glasses_rag.retrieval.cragmm_backend import CragMMSearch
 
         image_index, clip = cfg.cragmm_image_index, cfg.cragmm_clip
         if image_index is None or clip is None:
@@ -110,8 +110,8 @@ def _backend(cfg: SearchConfig, models: ModelPaths, web: bool) -> Any:
             web_index_dir=cfg.cragmm_web_index if web else None,
             text_model_dir=cfg.cragmm_text_model,
         )
-    from glasses_rag.crag_mm.local_search import LocalSearchIndex
     from glasses_rag.models.image_embedder import make_image_embedder
+    from glasses_rag.retrieval.local_search import LocalSearchIndex
 
     return LocalSearchIndex(
         local_index_dir(cfg), image_embedder=make_image_embedder(models.clip), text_embedder_path=models.text_embedder
@@ -119,7 +119,7 @@ def _backend(cfg: SearchConfig, models: ModelPaths, web: bool) -> Any:
 
 
 class OfficialPipelineSearch:
-    """glasses_rag.crag_mm.schema.SearchBackend over a callable with the official calling convention.
+    """glasses_rag.retrieval.schema.SearchBackend over a callable with the official calling convention.
 
     ``pipeline(image, k=k)`` -> ``[{index, score, url, entities: [{entity_name, entity_attributes}]}]``;
     ``pipeline(text, k=k)``  -> ``[{index, score, page_name, page_snippet, page_url}]``.
