@@ -22,7 +22,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
@@ -53,6 +53,23 @@ class TokenLogprob(BaseModel):
 
     token: str
     logprob: float
+
+
+class SampledTokens(BaseModel):
+    """What a model produced for one request, in token ids: the currency every learner from outcomes consumes (TRL's
+    GRPO `rollout_func`, verl's agent loop, Agent Lightning's traces), so nothing is re-tokenized.
+
+    `completion_ids` are the ids the model actually produced, in order (tokens a grammar forced included), and
+    `logprobs[i]` is the log-probability of `completion_ids[i]` under the distribution named by `logprob_source`:
+    'raw' (the model's own softmax, as vLLM returns by default), or 'masked' (renormalized over the tokens a grammar
+    allowed, what constrained decoding chose from). Filled by the backends that know them (in-process; a server that
+    returns token ids); None elsewhere.
+    """
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    logprob_source: Literal["raw", "masked"]
 
 
 class Usage(BaseModel):
@@ -98,6 +115,12 @@ class ChatReply(BaseModel):
         exclude=True,
         description="The reply's tokens in order with their log-probabilities, when the backend gives them; their "
         "texts joined are the reply's text before stripping.",
+    )
+    sampled: SampledTokens | None = Field(
+        None,
+        exclude=True,
+        description="The prompt's and the reply's token ids with the reply's log-probabilities, when the backend knows "
+        "them (learning from rollouts).",
     )
 
 
