@@ -102,5 +102,9 @@ def test_concurrent_conversations_leave_nothing_running(srv, tmp_path):
     traces, stats = collect(agent, convs, 3, TraceStore(tmp_path, "cancel"), concurrency=6)
     assert srv.wait_idle(1.0)
     assert len(traces) == 12 and srv.completed == 0 and srv.aborted == len(srv.requests)
-    assert srv.max_live <= 6  # one request in flight per conversation at a time: nothing queued behind orphans
+    # Nothing generates behind an orphan: every request ends (cancelled) long before its 3 s generation would. The
+    # server notices a closed connection only when its thread next runs, so on a loaded machine a conversation's next
+    # request can arrive first and `max_live` may briefly read 7 (seen in CI): the bound is on each request's life
+    # (0.8 s turn budget against a 3 s generation), not on that count.
+    assert all(e["end"] is not None and e["end"] - e["start"] < 2.0 for e in srv.timeline), srv.timeline
     assert stats.ended_by == {"time_budget": 12}
