@@ -8,7 +8,7 @@ steps of a `pipeline` preset, the model loop and the rule planner run the two ot
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -117,13 +117,13 @@ class ContextSpec(_Strict):
     web_tokens: int | None = Field(None, ge=1, le=200_000, description="Tokens of web content, at most.")
     item_tokens: int | None = Field(None, ge=1, le=100_000, description="Tokens of one item, at most (a chunk).")
     max_items: int | None = Field(None, ge=1, le=1000, description="Items in the context, at most.")
-    tasks: dict[Literal[1, 2, 3], TaskBudget] = Field(
+    tasks: dict[Annotated[int, Field(ge=1, le=3)], TaskBudget] = Field(
         default_factory=dict, description="Budgets of one task instead of the ones above (those it names)."
     )
 
     def for_task(self, task: int) -> ContextSpec:
         """The budgets that hold on `task`."""
-        own = self.tasks.get(task)  # type: ignore[call-overload]
+        own = self.tasks.get(task)
         if own is None:
             return self
         changed = own.model_dump(exclude={"follows"}, exclude_none=True)
