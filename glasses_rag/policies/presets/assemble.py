@@ -137,6 +137,20 @@ def describe(preset: Preset) -> str:
         lines.append(f"  - {s.id}: {what}{when}  [{s.follows}]")
     if preset.answer is not None:
         lines.append(f"  - answer  [{preset.answer.follows}]")
+        lines += request_lines(preset.answer.prompt, ("answer",))
     lines.append(f"  - self-check: {preset.verification.mode}  [{preset.verification.follows}]")
+    lines += request_lines(preset.verification.prompt, ("closed_book", "consistency", "cove"))
     lines.append(f"  offline stand-ins: {'; '.join(stand_ins(preset)) or 'none'}")
     return "\n".join(lines)
+
+
+def request_lines(prompt: str | None, requests: tuple[str, ...]) -> list[str]:
+    """With a model, the requests a step sends (prompts/<prompt>.yaml) and what each follows, or how it departs."""
+    from glasses_rag.policies.presets.requests import request_template
+
+    if not prompt:
+        return []
+    return [
+        f"      with a model, {request} request (prompts/{prompt}.yaml): {request_template(prompt, request).follows}"
+        for request in requests
+    ]

@@ -251,14 +251,16 @@ class PipelinePolicy:
         if spec.min_image_score is not None:
             view = without_weak_image_hits(view, spec.min_image_score)
         view, report = self.answer_context(view)
+        method = self.answer_method
         if self.backend is not None and spec.prompt:
             draft = self.paper_answer(spec.prompt, view, image, route)
+            method += f" with prompts/{spec.prompt}.yaml"
         else:
             draft = self.answerer.answer(view, image)
         if not isinstance(draft, AnswerDraft):
             draft = AnswerDraft.model_validate(draft)
         said = f" [{report.text(spec.context.for_task(view.task))}]" if report is not None and spec.context else ""
-        return draft.model_copy(update={"rationale": f"{self.answer_method}{said}: {draft.rationale}"})
+        return draft.model_copy(update={"rationale": f"{method}{said}: {draft.rationale}"})
 
     def paper_answer(self, prompt: str, view: PolicyView, image: Any, route: Route) -> AnswerDraft:
         """The answer request in the paper's shape (prompts/<prompt>.yaml's `answer`: its system text, the context
