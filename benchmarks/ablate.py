@@ -143,21 +143,18 @@ def no_search_row(preset: Any, data: dict[str, Any], tools: list[Any], root: Pat
     """Table 4 A "w/o Search": no retrieval at all, so nothing that serves it either (every tool and every router
     off: the object detector, the query decoupler and the routers make no call); the answer step and the
     self-check stay. None for a preset without tools or routers."""
-    from glasses_rag.policies.presets import RETRIEVAL_TAGS
-
     names = [t.name for t in tools]
     routers = [s.id for s in preset.steps if s.route is not None and s.id not in preset.disabled]
     if not names and not routers:
         return None
-    search = [t.name for t in tools if RETRIEVAL_TAGS & set(t.tags)]
     path = _variant_file(root, f"{preset.name}-without-search", {**data, "disabled": [*preset.disabled, *routers]})
-    off = ", ".join([*search, *(n for n in names if n not in search), *(f"{r} router" for r in routers)])
+    off = f"{len(names)} tools and {len(routers)} routers off" if routers else f"{len(names)} tools off"
     return Variant(
         group="A. No Retrieval",
         label="no-retrieval",
         preset=str(path),
         allowed=[],
-        title=f"w/o Search (off: {off})",
+        title=f"w/o Search ({off})",
         reported=preset.ablation.reported_without_search if preset.ablation else None,
     )
 

@@ -121,7 +121,7 @@ def stage_times(run_dir: Path) -> tuple[dict[str, tuple[float, int]], str]:
             if id(s) in calls:
                 turn[s.tool] = turn.get(s.tool, 0.0) + (s.latency_ms or 0.0)
                 if s.tool == "reranker" and not reranker:
-                    reranker = (s.method or "").split(" + ")[0]
+                    reranker = (s.method or "").split(" + ")[0].split("; ")[0]  # the model (and its device)
             for c in getattr(s, "model_calls", None) or []:
                 key = f"{c.purpose} (model)"
                 turn[key] = turn.get(key, 0.0) + c.latency_ms
