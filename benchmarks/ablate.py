@@ -139,31 +139,53 @@ def paper_rows(preset: Any, data: dict[str, Any], names: list[str], root: Path) 
     return out
 
 
+def no_search_row(preset: Any, data: dict[str, Any], tools: list[Any], root: Path) -> Variant | None:
+    """Table 4 A "w/o Search": no retrieval at all, so nothing that serves it either (every tool and every router
+    off: the object detector, the query decoupler and the routers make no call); the answer step and the
+    self-check stay. None for a preset without tools or routers."""
+    names = [t.name for t in tools]
+    routers = [s.id for s in preset.steps if s.route is not None and s.id not in preset.disabled]
+    if not names and not routers:
+        return None
+    path = _variant_file(root, f"{preset.name}-without-search", {**data, "disabled": [*preset.disabled, *routers]})
+    off = f"{len(names)} tools and {len(routers)} routers off" if routers else f"{len(names)} tools off"
+    return Variant(
+        group="A. No Retrieval",
+        label="no-retrieval",
+        preset=str(path),
+        allowed=[],
+        title=f"w/o Search ({off})",
+        reported=preset.ablation.reported_without_search if preset.ablation else None,
+    )
+
+
 def variants(preset_spec: str, task: int, tools_config: Any, root: Path) -> list[Variant]:
     """The full preset; no retrieval; the paper's own ablation rows (the preset's `ablation`); then, as extra rows,
     each module off (a preset file beside the runs) and each tool removed (rows equal to a paper row are left out)."""
-    from glasses_rag.policies.presets import RETRIEVAL_TAGS, load_preset
+    from glasses_rag.policies.presets import load_preset
     from tools import default_registry
 
     preset = load_preset(preset_spec, tools_config.modules)
     tools = default_registry(tools_config.modules).for_task(task, preset.tools, tools_config.profile)
     names = [t.name for t in tools]
     module_of = {t: s.module for s in preset.steps for t in s.tools}
-    out = [Variant(group="", label="full", title=f"{preset.name} (full)", preset=preset_spec, allowed=names)]
-    kept = [t.name for t in tools if not RETRIEVAL_TAGS & set(t.tags)]
-    if kept != names:
-        out.append(
-            Variant(
-                group="A. No Retrieval",
-                label="no-retrieval",
-                preset=preset_spec,
-                allowed=kept,
-                title=f"w/o Search ({', '.join(n for n in names if n not in kept)})",
-            )
+    reported = preset.ablation or None
+    out = [
+        Variant(
+            group="",
+            label="full",
+            title=f"{preset.name} (full)",
+            preset=preset_spec,
+            allowed=names,
+            reported=reported.reported_full if reported else None,
         )
+    ]
     data = preset.model_dump(mode="json", exclude_defaults=True)
     data.pop("ablation", None)
     data.setdefault("steps", [])
+    without_search = no_search_row(preset, data, tools, root)
+    if without_search is not None:
+        out.append(without_search)
     out += [v.model_copy(update={"preset": v.preset or preset_spec}) for v in paper_rows(preset, data, names, root)]
     extra = []
     for step_id, module in preset.modules():

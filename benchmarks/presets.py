@@ -12,7 +12,9 @@ comparable (--same-process is faster, but later presets then find caches filled)
 truthfulness, accuracy, hallucination and missing rate as the scoring mode counts them officially (hallucination
 as graph.run prints it: (total - correct - missing) / total), "wrong" as the share of turns judged wrong, latency
 per turn (p50, p95), tool calls, model calls and tokens per turn, the failed steps ("errors"), and below the table
-how the turns ended (answer, time budget, step limit) and the failed steps per kind.
+how the turns ended (answer, time budget, step limit) and the failed steps per kind, then the time each stage took
+(each tool, each kind of model request: mean ms over the turns it ran in) and where the reranker ran (its method
+and device, from the traces).
 """
 
 from __future__ import annotations
@@ -98,7 +100,45 @@ def table(rows: list[Row]) -> str:
     ]
     lines.append("")
     lines += [f"{r.label}: {r.policy}" for r in rows if r.policy]
+    stages = [line for r in rows if not r.error and r.run_dir for line in stage_lines(r)]
+    if stages:
+        lines += ["", "time per stage (mean ms over the turns it ran in, and how many; model requests by purpose):"]
+        lines += stages
     return "\n".join(lines)
+
+
+def stage_times(run_dir: Path) -> tuple[dict[str, tuple[float, int]], str]:
+    """{stage: (mean ms per turn that ran it, turns)} over a run folder's traces, in the order stages first ran;
+    and the reranker's method (which model, on which device) as its first call recorded it."""
+    from traces.store import TraceStore
+
+    totals: dict[str, list[float]] = {}
+    reranker = ""
+    for t in TraceStore(run_dir.parent, run_dir.name):
+        turn: dict[str, float] = {}
+        calls = {id(c) for c in t.tool_calls()}
+        for s in t.steps:
+            if id(s) in calls:
+                turn[s.tool] = turn.get(s.tool, 0.0) + (s.latency_ms or 0.0)
+                if s.tool == "reranker" and not reranker:
+                    reranker = (s.method or "").split(" + ")[0].split("; ")[0]  # the model (and its device)
+            for c in getattr(s, "model_calls", None) or []:
+                key = f"{c.purpose} (model)"
+                turn[key] = turn.get(key, 0.0) + c.latency_ms
+        for k, v in turn.items():
+            totals.setdefault(k, []).append(v)
+    return {k: (sum(v) / len(v), len(v)) for k, v in totals.items()}, reranker
+
+
+def stage_lines(row: Row) -> list[str]:
+    try:
+        stages, reranker = stage_times(Path(row.run_dir))
+    except (OSError, ValueError):
+        return [f"  {row.label}: (traces unreadable)"]
+    cells = ", ".join(f"{k} {ms:.0f} ({n})" for k, (ms, n) in stages.items()) or "no stage ran"
+    if reranker and " on " not in reranker:  # the embedding fallback scores with the run's text embedder
+        reranker += " (the text embedder, on this machine's CPU)"
+    return [f"  {row.label}: {cells}"] + ([f"    reranker: {reranker}"] if reranker else [])
 
 
 def both_note(rows: list[Row]) -> str | None:

@@ -374,13 +374,18 @@ def self_check(state: AgentState, runtime: Runtime[TurnContext]) -> dict:
                 inline=not blocking(verifier),
             )
         except Exception as e:  # noqa: BLE001 - a broken self-check cannot vouch for the draft
-            keep = draft.confidence >= max(ctx.abstain_below, 0.5)
+            # a self-check that answers "I don't know" unless the draft passes it (UNSW Algorithm 1) does so
+            # when it cannot run; others keep a confident draft
+            strict = bool(getattr(verifier, "abstain_on_failure", False))
+            keep = not strict and draft.confidence >= max(ctx.abstain_below, 0.5)
             event = VerdictEvent(
                 index=_index(state),
                 decision="keep" if keep else "abstain",
                 latency_ms=_ms(t0),
                 reason="self-check unavailable; kept only because the draft was confident"
                 if keep
+                else "self-check unavailable: this self-check keeps only a draft that passed it"
+                if strict
                 else "self-check unavailable and the draft was not confident enough",
                 error=_error("timeout" if isinstance(e, CallTimeout) else "verifier_error", e),
                 model_calls=calls,

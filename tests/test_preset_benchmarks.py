@@ -97,6 +97,8 @@ def test_presets_command_runs_side_by_side_and_resumes(tmp_path, demo_env, capsy
     assert "offline stand-ins" in out and "p50 ms" in out and "tokens/t" in out and " errors" in out
     assert "superlens: ended by answer 2; errors: none" in out
     assert "each preset in its own process" in out
+    assert "time per stage" in out and "  superlens: " in out and "reranker (model)" not in out
+    assert "    reranker: heuristic:minilm-embedding" in out  # which reranker ran, and where
     figures = json.loads((tmp_path / "bench" / "presets.json").read_text())
     rows = {r["label"]: r for r in figures["presets"]}
     assert rows["no-retrieval"]["accuracy"] == 0.0 and rows["no-retrieval"]["tool_calls_per_turn"] == 0.0

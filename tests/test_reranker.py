@@ -185,85 +185,10 @@ def test_filter_by_threshold():
 
 @pytest.fixture(scope="module")
 def jina_dir(tmp_path_factory):
-    """A tiny random Qwen2-VL with a relevance head, saved as jina-reranker-m0's folder is laid out (the backbone's
-    weights and `score.dense` / `score.out_proj` in model.safetensors, a Qwen2-VL processor)."""
-    import json
+    """A tiny random Qwen2-VL with a relevance head, saved as jina-reranker-m0's folder is laid out."""
+    from glasses_rag.testing.tiny_models import save_tiny_jina_m0
 
-    import torch
-    from safetensors.torch import load_file, save_file
-    from transformers import (
-        Qwen2TokenizerFast,
-        Qwen2VLConfig,
-        Qwen2VLForConditionalGeneration,
-        Qwen2VLImageProcessor,
-    )
-    from transformers.models.gpt2.tokenization_gpt2 import bytes_to_unicode
-
-    d = tmp_path_factory.mktemp("jina")
-    vocab = {c: i for i, c in enumerate(bytes_to_unicode().values())}
-    (d / "vocab.json").write_text(json.dumps(vocab))
-    (d / "merges.txt").write_text("#version: 0.2\n")
-    specials = [
-        "<|endoftext|>",
-        "<|im_start|>",
-        "<|im_end|>",
-        "<|vision_start|>",
-        "<|vision_end|>",
-        "<|image_pad|>",
-        "<|video_pad|>",
-    ]
-    tok = Qwen2TokenizerFast(
-        vocab_file=str(d / "vocab.json"),
-        merges_file=str(d / "merges.txt"),
-        unk_token="<|endoftext|>",
-        pad_token="<|endoftext|>",
-        eos_token="<|endoftext|>",
-    )
-    tok.add_special_tokens({"additional_special_tokens": specials[1:]})
-    ids = {t: tok.convert_tokens_to_ids(t) for t in specials}
-    cfg = Qwen2VLConfig(
-        text_config=dict(
-            vocab_size=len(tok),
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            max_position_embeddings=4096,
-            rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]},
-        ),
-        vision_config=dict(
-            depth=1,
-            embed_dim=16,
-            hidden_size=32,
-            num_heads=2,
-            patch_size=14,
-            spatial_merge_size=2,
-            temporal_patch_size=2,
-        ),
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
-    )
-    torch.manual_seed(0)
-    out = d / "tiny-jina-m0"
-    Qwen2VLForConditionalGeneration(cfg).eval().save_pretrained(out)
-    weights = load_file(str(out / "model.safetensors"))
-    g = torch.Generator().manual_seed(1)
-    weights.update(
-        {
-            "score.dense.weight": torch.randn(32, 32, generator=g) * 0.3,
-            "score.dense.bias": torch.zeros(32),
-            "score.out_proj.weight": torch.randn(1, 32, generator=g),
-            "score.out_proj.bias": torch.zeros(1),
-        }
-    )
-    save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
-    image_proc = Qwen2VLImageProcessor(min_pixels=28 * 28, max_pixels=56 * 56)
-    image_proc.save_pretrained(out)  # as a Qwen2-VL processor folder lays them out (no video processor: it needs
-    tok.save_pretrained(out)  # torchvision, which the multimodal reranker does not use)
-    return out
+    return save_tiny_jina_m0(tmp_path_factory.mktemp("jina") / "tiny-jina-m0")
 
 
 def test_jina_m0_scores_text_and_image_queries_through_transformers_qwen2_vl(jina_dir):

@@ -320,13 +320,13 @@ def test_the_decision_schema_features_are_enforced_by_the_grammar(text_backend):
 
     call = '{"action": "call_tool", "tool": "%s", "arguments": %s, "rationale": "r"}'
     assert accepts(decision, call % ("ocr", '{"region": "crop"}'))
-    assert accepts(decision, call % ("image_search", '{"k": 50}'))
+    assert accepts(decision, call % ("image_search", '{"k": 200}'))
     assert accepts(decision, call % ("reranker", '{"lam": 2.5}'))
     assert accepts(decision, '{"action": "answer", "answer": "x", "confidence": 0.5, "entity": null, "rationale": "r"}')
     for bad in (
         call % ("ocr", '{"region": "nope"}'),
         call % ("web_search", "{}"),
-        call % ("image_search", '{"k": 51}'),
+        call % ("image_search", '{"k": 201}'),
         call % ("reranker", '{"lam": 100.5}'),
         call % ("ocr", '{"extra": 1}'),
         '{"action": "answer", "answer": "x", "confidence": 1.5, "entity": null, "rationale": "r"}',

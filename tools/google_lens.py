@@ -16,7 +16,8 @@ def google_lens(
     and finds pages showing it.
 
     Args:
-        use_crop: search with the detected object crop when there is one, else the whole photo
+        use_crop: search with the detected object's crop when a detector found one, else the whole photo (a
+            heuristic crop, made when nothing was detected, is not searched)
         refine: optional words that narrow the image search (Google Lens `q`)
         k: how many visual matches
     """
@@ -24,7 +25,9 @@ def google_lens(
 
     if ctx.image is None:
         raise ValueError("this turn has no usable image to search with")
-    image = ctx.focus_image() if use_crop else ctx.image
+    # a heuristic crop (saliency, OCR box) stands in when no detector found the object: the whole photo is searched
+    stand_in = use_crop and ctx.crop is not None and ctx.crop.method.startswith("heuristic:")
+    image = ctx.focus_image() if use_crop and not stand_in else ctx.image
     refine = " ".join(refine.split())[:256]
     reply, cached = get_open_web().lens_search(image, k=k, refine=refine)
     hits = []
@@ -55,5 +58,11 @@ def google_lens(
         summary=summary,
         update={"evidence": hits},
         keywords=refine or None,
-        method="serpapi:google_lens" + (" (cached)" if cached else ""),
+        method="serpapi:google_lens"
+        + (" (cached)" if cached else "")
+        + (
+            f"; the whole photo: the crop is a stand-in ({ctx.crop.method}), not a detection"
+            if stand_in and ctx.crop
+            else ""
+        ),
     )

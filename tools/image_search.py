@@ -28,7 +28,7 @@ def hits_from_image_results(results: list[dict]) -> list[Hit]:
 
 @tool(tags={"finds_entity"}, writes={"evidence"})
 def image_search(
-    ctx: ToolContext, use_crop: bool = True, k: Annotated[int, Field(ge=1, le=50)] = 5, crop_only: bool = False
+    ctx: ToolContext, use_crop: bool = True, k: Annotated[int, Field(ge=1, le=200)] = 5, crop_only: bool = False
 ) -> ToolOutput:
     """Find the pictured entity in the image knowledge graph; returns entities with attributes and similarity scores.
 

@@ -156,6 +156,7 @@ _AGENT = [
     Option("--detector", "agent.models.detector", MODEL),
     Option("--clip", "agent.models.clip", MODEL),
     Option("--reranker", "agent.models.reranker", MODEL),
+    Option("--reranker-device", "agent.models.reranker_device", MODEL),
     Option("--text-embedder", "agent.models.text_embedder", MODEL),
     Option("--tools-module", "agent.tools.modules", MODEL, "append", metavar="MODULE"),
     Option("--tools", "agent.tools.allowed", MODEL, "list", metavar="NAME,NAME"),

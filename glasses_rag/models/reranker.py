@@ -8,8 +8,10 @@
 Both share `.score(query, texts) -> np.ndarray[float32]` of len(texts), higher = more relevant. Scores are
 comparable only within one reranker.
 
-`dynamic_threshold(scores, lam)` = median - lam * MAD, and `filter_by_threshold(items, scores, lam,
-min_keep)` keeps the items at or above it, best first.
+`dynamic_threshold(scores, lam, top)` = median - lam * MAD (over the `top` best scores when given, as CRUISE's
+eq. 5 takes them over the top 10), and `filter_by_threshold(items, scores, lam, min_keep, top)` keeps the items at
+or above it, best first. `reranker_device` says where a reranker runs (the configured device, else the model
+backend's).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ __all__ = [
     "dynamic_threshold",
     "filter_by_threshold",
     "make_reranker",
+    "reranker_device",
     "EMBEDDING_METHOD",
 ]
 
@@ -136,25 +139,32 @@ class EmbeddingReranker:
         return np.asarray(self.text_embedder.similarity(str(query), [str(t) for t in texts]), dtype=np.float32)
 
 
-def dynamic_threshold(scores: Sequence[float] | np.ndarray, lam: float = 1.0) -> float:
-    """median(scores) - lam * MAD(scores), MAD = median(|s - median|) (unscaled).
+def dynamic_threshold(scores: Sequence[float] | np.ndarray, lam: float = 1.0, top: int | None = None) -> float:
+    """median(S) - lam * MAD(S), MAD = median(|s - median|) (unscaled), S the `top` best scores (all by default).
 
-    The CRUISE (CRAG-MM) adaptive cut: it keeps everything but the clear low outliers and adapts
-    to each query's score distribution. -inf for no scores (keeps everything).
+    The CRUISE (CRAG-MM) adaptive cut (UNSW report §3.2 eq. 5 takes S = the top 10): it keeps everything but the
+    clear low outliers and adapts to each query's score distribution. -inf for no scores (keeps everything). One or
+    two scores are a distribution too: their cut is at or below the lowest for lam >= 1, above it for lam < 1.
     """
     s = np.asarray(scores, dtype=np.float64).ravel()
     s = s[np.isfinite(s)]
     if s.size == 0:
         return float("-inf")
+    if top is not None:
+        s = np.sort(s)[::-1][: max(1, top)]
     med = float(np.median(s))
     mad = float(np.median(np.abs(s - med)))
     return med - float(lam) * mad
 
 
 def filter_by_threshold(
-    items: Sequence[T], scores: Sequence[float] | np.ndarray, lam: float = 1.0, min_keep: int = 1
+    items: Sequence[T],
+    scores: Sequence[float] | np.ndarray,
+    lam: float = 1.0,
+    min_keep: int = 1,
+    top: int | None = None,
 ) -> list[tuple[T, float]]:
-    """Items with score >= dynamic_threshold(scores, lam), as (item, score), best first.
+    """Items with score >= dynamic_threshold(scores, lam, top), as (item, score), best first.
 
     At least `min_keep` items (the best ones) are kept when there are that many. Ties keep input order.
     """
@@ -164,12 +174,37 @@ def filter_by_threshold(
     if s.size == 0:
         return []
     s = np.where(np.isfinite(s), s, -np.inf)
-    t = dynamic_threshold(s, lam)
+    t = dynamic_threshold(s, lam, top)
     order = sorted(range(s.size), key=lambda i: -s[i])  # stable: ties keep input order
     kept = [i for i in order if s[i] >= t]
     if len(kept) < min_keep:
         kept = order[: min(min_keep, s.size)]
     return [(items[i], float(s[i])) for i in kept]
+
+
+def reranker_device(configured: str | None, model: Any = None) -> tuple[str, str]:
+    """(device, why) for the reranker: `configured` (--reranker-device, or a preset's `device:`); else the model
+    backend's device when the model runs in this process (transformers: its `device`; llama.cpp: cuda when it
+    offloads layers); else (a served model, or none) cuda when torch sees a GPU, else cpu.
+
+    Example: `reranker_device(None, parse_spec("transformers:/m").model_copy(update={"device": "cuda:1"}))`
+    -> ("cuda:1", "the model backend's device")."""
+    if configured:
+        return configured, "configured"
+    backend = getattr(model, "backend", None)
+    if backend == "transformers":
+        return str(getattr(model, "device", "cpu") or "cpu"), "the model backend's device"
+    if backend == "llamacpp":
+        gpu = getattr(model, "n_gpu_layers", 0) != 0
+        return ("cuda" if gpu else "cpu"), "the model backend's device"
+    try:
+        import torch
+
+        gpu = bool(torch.cuda.is_available())
+    except ImportError:  # pragma: no cover - torch is a dependency
+        gpu = False
+    where = "a served model" if backend else "no model"
+    return ("cuda" if gpu else "cpu"), f"{where}: {'a GPU is' if gpu else 'no GPU'} visible"
 
 
 def make_reranker(path: str | Path | None, text_embedder: Any = None, device: str = "cpu") -> Reranker | None:

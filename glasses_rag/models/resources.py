@@ -30,6 +30,12 @@ class ModelPaths(BaseModel):
         description="cross-encoder folder (AutoModelForSequenceClassification), or a "
         "jina-reranker-m0 folder (Qwen2-VL: scores items against the image too)",
     )
+    reranker_device: str | None = Field(
+        None,
+        description="Device the reranker runs on (cpu, cuda, cuda:1, mps); default: a preset's `device:`, else the "
+        "model backend's (an in-process model's device; with a served model or none, cuda when a GPU is visible, "
+        "else cpu)",
+    )
 
 
 class Resources:

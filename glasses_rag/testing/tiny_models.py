@@ -1,5 +1,6 @@
 """Tiny models built from a config in-process, for tests (no downloads): a Gemma 3 text model with sliding-window
-layers and Gemma's turn markers, and a peft LoRA adapter for it that changes its output.
+layers and Gemma's turn markers, a peft LoRA adapter for it that changes its output, and a Qwen2-VL with
+jina-reranker-m0's relevance head.
 
     folder = save_tiny_gemma3(tmp_path / "gemma")
     adapter = save_tiny_lora(folder, tmp_path / "lora")
@@ -125,11 +126,102 @@ def save_tiny_lora(model_folder: str | Path, folder: str | Path, seed: int = 1) 
     return Path(folder)
 
 
+QWEN2_VL_SPECIALS = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+)
+
+
+def qwen2_byte_tokenizer(folder: Path):
+    """A Qwen2 tokenizer over the 256 byte symbols (no merges) and Qwen2-VL's special tokens; its files are written
+    to `folder` (the slow-to-fast conversion reads them)."""
+    import json
+
+    from transformers import Qwen2TokenizerFast
+    from transformers.models.gpt2.tokenization_gpt2 import bytes_to_unicode
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "vocab.json").write_text(json.dumps({c: i for i, c in enumerate(bytes_to_unicode().values())}))
+    (folder / "merges.txt").write_text("#version: 0.2\n")
+    first = QWEN2_VL_SPECIALS[0]
+    tok = Qwen2TokenizerFast(
+        vocab_file=str(folder / "vocab.json"),
+        merges_file=str(folder / "merges.txt"),
+        unk_token=first,
+        pad_token=first,
+        eos_token=first,
+    )
+    tok.add_special_tokens({"additional_special_tokens": list(QWEN2_VL_SPECIALS[1:])})
+    return tok
+
+
+def save_tiny_jina_m0(folder: str | Path, seed: int = 0) -> Path:
+    """A 1-layer random Qwen2-VL saved as jina-reranker-m0's folder is laid out: the backbone's weights and the
+    relevance head (`score.dense` 32x32 -> ReLU -> `score.out_proj` 1x32, the checkpoint's names) in
+    model.safetensors, a byte-level Qwen2 tokenizer (so the score token id 100 is a real token) and a Qwen2-VL image
+    processor (56x56 at most). No video processor: it needs torchvision, which the reranker does not use."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLImageProcessor
+
+    out = Path(folder)
+    tok = qwen2_byte_tokenizer(out.parent / f"{out.name}-vocab")
+    ids = {t: tok.convert_tokens_to_ids(t) for t in QWEN2_VL_SPECIALS}
+    cfg = Qwen2VLConfig(
+        text_config=dict(
+            vocab_size=len(tok),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            max_position_embeddings=4096,
+            rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]},
+        ),
+        vision_config=dict(
+            depth=1,
+            embed_dim=16,
+            hidden_size=32,
+            num_heads=2,
+            patch_size=14,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+        ),
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+    )
+    torch.manual_seed(seed)
+    Qwen2VLForConditionalGeneration(cfg).eval().save_pretrained(out)
+    weights = load_file(str(out / "model.safetensors"))
+    g = torch.Generator().manual_seed(seed + 1)
+    weights.update(
+        {
+            "score.dense.weight": torch.randn(32, 32, generator=g) * 0.3,
+            "score.dense.bias": torch.zeros(32),
+            "score.out_proj.weight": torch.randn(1, 32, generator=g),
+            "score.out_proj.bias": torch.zeros(1),
+        }
+    )
+    save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
+    Qwen2VLImageProcessor(min_pixels=28 * 28, max_pixels=56 * 56).save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
 __all__ = [
     "GEMMA_CHAT",
     "byte_tokenizer",
     "gemma_tokenizer",
+    "qwen2_byte_tokenizer",
     "save_tiny_gemma3",
     "save_tiny_gemma3_real_tokenizer",
+    "save_tiny_jina_m0",
     "save_tiny_lora",
 ]

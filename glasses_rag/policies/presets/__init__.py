@@ -95,7 +95,8 @@ def unknown_tools(preset: Preset, tool_modules: Iterable[str] = ()) -> str:
     """'' when every tool the preset names exists, else which do not (and the closest known names)."""
     from tools import default_registry
 
-    known = default_registry(tool_modules).names()
+    registry = default_registry(tool_modules)
+    known = registry.names()
     bad = [(f"step {s.id!r}", t) for s in preset.steps for t in s.tools if t not in known]
     bad += [("tools", t) for t in preset.tools or [] if t not in known]
     bad += [
@@ -104,7 +105,26 @@ def unknown_tools(preset: Preset, tool_modules: Iterable[str] = ()) -> str:
         for t in r.without
         if t not in known
     ]
-    return "; ".join(f"{where}: unknown tool {t!r}{closest(t, known)}" for where, t in bad)
+    errors = [f"{where}: unknown tool {t!r}{closest(t, known)}" for where, t in bad]
+    return "; ".join(errors + unknown_arguments(preset, registry))
+
+
+def unknown_arguments(preset: Preset, registry: Any) -> list[str]:
+    """A step argument that none of the step's tools takes (a misspelling would otherwise be left out of every
+    call), one line each with the closest argument name."""
+    out = []
+    for s in preset.steps:
+        tools = [t for t in (registry.get(n) for n in s.tools) if t is not None]
+        if not tools:
+            continue
+        taken = {a for t in tools for a in t.args_model.model_fields}
+        for arg in s.args:
+            if arg not in taken:
+                out.append(
+                    f"step {s.id!r}: unknown argument {arg!r} for {' / '.join(t.name for t in tools)}"
+                    f"{closest(arg, taken)}; arguments: {', '.join(sorted(taken))}"
+                )
+    return out
 
 
 def preset_digest(spec: str | Path) -> str:
@@ -171,7 +191,37 @@ def apply_to_config(preset: Preset, config: Any) -> Any:
         update["abstain_below"] = preset.abstain_below
     if preset.max_steps is not None:
         update["budget"] = config.budget.model_copy(update={"max_steps": preset.max_steps})
+    device = preset_reranker_device(preset, config)
+    if device is not None:
+        update["models"] = config.models.model_copy(update={"reranker_device": device})
     return config.model_copy(update=update)
+
+
+def preset_reranker_device(preset: Preset, config: Any) -> str | None:
+    """The device of a preset's reranker (None when it has none): --reranker-device, else the rerank step's
+    `device:`, else the model backend's (glasses_rag.models.reranker.reranker_device)."""
+    from glasses_rag.models.reranker import reranker_device
+
+    steps = [s for s in preset.active_steps() if "reranker" in s.tools]
+    if not steps:
+        return None
+    configured = getattr(config.models, "reranker_device", None) or next((s.device for s in steps if s.device), None)
+    return reranker_device(configured, model_config_of(config))[0]
+
+
+def model_config_of(config: Any) -> Any:
+    """The configuration's model (a ModelConfig), None for the rule planner or a spec that does not parse."""
+    from glasses_rag.models.vlm import parse_spec
+
+    policy = config.policy
+    if not isinstance(policy, str):
+        return policy
+    if policy == "rule":
+        return None
+    try:
+        return parse_spec(policy)
+    except ValueError:
+        return None  # build_agent reports the bad spec itself
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -79,9 +79,9 @@ RERANKER = "reranker"
 def warm_reranker(resources: Any) -> None:
     """Load the reranker's model (and score one pair) before the first turn: loaded inside a turn, it spent the
     turn's time budget (EURECOM's reranker timed out in every turn under the default 10 s)."""
-    from glasses_rag.models.reranker import make_reranker
+    from tools.reranker import load_reranker
 
-    model = resources.get("reranker", lambda: make_reranker(resources.paths.reranker, resources.text_embedder()))
+    model = load_reranker(resources)
     if model is not None:
         model.score("warm-up", ["warm-up"])
 
@@ -89,6 +89,7 @@ def warm_reranker(resources: Any) -> None:
 def make_preset_verifier(preset: Preset, config: Any, policy: Any, resources: Any) -> Any:
     """The preset's self-check; a model self-check without a model is the named evidence-support stand-in."""
     from glasses_rag.policies.presets.verifiers import (
+        UNSW_REQUESTS,
         ContextVerifier,
         IdkVariantVerifier,
         StandInVerifier,
@@ -109,12 +110,18 @@ def make_preset_verifier(preset: Preset, config: Any, policy: Any, resources: An
             thresholds.get("similarity", 0.7),
             calibrate=bool(thresholds.get("calibrate_on_table_1", 0)),
         )
+    unsw = mode == "unsw-algorithm-1"
     if model_policy is None or not callable(getattr(model_policy, "verifier", None)):
         return StandInVerifier(
-            preset.verification.module if mode == "unsw-algorithm-1" else "the model's chain-of-verification"
+            preset.verification.module if unsw else "the model's chain-of-verification", abstain_on_failure=unsw
         )
-    if mode == "unsw-algorithm-1":
-        check: Any = UnswVerifier(model_policy, thresholds.get("tau_low", 0.9), thresholds.get("tau_high", 1.0))
+    if unsw:
+        check: Any = UnswVerifier(
+            model_policy,
+            thresholds.get("tau_low", 0.9),
+            thresholds.get("tau_high", 1.0),
+            preset.verification.prompt or UNSW_REQUESTS,
+        )
     else:
         check = model_policy.verifier("single" if mode == "model-single" else "dual-cove")
     context = getattr(policy, "answer_context", None)
@@ -130,6 +137,20 @@ def describe(preset: Preset) -> str:
         lines.append(f"  - {s.id}: {what}{when}  [{s.follows}]")
     if preset.answer is not None:
         lines.append(f"  - answer  [{preset.answer.follows}]")
+        lines += request_lines(preset.answer.prompt, ("answer",))
     lines.append(f"  - self-check: {preset.verification.mode}  [{preset.verification.follows}]")
+    lines += request_lines(preset.verification.prompt, ("closed_book", "consistency", "cove"))
     lines.append(f"  offline stand-ins: {'; '.join(stand_ins(preset)) or 'none'}")
     return "\n".join(lines)
+
+
+def request_lines(prompt: str | None, requests: tuple[str, ...]) -> list[str]:
+    """With a model, the requests a step sends (prompts/<prompt>.yaml) and what each follows, or how it departs."""
+    from glasses_rag.policies.presets.requests import request_template
+
+    if not prompt:
+        return []
+    return [
+        f"      with a model, {request} request (prompts/{prompt}.yaml): {request_template(prompt, request).follows}"
+        for request in requests
+    ]

@@ -156,6 +156,7 @@ class Budget:
 def answer_view(view: PolicyView, spec: Any, counter: TokenCounter) -> tuple[PolicyView, ContextReport]:
     """The turn as the answer model sees it: searches before the reranker shown by count only (when the reranker
     ran and `spec.reranked_only`), every shown item within the budgets. The evidence is the shown items."""
+    spec = spec.for_task(view.task) if callable(getattr(spec, "for_task", None)) else spec
     rr = _reranker_index(view.done) if spec.reranked_only else None
     budget = Budget(spec, counter)
     budget.report.reranked = rr is not None

@@ -20,7 +20,7 @@ from typing import Any
 from glasses_rag.policies.presets.context import ContextReport, TokenCounter, answer_view
 from glasses_rag.policies.presets.routers import ROUTERS, Route, run_router
 from glasses_rag.policies.presets.schema import Condition, Preset, Step
-from glasses_rag.policies.protocol import IDK, AnswerDraft, Decision, ParallelCall, PolicyView, StepSummary, ToolSpec
+from glasses_rag.policies.protocol import IDK, AnswerDraft, Decision, ParallelCall, PolicyView, ToolSpec
 from glasses_rag.text import nlp
 from tools.base import Hit
 
@@ -250,28 +250,39 @@ class PipelinePolicy:
             )
         if spec.min_image_score is not None:
             view = without_weak_image_hits(view, spec.min_image_score)
-        view, report = self.answer_context(self.with_entities(view, route))
-        draft = self.answerer.answer(view, image)
+        view, report = self.answer_context(view)
+        method = self.answer_method
+        if self.backend is not None and spec.prompt:
+            draft = self.paper_answer(spec.prompt, view, image, route)
+            method += f" with prompts/{spec.prompt}.yaml"
+        else:
+            draft = self.answerer.answer(view, image)
         if not isinstance(draft, AnswerDraft):
             draft = AnswerDraft.model_validate(draft)
-        said = f" [{report.text(spec.context)}]" if report is not None else ""
-        return draft.model_copy(update={"rationale": f"{self.answer_method}{said}: {draft.rationale}"})
+        said = f" [{report.text(spec.context.for_task(view.task))}]" if report is not None and spec.context else ""
+        return draft.model_copy(update={"rationale": f"{method}{said}: {draft.rationale}"})
 
-    def with_entities(self, view: PolicyView, route: Route) -> PolicyView:
-        """With a model, the entities the routing extracted (EURECOM §2.4: the pre-context holds the expanded query
-        with its list of entities) shown to the answer model as a finished step of the turn."""
-        if self.backend is None or not (route.entities or route.expanded):
-            return view
-        text = "; ".join(
-            x
-            for x in (
-                f"entities: {', '.join(route.entities)}" if route.entities else "",
-                f"expanded query: {route.expanded}" if route.expanded else "",
-            )
-            if x
+    def paper_answer(self, prompt: str, view: PolicyView, image: Any, route: Route) -> AnswerDraft:
+        """The answer request in the paper's shape (prompts/<prompt>.yaml's `answer`: its system text, the context
+        as the paper lists it, the question where the paper puts it), with the entities and the expanded query
+        the routing made (EURECOM §2.4's pre-context; the question itself when the expansion failed, §2.2)."""
+        from glasses_rag.policies.model.replies import ANSWER_SCHEMA, answer_from_text
+        from glasses_rag.policies.presets.requests import policy_messages, request_template
+
+        template = request_template(prompt, "answer")
+        messages = policy_messages(
+            self.answerer,
+            template,
+            view,
+            image,
+            entities=route.entities,
+            expanded=route.expanded or view.question,
+            domain=route.domain,
         )
-        note = StepSummary(tool="entity_extraction", summary=text)
-        return view.model_copy(update={"done": [note, *view.done]})
+        reply = self.answerer.request("answer", messages, ANSWER_SCHEMA)
+        draft = answer_from_text(reply.text)
+        scored = getattr(self.answerer, "scored", None)
+        return scored(draft, reply) if callable(scored) else draft
 
 
 def best_score(view: PolicyView) -> float:

@@ -8,7 +8,7 @@ steps of a `pipeline` preset, the model loop and the rule planner run the two ot
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -59,6 +59,12 @@ class Step(_Strict):
         description="A route step switched off (ablation) "
         "decides this instead, e.g. {retrieve: true} = mandatory retrieval.",
     )
+    device: str | None = Field(
+        None,
+        pattern=r"^(cpu|mps|cuda(:\d+)?)$",
+        description="The device the step's model runs on (the reranker's: cpu, cuda, cuda:1, mps); "
+        "--reranker-device overrides it; none: the model backend's.",
+    )
 
     @field_validator("route", mode="before")
     @classmethod
@@ -83,7 +89,18 @@ class Step(_Strict):
             raise ValueError(f"step {self.id!r}: unknown slot(s) {bad}; known: {', '.join(SLOTS)}")
         if "$sub_question" in self.args.values() and not self.for_each_sub_question:
             raise ValueError(f"step {self.id!r}: $sub_question needs for_each_sub_question: true")
+        if self.device is not None and "reranker" not in self.tools:
+            raise ValueError(f"step {self.id!r}: `device` is the reranker's; this step does not call it")
         return self
+
+
+class TaskBudget(_Strict):
+    """A task's own budgets (e.g. EURECOM §2.4: Task 1 gives all 5,000 evidence tokens to image chunks)."""
+
+    follows: str
+    image_tokens: int | None = Field(None, ge=0, le=200_000)
+    web_tokens: int | None = Field(None, ge=0, le=200_000)
+    max_items: int | None = Field(None, ge=1, le=1000)
 
 
 class ContextSpec(_Strict):
@@ -100,12 +117,30 @@ class ContextSpec(_Strict):
     web_tokens: int | None = Field(None, ge=1, le=200_000, description="Tokens of web content, at most.")
     item_tokens: int | None = Field(None, ge=1, le=100_000, description="Tokens of one item, at most (a chunk).")
     max_items: int | None = Field(None, ge=1, le=1000, description="Items in the context, at most.")
+    tasks: dict[Annotated[int, Field(ge=1, le=3)], TaskBudget] = Field(
+        default_factory=dict, description="Budgets of one task instead of the ones above (those it names)."
+    )
+
+    def for_task(self, task: int) -> ContextSpec:
+        """The budgets that hold on `task`."""
+        own = self.tasks.get(task)
+        if own is None:
+            return self
+        changed = own.model_dump(exclude={"follows"}, exclude_none=True)
+        return self.model_copy(update=changed)
 
 
 class AnswerSpec(_Strict):
     """How the final answer is written (a model answers with the retrieved context in its prompt)."""
 
     follows: str
+    prompt: str | None = Field(
+        None,
+        pattern=r"^[a-z0-9_]+$",
+        description="With a model: the request file (prompts/<prompt>.yaml) whose `answer` request is sent, in "
+        "the paper's shape (glasses_rag/policies/presets/requests.py); none: the model policy's answer request over "
+        "the turn's transcript.",
+    )
     min_image_score: float | None = Field(
         None, ge=0, le=1, description="Image-search hits under this similarity are left out of the answer's context."
     )
@@ -129,6 +164,12 @@ class VerificationSpec(_Strict):
     follows: str
     module: str = "Verification"
     thresholds: dict[str, float] = Field(default_factory=dict)
+    prompt: str | None = Field(
+        None,
+        pattern=r"^[a-z0-9_]+$",
+        description="unsw-algorithm-1 with a model: the request file (prompts/<prompt>.yaml) holding its "
+        "`closed_book`, `consistency` and `cove` requests.",
+    )
 
 
 class AblationRow(_Strict):
@@ -148,6 +189,12 @@ class AblationRow(_Strict):
 class Ablation(_Strict):
     follows: str
     rows: list[AblationRow]
+    reported_full: float | None = Field(
+        None, description="The paper's figure for the full preset (its table's top row)."
+    )
+    reported_without_search: float | None = Field(
+        None, description="The paper's figure with no retrieval at all (SuperGlasses Table 4 A 'w/o Search')."
+    )
 
 
 class Preset(_Strict):

@@ -27,10 +27,12 @@ IDK_VARIANTS = (
 
 
 class StandInVerifier(EvidenceSupportVerifier):
-    """The heuristic evidence-support self-check, named as the stand-in for the model self-check it replaces."""
+    """The heuristic evidence-support self-check, named as the stand-in for the model self-check it replaces
+    (`abstain_on_failure`: as the replaced check, "I don't know" when the check itself fails)."""
 
-    def __init__(self, replaces: str):
+    def __init__(self, replaces: str, abstain_on_failure: bool = False):
         self.name = f"heuristic:evidence-support (stand-in for {replaces})"
+        self.abstain_on_failure = abstain_on_failure
 
 
 class ContextVerifier:
@@ -43,6 +45,7 @@ class ContextVerifier:
         self.inner = inner
         self.context = context
         self.name = inner.name
+        self.abstain_on_failure = bool(getattr(inner, "abstain_on_failure", False))
 
     def verify(
         self, question: str, draft: AnswerDraft, evidence: list[str], image: Any = None, view: PolicyView | None = None
@@ -51,6 +54,7 @@ class ContextVerifier:
         return self.inner.verify(question, draft, evidence, image, view=seen)
 
 
+UNSW_REQUESTS = "preset_requests_unsw"  # prompts/preset_requests_unsw.yaml: closed_book, consistency, cove
 UNSW_COV_SCHEMA = {
     "name": "unsw_cov",
     "schema": {
@@ -80,29 +84,42 @@ UNSW_COV_SCHEMA = {
 
 class UnswVerifier:
     """UNSW (003) §3.3-3.4 and Algorithm 1: the non-RAG answer (eq. 9) is generated beside the chain of
-    verification (Appendix A.4's two phases, crucial rule and anchored scale: prompts/preset_unsw_cove.txt), then
-    an impartial judge sees the image, the context and both answers (Appendix A.3: prompts/preset_unsw_consistency.txt);
-    the draft is kept only when consistent and S_CoV >= tau_low with retrieved context, or >= tau_high without.
-    The requests are the model policy's, over the turn as the answer model read it (the reranked context)."""
+    verification (Appendix A.4), then an impartial judge sees the image, the context and both answers (Appendix
+    A.3); the draft is kept only when consistent and S_CoV >= tau_low with retrieved context, or >= tau_high
+    without. Each request is the paper's own (prompts/preset_requests_unsw.yaml: its system role, the reranked
+    context tagged [Info m], the question, the answers), not the planner's transcript; the context is the turn as
+    the answer model read it. A verification that cannot be completed (a failed or timed-out request) answers
+    "I don't know" whatever the draft's own confidence: Algorithm 1 returns the answer only when it passed."""
 
     blocking = True
+    abstain_on_failure = True  # read by the graph's self-check when verify() raises (graph/nodes.py)
 
-    def __init__(self, policy: Any, tau_low: float = 0.9, tau_high: float = 1.0):
-        from glasses_rag.policies.model.verify import ModelVerifier
-
+    def __init__(self, policy: Any, tau_low: float = 0.9, tau_high: float = 1.0, prompt: str = UNSW_REQUESTS):
         self.policy = policy
-        self.checks = ModelVerifier(policy, "dual-cove")
+        self.prompt = prompt
         self.tau_low = tau_low
         self.tau_high = tau_high
         self.name = f"unsw-algorithm-1 (dual path + consistency + CoV; tau_low {tau_low:g}, tau_high {tau_high:g})"
+
+    def _ask(self, request: str, view: PolicyView, image: Any, schema: dict, max_tokens: int, **values: Any) -> Any:
+        from glasses_rag.policies.presets.requests import policy_messages, request_template
+
+        messages = policy_messages(self.policy, request_template(self.prompt, request), view, image, **values)
+        return self.policy.request(request, messages, schema, max_tokens=max_tokens)
+
+    def closed_book(self, view: PolicyView, image: Any) -> AnswerDraft:
+        """a = f(q, I) (eq. 9): the image and the question, no retrieved context."""
+        from glasses_rag.policies.model.replies import ANSWER_SCHEMA, answer_from_text
+
+        bare = view.model_copy(update={"done": [], "evidence": []})
+        return answer_from_text(self._ask("closed_book", bare, image, ANSWER_SCHEMA, self.policy.max_tokens).text)
 
     def cov(self, view: PolicyView, draft: str, image: Any) -> float:
         """S_CoV: the confidence the Appendix A.4 check gives (0.0 for a reply without one)."""
         from glasses_rag.models.vlm.base import extract_json
         from glasses_rag.policies.model.replies import confidence
 
-        text = load_template("preset_unsw_cove").safe_substitute(question=view.question, draft=draft)
-        reply = self.policy.ask("cove", view, image, text, UNSW_COV_SCHEMA, max_tokens=self.policy.verify_max_tokens)
+        reply = self._ask("cove", view, image, UNSW_COV_SCHEMA, self.policy.verify_max_tokens, draft=draft)
         obj = extract_json(reply.text) or {}
         return confidence(obj.get("confidence", 0.0))
 
@@ -111,10 +128,8 @@ class UnswVerifier:
         from glasses_rag.policies.model.replies import CONSISTENCY_SCHEMA
         from glasses_rag.policies.model.verify import _as_bool
 
-        text = load_template("preset_unsw_consistency").safe_substitute(
-            question=view.question, draft=draft, closed_book=closed
-        )
-        obj = extract_json(self.policy.ask("consistency", view, image, text, CONSISTENCY_SCHEMA, max_tokens=200).text)
+        reply = self._ask("consistency", view, image, CONSISTENCY_SCHEMA, 200, draft=draft, closed_book=closed)
+        obj = extract_json(reply.text)
         return _as_bool(obj.get("consistent", False)) if obj else False
 
     def verify(
@@ -127,7 +142,7 @@ class UnswVerifier:
             return Verdict(supported=False, confidence=0.0, reason="the draft abstains", method=self.name)
         turn = view or _view_without_steps(question, evidence)
         (ok_c, closed), (ok_v, s_cov) = run_many(
-            [lambda: self.checks.closed_book_answer(turn, image), lambda: self.cov(turn, draft.answer, image)],
+            [lambda: self.closed_book(turn, image), lambda: self.cov(turn, draft.answer, image)],
             timeout_s=3600,
         )
         if not ok_v:
@@ -136,12 +151,6 @@ class UnswVerifier:
         consistent = self.consistent(turn, draft.answer, closed_answer, image)
         has_context = any(s.update.get("evidence") for s in turn.done) if view is not None else bool(evidence)
         return algorithm_1(has_context, consistent, s_cov, self.tau_low, self.tau_high, closed_answer, self.name)
-
-
-def load_template(name: str) -> Any:
-    from glasses_rag.policies.model.prompts import load_prompt
-
-    return load_prompt(name)
 
 
 def algorithm_1(
