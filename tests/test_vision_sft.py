@@ -1,0 +1,129 @@
+"""The training road on three real vision-language architectures (Qwen2.5-VL, Gemma 3, Llama 3.2 Vision), tiny and
+random, each with its own processor class, special tokens and chat template (glasses_rag/testing/tiny_vlms.py):
+export with photos (the first example without one) -> fine-tune with the processor and the model's own template ->
+the adapter merged in-process -> the agent's decisions with the photo in the request, every one of which parses."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from PIL import Image
+from support import KGSearch, make_agent
+from test_training_export import _run
+
+from glasses_rag.core.types import ImageInfo
+from graph.agent import TurnInput
+from traces.model_loop import LoopStats
+
+pytest.importorskip("trl")
+pytest.importorskip("peft")
+
+KINDS = ["qwen2_5_vl", "gemma3", "mllama"]
+VISION_PARTS = ("visual", "vision_tower", "vision_model", "multi_modal_projector")
+
+
+def _photo(seed: int = 0) -> Image.Image:
+    """A 1600 x 1200 photo of noise: larger than the 1,024 px the model is sent, so the resize shows."""
+    import numpy as np
+
+    rng = np.random.RandomState(seed)
+    return Image.fromarray((rng.rand(1200, 1600, 3) * 255).astype("uint8"))
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory):
+    """An export of two turns: s0 without a photo (so the first examples have none), s1 with one."""
+    from glasses_rag.training.export import main
+
+    tmp = tmp_path_factory.mktemp("vision-export")
+    run, _ = _run(tmp, ["SpaceX", "SpaceX"], ["correct", "correct"])
+    photos = tmp / "photos"
+    photos.mkdir()
+    _photo().save(photos / "s1.jpg", quality=95)
+    out = tmp / "sft.jsonl"
+    assert main(["--run", str(run), "--out", str(out), "--images", "--image-dir", str(photos)]) == 0
+    return out
+
+
+def test_the_export_keeps_the_photo_as_the_model_is_sent_it(export):
+    """The example's image file holds the bytes of the request's data URL: the photo at the policy's 1,024 px, JPEG
+    quality 90 (glasses_rag.models.vlm.vision_inputs.model_photo), not the original file."""
+    import base64
+
+    from glasses_rag.models.vlm.base import image_to_data_url
+
+    rows = [json.loads(line) for line in export.read_text().splitlines()]
+    assert not rows[0].get("images") and rows[-1]["images"]
+    path = rows[-1]["images"][0]
+    assert path.startswith(str(export.parent / "sft.images"))
+    with Image.open(export.parent / "photos" / "s1.jpg") as original:
+        sent = image_to_data_url(original.convert("RGB"), 1024)
+    assert open(path, "rb").read() == base64.b64decode(sent.split(",", 1)[1])
+    assert Image.open(path).size == (1024, 768)
+
+
+def test_training_sees_the_pixels_inference_decodes(export, tmp_path):
+    """The image TRL trains on and the one the in-process backend hands its processor are the same array."""
+    import numpy as np
+
+    from glasses_rag.models.vlm.base import data_url_to_image, image_to_data_url
+    from glasses_rag.models.vlm.vision_inputs import load_processor
+    from glasses_rag.testing.tiny_vlms import save_tiny_vlm
+    from glasses_rag.training.sft_data import load_examples
+
+    ds, _ = load_examples(export, 100_000, load_processor(save_tiny_vlm("gemma3", tmp_path / "m")), vision=True)
+    trained = next(ex["images"][0] for ex in ds if ex["images"])
+    with Image.open(export.parent / "photos" / "s1.jpg") as original:
+        inferred = data_url_to_image(image_to_data_url(original.convert("RGB"), 1024))
+    assert np.array_equal(np.asarray(trained.convert("RGB")), np.asarray(inferred))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_tiny_vlm_trains_on_photos_and_decides_with_the_photo(kind, export, tmp_path):
+    from safetensors import safe_open
+
+    from glasses_rag.models.vlm import ModelConfig
+    from glasses_rag.policies.model.policy import make_model_policy
+    from glasses_rag.testing.tiny_vlms import save_tiny_vlm
+    from glasses_rag.training.finetune import FinetuneConfig, finetune
+
+    model = save_tiny_vlm(kind, tmp_path / "model")
+    adapter = tmp_path / "adapter"
+    # (a byte-level vocabulary: a token per byte, so the bound is above the default 4,096)
+    cfg = FinetuneConfig(
+        data=str(export), model=str(model), out=str(adapter), max_steps=2, grad_accum=1, max_length=8192
+    )
+    card = finetune(cfg)
+    lines = export.read_text().splitlines()
+    assert card["finished"] and card["data"] == {**card["data"], "examples": len(lines), "left_out_too_long": 0}
+    with safe_open(str(adapter / "adapter_model.safetensors"), "pt") as f:
+        keys = list(f.keys())
+    assert keys and not [k for k in keys if any(p in k for p in VISION_PARTS)]  # the language model only
+
+    policy = make_model_policy(
+        ModelConfig(backend="transformers", path=str(model), adapter=str(adapter), max_tokens=700)
+    )
+    sent: list[list[dict]] = []
+    complete = policy.backend.complete
+
+    def recording(messages, *a, **kw):
+        sent.append(messages)
+        return complete(messages, *a, **kw)
+
+    policy.backend.complete = recording  # type: ignore[method-assign]
+    agent = make_agent(policy, KGSearch(), budget_s=600, max_steps=1, self_check="off")
+    trace = agent.run_turn(
+        TurnInput(
+            task=1,
+            session_id="e0",
+            interaction_id="e0-t0",
+            question="who makes this rocket?",
+            image=_photo(1),
+            image_info=ImageInfo(size=(1600, 1200)),
+        )
+    )
+    stats = LoopStats()
+    stats.add(trace)
+    assert stats.decisions >= 1 and stats.decisions_parsed == stats.decisions, stats
+    assert sent and all("image_url" in json.dumps(m) for m in sent)  # every decision request carries the photo
