@@ -127,3 +127,31 @@ def test_a_tiny_vlm_trains_on_photos_and_decides_with_the_photo(kind, export, tm
     stats.add(trace)
     assert stats.decisions >= 1 and stats.decisions_parsed == stats.decisions, stats
     assert sent and all("image_url" in json.dumps(m) for m in sent)  # every decision request carries the photo
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_default_lora_targets_are_the_language_model_and_all_linear_takes_the_tower(kind, tmp_path):
+    """`language-model` (the default) adapts every linear layer of the decoder and nothing of the vision tower or
+    projector (vLLM applies LoRA to the language model only, vllm-project/vllm#29639); peft's `all-linear`, the
+    documented in-process-only option, adapts the tower too."""
+    import torch.nn as nn
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForImageTextToText
+
+    from glasses_rag.testing.tiny_vlms import save_tiny_vlm
+    from glasses_rag.training.finetune import FinetuneConfig, lora_targets
+
+    assert FinetuneConfig.model_fields["target_modules"].default == "language-model"
+    folder = save_tiny_vlm(kind, tmp_path / "m")
+
+    def adapted(spec: str) -> list[str]:
+        model = AutoModelForImageTextToText.from_pretrained(folder)
+        lora = LoraConfig(r=2, target_modules=lora_targets(model, spec), task_type="CAUSAL_LM")
+        tuned = get_peft_model(model, lora)
+        return [n for n, m in tuned.named_modules() if hasattr(m, "lora_A") and isinstance(m, nn.Module)]
+
+    lm, everything = adapted("language-model"), adapted("all-linear")
+    decoder = AutoModelForImageTextToText.from_pretrained(folder).get_decoder()
+    linear = [n for n, m in decoder.named_modules() if isinstance(m, nn.Linear)]
+    assert len(lm) == len(linear) and not [n for n in lm if any(p in n for p in VISION_PARTS)]
+    assert [n for n in everything if any(p in n for p in VISION_PARTS)]

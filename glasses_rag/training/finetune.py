@@ -63,6 +63,10 @@ class FinetuneConfig(BaseModel):
         description="QLoRA: the base model in 4-bit NF4 (bitsandbytes; CUDA GPUs only), the adapter in bfloat16.",
     )
     learning_rate: float = Field(2e-4, gt=0)
+    optim: str = Field(
+        "adamw_torch",
+        description="The optimizer (transformers' names: adamw_torch, sgd, paged_adamw_8bit with --qlora, ...).",
+    )
     epochs: float = Field(2.0, gt=0)
     max_steps: int = Field(-1, description="Optimizer steps (-1: from the epochs).")
     batch_size: int = Field(1, ge=1)
@@ -288,6 +292,7 @@ def trainer_for(cfg: FinetuneConfig, model: Any, processing: Any, ds: Any) -> An
     args = SFTConfig(
         output_dir=str(Path(cfg.out) / "checkpoints"),
         learning_rate=cfg.learning_rate,
+        optim=cfg.optim,
         num_train_epochs=cfg.epochs,
         max_steps=cfg.max_steps,
         per_device_train_batch_size=cfg.batch_size,
@@ -376,13 +381,19 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     times = (time.perf_counter() - t0, time.process_time() - c0)
     card = make_card(cfg, trainer, folder, (len(ds), too_long), resumed, finished, times, result.training_loss)
     if finished:
-        trainer.save_model(cfg.out)  # (the Trainer writes on the main process only)
-        if trainer.is_world_process_zero():
-            from glasses_rag.models.vlm.vision_inputs import save_processor
-
-            save_processor(processing, cfg.out, folder)
-            write_card(Path(cfg.out), card)
+        save_outputs(trainer, processing, Path(cfg.out), folder, card)
     return card
+
+
+def save_outputs(trainer: Any, processing: Any, out: Path, base: Path, card: dict[str, Any]) -> None:
+    """The adapter, the processor (or tokenizer) and the card, written by rank 0 alone (every rank calls this: the
+    Trainer's own save gathers what a sharded model holds, and writes on the main process only)."""
+    from glasses_rag.models.vlm.vision_inputs import save_processor
+
+    trainer.save_model(str(out))
+    if trainer.is_world_process_zero():
+        save_processor(processing, out, base)
+        write_card(out, card)
 
 
 def make_card(
