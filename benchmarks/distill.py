@@ -209,12 +209,13 @@ def model_config(args: argparse.Namespace, adapter: str | None) -> Any:
     name = "gemma3-270m" + ("+distilled" if adapter else " (base)")
     conf = {"answer_confidence": "tokens"} if args.calibrate != "off" else {}
     if args.model:
-        from glasses_rag.models.vlm import parse_spec
+        from glasses_rag.models.vlm import parse_spec, with_adapter
 
         base = parse_spec(args.model).model_dump(exclude_unset=True)
-        return ModelConfig.model_validate(
-            {**base, "adapter": adapter, "text_only": True, "max_tokens": args.max_tokens, "name": name, **conf}
+        cfg = ModelConfig.model_validate(
+            {**base, "text_only": True, "max_tokens": args.max_tokens, "name": name, **conf}
         )
+        return with_adapter(cfg, adapter) if adapter else cfg  # a server is handed the folder, asked by its name
     return ModelConfig(
         backend="transformers",
         path=str(gemma_gguf()),
@@ -541,6 +542,8 @@ def splits(args: argparse.Namespace, paths: Any, eval_paths: Any) -> tuple[Split
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.model and not args.model_path:
+        if args.model.startswith("openai:"):
+            raise SystemExit("--model openai:... needs --model-path: the served base model's local folder to fine-tune")
         args.model_path = args.model.partition(":")[2]
     t0 = time.perf_counter()
     work = args.work or Path(tempfile.mkdtemp(prefix="distill-"))
