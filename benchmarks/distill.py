@@ -343,13 +343,13 @@ def without_sessions(data: Path, sessions: set[str], out: Path) -> Path:
 def calibrate(args: argparse.Namespace, paths: Any, sessions: list[str], adapter: str | None, work: Path) -> Any:
     """The model's threshold from its run on the calibration conversations (answer confidence from its tokens,
     no threshold, self-check off): glasses_rag.training.calibrate.Threshold."""
-    from glasses_rag.training.calibrate import choose_threshold, points_from_traces
+    from glasses_rag.training.calibrate import choose_threshold, points_from_traces, probabilities_of
 
     label = "tuned" if adapter else "base"
     config = agent_config(args, paths.root, model_config(args, adapter), "off", abstain_below=0.0)
     convs = conversations(paths, args.task, sessions, args.calibration_limit)
     _, traces, _ = run(config, convs, args.task, work, f"calibrate-{label}")
-    th = choose_threshold(points_from_traces(traces, *scoring()))
+    th = choose_threshold(points_from_traces(traces, *scoring()), probabilities_of(traces))  # per backend
     print(
         f"  {label}: abstain below {th.abstain_below:.4f} (keeps {th.kept} of {th.answered} answers on "
         f"{th.turns} calibration turns: truthfulness {th.truthfulness:+.3f}, {th.truthfulness_without:+.3f} "

@@ -115,6 +115,13 @@ class ChatReply(BaseModel):
         description="The reply's tokens in order with their log-probabilities, when the backend gives them; their "
         "texts joined are the reply's text before stripping.",
     )
+    logprobs_from: Literal["raw", "masked"] | None = Field(
+        None,
+        exclude=True,
+        description="Which distribution `logprobs` come from: 'masked' (in-process: renormalized over the tokens the "
+        "grammar allowed, what constrained greedy decoding chose from), 'raw' (a server's: vLLM returns the model's "
+        "own softmax by default, before any grammar). A threshold on one is no threshold on the other.",
+    )
     sampled: SampledTokens | None = Field(
         None,
         exclude=True,

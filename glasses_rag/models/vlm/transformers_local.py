@@ -537,6 +537,7 @@ class TransformersVLMBackend:
             model=self.name,
             mode=mode,
             logprobs=token_logprobs(self.tokenizer, decoded.tokens, decoded.logprobs),
+            logprobs_from="masked",
         )
 
     def _reply(
