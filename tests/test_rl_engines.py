@@ -172,7 +172,7 @@ def test_the_agent_lightning_runner_says_what_is_missing(monkeypatch):
 def test_the_agent_lightning_runner_against_the_real_gateway(tmp_path):
     """The real Agent Lightning 1.0 gateway (run by AGL_PYTHON) in front of the vLLM emulation: the runner's model
     requests are recorded with their token ids and its reward is stored, as the trainer reads them (triplets)."""
-    from glasses_rag.testing.fake_agl_gateway import run_real_gateway_check
+    from glasses_rag.testing.agl_real_check import run_real_gateway_check
 
     result = run_real_gateway_check(os.environ["AGL_PYTHON"], tmp_path, [CALL, ANSWER], KGSearch())
     assert result["reward"] == 1.0 and result["model_requests"] == 2
