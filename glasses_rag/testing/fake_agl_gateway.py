@@ -47,7 +47,7 @@ def token_reply(text: str, prompt: str) -> dict[str, Any]:
     }
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _GatewayHandler(BaseHTTPRequestHandler):
     server: Any
     protocol_version = "HTTP/1.1"
 
@@ -105,7 +105,7 @@ class FakeAglGateway:
         self.requests: list[dict[str, Any]] = []
         self.events: dict[str, list[dict[str, Any]]] = {}
         self.lock = threading.Lock()
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _GatewayHandler)
         self.httpd.daemon_threads = True
         self.httpd.gateway = self  # type: ignore[attr-defined]
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"

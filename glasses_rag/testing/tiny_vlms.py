@@ -139,10 +139,10 @@ def _qwen(tok: Any) -> tuple[Any, Any, Any]:
     from glasses_rag.models.vlm.vision_inputs import photos_only_processor
 
     image, video, start, end = _ids(tok, "<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>")
-    text = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2)
+    text: dict[str, Any] = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2)
     text.update(num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32768)
     text.update(rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}, tie_word_embeddings=True)
-    vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=32)
+    vision: dict[str, Any] = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=32)
     vision.update(window_size=28, fullatt_block_indexes=[1])
     cfg = Qwen2_5_VLConfig(
         text_config=text,
@@ -162,10 +162,10 @@ def _gemma(tok: Any) -> tuple[Any, Any, Any]:
     from transformers import Gemma3Config, Gemma3ForConditionalGeneration, Gemma3ImageProcessor, Gemma3Processor
 
     boi, eoi, image = _ids(tok, "<start_of_image>", "<end_of_image>", "<image_soft_token>")
-    text = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2)
+    text: dict[str, Any] = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2)
     text.update(num_attention_heads=2, num_key_value_heads=1, head_dim=16, sliding_window=16)
     text.update(layer_types=["sliding_attention", "full_attention"], max_position_embeddings=32768)
-    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
+    vision: dict[str, Any] = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
     vision.update(image_size=28, patch_size=14, vision_use_head=False)
     cfg = Gemma3Config(
         text_config=text,
@@ -185,10 +185,10 @@ def _mllama(tok: Any) -> tuple[Any, Any, Any]:
     from transformers import MllamaConfig, MllamaForConditionalGeneration, MllamaImageProcessor, MllamaProcessor
 
     (image,) = _ids(tok, "<|image|>")
-    text = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2)
+    text: dict[str, Any] = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2)
     text.update(num_attention_heads=2, num_key_value_heads=1, cross_attention_layers=[1])
     text.update(max_position_embeddings=131072, rope_scaling=LLAMA3_ROPE, **_token_roles(tok))
-    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_global_layers=1)
+    vision: dict[str, Any] = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_global_layers=1)
     vision.update(num_attention_heads=2, vision_output_dim=64, intermediate_layers_indices=[0])
     vision.update(image_size=28, patch_size=14, max_num_tiles=1, supported_aspect_ratios=[[1, 1]])
     cfg = MllamaConfig(text_config=text, vision_config=vision, image_token_index=image)
@@ -207,7 +207,7 @@ LLAMA3_ROPE = {
 }
 
 
-def _token_roles(tok: Any) -> dict[str, int | None]:
+def _token_roles(tok: Any) -> dict[str, Any]:
     return {"pad_token_id": tok.pad_token_id, "bos_token_id": tok.bos_token_id, "eos_token_id": tok.eos_token_id}
 
 

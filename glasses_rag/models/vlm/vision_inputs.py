@@ -66,7 +66,7 @@ def photo_from_bytes(data: bytes) -> Any:
 # ---- the processor --------------------------------------------------------------------------------------------------
 
 
-def _accepting_photos_only(processor_class: type) -> type:
+def _accepting_photos_only(processor_class: Any) -> Any:
     """`processor_class` (same name, same behaviour) that takes a video half which holds no video processing: the
     class check of transformers 4.57 would refuse it (the real base class is a placeholder without torchvision)."""
     from transformers.video_processing_utils import BaseVideoProcessor
@@ -79,7 +79,7 @@ def _accepting_photos_only(processor_class: type) -> type:
     return type(processor_class.__name__, (processor_class,), {"check_argument_for_proper_class": check})
 
 
-def photos_only_processor(processor_class: type, image_processor: Any, tokenizer: Any, chat_template: str | None):
+def photos_only_processor(processor_class: Any, image_processor: Any, tokenizer: Any, chat_template: str | None):
     """An instance of `processor_class` whose video half takes no video (`BaseVideoProcessor`)."""
     from transformers.video_processing_utils import BaseVideoProcessor
 
