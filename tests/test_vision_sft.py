@@ -155,3 +155,29 @@ def test_the_default_lora_targets_are_the_language_model_and_all_linear_takes_th
     linear = [n for n, m in decoder.named_modules() if isinstance(m, nn.Linear)]
     assert len(lm) == len(linear) and not [n for n in lm if any(p in n for p in VISION_PARTS)]
     assert [n for n in everything if any(p in n for p in VISION_PARTS)]
+
+
+def test_a_merged_mllama_student_is_the_model_evaluated_in_process(tmp_path):
+    """vLLM serves no LoRA on Llama 3.2 Vision: the adapter is merged and saved (glasses_rag.training.merge); the
+    saved model's logits are those of the in-process merge."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForImageTextToText
+
+    from glasses_rag.models.vlm.transformers_local import merged_adapter
+    from glasses_rag.testing.tiny_vlms import save_tiny_vlm
+    from glasses_rag.training.finetune import lora_targets
+    from glasses_rag.training.merge import merge
+
+    base = save_tiny_vlm("mllama", tmp_path / "m")
+    model = AutoModelForImageTextToText.from_pretrained(base)
+    torch.manual_seed(3)
+    lora = LoraConfig(r=2, target_modules=lora_targets(model, "language-model"), init_lora_weights=False)
+    get_peft_model(model, lora).save_pretrained(str(tmp_path / "a"))
+    out = merge(base, tmp_path / "a", tmp_path / "merged", dtype="float32")
+    ids = torch.tensor([[1, 5, 40, 41, 42]])
+    saved = AutoModelForImageTextToText.from_pretrained(out)(input_ids=ids).logits
+    in_process = merged_adapter(AutoModelForImageTextToText.from_pretrained(base), tmp_path / "a")(input_ids=ids).logits
+    plain = AutoModelForImageTextToText.from_pretrained(base)(input_ids=ids).logits
+    assert torch.allclose(saved, in_process, atol=1e-5) and not torch.allclose(saved, plain, atol=1e-3)
+    assert (out / "preprocessor_config.json").is_file() and (out / "chat_template.jinja").is_file()
