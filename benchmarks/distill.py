@@ -209,12 +209,13 @@ def model_config(args: argparse.Namespace, adapter: str | None) -> Any:
     name = "gemma3-270m" + ("+distilled" if adapter else " (base)")
     conf = {"answer_confidence": "tokens"} if args.calibrate != "off" else {}
     if args.model:
-        from glasses_rag.models.vlm import parse_spec
+        from glasses_rag.models.vlm import parse_spec, with_adapter
 
         base = parse_spec(args.model).model_dump(exclude_unset=True)
-        return ModelConfig.model_validate(
-            {**base, "adapter": adapter, "text_only": True, "max_tokens": args.max_tokens, "name": name, **conf}
+        cfg = ModelConfig.model_validate(
+            {**base, "text_only": True, "max_tokens": args.max_tokens, "name": name, **conf}
         )
+        return with_adapter(cfg, adapter) if adapter else cfg  # a server is handed the folder, asked by its name
     return ModelConfig(
         backend="transformers",
         path=str(gemma_gguf()),
@@ -342,13 +343,13 @@ def without_sessions(data: Path, sessions: set[str], out: Path) -> Path:
 def calibrate(args: argparse.Namespace, paths: Any, sessions: list[str], adapter: str | None, work: Path) -> Any:
     """The model's threshold from its run on the calibration conversations (answer confidence from its tokens,
     no threshold, self-check off): glasses_rag.training.calibrate.Threshold."""
-    from glasses_rag.training.calibrate import choose_threshold, points_from_traces
+    from glasses_rag.training.calibrate import choose_threshold, points_from_traces, probabilities_of
 
     label = "tuned" if adapter else "base"
     config = agent_config(args, paths.root, model_config(args, adapter), "off", abstain_below=0.0)
     convs = conversations(paths, args.task, sessions, args.calibration_limit)
     _, traces, _ = run(config, convs, args.task, work, f"calibrate-{label}")
-    th = choose_threshold(points_from_traces(traces, *scoring()))
+    th = choose_threshold(points_from_traces(traces, *scoring()), probabilities_of(traces))  # per backend
     print(
         f"  {label}: abstain below {th.abstain_below:.4f} (keeps {th.kept} of {th.answered} answers on "
         f"{th.turns} calibration turns: truthfulness {th.truthfulness:+.3f}, {th.truthfulness_without:+.3f} "
@@ -541,6 +542,8 @@ def splits(args: argparse.Namespace, paths: Any, eval_paths: Any) -> tuple[Split
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.model and not args.model_path:
+        if args.model.startswith("openai:"):
+            raise SystemExit("--model openai:... needs --model-path: the served base model's local folder to fine-tune")
         args.model_path = args.model.partition(":")[2]
     t0 = time.perf_counter()
     work = args.work or Path(tempfile.mkdtemp(prefix="distill-"))

@@ -150,7 +150,8 @@ def test_a_servers_log_probabilities_give_the_answers_confidence_streamed_or_not
         )
         decision = policy.decide(view)
         assert srv.requests[0]["logprobs"] is True and bool(srv.requests[0].get("stream")) is stream
-    assert decision.answer is not None and decision.answer.confidence_from == "tokens"
+    # the server's raw log-probabilities (vLLM's default), and the answer says so
+    assert decision.answer is not None and decision.answer.confidence_from == "tokens-raw"
     assert decision.answer.confidence == pytest.approx(math.exp(-1.25), abs=1e-4)
 
 
@@ -181,3 +182,40 @@ def test_an_answer_the_grammar_stopped_at_its_bound_is_i_dont_know_a_free_reply_
             return ChatReply(text=self.text, finish_reason="stop", mode=None)
 
     assert _turn(ModelPolicy(_Free(text, None)), abstain_below=0.0).answer == long
+
+
+class _SourcedBackend(_Backend):
+    def __init__(self, text: str, logprobs: list[TokenLogprob] | None, source: str):
+        super().__init__(text, logprobs)
+        self.source = source
+
+    def complete(self, messages, tools=None, max_tokens=512, temperature=0.0, response_schema=None) -> ChatReply:
+        reply = super().complete(messages, tools, max_tokens, temperature, response_schema)
+        return reply.model_copy(update={"logprobs_from": self.source})
+
+
+def test_the_answer_says_which_probabilities_its_confidence_used_and_calibration_keeps_them_apart():
+    """In-process decoding reads the grammar-masked distribution, a server the raw one: the answer event says
+    which, the threshold records it, and a run mixing the two is refused (a threshold does not carry over)."""
+    from glasses_rag.training.calibrate import probabilities_of
+
+    masked = _turn(ModelPolicy(_SourcedBackend(ANSWER, ANSWER_TOKENS, "masked"), answer_confidence="tokens"), 0.0)
+    raw = _turn(ModelPolicy(_SourcedBackend(ANSWER, ANSWER_TOKENS, "raw"), answer_confidence="tokens"), 0.0)
+    assert next(s for s in masked.steps if s.node == "answer").confidence_from == "tokens-masked"
+    assert next(s for s in raw.steps if s.node == "answer").confidence_from == "tokens-raw"
+    assert probabilities_of([masked, masked]) == "tokens-masked" and probabilities_of([raw]) == "tokens-raw"
+    with pytest.raises(ValueError, match="calibrate each backend on its own run"):
+        probabilities_of([masked, raw])
+    assert choose_threshold(_points([(0.9, 1)]), "tokens-raw").probabilities == "tokens-raw"
+
+
+def test_the_in_process_backend_reports_masked_log_probabilities(tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("xgrammar")
+    from glasses_rag.models.vlm import make_backend, parse_spec
+    from glasses_rag.testing.tiny_models import save_tiny_gemma3
+
+    backend = make_backend(parse_spec(f"transformers:{save_tiny_gemma3(tmp_path / 'g')}"))
+    schema = {"name": "a", "schema": {"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"]}}
+    reply = backend.complete([{"role": "user", "content": "yes?"}], max_tokens=16, response_schema=schema)
+    assert reply.logprobs and reply.logprobs_from == "masked"

@@ -233,10 +233,12 @@ class AnswerEvent(_Event):
     node: Literal["answer"] = "answer"
     answer: str
     confidence: float | None = None
-    confidence_from: Literal["tokens"] | None = Field(
+    confidence_from: Literal["tokens", "tokens-masked", "tokens-raw"] | None = Field(
         None,
         description="'tokens': the confidence is the mean probability of the answer's tokens (a model policy with "
-        "`answer_confidence: tokens`); None: the policy's own figure (a model's written confidence, a rule's).",
+        "`answer_confidence: tokens`); 'tokens-masked': of the grammar-masked probabilities (in-process), "
+        "'tokens-raw': of the raw ones (a server's logprobs); None: the policy's own figure (a model's written "
+        "confidence, a rule's).",
     )
     rationale: str | None = None
     entity: str | None = None

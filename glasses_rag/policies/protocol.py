@@ -82,15 +82,21 @@ class PolicyView(BaseModel):
         return any(s.tool == tool and s.arguments == arguments for s in self.done)
 
 
+# Where an answer's confidence came from: its tokens' probabilities, and which ones when the backend says (the
+# grammar-masked distribution in-process, the raw one from a server): thresholds do not carry from one to the other.
+ConfidenceFrom = Literal["tokens", "tokens-masked", "tokens-raw"]
+
+
 class AnswerDraft(BaseModel):
     answer: str
     confidence: float = Field(ge=0.0, le=1.0)
     rationale: str = ""
     entity: str | None = Field(None, description="The entity the answer is about, carried to later turns.")
-    confidence_from: Literal["tokens"] | None = Field(
+    confidence_from: ConfidenceFrom | None = Field(
         None,
         description="'tokens': `confidence` is the geometric mean probability of the tokens that wrote the answer "
-        "(the model's own likelihood, not a number it wrote); None: as the policy gave it.",
+        "(the model's own likelihood, not a number it wrote), 'tokens-masked' of the grammar-masked probabilities "
+        "(in-process), 'tokens-raw' of the model's raw ones (a server's logprobs); None: as the policy gave it.",
     )
 
 

@@ -26,8 +26,10 @@ llama-cpp-python's server). Every request's headers are kept in `headers`.
 `vllm=VllmBehaviour(...)` (glasses_rag/testing/vllm_emulation.py) makes it behave as vLLM does: a scripted text reply is
 what the model generated and goes through the chosen tool-call parser (streamed: with its hold-back), a
 per-request chat_template is refused unless trusted, LoRA modules are routed by the request's `model` (an unknown
-name: 404; `/models` lists them with their parent), and `effective[i]` holds the sampling values vLLM would run
-request i with (its generation_config filling what the request left out). Sockets use TCP_NODELAY.
+name: 404; `/models` lists them with their parent), vLLM's runtime `/v1/load_lora_adapter` and
+`/v1/unload_lora_adapter` answer as its own do (`VllmBehaviour(runtime_lora_updating=True)`), and `effective[i]`
+holds the sampling values vLLM would run request i with
+(its generation_config filling what the request left out). Sockets use TCP_NODELAY.
 
 `python -m glasses_rag.testing.fake_model_server --delay 0.3 --responder path/to/file.py:function` serves in its own
 process (for benchmarks: no GIL shared with the client) and prints its base URL.
@@ -378,6 +380,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._generation_over(True, entry)
 
     def _answer(self, body: dict, entry: dict) -> None:
+        route = self.path.rstrip("/").rsplit("/", 1)[-1]
+        if route in ("load_lora_adapter", "unload_lora_adapter") and self.fake.vllm is not None:
+            kind = route.split("_", 1)[0]
+            with self.fake._lock:
+                answer = self.fake.vllm.lora_admin(kind, body, self.headers.get("Content-Type", ""), self.fake.models)
+            return self._send(*answer)
         if not self.path.rstrip("/").endswith("/chat/completions"):
             return self._send(404, {"error": "not found"})
         rejected = self.fake._reject(body)

@@ -27,6 +27,15 @@ used. The behaviours, switchable per test with `VllmBehaviour`:
   served base name or a LoRA module name (empty: the base), else 404 with vLLM's error body ("The model `x` does
   not exist.", type NotFoundError); the reply's `model` is the name asked for (the LoRA's when one is); `/v1/models`
   lists the base models, then each LoRA module with `root` (its path) and `parent` (the base model).
+- Runtime LoRA (vLLM 0.33.0's `vllm/entrypoints/serve/lora/api_router.py`, `.../lora/protocol.py` and
+  `vllm/entrypoints/openai/models/serving.py`): with `runtime_lora_updating` (the server's environment has
+  VLLM_ALLOW_RUNTIME_LORA_UPDATING=True) `POST /v1/load_lora_adapter` with `{"lora_name", "lora_path",
+  "load_inplace", "is_3d_lora_weight"}` adds a LoRA module (200, the text "Success: LoRA adapter 'x' added
+  successfully."), refused with 400 InvalidUserInput when a name or the path is missing, when the name is a base
+  model's, or when it is loaded already and `load_inplace` is false; a path with no adapter is vLLM's
+  LoRAAdapterNotFoundError (404 "Loading lora x failed: No adapter found for p"); a body that is not
+  application/json is refused (400). `POST /v1/unload_lora_adapter` with `{"lora_name"}` removes it (404 when it
+  is not loaded). Without the setting vLLM registers neither route: FastAPI's 404 `{"detail": "Not Found"}`.
 """
 
 from __future__ import annotations
@@ -36,7 +45,12 @@ import json
 import re
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from glasses_rag.models.vlm.vllm_lora import LoadLoRAAdapterRequest, UnloadLoRAAdapterRequest
 
 TRUST_TEMPLATE_ERROR = (
     "Chat template is passed with request, but --trust-request-chat-template is not set. "
@@ -64,6 +78,9 @@ def error_body(message: str, code: int = 400, kind: str = "BadRequestError") -> 
     return {"error": {"message": message, "type": kind, "param": None, "code": code}}
 
 
+ADAPTER_FILES = ("adapter_model.safetensors", "adapter_model.bin", "adapter_model.pt")
+
+
 @dataclass
 class VllmBehaviour:
     tool_parser: Literal["hermes", "llama3_json", "pythonic"] | None = "hermes"
@@ -73,6 +90,7 @@ class VllmBehaviour:
     piece: int = 3  # characters per streamed "token"
     lora_modules: dict[str, str] = field(default_factory=dict)  # --lora-modules name=path
     check_model: bool = False  # refuse unknown model names even without LoRA modules
+    runtime_lora_updating: bool = False  # VLLM_ALLOW_RUNTIME_LORA_UPDATING=True: the load/unload routes exist
 
     # ---- models and LoRA routing -----------------------------------------------------------------------------
 
@@ -103,6 +121,48 @@ class VllmBehaviour:
         if model in bases or model in self.lora_modules or not (self.lora_modules or self.check_model):
             return model
         return None
+
+    def lora_admin(self, route: str, body: Any, content_type: str, bases: tuple[str, ...]) -> tuple[int, Any]:
+        """The answer to POST /v1/load_lora_adapter or /v1/unload_lora_adapter (`route`: load or unload)."""
+        if not self.runtime_lora_updating:
+            return 404, {"detail": "Not Found"}
+        if content_type.split(";", 1)[0].strip().lower() != "application/json":
+            return 400, error_body("Unsupported Media Type: Only 'application/json' is allowed")
+        try:
+            if route == "unload":
+                return self._unload(UnloadLoRAAdapterRequest.model_validate(body))
+            return self._load(LoadLoRAAdapterRequest.model_validate(body), bases)
+        except ValidationError as e:
+            return 400, error_body(str(e))
+
+    def _load(self, req: LoadLoRAAdapterRequest, bases: tuple[str, ...]) -> tuple[int, Any]:
+        if not req.lora_name or not req.lora_path:
+            return 400, error_body("Both 'lora_name' and 'lora_path' must be provided.", 400, "InvalidUserInput")
+        if req.lora_name in bases:
+            msg = f"The lora adapter '{req.lora_name}' conflicts with a served base model."
+            return 400, error_body(msg, 400, "InvalidUserInput")
+        if not req.load_inplace and req.lora_name in self.lora_modules:
+            msg = (
+                f"The lora adapter '{req.lora_name}' has already been loaded. If you want to load the adapter in "
+                "place, set 'load_inplace' to True."
+            )
+            return 400, error_body(msg, 400, "InvalidUserInput")
+        folder = Path(req.lora_path)
+        if not (folder / "adapter_config.json").is_file() or not any((folder / f).is_file() for f in ADAPTER_FILES):
+            msg = f"Loading lora {req.lora_name} failed: No adapter found for {req.lora_path}"
+            return 404, error_body(msg, 404, "NotFoundError")
+        self.lora_modules[req.lora_name] = req.lora_path
+        return 200, f"Success: LoRA adapter '{req.lora_name}' added successfully."
+
+    def _unload(self, req: UnloadLoRAAdapterRequest) -> tuple[int, Any]:
+        if not req.lora_name:
+            msg = "'lora_name' needs to be provided to unload a LoRA adapter."
+            return 400, error_body(msg, 400, "InvalidUserInput")
+        if req.lora_name not in self.lora_modules:
+            msg = f"The lora adapter '{req.lora_name}' cannot be found."
+            return 404, error_body(msg, 404, "NotFoundError")
+        del self.lora_modules[req.lora_name]
+        return 200, f"Success: LoRA adapter '{req.lora_name}' removed successfully."
 
     def unknown_model(self, body: dict) -> tuple[int, dict]:
         return 404, error_body(f"The model `{body.get('model')}` does not exist.", 404, "NotFoundError")

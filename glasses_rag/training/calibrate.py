@@ -14,6 +14,11 @@ there. The winning CRAG-MM systems gate answers on a confidence in the same way,
     python -m glasses_rag.training.calibrate --run traces/runs/calib      # prints the threshold
 
 `benchmarks.distill` does this for both models on a calibration split carved from the training conversations.
+
+A threshold holds for the probabilities it was chosen on, so for one backend: in-process decoding reads the
+grammar-masked distribution (`confidence_from: tokens-masked`), a server the model's raw one (`tokens-raw`, vLLM's
+default logprobs), and the same answer is more probable under the mask. The threshold says which it was chosen on
+(`Threshold.probabilities`), and a run that mixes them is refused: calibrate each backend on its own run.
 """
 
 from __future__ import annotations
@@ -53,6 +58,25 @@ class Threshold(BaseModel):
     kept: int  # answers at or above the threshold
     truthfulness: float  # on the calibration turns, with the threshold
     truthfulness_without: float  # the same turns, every answer kept
+    probabilities: str | None = None  # what the confidences were: tokens-masked, tokens-raw, tokens, written
+
+
+def probabilities_of(traces: list[Any]) -> str:
+    """What the answers' confidences of a run are (`confidence_from` of its answer events: tokens-masked, tokens-raw,
+    tokens, or written when none says); a run mixing kinds of token probabilities raises ValueError."""
+    kinds = {
+        getattr(s, "confidence_from", None) or "written"
+        for t in traces
+        for s in t.steps
+        if getattr(s, "node", None) == "answer" and getattr(s, "confidence", None) is not None
+    }
+    tokens = sorted(k for k in kinds if k.startswith("tokens"))
+    if len(tokens) > 1:
+        raise ValueError(
+            f"the run's answer confidences come from different probabilities ({', '.join(tokens)}): a threshold "
+            "chosen on one does not hold for the other; calibrate each backend on its own run"
+        )
+    return tokens[0] if tokens else "written"
 
 
 def _draft(trace: Any) -> tuple[str, float | None]:
@@ -96,7 +120,7 @@ def points_from_traces(traces: list[Any], judge: Any = None, truncator: Any = No
     return out
 
 
-def choose_threshold(points: list[CalibrationPoint]) -> Threshold:
+def choose_threshold(points: list[CalibrationPoint], probabilities: str | None = None) -> Threshold:
     """The threshold that maximises truthfulness on `points`: answers are kept from the most confident down, and
     the cut goes where the total is highest (on a tie, the fewest answers kept: on unseen turns a wrong answer
     costs as much as a right one earns); the threshold lies halfway between the last kept and the first dropped
@@ -134,7 +158,16 @@ def choose_threshold(points: list[CalibrationPoint]) -> Threshold:
         kept=kept,
         truthfulness=best_total / n,
         truthfulness_without=without / n,
+        probabilities=probabilities,
     )
+
+
+PROBABILITIES = {
+    "tokens-masked": "grammar-masked token probabilities (in-process)",
+    "tokens-raw": "raw token probabilities (a server's logprobs)",
+    "tokens": "token probabilities",
+    "written": "the confidences the model wrote",
+}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -157,12 +190,18 @@ def main(argv: list[str] | None = None) -> int:
     if not any(p.confidence is not None for p in points):
         print(f"no answer in {args.run} has a confidence: run the model with an answer confidence", file=sys.stderr)
         return 2
-    if not any(getattr(s, "confidence_from", None) == "tokens" for t in traces for s in t.steps):
+    try:
+        kind = probabilities_of(traces)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if kind == "written":
         print("note: the run's confidences are not token confidences (answer_confidence: written)", file=sys.stderr)
-    th = choose_threshold(points)
+    th = choose_threshold(points, kind)
     print(
         f"abstain below {th.abstain_below:.4f}: keeps {th.kept} of {th.answered} answers on {th.turns} turns; "
-        f"truthfulness {th.truthfulness:+.3f} (every answer kept: {th.truthfulness_without:+.3f})"
+        f"truthfulness {th.truthfulness:+.3f} (every answer kept: {th.truthfulness_without:+.3f}); chosen on "
+        f"{PROBABILITIES.get(kind, kind)}: use it with the same backend"
     )
     return 0
 

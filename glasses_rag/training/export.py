@@ -11,8 +11,9 @@ loss on the completion only):
     {"prompt": [<the messages the model policy sends for this decision: system text with the tools and the reply
                  format, the turn, each earlier call and its result as the model saw them, the decide instruction>],
      "completion": [{"role": "assistant", "content": <the decision, as the model should write it>}],
-     "images": [<path of the turn's photo>]        (only with --images: TRL's vision format, the user turn then
-                                                    holds {"type": "image"} where the photo goes)
+     "images": [<path of the photo as the model is sent it>]  (only with --images: TRL's vision format, the user
+                                      turn then holds {"type": "image"} where the photo goes; the file, in
+                                      <out>.images/, holds the JPEG bytes of the request's data URL)
      "tools": [<function specs>]                   (only with --mode native)
      "meta": {"session_id", "interaction_id", "step", "label"}}
 
@@ -49,6 +50,7 @@ from glasses_rag.policies.model.verify import ModelVerifier
 from glasses_rag.policies.protocol import IDK, PolicyView, StepSummary, ToolSpec
 from glasses_rag.policies.self_check import lexical_support
 from glasses_rag.superglasses.logs import IMAGE, NOT_DISPATCHED, TEXT, SGLog, import_logs, read_run
+from glasses_rag.training.photos import sent_photos, with_photo_files
 from graph.state import tool_spec
 from tools import default_registry
 from tools.base import HistoryTurn, Hit, field_adapter
@@ -293,7 +295,7 @@ def render(
     prompt = policy.decide_messages(view, None if shown is _NO_IMAGE and opts.sees_images else shown, fmt)
     images = None
     if opts.sees_images and image and view.has_image:
-        prompt, images = [_image_placeholder(m) for m in prompt], [image]
+        prompt, images = sent_photos(prompt)  # the photo as the model is sent it (training.photos)
     tools = [*(t.json_schema for t in view.tools), FINAL_ANSWER_TOOL] if opts.mode == "native" else None
     return Example(prompt=prompt, completion=[completion], images=images, tools=tools, meta=meta)
 
@@ -303,15 +305,6 @@ def _image(path: str) -> Any:
 
     with Image.open(path) as im:
         return im.convert("RGB")
-
-
-def _image_placeholder(message: dict[str, Any]) -> dict[str, Any]:
-    """A user message's data-URL image part as TRL's `{"type": "image"}` (the image is in the `images` column)."""
-    content = message.get("content")
-    if not isinstance(content, list):
-        return message
-    parts = [{"type": "image"} if p.get("type") == "image_url" else p for p in content]
-    return {**message, "content": parts}
 
 
 def examples_from_run(
@@ -493,7 +486,7 @@ def render_check(
     )
     images = None
     if opts.sees_images and image and view.has_image:
-        prompt, images = [_image_placeholder(m) for m in prompt], [image]
+        prompt, images = sent_photos(prompt)  # the photo as the model is sent it (training.photos)
     return Example(
         prompt=prompt, completion=[check_completion(supported)], images=images, meta={**meta, "purpose": "verify"}
     )
@@ -563,8 +556,10 @@ def save_images(data: str | Path, folder: str | Path, limit: int | None = None) 
 
 
 def write_examples(examples: list[Example], out: str | Path) -> Path:
+    """The examples as JSONL at `out`; their photos (the JPEG bytes each request sent) in `<out stem>.images/`."""
     path = Path(out)
-    write_atomic(path, "".join(e.line() + "\n" for e in examples))
+    kept = [e.model_copy(update={"images": with_photo_files(e.images, path)}) if e.images else e for e in examples]
+    write_atomic(path, "".join(e.line() + "\n" for e in kept))
     return path
 
 

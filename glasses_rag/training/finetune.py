@@ -5,8 +5,13 @@ completions only (the decisions), written as an adapter folder with a card.
     accelerate launch -m glasses_rag.training.finetune --data sft.jsonl --model <VLM folder> --out adapters/vlm
         --dtype bfloat16
 
-The same command trains Gemma 3 270M on a CPU and a vision-language model on GPUs (a dataset with an `images`
-column is a vision dataset: the model loads with its processor; `accelerate launch` spreads it over the GPUs).
+The same command trains Gemma 3 270M on a CPU and a vision-language model on GPUs (a dataset with a photo in any
+example is a vision dataset: the model loads with its processor and its own chat template, and sees each photo as
+the export wrote it, which is what inference sends). `accelerate launch` (or torchrun) spreads it over processes
+(glasses_rag/training/accelerate/: DDP, DeepSpeed ZeRO-2 / ZeRO-3, FSDP; two CPU processes in CI); rank 0 alone
+writes. The LoRA adapter targets the language model's linear layers only (`--target-modules language-model`), the
+part vLLM applies LoRA to; `all-linear` also adapts the vision tower (in-process serving only). `--qlora` loads the
+base in 4 bits (bitsandbytes, CUDA GPUs only).
 The adapter folder holds peft's `adapter_config.json` and weights, the tokenizer with the chat template trained
 with, and `card.json` + `README.md`: the data (file, SHA-256, examples), the base model, the hyperparameters, the
 steps, the loss curve and the seconds. Checkpoints go to `<out>/checkpoints/`; running the same command again
@@ -28,6 +33,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from glasses_rag.core.files import write_atomic
+from glasses_rag.training.sft_data import has_images, load_examples
 from glasses_rag.training.templates import chat_template_for, set_chat_template
 
 
@@ -46,8 +52,21 @@ class FinetuneConfig(BaseModel):
     lora_r: int = Field(16, ge=1)
     lora_alpha: int = Field(32, ge=1)
     lora_dropout: float = Field(0.05, ge=0, lt=1)
-    target_modules: str = Field("all-linear", description="peft target_modules ('all-linear' or comma-separated).")
+    target_modules: str = Field(
+        "language-model",
+        description="LoRA targets: 'language-model' (every linear layer of the language model, the part vLLM "
+        "serves LoRA on), 'all-linear' (peft's: the vision tower too, for in-process serving only) or "
+        "comma-separated module names.",
+    )
+    qlora: bool = Field(
+        False,
+        description="QLoRA: the base model in 4-bit NF4 (bitsandbytes; CUDA GPUs only), the adapter in bfloat16.",
+    )
     learning_rate: float = Field(2e-4, gt=0)
+    optim: str = Field(
+        "adamw_torch",
+        description="The optimizer (transformers' names: adamw_torch, sgd, paged_adamw_8bit with --qlora, ...).",
+    )
     epochs: float = Field(2.0, gt=0)
     max_steps: int = Field(-1, description="Optimizer steps (-1: from the epochs).")
     batch_size: int = Field(1, ge=1)
@@ -105,6 +124,39 @@ def score_labelled_tokens_only() -> None:
     trl_utils._use_triton = compact
 
 
+def cross_attention_over_completions(trainer: Any, processing: Any) -> None:
+    """TRL 1.16's prompt-completion vision collator takes Mllama's `cross_attention_mask` from the prompt alone, so it
+    is shorter than the prompt and completion it is used with (the forward pass fails), and left padding moves the
+    prompts under it. The mask is made again from each final row of token ids, as the Mllama processor makes it (each
+    `<|image|>` attended from its position to the next image or the end), tiles from `aspect_ratio_mask`."""
+    import torch
+    from transformers.models.mllama.processing_mllama import (
+        convert_sparse_cross_attention_mask_to_dense,
+        get_cross_attention_token_mask,
+    )
+
+    collate = trainer.data_collator
+    image_token = getattr(processing, "image_token_id", None)
+    if image_token is None or getattr(collate, "cross_attention_remade", False):
+        return
+
+    def remade(examples: list[dict[str, Any]]) -> dict[str, Any]:
+        out = collate(examples)
+        if "cross_attention_mask" not in out:
+            return out
+        ids = out["input_ids"].tolist()
+        tiles = out["aspect_ratio_mask"].sum(-1).tolist()
+        sparse = [get_cross_attention_token_mask(row, image_token) for row in ids]
+        dense = convert_sparse_cross_attention_mask_to_dense(
+            sparse, tiles, int(out["aspect_ratio_mask"].shape[-1]), len(ids[0])
+        )
+        out["cross_attention_mask"] = torch.as_tensor(dense, dtype=out["cross_attention_mask"].dtype)
+        return out
+
+    remade.cross_attention_remade = True  # type: ignore[attr-defined]
+    trainer.data_collator = remade
+
+
 # ---- loading -----------------------------------------------------------------------------------------------------
 
 
@@ -119,41 +171,20 @@ def model_folder(path: str) -> Path:
     return p
 
 
-def load_examples(path: str, max_length: int, processing: Any) -> tuple[Any, int]:
-    """The export as a datasets.Dataset with TRL's columns only, less the examples longer than `max_length`
-    tokens (returned as a count)."""
-    import datasets
-
-    ds = datasets.load_dataset("json", data_files=str(path), split="train")
-    keep = [c for c in ("prompt", "completion", "messages", "images", "tools") if c in ds.column_names]
-    ds = ds.select_columns(keep)
-    if "images" in keep:
-        ds = ds.cast_column("images", datasets.Sequence(datasets.Image()))
-    tok = getattr(processing, "tokenizer", processing)
-
-    def length(ex: dict) -> int:
-        msgs = ex["messages"] if "messages" in ex else [*ex["prompt"], *ex["completion"]]
-        text = tok.apply_chat_template(msgs, tokenize=False, chat_template=tok.chat_template)
-        return len(tok(text, add_special_tokens=False)["input_ids"])
-
-    before = len(ds)
-    ds = ds.filter(lambda ex: length(ex) <= max_length)
-    return ds, before - len(ds)
-
-
-def load_model(folder: Path, vision: bool, dtype: str) -> tuple[Any, Any]:
+def load_model(folder: Path, vision: bool, dtype: str, qlora: bool = False) -> tuple[Any, Any]:
     import torch
-    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
 
     from glasses_rag.models.vlm.transformers_local import tokenizer_options
+    from glasses_rag.models.vlm.vision_inputs import load_processor
 
     gpu = torch.cuda.is_available()
     torch_dtype = (torch.bfloat16 if gpu else torch.float32) if dtype == "auto" else getattr(torch, dtype)
-    kw: dict[str, Any] = {"local_files_only": True}
+    kw: dict[str, Any] = {"local_files_only": True, **(quantized(torch_dtype) if qlora else {})}
     config = json.loads((folder / "config.json").read_text())
-    tok_kw = {**kw, **tokenizer_options(config.get("model_type", ""))}
+    tok_kw = {"local_files_only": True, **tokenizer_options(config.get("model_type", ""))}
     if vision:
-        processing = AutoProcessor.from_pretrained(folder, **tok_kw)
+        processing = load_processor(folder, **tok_kw)
         model = AutoModelForImageTextToText.from_pretrained(folder, dtype=torch_dtype, **kw)
     else:
         processing = AutoTokenizer.from_pretrained(folder, **tok_kw)
@@ -161,6 +192,59 @@ def load_model(folder: Path, vision: bool, dtype: str) -> tuple[Any, Any]:
     fix_backbone_prefix(model)
     score_labelled_tokens_only()
     return model, processing
+
+
+def check_qlora() -> None:
+    """QLoRA runs on CUDA GPUs only (bitsandbytes' 4-bit kernels): refused clearly anywhere else."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ValueError(
+            "--qlora needs a CUDA GPU: bitsandbytes' 4-bit (NF4) weights and kernels run on CUDA only, and this "
+            "machine has none. Train in float32 on a CPU (leave --qlora out), or run the same command on a GPU "
+            "machine with `pip install bitsandbytes`."
+        )
+    try:
+        import bitsandbytes  # noqa: F401
+    except ImportError as e:
+        raise ImportError("--qlora needs bitsandbytes: pip install bitsandbytes") from e
+
+
+def quantized(compute_dtype: Any) -> dict[str, Any]:
+    """from_pretrained keywords that load the base in 4-bit NF4 with double quantization (the QLoRA paper's setting),
+    each process on its own GPU."""
+    from accelerate import PartialState
+    from transformers import BitsAndBytesConfig
+
+    bnb = BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=compute_dtype,
+    )
+    return {"quantization_config": bnb, "device_map": {"": PartialState().local_process_index}}
+
+
+def lora_targets(model: Any, spec: str) -> Any:
+    """peft `target_modules` for `spec`: 'all-linear' as peft reads it, comma-separated names as a list, and
+    'language-model' as a pattern matching exactly the linear layers under the model's decoder (its language
+    model), so that no vision-tower or projector layer is adapted."""
+    import re
+
+    import torch.nn as nn
+
+    if spec == "all-linear":
+        return spec
+    if spec != "language-model":
+        return [t.strip() for t in spec.split(",") if t.strip()]
+    decoder = model.get_decoder()
+    prefix = next(name for name, module in model.named_modules() if module is decoder)
+    names = [n for n, m in decoder.named_modules() if isinstance(m, nn.Linear) and not n.endswith("lm_head") and n]
+    if not names:
+        raise ValueError(f"{type(model).__name__}: no linear layer under its language model ({prefix or 'the model'})")
+    leaves = sorted({n.rsplit(".", 1)[-1] for n in names})
+    head = re.escape(prefix) + r"\." if prefix else ""
+    return rf"{head}(?:.*\.)?(?:{'|'.join(map(re.escape, leaves))})"
 
 
 # ---- Ctrl-C ----------------------------------------------------------------------------------------------------------
@@ -197,7 +281,7 @@ def trainer_for(cfg: FinetuneConfig, model: Any, processing: Any, ds: Any) -> An
     from peft import LoraConfig
     from trl import SFTConfig, SFTTrainer
 
-    targets: Any = cfg.target_modules if cfg.target_modules == "all-linear" else cfg.target_modules.split(",")
+    targets = lora_targets(model, cfg.target_modules)
     lora = LoraConfig(
         r=cfg.lora_r,
         lora_alpha=cfg.lora_alpha,
@@ -208,11 +292,12 @@ def trainer_for(cfg: FinetuneConfig, model: Any, processing: Any, ds: Any) -> An
     args = SFTConfig(
         output_dir=str(Path(cfg.out) / "checkpoints"),
         learning_rate=cfg.learning_rate,
+        optim=cfg.optim,
         num_train_epochs=cfg.epochs,
         max_steps=cfg.max_steps,
         per_device_train_batch_size=cfg.batch_size,
         gradient_accumulation_steps=cfg.grad_accum,
-        max_length=None,
+        max_length=cfg.max_length,  # a bound: longer examples were left out, so nothing is cut
         seed=cfg.seed,
         logging_steps=1,
         save_steps=cfg.save_steps,
@@ -251,8 +336,28 @@ def last_checkpoint(out: Path) -> str | None:
     return get_last_checkpoint(str(folder)) if folder.is_dir() else None
 
 
+def prepare(cfg: FinetuneConfig) -> tuple[Path, Any, Any, Any, int]:
+    """The base model folder, the model, its processor or tokenizer (with the chat template trained with) and the
+    examples that fit, with how many were left out as too long."""
+    from transformers import set_seed
+
+    if cfg.qlora:
+        check_qlora()
+    set_seed(cfg.seed)  # the same LoRA initialisation in every process and every run
+    folder = model_folder(cfg.model)
+    vision = has_images(cfg.data)
+    model, processing = load_model(folder, vision, cfg.dtype, cfg.qlora)
+    config_type = getattr(getattr(model, "config", None), "model_type", "")
+    set_chat_template(processing, chat_template_for(processing, config_type, cfg.chat_template))
+    ds, too_long = load_examples(cfg.data, cfg.max_length, processing, vision)
+    if len(ds) == 0:
+        raise ValueError(f"{cfg.data}: no example fits max_length={cfg.max_length} (or the file is empty)")
+    return folder, model, processing, ds, too_long
+
+
 def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
-    """Train, write the adapter and its card; returns the card (`finished` False when Ctrl-C stopped it).
+    """Train, write the adapter and its card; returns the card (`finished` False when Ctrl-C stopped it). Under
+    several processes (accelerate launch, torchrun) each trains its share of every batch and rank 0 alone writes.
 
     Example:
         finetune(FinetuneConfig(data="sft.jsonl", model="gemma.gguf", out="adapters/g", max_steps=2))
@@ -262,60 +367,46 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     t0, c0 = time.perf_counter(), time.process_time()
-    folder = model_folder(cfg.model)
-    vision = _has_images(cfg.data)
-    model, processing = load_model(folder, vision, cfg.dtype)
-    config_type = getattr(getattr(model, "config", None), "model_type", "")
-    template = chat_template_for(getattr(processing, "tokenizer", processing), config_type, cfg.chat_template)
-    set_chat_template(processing, template)
-    ds, too_long = load_examples(cfg.data, cfg.max_length, processing)
-    if len(ds) == 0:
-        raise ValueError(f"{cfg.data}: no example fits max_length={cfg.max_length} (or the file is empty)")
+    folder, model, processing, ds, too_long = prepare(cfg)
     previous = signal.getsignal(signal.SIGINT)
     try:
         trainer = trainer_for(cfg, model, processing, ds)  # its callback takes Ctrl-C for the training only
+        if getattr(model.config, "model_type", "") == "mllama":
+            cross_attention_over_completions(trainer, processing)
         resumed = last_checkpoint(Path(cfg.out))
         result = trainer.train(resume_from_checkpoint=resumed)
     finally:
         signal.signal(signal.SIGINT, previous)  # e.g. benchmarks.distill's evaluations after it: Ctrl-C stops them
     finished = trainer.state.global_step >= trainer.state.max_steps
-    card = make_card(
-        cfg,
-        trainer,
-        folder,
-        len(ds),
-        too_long,
-        resumed,
-        finished,
-        time.perf_counter() - t0,
-        time.process_time() - c0,
-        result.training_loss,
-    )
+    times = (time.perf_counter() - t0, time.process_time() - c0)
+    card = make_card(cfg, trainer, folder, (len(ds), too_long), resumed, finished, times, result.training_loss)
     if finished:
-        trainer.save_model(cfg.out)
-        processing.save_pretrained(cfg.out)
-        write_card(Path(cfg.out), card)
+        save_outputs(trainer, processing, Path(cfg.out), folder, card)
     return card
 
 
-def _has_images(path: str) -> bool:
-    with open(path, encoding="utf-8") as f:
-        first = f.readline()
-    return bool(first.strip()) and bool(json.loads(first).get("images"))
+def save_outputs(trainer: Any, processing: Any, out: Path, base: Path, card: dict[str, Any]) -> None:
+    """The adapter, the processor (or tokenizer) and the card, written by rank 0 alone (every rank calls this: the
+    Trainer's own save gathers what a sharded model holds, and writes on the main process only)."""
+    from glasses_rag.models.vlm.vision_inputs import save_processor
+
+    trainer.save_model(str(out))
+    if trainer.is_world_process_zero():
+        save_processor(processing, out, base)
+        write_card(out, card)
 
 
 def make_card(
     cfg: FinetuneConfig,
     trainer: Any,
     folder: Path,
-    n: int,
-    too_long: int,
+    counts: tuple[int, int],
     resumed: str | None,
     finished: bool,
-    seconds: float,
-    cpu_seconds: float,
+    times: tuple[float, float],
     loss: float,
 ) -> dict[str, Any]:
+    """The card: `counts` (examples trained on, left out as too long), `times` (wall and CPU seconds)."""
     import peft
     import transformers
     import trl
@@ -325,7 +416,12 @@ def make_card(
     curve = [{"step": h["step"], "loss": round(h["loss"], 4)} for h in trainer.state.log_history if "loss" in h]
     return {
         "base_model": str(folder),
-        "data": {"file": cfg.data, "sha256": file_sha256(Path(cfg.data)), "examples": n, "left_out_too_long": too_long},
+        "data": {
+            "file": cfg.data,
+            "sha256": file_sha256(Path(cfg.data)),
+            "examples": counts[0],
+            "left_out_too_long": counts[1],
+        },
         "hyperparameters": cfg.model_dump(exclude={"data", "model", "out"}),
         "steps": trainer.state.global_step,
         "max_steps": trainer.state.max_steps,
@@ -333,9 +429,10 @@ def make_card(
         "resumed_from": resumed,
         "train_loss": round(float(loss), 4),
         "loss_curve": curve,
-        "seconds": round(seconds, 1),
-        "cpu_seconds": round(cpu_seconds, 1),
+        "seconds": round(times[0], 1),
+        "cpu_seconds": round(times[1], 1),  # this process's (rank 0's)
         "device": "cuda" if _gpu() else "cpu",
+        "processes": trainer.args.world_size,
         "cpu_count": os.cpu_count(),
         "versions": {"trl": trl.__version__, "peft": peft.__version__, "transformers": transformers.__version__},
     }
@@ -377,10 +474,11 @@ def main(argv: list[str] | None = None) -> int:
     cfg = FinetuneConfig.model_validate({k: v for k, v in args.items() if v is not None})
     card = finetune(cfg)
     where = cfg.out if card["finished"] else f"{cfg.out}/checkpoints (stopped; run again to resume)"
-    print(
-        f"{card['steps']} steps on {card['data']['examples']} examples, loss {card['train_loss']}, "
-        f"{card['seconds']} s -> {where}"
-    )
+    if int(os.environ.get("RANK", "0")) == 0:  # one line for the run, not one per process
+        print(
+            f"{card['steps']} steps on {card['data']['examples']} examples, loss {card['train_loss']}, "
+            f"{card['seconds']} s -> {where}"
+        )
     return 0 if card["finished"] else 130
 
 

@@ -16,6 +16,9 @@ Spec strings:
 Any spec but a config file may end with `+adapter=<adapter>` (ModelConfig.adapter): a LoRA adapter folder loaded
 on top of the model (transformers), or the name of a LoRA module the server serves (openai, vLLM
 `--lora-modules name=path`), e.g. transformers:$GGUF+adapter=runs/lora or openai:http://h:8000/v1#base+adapter=tuned.
+`with_adapter(cfg, folder)` gives a config the adapter in `folder` for any backend: in-process the folder itself;
+for vLLM, the folder loaded into the running server (its runtime LoRA API, glasses_rag/models/vlm/vllm_lora.py) and
+the served name it gets.
 """
 
 from __future__ import annotations
@@ -320,6 +323,23 @@ def model_config_from_options(
     return ModelConfig.model_validate({**cfg.model_dump(exclude_unset=True), **given}) if given else cfg
 
 
+def with_adapter(cfg: ModelConfig, folder: str | Path, name: str | None = None) -> ModelConfig:
+    """`cfg` with the LoRA adapter in `folder` on top: transformers loads the folder (merged at load); an openai
+    server (vLLM) gets the folder through its runtime LoRA API on every replica, and requests then ask for the
+    served name (`name`, default the folder's name and a hash of its weights), never the folder's path.
+
+    Example:
+        with_adapter(parse_spec("openai:http://gpu:8000/v1#base"), "adapters/tuned").adapter  # "tuned-3f9c2a1b"
+    """
+    if cfg.backend == "llamacpp":
+        raise ValueError("the llamacpp backend does not load adapters (merge it and convert the result to GGUF)")
+    if cfg.backend == "transformers":
+        return cfg.model_copy(update={"adapter": str(folder)})
+    from glasses_rag.models.vlm.vllm_lora import serve_adapter
+
+    return cfg.model_copy(update={"adapter": serve_adapter(cfg.base_urls(), folder, name, cfg.key())})
+
+
 def make_backend(cfg: ModelConfig, **opts: Any) -> ChatBackend:
     if cfg.backend == "openai":
         from glasses_rag.models.openai_client import pool_size_for
@@ -399,4 +419,5 @@ __all__ = [
     "make_backend",
     "model_config_from_options",
     "parse_spec",
+    "with_adapter",
 ]

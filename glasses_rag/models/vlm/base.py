@@ -12,7 +12,6 @@ import ast
 import base64
 import functools
 import hashlib
-import io
 import json
 import logging
 import re
@@ -115,6 +114,13 @@ class ChatReply(BaseModel):
         exclude=True,
         description="The reply's tokens in order with their log-probabilities, when the backend gives them; their "
         "texts joined are the reply's text before stripping.",
+    )
+    logprobs_from: Literal["raw", "masked"] | None = Field(
+        None,
+        exclude=True,
+        description="Which distribution `logprobs` come from: 'masked' (in-process: renormalized over the tokens the "
+        "grammar allowed, what constrained greedy decoding chose from), 'raw' (a server's: vLLM returns the model's "
+        "own softmax by default, before any grammar). A threshold on one is no threshold on the other.",
     )
     sampled: SampledTokens | None = Field(
         None,
@@ -420,30 +426,17 @@ def image_to_data_url(image: Any, max_side: int = 1024, quality: int = 90) -> st
 
 
 def _encode(image: Any, max_side: int, quality: int) -> str:
-    from PIL import Image
+    from glasses_rag.models.vlm.vision_inputs import model_photo  # the one preparation of a photo (also training's)
 
-    if isinstance(image, (str, Path)):
-        image = Image.open(image)
-    elif isinstance(image, (bytes, bytearray)):
-        image = Image.open(io.BytesIO(image))
-    img = image
-    if img.mode not in ("RGB", "L"):
-        img = img.convert("RGB")
-    w, h = img.size
-    if max_side and max(w, h) > max_side:
-        s = max_side / float(max(w, h))
-        img = img.resize((max(1, round(w * s)), max(1, round(h * s))))
-    buf = io.BytesIO()
-    img.save(buf, format="JPEG", quality=quality)
-    return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+    return "data:image/jpeg;base64," + base64.b64encode(model_photo(image, max_side, quality)).decode("ascii")
 
 
 def data_url_to_image(url: str):
-    """The inverse of image_to_data_url (for local backends)."""
-    from PIL import Image
+    """The inverse of image_to_data_url (for local backends): the same decoding the training examples' photos get."""
+    from glasses_rag.models.vlm.vision_inputs import photo_from_bytes
 
     payload = url.split(",", 1)[1] if url.startswith("data:") else url
-    return Image.open(io.BytesIO(base64.b64decode(payload))).convert("RGB")
+    return photo_from_bytes(base64.b64decode(payload))
 
 
 def message_text(content: Any) -> str:

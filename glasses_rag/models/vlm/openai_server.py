@@ -345,6 +345,7 @@ class OpenAICompatibleBackend:
                 )
         u = _dict(data.get("usage"))
         finish, model = choices[0].get("finish_reason"), data.get("model")
+        logprobs = token_logprobs(choices[0].get("logprobs"))
         usage = Usage(
             input_tokens=_count(u.get("prompt_tokens")),
             output_tokens=_count(u.get("completion_tokens")),
@@ -358,7 +359,8 @@ class OpenAICompatibleBackend:
             latency_ms=latency_ms,
             finish_reason=finish if isinstance(finish, str) else None,
             model=model if isinstance(model, str) else None,
-            logprobs=token_logprobs(choices[0].get("logprobs")),
+            logprobs=logprobs,
+            logprobs_from="raw" if logprobs else None,  # vLLM's default --logprobs-mode raw_logprobs
         )
 
 

@@ -1,8 +1,10 @@
 """A ChatBackend over a local Hugging Face folder or a GGUF file, in-process (never downloads: local_files_only).
 
-Note: with transformers 4.5x, the processors of Qwen2-VL / Qwen2.5-VL and SmolVLM include a
-video processor that needs torchvision; without it they cannot load here (a clear ImportError
-says so): serve those models with vLLM and use the openai backend instead.
+Note: with transformers 4.5x, the processors of Qwen2-VL / Qwen2.5-VL include a video processor
+that needs torchvision; where torchvision cannot be imported they load for photos only
+(glasses_rag/models/vlm/vision_inputs.py), which is all the agent sends. A chat template that
+refuses a system message beside an image (Llama 3.2 Vision's) gets the system text at the start of
+the first user turn, as the fine-tune does.
 
 Vision-language folders (Qwen2-VL / Qwen2.5-VL, SmolVLM / Idefics3, Llama-3.2-Vision, LLaVA,
 Gemma 3, ...) load with AutoProcessor + AutoModelForImageTextToText and use the processor's
@@ -45,6 +47,7 @@ from glasses_rag.models.vlm.base import (
     data_url_to_image,
     load_chat_template,
     message_text,
+    system_into_user,
     text_only_messages,
 )
 from glasses_rag.models.vlm.decoding import Decoded, DecodeStats, GreedyGrammarDecoder
@@ -52,6 +55,7 @@ from glasses_rag.models.vlm.gguf_folder import converted_gguf
 from glasses_rag.models.vlm.grammar import SchemaGrammars, stop_token_ids, xgrammar_available
 from glasses_rag.models.vlm.grammar_store import GrammarStore, default_folder
 from glasses_rag.models.vlm.prefix_cache import PrefixCache
+from glasses_rag.models.vlm.vision_inputs import refuses_system_with_images
 
 log = logging.getLogger(__name__)
 
@@ -226,6 +230,9 @@ class TransformersVLMBackend:
                 f"the model {self.source} has no chat template: set chat_template (gemma, chatml, llama3, "
                 "a .jinja file or the template text) in the model config or with --chat-template"
             )
+        self._system_into_user = self.is_vision and refuses_system_with_images(
+            self.processor, self.chat_template or None
+        )
         limit = getattr(getattr(self.config, "text_config", self.config), "max_position_embeddings", None)
         self.n_ctx = n_ctx or limit
         self.model.to(device)  # type: ignore[arg-type]  # transformers types .to() through a decorator
@@ -242,18 +249,12 @@ class TransformersVLMBackend:
     def _load(self, p: Path, torch_dtype: Any, kw: dict) -> None:
         tok_kw = {**kw, **tokenizer_options(self.model_type)}
         if self.is_vision:
-            from transformers import AutoModelForImageTextToText, AutoProcessor
+            from transformers import AutoModelForImageTextToText
 
-            try:
-                self.processor = AutoProcessor.from_pretrained(p, **tok_kw)
-            except ImportError as e:  # e.g. Qwen2-VL's video processor needs torchvision
-                if "torchvision" not in str(e).lower():
-                    raise
-                raise ImportError(
-                    f"the processor of {p} ({self.model_type}) needs torchvision (its video processor), which this "
-                    "project does not install. Serve the model with vLLM and use the openai backend, or use a "
-                    "processor without a video half (LLaVA, Idefics3, Mllama families)."
-                ) from e
+            from glasses_rag.models.vlm.vision_inputs import load_processor
+
+            # (a processor whose video half needs torchvision, which cannot be loaded, loads for photos only)
+            self.processor = load_processor(p, **tok_kw)
             self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
             self.model = AutoModelForImageTextToText.from_pretrained(p, dtype=torch_dtype, **kw)
         else:
@@ -296,6 +297,8 @@ class TransformersVLMBackend:
         return {"chat_template": self.chat_template} if self.chat_template else {}
 
     def _vision_inputs(self, messages: list[dict]):
+        if self._system_into_user:  # the template refuses a system message beside an image, as training did
+            messages = system_into_user(messages)
         hf_messages, images = [], []
         for m in messages:
             content = m.get("content")
@@ -534,6 +537,7 @@ class TransformersVLMBackend:
             model=self.name,
             mode=mode,
             logprobs=token_logprobs(self.tokenizer, decoded.tokens, decoded.logprobs),
+            logprobs_from="masked",
         )
 
     def _reply(

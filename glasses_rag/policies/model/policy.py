@@ -223,7 +223,8 @@ class ModelPolicy:
                     self.name,
                 )
             return draft
-        return draft.model_copy(update={"confidence": round(conf, 4), "confidence_from": "tokens"})
+        source = {"masked": "tokens-masked", "raw": "tokens-raw"}.get(reply.logprobs_from or "", "tokens")
+        return draft.model_copy(update={"confidence": round(conf, 4), "confidence_from": source})
 
     def verifier(self, mode: str = "single") -> ModelVerifier:
         return ModelVerifier(self, mode)
