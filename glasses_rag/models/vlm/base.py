@@ -21,6 +21,7 @@ import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Iterable
+from importlib.resources import files
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -476,11 +477,12 @@ def system_into_user(messages: list[dict]) -> list[dict]:
     return rest
 
 
-CHAT_TEMPLATES_DIR = Path(__file__).with_name("chat_templates")
+# package data: the bundled templates wherever the project is installed
+CHAT_TEMPLATES_DIR = files("glasses_rag.models.vlm") / "chat_templates"
 
 
 def bundled_chat_templates() -> list[str]:
-    return sorted(p.stem for p in CHAT_TEMPLATES_DIR.glob("*.jinja"))
+    return sorted(p.name.removesuffix(".jinja") for p in CHAT_TEMPLATES_DIR.iterdir() if p.name.endswith(".jinja"))
 
 
 TEMPLATE_SUFFIXES = (".jinja", ".jinja2", ".j2")
