@@ -623,6 +623,10 @@ def _single_to_double(s: str) -> str:
 LENIENT_MAX_CHARS = 64 * 1024
 
 
+# Not json-repair (PyPI `json-repair` 0.64, tried on tests/test_vlm_parse.py): it ends a single-quoted string at an
+# apostrophe inside a word ('O'Brien\'s pub' -> 'O'), makes a dict of what is no object ({'a' 'b'} -> {'a': "b'"},
+# where a decision that cannot be read must fail, not get made-up arguments), returns a list for two objects, and
+# costs 0.5 s of CPU for 75 KB of sloppy text and 1.8 s for 20k nested braces (the scan above is bounded).
 def loads_lenient(s: str) -> Any:
     """JSON, or the sloppy JSON models write (trailing commas, single quotes, Python literals, unquoted keys);
     None when nothing parses (deep nesting included, and sloppy text over LENIENT_MAX_CHARS)."""
