@@ -23,7 +23,7 @@ from packaging.requirements import Requirement
 ROOT = Path(__file__).resolve().parents[1]
 FRONT_ENDS = ("graph.run", "glasses_rag.frontends")
 LAYERS: list[tuple[str, ...]] = [
-    ("glasses_rag",),
+    ("glasses_rag", "prompts"),
     ("glasses_rag.core",),
     ("glasses_rag.text",),
     ("glasses_rag.web",),
@@ -41,9 +41,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("benchmarks", "glasses_rag.testing"),
 ]
 UNITS = tuple(p for layer in LAYERS for p in layer)
-TOP_PACKAGES = ("glasses_rag", "tools", "traces", "graph", "benchmarks")
+TOP_PACKAGES = ("glasses_rag", "tools", "traces", "graph", "prompts", "benchmarks")
 # what the install puts into site-packages: the four names the design fixes and the project's one namespace
-INSTALLED = {"glasses_rag", "graph", "tools", "traces"}
+INSTALLED = {"glasses_rag", "graph", "tools", "traces", "prompts"}
 
 
 def unit(module: str) -> str:

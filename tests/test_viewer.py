@@ -122,7 +122,7 @@ def test_every_turn_box_answer_and_header_is_on_the_page(run_dir, page):
     traces, skipped = load_traces(run_dir)
     assert len(traces) == 3 and {n for n, _ in skipped} == {"broken__00.json", "foreign__00.json"}
     assert html.count('<article class="turn') == len(traces)
-    from html import escape
+    from markupsafe import escape  # the template engine's escaping
 
     for t in real_traces(run_dir):
         assert f'id="turn-{t.session_id}-{t.turn_index}"' in html
@@ -157,8 +157,9 @@ def test_injected_markup_is_shown_as_text(page):
     _, html = page
     for raw in EVIL:
         assert raw not in html
-    assert "&lt;script&gt;document.body.setAttribute(&#x27;data-pwned&#x27;,&#x27;1&#x27;)&lt;/script&gt;" in html
-    assert "&lt;img src=x onerror=&quot;" in html
+    # escaped by the template engine (markupsafe writes ' as &#39;)
+    assert "&lt;script&gt;document.body.setAttribute(&#39;data-pwned&#39;,&#39;1&#39;)&lt;/script&gt;" in html
+    assert "&lt;img src=x onerror=&#34;" in html
     p = TagCollector()
     p.feed(html)
     names = [t for t, _ in p.tags]

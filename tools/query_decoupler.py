@@ -8,7 +8,7 @@ heuristic (rule-based splitting and reference resolution) does, and the trace's 
 from __future__ import annotations
 
 import string
-from pathlib import Path
+from importlib.resources import files
 from typing import Any
 
 from glasses_rag.core.calls import Cancelled
@@ -18,7 +18,7 @@ from tools.registry import tool
 
 METHOD = "heuristic:rule-decoupler"
 MAX_SUB_QUESTIONS = 8  # a runaway compound question must not fan out into unbounded searches
-PROMPT = Path(__file__).resolve().parents[1] / "prompts" / "vlm_decouple.txt"
+PROMPT = files("prompts") / "vlm_decouple.txt"  # package data, wherever the project is installed
 SCHEMA = {
     "name": "decoupled",
     "schema": {

@@ -2,9 +2,9 @@
 
 Its content is data, `glasses_rag/crag_mm/bundled/demo/*.yaml` (entities with image recipes, KG attributes and web
 pages; pages about no entity; questions); `glasses_rag.crag_mm.content` validates and renders it. `ensure_demo()`
-writes it under `data/demo/` by default (gitignored; GLASSES_DEMO_DIR overrides) in the layout described
-in `glasses_rag.crag_mm.content`: `single_turn/` and `multi_turn/validation.parquet` (real CRAG-MM v0.1.2 layout),
-`kg.json` + `kg_images/`, `web.json`, `questions.json` and `manifest.json`.
+writes it under `data/demo/` of the working directory by default (gitignored; GLASSES_DEMO_DIR overrides) in the
+layout described in `glasses_rag.crag_mm.content`: `single_turn/` and `multi_turn/validation.parquet` (real
+CRAG-MM v0.1.2 layout), `kg.json` + `kg_images/`, `web.json`, `questions.json` and `manifest.json`.
 """
 
 from __future__ import annotations
@@ -45,11 +45,13 @@ __all__ = [
 ]
 
 DEMO_CONTENT = Path(__file__).resolve().parent / "bundled" / "demo"
-DEFAULT_ROOT = Path(__file__).resolve().parents[2] / "data" / "demo"
+# Under the working directory (as runs are, glasses_rag.harness.run_options), never inside the installed package: from
+# a checkout's root, the checkout's data/demo/ as before; GLASSES_DEMO_DIR or --demo-dir name another folder.
+DEFAULT_ROOT = Path("data") / "demo"
 
 
 def demo_paths(root: Path | None = None) -> DemoPaths:
-    return dataset_paths(root or os.environ.get("GLASSES_DEMO_DIR") or DEFAULT_ROOT)
+    return dataset_paths(root or os.environ.get("GLASSES_DEMO_DIR") or Path.cwd() / DEFAULT_ROOT)
 
 
 def demo_content() -> Content:
@@ -62,7 +64,8 @@ def fingerprint() -> str:
 
 
 def ensure_demo(root: Path | None = None, force: bool = False) -> DemoPaths:
-    """Build the demo benchmark under `root` (default data/demo/) unless an up-to-date copy is there."""
+    """Build the demo benchmark under `root` (default data/demo/ of the working directory) unless an up-to-date copy
+    is there."""
     return ensure_dataset(demo_content(), demo_paths(root), force=force)
 
 

@@ -6,17 +6,43 @@
     python -m glasses_rag.frontends.diff RUN_A RUN_B --json > diff.json        # the whole diff as JSON (RunDiff)
     python -m glasses_rag.frontends.diff RUN_A RUN_B --html diff.html          # the page, with the same filters in it
 
-Runs are named A, B, C... in the order given (a folder of runs in its presets.json order).
+Runs are named A, B, C... in the order given (a folder of runs in its presets.json order). What a run folder holds
+is printed as text, never as terminal control: escape sequences, other control characters and the bidirectional
+overrides in a question, an answer or a folder name are printed as escapes, `\\x1b` (in --json, as JSON's
+`\\u001b` escapes of the same characters).
 Exit status: 0, or 2 when fewer than two runs are found or a filter cannot be read.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
 from glasses_rag.frontends.run_diff import FILTER_OUTCOMES, FILTER_WORDS, DiffRow, RunDiff, RunInfo, cut_rows, diff_runs
+
+# C0 and C1 controls (ESC starts a terminal escape sequence; 0x9b is a one-character CSI), DEL, and the bidirectional
+# marks and overrides that reorder what a terminal shows
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(m: re.Match[str]) -> str:
+    n = ord(m.group())
+    return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}"
+
+
+def printable(text: str) -> str:
+    r"""`text` with every control character but the line break and tab written as an escape (`\x1b`, `\u202e`).
+
+    Example: printable("a\x1b[2Jb") == r"a\x1b[2Jb"
+    """
+    return _CONTROL.sub(_escape, text)
+
+
+def printable_json(text: str) -> str:
+    """JSON text with the same characters as JSON escapes (they only occur inside strings: the value is the same)."""
+    return _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def _num(v: float | None, digits: int = 2) -> str:
@@ -137,14 +163,14 @@ def main(argv: list[str] | None = None) -> int:
         full = diff_runs(args.runs)
         d = cut_rows(full, args.only)
     except (ValueError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(printable(f"error: {e}"), file=sys.stderr)
         return 2
-    print(d.model_dump_json(indent=2) if args.json else format_diff(d, args.max_rows))
+    print(printable_json(d.model_dump_json(indent=2)) if args.json else printable(format_diff(d, args.max_rows)))
     if args.html is not None:  # every question on the page; its controls start at the first --only filter
         from glasses_rag.frontends.viewer import render_diff_page
 
         path = render_diff_page(full, args.html, args.only)
-        print(f"page: {path}", file=sys.stderr if args.json else sys.stdout)
+        print(printable(f"page: {path}"), file=sys.stderr if args.json else sys.stdout)
     return 0
 
 

@@ -79,7 +79,7 @@ def environment_help() -> str:
             "Folder for compiled reply grammars of the transformers backend (default grammars/ under "
             "GLASSES_CACHE_DIR).",
         ),
-        ("GLASSES_DEMO_DIR", "Where the demo benchmark is generated (default data/demo)."),
+        ("GLASSES_DEMO_DIR", "Where the demo benchmark is generated (default data/demo under the working directory)."),
         ("GLASSES_IMAGE_ROOT", "A folder a dataset's image paths may also point into (see --image-root)."),
     ]
     for field, (var, scale) in ENV.items():

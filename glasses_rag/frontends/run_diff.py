@@ -17,7 +17,6 @@ agree), `same` (every run present and all agree) and `unmatched` (absent from so
 
 from __future__ import annotations
 
-import json
 import string
 from collections import Counter
 from pathlib import Path
@@ -25,8 +24,11 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
+from glasses_rag.frontends.reading import MAX_JSON_BYTES, read_json, read_text_bounded, read_traces
 from traces.schema import TurnTrace
 
+TEXT_CHARS = 1_000  # characters of a question, ground truth or answer a row keeps (100k rows stay small)
+MAX_LISTED = 64  # tool calls and error kinds a row lists per turn
 Outcome = Literal["right", "wrong", "abstained", "unscored"]
 OUTCOMES: tuple[str, ...] = ("right", "wrong", "abstained", "unscored")
 FILTER_OUTCOMES: tuple[str, ...] = (*OUTCOMES, "absent")
@@ -201,22 +203,8 @@ def find_runs(path: Path) -> list[Path]:
 
 
 def _json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
+    data, _ = read_json(path)
     return data if isinstance(data, dict) else {}
-
-
-def read_traces(run_dir: Path) -> tuple[list[TurnTrace], list[str]]:
-    """Every readable trace of the run, and '<file>: <reason>' for each file that is not one."""
-    traces, skipped = [], []
-    for p in sorted(run_dir.glob("*__*.json")):
-        try:
-            traces.append(TurnTrace.model_validate_json(p.read_text(encoding="utf-8")))
-        except (OSError, UnicodeDecodeError, ValueError) as e:
-            skipped.append(f"{p.name}: {type(e).__name__}")
-    return traces, skipped
 
 
 Counted = tuple[str, bool, bool]  # (label report.json counted, early stopped, also counted missing)
@@ -231,7 +219,7 @@ def counted_results(run_dir: Path, superglasses: bool) -> tuple[dict[tuple[str, 
 
     path = run_dir / "report.json"
     try:
-        rep = EvalReport.model_validate_json(path.read_text(encoding="utf-8"))
+        rep = EvalReport.model_validate_json(read_text_bounded(path, MAX_JSON_BYTES))
     except (OSError, ValueError, ValidationError) as e:
         why = "no report.json" if isinstance(e, FileNotFoundError) else f"report.json unreadable ({type(e).__name__})"
         return {}, f"each trace's own score ({why})"
@@ -242,6 +230,13 @@ def counted_results(run_dir: Path, superglasses: bool) -> tuple[dict[tuple[str, 
     return got, f"report.json ({rep.mode}; judge {rep.judge})"
 
 
+def _kept(text: str | None) -> str | None:
+    """A question, ground truth or answer as a row keeps it: at most TEXT_CHARS characters (the trace has all)."""
+    if text is None or len(text) <= TEXT_CHARS:
+        return text
+    return text[:TEXT_CHARS] + f"… ({len(text) - TEXT_CHARS:,} more characters in the trace)"
+
+
 def turn_side(t: TurnTrace, counted: Counted | None) -> TurnSide:
     score, stopped, also_missing = counted if counted is not None else (t.score, False, False)
     return TurnSide(
@@ -249,27 +244,40 @@ def turn_side(t: TurnTrace, counted: Counted | None) -> TurnSide:
         score=score,
         early_stopped=stopped,
         also_missing=also_missing,
-        answer=t.answer,
-        tools=[s.tool for s in t.tool_calls()],
+        answer=_kept(t.answer) or "",
+        tools=[s.tool for s in t.tool_calls()][:MAX_LISTED],
         model_calls=t.tokens.calls,
         sequential_calls=t.tokens.sequential_calls,
         tokens=t.tokens.prompt_tokens + t.tokens.completion_tokens,
         latency_ms=t.latency_ms,
         ended_by=t.ended_by,
-        errors=t.error_kinds() + (["turn_error"] if t.error else []),
+        errors=(t.error_kinds() + (["turn_error"] if t.error else []))[:MAX_LISTED],
     )
 
 
-def load_run(
-    run_dir: Path, letter: str, name: str
-) -> tuple[RunInfo, dict[tuple[str, int], tuple[TurnTrace, TurnSide]]]:
-    """A run's header and its turns, keyed by (conversation id, turn index)."""
+Question = tuple[str, str, str | None]  # (interaction id, question, ground truth), as rows show them
+Turns = dict[tuple[str, int], tuple[Question, TurnSide]]
+
+
+def load_run(run_dir: Path, letter: str, name: str) -> tuple[RunInfo, Turns]:
+    """A run's header and its turns, keyed by (conversation id, turn index): what a row shows of each, not the
+    trace (one trace in memory at a time, however many the run has)."""
     run = _json(run_dir / "run.json")
-    traces, skipped = read_traces(run_dir)
-    first = traces[0] if traces else None
     sg = run.get("benchmark") == "superglasses" or (run_dir / "superglasses_report.json").is_file()
     counted, scoring = counted_results(run_dir, sg)
-    turns = {(t.session_id, t.turn_index): (t, turn_side(t, counted.get((t.session_id, t.turn_index)))) for t in traces}
+    turns: Turns = {}
+    skipped: list[str] = []
+    first: TurnTrace | None = None
+    for path, t, why in read_traces(run_dir):
+        if t is None:
+            skipped.append(f"{path.name}: {(why or '').split(':')[0]}")
+            continue
+        first = first or t
+        key = (t.session_id, t.turn_index)
+        turns[key] = (
+            (t.interaction_id, _kept(t.question) or "", _kept(t.ground_truth)),
+            turn_side(t, counted.get(key)),
+        )
     task = run.get("task", first.task if first else None)
     info = RunInfo(
         letter=letter,
@@ -281,7 +289,7 @@ def load_run(
         policy=_str(run.get("policy") or (first.policy if first else None)),
         judge=_str(run.get("judge")),
         scoring=scoring,
-        turns=len(traces),
+        turns=len(turns),
         skipped=skipped,
     )
     return info, turns
@@ -344,21 +352,21 @@ def cut_rows(d: RunDiff, only: list[str]) -> RunDiff:
     return d.model_copy(update={"rows": rows, "shown": len(rows), "filters": [*d.filters, *only]})
 
 
-def _rows(loaded: list[tuple[RunInfo, dict[tuple[str, int], tuple[TurnTrace, TurnSide]]]]) -> list[DiffRow]:
+def _rows(loaded: list[tuple[RunInfo, Turns]]) -> list[DiffRow]:
     """One row per question any run has, in the order the runs first list them."""
     keys = list(dict.fromkeys(k for _, turns in loaded for k in turns))
     rows = []
     for key in keys:
-        first = next(turns[key][0] for _, turns in loaded if key in turns)
+        interaction_id, question, truth = next(turns[key][0] for _, turns in loaded if key in turns)
         sides = {info.letter: (turns[key][1] if key in turns else None) for info, turns in loaded}
         rows.append(
             DiffRow(
                 key=f"{key[0]}#{key[1]}",
                 session_id=key[0],
                 turn_index=key[1],
-                interaction_id=first.interaction_id,
-                question=first.question,
-                ground_truth=first.ground_truth,
+                interaction_id=interaction_id,
+                question=question,
+                ground_truth=truth,
                 sides=sides,
             )
         )

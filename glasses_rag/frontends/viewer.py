@@ -1,61 +1,46 @@
 """Static HTML viewer for one run folder:
-`python -m glasses_rag.frontends.viewer <run_dir> [--out file.html] [--data PATH]`.
+`python -m glasses_rag.frontends.viewer <run_dir> [--out file.html] [--data PATH] [--image-root DIR]`.
 
 Writes ONE self-contained HTML file (inline CSS and JS, images as base64 JPEG data URLs, no external
 requests): the run header (run.json, report.json), then every conversation and turn with the image
 and the detected boxes, the question, the labels, each step (collapsible), the answer, the ground truth
-and the score. Filters (score, tool, errors, free text) run in the page.
-
-Every piece of trace text is escaped: traces hold web text, which may contain HTML or script. As a
-second line of defence the page carries a Content-Security-Policy that only lets its own script
-(pinned by hash) run, so an injected inline script or event handler would be refused by the browser.
+and the score. Filters (score, tool, errors, free text) run in the page. The page is rendered from Jinja2 templates
+with autoescape (glasses_rag/frontends/pages.py): traces hold web text, which may contain HTML or script; the page's
+Content-Security-Policy lets only its own script (pinned by hash) run.
 
 Traces hold no images: they come from `images` (session_id -> PIL image) or from the dataset named by
-`data` (default: run.json's "data"). A missing image becomes a placeholder; damaged trace files are
-listed as skipped; nothing here raises on bad input except a missing run folder.
+`data` (default: run.json's "data"). A missing image becomes a placeholder. A run folder is data someone may have
+handed over: what may be read is never widened by it (an image path is read only inside the dataset's folder or the
+`image_root` the viewer itself is given, `--image-root` or GLASSES_IMAGE_ROOT, never the run's own recorded
+`--image-root`), and the work is bounded: trace files are stat'ed before they are read and one over 32 MB is
+skipped unread, a page shows at most MAX_PAGE_TURNS turns and MAX_PAGE_TRACE_BYTES of trace files (the rest
+counted), and what it embeds of the stored requests is capped (glasses_rag/frontends/viewer_parts.py). Damaged trace
+files are listed as skipped; nothing here raises on bad input except a missing run folder.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
-import hashlib
 import io
-import json
-import math
-import re
+import os
 import sys
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from glasses_rag.frontends.viewer_parts import h
-from traces.schema import AnswerEvent, FinalEvent, PlanEvent, ToolCallEvent, TraceEvent, TurnTrace, VerdictEvent
+from glasses_rag.frontends import viewer_parts as vp
+from glasses_rag.frontends.pages import render_page
+from glasses_rag.frontends.reading import read_json, read_trace, trace_files
+from glasses_rag.frontends.viewer_header import header
+from glasses_rag.frontends.viewer_turns import SCORES, Thumb, score_of, turn_tools, turn_view
+from traces.schema import TurnTrace
 
 THUMB_SIDE = 480
-SCORES = ("correct", "missing", "incorrect", "unscored")
-METRIC_KEYS = (
-    "total",
-    "correct",
-    "missing",
-    "incorrect",
-    "exact_match",
-    "conversations",
-    "accuracy",
-    "missing_rate",
-    "hallucination_rate",
-    "truthfulness",
-    "multi_turn_score",
-)
-METRIC_TITLES = {
-    "incorrect": "the official hallucination count: total - correct - missing (below 0 when a turn is "
-    "both correct and missing)",
-    "truthfulness": "(2*correct + missing)/total - 1 (official; 0.0 when total <= 1)",
-    "hallucination_rate": "incorrect / total",
-    "exact_match": "answers equal to the ground truth",
-}
-BOX_COLOURS = ("#ff3b30", "#00c7be", "#ffcc00", "#af52de", "#34c759", "#ff9500", "#5ac8fa")
+MAX_PAGE_TURNS = 10_000  # turns one page shows; a larger run's page shows its first ones and counts the rest
+MAX_PAGE_TRACE_BYTES = 64 << 20  # trace files one page reads (a 2,000-turn model run writes ~50 MB)
+REPORTS = ("report.json", "superglasses_report.json")
 
 
 # ------------------------------------------------------------------------------------------
@@ -63,30 +48,42 @@ BOX_COLOURS = ("#ff3b30", "#00c7be", "#ffcc00", "#af52de", "#34c759", "#ff9500",
 # ------------------------------------------------------------------------------------------
 
 
-def _read_json(path: Path) -> tuple[Any, str | None]:
-    if not path.exists():
-        return None, None
-    try:
-        return json.loads(path.read_text(encoding="utf-8")), None
-    except (OSError, ValueError) as e:
-        return None, f"{path.name}: {type(e).__name__}: {e}"[:300]
-
-
 def load_traces(run_dir: Path) -> tuple[list[TurnTrace], list[tuple[str, str]]]:
     """Every readable trace (ordered by session, then turn) and (file name, reason) for each skipped one."""
+    traces, skipped, _ = _page_traces(Path(run_dir), limit=None)
+    return traces, skipped
+
+
+def _page_traces(run_dir: Path, limit: int | None) -> tuple[list[TurnTrace], list[tuple[str, str]], str | None]:
+    """The traces a page shows, ordered by session (first seen) then turn; the skipped files with the reason; what
+    was left out past the page's limits (None when nothing was)."""
     traces: list[TurnTrace] = []
     skipped: list[tuple[str, str]] = []
-    for p in sorted(run_dir.glob("*__*.json")):
+    files = trace_files(run_dir)
+    read_bytes, cut = 0, None
+    for i, p in enumerate(files):
+        if limit is not None and (len(traces) >= limit or read_bytes > MAX_PAGE_TRACE_BYTES):
+            cut = (
+                f"{len(files) - i:,} of {len(files):,} trace file(s) not shown: a page shows at most {limit:,} "
+                f"turns and {MAX_PAGE_TRACE_BYTES >> 20} MB of traces (python -m glasses_rag.frontends.diff "
+                "compares whole runs; the JSON traces hold everything)"
+            )
+            break
         try:
-            traces.append(TurnTrace.model_validate_json(p.read_text(encoding="utf-8")))
-        except (OSError, UnicodeDecodeError, ValueError) as e:
+            size = os.stat(p).st_size
+            traces.append(read_trace(p))  # over 32 MB or not a regular file: skipped unread (reading.py)
+            read_bytes += size
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
             msg = str(e).strip().splitlines()
             skipped.append((p.name, f"{type(e).__name__}: {msg[0] if msg else ''}"[:300]))
-    order: dict[str, int] = {}
+    return _by_conversation(traces), skipped, cut
+
+
+def _by_conversation(traces: list[TurnTrace]) -> list[TurnTrace]:
+    sessions: dict[str, list[TurnTrace]] = {}
     for t in traces:
-        order.setdefault(t.session_id, len(order))
-    traces.sort(key=lambda t: (order[t.session_id], t.turn_index))
-    return traces, skipped
+        sessions.setdefault(t.session_id, []).append(t)
+    return [t for turns in sessions.values() for t in sorted(turns, key=lambda t: t.turn_index)]
 
 
 def _split_from_argv(argv: Any, option: str = "--split") -> str | None:
@@ -101,7 +98,7 @@ def _split_from_argv(argv: Any, option: str = "--split") -> str | None:
 
 def _conversations(data: str, split: str | None, benchmark: str | None, image_root: str | None = None) -> Iterable[Any]:
     """The run's conversations: SuperGlasses rows for a SuperGlasses run (or data in that layout), else CRAG-MM.
-    Image paths are confined as in the run (its --image-root, else GLASSES_IMAGE_ROOT)."""
+    Image paths are confined to the dataset's folder and `image_root` (else GLASSES_IMAGE_ROOT)."""
     from glasses_rag.superglasses.loader import load_superglasses, looks_like_superglasses
 
     if benchmark == "superglasses" or (benchmark is None and looks_like_superglasses(data)):
@@ -109,6 +106,30 @@ def _conversations(data: str, split: str | None, benchmark: str | None, image_ro
     from glasses_rag.crag_mm.dataset import load_conversations
 
     return load_conversations(data, split=split, image_root=image_root)
+
+
+def _images(
+    data: str, want: set[str], split: str | None, benchmark: str | None, image_root: str | None, notes: list[str]
+) -> Iterator[tuple[str, Any]]:
+    """(session_id, PIL image) from the dataset, one at a time, reading rows only until every wanted one is found;
+    what went wrong is added to `notes`."""
+    found: set[str] = set()
+    if not want:
+        return
+    try:
+        from glasses_rag.crag_mm.dataset import decode_image
+
+        for conv in _conversations(data, split, benchmark, image_root):
+            if conv.session_id in want and conv.session_id not in found:
+                found.add(conv.session_id)
+                yield conv.session_id, decode_image(conv.image)[0]
+                if len(found) == len(want):
+                    break
+    except Exception as e:  # noqa: BLE001 - a missing or unreadable dataset only costs the images
+        notes.append(f"images could not be read from {data!r}: {type(e).__name__}: {e}"[:400])
+        return
+    if len(want) > len(found):
+        notes.append(f"{len(want) - len(found)} conversation(s) not found in {data!r}")
 
 
 def load_images(
@@ -119,35 +140,14 @@ def load_images(
     image_root: str | None = None,
 ) -> tuple[dict[str, Any], str | None]:
     """session_id -> PIL image from the dataset, reading rows only until every wanted session is found."""
-    want = set(session_ids)
-    found: dict[str, Any] = {}
-    if not want:
-        return found, None
-    try:
-        from glasses_rag.crag_mm.dataset import decode_image
-
-        for conv in _conversations(data, split, benchmark, image_root):
-            if conv.session_id in want and conv.session_id not in found:
-                found[conv.session_id] = decode_image(conv.image)[0]
-                if len(found) == len(want):
-                    break
-    except Exception as e:  # noqa: BLE001 - a missing or unreadable dataset only costs the images
-        return found, f"images could not be read from {data!r}: {type(e).__name__}: {e}"[:400]
-    missing = len(want) - len(found)
-    return found, (f"{missing} conversation(s) not found in {data!r}" if missing else None)
+    notes: list[str] = []
+    found = dict(_images(data, set(session_ids), split, benchmark, image_root, notes))
+    return found, (notes[0] if notes else None)
 
 
 # ------------------------------------------------------------------------------------------
 # Images
 # ------------------------------------------------------------------------------------------
-
-
-class Thumb:
-    """A JPEG thumbnail as a data URL plus the size of the image the agent saw (the boxes' frame)."""
-
-    def __init__(self, data_url: str, width: int, height: int, agent_w: int, agent_h: int):
-        self.data_url, self.width, self.height = data_url, width, height
-        self.agent_w, self.agent_h = agent_w, agent_h
 
 
 def make_thumb(img: Any, agent_size: tuple[int, int] | None = None) -> tuple[Thumb | None, str | None]:
@@ -173,662 +173,39 @@ def make_thumb(img: Any, agent_size: tuple[int, int] | None = None) -> tuple[Thu
         return None, f"image could not be rendered: {type(e).__name__}: {e}"[:300]
 
 
-# ------------------------------------------------------------------------------------------
-# HTML pieces
-# ------------------------------------------------------------------------------------------
-
-
-def _fmt_num(v: Any, digits: int = 3) -> str:
-    if isinstance(v, bool) or v is None:
-        return h(v)
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        return "nan" if math.isnan(v) else f"{v:.{digits}f}"
-    return h(v)
-
-
-def _ms(v: float | None) -> str:
-    return "–" if v is None else f"{v:,.0f} ms" if v >= 10 else f"{v:.1f} ms"
-
-
-def _kv(label: str, value: Any, cls: str = "") -> str:
-    if value is None or value == "":
-        return ""
-    return f'<div class="kv {cls}"><span class="k">{h(label)}</span><span class="v">{h(value)}</span></div>'
-
-
-def _safe_href(url: str | None) -> str | None:
-    if url and re.match(r"^https?://", url.strip(), re.I):
-        return url.strip()
-    return None
-
-
-def _results_table(step: TraceEvent, kg: Any = None) -> str:
-    """The step's search results; an image-KG match of a local KG (`glasses_rag.frontends.viewer_parts.KgImages`)
-    with its reference image, an offline demo address as marked text (never a link)."""
-    from glasses_rag.frontends.viewer_parts import url_cell
-
-    results = getattr(step, "results", None)
-    if not results:
-        return ""
-    rows = []
-    for i, r in enumerate(results):
-        url = url_cell(r.url, _safe_href(r.url))
-        thumb = kg.html(r.url) if kg is not None and r.source == "image_kg" else ""
-        if thumb:
-            url = f"{thumb}<br>{url}"
-        rr = "" if r.rerank_score is None else f'<br><span class="muted">rerank {_fmt_num(r.rerank_score)}</span>'
-        rows.append(
-            f"<tr><td>{i}</td><td>{h(r.source)}</td><td class='num'>{_fmt_num(r.score)}{rr}</td>"
-            f"<td class='url'>{url}</td><td>{h(r.title)}</td><td>{h(r.entity_name)}</td>"
-            f"<td class='snippet'>{h(r.snippet)}</td></tr>"
-        )
-    return (
-        '<table class="results"><thead><tr><th>#</th><th>source</th><th>score</th><th>url</th><th>title</th>'
-        f"<th>entity</th><th>snippet</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
-    )
-
-
-def _title(step: TraceEvent) -> str:
-    if isinstance(step, ToolCallEvent):
-        return f"call {step.tool}"
-    if isinstance(step, (PlanEvent, VerdictEvent, FinalEvent)):
-        return step.decision
-    return "draft answer"
-
-
-def _pre(label: str, text: str) -> str:
-    return f'<div class="kv"><span class="k">{h(label)}</span><pre class="v">{h(text)}</pre></div>'
-
-
-def _model_calls(step: TraceEvent) -> str:
-    rows = []
-    for c in step.model_calls:
-        prompt = c.prompt_tokens if c.prompt_tokens is not None else "?"
-        completion = c.completion_tokens if c.completion_tokens is not None else "?"
-        tokens = f"{prompt} + {completion}"
-        flags = " · cancelled" if c.cancelled else ""
-        rows.append(
-            f"<tr><td>{h(c.purpose)}</td><td>{h(c.mode)}</td><td>{h(tokens)}</td><td>{_ms(c.latency_ms)}</td>"
-            f"<td>{h(c.finish_reason)}{flags}</td><td class='snippet'><pre>{h(c.error or c.raw_reply)}</pre></td></tr>"
-        )
-    if not rows:
-        return ""
-    return (
-        '<table class="results"><thead><tr><th>model call</th><th>mode</th><th>tokens in + out</th><th>latency</th>'
-        f"<th>finish</th><th>raw reply</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
-    )
-
-
-def _step_html(step: TraceEvent, colour: str | None, kg: Any = None) -> str:
-    err = step.error is not None
-    head = [
-        f'<span class="idx">#{step.index}</span>',
-        f'<span class="node node-{h(step.node)}">{h(step.node)}</span>',
-        f'<span class="decision">{h(_title(step))}</span>',
-    ]
-    body: list[str] = []
-    if isinstance(step, ToolCallEvent):
-        head.append(f'<span class="chip tool">{h(step.tool)}</span>')
-        if step.method:
-            head.append(f'<span class="muted">{h(step.method)}</span>')
-        if step.detected_box is not None and colour:
-            head.append(f'<span class="swatch" style="background:{colour}" title="box drawn on the image"></span>')
-        if step.arguments:
-            try:
-                args = json.dumps(step.arguments, indent=2, ensure_ascii=False, default=str)
-            except (TypeError, ValueError):
-                args = repr(step.arguments)
-            body.append(_pre("arguments", args))
-        body += [
-            _kv("sub-question", step.sub_question),
-            _kv("search keywords", step.search_keywords),
-            _kv("needs retrieval", step.needs_retrieval),
-            _kv("rationale", step.rationale),
-            _kv("ran alongside", step.parallel_with),
-            _kv("method", step.method),
-            _kv("summary", step.summary),
-            _kv("wrote", ", ".join(step.wrote)),
-        ]
-        if step.detected_box is not None:
-            b = step.detected_box
-            body.append(
-                _kv("detected box", f"({b.x0}, {b.y0}) – ({b.x1}, {b.y1})  {b.label}  score {b.score:.2f}  {b.method}")
-            )
-        if step.ocr_text:
-            body.append(_pre("OCR text", step.ocr_text))
-        if step.sub_questions:
-            body.append(_kv("sub-questions", " | ".join(step.sub_questions)))
-        for f in step.facts:
-            body.append(_kv(f"fact ({f.source})", f.text))
-    elif isinstance(step, PlanEvent):
-        body += [_kv("reason", step.reason), _kv("needs retrieval", step.needs_retrieval)]
-    elif isinstance(step, AnswerEvent):
-        body += [
-            _kv("draft", step.answer),
-            _kv("confidence", None if step.confidence is None else f"{step.confidence:.2f}"),
-            _kv("rationale", step.rationale),
-            _kv("entity", step.entity),
-        ]
-    elif isinstance(step, VerdictEvent):
-        body.append(_kv("reason", step.reason))
-        if step.verdict is not None:
-            v = step.verdict
-            body.append(
-                _kv(
-                    "verdict",
-                    f"{'supported' if v.supported else 'NOT supported'} · confidence "
-                    f"{v.confidence:.2f} · {v.reason}" + (f" · {v.method}" if v.method else ""),
-                    "ok" if v.supported else "bad",
-                )
-            )
-    elif isinstance(step, FinalEvent):
-        body += [
-            _kv("answer", step.answer),
-            _kv("cut from", step.cut_from_chars and f"{step.cut_from_chars} characters"),
-        ]
-    if step.error is not None:
-        head.append(f'<span class="badge err">error: {h(step.error.kind)}</span>')
-        body.append(f'<div class="error">{h(step.error.kind)}: {h(step.error.message)}</div>')
-    policy_ms = getattr(step, "policy_ms", None)
-    latency = getattr(step, "latency_ms", None)
-    head.append(f'<span class="times">policy {_ms(policy_ms)} · tool {_ms(latency)}</span>')
-    body.append(_results_table(step, kg))
-    body.append(_model_calls(step))
-    inner = "".join(body) or '<div class="muted">no details</div>'
-    open_ = " open" if (err or isinstance(step, ToolCallEvent)) else ""
-    return (
-        f'<details class="step{" has-error" if err else ""}"{open_}><summary>{" ".join(head)}</summary>'
-        f'<div class="step-body">{inner}</div></details>'
-    )
-
-
-def _figure(
-    trace: TurnTrace, thumb: Thumb | None, thumb_class: str, why_missing: str | None, colours: dict[int, str]
-) -> str:
-    boxes = [(s, s.detected_box) for s in trace.tool_calls() if s.detected_box is not None]
-    if thumb is None:
-        if not trace.has_image:
-            why = trace.image.note or "this turn had no image"
-        else:
-            why = why_missing or "image not available to the viewer"
-        blist = "".join(f"<li>{h(b.label)} · {h(b.method)} ({b.x0},{b.y0})–({b.x1},{b.y1})</li>" for _, b in boxes)
-        return (
-            f'<div class="thumb placeholder" data-boxes="{len(boxes)}"><div>no image</div>'
-            f'<div class="muted">{h(why)}</div>{f"<ul>{blist}</ul>" if blist else ""}</div>'
-        )
-    divs = []
-    for s, b in boxes:
-        aw, ah = max(1, thumb.agent_w), max(1, thumb.agent_h)
-        x0, x1 = sorted((min(max(b.x0 / aw, 0.0), 1.0), min(max(b.x1 / aw, 0.0), 1.0)))
-        y0, y1 = sorted((min(max(b.y0 / ah, 0.0), 1.0), min(max(b.y1 / ah, 0.0), 1.0)))
-        c = colours.get(s.index, BOX_COLOURS[0])
-        style = (
-            f"left:{x0 * 100:.2f}%;top:{y0 * 100:.2f}%;width:{(x1 - x0) * 100:.2f}%;"
-            f"height:{(y1 - y0) * 100:.2f}%;border-color:{c}"
-        )
-        tag = f"{b.label or 'box'} · {b.method or '?'}" + (f" {b.score:.2f}" if b.score else "")
-        divs.append(
-            f'<div class="box" style="{style}" title="step #{s.index}: {h(tag)}">'
-            f'<span class="box-label" style="background:{c}">{h(tag)}</span></div>'
-        )
-    return (
-        f'<div class="thumb {thumb_class}" role="img" aria-label="conversation image" '
-        f'style="width:{thumb.width}px;height:{thumb.height}px" data-boxes="{len(boxes)}">{"".join(divs)}</div>'
-    )
-
-
-def _score_of(t: TurnTrace) -> str:
-    return t.score if t.score in SCORES else "unscored"
-
-
-def _turn_tools(t: TurnTrace) -> list[str]:
-    seen: list[str] = []
-    for s in t.tool_calls():
-        if s.tool:
-            name = re.sub(r"\s+", "_", s.tool)
-            if name not in seen:
-                seen.append(name)
-    return seen
-
-
-def _extras(run_dir: Path | None, t: TurnTrace) -> dict[str, str]:
-    """The turn's parts from glasses_rag/frontends/viewer_parts.py: history given, image source, the model requests
-    as sent."""
-    from glasses_rag.frontends import viewer_parts as vp
-
-    return {
-        "history": vp.history_html(t),
-        "source": vp.image_source_html(t),
-        "requests": vp.sent_requests_html(run_dir, t) if run_dir is not None else "",
-    }
-
-
-def _turn_figure(
-    t: TurnTrace,
-    thumb: Thumb | None,
-    thumb_class: str,
-    why_missing: str | None,
-    colours: dict[int, str],
-    repeat_photo: bool,
-) -> str:
-    if repeat_photo or thumb is None or colours:
-        return _figure(t, thumb, thumb_class, why_missing, colours)
-    return '<div class="muted same-photo">same photo as the conversation\'s first turn (no boxes in this turn)</div>'
-
-
-def _turn_html(
-    t: TurnTrace,
-    thumb: Thumb | None,
-    thumb_class: str,
-    why_missing: str | None,
-    counted: dict[str, Any] | None = None,
-    extras: dict[str, str] | None = None,
-    repeat_photo: bool = True,
-    kg: Any = None,
-) -> str:
-    score = _score_of(t)
-    tools = _turn_tools(t)
-    has_err = bool(t.error) or any(s.error is not None for s in t.steps)
-    colours, k = {}, 0
-    for s in t.tool_calls():
-        if s.detected_box is not None:
-            colours[s.index] = BOX_COLOURS[k % len(BOX_COLOURS)]
-            k += 1
-    from glasses_rag.frontends.viewer_parts import label_chips
-
-    labels = label_chips(t.labels)
-    meta = [
-        f'<span class="badge score-{score}">{score}</span>',
-        f'<span class="muted">ended by {h(t.ended_by)}</span>',
-        f'<span class="muted">{_ms(t.latency_ms)} / budget {t.budget_s:g} s</span>',
-        f'<span class="muted">{len(t.steps)} step(s)</span>',
-    ]
-    if t.confidence is not None:
-        meta.append(f'<span class="muted">confidence {t.confidence:.2f}</span>')
-    if t.abstained:
-        meta.append('<span class="chip">abstained</span>')
-    if has_err:
-        meta.append('<span class="badge err">error</span>')
-    x = extras or {}
-    steps = "".join(_step_html(s, colours.get(s.index), kg) for s in t.steps) or '<div class="muted">no steps</div>'
-    err = f'<div class="error">turn error: {h(t.error)}</div>' if t.error else ""
-    note = f'<div class="note">image note: {h(t.image.note)}</div>' if t.image.note else ""
-    if t.image.transforms:
-        note += f'<div class="note">image: {h(", ".join(t.image.transforms))}</div>'
-    heading = f'<h3>Turn {t.turn_index} <span class="muted">{h(t.interaction_id)}</span></h3>'
-    figure = _turn_figure(t, thumb, thumb_class, why_missing, colours, repeat_photo)
-    truth = h(t.ground_truth) if t.ground_truth is not None else '<span class="muted">none</span>'
-    entity = f' <span class="muted">entity: {h(t.entity)}</span>' if t.entity else ""
-    return f"""
-<article class="turn score-{score}" data-score="{score}" data-tools=" {h(" ".join(tools))} " data-error="{int(has_err)}"
-  id="turn-{h(t.session_id)}-{t.turn_index}">
- <header class="turn-head">{heading}{" ".join(meta)}</header>
- <div class="turn-grid">
-  <div class="fig">{figure}{note}{x.get("source", "")}</div>
-  <div class="qa">
-   {x.get("history", "")}<div class="question"><span class="k">Q</span> {h(t.question)}</div>
-   <div class="labels">{labels}</div>
-   <div class="answer"><span class="k">answer</span> <span class="v">{h(t.answer)}</span></div>
-   <div class="truth"><span class="k">ground truth</span> <span class="v">{truth}</span></div>
-   <div class="scoreline"><span class="k">score</span> <span class="badge score-{score}">{score}</span>
-     <span class="muted">{h(t.judge)}</span>{entity}{_counted(t, counted)}</div>
-   {err}
-   <div class="tools">{"".join(f'<span class="chip tool">{h(x)}</span>' for x in tools)}</div>
-  </div>
- </div>
- <div class="steps"><div class="steps-head">Steps <button type="button" class="tog" data-open="1">expand</button>
-   <button type="button" class="tog" data-open="0">collapse</button></div>{steps}</div>
- {x.get("requests", "")}
-</article>"""
-
-
-def _counted(t: TurnTrace, rec: dict[str, Any] | None) -> str:
-    """How report.json counted the turn when that differs from the trace's own score (multi-turn early stop)."""
-    if not isinstance(rec, dict) or rec.get("result") in (None, t.score):
-        return ""
-    why = "multi-turn early stop" if rec.get("early_stopped") else (rec.get("reason") or "report")
-    res = rec["result"] if rec["result"] in SCORES else "unscored"
-    return (
-        f' <span class="counted">counted in report as <span class="badge score-{res}">{h(rec["result"])}</span>'
-        f' <span class="muted">({h(why)})</span></span>'
-    )
-
-
-def _metrics_table(report: dict[str, Any]) -> str:
-    found = [("overall", report.get("overall")), ("egocentric", report.get("egocentric"))]
-    sections: list[tuple[str, dict[str, Any]]] = [(n, m) for n, m in found if isinstance(m, dict) and m]
-    if not sections:
-        return ""
-    head = "".join(f'<th title="{h(METRIC_TITLES.get(k, ""))}">{h(k)}</th>' for k in METRIC_KEYS)
-    from glasses_rag.frontends import viewer_parts as vp
-
-    rows = "".join(
-        f"<tr><th>{h(n)}{' *' if vp.both(m) else ''}</th>"
-        + "".join(f"<td class='num'>{_fmt_num(m.get(k))}</td>" for k in METRIC_KEYS)
-        + "</tr>"
-        for n, m in sections
-    )
-    slices = ""
-    if isinstance(report.get("slices"), dict):
-        srows = []
-        for dim, vals in report["slices"].items():
-            if not isinstance(vals, dict):
-                continue
-            for val, m in vals.items():
-                if isinstance(m, dict):
-                    srows.append(
-                        f"<tr><th>{h(dim)}</th><th>{h(val)}</th>"
-                        + "".join(f"<td class='num'>{_fmt_num(m.get(k))}</td>" for k in METRIC_KEYS)
-                        + "</tr>"
-                    )
-        if srows:
-            slices = (
-                f'<details class="slices"><summary>metrics by slice</summary><table class="metrics"><thead><tr>'
-                f"<th>slice</th><th>value</th>{head}</tr></thead><tbody>{''.join(srows)}</tbody></table></details>"
-            )
-    return (
-        f'<table class="metrics"><thead><tr><th></th>{head}</tr></thead><tbody>{rows}</tbody></table>'
-        f"{vp.metrics_explanation(report)}{slices}{_notes(report)}"
-    )
-
-
-def _notes(report: dict[str, Any]) -> str:
-    notes = report.get("notes")
-    if isinstance(notes, list) and notes:
-        return "<ul class='notes'>" + "".join(f"<li>{h(n)}</li>" for n in notes) + "</ul>"
-    return ""
-
-
-SG_KEYS = ("n", "correct", "missing", "accuracy")
-
-
-def _sg_row(label: str, value: str, m: Any) -> str:
-    cells = "".join(f"<td class='num'>{_fmt_num(m.get(k))}</td>" for k in SG_KEYS) if isinstance(m, dict) else ""
-    return f"<tr><th>{h(label)}</th><th>{h(value)}</th>{cells}</tr>"
-
-
-def _superglasses_table(rep: dict[str, Any]) -> str:
-    """superglasses_report.json: accuracy overall and by slice (the paper's tables), the judge, the notes."""
-    head = "<th></th><th></th>" + "".join(f"<th>{h(k)}</th>" for k in SG_KEYS)
-    rows = _sg_row("SuperGlasses accuracy", "overall", rep.get("overall"))
-    srows = []
-    for dim, vals in (rep.get("slices") or {}).items() if isinstance(rep.get("slices"), dict) else []:
-        for val, m in vals.items() if isinstance(vals, dict) else []:
-            srows.append(_sg_row(dim, val, m))
-    slices = (
-        (
-            f'<details class="slices"><summary>accuracy by slice</summary><table class="metrics"><thead><tr>{head}'
-            f"</tr></thead><tbody>{''.join(srows)}</tbody></table></details>"
-        )
-        if srows
-        else ""
-    )
-    judge = f"<div class='muted'>judge: {h(rep.get('judge'))}; {h(rep.get('judge_note'))}"
-    judge += f"; {h(rep['unscored'])} question(s) not scored</div>" if rep.get("unscored") else "</div>"
-    return (
-        f'<table class="metrics"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>{judge}{slices}'
-        f"{_notes(rep)}"
-    )
-
-
-def _header_html(
-    run_dir: Path,
+def _run_thumbs(
     run: dict[str, Any],
-    report: dict[str, Any] | None,
-    traces: list[TurnTrace],
-    problems: list[str],
-    skipped: list[tuple[str, str]],
-    sg_report: dict[str, Any] | None = None,
-) -> str:
-    first = traces[0] if traces else None
-    fields = [
-        ("run", run.get("run_id") or (first.run_id if first else run_dir.name)),
-        ("benchmark", run.get("benchmark")),
-        ("task", run.get("task", first.task if first else None)),
-        ("policy", run.get("policy", first.policy if first else None)),
-        ("search", run.get("search", first.search_backend if first else None)),
-        ("judge", run.get("judge")),
-        (
-            "budget",
-            f"{run['budget_s']} s/turn" if "budget_s" in run else (f"{first.budget_s:g} s/turn" if first else None),
-        ),
-        ("max steps", run.get("max_steps", first.max_steps if first else None)),
-        ("tools", ", ".join(map(str, run["tools"])) if isinstance(run.get("tools"), list) else None),
-        ("data", run.get("data")),
-        (
-            "turns",
-            f"{len(traces)} trace(s) in {len({t.session_id for t in traces})} conversation(s)"
-            + (f"; run.json says {run['turns']}" if "turns" in run and run["turns"] != len(traces) else ""),
-        ),
-        ("resumed turns", run.get("resumed_turns") or None),
-        ("failed conversations", run.get("failed_conversations") or None),
-        ("seconds", run.get("seconds")),
-    ]
-    kv = "".join(_kv(k, v) for k, v in fields)
-    if sg_report is not None:
-        metrics = _superglasses_table(sg_report)
-    elif run.get("benchmark") == "superglasses":
-        metrics = '<div class="muted">no superglasses_report.json</div>'
-    else:
-        metrics = _metrics_table(report) if isinstance(report, dict) else '<div class="muted">no report.json</div>'
-    probs = "".join(f'<div class="warn">{h(p)}</div>' for p in problems)
-    skip = ""
-    if skipped:
-        items = "".join(f"<li><code>{h(n)}</code> <span class='muted'>{h(why)}</span></li>" for n, why in skipped)
-        skip = (
-            f'<div class="skipped"><b>{len(skipped)} trace file(s) skipped (damaged or not a turn trace):</b>'
-            f"<ul>{items}</ul></div>"
-        )
-    return (
-        f'<header class="run"><h1>Run {h(fields[0][1])}</h1><div class="runmeta">{kv}</div>'
-        f"{metrics}{probs}{skip}</header>"
-    )
-
-
-def _controls(tools: list[str], counts: dict[str, int], explain: str = "") -> str:
-    scores = "".join(
-        f'<label class="badge score-{s}"><input type="checkbox" class="f-score" value="{s}" checked> {s} '
-        f"({counts.get(s, 0)})</label>"
-        for s in SCORES
-    )
-    opts = "".join(f'<option value="{h(t)}">{h(t)}</option>' for t in tools)
-    return f"""<nav class="controls" id="controls">
- <span class="group">{scores}</span>
- <label>tool <select id="f-tool"><option value="">any</option>{opts}</select></label>
- <label><input type="checkbox" id="f-error"> errors only</label>
- <input type="search" id="f-text" placeholder="search text (question, answer, snippets…)" size="34">
- <button type="button" id="expand-all">expand all steps</button>\
-<button type="button" id="collapse-all">collapse all</button>
- <span id="shown" class="muted"></span>{explain}
-</nav>"""
-
-
-CSS = """
-*{box-sizing:border-box}
-body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;background:#f4f5f7;color:#1d1d1f}
-main{padding:0 18px 40px}header.run{background:#1f2933;color:#f5f7fa;padding:14px 18px}
-header.run h1{margin:0 0 8px;font-size:20px}
-.runmeta{display:flex;flex-wrap:wrap;gap:4px 18px;margin-bottom:10px}.kv{margin:2px 0}
-.kv .k{color:#7b8794;margin-right:6px;font-size:12px;text-transform:uppercase;letter-spacing:.03em}
-header.run .kv .k{color:#9aa5b1}
-pre{white-space:pre-wrap;word-break:break-word;margin:2px 0;font:12px/1.4 ui-monospace,Menlo,Consolas,monospace;
-background:#f0f1f3;padding:4px 6px;border-radius:4px}
-table.metrics{border-collapse:collapse;font-size:12px;background:#fff;color:#1d1d1f;margin:6px 0}
-table.metrics th,table.metrics td{border:1px solid #d2d6dc;padding:2px 6px}
-td.num{text-align:right;font-variant-numeric:tabular-nums}.notes{font-size:12px;color:#cbd2d9;margin:4px 0}
-details.slices summary{cursor:pointer;color:#9aa5b1}
-.warn{background:#7a4d00;color:#fff;padding:4px 8px;border-radius:4px;margin:4px 0}
-.skipped{background:#fde8e8;color:#9b1c1c;padding:6px 10px;border-radius:4px;margin-top:6px}
-nav.controls{position:sticky;top:0;z-index:5;background:#fff;border-bottom:1px solid #d2d6dc;padding:8px 18px;
-display:flex;flex-wrap:wrap;gap:8px 14px;align-items:center;box-shadow:0 1px 3px rgba(0,0,0,.06)}
-nav.controls label{cursor:pointer}
-section.conv{background:#fff;border-radius:8px;margin:16px 0;padding:10px 14px;box-shadow:0 1px 3px rgba(0,0,0,.08)}
-section.conv>h2{margin:2px 0 8px;font-size:16px}
-article.turn{border-top:1px solid #e4e7eb;padding:10px 0 6px;border-left:5px solid #9aa5b1;padding-left:10px;
-margin:6px 0}
-article.turn.score-correct{border-left-color:#2f9e44}article.turn.score-missing{border-left-color:#e8a100}article.turn.score-incorrect{border-left-color:#d64545}
-.turn-head{display:flex;flex-wrap:wrap;gap:6px 10px;align-items:baseline}.turn-head h3{margin:0;font-size:15px}
-.turn-grid{display:flex;flex-wrap:wrap;gap:14px;margin:8px 0}
-.qa{flex:1 1 380px;min-width:300px}.question{font-size:16px;font-weight:600;margin-bottom:4px}
-.answer,.truth,.scoreline{margin:4px 0}.answer .v{font-weight:600}
-.qa .k{color:#7b8794;font-size:12px;text-transform:uppercase;margin-right:6px}
-.thumb{position:relative;background-size:100% 100%;background-repeat:no-repeat;border-radius:4px;background-color:#222;
-flex:none}
-.thumb.placeholder{width:320px;height:200px;
-background:repeating-linear-gradient(45deg,#e4e7eb,#e4e7eb 10px,#f5f7fa 10px,#f5f7fa 20px);display:flex;
-flex-direction:column;align-items:center;justify-content:center;color:#52606d;text-align:center;padding:8px;font-size:12px}
-.thumb.placeholder ul{text-align:left;margin:4px 0;padding-left:16px}
-.box{position:absolute;border:2px solid #ff3b30;box-shadow:0 0 0 1px rgba(0,0,0,.5)}
-.box-label{position:absolute;left:-2px;top:-18px;font-size:11px;line-height:16px;color:#000;padding:0 4px;
-white-space:nowrap;max-width:460px;overflow:hidden;text-overflow:ellipsis;border-radius:2px 2px 0 0}
-.note{font-size:12px;color:#7a4d00;max-width:480px}
-.chip{display:inline-block;background:#e4e7eb;border-radius:10px;padding:0 8px;margin:1px 2px;font-size:12px}
-.chip.tool{background:#dbeafe;color:#1e40af}.chip.label{background:#f0f1f3}.muted{color:#7b8794;font-size:12px}
-.badge{display:inline-block;border-radius:4px;padding:0 7px;font-size:12px;font-weight:600;color:#fff;
-background:#7b8794}
-.badge.score-correct{background:#2f9e44}.badge.score-missing{background:#e8a100}.badge.score-incorrect{background:#d64545}.badge.score-unscored{background:#7b8794}.badge.err{background:#c81e1e}
-.steps-head{font-weight:600;margin:4px 0}.steps-head button{font-size:11px}
-details.step{border:1px solid #e4e7eb;border-radius:5px;margin:3px 0;background:#fbfbfc}
-details.step>summary{cursor:pointer;padding:3px 8px;display:flex;flex-wrap:wrap;gap:4px 10px;align-items:center}
-details.step.has-error{border-color:#d64545;background:#fff5f5}
-.step-body{padding:4px 12px 8px}.idx{color:#7b8794;font-variant-numeric:tabular-nums}
-.node{font-weight:600;font-size:12px;text-transform:uppercase}
-.node-act{color:#1e40af}.node-plan{color:#6b21a8}.node-answer{color:#065f46}.node-self_check{color:#92400e}.node-final{color:#111}
-.times{margin-left:auto;color:#7b8794;font-size:12px;font-variant-numeric:tabular-nums}.swatch{display:inline-block;width:12px;height:12px;border-radius:2px}
-.error{color:#b91c1c;background:#fde8e8;border:1px solid #f8b4b4;border-radius:4px;padding:4px 8px;margin:4px 0;
-white-space:pre-wrap;word-break:break-word}
-.kv.ok .v{color:#2f9e44}.kv.bad .v{color:#b91c1c}
-table.results{border-collapse:collapse;width:100%;font-size:12px;margin-top:6px}
-table.results th,table.results td{border:1px solid #e4e7eb;padding:2px 5px;vertical-align:top;text-align:left}
-td.url{max-width:260px;word-break:break-all}
-td.snippet{max-width:520px;word-break:break-word}.explain{font-size:12px;max-width:1100px}
-details.sent{border:1px solid #e4e7eb;border-radius:5px;margin:3px 0;padding:2px 8px;background:#fbfbfc}
-details.sent>summary,details.history>summary,details.tools-spec>summary{cursor:pointer;font-size:12px}.msg{margin:4px 0}
-.msg .k{font-size:11px}.requests{margin-top:6px}
-.kg{display:inline-block;width:64px;height:64px;background-size:contain;background-repeat:no-repeat;
-background-position:center;border-radius:3px}.offline{color:#52606d}header.run .explain{color:#fde68a;margin:2px 0 6px}
-.hidden{display:none!important}#empty{padding:20px;color:#7b8794}
-"""
-
-JS = """
-(function(){
-  var turns = Array.prototype.slice.call(document.querySelectorAll('article.turn'));
-  var convs = Array.prototype.slice.call(document.querySelectorAll('section.conv'));
-  var texts = turns.map(function(t){ return (t.textContent || '').toLowerCase(); });
-  var scoreBoxes = Array.prototype.slice.call(document.querySelectorAll('.f-score'));
-  var toolSel = document.getElementById('f-tool'), errBox = document.getElementById('f-error');
-  var textBox = document.getElementById('f-text'), shown = document.getElementById('shown');
-  function apply(){
-    var scores = {}; scoreBoxes.forEach(function(b){ scores[b.value] = b.checked; });
-    var tool = toolSel ? toolSel.value : '', q = textBox ? textBox.value.trim().toLowerCase() : '';
-    var errOnly = errBox && errBox.checked, n = 0;
-    turns.forEach(function(t, i){
-      var ok = scores[t.getAttribute('data-score')] !== false;
-      if (ok && tool) ok = (t.getAttribute('data-tools') || '').indexOf(' ' + tool + ' ') >= 0;
-      if (ok && errOnly) ok = t.getAttribute('data-error') === '1';
-      if (ok && q) ok = texts[i].indexOf(q) >= 0;
-      t.classList.toggle('hidden', !ok); if (ok) n++;
-    });
-    convs.forEach(function(c){ c.classList.toggle('hidden', !c.querySelector('article.turn:not(.hidden)')); });
-    if (shown) shown.textContent = n + ' of ' + turns.length + ' turn(s) shown';
-    document.body.setAttribute('data-shown', String(n));
-  }
-  function setOpen(root, open){ root.querySelectorAll('details.step').forEach(function(d){ d.open = open; }); }
-  scoreBoxes.forEach(function(b){ b.addEventListener('change', apply); });
-  if (toolSel) toolSel.addEventListener('change', apply);
-  if (errBox) errBox.addEventListener('change', apply);
-  if (textBox) textBox.addEventListener('input', apply);
-  var ea = document.getElementById('expand-all'), ca = document.getElementById('collapse-all');
-  if (ea) ea.addEventListener('click', function(){ setOpen(document, true); });
-  if (ca) ca.addEventListener('click', function(){ setOpen(document, false); });
-  document.querySelectorAll('button.tog').forEach(function(b){
-    b.addEventListener('click', function(){ setOpen(b.closest('article.turn'), b.getAttribute('data-open') === '1'); });
-  });
-  apply();
-  document.body.setAttribute('data-ready', '1');
-})();
-"""
-
-
-def _run_images(
-    run: dict[str, Any],
-    traces: list[TurnTrace],
-    sessions: list[str],
+    sessions: dict[str, list[TurnTrace]],
     images: dict[str, Any] | None,
     data: str | None,
+    image_root: str | None,
     problems: list[str],
-) -> dict[str, Any]:
-    """session_id -> image: those given, then the rest from `data` or run.json's "data" (read as the run's
-    benchmark: CRAG-MM or SuperGlasses)."""
-    imgs: dict[str, Any] = dict(images or {})
-    need = [s for s in sessions if imgs.get(s) is None and any(t.has_image for t in traces if t.session_id == s)]
+) -> dict[str, tuple[Thumb | None, str | None]]:
+    """session_id -> (thumbnail, why there is none): from the images given, then from `data` or run.json's "data"
+    (read as the run's benchmark), each image made a thumbnail as soon as it is read (one image in memory at a
+    time). `image_root` is the viewer's own (its --image-root; None: GLASSES_IMAGE_ROOT), never the run's."""
+
+    def agent_size(sid: str) -> tuple[int, int] | None:
+        return next((t.image.size for t in sessions[sid] if t.image.size), None)
+
+    given = {sid: img for sid, img in (images or {}).items() if img is not None and sid in sessions}
+    thumbs = {sid: make_thumb(img, agent_size(sid)) for sid, img in given.items()}
+    need = {s for s, turns in sessions.items() if s not in given and any(t.has_image for t in turns)}
     # images given and no data: the caller chose the images; otherwise read `data` or run.json's "data"
     source = data if data is not None else (run.get("data") if images is None else None)
     if need and source:
         benchmark = run.get("benchmark") if isinstance(run.get("benchmark"), str) else None
-        argv = run.get("argv")
-        loaded, note = load_images(
-            str(source), need, _split_from_argv(argv), benchmark, _split_from_argv(argv, "--image-root")
-        )
-        imgs.update({k: v for k, v in loaded.items() if imgs.get(k) is None})
-        if note:
-            problems.append(note)
+        split = _split_from_argv(run.get("argv"))
+        for sid, img in _images(str(source), need, split, benchmark, image_root, problems):
+            thumbs[sid] = make_thumb(img, agent_size(sid))
     elif need and images is None:
         problems.append("no dataset given (run.json has no 'data'; pass --data): images are shown as placeholders")
-    return imgs
+    return thumbs
 
 
-def build_html(run_dir: Path, images: dict[str, Any] | None = None, data: str | None = None) -> str:
-    """The whole page as a string (see `render_run`)."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise FileNotFoundError(f"run folder not found: {run_dir}")
-    problems: list[str] = []
-    run = _json_file(run_dir, "run.json", problems)
-    run = run if isinstance(run, dict) else {}
-    report = _json_file(run_dir, "report.json", problems)
-    report = report if isinstance(report, dict) else None
-    sg_report = _json_file(run_dir, "superglasses_report.json", problems)
-    sg_report = sg_report if isinstance(sg_report, dict) else None
-    traces, skipped = load_traces(run_dir)
-    sessions = list(dict.fromkeys(t.session_id for t in traces))
-    imgs = _run_images(run, traces, sessions, images, data, problems)
-    counted = _counted_turns(report)
-    from glasses_rag.frontends import viewer_parts as vp
-
-    kg = vp.KgImages.for_run(run)
-    style_imgs, conv_html = [], []
-    for n, sid in enumerate(sessions):
-        style, section = _conversation_html(
-            n, sid, [t for t in traces if t.session_id == sid], imgs.get(sid), counted, run_dir, kg
-        )
-        if style is not None:
-            style_imgs.append(style)
-        conv_html.append(section)
-    if not conv_html:
-        conv_html.append('<div id="empty">no readable turn traces in this run folder</div>')
-    counts = Counter(_score_of(t) for t in traces)
-    tools = sorted({x for t in traces for x in _turn_tools(t)})
-    style_imgs.append(kg.css())
-    return _page(
-        f"Run {run.get('run_id') or run_dir.name}",
-        "\n".join(style_imgs),
-        _header_html(run_dir, run, report, traces, problems, skipped, sg_report)
-        + "\n"
-        + _controls(tools, counts, vp.chips_explanation(report if sg_report is None else None, counts))
-        + "\n"
-        + f"<main>{''.join(conv_html)}</main>",
-    )
-
-
-def _json_file(run_dir: Path, name: str, problems: list[str]) -> Any:
-    """The JSON in `run_dir/name` (None when absent); an unreadable file is noted in `problems`."""
-    data, err = _read_json(run_dir / name)
-    if err:
-        problems.append(f"{name} unreadable: {err}")
-    return data
+# ------------------------------------------------------------------------------------------
+# The page
+# ------------------------------------------------------------------------------------------
 
 
 def _counted_turns(report: dict[str, Any] | None) -> dict[tuple[str, int], dict[str, Any]]:
@@ -841,94 +218,117 @@ def _counted_turns(report: dict[str, Any] | None) -> dict[tuple[str, int], dict[
     return counted
 
 
-def _conversation_html(
+def _conversation(
     n: int,
     sid: str,
     turns: list[TurnTrace],
-    image: Any,
-    counted: dict[tuple[str, int], dict[str, Any]],
-    run_dir: Path | None = None,
-    kg: Any = None,
-) -> tuple[str | None, str]:
-    """(the CSS rule of the conversation's thumbnail, or None without one; the conversation's section). The photo
-    is drawn with the first turn, and again only with a turn that has boxes of its own to draw on it."""
-    thumb, why = make_thumb(image, next((t.image.size for t in turns if t.image.size), None))
-    if thumb is None and why is None and any(t.has_image for t in turns):
+    thumb: tuple[Thumb | None, str | None],
+    context: dict[str, Any],
+) -> tuple[str | None, dict[str, Any]]:
+    """(the CSS rule of the conversation's thumbnail, or None without one; the conversation's data). The photo is
+    drawn with the first turn, and again only with a turn that has boxes of its own to draw on it."""
+    image, why = thumb
+    if image is None and why is None and any(t.has_image for t in turns):
         why = "image not found for this conversation"
     cls = f"img-{n}"
-    style = f".{cls}{{background-image:url({thumb.data_url})}}" if thumb is not None else None
-    body = "".join(
-        _turn_html(
-            t,
-            thumb,
-            cls,
-            why,
-            counted.get((t.session_id, t.turn_index)),
-            _extras(run_dir, t),
-            repeat_photo=i == 0,
-            kg=kg,
-        )
+    counted, run_dir, kg, budget = context["counted"], context["run_dir"], context["kg"], context["budget"]
+    views = [
+        turn_view(t, (image, cls, why, i == 0), counted.get((t.session_id, t.turn_index)), run_dir, kg, budget)
         for i, t in enumerate(turns)
-    )
-    return style, (
-        f'<section class="conv" id="conv-{n}" data-session="{h(sid)}"><h2>Conversation '
-        f'{h(sid)} <span class="muted">{len(turns)} turn(s)</span></h2>{body}</section>'
+    ]
+    style = f".{cls}{{background-image:url({image.data_url})}}" if image is not None else None
+    return style, {"n": n, "sid": sid, "turns": views}
+
+
+def _read_run_files(run_dir: Path, problems: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """run.json (an empty dict when absent or unreadable) and the reports (name -> its dict, or None)."""
+    found: dict[str, Any] = {}
+    for name in ("run.json", *REPORTS):
+        value, err = read_json(run_dir / name)
+        if err:
+            problems.append(f"{name} unreadable: {err}")
+        found[name] = value if isinstance(value, dict) else None
+    return found.pop("run.json") or {}, found
+
+
+def build_html(
+    run_dir: Path, images: dict[str, Any] | None = None, data: str | None = None, image_root: str | None = None
+) -> str:
+    """The whole page as a string (see `render_run`)."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"run folder not found: {run_dir}")
+    problems: list[str] = []
+    run, reports = _read_run_files(run_dir, problems)
+    traces, skipped, cut = _page_traces(run_dir, MAX_PAGE_TURNS)
+    problems += [cut] if cut else []
+    sessions: dict[str, list[TurnTrace]] = {}
+    for t in traces:
+        sessions.setdefault(t.session_id, []).append(t)
+    thumbs = _run_thumbs(run, sessions, images, data, image_root, problems)
+    report = reports["report.json"]
+    kg = vp.KgImages.for_run(run)
+    context = {"counted": _counted_turns(report), "run_dir": run_dir, "kg": kg, "budget": vp.RequestBudget()}
+    styles, conversations = [], []
+    for n, (sid, turns) in enumerate(sessions.items()):
+        style, conversation = _conversation(n, sid, turns, thumbs.get(sid, (None, None)), context)
+        styles += [style] if style is not None else []
+        conversations.append(conversation)
+    counts = Counter(score_of(t) for t in traces)
+    sg = reports["superglasses_report.json"] is not None
+    return render_page(
+        "viewer.html.j2",
+        title=f"Run {run.get('run_id') or run_dir.name}",
+        script="viewer.js",
+        styles=["viewer.css"],
+        style="\n".join([*styles, kg.css()]),
+        header=header(run_dir, run, reports, traces, len(sessions), problems, skipped),
+        controls={
+            "scores": SCORES,
+            "counts": counts,
+            "tools": sorted({x for t in traces for x in turn_tools(t)}),
+            "explain": vp.chips_explanation(None if sg else report, counts),
+        },
+        conversations=conversations,
     )
 
 
-def _page(title: str, style: str, body: str, script: str = JS) -> str:
-    """The HTML document, with a content security policy that allows only inline data and this page's script."""
-    script_hash = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
-    csp = (
-        f"default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'sha256-{script_hash}'; "
-        "base-uri 'none'; form-action 'none'"
-    )
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="{h(csp)}">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{h(title)}</title>
-<style>{CSS}
-{style}</style></head>
-<body data-ready="0">
-{body}
-<script>{script}</script>
-</body></html>
-"""
+def _write_page(out: Path, page: str) -> Path:
+    from traces.store import write_atomic
+
+    # a lone surrogate read from run.json or a trace ("\ud800") cannot be UTF-8: written as "?", not a crash
+    write_atomic(out, page.encode("utf-8", "replace"))  # with the user's umask, no wider
+    return out
 
 
 def render_run(
-    run_dir: Path, out: Path | None = None, images: dict[str, Any] | None = None, data: str | None = None
+    run_dir: Path,
+    out: Path | None = None,
+    images: dict[str, Any] | None = None,
+    data: str | None = None,
+    image_root: str | None = None,
 ) -> Path:
     """Writes the run's HTML page (default `<run_dir>/index.html`) and returns its path.
 
-    images: session_id -> PIL image (takes precedence); data: dataset path or cached name to read the
-    images from (default: run.json's "data"). Conversations without an image get a placeholder.
-    """
-    from traces.store import write_atomic
+    Args:
+        images: session_id -> PIL image (takes precedence).
+        data: dataset path or cached name to read the images from (default: run.json's "data").
+        image_root: a folder image paths may also point into (default: GLASSES_IMAGE_ROOT); never taken from the
+            run folder.
 
+    Example: `render_run(Path("traces/runs/task1-x"))` -> traces/runs/task1-x/index.html
+    """
     run_dir = Path(run_dir)
-    out = Path(out) if out is not None else run_dir / "index.html"
-    # a lone surrogate read from run.json or a trace ("\ud800") cannot be UTF-8: written as "?", not a crash
-    page = build_html(run_dir, images=images, data=data).encode("utf-8", "replace")
-    write_atomic(out, page)  # with the user's umask, no wider
-    return out
+    page = build_html(run_dir, images=images, data=data, image_root=image_root)
+    return _write_page(Path(out) if out is not None else run_dir / "index.html", page)
 
 
 def render_diff_page(diff: Any, out: Path, only: list[str] | None = None) -> Path:
     """The run diff (glasses_rag.frontends.run_diff.RunDiff) as one page in this viewer's style; controls start at
     `only`[0]."""
-    from glasses_rag.frontends.diff_page import DIFF_CSS, DIFF_JS, diff_body
-    from traces.store import write_json_atomic
+    from glasses_rag.frontends.diff_page import diff_page
 
-    out = Path(out)
-    title = "Run diff: " + ", ".join(f"{r.letter} {r.name}" for r in diff.runs)
-    write_json_atomic(out, _page(title, DIFF_CSS, diff_body(diff, out, only), script=DIFF_JS))
-    try:
-        out.chmod(0o644)  # as render_run: the atomic write's temp file is private; a page is meant to be read
-    except OSError:
-        pass
-    return out
+    return _write_page(Path(out), diff_page(diff, Path(out), only))
 
 
 def _runs_inside(folder: Path) -> Any:
@@ -940,7 +340,7 @@ def _runs_inside(folder: Path) -> Any:
     return diff_runs([folder])
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m glasses_rag.frontends.viewer",
         description="Render a run folder of turn traces as one self-contained HTML page.",
@@ -952,23 +352,33 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="dataset to read the images from (default: run.json's 'data'); a folder, file or cached name",
     )
+    p.add_argument(
+        "--image-root",
+        default=None,
+        help="a folder the dataset's image paths may also point into (default: GLASSES_IMAGE_ROOT); a run "
+        "folder's own recorded --image-root is never used",
+    )
     p.add_argument("--no-images", action="store_true", help="do not read the dataset; show placeholders")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if not args.run_dir.is_dir():
         print(f"error: run folder not found: {args.run_dir}", file=sys.stderr)
         return 2
+    images: dict[str, Any] | None = {} if args.no_images else None
     diff = _runs_inside(args.run_dir)
     if diff is not None:  # a folder of runs (benchmarks.presets): each run's page, and their diff linking them
         for r in diff.runs:
-            render_run(Path(r.path), images={} if args.no_images else None, data=args.data)
+            render_run(Path(r.path), images=images, data=args.data, image_root=args.image_root)
         out = render_diff_page(diff, args.out or args.run_dir / "index.html")
         print(
             f"{out}: the diff of the {len(diff.runs)} runs in this folder (as python -m glasses_rag.frontends.diff "
             f"{args.run_dir} --html {out} writes it), linking each run's own page (<run>/index.html)"
         )
         return 0
-    images: dict[str, Any] | None = {} if args.no_images else None
-    out = render_run(args.run_dir, args.out, images=images, data=args.data)
+    out = render_run(args.run_dir, args.out, images=images, data=args.data, image_root=args.image_root)
     print(out)
     return 0
 

@@ -14,7 +14,13 @@ from glasses_rag.harness.cli import Option
 from glasses_rag.models.vlm import ModelConfig
 from graph.config import AgentConfig
 
-ROOT = Path(__file__).resolve().parents[2]
+# Runs go under the working directory (as `data/demo` does: glasses_rag.crag_mm.demo), never inside the installed
+# package; from a checkout's root that is the checkout's traces/runs/, as before.
+RUNS_FOLDER = Path("traces") / "runs"
+
+
+def _runs_folder() -> Path:
+    return Path.cwd() / RUNS_FOLDER
 
 
 class RunOptions(BaseModel):
@@ -58,7 +64,10 @@ class RunOptions(BaseModel):
         "harness does; 'native' (SuperGlasses default): images "
         "at their own size (longest side bounded to 2048).",
     )
-    out: Path = Field(ROOT / "traces" / "runs", description="Folder for the run folders of JSON traces.")
+    out: Path = Field(
+        default_factory=_runs_folder,
+        description="Folder for the run folders of JSON traces (default: traces/runs under the working directory).",
+    )
     run_id: str | None = Field(
         None,
         description="Name of the run folder; reuse an existing one to resume an "

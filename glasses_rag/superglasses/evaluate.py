@@ -22,6 +22,7 @@ import json
 import os
 from collections.abc import Iterable
 from dataclasses import replace
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,7 @@ SLICES = (
 )
 
 
-def read_prompt(name: str, folder: Path = PROMPTS_DIR) -> str:
+def read_prompt(name: str, folder: Path | Traversable = PROMPTS_DIR) -> str:
     """A prompt file without its leading '#' note lines."""
     lines = (folder / name).read_text(encoding="utf-8").splitlines(keepends=True)
     while lines and lines[0].startswith("#"):

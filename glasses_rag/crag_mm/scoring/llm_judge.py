@@ -100,8 +100,8 @@ def load_prompts(
 ) -> tuple[str, str]:
     """(system prompt, user template) of the mode's judge, read verbatim (no stripping)."""
     m = get_mode(mode)
-    system = Path(system_path or PROMPTS_DIR / m.judge_system_prompt).read_text(encoding="utf-8")
-    user = Path(user_path or PROMPTS_DIR / m.judge_user_prompt).read_text(encoding="utf-8")
+    system = (Path(system_path) if system_path else PROMPTS_DIR / m.judge_system_prompt).read_text(encoding="utf-8")
+    user = (Path(user_path) if user_path else PROMPTS_DIR / m.judge_user_prompt).read_text(encoding="utf-8")
     return system, user
 
 

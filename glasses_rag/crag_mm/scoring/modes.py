@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
+from importlib.resources import files
 from typing import Literal
 
 MAX_RESPONSE_LENGTH_IN_TOKENS = 75
@@ -20,7 +20,7 @@ JUDGE_SAMPLING = {
     "repetition_penalty": 1.0,
 }
 MAX_API_RETRIES = 3
-PROMPTS_DIR = Path(__file__).resolve().parents[3] / "prompts"
+PROMPTS_DIR = files("prompts")  # package data: the judges' prompts wherever the project is installed
 
 TurnResult = Literal["correct", "missing", "incorrect"]
 Mode = Literal["kddcup2025", "crag-mm-release"]

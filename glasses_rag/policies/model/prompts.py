@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import string
 from functools import cache
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,7 +26,8 @@ from glasses_rag.core.types import Box, Fact, Hit
 from glasses_rag.models.vlm.base import image_to_data_url
 from glasses_rag.policies.protocol import IDK, PolicyView, StepSummary
 
-PROMPTS_DIR = Path(__file__).resolve().parents[3] / "prompts"
+# package data (prompts/ is a package of text files): found wherever the project is installed
+PROMPTS_DIR: Traversable = files("prompts")
 Format = Literal["json", "native"]
 TEMPLATES = (
     "vlm_system",
@@ -61,13 +64,17 @@ class PromptProfile(BaseModel):
     evidence_chars: int | None = Field(None, ge=20, description="Characters per result (None: the policy's).")
 
 
+def _profiles(path: Path | Traversable) -> dict[str, PromptProfile]:
+    return _parsed_profiles(path.read_text(encoding="utf-8"))
+
+
 @cache
-def _profiles(path: Path) -> dict[str, PromptProfile]:
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+def _parsed_profiles(text: str) -> dict[str, PromptProfile]:
+    data = yaml.safe_load(text) or {}
     return {name: PromptProfile(name=name, **spec) for name, spec in data.items()}
 
 
-def prompt_profile(name: str, prompts_dir: Path | None = None) -> PromptProfile:
+def prompt_profile(name: str, prompts_dir: Path | Traversable | None = None) -> PromptProfile:
     """The profile `name` of prompts/profiles.yaml (or of `prompts_dir`'s, when it has one)."""
     path = (prompts_dir or PROMPTS_DIR) / "profiles.yaml"
     profiles = _profiles(path if path.is_file() else PROMPTS_DIR / "profiles.yaml")
@@ -76,7 +83,7 @@ def prompt_profile(name: str, prompts_dir: Path | None = None) -> PromptProfile:
     return profiles[name]
 
 
-def load_prompt(name: str, prompts_dir: Path | None = None) -> string.Template:
+def load_prompt(name: str, prompts_dir: Path | Traversable | None = None) -> string.Template:
     """A template from prompts/<name>.txt, with `$placeholders` (string.Template)."""
     p = (prompts_dir or PROMPTS_DIR) / f"{name}.txt"
     if not p.is_file():

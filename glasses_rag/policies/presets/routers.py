@@ -12,7 +12,7 @@ import re
 import string
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from importlib.resources import files
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -23,7 +23,7 @@ from glasses_rag.policies.protocol import AnswerDraft, PolicyView
 from glasses_rag.policies.rules.questions import classify
 from glasses_rag.text import nlp
 
-PROMPTS_DIR = Path(__file__).resolve().parents[3] / "prompts"
+PROMPTS_DIR = files("prompts")  # package data: the prompts wherever the project is installed
 _REAL_TIME = re.compile(
     r"\b(today|tonight|tomorrow|yesterday|now|right now|currently|current|latest|newest|recent|"
     r"recently|this (?:week|month|year|season)|open (?:now|today)|price|cost|weather|score)\b",
