@@ -21,7 +21,7 @@ from glasses_rag.policies.protocol import AnswerDraft, Policy, PolicyView, StepS
 from glasses_rag.policies.self_check import Verifier
 from graph.budget import TurnBudget
 from tools.base import HistoryTurn, ToolContext, ToolOutput, ToolState, Verdict
-from tools.registry import Tool, ToolCall, ToolRegistry
+from tools.registry import Tool, ToolCall, ToolProfile, ToolRegistry
 from traces.schema import EndReason, ModelCall, StepError, TraceEvent
 
 
@@ -94,7 +94,7 @@ class TurnContext:
     abstain_below: float
     max_answer_chars: int = 600
     llm: Any = None
-    profile: str = "crag-mm"
+    profile: ToolProfile | None = None  # the benchmark's tool profile (None: every tool of the task)
     scope: CancelScope = field(default_factory=CancelScope)
     _specs: list[ToolSpec] | None = field(default=None, init=False, repr=False)  # the turn's tool specs, built once
 

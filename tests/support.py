@@ -23,11 +23,24 @@ def make_agent(
     max_steps: int = 8,
     **config: Any,
 ):
-    """build_agent over `search` (default: no retrieval) with an AgentConfig built from the keywords."""
+    """build_agent over `search` (default: no retrieval) with an AgentConfig built from the keywords (a tool
+    profile named there is that benchmark's)."""
     cfg = AgentConfig(budget=BudgetConfig(budget_s=budget_s, max_steps=max_steps), warm_up=False, **config)
     return build_agent(
-        cfg, search=search if search is not None else NullSearch(), policy=policy, registry=registry, run_id=run_id
+        cfg,
+        search=search if search is not None else NullSearch(),
+        policy=policy,
+        registry=registry,
+        run_id=run_id,
+        tool_profile=tool_profile(cfg.tools.profile),
     )
+
+
+def tool_profile(name: str) -> Any:
+    """The tool profile of the built-in benchmark whose agents' configuration names it `name`."""
+    from glasses_rag.harness.benchmarks import benchmark_registry
+
+    return next(b.tools for b in benchmark_registry().values() if b.tools.name == name)
 
 
 def collect(agent: Any, convs: list, task: int, store: Any, **kw: Any) -> tuple[list[TurnTrace], RunStats]:

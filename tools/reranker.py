@@ -48,7 +48,7 @@ def _keep(
     return ranked if min_score is None else [(h, s) for h, s in ranked if s >= min_score]
 
 
-@tool(profiles={"crag-mm", "superglasses"}, tags={"reranks"}, writes={"evidence"})
+@tool(tags={"reranks"}, writes={"evidence"})
 def reranker(
     ctx: ToolContext,
     query: str = "",

@@ -26,7 +26,7 @@ import math
 import re
 import sys
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -99,16 +99,18 @@ def _split_from_argv(argv: Any, option: str = "--split") -> str | None:
     return None
 
 
-def _conversations(data: str, split: str | None, benchmark: str | None, image_root: str | None = None) -> Iterable[Any]:
-    """The run's conversations: SuperGlasses rows for a SuperGlasses run (or data in that layout), else CRAG-MM.
-    Image paths are confined as in the run (its --image-root, else GLASSES_IMAGE_ROOT)."""
-    from glasses_rag.superglasses.loader import load_superglasses, looks_like_superglasses
+def _conversations(
+    data: str, split: str | None, benchmark: str | None, image_root: str | None = None, modules: Sequence[str] = ()
+) -> Iterable[Any]:
+    """The run's conversations as its benchmark reads them (one named by the run, else the one whose layout the
+    data is in, else CRAG-MM). Image paths are confined as in the run (its --image-root, else GLASSES_IMAGE_ROOT)."""
+    from glasses_rag.evaluation import DataRequest
+    from glasses_rag.harness.benchmarks import DEFAULT, benchmark_registry
 
-    if benchmark == "superglasses" or (benchmark is None and looks_like_superglasses(data)):
-        return load_superglasses(data, image_root=image_root)
-    from glasses_rag.crag_mm.dataset import load_conversations
-
-    return load_conversations(data, split=split, image_root=image_root)
+    registry = benchmark_registry(modules)
+    spec = registry.get(benchmark) if benchmark else None
+    spec = spec or next((b for b in registry.values() if b.recognizes and b.recognizes(data)), registry[DEFAULT])
+    return spec.load(data, DataRequest(data=data, split=split, image_root=image_root))
 
 
 def load_images(
@@ -117,6 +119,7 @@ def load_images(
     split: str | None = None,
     benchmark: str | None = None,
     image_root: str | None = None,
+    modules: Sequence[str] = (),
 ) -> tuple[dict[str, Any], str | None]:
     """session_id -> PIL image from the dataset, reading rows only until every wanted session is found."""
     want = set(session_ids)
@@ -126,7 +129,7 @@ def load_images(
     try:
         from glasses_rag.crag_mm.dataset import decode_image
 
-        for conv in _conversations(data, split, benchmark, image_root):
+        for conv in _conversations(data, split, benchmark, image_root, modules):
             if conv.session_id in want and conv.session_id not in found:
                 found[conv.session_id] = decode_image(conv.image)[0]
                 if len(found) == len(want):
@@ -541,22 +544,22 @@ def _notes(report: dict[str, Any]) -> str:
     return ""
 
 
-SG_KEYS = ("n", "correct", "missing", "accuracy")
-
-
-def _sg_row(label: str, value: str, m: Any) -> str:
-    cells = "".join(f"<td class='num'>{_fmt_num(m.get(k))}</td>" for k in SG_KEYS) if isinstance(m, dict) else ""
+def _sliced_row(label: str, value: str, m: Any, keys: tuple[str, ...]) -> str:
+    cells = "".join(f"<td class='num'>{_fmt_num(m.get(k))}</td>" for k in keys) if isinstance(m, dict) else ""
     return f"<tr><th>{h(label)}</th><th>{h(value)}</th>{cells}</tr>"
 
 
-def _superglasses_table(rep: dict[str, Any]) -> str:
-    """superglasses_report.json: accuracy overall and by slice (the paper's tables), the judge, the notes."""
-    head = "<th></th><th></th>" + "".join(f"<th>{h(k)}</th>" for k in SG_KEYS)
-    rows = _sg_row("SuperGlasses accuracy", "overall", rep.get("overall"))
+def _sliced_table(rep: dict[str, Any], title: str) -> str:
+    """A report in the 'sliced' layout (glasses_rag.evaluation.ReportView; SuperGlasses' superglasses_report.json):
+    its metrics overall and by slice, the judge, the notes; a column per metric of `overall`."""
+    overall = rep.get("overall")
+    keys = tuple(k for k, v in overall.items() if isinstance(v, (int, float))) if isinstance(overall, dict) else ()
+    head = "<th></th><th></th>" + "".join(f"<th>{h(k)}</th>" for k in keys)
+    rows = _sliced_row(title, "overall", overall, keys)
     srows = []
     for dim, vals in (rep.get("slices") or {}).items() if isinstance(rep.get("slices"), dict) else []:
         for val, m in vals.items() if isinstance(vals, dict) else []:
-            srows.append(_sg_row(dim, val, m))
+            srows.append(_sliced_row(dim, val, m, keys))
     slices = (
         (
             f'<details class="slices"><summary>accuracy by slice</summary><table class="metrics"><thead><tr>{head}'
@@ -580,7 +583,7 @@ def _header_html(
     traces: list[TurnTrace],
     problems: list[str],
     skipped: list[tuple[str, str]],
-    sg_report: dict[str, Any] | None = None,
+    own: tuple[Any, dict[str, Any] | None] | None = None,
 ) -> str:
     first = traces[0] if traces else None
     fields = [
@@ -607,10 +610,9 @@ def _header_html(
         ("seconds", run.get("seconds")),
     ]
     kv = "".join(_kv(k, v) for k, v in fields)
-    if sg_report is not None:
-        metrics = _superglasses_table(sg_report)
-    elif run.get("benchmark") == "superglasses":
-        metrics = '<div class="muted">no superglasses_report.json</div>'
+    if own is not None:  # a report of the benchmark's own layout: (its ReportView, the report read)
+        view, rep = own
+        metrics = _sliced_table(rep, view.title) if rep is not None else f'<div class="muted">no {h(view.file)}</div>'
     else:
         metrics = _metrics_table(report) if isinstance(report, dict) else '<div class="muted">no report.json</div>'
     probs = "".join(f'<div class="warn">{h(p)}</div>' for p in problems)
@@ -759,9 +761,10 @@ def _run_images(
     images: dict[str, Any] | None,
     data: str | None,
     problems: list[str],
+    modules: Sequence[str] = (),
 ) -> dict[str, Any]:
     """session_id -> image: those given, then the rest from `data` or run.json's "data" (read as the run's
-    benchmark: CRAG-MM or SuperGlasses)."""
+    benchmark reads its data: CRAG-MM, SuperGlasses, or one of `modules`)."""
     imgs: dict[str, Any] = dict(images or {})
     need = [s for s in sessions if imgs.get(s) is None and any(t.has_image for t in traces if t.session_id == s)]
     # images given and no data: the caller chose the images; otherwise read `data` or run.json's "data"
@@ -770,7 +773,7 @@ def _run_images(
         benchmark = run.get("benchmark") if isinstance(run.get("benchmark"), str) else None
         argv = run.get("argv")
         loaded, note = load_images(
-            str(source), need, _split_from_argv(argv), benchmark, _split_from_argv(argv, "--image-root")
+            str(source), need, _split_from_argv(argv), benchmark, _split_from_argv(argv, "--image-root"), modules
         )
         imgs.update({k: v for k, v in loaded.items() if imgs.get(k) is None})
         if note:
@@ -780,8 +783,30 @@ def _run_images(
     return imgs
 
 
-def build_html(run_dir: Path, images: dict[str, Any] | None = None, data: str | None = None) -> str:
-    """The whole page as a string (see `render_run`)."""
+def _own_report(
+    run_dir: Path, run: dict[str, Any], problems: list[str], modules: Sequence[str]
+) -> tuple[Any, dict[str, Any] | None] | None:
+    """(how the run's benchmark shows its report, the report read) when that report has a layout of its own
+    (glasses_rag.evaluation.ReportView 'sliced': SuperGlasses'), else None (report.json, CRAG-MM's)."""
+    from glasses_rag.harness.benchmarks import benchmark_for_run, benchmark_registry
+
+    spec = benchmark_for_run(run, run_dir, benchmark_registry(modules))
+    if spec is None:
+        problems.append(
+            f"run.json names the benchmark {run.get('benchmark')!r}, which is not known here: "
+            "--benchmark-module MODULE adds it (its report is not shown)"
+        )
+        return None
+    if spec.viewer.layout != "sliced":
+        return None
+    rep = _json_file(run_dir, spec.viewer.file, problems)
+    return spec.viewer, rep if isinstance(rep, dict) else None
+
+
+def build_html(
+    run_dir: Path, images: dict[str, Any] | None = None, data: str | None = None, modules: Sequence[str] = ()
+) -> str:
+    """The whole page as a string (see `render_run`); `modules` add benchmarks of your own (--benchmark-module)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run folder not found: {run_dir}")
@@ -790,11 +815,10 @@ def build_html(run_dir: Path, images: dict[str, Any] | None = None, data: str | 
     run = run if isinstance(run, dict) else {}
     report = _json_file(run_dir, "report.json", problems)
     report = report if isinstance(report, dict) else None
-    sg_report = _json_file(run_dir, "superglasses_report.json", problems)
-    sg_report = sg_report if isinstance(sg_report, dict) else None
+    own = _own_report(run_dir, run, problems, modules)
     traces, skipped = load_traces(run_dir)
     sessions = list(dict.fromkeys(t.session_id for t in traces))
-    imgs = _run_images(run, traces, sessions, images, data, problems)
+    imgs = _run_images(run, traces, sessions, images, data, problems, modules)
     counted = _counted_turns(report)
     from glasses_rag.frontends import viewer_parts as vp
 
@@ -815,9 +839,9 @@ def build_html(run_dir: Path, images: dict[str, Any] | None = None, data: str | 
     return _page(
         f"Run {run.get('run_id') or run_dir.name}",
         "\n".join(style_imgs),
-        _header_html(run_dir, run, report, traces, problems, skipped, sg_report)
+        _header_html(run_dir, run, report, traces, problems, skipped, own)
         + "\n"
-        + _controls(tools, counts, vp.chips_explanation(report if sg_report is None else None, counts))
+        + _controls(tools, counts, vp.chips_explanation(report if own is None else None, counts))
         + "\n"
         + f"<main>{''.join(conv_html)}</main>",
     )
@@ -898,19 +922,24 @@ def _page(title: str, style: str, body: str, script: str = JS) -> str:
 
 
 def render_run(
-    run_dir: Path, out: Path | None = None, images: dict[str, Any] | None = None, data: str | None = None
+    run_dir: Path,
+    out: Path | None = None,
+    images: dict[str, Any] | None = None,
+    data: str | None = None,
+    modules: Sequence[str] = (),
 ) -> Path:
     """Writes the run's HTML page (default `<run_dir>/index.html`) and returns its path.
 
     images: session_id -> PIL image (takes precedence); data: dataset path or cached name to read the
-    images from (default: run.json's "data"). Conversations without an image get a placeholder.
+    images from (default: run.json's "data"). Conversations without an image get a placeholder. modules: modules
+    defining benchmarks of your own (a run of one is read as that benchmark reads its data and shows its report).
     """
     from traces.store import write_atomic
 
     run_dir = Path(run_dir)
     out = Path(out) if out is not None else run_dir / "index.html"
     # a lone surrogate read from run.json or a trace ("\ud800") cannot be UTF-8: written as "?", not a crash
-    page = build_html(run_dir, images=images, data=data).encode("utf-8", "replace")
+    page = build_html(run_dir, images=images, data=data, modules=modules).encode("utf-8", "replace")
     write_atomic(out, page)  # with the user's umask, no wider
     return out
 
@@ -953,6 +982,13 @@ def main(argv: list[str] | None = None) -> int:
         help="dataset to read the images from (default: run.json's 'data'); a folder, file or cached name",
     )
     p.add_argument("--no-images", action="store_true", help="do not read the dataset; show placeholders")
+    p.add_argument(
+        "--benchmark-module",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="a module defining a benchmark of your own (as python -m graph.run's): its runs' data and report",
+    )
     args = p.parse_args(argv)
     if not args.run_dir.is_dir():
         print(f"error: run folder not found: {args.run_dir}", file=sys.stderr)
@@ -960,7 +996,9 @@ def main(argv: list[str] | None = None) -> int:
     diff = _runs_inside(args.run_dir)
     if diff is not None:  # a folder of runs (benchmarks.presets): each run's page, and their diff linking them
         for r in diff.runs:
-            render_run(Path(r.path), images={} if args.no_images else None, data=args.data)
+            render_run(
+                Path(r.path), images={} if args.no_images else None, data=args.data, modules=args.benchmark_module
+            )
         out = render_diff_page(diff, args.out or args.run_dir / "index.html")
         print(
             f"{out}: the diff of the {len(diff.runs)} runs in this folder (as python -m glasses_rag.frontends.diff "
@@ -968,7 +1006,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     images: dict[str, Any] | None = {} if args.no_images else None
-    out = render_run(args.run_dir, args.out, images=images, data=args.data)
+    out = render_run(args.run_dir, args.out, images=images, data=args.data, modules=args.benchmark_module)
     print(out)
     return 0
 

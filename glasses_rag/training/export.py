@@ -53,6 +53,7 @@ from graph.state import tool_spec
 from tools import default_registry
 from tools.base import HistoryTurn, Hit, field_adapter
 from tools.image_search import NO_MATCH
+from tools.registry import ToolProfile
 from tools.web_search import NO_PAGES
 from traces.schema import AnswerEvent, ToolCallEvent, TurnTrace
 
@@ -82,7 +83,11 @@ class ExportOptions(BaseModel):
     keep_all: bool = Field(False, description="Ignore the scores: every turn as the teacher answered it.")
     abstentions: bool = Field(True, description="Keep the teacher's \"I don't know\" turns as abstention examples.")
     tools: list[str] | None = Field(None, description="The tools the model is offered (default: the task's).")
-    profile: str = Field("crag-mm", description="The tools' benchmark profile (graph.config.ToolsConfig.profile).")
+    profile: str | ToolProfile = Field(
+        "crag-mm",
+        description="The tools' benchmark profile: a built-in benchmark's by name (graph.config.ToolsConfig.profile), "
+        "or a ToolProfile.",
+    )
     sees_images: bool = Field(False, description="The model sees the photo (a VLM); False: text-only prompts.")
     budget_s: float | None = Field(None, description="The budget the prompt states (default: the trace's).")
     policy: dict[str, Any] = Field(
@@ -140,7 +145,20 @@ def policy_for(opts: ExportOptions) -> ModelPolicy:
 
 
 def task_tools(task: int, opts: ExportOptions) -> list[ToolSpec]:
-    return [tool_spec(t) for t in default_registry().for_task(task, opts.tools, opts.profile)]
+    return [tool_spec(t) for t in default_registry().for_task(task, opts.tools, tool_profile(opts.profile))]
+
+
+def tool_profile(profile: str | ToolProfile) -> ToolProfile:
+    """A built-in benchmark's tool profile by its name (a ToolProfile as it is)."""
+    from glasses_rag.crag_mm.spec import BENCHMARK as CRAG_MM
+    from glasses_rag.superglasses.spec import BENCHMARK as SUPERGLASSES
+
+    if isinstance(profile, ToolProfile):
+        return profile
+    known = {b.tools.name: b.tools for b in (CRAG_MM, SUPERGLASSES)}
+    if profile not in known:
+        raise ValueError(f"unknown tool profile {profile!r}: one of {', '.join(known)}, or a ToolProfile")
+    return known[profile]
 
 
 # ---- completions ------------------------------------------------------------------------------------------------
