@@ -49,9 +49,9 @@ from glasses_rag.policies.model.verify import ModelVerifier
 from glasses_rag.policies.protocol import IDK, PolicyView, StepSummary, ToolSpec
 from glasses_rag.policies.self_check import lexical_support
 from glasses_rag.superglasses.logs import IMAGE, NOT_DISPATCHED, TEXT, SGLog, import_logs, read_run
-from graph.state import tool_spec
+from graph.state import policy_view, tool_spec
 from tools import default_registry
-from tools.base import HistoryTurn, Hit, field_adapter
+from tools.base import HistoryTurn, Hit, ToolState, apply_update, field_adapter
 from tools.image_search import NO_MATCH
 from tools.registry import ToolProfile
 from tools.web_search import NO_PAGES
@@ -236,6 +236,7 @@ def summary_of(ev: ToolCallEvent) -> StepSummary:
         error=error,
         update=update,
         parallel_with=ev.parallel_with,
+        replaced=[name for name in ev.replaced if name in update],
     )
 
 
@@ -257,17 +258,29 @@ def label(trace: TurnTrace, opts: ExportOptions) -> tuple[str, str] | None:
 def turn_view(
     trace: TurnTrace, history: list[HistoryTurn], tools: list[ToolSpec], done: list[StepSummary], opts: ExportOptions
 ) -> PolicyView:
-    """The view the policy had before its decision number len(done) (the budget as the turn started)."""
-    return PolicyView(
-        task=trace.task,
-        question=trace.question,
-        history=history,
-        has_image=trace.has_image,
-        tools=tools,
-        done=done,
-        remaining_steps=max(0, trace.max_steps - len(done)),
-        remaining_s=opts.budget_s or trace.budget_s,
+    """The view the policy had before its decision number len(done), rendered as the graph renders it
+    (`graph.state.policy_view`) from the same record: the state the calls done wrote (`state_after`), the budget
+    as the turn started."""
+    return policy_view(
+        trace.task,
+        trace.question,
+        history,
+        trace.has_image,
+        tools,
+        state_after(done),
+        done,
+        max(0, trace.max_steps - len(done)),
+        opts.budget_s or trace.budget_s,
     )
+
+
+def state_after(done: list[StepSummary]) -> ToolState:
+    """The turn's state after the calls `done`: their recorded updates folded by the state fields' own reducers
+    (tools.base.apply_update), as LangGraph folded them in the graph."""
+    state = ToolState()
+    for step in done:
+        state = apply_update(state, step.update, step.replaced)
+    return state
 
 
 def examples_from_trace(
