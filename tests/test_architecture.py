@@ -179,6 +179,24 @@ def test_the_architecture_page_shows_these_layers_and_every_package():
     assert not missing, f"docs/architecture.md's tree lacks {missing}"
 
 
+def test_the_architecture_page_draws_the_import_graph_the_code_has():
+    from folder_imports import BEGIN, DOC, END, drawing
+
+    page = DOC.read_text(encoding="utf-8")
+    shown = BEGIN + page.split(BEGIN, 1)[1].split(END, 1)[0] + END
+    assert shown == drawing(), "docs/architecture.md's import graph is stale: python tests/folder_imports.py --write"
+    assert "; 0 run upward; 0 cycles." in shown
+
+
+def test_the_drawing_counts_an_upward_arrow_and_a_cycle(monkeypatch):
+    import folder_imports
+
+    graph = {u: set() for u in folder_imports.UNITS}
+    graph.update({"glasses_rag.core": {"tools"}, "tools": {"glasses_rag.core"}})  # a library importing the agent
+    monkeypatch.setattr(folder_imports, "folder_graph", lambda: graph)
+    assert "; 1 run upward; 1 cycles." in folder_imports.drawing()
+
+
 LIBRARY = (
     "glasses_rag/core",
     "glasses_rag/text",

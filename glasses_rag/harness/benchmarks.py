@@ -1,6 +1,6 @@
 """The benchmarks a run can evaluate, by name: one `Registry` of `glasses_rag.evaluation.Benchmark`s.
 
-Each benchmark package is one line of `PACKAGES` (the module that defines its `BENCHMARK`); a module of your own is
+Each benchmark package is one line of `benchmark_registry` (the import of its `BENCHMARK`); a module of your own is
 added for one run with `python -m graph.run --benchmark-module MODULE` (its `BENCHMARK`, or the list its
 `benchmarks()` returns), without editing this package. Like every registry of the project
 ([one registration rule](../../docs/architecture.md)), it is filled by explicit adds here, from the modules named:
@@ -28,10 +28,6 @@ from pydantic import ValidationError
 from glasses_rag.core.registry import Registry
 from glasses_rag.evaluation import Benchmark
 
-PACKAGES = (
-    "glasses_rag.crag_mm.spec",  # CRAG-MM (the default)
-    "glasses_rag.superglasses.spec",  # SuperGlasses
-)
 DEFAULT = "crag-mm"
 
 
@@ -53,9 +49,13 @@ def benchmarks_in(module: str) -> list[Benchmark]:
 
 
 def benchmark_registry(modules: Iterable[str] = ()) -> Registry[Benchmark]:
-    """The built-in benchmarks, then those of `modules` (import paths), by name; two under one name are an error."""
-    named = [*PACKAGES, *modules]
-    return Registry("benchmark", [(b.name, b) for m in named for b in benchmarks_in(m)], origin=lambda b: b.title)
+    """The benchmark packages of the project (one line each), then those of `modules` (import paths), by name; two
+    under one name are an error."""
+    from glasses_rag.crag_mm.spec import BENCHMARK as CRAG_MM  # the default
+    from glasses_rag.superglasses.spec import BENCHMARK as SUPERGLASSES
+
+    found = [CRAG_MM, SUPERGLASSES, *(b for m in modules for b in benchmarks_in(m))]
+    return Registry("benchmark", [(b.name, b) for b in found], origin=lambda b: b.title)
 
 
 def benchmark_of(args: argparse.Namespace) -> Benchmark:
