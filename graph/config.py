@@ -11,7 +11,7 @@ import hashlib
 from typing import Any, Literal
 
 import pydantic_core
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from glasses_rag.models.resources import ModelPaths
 from glasses_rag.models.vlm import ModelConfig
@@ -113,6 +113,19 @@ class AgentConfig(BaseModel):
         "one keeps concurrent turns from oversubscribing the CPU.",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _without_retired_fields(cls, data: Any) -> Any:
+        """A configuration written before a field left it (an older run.json's) still reads: the field is dropped."""
+        if not isinstance(data, dict):
+            return data
+        for section, fields in RETIRED_FIELDS.items():
+            part = data.get(section)
+            names = {name for _, name, _ in fields}
+            if isinstance(part, dict) and names & set(part):
+                data = {**data, section: {k: v for k, v in part.items() if k not in names}}
+        return data
+
     def fingerprint(self) -> str:
         """A short hash of everything that changes what the agent answers."""
         # no preset hashes as before presets existed (run folders made then still resume); a preset counts with
@@ -129,7 +142,7 @@ class AgentConfig(BaseModel):
 # Fields that left the configuration, hashed at the place and value they always had, so that a fingerprint stays
 # what it was and run folders made before still resume: section -> (the field it followed, its name, its value).
 # `search.demo_dir` (where the demo is built) became the run's --demo-dir: data is prepared by the harness, never by
-# an agent (issue 38).
+# an agent (issue 38). A configuration that still has one (an older run.json's) reads, without it.
 RETIRED_FIELDS: dict[str, list[tuple[str, str, Any]]] = {"search": [("index_dir", "demo_dir", None)]}
 
 

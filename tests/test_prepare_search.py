@@ -52,3 +52,15 @@ def test_the_retrieval_library_imports_no_benchmark():
         named = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
         named |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         assert not {m for m in named if m.startswith(("glasses_rag.crag_mm", "glasses_rag.superglasses"))}, f
+
+
+def test_the_configuration_keeps_its_fingerprint_and_reads_an_older_run_json():
+    old = AgentConfig().model_dump(mode="json")  # as a run.json written before --demo-dir left the search settings
+    search = old["search"]
+    old["search"] = {**{k: search[k] for k in ("backend", "index_dir")}, "demo_dir": None, **search}
+    config = AgentConfig.model_validate(old)
+    assert "demo_dir" not in config.search.model_fields_set and config == AgentConfig()
+    # the fingerprints of the default agent and of a SuperGlasses one, as runs made before recorded them
+    assert AgentConfig().fingerprint() == "7ed658b4c5cd0b7c"
+    sg = AgentConfig(tools={"profile": "superglasses"}, search={"backend": "none"})
+    assert sg.fingerprint() == "e3bbb1fc213162bd"
