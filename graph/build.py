@@ -105,32 +105,25 @@ def build_agent(
     index_dir: Path | None = None,
     tool_profile: ToolProfile | None = None,
 ) -> Agent:
-    """An Agent from one configuration, in steps: the preset applied, the tools, the search backend over data
-    already prepared (building an agent never writes data), the policy (`POLICIES`, by name), its check of the
-    tools (the rule planner refuses a capability input nothing fills), the self-check.
+    """An Agent from one configuration: the preset applied, the tools, the search backend over data already prepared
+    (building an agent never writes data), the policy (`POLICIES`, by name) and its check of the tools, the self-check.
 
     Args:
         config: the whole configuration (`AgentConfig()`: the defaults of the CLI; its preset, if any, applied).
-        search: a search backend object that overrides `config.search` (e.g. the official pipeline the starter kit
-            hands over); it is wrapped in the search cache unless `config.search.cache` is off.
+        search: a backend overriding `config.search` (the starter kit's official pipeline), cached unless it is off.
         policy: a policy that overrides the configured one (tests, scripted policies).
-        registry: the tools, overriding the configured ones (default: the built-in tools and those of
-            `config.tools.modules` that have what they need on this machine).
+        registry: the tools, overriding the configured ones (default: the built-in ones and `config.tools.modules`').
         run_id: the run's id, written into every trace (default: a fresh one).
         task: 1 builds the search backend without web search.
-        index_dir: the local index the run's data comes with, searched when `config.search.index_dir` names none
-            (prepared before: the harness does it from the benchmark, e.g. `glasses_rag.crag_mm.demo.ensure_demo`).
-        tool_profile: the profile `config.tools.profile` names, when it is a benchmark's other than the default
-            (`graph.config.DEFAULT_TOOL_PROFILE`): which tools the agent offers.
+        index_dir: the index the run's data comes with, when `config.search.index_dir` names none (prepared before).
+        tool_profile: the benchmark's profile `config.tools.profile` names (default: `DEFAULT_TOOL_PROFILE`).
 
     Example:
-        >>> from glasses_rag.retrieval.search import NullSearch
         >>> from glasses_rag.policies.protocol import ScriptedPolicy
+        >>> from glasses_rag.retrieval.search import NullSearch
         >>> from graph.agent import TurnInput
-        >>> from graph.build import build_agent
-        >>> from graph.config import AgentConfig
-        >>> from tools import Fact, ToolContext, ToolOutput, ToolRegistry, tool
-        >>> @tool(tasks={1, 2, 3}, writes={"facts"})
+        >>> from tools import Fact, ToolContext, ToolOutput, tool
+        >>> @tool(writes={"facts"})
         ... def echo(ctx: ToolContext, text: str) -> ToolOutput:
         ...     '''Repeat a text.'''
         ...     return ToolOutput(summary=text, update={"facts": [Fact(text=text, source="echo")]})
@@ -156,8 +149,7 @@ def build_agent(
     check = getattr(policy, "check_tools", None)  # e.g. the rule planner: a tool it could never call is an error
     if callable(check):
         check(registry)
-    verifier = preset.verifier(policy, resources, make_verifier)
-    llm = getattr(policy, "backend", None)
+    verifier, llm = preset.verifier(policy, resources, make_verifier), getattr(policy, "backend", None)
     agent = Agent(policy, resources, config, registry, verifier, llm=llm, run_id=run_id, tool_profile=profile)
     if config.warm_up:
         warm_up(agent, task)

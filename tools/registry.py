@@ -369,9 +369,7 @@ def tool(
         tags: capability names (the built-in ones in `tools.capability.BUILTIN`) or `Capability` objects (a new
             capability declared next to the tool), through which planners pick tools; other names are plain tags.
         writes: the `ToolState` fields the tool's `ToolOutput.update` may touch (anything else is refused).
-        reaches: what the tool reaches outside the turn (`SEARCH_BACKEND`: the run's search backend,
-            `ctx.resources.search`; `OPEN_WEB`: the live web): a benchmark whose tool profile does not allow it
-            never offers the tool. Default: nothing, so every benchmark offers it.
+        reaches: what it reaches beyond the turn (`SEARCH_BACKEND`, `OPEN_WEB`), which a benchmark's profile allows.
         blocking: False declares a tool that does quick local work and never waits on I/O or a model: it then runs
             in the graph's own thread, saving a thread hand-off per call, but it cannot be abandoned at the time
             budget like a blocking tool.
