@@ -7,6 +7,7 @@ from typing import Any
 
 from PIL import Image, ImageDraw, ImageFont
 
+from glasses_rag.harness.benchmarks import tool_profile_named
 from glasses_rag.harness.runner import RunStats, run_task
 from glasses_rag.retrieval.search import NullSearch
 from graph.build import build_agent
@@ -32,15 +33,8 @@ def make_agent(
         policy=policy,
         registry=registry,
         run_id=run_id,
-        tool_profile=tool_profile(cfg.tools.profile),
+        tool_profile=tool_profile_named(cfg.tools.profile),
     )
-
-
-def tool_profile(name: str) -> Any:
-    """The tool profile of the built-in benchmark whose agents' configuration names it `name`."""
-    from glasses_rag.harness.benchmarks import benchmark_registry
-
-    return next(b.tools for b in benchmark_registry().values() if b.tools.name == name)
 
 
 def collect(agent: Any, convs: list, task: int, store: Any, **kw: Any) -> tuple[list[TurnTrace], RunStats]:

@@ -229,3 +229,15 @@ def test_a_crag_mm_agent_never_runs_open_web_tools():
         TurnInput(task=2, session_id="s", interaction_id="i", question="q?")
     )
     assert trace.tool_calls()[0].error.kind == "not_allowed"
+
+
+def test_an_agent_configured_for_another_benchmark_needs_that_benchmarks_profile():
+    from glasses_rag.retrieval.search import NullSearch
+    from graph.build import build_agent
+    from graph.config import AgentConfig
+
+    config = AgentConfig(tools={"profile": "superglasses"}, warm_up=False)
+    with pytest.raises(ValueError, match=r"names the tool profile 'superglasses'.*tool_profile=<its Benchmark>.tools"):
+        build_agent(config, search=NullSearch())  # never a CRAG-MM agent under a SuperGlasses name
+    agent = build_agent(config, search=NullSearch(), tool_profile=SUPERGLASSES.tools)
+    assert "read_webpage" in {t.name for t in agent.registry.for_task(2, None, agent.tool_profile)}

@@ -27,6 +27,7 @@ from pydantic import ValidationError
 
 from glasses_rag.core.registry import Registry
 from glasses_rag.evaluation import Benchmark
+from tools.registry import ToolProfile
 
 DEFAULT = "crag-mm"
 
@@ -62,6 +63,14 @@ def benchmark_of(args: argparse.Namespace) -> Benchmark:
     """The benchmark a run's options name (`--benchmark`, among the built-in ones and `--benchmark-module`'s)."""
     modules = getattr(args, "benchmark_module", None) or []
     return benchmark_registry(modules).lookup(getattr(args, "benchmark", None) or DEFAULT)
+
+
+def tool_profile_named(name: str, modules: Iterable[str] = ()) -> ToolProfile:
+    """The tool profile of the benchmark whose agents' configuration names it `name` (ToolsConfig.profile)."""
+    found = [b.tools for b in benchmark_registry(modules).values() if b.tools.name == name]
+    if not found:
+        raise ValueError(f"no benchmark has the tool profile {name!r} (--benchmark-module MODULE adds yours)")
+    return found[0]
 
 
 def benchmark_for_run(run: Mapping[str, Any], run_dir: Path, registry: Registry[Benchmark]) -> Benchmark | None:
