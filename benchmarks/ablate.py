@@ -159,14 +159,14 @@ def no_search_row(preset: Any, data: dict[str, Any], tools: list[Any], root: Pat
     )
 
 
-def variants(preset_spec: str, task: int, tools_config: Any, root: Path) -> list[Variant]:
+def variants(preset_spec: str, task: int, tools_config: Any, root: Path, profile: Any = None) -> list[Variant]:
     """The full preset; no retrieval; the paper's own ablation rows (the preset's `ablation`); then, as extra rows,
     each module off (a preset file beside the runs) and each tool removed (rows equal to a paper row are left out)."""
     from glasses_rag.policies.presets import load_preset
     from tools import default_registry
 
     preset = load_preset(preset_spec, tools_config.modules)
-    tools = default_registry(tools_config.modules).for_task(task, preset.tools, tools_config.profile)
+    tools = default_registry(tools_config.modules).for_task(task, preset.tools, profile)  # the benchmark's tools
     names = [t.name for t in tools]
     module_of = {t: s.module for s in preset.steps for t in s.tools}
     reported = preset.ablation or None
@@ -214,7 +214,7 @@ def variants(preset_spec: str, task: int, tools_config: Any, root: Path) -> list
 def run_variants(args: argparse.Namespace, base: Any, todo: list[Variant], root: Path, scoring: Any) -> list[Row]:
     """Every variant's run, several at once: the run's concurrency is shared among the rows running together."""
     from glasses_rag.retrieval.cache import CachedSearch
-    from glasses_rag.retrieval.search import make_search, prepare_search
+    from glasses_rag.retrieval.search import make_search
 
     configs = [
         base.model_copy(update={"preset": v.preset, "tools": base.tools.model_copy(update={"allowed": v.allowed})})
@@ -223,8 +223,8 @@ def run_variants(args: argparse.Namespace, base: Any, todo: list[Variant], root:
     total, _ = concurrency_for(args, configs[0], default=len(todo))  # capped at the cores for a CPU-bound policy
     workers = max(1, min(len(todo), total))
     per_row = max(1, total // workers)
-    prepare_search(base.search)
-    backend = make_search(base.search, base.models, web=args.task != 1)  # one index for every row
+    index = getattr(args, "default_index", None)  # the data's own index (prepared by base_config)
+    backend = make_search(base.search, base.models, web=args.task != 1, index_dir=index)  # one for every row
     search = backend if isinstance(backend, CachedSearch) else CachedSearch(backend)
     quiet = argparse.Namespace(**{**vars(args), "no_progress": True})
 
@@ -305,13 +305,14 @@ def own_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from glasses_rag.harness import run_scoring
+    from glasses_rag.harness.benchmarks import benchmark_of
 
     mine, args = parse(argv, own_parser())
     try:
         base = base_config(args).model_copy(update={"preset": mine.preset})
         root = Path(args.out) / bench_id(f"ablate-{Path(mine.preset).stem}", args, base)
-        todo = variants(mine.preset, args.task, base.tools, root)
-        scoring = run_scoring.Scoring(args)
+        todo = variants(mine.preset, args.task, base.tools, root, benchmark_of(args).tools)
+        scoring = run_scoring.make_scoring(args)
     except (ValueError, FileNotFoundError, ImportError, OSError) as e:
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
         return 2

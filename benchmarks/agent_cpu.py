@@ -139,17 +139,16 @@ def cli_agent(model: str, data: Path, out: Path, run_id: str, concurrency: int) 
     """The agent, scoring and conversations `python -m graph.run` would build for these options."""
     from glasses_rag.frontends import run as cli
     from glasses_rag.harness import run_data, session
-    from glasses_rag.harness.run_scoring import Scoring
-    from graph.build import build_agent
+    from glasses_rag.harness.run_scoring import make_scoring
 
     parser = cli.build_parser()
     args = cli.resolve_benchmark(
         parser, parser.parse_args(cli_args(model, data, out, run_id, "--concurrency", str(concurrency)))
     )
-    run_data.build_content(args)
+    run_data.prepare_data(args)
     config = session.agent_config_from_args(args)
-    scoring = Scoring(args)
-    agent = build_agent(config, run_id=run_id, task=args.task)
+    scoring = make_scoring(args)
+    agent = session.agent_for_run(args, config, run_id)
 
     def run(conversations: Any, c: int, store: Any, on_turn: Callable | None = None) -> Any:
         from glasses_rag.harness.runner import run_task
@@ -163,7 +162,7 @@ def cli_agent(model: str, data: Path, out: Path, run_id: str, concurrency: int) 
             concurrency=c,
             on_turn=on_turn,
             image_prep=args.image_prep,
-            history_answer=scoring.truncator.truncate,
+            history_answer=scoring.history_answer,
         )
 
     return agent, run, lambda d: run_data.load_data(argparse.Namespace(**{**vars(args), "data": str(d)}))[1]

@@ -233,10 +233,12 @@ def longest_decision(tools: list[str], task: int) -> int:
     """The most tokens a decision offering `tools` can take: the decision schema's longest reply in characters
     (each token writes at least one; every text field has a bound)."""
     from glasses_rag.policies.model.replies import decision_schema, max_json_chars
+    from graph.config import DEFAULT_TOOL_PROFILE
     from graph.state import tool_spec
     from tools import default_registry
 
-    return int(max_json_chars(decision_schema([tool_spec(t) for t in default_registry().for_task(task, tools)])))
+    offered = default_registry().for_task(task, tools, DEFAULT_TOOL_PROFILE)
+    return int(max_json_chars(decision_schema([tool_spec(t) for t in offered])))
 
 
 def gemma_gguf() -> Path:

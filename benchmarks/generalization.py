@@ -78,9 +78,11 @@ def agent_config(index_dir: Path, allowed: list[str] | None = None, **over: Any)
 
 def without_retrieval(task: int) -> list[str]:
     """The task's allow-list less every tool tagged finds_entity or searches_web (chosen by tag, not by name)."""
+    from graph.config import DEFAULT_TOOL_PROFILE
     from tools import default_registry
 
-    return [t.name for t in default_registry().for_task(task) if not set(RETRIEVAL_TAGS) & t.tags]
+    offered = default_registry().for_task(task, profile=DEFAULT_TOOL_PROFILE)
+    return [t.name for t in offered if not set(RETRIEVAL_TAGS) & t.tags]
 
 
 def run_one(

@@ -178,7 +178,6 @@ def run_row(
 ) -> Row:
     """One configuration over the data, in the resumable run folder `root/label`."""
     from glasses_rag.harness import run_data, run_folder, run_scoring, session
-    from graph.build import build_agent
     from traces.store import TraceStore, write_json_atomic
 
     t0 = time.time()
@@ -186,7 +185,7 @@ def run_row(
     store = TraceStore(root, label)
     lock = run_folder.claim_run_folder(store, run_folder.run_fingerprint(args, config, source), args.resume_anyway)
     try:
-        agent = build_agent(config, run_id=f"{root.name}/{label}", task=args.task, search=search)
+        agent = session.agent_for_run(args, config, f"{root.name}/{label}", search=search)
         manifest = {
             "run_id": f"{root.name}/{label}",
             "benchmark": args.benchmark,
@@ -203,7 +202,7 @@ def run_row(
         }
         write_json_atomic(store.dir / "run.json", manifest)
         stats, records = session.run_and_collect(args, agent, conversations, store, scoring, concurrency)
-        report, _, _ = run_scoring.write_reports(args, scoring, records, store)
+        report = run_scoring.write_reports(args, scoring, records, store).data
         write_json_atomic(
             store.dir / "run.json",
             {
@@ -224,7 +223,7 @@ def base_config(args: argparse.Namespace) -> Any:
     """The agent configuration graph.run would build from these options (the data's own index included)."""
     from glasses_rag.harness import run_data, session
 
-    run_data.build_content(args)  # before the config: a benchmark content folder brings its own search index
+    run_data.prepare_data(args)  # before the config: the data comes with its own search index
     return session.agent_config_from_args(args)
 
 

@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         for n in names:
             load_preset(n)  # a typo fails here, before anything runs
         base = base_config(args)
-        scoring = run_scoring.Scoring(args)
+        scoring = run_scoring.make_scoring(args)
     except (ValueError, FileNotFoundError, ImportError, OSError) as e:
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
         return 2

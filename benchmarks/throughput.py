@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     demo = ensure_demo()
     convs, _ = load_all(demo.multi_turn if args.task == 3 else demo.single_turn)
-    agent = build_agent(AgentConfig(), task=args.task)  # warm: models loaded and indexes built before timing
+    agent = build_agent(AgentConfig(), task=args.task, index_dir=demo.root)  # warm: models loaded, indexes built
     agent.resources.get("ocr", __import__("glasses_rag.models.ocr", fromlist=["OcrEngine"]).OcrEngine)
     print(f"task {args.task}: {len(convs)} conversation(s) x {args.repeat}, budget {agent.config.budget.budget_s:g}s")
     print(f"{'concurrency':>11} {'turns':>6} {'turns/s':>8} {'by budget':>9} {'CPU s/turn':>10}")

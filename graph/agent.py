@@ -16,11 +16,11 @@ from glasses_rag.core.calls import CancelScope, affinity, scope
 from glasses_rag.policies.protocol import IDK, Policy, is_abstention
 from glasses_rag.policies.self_check import Verifier
 from graph.budget import TurnBudget
-from graph.config import AgentConfig
+from graph.config import DEFAULT_TOOL_PROFILE, AgentConfig
 from graph.flow import build_graph
 from graph.state import AgentState, TurnContext
 from tools.base import HistoryTurn
-from tools.registry import ToolRegistry
+from tools.registry import ToolProfile, ToolRegistry
 from traces.schema import FinalEvent, ImageInfo, StepError, TokenTotals, TurnTrace, sequential_rounds
 
 # The state fields the trace is built from. A turn streams only these, and only as values (graph.invoke streams each
@@ -32,7 +32,7 @@ TURN_OUTCOME = ["steps", "draft", "verdict", "final_answer", "ended_by"]
 class TurnInput(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    task: int = Field(ge=1, le=3)
+    task: int = Field(ge=1, description="The benchmark's task (CRAG-MM: 1, 2, 3): which tools the turn offers.")
     session_id: str
     interaction_id: str
     turn_index: int = 0
@@ -53,7 +53,7 @@ class Agent:
         >>> from glasses_rag.policies.protocol import ScriptedPolicy
         >>> from graph.agent import TurnInput
         >>> from graph.build import build_agent
-        >>> from graph.config import AgentConfig
+        >>> from graph.config import DEFAULT_TOOL_PROFILE, AgentConfig
         >>> from tools import ToolRegistry
         >>> policy = ScriptedPolicy([], answer={"answer": "Paris", "confidence": 0.8})
         >>> agent = build_agent(AgentConfig(warm_up=False), search=NullSearch(), registry=ToolRegistry([]),
@@ -79,6 +79,7 @@ class Agent:
         verifier: Verifier | None,
         llm: Any = None,
         run_id: str | None = None,
+        tool_profile: ToolProfile = DEFAULT_TOOL_PROFILE,
     ):
         self.policy = policy
         self.resources = resources
@@ -87,6 +88,7 @@ class Agent:
         self.verifier = verifier
         self.llm = llm
         self.run_id = run_id or uuid.uuid4().hex[:12]
+        self.tool_profile = tool_profile  # the benchmark's: which tools a turn offers
         self.search_name = getattr(getattr(resources, "search", None), "name", "none")
         self.fingerprint = config.fingerprint()
         self.graph = build_graph()
@@ -157,7 +159,7 @@ class Agent:
             max_answer_chars=b.max_answer_chars,
             llm=self.llm,
             scope=CancelScope(),
-            profile=self.config.tools.profile,
+            profile=self.tool_profile,
         )
         t0 = time.perf_counter()
         try:

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from glasses_rag.core.registry import Registry
 from graph.agent import Agent
-from graph.config import AgentConfig
+from graph.config import DEFAULT_TOOL_PROFILE, AgentConfig
 from graph.state import tool_spec
-from tools.registry import ToolRegistry
+from tools.registry import ToolProfile, ToolRegistry
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,33 @@ def make_verifier(config: AgentConfig, policy: Any) -> Any:
     return own(config.verify_mode) if callable(own) else EvidenceSupportVerifier()
 
 
+def tool_profile_for(config: AgentConfig, given: ToolProfile | None) -> ToolProfile:
+    """The tool profile `config.tools.profile` names: `given` (a benchmark's, from the caller that knows it), else
+    the default one; a ValueError when the names differ or a benchmark's profile was not handed over."""
+    profile = given if given is not None else DEFAULT_TOOL_PROFILE
+    if profile.name != config.tools.profile:
+        raise ValueError(
+            f"the configuration names the tool profile {config.tools.profile!r}, but the agent was given "
+            f"{profile.name!r}: build it with that benchmark's profile, build_agent(config, "
+            f"tool_profile=<its Benchmark>.tools) (the harness does)"
+        )
+    return profile
+
+
+def search_backend(config: AgentConfig, search: Any, task: int | None, index_dir: Path | None) -> Any:
+    """The agent's search backend: `search` (wrapped in the search cache unless it is off), else the one
+    `config.search` configures over data already prepared (`index_dir`: the index the run's data comes with)."""
+    from glasses_rag.retrieval.cache import CachedSearch
+    from glasses_rag.retrieval.search import as_search_backend, make_search
+
+    if search is None:
+        return make_search(config.search, config.models, web=task != 1, index_dir=index_dir)
+    backend = as_search_backend(search)
+    if config.search.cache and not isinstance(backend, CachedSearch):
+        backend = CachedSearch(backend, max_entries=config.search.cache_entries)
+    return backend
+
+
 def build_agent(
     config: AgentConfig | None = None,
     *,
@@ -74,30 +102,28 @@ def build_agent(
     registry: ToolRegistry | None = None,
     run_id: str | None = None,
     task: int | None = None,
+    index_dir: Path | None = None,
+    tool_profile: ToolProfile | None = None,
 ) -> Agent:
-    """An Agent from one configuration, in steps: the preset applied, the tools, the search data prepared
-    (`prepare_search`), the backend constructed, the policy (`POLICIES`, by name), its check of the tools (the rule
-    planner refuses a capability input nothing fills), the self-check.
+    """An Agent from one configuration: the preset applied, the tools, the search backend over data already prepared
+    (building an agent never writes data), the policy (`POLICIES`, by name) and its check of the tools, the self-check.
 
     Args:
         config: the whole configuration (`AgentConfig()`: the defaults of the CLI; its preset, if any, applied).
-        search: a search backend object that overrides `config.search` (e.g. the official pipeline the starter kit
-            hands over); it is wrapped in the search cache unless `config.search.cache` is off, and no data
-            is prepared then.
+        search: a backend overriding `config.search` (the starter kit's official pipeline), cached unless it is off.
         policy: a policy that overrides the configured one (tests, scripted policies).
-        registry: the tools, overriding the configured ones (default: the built-in tools and those of
-            `config.tools.modules` that have what they need on this machine).
+        registry: the tools, overriding the configured ones (default: the built-in ones and `config.tools.modules`').
         run_id: the run's id, written into every trace (default: a fresh one).
         task: 1 builds the search backend without web search.
+        index_dir: the index the run's data comes with, when `config.search.index_dir` names none (prepared before).
+        tool_profile: the benchmark's profile `config.tools.profile` names (default: `DEFAULT_TOOL_PROFILE`).
 
     Example:
-        >>> from glasses_rag.retrieval.search import NullSearch
         >>> from glasses_rag.policies.protocol import ScriptedPolicy
+        >>> from glasses_rag.retrieval.search import NullSearch
         >>> from graph.agent import TurnInput
-        >>> from graph.build import build_agent
-        >>> from graph.config import AgentConfig
-        >>> from tools import Fact, ToolContext, ToolOutput, ToolRegistry, tool
-        >>> @tool(tasks={1, 2, 3}, writes={"facts"})
+        >>> from tools import Fact, ToolContext, ToolOutput, tool
+        >>> @tool(writes={"facts"})
         ... def echo(ctx: ToolContext, text: str) -> ToolOutput:
         ...     '''Repeat a text.'''
         ...     return ToolOutput(summary=text, update={"facts": [Fact(text=text, source="echo")]})
@@ -111,28 +137,20 @@ def build_agent(
     """
     from glasses_rag.models.resources import Resources, limit_cpu_threads
     from glasses_rag.policies.presets import PresetBuild
-    from glasses_rag.retrieval.cache import CachedSearch
-    from glasses_rag.retrieval.search import as_search_backend, make_search, prepare_search
 
     preset = PresetBuild.of(config or AgentConfig())  # the preset's tools, self-check and thresholds applied
     config = preset.config
+    profile = tool_profile_for(config, tool_profile)
     limit_cpu_threads(config.cpu_threads)
     if registry is None:  # built from the configuration: a tool that lacks a key or a setting here is not offered
-        registry = load_tools(config).offering_available(config.tools.profile)
-    if search is None:
-        prepare_search(config.search)  # the data first (the demo's index, unless given one), then the backend
-        backend = make_search(config.search, config.models, web=task != 1)
-    else:
-        backend = as_search_backend(search)
-        if config.search.cache and not isinstance(backend, CachedSearch):
-            backend = CachedSearch(backend, max_entries=config.search.cache_entries)
-    resources = Resources(backend, config.models)
+        registry = load_tools(config).offering_available(profile)
+    resources = Resources(search_backend(config, search, task, index_dir), config.models)
     policy = policy if policy is not None else preset.policy(resources, make_policy)
     check = getattr(policy, "check_tools", None)  # e.g. the rule planner: a tool it could never call is an error
     if callable(check):
         check(registry)
-    verifier = preset.verifier(policy, resources, make_verifier)
-    agent = Agent(policy, resources, config, registry, verifier, llm=getattr(policy, "backend", None), run_id=run_id)
+    verifier, llm = preset.verifier(policy, resources, make_verifier), getattr(policy, "backend", None)
+    agent = Agent(policy, resources, config, registry, verifier, llm=llm, run_id=run_id, tool_profile=profile)
     if config.warm_up:
         warm_up(agent, task)
     return agent
@@ -147,5 +165,5 @@ def warm_up(agent: Agent, task: int | None) -> None:
         used = agent.config.tools
         # no task given (a run over several tasks): every task's first decision, each task's tools differ
         tasks = [task] if task is not None else sorted({k for t in agent.registry for k in t.tasks})
-        offered = [agent.registry.for_task(k, used.allowed, used.profile) for k in tasks]
+        offered = [agent.registry.for_task(k, used.allowed, agent.tool_profile) for k in tasks]
         warm(tool_sets=[[tool_spec(t) for t in tools] for tools in offered if tools])

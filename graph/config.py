@@ -8,14 +8,16 @@ benchmarks and the tests only translate their inputs into it. `fingerprint()` id
 from __future__ import annotations
 
 import hashlib
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+import pydantic_core
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from glasses_rag.models.resources import ModelPaths
 from glasses_rag.models.vlm import ModelConfig
 from glasses_rag.policies.rules.rule_planner import RulePlannerConfig
 from glasses_rag.retrieval.search import SearchConfig
+from tools.registry import SEARCH_BACKEND, ToolProfile
 
 
 class BudgetConfig(BaseModel):
@@ -46,16 +48,22 @@ class BudgetConfig(BaseModel):
     )
 
 
+# The tools an agent offers when no benchmark says otherwise: those that reach the run's search backend, never the
+# open web (CRAG-MM's rules; glasses_rag.crag_mm's Benchmark declares this very profile). `build_agent` takes any
+# other benchmark's profile from its caller (the harness reads it from the benchmark registry).
+DEFAULT_TOOL_PROFILE = ToolProfile(name="crag-mm", allows=frozenset({SEARCH_BACKEND}))
+
+
 class ToolsConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     allowed: list[str] | None = Field(None, description="Narrow the task's allow-list to these tools.")
     modules: list[str] = Field(default_factory=list, description="Extra modules defining @tool functions.")
-    profile: Literal["crag-mm", "superglasses"] = Field(
-        "crag-mm",
-        description="Benchmark profile: only tools "
-        "declared for it are offered (SuperGlasses adds the "
-        "open-web tools and drops the CRAG-MM search tools).",
+    profile: str = Field(
+        DEFAULT_TOOL_PROFILE.name,
+        min_length=1,
+        description="The benchmark whose tool profile the run follows: only the tools that reach what it allows "
+        "are offered (SuperGlasses: the open-web tools, not the CRAG-MM search tools).",
     )
 
 
@@ -105,13 +113,62 @@ class AgentConfig(BaseModel):
         "one keeps concurrent turns from oversubscribing the CPU.",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _without_retired_fields(cls, data: Any) -> Any:
+        """A configuration written before a field left it (an older run.json's) still reads: the field is dropped."""
+        if not isinstance(data, dict):
+            return data
+        for section, fields in RETIRED_FIELDS.items():
+            part = data.get(section)
+            names = {name for _, name, _ in fields}
+            if isinstance(part, dict) and names & set(part):
+                data = {**data, section: {k: v for k, v in part.items() if k not in names}}
+        return data
+
     def fingerprint(self) -> str:
         """A short hash of everything that changes what the agent answers."""
         # no preset hashes as before presets existed (run folders made then still resume); a preset counts with
         # its file's content
-        dump = self.model_dump_json(exclude={"preset"} if self.preset is None else None)
+        data = with_retired_fields(self.model_dump(mode="json", exclude={"preset"} if self.preset is None else None))
+        data = without_unset_placements(data)
+        dump = pydantic_core.to_json(data).decode()  # what model_dump_json writes, the retired fields put back
         if self.preset is not None:
             from glasses_rag.policies.presets import preset_digest
 
             dump += preset_digest(self.preset)
         return hashlib.sha256(dump.encode()).hexdigest()[:16]
+
+
+# Fields that left the configuration, hashed at the place and value they always had, so that a fingerprint stays
+# what it was and run folders made before still resume: section -> (the field it followed, its name, its value).
+# `search.demo_dir` (where the demo is built) became the run's --demo-dir: data is prepared by the harness, never by
+# an agent (issue 38). A configuration that still has one (an older run.json's) reads, without it.
+RETIRED_FIELDS: dict[str, list[tuple[str, str, Any]]] = {"search": [("index_dir", "demo_dir", None)]}
+
+
+# Fields that say where something runs, not what the agent answers: left out of the fingerprint while unset, so
+# fingerprints stay what they were before the field existed (section -> field names).
+PLACEMENT_FIELDS: dict[str, tuple[str, ...]] = {"models": ("reranker_device",)}
+
+
+def without_unset_placements(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` without the placement fields that are None."""
+    out = dict(data)
+    for section, names in PLACEMENT_FIELDS.items():
+        if isinstance(out.get(section), dict):
+            out[section] = {k: v for k, v in out[section].items() if not (k in names and v is None)}
+    return out
+
+
+def with_retired_fields(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` (a configuration dumped as JSON) with each retired field back in its old place."""
+    out = dict(data)
+    for section, fields in RETIRED_FIELDS.items():
+        part = dict(out[section])
+        for after, name, value in fields:
+            keys = list(part)
+            at = keys.index(after) + 1
+            part = {**{k: part[k] for k in keys[:at]}, name: value, **{k: part[k] for k in keys[at:]}}
+        out[section] = part
+    return out

@@ -270,6 +270,7 @@ def _call_update(ctx: TurnContext, index: int, res: ActResult) -> Command:
         parallel_with=p.parallel_with,
         error=f"{res.error.kind}: {res.error.message}" if res.error else None,
         update={k: v.value if isinstance(v, Overwrite) else v for k, v in update.items()} if update else {},
+        replaced=sorted(k for k, v in update.items() if isinstance(v, Overwrite)),
     )
     update["steps"] = [_tool_event(ctx, index, res)]
     update["done"] = [summary]

@@ -20,8 +20,8 @@ from glasses_rag.core.calls import CancelScope
 from glasses_rag.policies.protocol import AnswerDraft, Policy, PolicyView, StepSummary, ToolSpec
 from glasses_rag.policies.self_check import Verifier
 from graph.budget import TurnBudget
-from tools.base import HistoryTurn, ToolContext, ToolOutput, ToolState, Verdict
-from tools.registry import Tool, ToolCall, ToolRegistry
+from tools.base import HistoryTurn, ToolContext, ToolOutput, ToolState, Verdict, state_fields
+from tools.registry import Tool, ToolCall, ToolProfile, ToolRegistry
 from traces.schema import EndReason, ModelCall, StepError, TraceEvent
 
 
@@ -77,6 +77,33 @@ def tool_spec(t: Tool) -> ToolSpec:
     )
 
 
+def policy_view(
+    task: int,
+    question: str,
+    history: list[HistoryTurn],
+    has_image: bool,
+    tools: list[ToolSpec],
+    state: ToolState,
+    done: list[StepSummary],
+    remaining_steps: int,
+    remaining_s: float,
+) -> PolicyView:
+    """The policy's view of a turn: what it was given and the tools offered, the steps done, every state field as
+    `state` holds it (`tools.base.state_fields`) and the budget left. The graph builds it from its state before each
+    decision; the training export from the state it folds back from a trace (the same record, the same view)."""
+    return PolicyView(
+        task=task,
+        question=question,
+        history=history,
+        has_image=has_image,
+        tools=tools,
+        done=done,
+        remaining_steps=remaining_steps,
+        remaining_s=remaining_s,
+        **state_fields(state),
+    )
+
+
 @dataclass
 class TurnContext:
     """Per-turn objects that are not serialisable state: image, policy, verifier, resources, clock, cancel scope."""
@@ -94,7 +121,7 @@ class TurnContext:
     abstain_below: float
     max_answer_chars: int = 600
     llm: Any = None
-    profile: str = "crag-mm"
+    profile: ToolProfile | None = None  # the benchmark's tool profile (None: every tool of the task)
     scope: CancelScope = field(default_factory=CancelScope)
     _specs: list[ToolSpec] | None = field(default=None, init=False, repr=False)  # the turn's tool specs, built once
 
@@ -107,33 +134,27 @@ class TurnContext:
         return self._specs
 
     def tool_context(self, state: AgentState) -> ToolContext:
+        """What a tool reads: the turn and every state field (`tools.base.state_fields`)."""
         return ToolContext(
             task=self.task,
             question=self.question,
             image=self.image,
             history=self.history,
-            evidence=state.evidence,
-            crop=state.crop,
-            ocr_text=state.ocr_text,
-            sub_questions=state.sub_questions,
-            facts=state.facts,
             resources=self.resources,
             llm=self.llm,
+            **state_fields(state),
         )
 
     def view(self, state: AgentState) -> PolicyView:
-        return PolicyView(
-            task=self.task,
-            question=self.question,
-            history=self.history,
-            has_image=self.image is not None,
-            tools=self.tool_specs(),
-            done=state.done,
-            evidence=state.evidence,
-            crop=state.crop,
-            ocr_text=state.ocr_text,
-            sub_questions=state.sub_questions,
-            facts=state.facts,
-            remaining_steps=self.budget.steps_left(len(state.done)),
-            remaining_s=max(0.0, self.budget.remaining_s()),
+        """What the policy sees before its next decision (`policy_view`)."""
+        return policy_view(
+            self.task,
+            self.question,
+            self.history,
+            self.image is not None,
+            self.tool_specs(),
+            state,
+            state.done,
+            self.budget.steps_left(len(state.done)),
+            max(0.0, self.budget.remaining_s()),
         )

@@ -7,6 +7,7 @@ from typing import Any
 
 from PIL import Image, ImageDraw, ImageFont
 
+from glasses_rag.harness.benchmarks import tool_profile_named
 from glasses_rag.harness.runner import RunStats, run_task
 from glasses_rag.retrieval.search import NullSearch
 from graph.build import build_agent
@@ -23,10 +24,16 @@ def make_agent(
     max_steps: int = 8,
     **config: Any,
 ):
-    """build_agent over `search` (default: no retrieval) with an AgentConfig built from the keywords."""
+    """build_agent over `search` (default: no retrieval) with an AgentConfig built from the keywords (a tool
+    profile named there is that benchmark's)."""
     cfg = AgentConfig(budget=BudgetConfig(budget_s=budget_s, max_steps=max_steps), warm_up=False, **config)
     return build_agent(
-        cfg, search=search if search is not None else NullSearch(), policy=policy, registry=registry, run_id=run_id
+        cfg,
+        search=search if search is not None else NullSearch(),
+        policy=policy,
+        registry=registry,
+        run_id=run_id,
+        tool_profile=tool_profile_named(cfg.tools.profile),
     )
 
 

@@ -224,7 +224,7 @@ def test_thread_safety_under_concurrent_use():
 
 
 def test_identical_to_the_uncached_demo_index():
-    from glasses_rag.retrieval.local_search import make_demo_search
+    from glasses_rag.crag_mm.demo import make_demo_search
 
     base = make_demo_search()
     c = CachedSearch(base)
@@ -247,8 +247,8 @@ def test_identical_to_the_uncached_demo_index():
 
 
 def test_cached_backend_through_the_web_search_tool():
+    from glasses_rag.crag_mm.demo import make_demo_search
     from glasses_rag.models.resources import Resources
-    from glasses_rag.retrieval.local_search import make_demo_search
     from tools import default_registry
     from tools.base import ToolContext
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from glasses_rag.crag_mm import demo
-from glasses_rag.crag_mm.content import ContentError, dataset_paths, ensure_dataset, load_content
+from glasses_rag.crag_mm.content import ContentError, dataset_paths, ensure_dataset, find_content, load_content
 from glasses_rag.crag_mm.dataset import load_all, load_conversations
 from glasses_rag.crag_mm.demo import DOMAINS, IMAGE_QUALITY, QUERY_CATEGORIES, ensure_demo
 
@@ -118,7 +118,7 @@ def tiny_files() -> dict[str, dict]:
         "content": "Grace Hopper was an American computer scientist and US Navy rear admiral.",
     }
     return {
-        "benchmark.yaml": {
+        "content.yaml": {
             "name": "tiny",
             "version": "7",
             "seed": 3,
@@ -294,7 +294,7 @@ def _bad(files, where, change):
             lambda n, k: n.update({k: "bananas"}),
             ["pages.yaml", "pages[1] {slug: 'bananas'}", "used twice"],
         ),
-        (("benchmark.yaml", "seed"), lambda n, k: n.update({k: "abc"}), ["benchmark.yaml", "seed", "valid integer"]),
+        (("content.yaml", "seed"), lambda n, k: n.update({k: "abc"}), ["content.yaml", "seed", "valid integer"]),
         (
             ("questions.yaml", "multi_turn"),
             lambda n, k: n.update({k: []}),
@@ -312,16 +312,16 @@ def test_content_errors_name_the_file_and_entry(tmp_path, where, change, expecte
 
 
 # ------------------------------------------------------------------------------------------------
-# Content folders that extend another one (`extends: <sibling folder>` in benchmark.yaml)
+# Content folders that extend another one (`extends: <sibling folder>` in content.yaml)
 # ------------------------------------------------------------------------------------------------
 
 
 def derived_files(base: str = "base", **info) -> dict[str, dict]:
-    """A folder with its own benchmark.yaml and questions.yaml over `base`'s entities and pages."""
+    """A folder with its own content.yaml and questions.yaml over `base`'s entities and pages."""
     q = tiny_files()["questions.yaml"]
     q["single_turn"][0]["query"] = "who is the person in this photo?"
     return {
-        "benchmark.yaml": {"extends": base, "name": "tiny-derived", "session_prefix": "tinyd", **info},
+        "content.yaml": {"extends": base, "name": "tiny-derived", "session_prefix": "tinyd", **info},
         "questions.yaml": q,
     }
 
@@ -364,29 +364,29 @@ def test_extends_overrides_keys_and_files_and_chains(tmp_path):
     "setup, expected",
     [
         (
-            lambda d: d["benchmark.yaml"].update(extends="nope"),
-            ["derived/benchmark.yaml", "extends 'nope'", "no content folder", "content folders next to it: base"],
+            lambda d: d["content.yaml"].update(extends="nope"),
+            ["derived/content.yaml", "extends 'nope'", "no content folder", "content folders next to it: base"],
         ),
         (
-            lambda d: d["benchmark.yaml"].update(extends="../base"),
-            ["derived/benchmark.yaml", "extends", "String should match pattern"],
+            lambda d: d["content.yaml"].update(extends="../base"),
+            ["derived/content.yaml", "extends", "String should match pattern"],
         ),
         (
-            lambda d: d["benchmark.yaml"].update(extends="derived"),
-            ["derived/benchmark.yaml", "makes a cycle: derived -> derived"],
+            lambda d: d["content.yaml"].update(extends="derived"),
+            ["derived/content.yaml", "makes a cycle: derived -> derived"],
         ),
         (
-            lambda d: d["benchmark.yaml"].pop("session_prefix"),
-            ["derived/benchmark.yaml", "names its own name and session_prefix", "missing: session_prefix"],
+            lambda d: d["content.yaml"].pop("session_prefix"),
+            ["derived/content.yaml", "names its own name and session_prefix", "missing: session_prefix"],
         ),
         (
-            lambda d: d["benchmark.yaml"].update(session_prefix="tiny"),
-            ["derived/benchmark.yaml", "session_prefix 'tiny' is also the session_prefix of", "base/benchmark.yaml"],
+            lambda d: d["content.yaml"].update(session_prefix="tiny"),
+            ["derived/content.yaml", "session_prefix 'tiny' is also the session_prefix of", "base/content.yaml"],
         ),
-        (lambda d: d["benchmark.yaml"].update(seed="abc"), ["derived/benchmark.yaml", "seed", "valid integer"]),
+        (lambda d: d["content.yaml"].update(seed="abc"), ["derived/content.yaml", "seed", "valid integer"]),
         (
-            lambda d: d["benchmark.yaml"].update(colour="red"),
-            ["derived/benchmark.yaml", "colour", "Extra inputs are not permitted"],
+            lambda d: d["content.yaml"].update(colour="red"),
+            ["derived/content.yaml", "colour", "Extra inputs are not permitted"],
         ),
         (
             lambda d: d["questions.yaml"]["single_turn"][0].update(entity="ada-lovelace"),
@@ -418,14 +418,14 @@ def test_extends_errors_name_the_file(tmp_path, setup, expected):
 def test_extends_cycle_and_missing_base_files(tmp_path):
     write_content(tmp_path / "a", derived_files("b", name="a", session_prefix="a"))
     write_content(tmp_path / "b", derived_files("a", name="b", session_prefix="b"))
-    with pytest.raises(ContentError, match=r"b/benchmark.yaml: extends 'a' makes a cycle: a -> b -> a"):
+    with pytest.raises(ContentError, match=r"b/content.yaml: extends 'a' makes a cycle: a -> b -> a"):
         load_content(tmp_path / "a")
 
     (tmp_path / "empty").mkdir()
     write_content(tmp_path / "c", derived_files("empty", name="c", session_prefix="c"))
     with pytest.raises(
         ContentError,
-        match=r"c/benchmark.yaml: extends 'empty', but .*empty/benchmark.yaml "
+        match=r"c/content.yaml: extends 'empty', but .*empty/content.yaml "
         r"does not exist",
     ):
         load_content(tmp_path / "c")
@@ -436,3 +436,12 @@ def test_extends_cycle_and_missing_base_files(tmp_path):
     write_content(tmp_path / "d", derived_files("base", name="d", session_prefix="d"))
     with pytest.raises(ContentError, match=r"base/pages.yaml: no such file"):
         load_content(tmp_path / "d")
+
+
+def test_a_folder_with_the_old_header_name_still_loads_with_a_warning(tmp_path):
+    files = tiny_files()
+    files["benchmark.yaml"] = files.pop("content.yaml")  # written before the header was renamed
+    folder = write_content(tmp_path / "old", files)
+    assert find_content(folder) == folder
+    with pytest.warns(FutureWarning, match=r"old/benchmark.yaml: rename it content.yaml"):
+        assert load_content(folder).info.name == "tiny"

@@ -151,12 +151,15 @@ def test_bad_paths_and_specs_give_a_clear_error_not_a_traceback(tmp_path, capsys
 
 def test_data_naming_a_benchmark_content_folder_builds_it_and_searches_its_own_index(tmp_path):
     from glasses_rag.frontends.run import build_parser
-    from glasses_rag.harness.run_data import build_content
+    from glasses_rag.harness.run_data import prepare_data
 
     args = build_parser().parse_args(["--task", "1", "--data", "demo-paraphrase", "--demo-dir", str(tmp_path / "demo")])
-    built = build_content(args)
-    assert built.root == tmp_path / "demo-paraphrase" and (built.single_turn / "validation.parquet").exists()
-    assert args.index_dir == built.root  # not the demo's index
+    built = prepare_data(args)
+    assert built.index_dir == tmp_path / "demo-paraphrase" and (Path(built.source) / "validation.parquet").exists()
+    assert args.index_dir == built.index_dir  # not the demo's index: named in the configuration
     # a folder of parquet files is not a content folder; an explicit --index-dir is kept
-    other = build_parser().parse_args(["--task", "1", "--data", str(built.single_turn), "--index-dir", str(tmp_path)])
-    assert build_content(other) is None and other.index_dir == tmp_path
+    other = build_parser().parse_args(["--task", "1", "--data", built.source, "--index-dir", str(tmp_path)])
+    assert prepare_data(other).index_dir is None and other.index_dir == tmp_path
+    # the demo's index is the benchmark's default one, handed to build_agent: the configuration names none, as before
+    demo = build_parser().parse_args(["--task", "1", "--data", "demo", "--demo-dir", str(tmp_path / "demo")])
+    assert prepare_data(demo).index_dir is None and demo.default_index == tmp_path / "demo" and demo.index_dir is None

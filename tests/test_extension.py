@@ -56,7 +56,7 @@ def rocket():
 
 
 def run(config: AgentConfig, image, policy=None):
-    agent = build_agent(config, policy=policy, task=2)
+    agent = build_agent(config, policy=policy, task=2, index_dir=ensure_demo().root)  # the data prepared first
     return agent, agent.run_turn(
         TurnInput(task=2, session_id="ext", interaction_id="ext-0", question=QUESTION, image=image)
     )

@@ -8,14 +8,16 @@ from PIL import Image
 from sg_support import FixtureWeb, article, organic, use_fixture_web
 from support import make_agent
 
+from glasses_rag.crag_mm.spec import BENCHMARK as CRAG_MM
 from glasses_rag.policies.protocol import AnswerDraft, Decision, ScriptedPolicy
+from glasses_rag.superglasses.spec import BENCHMARK as SUPERGLASSES
 from glasses_rag.web import open_web
 from glasses_rag.web.page_text import chunk_text, paragraph_sentences
 from glasses_rag.web.serpapi import SerpApiClient, SerpApiError
 from graph.agent import TurnInput
 from tools import default_registry
 from tools.base import Hit, ToolContext
-from tools.registry import ToolCall, ToolCallError, ToolRegistry, tool
+from tools.registry import OPEN_WEB, ToolCall, ToolCallError, ToolProfile, ToolRegistry, tool
 
 REGISTRY = default_registry()
 google_search = REGISTRY.get("google_search").fn
@@ -177,42 +179,45 @@ def test_google_lens_without_image_hosting_is_a_clear_error(web, monkeypatch):
 
 
 def test_profiles_separate_crag_mm_and_superglasses_tools():
-    crag = {t.name for t in REGISTRY.for_task(2)}
-    sg = {t.name for t in REGISTRY.for_task(2, profile="superglasses")}
+    crag = {t.name for t in REGISTRY.for_task(2, profile=CRAG_MM.tools)}
+    sg = {t.name for t in REGISTRY.for_task(2, profile=SUPERGLASSES.tools)}
     assert {"image_search", "web_search"} <= crag and not {"google_search", "google_lens", "read_webpage"} & crag
     assert {"google_search", "google_lens", "read_webpage"} <= sg and not {"image_search", "web_search"} & sg
     assert {"detect_crop", "ocr", "query_decoupler", "reranker"} <= crag & sg
-    assert "google_search" not in {t.name for t in REGISTRY.for_task(1, profile="superglasses")}  # task 1: no web
+    assert "google_search" not in {t.name for t in REGISTRY.for_task(1, profile=SUPERGLASSES.tools)}  # no web
     with pytest.raises(ToolCallError) as e:
-        REGISTRY.validate(ToolCall(tool="google_search", arguments={"query": "x"}), 2)
-    assert e.value.kind == "not_allowed"
-    REGISTRY.validate(ToolCall(tool="google_search", arguments={"query": "x"}), 2, profile="superglasses")
+        REGISTRY.validate(ToolCall(tool="google_search", arguments={"query": "x"}), 2, profile=CRAG_MM.tools)
+    assert e.value.kind == "not_allowed" and "(it reaches open_web)" in e.value.message
+    REGISTRY.validate(ToolCall(tool="google_search", arguments={"query": "x"}), 2, profile=SUPERGLASSES.tools)
 
 
-def test_profile_declaration_and_cache_key():
+def test_tools_declare_what_they_reach_and_a_profile_offers_what_it_allows():
     reg = ToolRegistry()
 
     @reg.register
     @tool()
     def plain(ctx: ToolContext) -> None:
-        """A CRAG-MM tool by default."""
+        """Works on the turn alone: every benchmark offers it."""
 
     @reg.register
-    @tool(profiles={"superglasses"})
-    def sg_only(ctx: ToolContext) -> None:
-        """Only for SuperGlasses."""
+    @tool(reaches={OPEN_WEB})
+    def web_only(ctx: ToolContext) -> None:
+        """Reaches the open web."""
 
-    assert [t.name for t in reg.for_task(2)] == ["plain"]
-    assert [t.name for t in reg.for_task(2, profile="superglasses")] == ["sg_only"]  # not the cached crag-mm list
-    assert [t.name for t in reg.for_task(2, ["plain", "sg_only"], profile="superglasses")] == ["sg_only"]
+    offline = ToolProfile(name="offline", allows=frozenset())
+    assert [t.name for t in reg.for_task(2, profile=CRAG_MM.tools)] == ["plain"]
+    assert [t.name for t in reg.for_task(2, profile=SUPERGLASSES.tools)] == ["plain", "web_only"]  # not cached
+    assert [t.name for t in reg.for_task(2, ["web_only"], profile=SUPERGLASSES.tools)] == ["web_only"]
+    assert [t.name for t in reg.for_task(2, profile=offline)] == ["plain"]
+    assert [t.name for t in reg.for_task(2)] == ["plain", "web_only"]  # no profile: every tool of the task
 
     def other(ctx: ToolContext) -> None:
-        """Declared for a profile that does not exist."""
+        """Declared to reach something no profile knows."""
 
-    with pytest.raises(TypeError, match="profiles must be a non-empty subset"):
-        tool(profiles={"kddcup"})(other)
-    with pytest.raises(TypeError, match="profiles must be a non-empty subset"):
-        tool(profiles=())(other)
+    with pytest.raises(TypeError, match="reaches must be a subset of"):
+        tool(reaches={"kddcup"})(other)
+    with pytest.raises(ValueError, match="unknown reach"):
+        ToolProfile(name="bad", allows=frozenset({"kddcup"}))
 
 
 def test_a_crag_mm_agent_never_runs_open_web_tools():
@@ -224,3 +229,15 @@ def test_a_crag_mm_agent_never_runs_open_web_tools():
         TurnInput(task=2, session_id="s", interaction_id="i", question="q?")
     )
     assert trace.tool_calls()[0].error.kind == "not_allowed"
+
+
+def test_an_agent_configured_for_another_benchmark_needs_that_benchmarks_profile():
+    from glasses_rag.retrieval.search import NullSearch
+    from graph.build import build_agent
+    from graph.config import AgentConfig
+
+    config = AgentConfig(tools={"profile": "superglasses"}, warm_up=False)
+    with pytest.raises(ValueError, match=r"names the tool profile 'superglasses'.*tool_profile=<its Benchmark>.tools"):
+        build_agent(config, search=NullSearch())  # never a CRAG-MM agent under a SuperGlasses name
+    agent = build_agent(config, search=NullSearch(), tool_profile=SUPERGLASSES.tools)
+    assert "read_webpage" in {t.name for t in agent.registry.for_task(2, None, agent.tool_profile)}

@@ -188,7 +188,7 @@ def zephyr():
 
 
 def ask_demo(question: str, image, config: AgentConfig):
-    agent = build_agent(config, task=2)
+    agent = build_agent(config, task=2, index_dir=ensure_demo().root)  # the data prepared first
     return agent.run_turn(TurnInput(task=2, session_id="cur", interaction_id="cur-0", question=question, image=image))
 
 

@@ -10,12 +10,14 @@ import pytest
 from PIL import Image
 from support import KGAndPageSearch
 
+from glasses_rag.crag_mm.spec import BENCHMARK as CRAG_MM
 from glasses_rag.policies.presets import load_preset, preset_names
 from glasses_rag.policies.presets.assemble import describe
 from glasses_rag.policies.presets.verifiers import IdkVariantVerifier, algorithm_1
 from glasses_rag.policies.protocol import IDK, AnswerDraft
 from glasses_rag.superglasses.compare import compare
 from glasses_rag.superglasses.logs import to_superglasses
+from glasses_rag.superglasses.spec import BENCHMARK as SUPERGLASSES
 from glasses_rag.testing.fake_model_server import FakeOpenAIServer as F
 from glasses_rag.testing.scripted_model import ScriptedModel
 from graph.agent import TurnInput
@@ -319,7 +321,7 @@ def test_superlens_on_superglasses_uses_the_open_web_lenses_and_reads_the_pages(
             tools=ToolsConfig(profile="superglasses"),
             budget=BudgetConfig(budget_s=30),
         )
-        tr = build_agent(config, search=NullSearch(), run_id="sg").run_turn(turn())
+        tr = build_agent(config, search=NullSearch(), run_id="sg", tool_profile=SUPERGLASSES.tools).run_turn(turn())
         open_web.reset_open_web()
     assert rounds(tr) == [
         ["detect_crop", "query_decoupler"],
@@ -407,10 +409,10 @@ def test_the_docs_example_preset_has_tools_on_crag_mm_and_on_superglasses(tmp_pa
     path.write_text(example)
     preset = load_preset(path)
     for profile, wanted in (
-        ("crag-mm", {"image_search", "web_search"}),
-        ("superglasses", {"google_lens", "google_search"}),
+        (CRAG_MM.tools, {"image_search", "web_search"}),
+        (SUPERGLASSES.tools, {"google_lens", "google_search"}),
     ):
-        config = apply_to_config(preset, AgentConfig(tools=ToolsConfig(profile=profile)))
+        config = apply_to_config(preset, AgentConfig(tools=ToolsConfig(profile=profile.name)))
         names = {t.name for t in default_registry().for_task(2, config.tools.allowed, profile)}
         assert wanted <= names, (profile, names)
         assert all(any(t in names for t in s.tools) for s in preset.steps)  # every step has a tool it can call

@@ -82,11 +82,15 @@ def test_lens_is_not_offered_without_its_image_hosting_even_with_a_key(monkeypat
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("SERPAPI_API_KEY", "k")
     assert "GLASSES_IMAGE_DIR" in missing_lens()
-    agent = build_agent(AgentConfig(tools={"profile": "superglasses"}, warm_up=False), search=None, task=2)
-    offered = [t.name for t in agent.registry.for_task(2, None, "superglasses")]
+    from glasses_rag.retrieval.search import NullSearch
+    from glasses_rag.superglasses.spec import BENCHMARK as SUPERGLASSES
+
+    config = AgentConfig(tools={"profile": "superglasses"}, warm_up=False)
+    agent = build_agent(config, search=NullSearch(), task=2, tool_profile=SUPERGLASSES.tools)
+    offered = [t.name for t in agent.registry.for_task(2, None, SUPERGLASSES.tools)]
     assert "google_search" in offered and "google_lens" not in offered
     assert set(agent.registry.unavailable) == {"google_lens"}
-    crag = build_agent(AgentConfig(warm_up=False), task=2)  # a CRAG-MM agent: nothing of another profile is named
+    crag = build_agent(AgentConfig(warm_up=False), search=NullSearch(), task=2)  # nothing of another profile named
     assert crag.registry.unavailable == {}
 
 

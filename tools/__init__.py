@@ -15,7 +15,17 @@ from types import ModuleType
 
 from tools.base import Box, Fact, HistoryTurn, Hit, Replace, ToolContext, ToolOutput, ToolState, Verdict
 from tools.capability import AnswerUse, Capability, Reading
-from tools.registry import Tool, ToolCall, ToolCallError, ToolRegistry, tool, tool_of
+from tools.registry import (
+    OPEN_WEB,
+    SEARCH_BACKEND,
+    Tool,
+    ToolCall,
+    ToolCallError,
+    ToolProfile,
+    ToolRegistry,
+    tool,
+    tool_of,
+)
 
 _INTERNAL = {"base", "registry", "capability"}
 
@@ -56,13 +66,16 @@ __all__ = [
     "Fact",
     "HistoryTurn",
     "Hit",
+    "OPEN_WEB",
     "Reading",
     "Replace",
+    "SEARCH_BACKEND",
     "Tool",
     "ToolCall",
     "ToolCallError",
     "ToolContext",
     "ToolOutput",
+    "ToolProfile",
     "ToolRegistry",
     "ToolState",
     "Verdict",

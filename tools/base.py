@@ -5,11 +5,14 @@ adds to, the way LangGraph's `Command(update=...)` does: keys are state fields, 
 against the field's type, and LangGraph folds them into the state with each field's reducer (the callable
 in its `Annotated[...]`: evidence merged by item, facts appended, single values replaced). Wrap a value
 in `Replace(...)` (LangGraph's `Overwrite`) to overwrite a merged field instead (a reranker replaces the
-evidence). A new state field is one line here: its type, its reducer and its description.
+evidence). A new state field is one line here: its type, its reducer and its description. The agent state, the
+tool context and the policy's view all extend `ToolState`, and each is filled from the state's own fields
+(`state_fields`), so a new field reaches tools and policies (and the training export) with no other edit.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from functools import cache
 from typing import Annotated, Any, get_args, get_origin, get_type_hints
 
@@ -72,7 +75,39 @@ def field_adapter(name: str) -> TypeAdapter:
     return TypeAdapter(get_args(ann)[0] if get_origin(ann) is Annotated else ann)
 
 
+def reducer(name: str) -> Callable[[Any, Any], Any]:
+    """The reducer of a state field (the callable in its `Annotated[...]`; `latest` without one)."""
+    ann = _field_annotation(name)
+    found = [m for m in get_args(ann)[1:] if callable(m)] if get_origin(ann) is Annotated else []
+    return found[0] if found else latest
+
+
 WRITABLE_FIELDS = frozenset(ToolState.model_fields)
+
+
+def state_fields(source: Any) -> dict[str, Any]:
+    """Every `ToolState` field of `source` (the agent state, a tool context, a view), by name: how the tool context
+    and the policy's view are filled from the state, so a field added to ToolState reaches them with no other edit.
+
+    Example:
+        >>> state_fields(ToolState(ocr_text="EXIT"))["ocr_text"], sorted(state_fields(ToolState()))[:2]
+        ('EXIT', ['crop', 'evidence'])
+    """
+    return {name: getattr(source, name) for name in ToolState.model_fields}
+
+
+def apply_update(state: ToolState, update: dict[str, Any], replaced: Iterable[str] = ()) -> ToolState:
+    """`state` after one call's update, folded as LangGraph folds it in the graph: each field by its reducer, a field
+    in `replaced` (the call's `Replace`) overwritten. For a state rebuilt outside the graph (from a trace).
+
+    Example:
+        >>> s = apply_update(ToolState(), {"facts": [Fact(text="a", source="t")]})
+        >>> len(apply_update(s, {"facts": [Fact(text="b", source="t")]}).facts)
+        2
+    """
+    keep = set(replaced)
+    new = {n: v if n in keep else reducer(n)(getattr(state, n), v) for n, v in update.items() if n in WRITABLE_FIELDS}
+    return state.model_copy(update=new)
 
 
 def check_update(update: dict[str, Any], allowed: frozenset[str] | set[str]) -> dict[str, Any]:

@@ -3,7 +3,7 @@ from tools.base import ToolContext, ToolOutput
 from tools.registry import tool
 
 
-@tool(profiles={"crag-mm", "superglasses"}, tags={"locates_object"}, writes={"crop"})
+@tool(tags={"locates_object"}, writes={"crop"})
 def detect_crop(ctx: ToolContext, target: str = "the main object") -> ToolOutput:
     """Find the object the question is about and crop to it, so later searches look at that object only.
 

@@ -5,10 +5,10 @@ from pydantic import Field
 from glasses_rag.web.config import missing_lens
 from tools.base import Hit, ToolContext, ToolOutput
 from tools.google_search import rank_score, with_notes
-from tools.registry import tool
+from tools.registry import OPEN_WEB, tool
 
 
-@tool(profiles={"superglasses"}, tags={"finds_entity"}, writes={"evidence"}, requires=missing_lens)
+@tool(reaches={OPEN_WEB}, tags={"finds_entity"}, writes={"evidence"}, requires=missing_lens)
 def google_lens(
     ctx: ToolContext, use_crop: bool = True, refine: str = "", k: Annotated[int, Field(ge=1, le=20)] = 5
 ) -> ToolOutput:

@@ -4,7 +4,7 @@ from pydantic import Field
 
 from glasses_rag.web.config import missing_key
 from tools.base import Hit, ToolContext, ToolOutput, search_query
-from tools.registry import tool
+from tools.registry import OPEN_WEB, tool
 
 
 def with_notes(notes: list[str]) -> str:
@@ -18,7 +18,7 @@ def rank_score(position: int) -> float:
     return round(1.0 / max(1, position), 4)
 
 
-@tool(tasks={2, 3}, profiles={"superglasses"}, tags={"searches_web"}, writes={"evidence"}, requires=missing_key)
+@tool(tasks={2, 3}, reaches={OPEN_WEB}, tags={"searches_web"}, writes={"evidence"}, requires=missing_key)
 def google_search(ctx: ToolContext, query: str, k: Annotated[int, Field(ge=1, le=20)] = 5) -> ToolOutput:
     """Search the open web (Google, through a SerpApi-compatible API); returns page titles, snippets and urls, best
     first.

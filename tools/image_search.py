@@ -3,7 +3,7 @@ from typing import Annotated
 from pydantic import Field
 
 from tools.base import Hit, ToolContext, ToolOutput
-from tools.registry import tool
+from tools.registry import SEARCH_BACKEND, tool
 
 NO_MATCH = "no match in the image KG"  # the summary of a search that found nothing
 
@@ -26,7 +26,7 @@ def hits_from_image_results(results: list[dict]) -> list[Hit]:
     return hits
 
 
-@tool(tags={"finds_entity"}, writes={"evidence"})
+@tool(reaches={SEARCH_BACKEND}, tags={"finds_entity"}, writes={"evidence"})
 def image_search(
     ctx: ToolContext, use_crop: bool = True, k: Annotated[int, Field(ge=1, le=200)] = 5, crop_only: bool = False
 ) -> ToolOutput:

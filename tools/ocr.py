@@ -4,7 +4,7 @@ from tools.base import ToolContext, ToolOutput
 from tools.registry import tool
 
 
-@tool(profiles={"crag-mm", "superglasses"}, tags={"reads_text"}, writes={"ocr_text"})
+@tool(tags={"reads_text"}, writes={"ocr_text"})
 def ocr(ctx: ToolContext, region: Literal["image", "crop"] = "image") -> ToolOutput:
     """Read the text visible in the photo (signs, labels, covers, screens) with rapidocr.
 

@@ -92,7 +92,7 @@ def model_decouple(llm: Any, ctx: ToolContext, question: str, entity: str | None
     return subs, entity
 
 
-@tool(profiles={"crag-mm", "superglasses"}, tags={"decouples_query"}, writes={"sub_questions"})
+@tool(tags={"decouples_query"}, writes={"sub_questions"})
 def query_decoupler(ctx: ToolContext, question: str = "", entity: str = "") -> ToolOutput:
     """Rewrite the question into stand-alone sub-questions: split compound questions and replace 'this'/'it' with the
     entity.

@@ -4,7 +4,7 @@ from typing import Annotated
 from pydantic import Field
 
 from tools.base import Hit, ToolContext, ToolOutput
-from tools.registry import tool
+from tools.registry import OPEN_WEB, tool
 
 _WORD = re.compile(r"[a-z0-9]+")
 _STOP = frozenset(
@@ -42,7 +42,7 @@ def passages(chunks: list[str], q: str, per_page: int) -> list[str]:
     return sorted(chunks, key=lambda c: overlap(q, c), reverse=True)[:per_page]
 
 
-@tool(tasks={2, 3}, profiles={"superglasses"}, tags={"reads_page"}, writes={"evidence"})
+@tool(tasks={2, 3}, reaches={OPEN_WEB}, tags={"reads_page"}, writes={"evidence"})
 def read_webpage(
     ctx: ToolContext,
     query: str = "",

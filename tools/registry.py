@@ -17,19 +17,48 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
 from glasses_rag.core.registry import Registry
 from tools.base import WRITABLE_FIELDS, ToolContext, ToolOutput, check_update
 from tools.capability import Capability, SearchKind, resolve, search_kind
 
 ALL_TASKS = frozenset({1, 2, 3})
-# Benchmark profiles: a run offers only the tools of its profile (graph.config.ToolsConfig.profile), so a
-# CRAG-MM run never sees the open-web tools a SuperGlasses run uses. A tool without `profiles` is CRAG-MM's.
-DEFAULT_PROFILE = "crag-mm"
-PROFILES = frozenset({"crag-mm", "superglasses"})
+# What a tool reaches outside the turn, that a benchmark's rules may forbid (`@tool(reaches=...)`): the run's search
+# backend (a benchmark's own search API or index, `ctx.resources.search`) or the live web. A tool that reaches
+# neither (it works on the photo, the question or what was found) is offered by every benchmark.
+SEARCH_BACKEND = "search_backend"
+OPEN_WEB = "open_web"
+REACHES = frozenset({SEARCH_BACKEND, OPEN_WEB})
 
 CallErrorKind = Literal["unknown_tool", "not_allowed", "bad_arguments"]
+
+
+class ToolProfile(BaseModel):
+    """The tools a benchmark's runs offer: those whose `reaches` it allows (a benchmark's `tools`; its name is
+    what `graph.config.ToolsConfig.profile` says). CRAG-MM allows its search API and never the open web;
+    SuperGlasses the open web and no local index; a profile that allows nothing offers the tools that only work on
+    the turn itself.
+
+    Example:
+        >>> ToolProfile(name="offline", allows=frozenset()).allows
+        frozenset()
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1, description="What the agent's configuration calls it (ToolsConfig.profile).")
+    allows: frozenset[str] = Field(description=f"What the offered tools may reach: a subset of {sorted(REACHES)}.")
+
+    @field_validator("allows")
+    @classmethod
+    def _known(cls, allows: frozenset[str]) -> frozenset[str]:
+        if not allows <= REACHES:
+            raise ValueError(f"unknown reach {sorted(allows - REACHES)}: one of {sorted(REACHES)}")
+        return allows
+
+    def offers(self, t: Tool) -> bool:
+        return t.reaches <= self.allows
 
 
 class ToolCall(BaseModel):
@@ -82,7 +111,7 @@ class Tool:
     wants_context: bool = True
     arg_docs: dict[str, str] = field(default_factory=dict)
     blocking: bool = True  # False: quick local work, run in the graph's thread (no hand-off to a worker)
-    profiles: frozenset[str] = frozenset({DEFAULT_PROFILE})
+    reaches: frozenset[str] = frozenset()  # SEARCH_BACKEND, OPEN_WEB: what a benchmark's ToolProfile must allow
     capabilities: tuple[Capability, ...] = ()
     inputs: dict[str, str] = field(default_factory=dict)  # planner slot -> this tool's argument name
     requires: Callable[[], str | None] | None = None  # None when the tool can run here, else what it lacks
@@ -187,7 +216,7 @@ class ToolRegistry:
 
     def __init__(self, tools: Iterable[Tool] = (), unavailable: dict[str, str] | None = None) -> None:
         self._tools: Registry[Tool] = Registry("tool", origin=lambda t: t.fn.__module__)
-        self._by_task: dict[tuple[int, tuple[str, ...] | None, str], list[Tool]] = {}
+        self._by_task: dict[tuple[int, tuple[str, ...] | None, ToolProfile | None], list[Tool]] = {}
         # tools kept (a call to one is `not_allowed`, with the reason) but never offered: they lack something here
         self.unavailable: dict[str, str] = dict(unavailable or {})
         for t in tools:
@@ -202,9 +231,10 @@ class ToolRegistry:
         self.add(tool_of(fn))
         return fn
 
-    def offering_available(self, profile: str) -> ToolRegistry:
-        """A registry that does not offer the `profile`'s tools whose prerequisites are missing here (`requires`)."""
-        missing = {n: why for n, why in self.missing().items() if profile in self._tools[n].profiles}
+    def offering_available(self, profile: ToolProfile | None = None) -> ToolRegistry:
+        """A registry that does not offer the tools (of `profile`, when given) whose prerequisites are missing here
+        (`requires`)."""
+        missing = {n: why for n, why in self.missing().items() if profile is None or profile.offers(self._tools[n])}
         return ToolRegistry(self, unavailable={**self.unavailable, **missing})
 
     def missing(self) -> dict[str, str]:
@@ -237,9 +267,9 @@ class ToolRegistry:
         """Every capability object the tools carry, by name."""
         return {c.name: c for t in self for c in t.capabilities}
 
-    def for_task(self, task: int, only: Iterable[str] | None = None, profile: str = DEFAULT_PROFILE) -> list[Tool]:
-        """The task's allow-list: tools declared for the task and the benchmark profile, optionally narrowed to
-        `only` (cached)."""
+    def for_task(self, task: int, only: Iterable[str] | None = None, profile: ToolProfile | None = None) -> list[Tool]:
+        """The task's allow-list: tools declared for the task that the benchmark's profile offers (every one
+        without a profile), optionally narrowed to `only` (cached)."""
         key = (task, None if only is None else tuple(sorted(set(only))), profile)
         found = self._by_task.get(key)
         if found is None:
@@ -248,7 +278,7 @@ class ToolRegistry:
                 t
                 for n, t in sorted(self._tools.items())
                 if task in t.tasks
-                and profile in t.profiles
+                and (profile is None or profile.offers(t))
                 and (keep is None or n in keep)
                 and n not in self.unavailable
             ]
@@ -256,12 +286,12 @@ class ToolRegistry:
         return found
 
     def with_tag(
-        self, tag: str, task: int, only: Iterable[str] | None = None, profile: str = DEFAULT_PROFILE
+        self, tag: str, task: int, only: Iterable[str] | None = None, profile: ToolProfile | None = None
     ) -> list[Tool]:
         return [t for t in self.for_task(task, only, profile) if tag in t.tags]
 
     def validate(
-        self, call: ToolCall, task: int, allowed: Iterable[str] | None = None, profile: str = DEFAULT_PROFILE
+        self, call: ToolCall, task: int, allowed: Iterable[str] | None = None, profile: ToolProfile | None = None
     ) -> tuple[Tool, BaseModel]:
         t = self._tools.get(call.tool)
         if t is None:
@@ -269,7 +299,11 @@ class ToolRegistry:
         if call.tool in self.unavailable:
             raise ToolCallError("not_allowed", f"tool {t.name!r} is not offered here: {self.unavailable[t.name]}")
         if t not in self.for_task(task, allowed, profile):
-            where = f"task {task}" if profile == DEFAULT_PROFILE else f"task {task} of the {profile!r} profile"
+            where = f"task {task}"
+            if profile is not None and not profile.offers(t):
+                where += (
+                    f" of the {profile.name!r} profile (it reaches {', '.join(sorted(t.reaches - profile.allows))})"
+                )
             raise ToolCallError("not_allowed", f"tool {t.name!r} is not allowed in {where}")
         try:
             args = t.args_model.model_validate(call.arguments or {})
@@ -316,7 +350,7 @@ def tool(
     tasks: Iterable[int] = ALL_TASKS,
     tags: Iterable[str | Capability] = (),
     writes: Iterable[str] = (),
-    profiles: Iterable[str] = (DEFAULT_PROFILE,),
+    reaches: Iterable[str] = (),
     blocking: bool = True,
     inputs: dict[str, str] | None = None,
     requires: Callable[[], str | None] | None = None,
@@ -331,11 +365,11 @@ def tool(
     Args:
         fn: the function, when used as a bare `@tool`.
         name: the tool's name (default: the function's).
-        tasks: the CRAG-MM tasks (1, 2, 3) that may call it.
+        tasks: the tasks that may call it (a benchmark's task numbers: CRAG-MM's 1, 2 and 3).
         tags: capability names (the built-in ones in `tools.capability.BUILTIN`) or `Capability` objects (a new
             capability declared next to the tool), through which planners pick tools; other names are plain tags.
         writes: the `ToolState` fields the tool's `ToolOutput.update` may touch (anything else is refused).
-        profiles: the benchmark profiles (see `PROFILES`) whose runs offer the tool (default: CRAG-MM only).
+        reaches: what it reaches beyond the turn (`SEARCH_BACKEND`, `OPEN_WEB`), which a benchmark's profile allows.
         blocking: False declares a tool that does quick local work and never waits on I/O or a model: it then runs
             in the graph's own thread, saving a thread hand-off per call, but it cannot be abandoned at the time
             budget like a blocking tool.
@@ -368,7 +402,7 @@ def tool(
             tasks=tasks,
             tags=tags,
             writes=writes,
-            profiles=profiles,
+            reaches=reaches,
             blocking=blocking,
             inputs=inputs or {},
         )
@@ -396,7 +430,7 @@ def make_tool(
     tasks: Iterable[int],
     tags: Iterable[str | Capability],
     writes: Iterable[str],
-    profiles: Iterable[str],
+    reaches: Iterable[str],
     blocking: bool,
     inputs: dict[str, str],
 ) -> Tool:
@@ -417,12 +451,9 @@ def make_tool(
         tag_names, caps = resolve(tags)
     except ValueError as e:
         raise TypeError(f"tool {tool_name}: {e}") from None
-    bad_profiles = set(profiles) - PROFILES
-    if bad_profiles or not set(profiles):
-        raise TypeError(
-            f"tool {tool_name}: profiles must be a non-empty subset of {sorted(PROFILES)}, "
-            f"not {sorted(bad_profiles) or 'empty'}"
-        )
+    bad_reaches = set(reaches) - REACHES
+    if bad_reaches:
+        raise TypeError(f"tool {tool_name}: reaches must be a subset of {sorted(REACHES)}, not {sorted(bad_reaches)}")
     slots = _planner_inputs(tool_name, params, caps, inputs)
     summary, arg_docs = _parse_docstring(f.__doc__)
     model = create_model(f"{tool_name}_args", __config__=ConfigDict(extra="forbid"), **fields)
@@ -437,7 +468,7 @@ def make_tool(
         wants_ctx,
         arg_docs,
         blocking,
-        frozenset(profiles),
+        frozenset(reaches),
         caps,
         slots,
     )

@@ -63,7 +63,7 @@ def device_of(model: Any) -> str:
     return f" on {device}" if device else ""
 
 
-@tool(profiles={"crag-mm", "superglasses"}, tags={"reranks"}, writes={"evidence"})
+@tool(tags={"reranks"}, writes={"evidence"})
 def reranker(
     ctx: ToolContext,
     query: str = "",

@@ -3,12 +3,12 @@ from typing import Annotated
 from pydantic import Field
 
 from tools.base import Hit, ToolContext, ToolOutput, search_query
-from tools.registry import tool
+from tools.registry import SEARCH_BACKEND, tool
 
 NO_PAGES = "no pages found"  # the summary of a search that found nothing
 
 
-@tool(tasks={2, 3}, tags={"searches_web"}, writes={"evidence"})
+@tool(tasks={2, 3}, reaches={SEARCH_BACKEND}, tags={"searches_web"}, writes={"evidence"})
 def web_search(
     ctx: ToolContext, query: str, k: Annotated[int, Field(ge=1, le=200)] = 5, full_pages: bool = True
 ) -> ToolOutput:

@@ -1,1 +1,3 @@
-"""CRAG-MM: dataset schema and loading, the embedded demo benchmark, search backends and scoring."""
+"""CRAG-MM: its `Benchmark` (`spec.py`), the dataset schema and loading (`dataset.py`), question-set content and the
+embedded demo (`content.py`, `bundled/`, `demo.py`), scoring (`scoring/`) and evaluation (`evaluate.py`,
+`rescore.py`)."""

@@ -1,14 +1,15 @@
-"""Benchmark content as data, and the generator that turns it into a CRAG-MM-style dataset folder.
+"""Question-set content as data, and the generator that turns it into a CRAG-MM-style dataset folder.
 
 A content folder (the demo's is `glasses_rag/crag_mm/bundled/demo/`) holds four YAML files:
 
-* `benchmark.yaml`: name, version, random seed, site URL, session id prefix;
+* `content.yaml`: name, version, random seed, site URL, session id prefix (a folder written before it was renamed
+  still has a `benchmark.yaml`: read, with a deprecation warning);
 * `entities.yaml`: the image-KG entities (image recipe, attributes, web pages about them), distractors too;
 * `pages.yaml`: web pages about no entity (general knowledge, distractors, prompt-injection pages);
 * `questions.yaml`: `single_turn` questions and `multi_turn` conversations, every field explicit.
 
-A folder can extend a sibling one (`extends: demo` in its benchmark.yaml): it inherits the base's
-benchmark.yaml keys it does not set (it must set its own `name` and `session_prefix`, so that session ids
+A folder can extend a sibling one (`extends: demo` in its content.yaml): it inherits the base's
+content.yaml keys it does not set (it must set its own `name` and `session_prefix`, so that session ids
 never collide), and each of entities.yaml, pages.yaml and questions.yaml it does not have, e.g. a
 paraphrase set that brings only its own questions.yaml. Bases may extend others; cycles are errors.
 
@@ -34,6 +35,7 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -367,7 +369,7 @@ class MultiTurn(_Image):
     turns: list[ContentTurn] = Field(min_length=1)
 
 
-class BenchmarkInfo(_Model):
+class ContentInfo(_Model):
     name: str
     version: str  # written into kg.json and web.json
     seed: int  # of the random degradations of the query images
@@ -390,7 +392,7 @@ class _QuestionsFile(_Model):
 
 
 class Content(_Model):
-    info: BenchmarkInfo
+    info: ContentInfo
     entities: list[Entity]
     pages: list[ContentPage]  # about no entity
     single_turn: list[SingleTurn]
@@ -406,7 +408,26 @@ class Content(_Model):
 # Loading
 # --------------------------------------------------------------------------------------------
 
-FILES = {"info": "benchmark.yaml", "entities": "entities.yaml", "pages": "pages.yaml", "questions": "questions.yaml"}
+FILES = {"info": "content.yaml", "entities": "entities.yaml", "pages": "pages.yaml", "questions": "questions.yaml"}
+OLD_INFO = "benchmark.yaml"  # the header's name before it was content.yaml ("benchmark" names the evaluated one)
+
+
+def info_file(folder: Path) -> Path:
+    """A content folder's header, content.yaml; a folder that still has benchmark.yaml (its old name) is read with
+    a deprecation warning."""
+    path = folder / FILES["info"]
+    old = folder / OLD_INFO
+    if not path.is_file() and old.is_file():
+        warnings.warn(f"{old}: rename it {FILES['info']} (benchmark.yaml is read, for now)", FutureWarning, 2)
+        return old
+    return path
+
+
+def has_info(folder: Path) -> bool:
+    """Is `folder` a content folder (it has a content.yaml, or the old benchmark.yaml)?"""
+    return (folder / FILES["info"]).is_file() or (folder / OLD_INFO).is_file()
+
+
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
@@ -456,11 +477,11 @@ class _Extends(_Model):
 
 @dataclass(frozen=True)
 class _Resolved:
-    """A folder's benchmark info, where each content file comes from, and the chain of bases (self first)."""
+    """A folder's content info, where each content file comes from, and the chain of bases (self first)."""
 
-    info: BenchmarkInfo
+    info: ContentInfo
     files: dict[str, Path]  # entities / pages / questions -> the YAML file read
-    chain: tuple[tuple[Path, BenchmarkInfo], ...]
+    chain: tuple[tuple[Path, ContentInfo], ...]
 
 
 _INHERITED = ("entities", "pages", "questions")
@@ -469,15 +490,15 @@ _OWN_KEYS = ("name", "session_prefix")
 
 
 def _resolve(folder: Path, seen: tuple[Path, ...] = ()) -> _Resolved:
-    """Read `folder/benchmark.yaml`; with `extends: <base>`, resolve the sibling folder <base> first.
+    """Read `folder/content.yaml`; with `extends: <base>`, resolve the sibling folder <base> first.
 
-    A derived folder's benchmark.yaml overrides its base's keys (name and session_prefix are required,
+    A derived folder's content.yaml overrides its base's keys (name and session_prefix are required,
     the others are inherited), and each of entities.yaml, pages.yaml, questions.yaml is the folder's own
     when present, else its base's."""
-    path = folder / FILES["info"]
+    path = info_file(folder)
     raw = _load_yaml(path)
     if not (isinstance(raw, dict) and "extends" in raw):
-        info = _validate(path, raw, BenchmarkInfo)
+        info = _validate(path, raw, ContentInfo)
         return _Resolved(info, {k: folder / FILES[k] for k in _INHERITED}, ((folder, info),))
 
     base_name = _validate(path, {"extends": raw["extends"]}, _Extends).extends
@@ -487,12 +508,12 @@ def _resolve(folder: Path, seen: tuple[Path, ...] = ()) -> _Resolved:
         names = " -> ".join([f.name for f in here] + [base_name])
         raise ContentError(f"{path}: extends {base_name!r} makes a cycle: {names}")
     if not base.is_dir():
-        known = sorted(f.name for f in folder.parent.iterdir() if (f / FILES["info"]).is_file() and f != folder)
+        known = sorted(f.name for f in folder.parent.iterdir() if has_info(f) and f != folder)
         raise ContentError(
             f"{path}: extends {base_name!r}: no content folder {base} "
             f"(content folders next to it: {', '.join(known) or 'none'})"
         )
-    if not (base / FILES["info"]).is_file():
+    if not has_info(base):
         raise ContentError(f"{path}: extends {base_name!r}, but {base / FILES['info']} does not exist")
     parent = _resolve(base, here)
 
@@ -503,13 +524,13 @@ def _resolve(folder: Path, seen: tuple[Path, ...] = ()) -> _Resolved:
             f"(missing: {', '.join(missing)})"
         )
     own = {k: v for k, v in raw.items() if k != "extends"}
-    info = _validate(path, {**parent.info.model_dump(), **own}, BenchmarkInfo)
+    info = _validate(path, {**parent.info.model_dump(), **own}, ContentInfo)
     for anc_folder, anc in parent.chain:
         for k in _OWN_KEYS:
             if getattr(info, k) == getattr(anc, k):
                 raise ContentError(
                     f"{path}: {k} {getattr(info, k)!r} is also the {k} of "
-                    f"{anc_folder / FILES['info']}: a derived set needs its own"
+                    f"{info_file(anc_folder)}: a derived set needs its own"
                 )
     files = {k: folder / FILES[k] if (folder / FILES[k]).exists() else parent.files[k] for k in _INHERITED}
     return _Resolved(info, files, ((folder, info),) + parent.chain)
@@ -856,13 +877,13 @@ BUNDLED = Path(__file__).resolve().parent / "bundled"
 
 def find_content(spec: str | Path) -> Path | None:
     """The content folder `spec` names: a bundled one by name (`demo`, `demo-paraphrase`, `heldout`, ...) or
-    any folder holding a benchmark.yaml. None when `spec` is not one (e.g. a folder of parquet files)."""
+    any folder holding a content.yaml. None when `spec` is not one (e.g. a folder of parquet files)."""
     s = str(spec)
-    if s and "/" not in s and "\\" not in s and (BUNDLED / s / FILES["info"]).is_file():
+    if s and "/" not in s and "\\" not in s and has_info(BUNDLED / s):
         return BUNDLED / s
     p = Path(s)
-    return p if (p / FILES["info"]).is_file() else None
+    return p if has_info(p) else None
 
 
 def bundled_names() -> list[str]:
-    return sorted(d.name for d in BUNDLED.iterdir() if (d / FILES["info"]).is_file())
+    return sorted(d.name for d in BUNDLED.iterdir() if has_info(d))

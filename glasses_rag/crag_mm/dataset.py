@@ -97,7 +97,7 @@ def missing_data_message(path_or_name: str | Path, download: str) -> str:
     name = str(path_or_name)
     if not looks_like_hub_id(name):
         return (
-            f"data folder or file not found: {name!r} (see docs/data.md for the bundled benchmarks and how to "
+            f"data folder or file not found: {name!r} (see docs/data.md for the bundled question sets and how to "
             "get real data)"
         )
     where = ", ".join(str(r) for r in _cache_roots()) or "none present"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from glasses_rag.crag_mm.content import (
     DOMAINS,
@@ -26,6 +27,9 @@ from glasses_rag.crag_mm.content import (
 )
 from glasses_rag.crag_mm.content import DatasetPaths as DemoPaths
 
+if TYPE_CHECKING:
+    from glasses_rag.retrieval.local_search import LocalSearchIndex
+
 __all__ = [
     "DOMAINS",
     "DYNAMISM",
@@ -39,6 +43,7 @@ __all__ = [
     "demo_content",
     "fingerprint",
     "ensure_demo",
+    "make_demo_search",
     "load_kg",
     "load_web",
     "load_question_meta",
@@ -67,6 +72,16 @@ def ensure_demo(root: Path | None = None, force: bool = False) -> DemoPaths:
     """Build the demo benchmark under `root` (default data/demo/ of the working directory) unless an up-to-date copy
     is there."""
     return ensure_dataset(demo_content(), demo_paths(root), force=force)
+
+
+def make_demo_search(root: Path | None = None, clip_path: Path | None = None) -> LocalSearchIndex:
+    """The demo benchmark prepared (built unless up to date), then its index constructed (heuristic or CLIP image
+    embeddings + MiniLM)."""
+    from glasses_rag.models.image_embedder import make_image_embedder
+    from glasses_rag.retrieval.local_search import LocalSearchIndex
+
+    paths = ensure_demo(root)
+    return LocalSearchIndex(paths.root, image_embedder=make_image_embedder(clip_path))
 
 
 def load_kg(p: DemoPaths) -> list[dict]:

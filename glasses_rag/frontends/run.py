@@ -1,6 +1,7 @@
-"""Run a CRAG-MM task end to end: `python -m graph.run --task {1,2,3}`.
+"""Run a benchmark's task end to end: `python -m graph.run --task {1,2,3}` (CRAG-MM), `--benchmark superglasses`, or
+`--benchmark-module MODULE --benchmark NAME` for one of your own (glasses_rag.evaluation.Benchmark).
 
-By default everything is offline and embedded: the demo benchmark (generated on first use), the local
+By default everything is offline and embedded: the demo question set (generated on first use), the local
 search index over it, the rule-based planner (a heuristic policy) and the rule judge (an approximate judge).
 Every heuristic in use is named in the header this prints and in each trace. This module is the command line only:
 its options are generated from the configuration models, and `glasses_rag.harness.session.run` does the run
@@ -32,11 +33,13 @@ class _Parser(argparse.ArgumentParser):
     """Options are parsed as text, then validated by the configuration fields they set (glasses_rag/harness/cli.py); the
     run's own options get their defaults, and the benchmark's defaults are applied."""
 
+    benchmarks: list[str] = []  # the names --task may give for --benchmark (benchmarks of one task)
+
     def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
         from glasses_rag.harness.cli import convert
         from glasses_rag.harness.run_options import ROOTS, options
 
-        args = task_alias(list(sys.argv[1:] if args is None else args))
+        args = task_alias(list(sys.argv[1:] if args is None else args), self.benchmarks)
         parsed = convert(self, super().parse_args(args, namespace), options(), ROOTS)
         for opt in options():
             if opt.path.startswith("run.") and getattr(parsed, opt.name) is None:
@@ -49,17 +52,26 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists every option)\n")
 
 
-def task_alias(argv: list[str]) -> list[str]:
-    """`--task superglasses` is read as `--benchmark superglasses` (SuperGlasses has one task of its own)."""
+def task_alias(argv: list[str], benchmarks: list[str]) -> list[str]:
+    """`--task NAME` is read as `--benchmark NAME` for a benchmark of one task of its own (`--task superglasses`)."""
     out: list[str] = []
     for i, a in enumerate(argv):
-        if a == "--task=superglasses" or (a == "superglasses" and i > 0 and argv[i - 1] == "--task"):
+        name = a.split("=", 1)[1] if a.startswith("--task=") else a if i > 0 and argv[i - 1] == "--task" else None
+        if name in benchmarks:
             if out and out[-1] == "--task":
                 out.pop()
-            out += ["--benchmark", "superglasses"]
+            out += ["--benchmark", name]
         else:
             out.append(a)
     return out
+
+
+def benchmark_modules(argv: list[str] | None) -> list[str]:
+    """The --benchmark-module options of a command line, read before the parser is built (their benchmarks are
+    among --benchmark's choices)."""
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)  # --benchmark is not --benchmark-module
+    pre.add_argument("--benchmark-module", action="append", default=[])
+    return pre.parse_known_args(list(sys.argv[1:] if argv is None else argv))[0].benchmark_module
 
 
 def environment_help() -> str:
@@ -79,7 +91,10 @@ def environment_help() -> str:
             "Folder for compiled reply grammars of the transformers backend (default grammars/ under "
             "GLASSES_CACHE_DIR).",
         ),
-        ("GLASSES_DEMO_DIR", "Where the demo benchmark is generated (default data/demo under the working directory)."),
+        (
+            "GLASSES_DEMO_DIR",
+            "Where the demo question set is generated (default data/demo under the working directory; see --demo-dir).",
+        ),
         ("GLASSES_IMAGE_ROOT", "A folder a dataset's image paths may also point into (see --image-root)."),
     ]
     for field, (var, scale) in ENV.items():
@@ -109,15 +124,20 @@ def _env_default(value: Any, scale: float | None, mb: int) -> str:
     return f" ({unit}; default {value})" if unit else f" (default {value})"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(modules: list[str] | None = None) -> argparse.ArgumentParser:
+    """The command line, --benchmark choosing among the built-in benchmarks and those of `modules` (the
+    --benchmark-module options)."""
+    from glasses_rag.harness.benchmarks import benchmark_registry
     from glasses_rag.harness.cli import add_options
     from glasses_rag.harness.run_options import ROOTS, options
 
+    registry = benchmark_registry(modules or [])
     description = textwrap.fill(
-        "Run the agent on a CRAG-MM task (or SuperGlasses) and score it. Defaults are fully offline: the embedded "
-        "demo benchmark, the embedded local search index, the rule-based planner (heuristic) and the rule judge "
-        "(approximate). Every agent option is a field of graph.config.AgentConfig (its model options of "
-        "glasses_rag.models.vlm.ModelConfig): help and defaults come from there.",
+        "Run the agent on a benchmark's task (CRAG-MM's by default, or SuperGlasses, or one of your own) and score "
+        "it. Defaults are fully offline: the embedded demo question set, the embedded local search index, the "
+        "rule-based planner (heuristic) and the rule judge (approximate). Every agent option is a field of "
+        "graph.config.AgentConfig (its model options of glasses_rag.models.vlm.ModelConfig): help and defaults "
+        "come from there.",
         100,
     )
     p = _Parser(
@@ -126,26 +146,38 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=environment_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_options(p, options(), ROOTS)
+    p.benchmarks = [b.name for b in registry.values() if len(b.tasks) == 1]
+    tasks = sorted({t for b in registry.values() for t in b.tasks})
+    add_options(p, options(), ROOTS, choices={"benchmark": list(registry), "task": tasks})
     return p
 
 
 def resolve_benchmark(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
-    """Defaults that depend on the benchmark (SuperGlasses: task 2, no local index, native images)."""
-    sg = args.benchmark == "superglasses"
+    """Defaults that come from the benchmark (SuperGlasses: task 2, no local index, native images) and a --task it
+    does not have as a usage error."""
+    from glasses_rag.harness.benchmarks import benchmark_of, benchmark_registry
+
+    spec = benchmark_of(args)
     if args.task is None:
-        if not sg:
-            p.error("--task is required: --task 1, 2 or 3 (CRAG-MM), or --benchmark superglasses")
-        args.task = 2
-    if args.search is None:
-        args.search = "none" if sg else "local"
-    if args.image_prep is None:
-        args.image_prep = "native" if sg else "harness"
+        if spec.default_task is None:
+            others = [b.name for b in benchmark_registry(args.benchmark_module).values() if b.default_task]
+            alternatives = "".join(f", or --benchmark {name}" for name in others)
+            p.error(f"--task is required: --task {spec.task_list()} ({spec.title}){alternatives}")
+        args.task = spec.default_task
+    elif args.task not in spec.tasks:
+        p.error(f"--task {args.task}: {spec.title} has task {spec.task_list()}")
+    args.data = spec.data if args.data is None else args.data
+    args.search = spec.search if args.search is None else args.search
+    args.image_prep = spec.image_prep if args.image_prep is None else args.image_prep
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser(benchmark_modules(argv))
+    except (ValueError, ImportError) as e:  # a --benchmark-module that is not one
+        print(f"error: {error_line(e)}", file=sys.stderr)
+        return 2
     args = resolve_benchmark(parser, parser.parse_args(argv))
     configure_logging(args.verbose)
     if args.run_id is not None:

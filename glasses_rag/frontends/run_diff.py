@@ -210,11 +210,12 @@ def _json(path: Path) -> dict:
 Counted = tuple[str, bool, bool]  # (label report.json counted, early stopped, also counted missing)
 
 
-def counted_results(run_dir: Path, superglasses: bool) -> tuple[dict[tuple[str, int], Counted], str]:
+def counted_results(run_dir: Path, own_scores: str | None) -> tuple[dict[tuple[str, int], Counted], str]:
     """(session, turn) -> (label report.json counted, early stopped, also missing), and where outcomes come from. Empty
-    on a SuperGlasses run (its traces hold the SuperGlasses judge's score) or without a readable report.json."""
-    if superglasses:
-        return {}, "SuperGlasses judge's score in each trace (accuracy: the whole answer judged)"
+    on a run whose benchmark has a report of its own (`own_scores` says so: SuperGlasses', whose traces hold its
+    judge's score) or without a readable report.json."""
+    if own_scores is not None:
+        return {}, own_scores
     from glasses_rag.crag_mm.evaluate import EvalReport
 
     path = run_dir / "report.json"
@@ -263,8 +264,7 @@ def load_run(run_dir: Path, letter: str, name: str) -> tuple[RunInfo, Turns]:
     """A run's header and its turns, keyed by (conversation id, turn index): what a row shows of each, not the
     trace (one trace in memory at a time, however many the run has)."""
     run = _json(run_dir / "run.json")
-    sg = run.get("benchmark") == "superglasses" or (run_dir / "superglasses_report.json").is_file()
-    counted, scoring = counted_results(run_dir, sg)
+    counted, scoring = counted_results(run_dir, own_scores(run, run_dir))
     turns: Turns = {}
     skipped: list[str] = []
     first: TurnTrace | None = None
@@ -293,6 +293,19 @@ def load_run(run_dir: Path, letter: str, name: str) -> tuple[RunInfo, Turns]:
         skipped=skipped,
     )
     return info, turns
+
+
+def own_scores(run: dict, run_dir: Path) -> str | None:
+    """Where a run's outcomes come from when its benchmark has a report of its own rather than CRAG-MM's report.json
+    (glasses_rag.evaluation.ReportView): its judge's score in each trace. None for report.json."""
+    from glasses_rag.harness.benchmarks import benchmark_for_run, benchmark_registry
+
+    spec = benchmark_for_run(run, run_dir, benchmark_registry())
+    if spec is None:
+        return f"each trace's own score (benchmark {run.get('benchmark')!r} is not known here)"
+    if spec.viewer.layout == "eval-report":
+        return None
+    return f"the {spec.title} judge's score in each trace (its report: {spec.viewer.file})"
 
 
 def _str(v: object) -> str | None:

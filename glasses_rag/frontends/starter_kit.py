@@ -273,6 +273,7 @@ class GlassesRAGAgent(BaseAgent):  # type: ignore[misc,valid-type]  # the kit's 
         task = task if task is not None else harness_task()
         if task is not None and task not in (1, 2, 3):
             raise ValueError(f"task must be 1, 2, 3 or None, not {task!r}")
+        from glasses_rag.harness.benchmarks import tool_profile_named
         from graph.build import build_agent
 
         self.task = task
@@ -300,6 +301,7 @@ class GlassesRAGAgent(BaseAgent):  # type: ignore[misc,valid-type]  # the kit's 
             policy=policy if policy is not None and not isinstance(policy, (str, Path)) else None,
             run_id=self.run_id,
             task=task,  # its grammars prepared at warm-up (every task's when the turns infer it)
+            tool_profile=tool_profile_named(self.config.tools.profile),  # a run.json's, e.g. SuperGlasses'
         )
         self.search = self.agent.resources.search
         self.web_enabled = pipeline_has_web(self.search) if task is None else task >= 2

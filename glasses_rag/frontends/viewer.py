@@ -26,7 +26,7 @@ import io
 import os
 import sys
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,6 @@ from traces.schema import TurnTrace
 THUMB_SIDE = 480
 MAX_PAGE_TURNS = 10_000  # turns one page shows; a larger run's page shows its first ones and counts the rest
 MAX_PAGE_TRACE_BYTES = 64 << 20  # trace files one page reads (a 2,000-turn model run writes ~50 MB)
-REPORTS = ("report.json", "superglasses_report.json")
 
 
 # ------------------------------------------------------------------------------------------
@@ -96,20 +95,29 @@ def _split_from_argv(argv: Any, option: str = "--split") -> str | None:
     return None
 
 
-def _conversations(data: str, split: str | None, benchmark: str | None, image_root: str | None = None) -> Iterable[Any]:
-    """The run's conversations: SuperGlasses rows for a SuperGlasses run (or data in that layout), else CRAG-MM.
-    Image paths are confined to the dataset's folder and `image_root` (else GLASSES_IMAGE_ROOT)."""
-    from glasses_rag.superglasses.loader import load_superglasses, looks_like_superglasses
+def _conversations(
+    data: str, split: str | None, benchmark: str | None, image_root: str | None = None, modules: Sequence[str] = ()
+) -> Iterable[Any]:
+    """The run's conversations as its benchmark reads them (one named by the run, else the one whose layout the
+    data is in, else CRAG-MM). Image paths are confined to the dataset's folder and `image_root` (else
+    GLASSES_IMAGE_ROOT)."""
+    from glasses_rag.evaluation import DataRequest
+    from glasses_rag.harness.benchmarks import DEFAULT, benchmark_registry
 
-    if benchmark == "superglasses" or (benchmark is None and looks_like_superglasses(data)):
-        return load_superglasses(data, image_root=image_root)
-    from glasses_rag.crag_mm.dataset import load_conversations
-
-    return load_conversations(data, split=split, image_root=image_root)
+    registry = benchmark_registry(modules)
+    spec = registry.get(benchmark) if benchmark else None
+    spec = spec or next((b for b in registry.values() if b.recognizes and b.recognizes(data)), registry[DEFAULT])
+    return spec.load(data, DataRequest(data=data, split=split, image_root=image_root))
 
 
 def _images(
-    data: str, want: set[str], split: str | None, benchmark: str | None, image_root: str | None, notes: list[str]
+    data: str,
+    want: set[str],
+    split: str | None,
+    benchmark: str | None,
+    image_root: str | None,
+    notes: list[str],
+    modules: Sequence[str] = (),
 ) -> Iterator[tuple[str, Any]]:
     """(session_id, PIL image) from the dataset, one at a time, reading rows only until every wanted one is found;
     what went wrong is added to `notes`."""
@@ -119,7 +127,7 @@ def _images(
     try:
         from glasses_rag.crag_mm.dataset import decode_image
 
-        for conv in _conversations(data, split, benchmark, image_root):
+        for conv in _conversations(data, split, benchmark, image_root, modules):
             if conv.session_id in want and conv.session_id not in found:
                 found.add(conv.session_id)
                 yield conv.session_id, decode_image(conv.image)[0]
@@ -138,10 +146,11 @@ def load_images(
     split: str | None = None,
     benchmark: str | None = None,
     image_root: str | None = None,
+    modules: Sequence[str] = (),
 ) -> tuple[dict[str, Any], str | None]:
     """session_id -> PIL image from the dataset, reading rows only until every wanted session is found."""
     notes: list[str] = []
-    found = dict(_images(data, set(session_ids), split, benchmark, image_root, notes))
+    found = dict(_images(data, set(session_ids), split, benchmark, image_root, notes, modules))
     return found, (notes[0] if notes else None)
 
 
@@ -180,6 +189,7 @@ def _run_thumbs(
     data: str | None,
     image_root: str | None,
     problems: list[str],
+    modules: Sequence[str] = (),
 ) -> dict[str, tuple[Thumb | None, str | None]]:
     """session_id -> (thumbnail, why there is none): from the images given, then from `data` or run.json's "data"
     (read as the run's benchmark), each image made a thumbnail as soon as it is read (one image in memory at a
@@ -196,7 +206,7 @@ def _run_thumbs(
     if need and source:
         benchmark = run.get("benchmark") if isinstance(run.get("benchmark"), str) else None
         split = _split_from_argv(run.get("argv"))
-        for sid, img in _images(str(source), need, split, benchmark, image_root, problems):
+        for sid, img in _images(str(source), need, split, benchmark, image_root, problems, modules):
             thumbs[sid] = make_thumb(img, agent_size(sid))
     elif need and images is None:
         problems.append("no dataset given (run.json has no 'data'; pass --data): images are shown as placeholders")
@@ -240,33 +250,50 @@ def _conversation(
     return style, {"n": n, "sid": sid, "turns": views}
 
 
-def _read_run_files(run_dir: Path, problems: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """run.json (an empty dict when absent or unreadable) and the reports (name -> its dict, or None)."""
-    found: dict[str, Any] = {}
-    for name in ("run.json", *REPORTS):
-        value, err = read_json(run_dir / name)
-        if err:
-            problems.append(f"{name} unreadable: {err}")
-        found[name] = value if isinstance(value, dict) else None
-    return found.pop("run.json") or {}, found
+def _read_json_file(run_dir: Path, name: str, problems: list[str]) -> dict[str, Any] | None:
+    value, err = read_json(run_dir / name)
+    if err:
+        problems.append(f"{name} unreadable: {err}")
+    return value if isinstance(value, dict) else None
+
+
+def _run_benchmark(run_dir: Path, run: dict[str, Any], problems: list[str], modules: Sequence[str]) -> Any:
+    """The benchmark the run was made by (glasses_rag.evaluation.Benchmark: how it shows its report), or None when
+    run.json names one not known here (said on the page)."""
+    from glasses_rag.harness.benchmarks import benchmark_for_run, benchmark_registry
+
+    spec = benchmark_for_run(run, run_dir, benchmark_registry(modules))
+    if spec is None:
+        problems.append(
+            f"run.json names the benchmark {run.get('benchmark')!r}, which is not known here: "
+            "--benchmark-module MODULE adds it (its report is not shown)"
+        )
+    return spec
 
 
 def build_html(
-    run_dir: Path, images: dict[str, Any] | None = None, data: str | None = None, image_root: str | None = None
+    run_dir: Path,
+    images: dict[str, Any] | None = None,
+    data: str | None = None,
+    image_root: str | None = None,
+    modules: Sequence[str] = (),
 ) -> str:
     """The whole page as a string (see `render_run`)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run folder not found: {run_dir}")
     problems: list[str] = []
-    run, reports = _read_run_files(run_dir, problems)
+    run = _read_json_file(run_dir, "run.json", problems) or {}
+    spec = _run_benchmark(run_dir, run, problems, modules)
+    own = spec.viewer if spec is not None and spec.viewer.layout != "eval-report" else None
+    report = _read_json_file(run_dir, "report.json", problems)
+    own_report = _read_json_file(run_dir, own.file, problems) if own is not None else None
     traces, skipped, cut = _page_traces(run_dir, MAX_PAGE_TURNS)
     problems += [cut] if cut else []
     sessions: dict[str, list[TurnTrace]] = {}
     for t in traces:
         sessions.setdefault(t.session_id, []).append(t)
-    thumbs = _run_thumbs(run, sessions, images, data, image_root, problems)
-    report = reports["report.json"]
+    thumbs = _run_thumbs(run, sessions, images, data, image_root, problems, modules)
     kg = vp.KgImages.for_run(run)
     context = {"counted": _counted_turns(report), "run_dir": run_dir, "kg": kg, "budget": vp.RequestBudget()}
     styles, conversations = [], []
@@ -275,19 +302,27 @@ def build_html(
         styles += [style] if style is not None else []
         conversations.append(conversation)
     counts = Counter(score_of(t) for t in traces)
-    sg = reports["superglasses_report.json"] is not None
     return render_page(
         "viewer.html.j2",
         title=f"Run {run.get('run_id') or run_dir.name}",
         script="viewer.js",
         styles=["viewer.css"],
         style="\n".join([*styles, kg.css()]),
-        header=header(run_dir, run, reports, traces, len(sessions), problems, skipped),
+        header=header(
+            run_dir,
+            run,
+            report,
+            (own, own_report) if own is not None else None,
+            traces,
+            len(sessions),
+            problems,
+            skipped,
+        ),
         controls={
             "scores": SCORES,
             "counts": counts,
             "tools": sorted({x for t in traces for x in turn_tools(t)}),
-            "explain": vp.chips_explanation(None if sg else report, counts),
+            "explain": vp.chips_explanation(None if own is not None else report, counts),
         },
         conversations=conversations,
     )
@@ -307,6 +342,7 @@ def render_run(
     images: dict[str, Any] | None = None,
     data: str | None = None,
     image_root: str | None = None,
+    modules: Sequence[str] = (),
 ) -> Path:
     """Writes the run's HTML page (default `<run_dir>/index.html`) and returns its path.
 
@@ -315,11 +351,13 @@ def render_run(
         data: dataset path or cached name to read the images from (default: run.json's "data").
         image_root: a folder image paths may also point into (default: GLASSES_IMAGE_ROOT); never taken from the
             run folder.
+        modules: modules defining benchmarks of your own (--benchmark-module): a run of one is read as that
+            benchmark reads its data and shows its report.
 
     Example: `render_run(Path("traces/runs/task1-x"))` -> traces/runs/task1-x/index.html
     """
     run_dir = Path(run_dir)
-    page = build_html(run_dir, images=images, data=data, image_root=image_root)
+    page = build_html(run_dir, images=images, data=data, image_root=image_root, modules=modules)
     return _write_page(Path(out) if out is not None else run_dir / "index.html", page)
 
 
@@ -359,6 +397,13 @@ def build_parser() -> argparse.ArgumentParser:
         "folder's own recorded --image-root is never used",
     )
     p.add_argument("--no-images", action="store_true", help="do not read the dataset; show placeholders")
+    p.add_argument(
+        "--benchmark-module",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="a module defining a benchmark of your own (as python -m graph.run's): its runs' data and report",
+    )
     return p
 
 
@@ -371,14 +416,18 @@ def main(argv: list[str] | None = None) -> int:
     diff = _runs_inside(args.run_dir)
     if diff is not None:  # a folder of runs (benchmarks.presets): each run's page, and their diff linking them
         for r in diff.runs:
-            render_run(Path(r.path), images=images, data=args.data, image_root=args.image_root)
+            render_run(
+                Path(r.path), images=images, data=args.data, image_root=args.image_root, modules=args.benchmark_module
+            )
         out = render_diff_page(diff, args.out or args.run_dir / "index.html")
         print(
             f"{out}: the diff of the {len(diff.runs)} runs in this folder (as python -m glasses_rag.frontends.diff "
             f"{args.run_dir} --html {out} writes it), linking each run's own page (<run>/index.html)"
         )
         return 0
-    out = render_run(args.run_dir, args.out, images=images, data=args.data, image_root=args.image_root)
+    out = render_run(
+        args.run_dir, args.out, images=images, data=args.data, image_root=args.image_root, modules=args.benchmark_module
+    )
     print(out)
     return 0
 

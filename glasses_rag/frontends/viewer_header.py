@@ -1,11 +1,9 @@
-"""The viewer's run header: the run's fields (run.json, else its first trace) and its benchmark's metrics section.
-A benchmark's section is one entry of `METRICS_SECTIONS`: its report file, the template that shows it and the
-function that gives that template its data."""
+"""The viewer's run header: the run's fields (run.json, else its first trace) and its benchmark's metrics section,
+in the layout its Benchmark's ReportView names: 'eval-report' (report.json, CRAG-MM's EvalReport) or 'sliced' (a
+report of its own: metrics overall and by slice, SuperGlasses')."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +30,6 @@ METRIC_TITLES = {
     "hallucination_rate": "incorrect / total",
     "exact_match": "answers equal to the ground truth",
 }
-SG_KEYS = ("n", "correct", "missing", "accuracy")
 
 
 def _notes(report: dict[str, Any]) -> list[Any]:
@@ -67,39 +64,21 @@ def crag_mm_metrics(report: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def superglasses_metrics(report: dict[str, Any]) -> dict[str, Any] | None:
-    """superglasses_report.json: accuracy overall and by slice (the paper's tables), the judge, the notes."""
+def sliced_metrics(report: dict[str, Any], view: Any) -> dict[str, Any]:
+    """A report in the 'sliced' layout (glasses_rag.evaluation.ReportView; SuperGlasses' superglasses_report.json):
+    its metrics overall and by slice (a column per number of `overall`), the judge, the notes."""
+    overall = report.get("overall")
+    columns = tuple(k for k, v in overall.items() if isinstance(v, (int, float))) if isinstance(overall, dict) else ()
     return {
-        "columns": SG_KEYS,
-        "overall": report.get("overall"),
+        "title": view.title,
+        "columns": columns,
+        "overall": overall,
         "judge": report.get("judge"),
         "judge_note": report.get("judge_note"),
         "unscored": report.get("unscored"),
         "slices": _slices(report),
         "notes": _notes(report),
     }
-
-
-@dataclass(frozen=True)
-class MetricsSection:
-    report: str  # the report file in the run folder
-    template: str
-    data: Callable[[dict[str, Any]], dict[str, Any] | None]
-
-
-METRICS_SECTIONS = {
-    "crag-mm": MetricsSection("report.json", "viewer_metrics_crag_mm.html.j2", crag_mm_metrics),
-    "superglasses": MetricsSection(
-        "superglasses_report.json", "viewer_metrics_superglasses.html.j2", superglasses_metrics
-    ),
-}
-
-
-def benchmark_of(run: dict[str, Any], reports: dict[str, Any]) -> str:
-    """The run's benchmark as the header shows it: SuperGlasses when run.json says so or its report is there."""
-    if reports.get("superglasses_report.json") is not None or run.get("benchmark") == "superglasses":
-        return "superglasses"
-    return "crag-mm"
 
 
 def run_fields(run_dir: Path, run: dict[str, Any], traces: list[TurnTrace], sessions: int) -> list[tuple[str, Any]]:
@@ -130,20 +109,29 @@ def run_fields(run_dir: Path, run: dict[str, Any], traces: list[TurnTrace], sess
 def header(
     run_dir: Path,
     run: dict[str, Any],
-    reports: dict[str, Any],
+    report: dict[str, Any] | None,
+    own: tuple[Any, dict[str, Any] | None] | None,
     traces: list[TurnTrace],
     sessions: int,
     problems: list[str],
     skipped: list[tuple[str, str]],
 ) -> dict[str, Any]:
+    """The header's data: the run's fields and its benchmark's metrics section — report.json's (the 'eval-report'
+    layout, CRAG-MM's) unless `own` gives the benchmark's own report (its ReportView, the report read or None)."""
     fields = run_fields(run_dir, run, traces, sessions)
-    section = METRICS_SECTIONS[benchmark_of(run, reports)]
-    report = reports.get(section.report)
+    if own is not None:
+        view, rep = own
+        metrics = sliced_metrics(rep, view) if isinstance(rep, dict) else None
+        template, missing = "viewer_metrics_sliced.html.j2", view.file
+    else:
+        metrics = crag_mm_metrics(report) if isinstance(report, dict) else None
+        template, missing = "viewer_metrics_crag_mm.html.j2", "report.json"
     return {
         "name": fields[0][1],
         "fields": [(k, v) for k, v in fields if v is not None and v != ""],
-        "metrics_template": section.template,
-        "metrics": section.data(report) if isinstance(report, dict) else None,
+        "metrics_template": template,
+        "metrics": metrics,
+        "missing": missing,
         "problems": problems,
         "skipped": skipped,
     }

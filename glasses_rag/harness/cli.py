@@ -10,6 +10,7 @@ option means the library's default.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
@@ -85,7 +86,14 @@ def _help(opt: Option, info: FieldInfo) -> str:
     return text.replace("%", "%%")
 
 
-def add_options(parser: argparse.ArgumentParser, options: list[Option], roots: dict[str, type[BaseModel]]) -> None:
+def add_options(
+    parser: argparse.ArgumentParser,
+    options: list[Option],
+    roots: dict[str, type[BaseModel]],
+    choices: Mapping[str, list[Any]] | None = None,
+) -> None:
+    """The options as argparse arguments in their groups; `choices` (option name -> values) lists the values of
+    an option whose field is open (a registry's names), where a `Literal` field lists its own."""
     groups: dict[str, Any] = {}
     for opt in options:
         info = field_at(roots, opt.path)
@@ -99,10 +107,10 @@ def add_options(parser: argparse.ArgumentParser, options: list[Option], roots: d
         elif opt.kind == "append":
             group.add_argument(*flags, action="append", metavar=opt.metavar, **kw)
         else:
-            choices = _choices(info.annotation)
-            if choices and all(isinstance(c, int) for c in choices):
+            listed = (choices or {}).get(opt.name) or _choices(info.annotation)
+            if listed and all(isinstance(c, int) for c in listed):
                 kw["type"] = int
-            group.add_argument(*flags, choices=choices, metavar=opt.metavar, **kw)
+            group.add_argument(*flags, choices=listed, metavar=opt.metavar, **kw)
 
 
 def convert(

@@ -6,18 +6,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from glasses_rag.harness.run_scoring import Scoring
-
-TASK_TEXT = {
-    1: "single-turn, image-KG search only",
-    2: "single-turn, image-KG + web search",
-    3: "multi-turn, image-KG + web search",
-}
+from glasses_rag.evaluation import Benchmark, RunScorer
 
 
-def search_line(agent: Any, superglasses: bool) -> str:
-    if superglasses and agent.search_name == "none":
-        return "none (no local index: the open-web tools search the web)"
+def search_line(agent: Any, spec: Benchmark) -> str:
+    if spec.search_note and agent.search_name == "none":
+        return f"none ({spec.search_note})"
     return agent.search_name
 
 
@@ -52,8 +46,9 @@ def model_lines(stats: Any) -> list[str]:
 
 def header_lines(
     args: argparse.Namespace,
+    spec: Benchmark,
     agent: Any,
-    scoring: Scoring,
+    scoring: RunScorer,
     source: Any,
     rows: Any,
     tools: list[str],
@@ -62,22 +57,15 @@ def header_lines(
     warm_s: float,
 ) -> list[str]:
     """What the run is made of: every component by name (heuristic stand-ins say so in their names)."""
-    sg = scoring.superglasses
     verifier = getattr(agent.verifier, "name", "off") if agent.verifier is not None else "off"
-    web: list[str] = []
-    if sg:  # imported only for a SuperGlasses run
-        from glasses_rag.superglasses.evaluate import open_web_line
-
-        web = [f"web:    {open_web_line()}"]
     return [
-        ("SuperGlasses (single-turn, image + open web)" if sg else f"task {args.task} ({TASK_TEXT[args.task]})")
-        + f" on {source}: {rows if rows is not None else '?'} conversation(s)",
+        f"{spec.task_text(args.task)} on {source}: {rows if rows is not None else '?'} conversation(s)",
         f"policy: {agent.policy_name}",
-        f"search: {search_line(agent, sg)}",
+        f"search: {search_line(agent, spec)}",
         f"tools:  {', '.join(tools)}" + not_offered_text(agent.registry.unavailable),
         f"self-check: {verifier}",
         f"judge:  {scoring.describe()}",
-        *web,
+        *(spec.header() if spec.header is not None else []),
         f"traces: {traces}",
         f"concurrency: {concurrency}" + (f" in each of {args.workers} worker processes" if args.workers > 1 else ""),
         f"warm-up: {warm_s:.1f}s (models loaded, indexes built)",

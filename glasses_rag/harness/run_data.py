@@ -1,62 +1,56 @@
-"""The conversations a run answers: a CRAG-MM dataset, a benchmark content folder built once, or SuperGlasses."""
+"""The conversations a run answers: its benchmark's data (`Benchmark.prepare`, then `Benchmark.load`), prepared here,
+before any agent is built (building an agent never writes data)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-TASK_DATA = {1: "single_turn", 2: "single_turn", 3: "multi_turn"}
+from glasses_rag.evaluation import DataRequest, PreparedData
+from glasses_rag.harness.benchmarks import benchmark_of, benchmark_registry, other_benchmark_for
 
 
-def load_data(args: argparse.Namespace):
-    from glasses_rag.crag_mm.dataset import load_conversations
-
-    if args.benchmark == "superglasses":
-        from glasses_rag.superglasses.loader import load_superglasses
-        from glasses_rag.superglasses.sample import SAMPLE_NAMES, ensure_sample
-
-        if args.data == "demo":
-            raise ValueError(
-                "--benchmark superglasses needs --data: 'sample' (the offline sample, built on first "
-                "use), a local copy of xandery/SuperGlasses (folder of its parquet files) or the dataset "
-                "id when it is in the Hugging Face cache"
-            )
-        if args.data in SAMPLE_NAMES:
-            from glasses_rag.crag_mm.demo import demo_paths
-
-            args.data = str(ensure_sample(demo_paths(args.demo_dir).root.parent / "superglasses-sample"))
-        return args.data, load_superglasses(args.data, limit=args.limit, image_root=args.image_root)
-    from glasses_rag.superglasses.loader import looks_like_superglasses
-
-    built = build_content(args)
-    if built is not None:
-        source = getattr(built, TASK_DATA[args.task])
-    elif looks_like_superglasses(args.data):
-        raise ValueError(f"{args.data} holds SuperGlasses questions: run it with --benchmark superglasses")
-    else:
-        source = args.data
-    return source, load_conversations(source, split=args.split, limit=args.limit, image_root=args.image_root)
+def data_request(args: argparse.Namespace) -> DataRequest:
+    """The run's data options as its benchmark reads them."""
+    return DataRequest(
+        data=args.data,
+        task=args.task,
+        split=args.split,
+        limit=args.limit,
+        image_root=args.image_root,
+        demo_dir=getattr(args, "demo_dir", None),
+    )
 
 
-def build_content(args: argparse.Namespace) -> Any:
-    """`--data` naming a benchmark content folder (bundled: demo, demo-paraphrase, heldout; or a folder with a
-    benchmark.yaml): build its dataset and index once (data/<name>/ beside the demo), and search that index
-    unless --index-dir says otherwise. None for any other --data."""
-    from glasses_rag.crag_mm.content import dataset_paths, ensure_dataset, find_content, load_content
-    from glasses_rag.crag_mm.demo import demo_paths, ensure_demo
+def prepare_data(args: argparse.Namespace) -> PreparedData:
+    """The run's data, prepared once (built on first use) by its benchmark: where its conversations are, and the
+    local index they come with. A run with the local backend that names no index (--index-dir) searches the data's
+    own, named in its configuration (`args.index_dir`: run.json shows it), else the benchmark's default index (the
+    CRAG-MM demo's), handed to `build_agent` as its default (`args.default_index`; the configuration names none, as
+    it never did)."""
+    spec = benchmark_of(args)
+    key = (spec.name, args.data, args.task, getattr(args, "demo_dir", None))
+    cached = getattr(args, "prepared_data", None)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    if args.data is None:
+        raise ValueError(spec.data_help)
+    other = other_benchmark_for(args.data, spec, benchmark_registry(getattr(args, "benchmark_module", None) or []))
+    if other is not None:
+        raise ValueError(f"{args.data} holds {other.title} questions: run it with --benchmark {other.name}")
+    request = data_request(args)
+    prepared = spec.prepare(request)
+    args.default_index = None
+    if args.index_dir is None and args.search in (None, "local"):
+        if prepared.index_dir is not None:
+            args.index_dir = prepared.index_dir
+        elif spec.default_index is not None:
+            args.default_index = spec.default_index(request)
+    args.prepared_data = (key, prepared)
+    return prepared
 
-    if args.benchmark != "crag-mm":
-        return None
-    if getattr(args, "built_content", None) is not None:
-        return args.built_content
-    if args.data == "demo":  # the search backend defaults to the demo's index already
-        built = ensure_demo(args.demo_dir)
-    else:
-        folder = find_content(args.data)
-        if folder is None:
-            return None
-        built = ensure_dataset(load_content(folder), dataset_paths(demo_paths(args.demo_dir).root.parent / folder.name))
-        if args.index_dir is None and args.search in (None, "local"):
-            args.index_dir = built.root
-    args.built_content = built
-    return built
+
+def load_data(args: argparse.Namespace) -> tuple[str, Any]:
+    """(the source, its conversations, streamed: a dataset is never held decoded in memory)."""
+    prepared = prepare_data(args)
+    return prepared.source, benchmark_of(args).load(prepared.source, data_request(args))

@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, PositiveInt
 
+from glasses_rag.core.images import ImagePrep
 from glasses_rag.harness.cli import Option
 from glasses_rag.models.vlm import ModelConfig
 from graph.config import AgentConfig
@@ -26,27 +27,36 @@ def _runs_folder() -> Path:
 class RunOptions(BaseModel):
     """A run: which task on which data, where the traces go, how they are scored."""
 
-    task: Literal[1, 2, 3] | None = Field(
+    task: PositiveInt | None = Field(
         None,
-        description="1: image + question, image-KG search only; 2: adds web "
-        "search; 3: multi-turn conversations (required for CRAG-MM; SuperGlasses "
-        "runs task 2; --task superglasses means --benchmark superglasses).",
+        description="The benchmark's task (CRAG-MM: 1: image + question, image-KG search only; 2: adds web search; "
+        "3: multi-turn conversations; required there); `--task NAME` names a benchmark of one task "
+        "(--task superglasses means --benchmark superglasses).",
     )
-    benchmark: Literal["crag-mm", "superglasses"] = Field(
+    benchmark: str = Field(
         "crag-mm",
-        description="'superglasses': --data is a local "
-        "copy of xandery/SuperGlasses (or its Hugging Face cache); "
-        "the open-web tool profile (SerpApi: SERPAPI_API_KEY), no "
-        "local search index, native images, the SuperGlasses judge "
-        "and superglasses_report.* next to the usual files.",
+        description="The benchmark to evaluate (its data, tools, scoring and report): 'superglasses' reads --data "
+        "as a local copy of xandery/SuperGlasses (or its Hugging Face cache) with the open-web tool profile "
+        "(SerpApi: SERPAPI_API_KEY), no local search index, native images, the SuperGlasses judge and "
+        "superglasses_report.* next to the usual files.",
     )
-    data: str = Field(
-        "demo",
-        description="'demo' (embedded benchmark, generated on first use), another bundled "
-        "benchmark ('demo-paraphrase', 'heldout', 'tuning-rewordings', 'tuning-extra') or a folder with "
-        "a benchmark.yaml (built under data/<name>/ with its own search index), a local folder of "
+    benchmark_module: list[str] = Field(
+        default_factory=list,
+        description="A module of your own defining BENCHMARK (a glasses_rag.evaluation.Benchmark) or benchmarks(), "
+        "added to the benchmarks --benchmark chooses from.",
+    )
+    data: str | None = Field(
+        None,
+        description="The benchmark's data (default: its own). CRAG-MM: 'demo' (embedded question set, generated "
+        "on first use), another bundled set ('demo-paraphrase', 'heldout', 'tuning-rewordings', 'tuning-extra') "
+        "or a folder with a content.yaml (built under data/<name>/ with its own search index), a local folder of "
         "CRAG-MM parquet/arrow files, or a dataset name found in the local Hugging Face cache, e.g. "
-        "crag-mm-2025/crag-mm-multi-turn-public.",
+        "crag-mm-2025/crag-mm-multi-turn-public. SuperGlasses: 'sample' or its dataset.",
+    )
+    demo_dir: Path | None = Field(
+        None,
+        description="Where the demo question set is generated (default data/demo; the other bundled sets and the "
+        "SuperGlasses sample beside it).",
     )
     split: str | None = Field(None, description="Dataset split to read (default: the only or first split found).")
     limit: PositiveInt | None = Field(None, description="Run only the first N conversations.")
@@ -57,7 +67,7 @@ class RunOptions(BaseModel):
         "the dataset's own folder (symlinks resolved); any other path is refused and the "
         "turn runs without the image, the reason in its trace.",
     )
-    image_prep: Literal["harness", "native"] | None = Field(
+    image_prep: ImagePrep | None = Field(
         None,
         description="'harness' (CRAG-MM default): egocentric "
         "images resized to 960x1280 exactly as the official "
@@ -131,11 +141,12 @@ DATA, OUTPUT, MODEL, SEARCH, BUDGET, SCORING = (
 _RUN = [
     Option("--task", "run.task", "run"),
     Option("--benchmark", "run.benchmark", "run"),
+    Option("--benchmark-module", "run.benchmark_module", "run", "append", metavar="MODULE"),
     Option("--verbose", "run.verbose", "run", "flag", aliases=("-v",)),
     Option("--data", "run.data", DATA),
     Option("--split", "run.split", DATA),
     Option("--limit", "run.limit", DATA),
-    Option("--demo-dir", "agent.search.demo_dir", DATA),
+    Option("--demo-dir", "run.demo_dir", DATA),
     Option("--image-prep", "run.image_prep", DATA),
     Option("--image-root", "run.image_root", DATA),
     Option("--out", "run.out", OUTPUT),

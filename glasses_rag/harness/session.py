@@ -11,10 +11,12 @@ import time
 from typing import Any
 
 from glasses_rag.core.credentials import scrub_argv, scrub_data, scrub_text
+from glasses_rag.evaluation import RunScorer
+from glasses_rag.harness.benchmarks import benchmark_of
 from glasses_rag.harness.console import closing_lines, header_lines, summary_lines, unreachable_line
-from glasses_rag.harness.run_data import build_content, load_data
+from glasses_rag.harness.run_data import load_data, prepare_data
 from glasses_rag.harness.run_folder import check_model_servers, claim_run_folder, run_fingerprint
-from glasses_rag.harness.run_scoring import SCORING_OPTIONS, Scoring, plot_run, worker_scoring, write_reports
+from glasses_rag.harness.run_scoring import SCORING_OPTIONS, make_scoring, plot_run, worker_scoring, write_reports
 
 
 def agent_config_from_args(args: argparse.Namespace) -> Any:
@@ -34,8 +36,23 @@ def agent_config_from_args(args: argparse.Namespace) -> Any:
         **{k: getattr(args, k) for k in MODEL_OPTIONS},
     )
     given["policy"] = model if model is not None else "rule"
-    given.setdefault("tools", {})["profile"] = args.benchmark
+    given.setdefault("tools", {})["profile"] = benchmark_of(args).tools.name
     return AgentConfig.model_validate(given)
+
+
+def agent_for_run(args: argparse.Namespace, config: Any, run_id: str, search: Any = None) -> Any:
+    """The run's agent: `build_agent` over the data already prepared (the index it comes with, when the run names
+    none), offering the tools of the benchmark's profile. Models are loaded and indexes built here."""
+    from graph.build import build_agent
+
+    return build_agent(
+        config,
+        run_id=run_id,
+        task=args.task,
+        search=search,
+        index_dir=getattr(args, "default_index", None),
+        tool_profile=benchmark_of(args).tools,
+    )
 
 
 def cpu_bound(config: Any) -> bool:
@@ -67,11 +84,11 @@ def effective_concurrency(args: argparse.Namespace, config: Any) -> tuple[int, s
 def run(args: argparse.Namespace, argv: list[str] | None) -> int:
     from traces.store import TraceStore
 
-    build_content(args)  # before the config: a benchmark content folder brings its own search index
+    prepare_data(args)  # before the config: the data comes with its own search index
     config = agent_config_from_args(args)
     source, conversations = load_data(args)  # streamed: a dataset is never held decoded in memory
-    scoring = Scoring(args)
-    kind = "superglasses" if scoring.superglasses else f"task{args.task}"
+    scoring = make_scoring(args)
+    kind = benchmark_of(args).run_name.format(task=args.task)
     store = TraceStore(args.out, args.run_id or f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}")
     fingerprint = run_fingerprint(args, config, source)
     lock = claim_run_folder(store, fingerprint, args.resume_anyway)
@@ -87,24 +104,25 @@ def _run_claimed(
     config: Any,
     source: Any,
     conversations: Any,
-    scoring: Scoring,
+    scoring: RunScorer,
     store: Any,
     fingerprint: str,
 ) -> int:
-    from graph.build import build_agent
     from traces.store import write_json_atomic
 
     t0 = time.time()
+    spec = benchmark_of(args)
     concurrency, capped = effective_concurrency(args, config)
-    agent = build_agent(config, run_id=store.dir.name, task=args.task)  # models loaded and indexes built here
+    agent = agent_for_run(args, config, store.dir.name)  # models loaded and indexes built here
     check_model_servers(agent.llm, scoring.judge)
     used = agent.config  # with the preset applied
-    tools = [t.name for t in agent.registry.for_task(args.task, used.tools.allowed, used.tools.profile)]
+    tools = [t.name for t in agent.registry.for_task(args.task, used.tools.allowed, agent.tool_profile)]
     print(
         scrub_text(
             "\n".join(
                 header_lines(
                     args,
+                    spec,
                     agent,
                     scoring,
                     source,
@@ -122,14 +140,18 @@ def _run_claimed(
     manifest = scrub_data(manifest)  # a model config's api_key as ***, URL userinfo removed
     write_json_atomic(store.dir / "run.json", manifest)  # written first: a resumed run checks it
     stats, records = run_and_collect(args, agent, conversations, store, scoring, concurrency)
-    report, files, text = write_reports(args, scoring, records, store)
-    write_json_atomic(store.dir / "run.json", scrub_data(finished_manifest(manifest, agent, stats, conversations, t0)))
+    report = write_reports(args, scoring, records, store)
+    extra = spec.run_figures() if spec.run_figures is not None else {}
+    finished = finished_manifest(manifest, agent, stats, conversations, t0, extra)
+    write_json_atomic(store.dir / "run.json", scrub_data(finished))
     print(scrub_text("\n".join(summary_lines(stats))))  # first: how the turns ended is what a newcomer must not miss
-    print(scrub_text(text))
+    print(scrub_text(report.text))
     for line in closing_lines(stats, config.budget.budget_s, conversations):
         print(scrub_text(line))
-    if not args.no_plot:
-        files["plot"] = plot_run(scoring, report, store.dir)  # after the summary
+    files = dict(report.files)
+    plot = None if args.no_plot else plot_run(args, report, store.dir)  # after the summary
+    if plot is not None:
+        files["plot"] = plot
     print("report: " + ", ".join(str(p) for p in files.values()))
     unreachable = unreachable_line(stats)
     if unreachable:
@@ -142,7 +164,7 @@ def run_manifest(
     args: argparse.Namespace,
     agent: Any,
     config: Any,
-    scoring: Scoring,
+    scoring: RunScorer,
     source: Any,
     tools: list[str],
     concurrency: int,
@@ -159,7 +181,7 @@ def run_manifest(
         "search": agent.search_name,
         "judge": scoring.judge_name,
         "scoring_mode": args.scoring_mode,
-        "truncation": scoring.truncator.name,
+        "truncation": scoring.truncation,
         "tools": tools,
         "tools_not_offered": agent.registry.unavailable,
         "budget_s": config.budget.budget_s,
@@ -175,14 +197,12 @@ def run_manifest(
 
 
 def finished_manifest(
-    manifest: dict[str, Any], agent: Any, stats: Any, conversations: Any, t0: float
+    manifest: dict[str, Any], agent: Any, stats: Any, conversations: Any, t0: float, extra: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """run.json once the turns are done: the manifest with how they went, the caches' figures and the seconds."""
-    web_cache = None
-    if manifest["benchmark"] == "superglasses":  # imported only for a SuperGlasses run
-        from glasses_rag.superglasses.evaluate import open_web_stats
-
-        web_cache = open_web_stats()
+    """run.json once the turns are done: the manifest with how they went, the caches' figures (`extra`: the
+    benchmark's own, e.g. the open-web cache's) and the seconds."""
+    extra = extra or {}
+    web_cache = extra.get("web_cache")
     search = agent.resources.search
     return {
         **manifest,
@@ -195,11 +215,12 @@ def finished_manifest(
         "web_cache": web_cache,
         "seconds": round(time.time() - t0, 2),
         "load_report": conversations.report.model_dump() if hasattr(conversations, "report") else None,
+        **{k: v for k, v in extra.items() if k != "web_cache"},
     }
 
 
 def run_and_collect(
-    args: argparse.Namespace, agent: Any, conversations: Any, store: Any, scoring: Scoring, concurrency: int
+    args: argparse.Namespace, agent: Any, conversations: Any, store: Any, scoring: RunScorer, concurrency: int
 ) -> tuple[Any, list[Any]]:
     """Run every conversation; keep one compact scoring record per turn (the traces themselves are dropped)."""
     from glasses_rag.crag_mm.evaluate import TurnRecord, record_from_trace
@@ -233,7 +254,7 @@ def run_and_collect(
                 progress=progress,
                 on_turn=keep_record,
                 image_prep=args.image_prep,
-                history_answer=scoring.truncator.truncate,
+                history_answer=scoring.history_answer,
                 fingerprint=fingerprint,
             )
     finally:
@@ -258,6 +279,8 @@ def _run_in_workers(
 
     spec = WorkerSpec(
         config=agent.config,
+        index_dir=getattr(args, "default_index", None),
+        tool_profile=agent.tool_profile,
         task=args.task,
         out=store.dir.parent,
         run_id=agent.run_id,

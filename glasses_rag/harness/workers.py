@@ -42,7 +42,8 @@ from glasses_rag.core.credentials import scrub_log_handlers
 from glasses_rag.core.images import ImagePrep
 from glasses_rag.harness.runner import RunStats, distinct_session_ids, run_conversation
 from glasses_rag.retrieval.schema import Conversation
-from graph.config import AgentConfig
+from graph.config import DEFAULT_TOOL_PROFILE, AgentConfig
+from tools.registry import ToolProfile
 from traces.schema import TurnTrace
 from traces.store import TraceStore
 
@@ -59,6 +60,8 @@ class WorkerSpec(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
 
     config: AgentConfig
+    index_dir: Path | None = Field(None, description="The index the run's data comes with (build_agent's default).")
+    tool_profile: ToolProfile = Field(DEFAULT_TOOL_PROFILE, description="The benchmark's tools (build_agent's).")
     task: int
     out: Path = Field(description="Root of the run folders (TraceStore(out, run_id)).")
     run_id: str
@@ -129,7 +132,9 @@ def _worker_main(spec: WorkerSpec, conn: Connection) -> None:
     try:
         from graph.build import build_agent
 
-        agent = build_agent(spec.config, run_id=spec.run_id, task=spec.task)
+        agent = build_agent(
+            spec.config, run_id=spec.run_id, task=spec.task, index_dir=spec.index_dir, tool_profile=spec.tool_profile
+        )
         scorer, history_answer = spec.scoring() if spec.scoring is not None else (None, None)
         store = _WatchedStore(TraceStore(spec.out, spec.run_id), watch)
     except Exception as e:  # noqa: BLE001 - the parent reports it and ends the run

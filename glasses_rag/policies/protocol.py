@@ -14,7 +14,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from pydantic import BaseModel, Field
 
 from glasses_rag.text.nlp import IDK, is_abstention  # noqa: F401 - the agent's one abstention text and rule, re-exported
-from tools.base import Box, Fact, HistoryTurn, Hit
+from tools.base import HistoryTurn, ToolState
 
 
 class PolicyReplyError(Exception):
@@ -50,20 +50,23 @@ class StepSummary(BaseModel):
         "values), for policies that show each result where it came.",
     )
     parallel_with: str | None = Field(None, description="The call this one was decided together with.")
+    replaced: list[str] = Field(
+        default_factory=list, description="State fields the call overwrote instead of merging (its `Replace`)."
+    )
 
 
-class PolicyView(BaseModel):
+class PolicyView(ToolState):
+    """What a policy sees of a turn: what it was given, the tools offered, the steps done, the state so far (every
+    `tools.base.ToolState` field: evidence, crop, OCR text, sub-questions, facts, and any field added there) and
+    the budget left. Built from the turn's state by `graph.state.policy_view`, in the graph and in the training
+    export alike."""
+
     task: int
     question: str
     history: list[HistoryTurn] = Field(default_factory=list)
     has_image: bool
     tools: list[ToolSpec]
     done: list[StepSummary] = Field(default_factory=list)
-    evidence: list[Hit] = Field(default_factory=list)
-    crop: Box | None = None
-    ocr_text: str | None = None
-    sub_questions: list[str] = Field(default_factory=list)
-    facts: list[Fact] = Field(default_factory=list)
     remaining_steps: int
     remaining_s: float
 

@@ -1,6 +1,7 @@
-"""`LocalSearchIndex`: an embedded SearchBackend over the demo image KG and web corpus.
+"""`LocalSearchIndex`: an embedded SearchBackend over a local image KG and web corpus.
 
-It reads a folder in the demo layout (`kg.json` + images, `web.json`; see glasses_rag/crag_mm/content.py) and answers
+It reads a folder in the local index layout (`kg.json` + images, `web.json`; glasses_rag/crag_mm/content.py writes
+one for each question set) and answers
 with exactly the dicts of cragmm-search-pipeline's `UnifiedSearchPipeline`:
 
 * image_search -> [{index, score, url, entities: [{entity_name, entity_attributes}]}]
@@ -126,11 +127,11 @@ def chunk_page(page: dict[str, Any], max_words: int = 60) -> list[str]:
 
 
 class LocalSearchIndex:
-    """SearchBackend over a demo-layout folder (image KG + web pages), embedded in the process. Constructing it
-    reads the folder and never builds one: prepare the data first (glasses_rag.retrieval.search.prepare_search).
+    """SearchBackend over a local index folder (image KG + web pages), embedded in the process. Constructing it
+    reads the folder and never builds one: prepare the data first (the CRAG-MM demo's: glasses_rag.crag_mm.demo).
 
     Args:
-        root: the index folder (kg.json, web.json, kg_images/); None: the demo's (data/demo/), already built.
+        root: the index folder (kg.json, web.json, kg_images/).
         image_embedder: embeds photos and KG images (default: the heuristic embedder).
         text_embedder: embeds page chunks and queries (default: loaded from `text_embedder_path` on first use).
         cache: keep embedding matrices under `root/cache/`.
@@ -138,28 +139,23 @@ class LocalSearchIndex:
 
     Example::
 
-        prepare_search(SearchConfig())  # builds data/demo/ once
-        index = LocalSearchIndex(demo_paths().root)
+        index = LocalSearchIndex(ensure_demo().root)  # glasses_rag.crag_mm.demo builds data/demo/ once
         index.web_search("eiffel tower height", k=3)
     """
 
     def __init__(
         self,
-        root: str | Path | None = None,
+        root: str | Path,
         image_embedder=None,
         text_embedder=None,
         cache: bool = True,
         text_embedder_path: str | Path | None = None,
     ):
-        if root is None:
-            from glasses_rag.crag_mm.demo import demo_paths
-
-            root = demo_paths().root
         if not Path(root).is_dir():
             raise FileNotFoundError(
-                f"local search index folder {root} does not exist: prepare the data first "
-                f"(glasses_rag.retrieval.search.prepare_search; the demo's: python -m "
-                f"glasses_rag.crag_mm.demo), or give the folder of an index (--index-dir)"
+                f"local search index folder {root} does not exist: prepare the data first (a benchmark's comes "
+                f"with its data; the demo's: python -m glasses_rag.crag_mm.demo), or give the folder of an index "
+                f"(--index-dir)"
             )
         self.root = Path(root)
         self.cache_dir = self.root / "cache"
@@ -333,13 +329,3 @@ class LocalSearchIndex:
         self.image_matrix()
         self.text_matrix()
         return self
-
-
-def make_demo_search(root: Path | None = None, clip_path: Path | None = None) -> LocalSearchIndex:
-    """The demo benchmark prepared (built unless up to date), then its index constructed (heuristic or CLIP image
-    embeddings + MiniLM)."""
-    from glasses_rag.crag_mm.demo import ensure_demo
-    from glasses_rag.models.image_embedder import make_image_embedder
-
-    paths = ensure_demo(root)
-    return LocalSearchIndex(paths.root, image_embedder=make_image_embedder(clip_path))

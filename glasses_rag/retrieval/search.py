@@ -1,12 +1,11 @@
 """Search backends from a configuration, and adapters for the official pipeline.
 
-`make_search(SearchConfig, ModelPaths)` builds the backend the tools call: the embedded local index (the
-demo's or any folder in its layout), the official `cragmm-search-pipeline` over local ChromaDB folders,
-or none. Constructing a backend never prepares data: `prepare_search(SearchConfig)` is the step before it that
-builds the demo's index when the configuration searches it (the CLI and `graph.build.build_agent` call it first).
-`as_search_backend` wraps whatever the official harness hands the agent (a `UnifiedSearchPipeline` or any callable
-with its calling convention). Every backend returns results in the official dict layout
-(glasses_rag.retrieval.schema).
+`make_search(SearchConfig, ModelPaths)` builds the backend the tools call: the embedded local index (any folder in
+its layout), the official `cragmm-search-pipeline` over local ChromaDB folders, or none. Constructing a backend never
+prepares data: a benchmark's data, and the index that comes with it, is prepared before (by the run harness, from
+the benchmark's spec), and a missing folder is an error that says so. `as_search_backend` wraps whatever the
+official harness hands the agent (a `UnifiedSearchPipeline` or any callable with its calling convention). Every
+backend returns results in the official dict layout (glasses_rag.retrieval.schema).
 """
 
 from __future__ import annotations
@@ -26,12 +25,13 @@ class SearchConfig(BaseModel):
 
     backend: Literal["local", "cragmm", "none"] = Field(
         "local",
-        description="'local': the embedded index (the demo's or "
-        "index_dir); 'cragmm': the official cragmm-search-pipeline; "
+        description="'local': the embedded index (index_dir, else the "
+        "index the run's data comes with); 'cragmm': the official cragmm-search-pipeline; "
         "'none': no retrieval.",
     )
-    index_dir: Path | None = Field(None, description="Local index folder (kg.json, web.json, kg_images/).")
-    demo_dir: Path | None = Field(None, description="Where the demo benchmark is generated (default data/demo).")
+    index_dir: Path | None = Field(
+        None, description="Local index folder (kg.json, web.json, kg_images/); default: the one the data comes with."
+    )
     cragmm_image_index: Path | None = Field(None, description="ChromaDB folder with the 'image_embeddings' collection.")
     cragmm_web_index: Path | None = Field(
         None, description="ChromaDB folder with the 'web_search_embeddings' collection."
@@ -44,33 +44,9 @@ class SearchConfig(BaseModel):
     cache_entries: int = Field(1024, ge=1)
 
 
-def prepare_search(cfg: SearchConfig) -> Path | None:
-    """Prepare the data the configured backend reads: the demo's index (data/demo/, or `cfg.demo_dir`), built unless
-    up to date, when the local backend is given no `index_dir`. The folder it prepared, or None (nothing to do).
-
-    Args:
-        cfg: the search configuration `make_search` will construct the backend from.
-
-    Example::
-
-        prepare_search(cfg)
-        backend = make_search(cfg)
-    """
-    if cfg.backend != "local" or cfg.index_dir is not None:
-        return None
-    from glasses_rag.crag_mm.demo import ensure_demo
-
-    return ensure_demo(cfg.demo_dir).root
-
-
-def local_index_dir(cfg: SearchConfig) -> Path:
-    """The folder the local backend reads: `cfg.index_dir`, else the demo's (which `prepare_search` builds)."""
-    from glasses_rag.crag_mm.demo import demo_paths
-
-    return cfg.index_dir or demo_paths(cfg.demo_dir).root
-
-
-def make_search(cfg: SearchConfig, models: ModelPaths | None = None, web: bool = True) -> Any:
+def make_search(
+    cfg: SearchConfig, models: ModelPaths | None = None, web: bool = True, index_dir: Path | None = None
+) -> Any:
     """The configured backend (wrapped in the two-level cache unless `cfg.cache` is off), over data already
     prepared: a missing folder is a FileNotFoundError that says how to prepare it, never a build.
 
@@ -78,6 +54,8 @@ def make_search(cfg: SearchConfig, models: ModelPaths | None = None, web: bool =
         cfg: which backend and where its data is.
         models: model folders (CLIP, text embedder) the local index uses.
         web: False for task 1 (image search only): the official pipeline is built without its web index.
+        index_dir: the local index when `cfg.index_dir` names none: the one the run's data comes with (a
+            benchmark's default data, prepared by the harness).
 
     Example::
 
@@ -86,13 +64,13 @@ def make_search(cfg: SearchConfig, models: ModelPaths | None = None, web: bool =
     """
     from glasses_rag.retrieval.cache import CachedSearch
 
-    backend = _backend(cfg, models or ModelPaths(), web)
+    backend = _backend(cfg, models or ModelPaths(), web, index_dir)
     if isinstance(backend, NullSearch):  # nothing to cache (a header saying "cached(none)" misleads)
         return backend
     return CachedSearch(backend, max_entries=cfg.cache_entries) if cfg.cache else backend
 
 
-def _backend(cfg: SearchConfig, models: ModelPaths, web: bool) -> Any:
+def _backend(cfg: SearchConfig, models: ModelPaths, web: bool, index_dir: Path | None) -> Any:
     if cfg.backend == "none":
         return NullSearch()
     if cfg.backend == "cragmm":
@@ -113,8 +91,14 @@ def _backend(cfg: SearchConfig, models: ModelPaths, web: bool) -> Any:
     from glasses_rag.models.image_embedder import make_image_embedder
     from glasses_rag.retrieval.local_search import LocalSearchIndex
 
+    folder = cfg.index_dir or index_dir
+    if folder is None:
+        raise ValueError(
+            "the local search backend has no index folder: give one (--index-dir, SearchConfig.index_dir), or "
+            "run on a benchmark's data, which comes with its index (python -m graph.run prepares it)"
+        )
     return LocalSearchIndex(
-        local_index_dir(cfg), image_embedder=make_image_embedder(models.clip), text_embedder_path=models.text_embedder
+        folder, image_embedder=make_image_embedder(models.clip), text_embedder_path=models.text_embedder
     )
 
 

@@ -51,10 +51,11 @@ from glasses_rag.policies.protocol import IDK, PolicyView, StepSummary, ToolSpec
 from glasses_rag.policies.self_check import lexical_support
 from glasses_rag.superglasses.logs import IMAGE, NOT_DISPATCHED, TEXT, SGLog, import_logs, read_run
 from glasses_rag.training.photos import sent_photos, with_photo_files
-from graph.state import tool_spec
+from graph.state import policy_view, tool_spec
 from tools import default_registry
-from tools.base import HistoryTurn, Hit, field_adapter
+from tools.base import HistoryTurn, Hit, ToolState, apply_update, field_adapter
 from tools.image_search import NO_MATCH
+from tools.registry import ToolProfile
 from tools.web_search import NO_PAGES
 from traces.schema import AnswerEvent, ToolCallEvent, TurnTrace
 
@@ -84,7 +85,11 @@ class ExportOptions(BaseModel):
     keep_all: bool = Field(False, description="Ignore the scores: every turn as the teacher answered it.")
     abstentions: bool = Field(True, description="Keep the teacher's \"I don't know\" turns as abstention examples.")
     tools: list[str] | None = Field(None, description="The tools the model is offered (default: the task's).")
-    profile: str = Field("crag-mm", description="The tools' benchmark profile (graph.config.ToolsConfig.profile).")
+    profile: str | ToolProfile = Field(
+        "crag-mm",
+        description="The tools' benchmark profile: a built-in benchmark's by name (graph.config.ToolsConfig.profile), "
+        "or a ToolProfile.",
+    )
     sees_images: bool = Field(False, description="The model sees the photo (a VLM); False: text-only prompts.")
     budget_s: float | None = Field(None, description="The budget the prompt states (default: the trace's).")
     policy: dict[str, Any] = Field(
@@ -142,7 +147,20 @@ def policy_for(opts: ExportOptions) -> ModelPolicy:
 
 
 def task_tools(task: int, opts: ExportOptions) -> list[ToolSpec]:
-    return [tool_spec(t) for t in default_registry().for_task(task, opts.tools, opts.profile)]
+    return [tool_spec(t) for t in default_registry().for_task(task, opts.tools, tool_profile(opts.profile))]
+
+
+def tool_profile(profile: str | ToolProfile) -> ToolProfile:
+    """A built-in benchmark's tool profile by its name (a ToolProfile as it is)."""
+    from glasses_rag.crag_mm.spec import BENCHMARK as CRAG_MM
+    from glasses_rag.superglasses.spec import BENCHMARK as SUPERGLASSES
+
+    if isinstance(profile, ToolProfile):
+        return profile
+    known = {b.tools.name: b.tools for b in (CRAG_MM, SUPERGLASSES)}
+    if profile not in known:
+        raise ValueError(f"unknown tool profile {profile!r}: one of {', '.join(known)}, or a ToolProfile")
+    return known[profile]
 
 
 # ---- completions ------------------------------------------------------------------------------------------------
@@ -220,6 +238,7 @@ def summary_of(ev: ToolCallEvent) -> StepSummary:
         error=error,
         update=update,
         parallel_with=ev.parallel_with,
+        replaced=[name for name in ev.replaced if name in update],
     )
 
 
@@ -241,17 +260,29 @@ def label(trace: TurnTrace, opts: ExportOptions) -> tuple[str, str] | None:
 def turn_view(
     trace: TurnTrace, history: list[HistoryTurn], tools: list[ToolSpec], done: list[StepSummary], opts: ExportOptions
 ) -> PolicyView:
-    """The view the policy had before its decision number len(done) (the budget as the turn started)."""
-    return PolicyView(
-        task=trace.task,
-        question=trace.question,
-        history=history,
-        has_image=trace.has_image,
-        tools=tools,
-        done=done,
-        remaining_steps=max(0, trace.max_steps - len(done)),
-        remaining_s=opts.budget_s or trace.budget_s,
+    """The view the policy had before its decision number len(done), rendered as the graph renders it
+    (`graph.state.policy_view`) from the same record: the state the calls done wrote (`state_after`), the budget
+    as the turn started."""
+    return policy_view(
+        trace.task,
+        trace.question,
+        history,
+        trace.has_image,
+        tools,
+        state_after(done),
+        done,
+        max(0, trace.max_steps - len(done)),
+        opts.budget_s or trace.budget_s,
     )
+
+
+def state_after(done: list[StepSummary]) -> ToolState:
+    """The turn's state after the calls `done`: their recorded updates folded by the state fields' own reducers
+    (tools.base.apply_update), as LangGraph folded them in the graph."""
+    state = ToolState()
+    for step in done:
+        state = apply_update(state, step.update, step.replaced)
+    return state
 
 
 def examples_from_trace(
