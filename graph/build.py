@@ -122,6 +122,7 @@ def build_agent(
         >>> from glasses_rag.policies.protocol import ScriptedPolicy
         >>> from glasses_rag.retrieval.search import NullSearch
         >>> from graph.agent import TurnInput
+        >>> from graph.build import AgentConfig, ToolRegistry, build_agent
         >>> from tools import Fact, ToolContext, ToolOutput, tool
         >>> @tool(writes={"facts"})
         ... def echo(ctx: ToolContext, text: str) -> ToolOutput:
