@@ -21,7 +21,7 @@ from graph.flow import build_graph
 from graph.state import AgentState, TurnContext
 from tools.base import HistoryTurn
 from tools.registry import ToolProfile, ToolRegistry
-from traces.schema import FinalEvent, ImageInfo, StepError, TokenTotals, TurnTrace, sequential_rounds
+from traces.schema import ErrorKind, FinalEvent, ImageInfo, StepError, TokenTotals, TurnTrace, sequential_rounds
 
 # The state fields the trace is built from. A turn streams only these, and only as values (graph.invoke streams each
 # step's updates as well, to look for interrupts, which this graph never raises; its version="v2" rebuilds the state
@@ -114,7 +114,24 @@ class Agent:
         if len(question) > b.max_question_chars:
             notes.append(f"question cut from {len(question)} to {b.max_question_chars} characters")
             question = question[: b.max_question_chars]
-        base = dict(
+        base = self._trace_fields(inp, notes)
+        if not question:
+            return error_trace(base, "bad_input", "empty question", 0.0)
+        ctx = self._context(inp, question)
+        t0 = time.perf_counter()
+        try:
+            final = self._run_graph(ctx, inp.session_id)
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - a turn never crashes the run (sys.exit in a tool included)
+            msg = f"{type(e).__name__}: {e}"[:2000]
+            return error_trace(base, "graph_error", msg, round((time.perf_counter() - t0) * 1000, 3))
+        finally:
+            ctx.scope.cancel()  # whatever is still in flight for this turn (abandoned calls) is cancelled now
+        return finished_trace(base, final, round((time.perf_counter() - t0) * 1000, 3))
+
+    def _trace_fields(self, inp: TurnInput, notes: list[str]) -> dict[str, Any]:
+        """What every trace of this turn says whatever happens: the turn, the agent, its budget."""
+        b = self.config.budget
+        return dict(
             run_id=self.run_id,
             task=inp.task,
             session_id=inp.session_id,
@@ -131,20 +148,11 @@ class Agent:
             notes=notes,
             history=inp.history,
         )
-        if not question:
-            event = FinalEvent(
-                answer=IDK, decision="abstain", error=StepError(kind="bad_input", message="empty question")
-            )
-            return TurnTrace(
-                **base,
-                steps=[event],
-                answer=IDK,
-                abstained=True,
-                ended_by="error",
-                latency_ms=0.0,
-                error="empty question",
-            )
-        ctx = TurnContext(
+
+    def _context(self, inp: TurnInput, question: str) -> TurnContext:
+        """The turn's runtime (LangGraph's `context`): what is not state."""
+        b = self.config.budget
+        return TurnContext(
             task=inp.task,
             question=question,
             image=inp.image,
@@ -161,58 +169,57 @@ class Agent:
             scope=CancelScope(),
             profile=self.tool_profile,
         )
-        t0 = time.perf_counter()
-        try:
-            with scope(ctx.scope), affinity(inp.session_id):  # one conversation stays on one model replica
-                values = deque(
-                    self.graph.stream(
-                        AgentState(),
-                        context=ctx,
-                        output_keys=TURN_OUTCOME,
-                        stream_mode="values",
-                        config={"recursion_limit": b.graph_recursion_limit},
-                    ),
-                    maxlen=1,
-                )
-            final = AgentState.model_validate(values[-1])  # the last values streamed are the final state
-        except (Exception, SystemExit) as e:  # noqa: BLE001 - a turn never crashes the run (sys.exit in a tool included)
-            msg = f"{type(e).__name__}: {e}"[:2000]
-            event = FinalEvent(answer=IDK, decision="abstain", error=StepError(kind="graph_error", message=msg))
-            return TurnTrace(
-                **base,
-                steps=[event],
-                answer=IDK,
-                abstained=True,
-                ended_by="error",
-                latency_ms=round((time.perf_counter() - t0) * 1000, 3),
-                error=msg,
+
+    def _run_graph(self, ctx: TurnContext, session_id: str) -> AgentState:
+        """The graph run to its end under the turn's cancel scope; the final state."""
+        with scope(ctx.scope), affinity(session_id):  # one conversation stays on one model replica
+            values = deque(
+                self.graph.stream(
+                    AgentState(),
+                    context=ctx,
+                    output_keys=TURN_OUTCOME,
+                    stream_mode="values",
+                    config={"recursion_limit": self.config.budget.graph_recursion_limit},
+                ),
+                maxlen=1,
             )
-        finally:
-            ctx.scope.cancel()  # whatever is still in flight for this turn (abandoned calls) is cancelled now
-        answer = final.final_answer or IDK
-        conf = final.verdict.confidence if final.verdict else (final.draft.confidence if final.draft else None)
-        steps = [s if s.index == i else s.model_copy(update={"index": i}) for i, s in enumerate(final.steps)]
-        calls = [c for s in steps for c in s.model_calls]
-        tokens = TokenTotals(
-            calls=len(calls),
-            sequential_calls=sequential_rounds(calls),
-            prompt_tokens=sum(c.prompt_tokens or 0 for c in calls),
-            completion_tokens=sum(c.completion_tokens or 0 for c in calls),
-            calls_without_usage=sum(c.prompt_tokens is None and c.completion_tokens is None for c in calls),
-        )
-        abstained = is_abstention(answer)
-        return TurnTrace(
-            **base,
-            steps=steps,
-            answer=answer,
-            abstained=abstained,
-            confidence=None if conf is None else round(float(conf), 4),
-            ended_by=final.ended_by or "answer",
-            latency_ms=round((time.perf_counter() - t0) * 1000, 3),
-            tokens=tokens,
-            entity=final.draft.entity if final.draft and not abstained else None,
-            error=unreachable_error(calls),
-        )
+        return AgentState.model_validate(values[-1])  # the last values streamed are the final state
+
+
+def error_trace(base: dict[str, Any], kind: ErrorKind, message: str, latency_ms: float) -> TurnTrace:
+    """The trace of a turn that could not run (empty question, the graph failed): "I don't know" and the error."""
+    event = FinalEvent(answer=IDK, decision="abstain", error=StepError(kind=kind, message=message))
+    return TurnTrace(
+        **base, steps=[event], answer=IDK, abstained=True, ended_by="error", latency_ms=latency_ms, error=message
+    )
+
+
+def finished_trace(base: dict[str, Any], final: AgentState, latency_ms: float) -> TurnTrace:
+    """The trace of a turn the graph ran to its end: its steps (indexed in order), answer, confidence, tokens."""
+    answer = final.final_answer or IDK
+    conf = final.verdict.confidence if final.verdict else (final.draft.confidence if final.draft else None)
+    steps = [s if s.index == i else s.model_copy(update={"index": i}) for i, s in enumerate(final.steps)]
+    calls = [c for s in steps for c in s.model_calls]
+    tokens = TokenTotals(
+        calls=len(calls),
+        sequential_calls=sequential_rounds(calls),
+        prompt_tokens=sum(c.prompt_tokens or 0 for c in calls),
+        completion_tokens=sum(c.completion_tokens or 0 for c in calls),
+        calls_without_usage=sum(c.prompt_tokens is None and c.completion_tokens is None for c in calls),
+    )
+    abstained = is_abstention(answer)
+    return TurnTrace(
+        **base,
+        steps=steps,
+        answer=answer,
+        abstained=abstained,
+        confidence=None if conf is None else round(float(conf), 4),
+        ended_by=final.ended_by or "answer",
+        latency_ms=latency_ms,
+        tokens=tokens,
+        entity=final.draft.entity if final.draft and not abstained else None,
+        error=unreachable_error(calls),
+    )
 
 
 def unreachable_error(calls: list[Any]) -> str | None:

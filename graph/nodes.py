@@ -72,72 +72,83 @@ def plan(state: AgentState, runtime: Runtime[TurnContext]) -> Command:
         return _stop(state, "time_budget", f"{budget.budget_s:g}s turn budget nearly spent")
     t0 = time.perf_counter()
     with collect_model_calls() as calls:
-        try:
-            decision = run_with_deadline(
-                lambda: ctx.policy.decide(ctx.view(state), ctx.image),
-                usable,
-                ctx.scope,
-                inline=not blocking(ctx.policy),
-            )
-            if not isinstance(decision, Decision):
-                decision = Decision.model_validate(decision)
-        except CallTimeout as e:
-            return _stop(
-                state,
-                "time_budget",
-                "the policy did not decide in time",
-                error=_error("timeout", e),
-                policy_ms=_ms(t0),
-                model_calls=calls,
-            )
-        except Exception as e:  # noqa: BLE001 - an unparseable reply or a broken policy: the turn still answers
-            return _stop(
-                state,
-                "error",
-                "the policy failed; answering with what was gathered",
-                error=_error("policy_error", e),
-                policy_ms=_ms(t0),
-                model_calls=calls,
-            )
-    if decision.action == "answer" or not decision.tool:
-        event = PlanEvent(
-            index=_index(state),
-            decision="answer",
-            reason=decision.rationale,
-            needs_retrieval=decision.needs_retrieval,
+        decided = _decide(state, ctx, usable, t0, calls)
+    if isinstance(decided, Command):  # the policy failed or ran out of time: the turn goes to its answer
+        return decided
+    if decided.action == "answer" or not decided.tool:
+        return _answer_now(state, decided, _ms(t0), calls)
+    return Command(goto="tools", update={"pending": _pending(state, decided, budget, _ms(t0), calls)})
+
+
+def _decide(
+    state: AgentState, ctx: TurnContext, usable: float, t0: float, calls: list[ModelCall]
+) -> Decision | Command:
+    """The policy's decision within `usable` seconds, or the stop (a Command) when it failed or timed out."""
+    try:
+        decision = run_with_deadline(
+            lambda: ctx.policy.decide(ctx.view(state), ctx.image), usable, ctx.scope, inline=not blocking(ctx.policy)
+        )
+        return decision if isinstance(decision, Decision) else Decision.model_validate(decision)
+    except CallTimeout as e:
+        return _stop(
+            state,
+            "time_budget",
+            "the policy did not decide in time",
+            error=_error("timeout", e),
             policy_ms=_ms(t0),
             model_calls=calls,
-            answer_included=decision.answer is not None,
         )
-        # a decision that carries its answer saves the answer step's round trip
-        return Command(
-            goto="answer", update={"steps": [event], "pending": None, "ended_by": "answer", "draft": decision.answer}
+    except Exception as e:  # noqa: BLE001 - an unparseable reply or a broken policy: the turn still answers
+        return _stop(
+            state,
+            "error",
+            "the policy failed; answering with what was gathered",
+            error=_error("policy_error", e),
+            policy_ms=_ms(t0),
+            model_calls=calls,
         )
-    room = budget.parallel_room(len(state.done))  # parallel calls count against the step limit too
-    extra = (
-        [
-            PendingCall(
-                call=ToolCall(tool=p.tool, arguments=p.arguments or {}),
-                sub_question=p.sub_question,
-                needs_retrieval=decision.needs_retrieval,
-                rationale=f"in parallel with {decision.tool}",
-                parallel_with=decision.tool,
-            )
-            for p in decision.parallel[: max(0, room)]
-        ]
-        if decision.parallel
-        else []
+
+
+def _answer_now(state: AgentState, decision: Decision, policy_ms: float, calls: list[ModelCall]) -> Command:
+    """The policy answers: to `answer`, with the draft a decision may carry (it saves the answer step's round trip)."""
+    event = PlanEvent(
+        index=_index(state),
+        decision="answer",
+        reason=decision.rationale,
+        needs_retrieval=decision.needs_retrieval,
+        policy_ms=policy_ms,
+        model_calls=calls,
+        answer_included=decision.answer is not None,
     )
-    pending = PendingCall(
-        call=ToolCall(tool=decision.tool, arguments=decision.arguments or {}),
+    return Command(
+        goto="answer", update={"steps": [event], "pending": None, "ended_by": "answer", "draft": decision.answer}
+    )
+
+
+def _pending(
+    state: AgentState, decision: Decision, budget: Any, policy_ms: float, calls: list[ModelCall]
+) -> PendingCall:
+    """The call(s) the policy chose, those decided in parallel cut to the room the step limit leaves."""
+    room = budget.parallel_room(len(state.done))  # parallel calls count against the step limit too
+    extra = [
+        PendingCall(
+            call=ToolCall(tool=p.tool, arguments=p.arguments or {}),
+            sub_question=p.sub_question,
+            needs_retrieval=decision.needs_retrieval,
+            rationale=f"in parallel with {decision.tool}",
+            parallel_with=decision.tool,
+        )
+        for p in (decision.parallel or [])[: max(0, room)]
+    ]
+    return PendingCall(
+        call=ToolCall(tool=decision.tool or "", arguments=decision.arguments or {}),
         parallel=extra,
         sub_question=decision.sub_question,
         needs_retrieval=decision.needs_retrieval,
         rationale=decision.rationale,
-        policy_ms=_ms(t0),
+        policy_ms=policy_ms,
         model_calls=calls,
     )
-    return Command(goto="tools", update={"pending": pending})
 
 
 def blocking(obj: Any) -> bool:

@@ -418,36 +418,29 @@ def _v1_error(err: Any) -> dict | None:
     return {"kind": kind, "message": msg} if kind in _V1_KINDS else {"kind": "graph_error", "message": f"{kind}: {msg}"}
 
 
+def _v1_tool_call(s: dict[str, Any]) -> dict[str, Any]:
+    """A 1.0 'act' step's fields as a 2.0 tool call event's."""
+    copied = ("sub_question", "search_keywords", "needs_retrieval", "rationale", "method", "summary")
+    written = (("evidence", s.get("results")), ("crop", s.get("detected_box")), ("ocr_text", s.get("ocr_text")))
+    return {
+        "node": "tool_call",
+        "tool": s.get("tool") or "",
+        "arguments": s.get("arguments") or {},
+        **{k: s.get(k) for k in copied},
+        "results": s.get("results") or [],
+        "detected_box": s.get("detected_box"),
+        "ocr_text": s.get("ocr_text"),
+        "policy_ms": s.get("policy_ms"),
+        "latency_ms": s.get("latency_ms") or 0.0,
+        "wrote": [k for k, v in written if v],
+    }
+
+
 def _v1_step(s: dict[str, Any]) -> dict[str, Any]:
     node, decision = s.get("node"), str(s.get("decision") or "")
     base = {"index": s.get("index", 0), "error": _v1_error(s.get("error"))}
     if node == "act":
-        return {
-            **base,
-            "node": "tool_call",
-            "tool": s.get("tool") or "",
-            "arguments": s.get("arguments") or {},
-            "sub_question": s.get("sub_question"),
-            "search_keywords": s.get("search_keywords"),
-            "needs_retrieval": s.get("needs_retrieval"),
-            "rationale": s.get("rationale"),
-            "method": s.get("method"),
-            "summary": s.get("summary"),
-            "results": s.get("results") or [],
-            "detected_box": s.get("detected_box"),
-            "ocr_text": s.get("ocr_text"),
-            "policy_ms": s.get("policy_ms"),
-            "latency_ms": s.get("latency_ms") or 0.0,
-            "wrote": [
-                k
-                for k, v in (
-                    ("evidence", s.get("results")),
-                    ("crop", s.get("detected_box")),
-                    ("ocr_text", s.get("ocr_text")),
-                )
-                if v
-            ],
-        }
+        return {**base, **_v1_tool_call(s)}
     if node == "answer":
         return {
             **base,

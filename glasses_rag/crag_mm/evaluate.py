@@ -42,6 +42,7 @@ from pydantic import BaseModel, Field
 
 from glasses_rag.core.credentials import public_url
 from glasses_rag.core.files import write_atomic
+from glasses_rag.crag_mm.report_notes import report_notes
 from glasses_rag.crag_mm.scoring import (
     DEFAULT_MODE,
     IdkRule,
@@ -392,97 +393,6 @@ def _slice_value(t: ScoredTurn, key: str) -> str:
     return "unknown" if v is None or v == "" else str(v)
 
 
-def _notes(
-    m: ScoringMode,
-    rule: str,
-    judge: Judge | None,
-    judge_name: str,
-    truncator: Truncator,
-    turns: list[ScoredTurn],
-    overall: Metrics,
-    ego: Metrics | None,
-) -> list[str]:
-    n_double = sum(t.is_correct and t.is_miss for t in turns)
-    n_stopped = sum(t.early_stopped for t in turns)
-    n_stop_flip = sum(t.early_stopped and t.is_correct for t in turns)
-    n_error = sum(t.judge_status == "error" for t in turns)
-    n_unparse = sum(t.judge_status == "unparseable" for t in turns)
-    n_noverdict = sum(t.judge_status == "no-verdict" for t in turns)
-    notes = [f"mode {m.name}: reproduces {m.reproduces}"]
-    desc = getattr(truncator, "description", None)
-    notes.append(desc or f"75-token truncation: {truncator.name}")
-    if "approx" in truncator.name:
-        notes.append("75-token truncation approximated without the official Llama tokenizer (whitespace-approx(75))")
-    if rule == "kddcup2025":
-        notes.append(
-            'idk rule kddcup2025: "i don\'t know" substring of response.lower() (ASCII apostrophe only; '
-            '"I do not know" and a curly apostrophe are not misses)'
-        )
-    else:
-        notes.append(
-            'idk rule crag-mm-release: "i dont know" or "i do not know" in the response lower-cased with '
-            "every character outside [a-z0-9 whitespace] removed"
-        )
-    if rule != m.idk_rule:
-        notes.append(f"idk rule {rule} overrides the mode's own rule ({m.idk_rule}): not what the official code does")
-    notes.append(
-        "exact match (strip().lower() equality) and the idk test are independent flags; the judge is asked "
-        f'only when neither is set: {n_double} exact-match turn(s) containing "i don\'t know" counted as '
-        "BOTH correct and missing (hallucination = total - correct - missing)"
-    )
-    if m.counts_after_early_stop:
-        notes.append(
-            f"multi-turn early stop applied BEFORE counting (all metrics): after two consecutive not-correct "
-            f"turns every later turn of the conversation counts as missing ({n_stopped} turn(s) overridden, "
-            f"{n_stop_flip} of them originally correct)"
-        )
-    else:
-        notes.append(
-            f"counts (accuracy, missing, hallucination, truthfulness, exact match) taken BEFORE the multi-turn "
-            f"early stop; only multi_turn_score reflects it ({n_stopped} turn(s) overridden there)"
-        )
-    notes.append(
-        "truthfulness = (2*correct + missing)/total - 1, forced to 0.0 when total <= 1 "
-        f"(official `if total > 1 else 0.0`){'; applied: overall has a single turn' if overall.total == 1 else ''}"
-    )
-    notes.append(
-        "multi_turn_score = unweighted mean over conversations of mean(correct) - mean(not correct and not "
-        "missing), after the early stop"
-    )
-    notes.append(
-        "egocentric = conversations without an image URL, scored separately with the same function "
-        "(early stop inside the subset)"
-        + ("" if ego is not None else "; none here (the official code would print NaN)")
-    )
-    notes.append(
-        "slices other than egocentric are not official: same formulas over each conversation's early-stopped flags"
-    )
-    if judge is None:
-        notes.append(
-            "no judge: only exact matches are correct; every other non-idk turn is a hallucination "
-            "(official --eval-model None)"
-        )
-    elif "approx" in judge_name:
-        notes.append("judge is the offline rule-judge (approximate): not the official LLM judge")
-    else:
-        notes.append(
-            f"judge {judge_name}: no verdict (server failure after the retries of the shared client, a refusal, "
-            f"an empty reply) counts as a hallucination, as officially; an unparseable verdict: "
-            f"{m.unparseable_verdict}"
-        )
-    judge_mode = getattr(getattr(judge, "mode", None), "name", None)
-    if judge_mode and judge_mode != m.name:
-        notes.append(f"the LLM judge uses the {judge_mode} prompt while counting follows {m.name}")
-    if n_error or n_noverdict:
-        notes.append(
-            f"{n_error + n_noverdict} judge call(s) gave no verdict (server failure after the shared client's "
-            "retries, a refusal or an empty reply): counted as hallucinations, as officially"
-        )
-    if n_unparse:
-        notes.append(f"{n_unparse} unparseable judge verdict(s): {m.unparseable_verdict}")
-    return notes
-
-
 def evaluate(
     records: Iterable[TurnRecord],
     judge: Judge | None = None,
@@ -523,7 +433,7 @@ def evaluate(
         slices=slices,
         skipped_no_ground_truth=skipped,
         turns=turns if keep_turns else [],
-        notes=_notes(m, rule, judge, judge_name, truncator, turns, overall, ego),
+        notes=report_notes(m, rule, judge, judge_name, truncator, turns, overall, ego),
     )
 
 

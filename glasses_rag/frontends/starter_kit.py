@@ -224,6 +224,15 @@ def agent_config(
     return AgentConfig.model_validate(data)
 
 
+def trace_store(trace_dir: str | Path | None, run_id: str) -> Any:
+    """Where the adapter writes its turns' traces (a TraceStore), or None when not asked to."""
+    if trace_dir is None:
+        return None
+    from traces.store import TraceStore
+
+    return TraceStore(Path(trace_dir), run_id)
+
+
 class GlassesRAGAgent(BaseAgent):  # type: ignore[misc,valid-type]  # the kit's class when installed
     """This repo's LangGraph agent behind the starter kit's BaseAgent interface.
 
@@ -273,9 +282,6 @@ class GlassesRAGAgent(BaseAgent):  # type: ignore[misc,valid-type]  # the kit's 
         task = task if task is not None else harness_task()
         if task is not None and task not in (1, 2, 3):
             raise ValueError(f"task must be 1, 2, 3 or None, not {task!r}")
-        from glasses_rag.harness.benchmarks import tool_profile_named
-        from graph.build import build_agent
-
         self.task = task
         self.batch_size = int(min(MAX_BATCH_SIZE, max(MIN_BATCH_SIZE, batch_size)))
         self.max_workers = max(1, max_workers or self.batch_size)
@@ -294,8 +300,23 @@ class GlassesRAGAgent(BaseAgent):  # type: ignore[misc,valid-type]  # the kit's 
         )
         self.budget_s = self.config.budget.budget_s
         self.run_id = run_id or f"starter-kit-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
-        # The same wiring as the CLI: one build_agent, one configuration (search cache, warm-up, thresholds).
-        self.agent = build_agent(
+        self.agent = self._build(search_pipeline, policy, task)
+        self.search = self.agent.resources.search
+        self.web_enabled = pipeline_has_web(self.search) if task is None else task >= 2
+        self.policy = self.agent.policy
+        self.store = trace_store(trace_dir, self.run_id)
+        self._convs: OrderedDict[str, _Conversation] = OrderedDict()
+        self._max_conversations = max_conversations
+        self._lock = threading.Lock()
+        self.last_inputs: list[Any] = []  # the TurnInputs of the latest batch (None where building one failed)
+        self.last_traces: list[Any] = []  # the TurnTraces of the latest batch (None where the item failed)
+
+    def _build(self, search_pipeline: Any, policy: Any, task: int | None) -> Any:
+        """The same wiring as the CLI: one build_agent, one configuration (search cache, warm-up, thresholds)."""
+        from glasses_rag.harness.benchmarks import tool_profile_named
+        from graph.build import build_agent
+
+        return build_agent(
             self.config,
             search=search_pipeline if search_pipeline is not None else NullSearch(),
             policy=policy if policy is not None and not isinstance(policy, (str, Path)) else None,
@@ -303,19 +324,6 @@ class GlassesRAGAgent(BaseAgent):  # type: ignore[misc,valid-type]  # the kit's 
             task=task,  # its grammars prepared at warm-up (every task's when the turns infer it)
             tool_profile=tool_profile_named(self.config.tools.profile),  # a run.json's, e.g. SuperGlasses'
         )
-        self.search = self.agent.resources.search
-        self.web_enabled = pipeline_has_web(self.search) if task is None else task >= 2
-        self.policy = self.agent.policy
-        self.store = None
-        if trace_dir is not None:
-            from traces.store import TraceStore
-
-            self.store = TraceStore(Path(trace_dir), self.run_id)
-        self._convs: OrderedDict[str, _Conversation] = OrderedDict()
-        self._max_conversations = max_conversations
-        self._lock = threading.Lock()
-        self.last_inputs: list[Any] = []  # the TurnInputs of the latest batch (None where building one failed)
-        self.last_traces: list[Any] = []  # the TurnTraces of the latest batch (None where the item failed)
 
     # ---- the official interface --------------------------------------------------------------
 

@@ -423,15 +423,28 @@ def _f(x: float | None, pct: bool = False) -> str:
 
 
 def format_report(rep: CompareReport, max_turns: int = 50) -> str:
+    """The comparison as text: agreement metrics, the error analysis, then one line per turn (the first
+    `max_turns`) and the questions matched on one side only."""
     L = [
         f"matched {rep.n_matched} questions (ours {rep.n_predicted}, annotated {rep.n_reference}); "
         f"unmatched: ours {len(rep.unmatched_predicted)}, annotated {len(rep.unmatched_reference)}"
         + (f"; duplicates {len(rep.duplicates)}" if rep.duplicates else ""),
         f"tool vocabulary: {', '.join(rep.tool_vocabulary) or '(empty: tool metrics n/a)'}",
         "",
-        f"{'metric':<44}{'value':>10}",
-        "-" * 54,
+        *_metric_lines(rep),
+        "",
+        *_error_lines(rep),
+        *_turn_lines(rep, max_turns),
     ]
+    for name, ids in (("unmatched ours", rep.unmatched_predicted), ("unmatched annotated", rep.unmatched_reference)):
+        if ids:
+            L.append(f"{name}: {', '.join(ids[:10])}" + (f" ... (+{len(ids) - 10})" if len(ids) > 10 else ""))
+    return "\n".join(L)
+
+
+def _metric_lines(rep: CompareReport) -> list[str]:
+    """The agreement metrics table, with the retrieval and information-seeking confusions under it."""
+    L = [f"{'metric':<44}{'value':>10}", "-" * 54]
     rows = [
         ("tool choice agreement (None/Image/Text/Both)", _f(rep.tool_choice_agreement, True)),
         ("tool set Jaccard (mean)", _f(rep.tool_jaccard)),
@@ -453,8 +466,12 @@ def format_report(rep: CompareReport, max_turns: int = 50) -> str:
                 for r, row in sorted(rep.seeking_confusion.items())
             )
         )
-    L += [
-        "",
+    return L
+
+
+def _error_lines(rep: CompareReport) -> list[str]:
+    """The error analysis over wrong answers: each error type's count, its base and share of the wrong ones."""
+    L = [
         f"error analysis over wrong answers: {rep.n_wrong} wrong of {rep.n_judged} judged "
         f"({rep.n_matched - rep.n_judged} not judged)",
         f"{'error type':<20}{'count':>7}{'base':>7}{'share of wrong':>16}",
@@ -471,21 +488,24 @@ def format_report(rep: CompareReport, max_turns: int = 50) -> str:
         f"(decoupling: mean similarity < {rep.thresholds['sim_threshold']}; object IoU < "
         f"{rep.thresholds['iou_threshold']}; definitions: as in this project after the paper's description)"
     )
-    if rep.turns:
-        L += ["", f"{'id':<20}{'ok':>4}  {'seek ours/ann':<14}{'need':>6}{'hops':>6}{'sim':>7}  errors", "-" * 80]
-        for t in rep.turns[:max_turns]:
-            ok = "-" if t.accuracy is None else "YN"[not t.accuracy]
-            need = "".join("?" if x is None else "YN"[not x] for x in (t.need_pred, t.need_ref))
-            L.append(
-                f"{t.id[:19]:<20}{ok:>4}  {t.seeking_pred + '/' + t.seeking_ref:<14}{need[0] + '/' + need[1]:>6}"
-                f"{f'{t.hops_pred}/{t.hops_ref}':>6}{_f(t.subq_similarity):>7}  {', '.join(t.errors) or '-'}"
-            )
-        if len(rep.turns) > max_turns:
-            L.append(f"... {len(rep.turns) - max_turns} more (see --json)")
-    for name, ids in (("unmatched ours", rep.unmatched_predicted), ("unmatched annotated", rep.unmatched_reference)):
-        if ids:
-            L.append(f"{name}: {', '.join(ids[:10])}" + (f" ... (+{len(ids) - 10})" if len(ids) > 10 else ""))
-    return "\n".join(L)
+    return L
+
+
+def _turn_lines(rep: CompareReport, max_turns: int) -> list[str]:
+    """One line per compared turn (the first `max_turns`), after a blank line; none when no turn was compared."""
+    if not rep.turns:
+        return []
+    L = ["", f"{'id':<20}{'ok':>4}  {'seek ours/ann':<14}{'need':>6}{'hops':>6}{'sim':>7}  errors", "-" * 80]
+    for t in rep.turns[:max_turns]:
+        ok = "-" if t.accuracy is None else "YN"[not t.accuracy]
+        need = "".join("?" if x is None else "YN"[not x] for x in (t.need_pred, t.need_ref))
+        L.append(
+            f"{t.id[:19]:<20}{ok:>4}  {t.seeking_pred + '/' + t.seeking_ref:<14}{need[0] + '/' + need[1]:>6}"
+            f"{f'{t.hops_pred}/{t.hops_ref}':>6}{_f(t.subq_similarity):>7}  {', '.join(t.errors) or '-'}"
+        )
+    if len(rep.turns) > max_turns:
+        L.append(f"... {len(rep.turns) - max_turns} more (see --json)")
+    return L
 
 
 def no_annotations(run: str, reference: str | None, n_predicted: int) -> str:

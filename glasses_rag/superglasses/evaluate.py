@@ -207,6 +207,32 @@ def evaluate_superglasses(
 ) -> tuple[SuperGlassesReport, list[SGLog]]:
     """The report over scored traces (their `score` set by the run's scorer), and the traces as SGLogs."""
     traces = list(traces)
+    overall, slices, rows, unscored = _tally(traces)
+    refs = references_from_traces(traces, problems)
+    logs = [to_superglasses(t) for t in traces]
+    comparison = compare(logs, refs, embedder=embedder) if refs else None
+    stats: dict[str, float | int] = {}
+    if refs:
+        stats = {
+            "questions": len(refs),
+            "mean_sub_questions": round(sum(len(r.hops) for r in refs) / len(refs), 4),
+            "mean_tool_uses": round(sum(sum(h.uses_tool for h in r.hops) for r in refs) / len(refs), 4),
+        }
+    return SuperGlassesReport(
+        judge=judge_name,
+        judge_note=SUPERGLASSES_JUDGE.reproduces,
+        overall=overall,
+        unscored=unscored,
+        slices={k: dict(sorted(v.items())) for k, v in slices.items() if v},
+        annotation_stats=stats,
+        comparison=comparison,
+        notes=_notes(judge_name, comparison is not None),
+        questions=rows,
+    ), logs
+
+
+def _tally(traces: list[TurnTrace]) -> tuple[SliceStats, dict[str, dict[str, SliceStats]], list[QuestionRow], int]:
+    """Accuracy overall and by slice over the scored traces, a row per question, and how many were not scored."""
     overall = SliceStats()
     slices: dict[str, dict[str, SliceStats]] = {k: {} for k in SLICES}
     rows: list[QuestionRow] = []
@@ -231,16 +257,11 @@ def evaluate_superglasses(
         for name, vals in values.items():
             for v in vals:
                 _add(slices[name].setdefault(v, SliceStats()), t.score)
-    refs = references_from_traces(traces, problems)
-    logs = [to_superglasses(t) for t in traces]
-    comparison = compare(logs, refs, embedder=embedder) if refs else None
-    stats: dict[str, float | int] = {}
-    if refs:
-        stats = {
-            "questions": len(refs),
-            "mean_sub_questions": round(sum(len(r.hops) for r in refs) / len(refs), 4),
-            "mean_tool_uses": round(sum(sum(h.uses_tool for h in r.hops) for r in refs) / len(refs), 4),
-        }
+    return overall, slices, rows, unscored
+
+
+def _notes(judge_name: str, compared: bool) -> list[str]:
+    """What the report's figures mean, which judge gave them, and where error types are defined."""
     notes = ["Accuracy = correct / scored questions; 'I don't know' is not correct. The whole answer is judged."]
     if not SUPERGLASSES_PROMPT_VERIFIED and judge_name.startswith("llm-judge"):
         notes.append(
@@ -249,22 +270,12 @@ def evaluate_superglasses(
         )
     if "approximate" in judge_name and not judge_name.startswith("llm-judge"):
         notes.append("Offline rule judge: an approximation of the paper's LLM judge, not its metric.")
-    if comparison is not None:
+    if compared:
         notes.append(
             "Error types are counted over wrong answers only, as defined in this project after the paper's "
             "description (glasses_rag/superglasses/compare.py)."
         )
-    return SuperGlassesReport(
-        judge=judge_name,
-        judge_note=SUPERGLASSES_JUDGE.reproduces,
-        overall=overall,
-        unscored=unscored,
-        slices={k: dict(sorted(v.items())) for k, v in slices.items() if v},
-        annotation_stats=stats,
-        comparison=comparison,
-        notes=notes,
-        questions=rows,
-    ), logs
+    return notes
 
 
 def format_superglasses(rep: SuperGlassesReport) -> str:
