@@ -139,8 +139,7 @@ def build_agent(
     from glasses_rag.models.resources import Resources, limit_cpu_threads
     from glasses_rag.policies.presets import PresetBuild
 
-    preset = PresetBuild.of(config or AgentConfig())  # the preset's tools, self-check and thresholds applied
-    config = preset.config
+    config = (preset := PresetBuild.of(config or AgentConfig())).config  # its tools, self-check, thresholds applied
     profile = tool_profile_for(config, tool_profile)
     limit_cpu_threads(config.cpu_threads)
     if registry is None:  # built from the configuration: a tool that lacks a key or a setting here is not offered
