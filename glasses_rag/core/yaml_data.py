@@ -45,19 +45,25 @@ class _Guard(yaml.composer.Composer):
             self._depth -= 1
 
 
-if hasattr(yaml, "CSafeLoader"):  # libyaml's parser (what yaml.CSafeLoader reads with), the guarded composer on top
+class _PyParser(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser):
+    """PyYAML's own parser, where PyYAML was built without libyaml."""
 
-    class _DataLoader(_Guard, yaml.cyaml.CParser, yaml.constructor.SafeConstructor, yaml.resolver.Resolver):
-        def __init__(self, stream: Any) -> None:
-            yaml.cyaml.CParser.__init__(self, stream)
-            yaml.composer.Composer.__init__(self)
-            yaml.constructor.SafeConstructor.__init__(self)
-            yaml.resolver.Resolver.__init__(self)
+    def __init__(self, stream: Any) -> None:
+        yaml.reader.Reader.__init__(self, stream)
+        yaml.scanner.Scanner.__init__(self)
+        yaml.parser.Parser.__init__(self)
 
-else:  # pragma: no cover - PyYAML built without libyaml
 
-    class _DataLoader(_Guard, yaml.SafeLoader):  # type: ignore[no-redef]
-        pass
+# libyaml's parser where there is one (what yaml.CSafeLoader reads with: the same data), the guarded composer on top
+_PARSER_BASE: Any = yaml.cyaml.CParser if getattr(yaml, "__with_libyaml__", False) else _PyParser
+
+
+class _DataLoader(_Guard, _PARSER_BASE, yaml.constructor.SafeConstructor, yaml.resolver.Resolver):
+    def __init__(self, stream: Any) -> None:
+        _PARSER_BASE.__init__(self, stream)
+        yaml.composer.Composer.__init__(self)
+        yaml.constructor.SafeConstructor.__init__(self)
+        yaml.resolver.Resolver.__init__(self)
 
 
 def load_yaml_text(text: str, where: str = "YAML") -> Any:
