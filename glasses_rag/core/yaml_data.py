@@ -85,7 +85,7 @@ def read_yaml(path: str | Path, limit: int, where: str | None = None) -> Any:
     except FileNotFoundError:
         raise
     except OSError as e:
-        raise YamlRefused(f"{name}: not read: {e}") from None
+        raise YamlRefused(f"{name} cannot be read: {e}") from None
     except UnicodeDecodeError as e:
         raise YamlRefused(f"{name}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     return load_yaml_text(text, name)

@@ -46,12 +46,11 @@ def check_adapter(adapter: Path, model: Any) -> dict[str, Any]:
     """The adapter's configuration when peft may load it into `model` (see the module docstring); ValueError or
     FileNotFoundError, one line, otherwise."""
     cfg = read_adapter_config(adapter)
-    if not (Path(adapter) / WEIGHTS).is_file():
-        pickles = sorted(p.name for p in Path(adapter).glob("*") if p.suffix in (".bin", ".pt", ".pth", ".pkl"))
-        found = f" (it has {', '.join(pickles)}: pickles, which are never loaded)" if pickles else ""
+    pickles = sorted(p.name for p in Path(adapter).glob("*") if p.suffix in (".bin", ".pt", ".pth", ".pkl"))
+    if pickles and not (Path(adapter) / WEIGHTS).is_file():
         raise ValueError(
-            f"the adapter {adapter} has no {WEIGHTS}{found}: save it with peft's save_pretrained, which writes "
-            "safetensors"
+            f"the adapter {adapter} has no {WEIGHTS} (it has {', '.join(pickles)}: pickles, which are never "
+            "loaded): save it with peft's save_pretrained, which writes safetensors"
         )
     bound = widest_rank(model)
     pattern = cfg.get("rank_pattern") or {}
