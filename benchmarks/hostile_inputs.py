@@ -172,6 +172,50 @@ def training_setup(root: Path) -> tuple[Path, Path]:
 EXAMPLE = {"prompt": [{"role": "user", "content": "q?"}], "completion": [{"role": "assistant", "content": "a"}]}
 
 
+def bad_data_cases(root: Path, finetune: list[str]) -> dict[str, Callable[[], Case]]:
+    """finetune on data that is not an export: each a one-line error before a model is loaded."""
+    bad = {
+        "sft-bad-json": json.dumps(EXAMPLE) + "\n{not json\n",
+        "sft-empty": "",
+        "sft-mixed": json.dumps(EXAMPLE) + "\n" + json.dumps({"messages": EXAMPLE["prompt"]}) + "\n",
+        "sft-prompt-not-list": json.dumps({**EXAMPLE, "prompt": "q?"}) + "\n",
+        "sft-tools-not-list": json.dumps({**EXAMPLE, "tools": {"a": 1}}) + "\n",
+        "sft-images-any-file": json.dumps({**EXAMPLE, "images": ["/etc/hostname"]}) + "\n",
+    }
+
+    def sft_bad(text: str) -> Callable[[], Case]:
+        def make() -> Case:
+            model, _ = training_setup(root)
+            folder = Path(tempfile.mkdtemp(prefix="sft-bad-", dir=root))
+            (folder / "sft.jsonl").write_text(text)
+            cmd = [*finetune, "--data", str(folder / "sft.jsonl"), "--model", str(model), "--out", str(folder / "o")]
+            return cmd, folder, lambda: ""
+
+        return make
+
+    return {k: sft_bad(v) for k, v in bad.items()}
+
+
+def adapter_case(root: Path, change: str) -> Callable[[], Case]:
+    """graph.run with the tiny model and a hostile adapter: a rank of 100,000,000, or pickle-only weights."""
+
+    def make() -> Case:
+        model, lora = training_setup(root)
+        bad = shutil.copytree(lora, root / f"adapter-{change}")
+        if change == "huge-r":
+            cfg = json.loads((bad / "adapter_config.json").read_text())
+            (bad / "adapter_config.json").write_text(json.dumps({**cfg, "r": 100_000_000}))
+        else:
+            import torch
+
+            (bad / "adapter_model.safetensors").unlink()
+            torch.save({"x": print}, bad / "adapter_model.bin")
+        cmd = [*RUN, "--task", "1", "--model", f"transformers:{model}", "--adapter", str(bad)]
+        return [*cmd, "--chat-template", "gemma", "--out", str(root / "adapter-runs")], root, lambda: ""
+
+    return make
+
+
 def training_cases(root: Path) -> dict[str, Callable[[], Case]]:
     finetune = [*PY, "glasses_rag.training.finetune", "--max-steps", "1", "--chat-template", "gemma"]
 
@@ -209,48 +253,13 @@ def training_cases(root: Path) -> dict[str, Callable[[], Case]]:
         cmd = [*finetune, "--data", str(folder / "sft.jsonl"), "--model", str(model), "--out", str(folder / "out")]
         return cmd, folder, lambda: ""
 
-    def sft_bad(text: str) -> Callable[[], Case]:
-        def make() -> Case:
-            model, _ = training_setup(root)
-            folder = Path(tempfile.mkdtemp(prefix="sft-bad-", dir=root))
-            (folder / "sft.jsonl").write_text(text)
-            cmd = [*finetune, "--data", str(folder / "sft.jsonl"), "--model", str(model), "--out", str(folder / "o")]
-            return cmd, folder, lambda: ""
-
-        return make
-
-    def adapter(change: str) -> Callable[[], Case]:
-        def make() -> Case:
-            model, lora = training_setup(root)
-            bad = shutil.copytree(lora, root / f"adapter-{change}")
-            if change == "huge-r":
-                cfg = json.loads((bad / "adapter_config.json").read_text())
-                (bad / "adapter_config.json").write_text(json.dumps({**cfg, "r": 100_000_000}))
-            else:
-                import torch
-
-                (bad / "adapter_model.safetensors").unlink()
-                torch.save({"x": print}, bad / "adapter_model.bin")
-            cmd = [*RUN, "--task", "1", "--model", f"transformers:{model}", "--adapter", str(bad)]
-            return [*cmd, "--chat-template", "gemma", "--out", str(root / "adapter-runs")], root, lambda: ""
-
-        return make
-
-    bad = {
-        "sft-bad-json": json.dumps(EXAMPLE) + "\n{not json\n",
-        "sft-empty": "",
-        "sft-mixed": json.dumps(EXAMPLE) + "\n" + json.dumps({"messages": EXAMPLE["prompt"]}) + "\n",
-        "sft-prompt-not-list": json.dumps({**EXAMPLE, "prompt": "q?"}) + "\n",
-        "sft-tools-not-list": json.dumps({**EXAMPLE, "tools": {"a": 1}}) + "\n",
-        "sft-images-any-file": json.dumps({**EXAMPLE, "images": ["/etc/hostname"]}) + "\n",
-    }
     return {
         "export-session-ids": export_ids,
         "finetune-out-links": out_links,
         "sft-20mb": sft_20mb,
-        **{k: sft_bad(v) for k, v in bad.items()},
-        "adapter-huge-r": adapter("huge-r"),
-        "adapter-pickle-only": adapter("pickle"),
+        **bad_data_cases(root, finetune),
+        "adapter-huge-r": adapter_case(root, "huge-r"),
+        "adapter-pickle-only": adapter_case(root, "pickle"),
     }
 
 
