@@ -186,6 +186,23 @@ def test_logs_check_looks_at_a_file_before_reading_it(tmp_path, capsys):
     assert "over the 64.0 MB read at most" in capsys.readouterr().err
 
 
+def test_a_sparse_trace_file_is_skipped_from_its_size(tmp_path):
+    """A 2 GB sparse trace file was read whole (4.2 GB) before it was skipped; the export, calibration and a resumed
+    run read a run folder's traces too."""
+    from test_training_export import _run
+
+    from glasses_rag.superglasses.logs import read_run
+    from traces.store import TraceStore
+
+    run, _ = _run(tmp_path, ["SpaceX"], ["correct"])
+    with open(run / "huge__00.json", "wb") as f:
+        f.truncate(64 << 20)  # past the 32 MB a trace is read at most: no byte of it is read
+    problems: list[str] = []
+    assert len(read_run(run, problems)) == 1
+    assert problems == ["huge__00.json: not a turn trace (TooLarge: 64.0 MB, over the 32.0 MB read at most)"]
+    assert TraceStore(run.parent, run.name).read("huge", 0) is None
+
+
 def test_a_lone_surrogate_in_a_superglasses_log_is_exported(tmp_path):
     """A lone surrogate in a SuperGlasses log crashed `export --superglasses` with nothing written."""
     from glasses_rag.training.export import main
