@@ -104,7 +104,8 @@ def test_an_oversized_file_is_refused_before_it_is_inflated(tokenizer, tmp_path,
     _grammars(tokenizer, tmp_path).compiled(SCHEMA)
     (path,) = tmp_path.glob(f"*{SUFFIX}")
     monkeypatch.setattr(grammar_store, "MAX_BYTES", 100_000)
-    path.write_bytes(zlib.compress(b" " * 10_000_000))  # 10 MB of spaces in ~10 KB
+    head = grammar_store.HEADER + path.name.removesuffix(SUFFIX).encode() + b"\n"  # the key it is stored under
+    path.write_bytes(head + zlib.compress(b" " * 10_000_000))  # 10 MB of spaces in ~10 KB
     later = _grammars(tokenizer, tmp_path)
     later.compiled(SCHEMA)
     assert later.compiles == 1 and "at most 100000 bytes" in caplog.text
@@ -219,3 +220,17 @@ def test_a_file_larger_than_the_bound_is_not_read(tokenizer, tmp_path, monkeypat
     later = _grammars(tokenizer, tmp_path)
     later.compiled(SCHEMA)
     assert (later.compiles, later.loaded) == (1, 0) and "larger than" in caplog.text
+
+
+def test_a_grammar_copied_under_another_key_is_not_used(tokenizer, tmp_path, caplog):
+    """issue 40 item 7: the store trusted a file's name. In a shared folder, another schema's grammar copied (or
+    renamed) under this schema's key was used for it; the key written inside the file refuses it."""
+    first = _grammars(tokenizer, tmp_path)
+    first.compiled(OTHER)
+    (other,) = tmp_path.glob(f"*{SUFFIX}")
+    key = first._store_key(json.dumps(SCHEMA, ensure_ascii=False))  # the key SCHEMA's grammar is stored under
+    (tmp_path / f"{key}{SUFFIX}").write_bytes(other.read_bytes())  # OTHER's grammar, named as SCHEMA's
+    later = _grammars(tokenizer, tmp_path)
+    grammar = later.compiled(SCHEMA)
+    assert (later.compiles, later.loaded) == (1, 0) and "not stored under this key" in caplog.text
+    assert _masks(grammar, tokenizer, '{"answer": "x", "ok": false}')  # SCHEMA's own grammar

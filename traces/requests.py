@@ -18,6 +18,11 @@ a machine crash a piece may therefore be missing or its line torn: every line is
 read, and a piece with no intact line raises RequestNotStored (the viewer shows the request as not stored), never
 handing back what the file holds. A resumed run appends the pieces it stores again, after a line break if the
 file ended in a torn line.
+
+Links: `requests/` and its pieces file are never written through a symbolic link (a run folder handed over with
+`requests/pieces.jsonl` linked to a shell start-up file would have a question's `$(...)` appended there): a link in
+either place is refused (`PathRefused`), the pieces file is opened with O_NOFOLLOW, and the harness refuses such
+a run folder before the run starts (`check_run_folder`).
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+from glasses_rag.core.files import open_append
+from glasses_rag.core.paths import PathRefused, is_link
 from glasses_rag.core.sent import piece_hash
 
 FOLDER = "requests"
@@ -41,7 +48,6 @@ _HASH = re.compile(r"^[0-9a-f]{32}$")
 _STORED: OrderedDict[Path, set[str]] = OrderedDict()
 _STORED_LOCK = threading.Lock()
 _STORED_FOLDERS = 16
-_APPEND_FLAGS = os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
 
 
 class RequestNotStored(LookupError):
@@ -63,15 +69,28 @@ def write_pieces(run_dir: Path, pieces: dict[str, Any]) -> int:
         if not todo:
             return 0
         lines = "".join(f"{k}\t{json.dumps(pieces[k], ensure_ascii=False, sort_keys=True)}\n" for k in todo)
+        check_requests_folder(run_dir)
         folder.mkdir(parents=True, exist_ok=True)
         _append(folder / LOG, lines.encode("utf-8"))
         known.update(todo)
     return len(todo)
 
 
+def check_requests_folder(run_dir: Path) -> None:
+    """PathRefused when the run folder's `requests/` or its pieces file is a symbolic link (the run folder itself
+    may be one: a link the user made to another disk)."""
+    for path in (Path(run_dir) / FOLDER, Path(run_dir) / FOLDER / LOG):
+        if is_link(path):
+            raise PathRefused(
+                f"{path} is a symbolic link (to {os.readlink(path)}): a run folder's requests are never written "
+                "through a link; remove it, or run in another folder"
+            )
+
+
 def _append(path: Path, data: bytes) -> None:
-    """`data` at the end of `path`, after a line break when the file ends in a torn line (a crash, a full disk)."""
-    fd = os.open(path, _APPEND_FLAGS, 0o666)
+    """`data` at the end of `path`, after a line break when the file ends in a torn line (a crash, a full disk);
+    never through a link (glasses_rag.core.files.open_append)."""
+    fd = open_append(path)
     try:
         size = os.fstat(fd).st_size
         if size and os.pread(fd, 1, size - 1) != b"\n":

@@ -1,4 +1,6 @@
-"""Writes traces atomically (temp file + rename) so a crash never leaves half a JSON file."""
+"""Writes traces atomically (temp file + rename) so a crash never leaves half a JSON file, and reads them back
+bounded: a file is looked at before it is read, and one over MAX_TRACE_BYTES (a 2 GB sparse file named like a
+trace), or not a regular file, is skipped unread."""
 
 from __future__ import annotations
 
@@ -12,8 +14,22 @@ from pathlib import Path
 from typing import Any
 
 from glasses_rag.core.credentials import public_url
-from glasses_rag.core.files import TMP_SUFFIX, remove_stale_tmp, write_atomic, write_json_atomic  # noqa: F401 - re-exported
+from glasses_rag.core.files import (  # noqa: F401 - TMP_SUFFIX, remove_stale_tmp and write_atomic re-exported
+    TMP_SUFFIX,
+    read_text_bounded,
+    remove_stale_tmp,
+    write_atomic,
+    write_json_atomic,
+)
 from traces.schema import TurnTrace
+
+MAX_TRACE_BYTES = 32 << 20  # a turn trace: the largest a real run writes is a few hundred KB
+
+
+def read_trace_file(path: str | Path) -> TurnTrace:
+    """One trace file, looked at before it is read; OSError (too large, not a regular file), UnicodeDecodeError or
+    ValueError when it is not one."""
+    return TurnTrace.model_validate_json(read_text_bounded(path, MAX_TRACE_BYTES))
 
 
 def _clean(value: Any, nonfinite: Any) -> Any:
@@ -112,16 +128,16 @@ class TraceStore:
 
     def read(self, session_id: str, turn_index: int) -> TurnTrace | None:
         p = self.path_for(session_id, turn_index)
-        if not p.exists():
+        if not os.path.lexists(p):
             return None
         try:
-            return TurnTrace.model_validate_json(p.read_text(encoding="utf-8"))
-        except ValueError:
-            return None  # a foreign or damaged file is redone, never trusted
+            return read_trace_file(p)
+        except (OSError, ValueError, RecursionError):
+            return None  # a foreign, damaged or oversized file is redone, never trusted
 
     def __iter__(self) -> Iterator[TurnTrace]:
         for p in sorted(self.dir.glob("*__*.json")):
             try:
-                yield TurnTrace.model_validate_json(p.read_text(encoding="utf-8"))
-            except ValueError:
+                yield read_trace_file(p)
+            except (OSError, ValueError, RecursionError):
                 continue

@@ -2,17 +2,29 @@
 (disk full) leaves the old file as it was. `sync=False` skips the fsync: a reader still never sees part of the
 file while the machine runs, but after a machine crash it may be empty or missing (for content-addressed files
 that are checked against their hash when read: traces/requests.py). A new file gets the mode `open()` would give
-it (0666 less the umask: with umask 077 nobody else reads a trace); a replaced file keeps its mode."""
+it (0666 less the umask: with umask 077 nobody else reads a trace); a replaced file keeps its mode. A write never
+follows a link: the rename replaces a link at `path` (never its target), and an append opens with O_NOFOLLOW.
+
+Files read from a folder someone handed over are looked at (`stat`) before they are read, and not read past a
+limit: `read_bounded` (a 2 GB sparse file named like a trace, a FIFO that would block, are refused from their
+stat alone)."""
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
+from glasses_rag.core.paths import PathRefused
+
 TMP_SUFFIX = ".tmp"
 _TMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_APPEND_FLAGS = os.O_RDWR | os.O_APPEND | os.O_CREAT | NOFOLLOW | getattr(os, "O_NONBLOCK", 0)
+_APPEND_FLAGS |= getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
 
 
 def write_atomic(path: str | Path, data: str | bytes, sync: bool = True) -> Path:
@@ -23,7 +35,8 @@ def write_atomic(path: str | Path, data: str | bytes, sync: bool = True) -> Path
     path.parent.mkdir(parents=True, exist_ok=True)
     raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
     try:
-        mode: int | None = path.stat().st_mode & 0o777  # keep the permissions of the file it replaces
+        st = os.lstat(path)  # a link is replaced, never followed: its target's mode is not copied either
+        mode: int | None = st.st_mode & 0o777 if stat.S_ISREG(st.st_mode) else None
     except FileNotFoundError:
         mode = None  # a new file: as open() would make it
     fd, tmp = _temp_beside(path, mode)
@@ -72,3 +85,54 @@ def remove_stale_tmp(folder: str | Path) -> int:
         p.unlink(missing_ok=True)
         n += 1
     return n
+
+
+def open_append(path: str | Path) -> int:
+    """A file descriptor to append to `path` (created if missing), read-write: never through a symbolic link
+    (O_NOFOLLOW: a planted link raises, its target untouched), and only a regular file (a FIFO would block)."""
+    try:
+        fd = os.open(path, _APPEND_FLAGS, 0o666)
+    except OSError as e:
+        if os.path.islink(path):
+            raise PathRefused(f"{path} is a symbolic link: the project does not append through links") from None
+        raise e
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise PathRefused(f"{path} is not a regular file: not appended to")
+    return fd
+
+
+class TooLarge(OSError):
+    """A file that is not read: larger than its limit, or not a regular file (the message says which, not the
+    path: the caller names the file)."""
+
+
+def _mb(n: int) -> str:
+    return f"{n / (1 << 20):,.1f} MB" if n >= 1 << 20 else f"{n:,} bytes"
+
+
+def read_bounded(path: str | Path, limit: int) -> bytes:
+    """The bytes of `path` when it is a regular file of at most `limit` bytes; TooLarge (an OSError) otherwise,
+    from its size alone (the file is stat'ed, then opened without blocking and checked again, never read past
+    `limit`).
+
+    Example: `read_bounded("preset.yaml", 1 << 20)` -> b"name: ..."; a 2 GB sparse file raises at once."""
+    path = os.fspath(path)
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise TooLarge("not a regular file")
+    if st.st_size > limit:
+        raise TooLarge(f"{_mb(st.st_size)}, over the {_mb(limit)} read at most")
+    with os.fdopen(os.open(path, _READ_FLAGS), "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):  # swapped for something else since the stat
+            raise TooLarge("not a regular file")
+        data = f.read(min(st.st_size, limit) + 1)  # its size, not the limit: a read allocates what it asks for
+    if len(data) > limit:  # grew since the stat
+        raise TooLarge(f"over the {_mb(limit)} read at most")
+    return data
+
+
+def read_text_bounded(path: str | Path, limit: int, encoding: str = "utf-8") -> str:
+    """`read_bounded` decoded (UnicodeDecodeError, a ValueError, for bytes that are not text)."""
+    return read_bounded(path, limit).decode(encoding)

@@ -16,9 +16,10 @@
 Every change is listed in an `ImageInfo` that goes into the trace.
 
 A dataset names images by path only where it holds no bytes; such a path must stay inside the dataset's own folder
-(`confine`: symlinks resolved, a relative path taken from that folder), or inside an image root the user named
-(`--image-root`, or the environment variable GLASSES_IMAGE_ROOT). Anything else is refused with the reason, which
-the trace keeps; the turn runs without the image. A dataset thus never reads, shows or publishes a private file.
+(`glasses_rag.core.paths.confine`: symlinks resolved, a relative path taken from that folder), or inside an image
+root the user named (`--image-root`, or the environment variable GLASSES_IMAGE_ROOT). Anything else is refused with
+the reason, which the trace keeps; the turn runs without the image. A dataset thus never reads, shows or publishes a
+private file.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from glasses_rag.core.hashing import known_key, remember_key
+from glasses_rag.core.paths import IMAGE_ROOT_ENV, confine  # noqa: F401 - confine re-exported (the loaders use it)
 from glasses_rag.core.types import ImageInfo
 
 EGOCENTRIC_SIZE = (960, 1280)  # (width, height), as the official iterators call image.resize((960, 1280))
@@ -42,7 +44,6 @@ MAX_SIDE = 2048
 MAX_FILE_BYTES = 64 * 1024 * 1024
 MAX_DECODE_PIXELS = 40_000_000  # ~120 MB as RGB: anything larger is refused unless a reduced decode fits
 ImagePrep = Literal["harness", "native"]
-IMAGE_ROOT_ENV = "GLASSES_IMAGE_ROOT"
 
 
 def dataset_root(source: str | Path) -> Path:
@@ -62,28 +63,6 @@ def allowed_roots(source: str | Path | None, image_root: str | Path | None = Non
     extra = image_root if image_root not in (None, "") else os.environ.get(IMAGE_ROOT_ENV) or None
     base = [dataset_root(source)] if source is not None else []
     return [Path(os.path.realpath(r)) for r in (*base, *([Path(extra).expanduser()] if extra else []))]
-
-
-def confine(path: str | Path, roots: list[Path]) -> tuple[str | None, str | None]:
-    """(the real path, None) when `path` (a relative one taken from the first root) resolves inside one of `roots`,
-    symlinks resolved; (None, why) otherwise.
-
-    Example: `confine("img/a.jpg", [Path("/data/sg")])` -> ("/data/sg/img/a.jpg", None);
-    `confine("../secret.png", [Path("/data/sg")])` -> (None, "image path '../secret.png' refused: ...")."""
-    shown = str(path)[:200]
-    if not roots:
-        return None, f"image path {shown!r} refused: no dataset folder to read it from"
-    try:
-        p = Path(path)
-        real = Path(os.path.realpath(p if p.is_absolute() else roots[0] / p))
-    except (OSError, ValueError) as e:  # NUL bytes, a symlink loop
-        return None, f"image path {shown!r} refused: {type(e).__name__}"
-    if any(real.is_relative_to(r) for r in roots):
-        return str(real), None
-    return None, (
-        f"image path {shown!r} refused: it resolves outside the dataset's folder {roots[0]} (name another "
-        f"folder with --image-root or {IMAGE_ROOT_ENV} to allow it)"
-    )
 
 
 def _read_bounded(path: str | Path) -> tuple[bytes | None, str | None]:

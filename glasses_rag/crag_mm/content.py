@@ -43,7 +43,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
 import numpy as np
-import yaml
 from PIL import Image, ImageColor, ImageDraw, ImageFilter, ImageFont
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, field_validator, model_validator
 
@@ -428,9 +427,6 @@ def has_info(folder: Path) -> bool:
     return (folder / FILES["info"]).is_file() or (folder / OLD_INFO).is_file()
 
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
 def _entry(raw: Any, loc: tuple) -> str:
     """`single_turn[3] {entity: latte, query: '...'} > dynamism` for a pydantic error location."""
     out, node = "", raw
@@ -452,15 +448,21 @@ def _entry(raw: Any, loc: tuple) -> str:
     return out or "(top level)"
 
 
+MAX_FILE_BYTES = 16 << 20  # a content file is looked at before it is read; the bundled ones are under 100 KB
+
+
 def _load_yaml(path: Path) -> Any:
+    """A content file's data: no anchors or aliases, bounded nesting and size (glasses_rag.core.yaml_data)."""
+    from glasses_rag.core.yaml_data import read_yaml
+
     try:
-        return yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
+        return read_yaml(path, MAX_FILE_BYTES)
     except FileNotFoundError:
         raise ContentError(f"{path}: no such file") from None
     except OSError as e:
         raise ContentError(f"{path}: cannot read: {e}") from None
-    except yaml.YAMLError as e:
-        raise ContentError(f"{path}: not valid YAML: {e}") from None
+    except ValueError as e:  # YamlRefused: not valid YAML, an alias, too deep, too large
+        raise ContentError(str(e)) from None
 
 
 def _validate(path: Path, raw: Any, model: type[_Model]) -> Any:
@@ -833,43 +835,76 @@ def _manifest_ok(p: DatasetPaths, c: Content, fp: str) -> bool:
     return all(x.exists() for x in need)
 
 
+BUILT_BY = "glasses_rag.crag_mm.content"  # in every manifest.json a build writes: what may be deleted to rebuild
+_LEGACY_MANIFEST = {"name", "version", "fingerprint", "n_single_turn", "n_multi_turn", "n_kg_images"}
+
+
+def is_build(folder: Path) -> bool:
+    """Does `folder` hold a build of this module's (its manifest.json says so, or has exactly the keys one written
+    before `built_by` had)? Only such a folder is ever deleted to make room for a new build."""
+    from glasses_rag.core.files import read_bounded
+
+    try:
+        m = json.loads(read_bounded(Path(folder) / "manifest.json", 1 << 16))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(m, dict) and (m.get("built_by") == BUILT_BY or set(m) == _LEGACY_MANIFEST)
+
+
+def content_build(folder: str | Path, data_dir: str | Path) -> DatasetPaths:
+    """Where the dataset of the content folder `folder` is built: `data_dir/<the folder's real name>` (`--data .`
+    from inside a content folder names it by its real name, never `data_dir` itself).
+
+    Example: `content_build("bundled/heldout", "data").root` -> data/heldout."""
+    from glasses_rag.core.paths import folder_name
+
+    return dataset_paths(Path(data_dir) / folder_name(Path(folder).resolve().name, "a content folder's name"))
+
+
 def ensure_dataset(c: Content, p: DatasetPaths, force: bool = False) -> DatasetPaths:
-    """Write the dataset for `c` at `p.root` unless an up-to-date copy is there (built aside, then swapped in)."""
+    """Write the dataset for `c` at `p.root` unless an up-to-date copy is there (built aside, then swapped in). The
+    folder replaced must be a build of ours directly inside its parent (glasses_rag.core.paths.remove_build):
+    `p.root` naming '.', '..', a link or a folder of the user's is refused before anything is built or deleted."""
     from filelock import FileLock
 
+    from glasses_rag.core.paths import check_removable, named_folder, remove_build
+
+    root = named_folder(p.root, "a question set's dataset folder")
+    p = dataset_paths(root) if root != p.root else p
     fp = c.fingerprint()
     if not force and _manifest_ok(p, c, fp):
         return p
-    p.root.parent.mkdir(parents=True, exist_ok=True)
+    root.parent.mkdir(parents=True, exist_ok=True)
     # one builder at a time (two runs, or parallel test workers, asking for the same dataset): the others wait
     # and then find it built
-    with FileLock(str(p.root.parent / f".{p.root.name}.build.lock")):
+    with FileLock(str(root.parent / f".{root.name}.build.lock")):
         if not force and _manifest_ok(p, c, fp):
             return p
-        tmp = Path(tempfile.mkdtemp(prefix=f".{p.root.name}-build-", dir=p.root.parent))
+        check_removable(root, root.parent, is_build, "question set's dataset")  # refused before any build
+        tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}-build-", dir=root.parent))
         try:
-            tp = dataset_paths(tmp)
-            _write(c, tp)
-            tp.manifest.write_text(
-                json.dumps(
-                    {
-                        "name": c.info.name,
-                        "version": c.info.version,
-                        "fingerprint": fp,
-                        "n_single_turn": len(c.single_turn),
-                        "n_multi_turn": len(c.multi_turn),
-                        "n_kg_images": len(c.entities),
-                    },
-                    indent=1,
-                )
-            )
-            if p.root.exists():
-                shutil.rmtree(p.root, ignore_errors=True)
-            os.replace(tmp, p.root)
+            _build_into(c, fp, tmp)
+            remove_build(root, root.parent, is_build, "question set's dataset")
+            os.replace(tmp, root)
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
     return p
+
+
+def _build_into(c: Content, fp: str, folder: Path) -> None:
+    tp = dataset_paths(folder)
+    _write(c, tp)
+    manifest = {
+        "name": c.info.name,
+        "version": c.info.version,
+        "fingerprint": fp,
+        "n_single_turn": len(c.single_turn),
+        "n_multi_turn": len(c.multi_turn),
+        "n_kg_images": len(c.entities),
+        "built_by": BUILT_BY,
+    }
+    tp.manifest.write_text(json.dumps(manifest, indent=1))
 
 
 BUNDLED = Path(__file__).resolve().parent / "bundled"

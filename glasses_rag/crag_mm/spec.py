@@ -25,7 +25,7 @@ def prepare(req: DataRequest) -> PreparedData:
     content.yaml): its dataset and local index built once (the demo under data/demo or --demo-dir, the others
     beside it). Any other `--data` is a CRAG-MM dataset (a folder of parquet/arrow files, or a cached name), read as
     it is. The demo's index is the benchmark's default one (`default_index`), not named in the configuration."""
-    from glasses_rag.crag_mm.content import dataset_paths, ensure_dataset, find_content, load_content
+    from glasses_rag.crag_mm.content import content_build, ensure_dataset, find_content, load_content
     from glasses_rag.crag_mm.demo import demo_paths, ensure_demo
 
     if req.data == "demo":
@@ -34,7 +34,7 @@ def prepare(req: DataRequest) -> PreparedData:
     folder = find_content(req.data)
     if folder is None:
         return PreparedData(source=req.data)
-    built = ensure_dataset(load_content(folder), dataset_paths(demo_paths(req.demo_dir).root.parent / folder.name))
+    built = ensure_dataset(load_content(folder), content_build(folder, demo_paths(req.demo_dir).root.parent))
     return PreparedData(source=str(getattr(built, TASK_DATA[req.task or 1])), index_dir=built.root)
 
 

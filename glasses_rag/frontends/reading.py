@@ -10,43 +10,15 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from glasses_rag.core.files import TooLarge, read_text_bounded  # noqa: F401 - TooLarge re-exported
 from traces.schema import TurnTrace
+from traces.store import MAX_TRACE_BYTES
 
-MAX_TRACE_BYTES = 32 << 20  # a turn trace: the largest a real run writes is a few hundred KB
 MAX_JSON_BYTES = 64 << 20  # run.json, report.json, superglasses_report.json
-
-
-class TooLarge(OSError):
-    """A file that is not read: larger than its limit, or not a regular file."""
-
-
-def _mb(n: int) -> str:
-    return f"{n / (1 << 20):,.1f} MB" if n >= 1 << 20 else f"{n:,} bytes"
-
-
-def read_text_bounded(path: str | Path, limit: int) -> str:
-    """The text of `path` when it is a regular file of at most `limit` bytes; TooLarge (an OSError) otherwise, from
-    its size alone (the file is stat'ed, then opened without blocking and checked again, never read past `limit`)."""
-    path = os.fspath(path)
-    st = os.stat(path)
-    if not stat.S_ISREG(st.st_mode):
-        raise TooLarge("not a regular file")
-    if st.st_size > limit:
-        raise TooLarge(f"{_mb(st.st_size)}, over the {_mb(limit)} read at most")
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):  # swapped for something else since the stat
-            raise TooLarge("not a regular file")
-        data = f.read(min(st.st_size, limit) + 1)  # its size, not the limit: a read allocates what it asks for
-    if len(data) > limit:  # grew since the stat
-        raise TooLarge(f"over the {_mb(limit)} read at most")
-    return data.decode("utf-8")
 
 
 def read_json(path: Path, limit: int = MAX_JSON_BYTES) -> tuple[Any, str | None]:

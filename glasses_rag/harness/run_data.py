@@ -4,10 +4,18 @@ before any agent is built (building an agent never writes data)."""
 from __future__ import annotations
 
 import argparse
+import logging
 from typing import Any
 
 from glasses_rag.evaluation import DataRequest, PreparedData
 from glasses_rag.harness.benchmarks import benchmark_of, benchmark_registry, other_benchmark_for
+
+log = logging.getLogger(__name__)
+
+# Turns run per conversation. CRAG-MM's have 2 to 6, SuperGlasses' one; every trace holds the turns before it, so a
+# 100k-turn row would write traces that grow each turn (382 MB in 90 s): the turns past this are not run, and the
+# load report says so.
+MAX_TURNS = 64
 
 
 def data_request(args: argparse.Namespace) -> DataRequest:
@@ -53,4 +61,34 @@ def prepare_data(args: argparse.Namespace) -> PreparedData:
 def load_data(args: argparse.Namespace) -> tuple[str, Any]:
     """(the source, its conversations, streamed: a dataset is never held decoded in memory)."""
     prepared = prepare_data(args)
-    return prepared.source, benchmark_of(args).load(prepared.source, data_request(args))
+    return prepared.source, BoundedConversations(benchmark_of(args).load(prepared.source, data_request(args)))
+
+
+class BoundedConversations:
+    """A benchmark's conversations, each cut to its first `max_turns` turns (noted in the loader's report, when it
+    has one); the loader's other attributes (`report`, `rows`) read through."""
+
+    def __init__(self, loaded: Any, max_turns: int = MAX_TURNS):
+        self._loaded = loaded
+        self._iter = iter(loaded)
+        self.max_turns = max_turns
+
+    def __iter__(self) -> BoundedConversations:
+        return self
+
+    def __next__(self) -> Any:
+        conv = next(self._iter)
+        if len(conv.turns) <= self.max_turns:
+            return conv
+        note = f"{conv.session_id}: {len(conv.turns)} turns, only the first {self.max_turns} are run"
+        report = getattr(self._loaded, "report", None)
+        if report is not None and isinstance(getattr(report, "messages", None), list):
+            report.messages.append(note)
+        log.warning("%s", note)
+        cut = {"turns": conv.turns[: self.max_turns], "answers": list(conv.answers)[: self.max_turns]}
+        return conv.model_copy(update=cut)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("_loaded", "_iter"):
+            raise AttributeError(name)
+        return getattr(self._loaded, name)

@@ -42,13 +42,43 @@ def check_model_servers(*parts: Any) -> None:
             raise RunRefused(f"cannot reach the model server {'; '.join(down)} (is it running? see --model)")
 
 
-def claim_run_folder(store: Any, fingerprint: str, resume_anyway: bool) -> Any:
-    """Lock the run folder for this process, clear temp files a killed writer left, and refuse to mix traces made
-    under another configuration (unless asked to). Returns the held lock."""
+MAX_RUN_JSON_BYTES = 16 << 20  # a run.json is a few KB
+
+
+def check_links(run_dir: Any) -> None:
+    """RunRefused when the run folder's `requests/`, its pieces file or its lock is a symbolic link: a resumed run
+    appends to them, and a link would have the appends land on its target (traces/requests.py)."""
+    from glasses_rag.core.paths import PathRefused, is_link
+    from traces.requests import check_requests_folder
+
+    try:
+        check_requests_folder(run_dir)
+        if is_link(run_dir / ".lock"):
+            raise PathRefused(f"{run_dir / '.lock'} is a symbolic link: remove it, or run in another folder")
+    except PathRefused as e:
+        raise RunRefused(str(e)) from None
+
+
+def previous_run(run_dir: Any) -> dict[str, Any]:
+    """The folder's run.json as written by an earlier run ({} when it cannot be read: looked at before it is read)."""
     import json
 
+    from glasses_rag.core.files import read_text_bounded
+
+    try:
+        old = json.loads(read_text_bounded(run_dir / "run.json", MAX_RUN_JSON_BYTES))
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return old if isinstance(old, dict) else {}
+
+
+def claim_run_folder(store: Any, fingerprint: str, resume_anyway: bool) -> Any:
+    """Refuse a folder with a link where the run appends, lock the run folder for this process, clear temp files a
+    killed writer left, and refuse to mix traces made under another configuration (unless asked to). Returns the
+    held lock."""
     from filelock import FileLock, Timeout
 
+    check_links(store.dir)
     lock = FileLock(str(store.dir / ".lock"))
     try:
         lock.acquire(timeout=0)
@@ -62,10 +92,7 @@ def claim_run_folder(store: Any, fingerprint: str, resume_anyway: bool) -> Any:
     remove_stale_tmp(store.dir / "requests")
     previous = store.dir / "run.json"
     if previous.exists() and not resume_anyway:
-        try:
-            old = json.loads(previous.read_text(encoding="utf-8"))
-        except ValueError:
-            old = {}
+        old = previous_run(store.dir)
         if old.get("run_fingerprint") != fingerprint:
             lock.release()
             raise RunRefused(

@@ -178,7 +178,15 @@ _AGENT = [
     Option("--reranker", "agent.models.reranker", MODEL),
     Option("--reranker-device", "agent.models.reranker_device", MODEL),
     Option("--text-embedder", "agent.models.text_embedder", MODEL),
-    Option("--tools-module", "agent.tools.modules", MODEL, "append", metavar="MODULE"),
+    Option(
+        "--tools-module",
+        "agent.tools.modules",
+        MODEL,
+        "append",
+        metavar="MODULE",
+        help="A module whose @tool functions the agent is also offered. Importing it runs its code, as any Python "
+        "import does (as do the files in tools/, every one of which is imported): name only modules you trust.",
+    ),
     Option("--tools", "agent.tools.allowed", MODEL, "list", metavar="NAME,NAME"),
     Option("--self-check", "agent.self_check", MODEL),
     Option("--verify-mode", "agent.verify_mode", MODEL),

@@ -84,15 +84,24 @@ def write_superglasses(root: Path, rows: list[dict], images: dict[int, bytes], s
         }
     )
     cols = {k: [r.get(k) for r in rows] for k in qfeat}
-    Dataset.from_dict(cols, features=qfeat).to_parquet(str(root / "queries" / "test-00000-of-00001.parquet"))
+    _parquet(Dataset.from_dict(cols, features=qfeat), root / "queries" / "test-00000-of-00001.parquet")
     ids = sorted(images)
     ifeat = Features({"image_id": Value("int64"), "image": HFImage()})
     for s in range(shards):
         part = ids[s::shards]
-        Dataset.from_dict(
-            {"image_id": part, "image": [{"bytes": images[i], "path": f"{i}.jpg"} for i in part]}, features=ifeat
-        ).to_parquet(str(root / "images" / f"test-{s:05d}-of-{shards:05d}.parquet"))
+        part_rows = {"image_id": part, "image": [{"bytes": images[i], "path": f"{i}.jpg"} for i in part]}
+        name = f"test-{s:05d}-of-{shards:05d}.parquet"
+        _parquet(Dataset.from_dict(part_rows, features=ifeat), root / "images" / name)
     return root
+
+
+def _parquet(ds: Any, path: Path) -> None:
+    """`ds` as parquet at `path`, written beside it and renamed (never through a link planted there)."""
+    from glasses_rag.core.files import write_atomic
+
+    buf = io.BytesIO()
+    ds.to_parquet(buf)
+    write_atomic(path, buf.getvalue(), sync=False)
 
 
 def sample_dataset(root: Path) -> Path:

@@ -87,9 +87,15 @@ def _draft(trace: Any) -> tuple[str, float | None]:
     return trace.answer or IDK, None
 
 
+def _odd(confidence: float | None) -> bool:
+    """A confidence that is not a number in [0, 1] (NaN compares false with everything)."""
+    return confidence is not None and not 0.0 <= confidence <= 1.0
+
+
 def points_from_traces(traces: list[Any], judge: Any = None, truncator: Any = None) -> list[CalibrationPoint]:
     """A point per turn with a ground truth: its answer before any threshold, and "I don't know", each scored
-    with `judge` and `truncator` (the run's own, for figures that match its report).
+    with `judge` and `truncator` (the run's own, for figures that match its report). A turn whose confidence is
+    not a number in [0, 1] (NaN, Infinity: a hostile or damaged trace) is left out.
 
     Example:
         >>> points_from_traces([])
@@ -106,6 +112,8 @@ def points_from_traces(traces: list[Any], judge: Any = None, truncator: Any = No
         if t.ground_truth is None:
             continue
         answer, conf = _draft(t)
+        if _odd(conf):  # NaN, an infinity, out of range: no threshold from it
+            continue
         idk = score(t, IDK)
         if answer.strip().lower() == IDK.lower() or conf is None:
             out.append(
@@ -132,12 +140,16 @@ def choose_threshold(points: list[CalibrationPoint], probabilities: str | None =
         >>> choose_threshold(pts).abstain_below
         0.65
     """
+    points = [p for p in points if not _odd(p.confidence)]  # never NaN or infinite
     answered = sorted((p for p in points if p.confidence is not None), key=lambda p: -(p.confidence or 0.0))
     confs = sorted({p.confidence for p in answered if p.confidence is not None}, reverse=True)
     base = sum(p.abstained for p in points)
+    gain: dict[float, int] = {}  # what answering instead of abstaining earns, per confidence (one pass: n log n)
+    for p in answered:
+        gain[p.confidence or 0.0] = gain.get(p.confidence or 0.0, 0) + p.answered - p.abstained
     best_total, best_k, total = base, 0, base
     for k, c in enumerate(confs, start=1):
-        total += sum(p.answered - p.abstained for p in answered if p.confidence == c)
+        total += gain[c]
         if total > best_total:
             best_total, best_k = total, k
     if not confs:
@@ -187,6 +199,12 @@ def main(argv: list[str] | None = None) -> int:
     for msg in problems:
         print(f"warning: {msg}", file=sys.stderr)
     points = points_from_traces(traces, make_judge(args.judge), make_truncator(None))
+    odd = sum(1 for t in traces if t.ground_truth is not None and _odd(_draft(t)[1]))
+    if odd:
+        print(
+            f"warning: {odd} turn(s) whose confidence is not a number in [0, 1] (NaN, Infinity) left out",
+            file=sys.stderr,
+        )
     if not any(p.confidence is not None for p in points):
         print(f"no answer in {args.run} has a confidence: run the model with an answer confidence", file=sys.stderr)
         return 2

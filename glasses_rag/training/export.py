@@ -566,10 +566,16 @@ def trace_from_superglasses(log: SGLog) -> TurnTrace | None:
     )
 
 
-def save_images(data: str | Path, folder: str | Path, limit: int | None = None) -> int:
+def save_images(
+    data: str | Path, folder: str | Path, limit: int | None = None, problems: list[str] | None = None
+) -> int:
     """Each conversation's photo of a dataset (any layout glasses_rag.crag_mm.dataset reads) as
     `folder/<session_id>.jpg`, for `--image-dir`; returns how many were written (rows without a usable image are
-    skipped)."""
+    skipped, and so are session ids that are not a plain file name, `../../x` or `/tmp/x`: said in `problems`).
+    Each file is written beside its name and renamed onto it, never through a link."""
+    import io
+
+    from glasses_rag.core.paths import PathRefused, file_in
     from glasses_rag.crag_mm.dataset import decode_image, load_conversations
 
     out = Path(folder)
@@ -577,10 +583,30 @@ def save_images(data: str | Path, folder: str | Path, limit: int | None = None) 
     n = 0
     for conv in load_conversations(data, limit=limit):
         image, _ = decode_image(conv.image)
-        if image is not None:
-            image.convert("RGB").save(out / f"{conv.session_id}.jpg", quality=90)
-            n += 1
+        if image is None:
+            continue
+        try:
+            path = file_in(out, conv.session_id, ".jpg", "a session id")
+        except PathRefused as e:
+            (problems if problems is not None else []).append(f"photo not written: {e}")
+            continue
+        buf = io.BytesIO()
+        image.convert("RGB").save(buf, format="JPEG", quality=90)
+        write_atomic(path, buf.getvalue(), sync=False)
+        n += 1
     return n
+
+
+def photos_in(folder: str | Path) -> dict[str, str]:
+    """`{session id: path}` of the `<session_id>.jpg` files of `folder` that are inside it (a link to a file
+    elsewhere is left out: glasses_rag.core.paths.confine)."""
+    import os
+
+    from glasses_rag.core.paths import confine
+
+    root = [Path(os.path.realpath(folder))]
+    found = {p.stem: confine(p, root, "photo")[0] for p in Path(folder).glob("*.jpg")}
+    return {k: v for k, v in found.items() if v is not None}
 
 
 # ---- CLI --------------------------------------------------------------------------------------------------------
@@ -683,9 +709,9 @@ def main(argv: list[str] | None = None) -> int:
         source = f"{len(logs)} annotated trajectories"
     images = None
     if args.images_from and args.image_dir:
-        print(f"{save_images(args.images_from, args.image_dir)} photo(s) -> {args.image_dir}")
+        print(f"{save_images(args.images_from, args.image_dir, problems=problems)} photo(s) -> {args.image_dir}")
     if args.image_dir:
-        images = {p.stem: str(p.resolve()) for p in Path(args.image_dir).glob("*.jpg")}
+        images = photos_in(args.image_dir)
     examples = examples_from_run(traces, opts, images)
     for msg in problems:
         print(f"warning: {msg}", file=sys.stderr)

@@ -17,6 +17,10 @@ with, and `card.json` + `README.md`: the data (file, SHA-256, examples), the bas
 steps, the loss curve and the seconds. Checkpoints go to `<out>/checkpoints/`; running the same command again
 resumes from the last one. Ctrl-C stops after the current step with a checkpoint written (a second Ctrl-C stops
 at once); the adapter and card are written only by a run that finished.
+
+Inputs and outputs are checked first: every line of the data (glasses_rag.training.sft_checks: a bad line, an
+empty file, a photo outside the data's folder are one-line errors), and the `--out` folder, which must name a
+folder and hold no symbolic link (the adapter's files would be written through it onto the link's target).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from glasses_rag.core.files import write_atomic
-from glasses_rag.training.sft_data import has_images, load_examples
+from glasses_rag.training.sft_data import has_images, load_examples, read_rows
 from glasses_rag.training.templates import chat_template_for, set_chat_template
 
 
@@ -346,6 +350,7 @@ def prepare(cfg: FinetuneConfig) -> tuple[Path, Any, Any, Any, int]:
     set_seed(cfg.seed)  # the same LoRA initialisation in every process and every run
     folder = model_folder(cfg.model)
     vision = has_images(cfg.data)
+    read_rows(cfg.data, vision)  # every line checked, photos confined, before a model is loaded
     model, processing = load_model(folder, vision, cfg.dtype, cfg.qlora)
     config_type = getattr(getattr(model, "config", None), "model_type", "")
     set_chat_template(processing, chat_template_for(processing, config_type, cfg.chat_template))
@@ -367,6 +372,7 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     t0, c0 = time.perf_counter(), time.process_time()
+    check_out(cfg.out)
     folder, model, processing, ds, too_long = prepare(cfg)
     previous = signal.getsignal(signal.SIGINT)
     try:
@@ -381,8 +387,19 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     times = (time.perf_counter() - t0, time.process_time() - c0)
     card = make_card(cfg, trainer, folder, (len(ds), too_long), resumed, finished, times, result.training_loss)
     if finished:
+        check_out(cfg.out)  # again: the adapter's files are written by peft and transformers, by name
         save_outputs(trainer, processing, Path(cfg.out), folder, card)
     return card
+
+
+def check_out(out: str) -> Path:
+    """The adapter folder `out`, when it names a folder and holds no symbolic link anywhere (checkpoints included):
+    peft and transformers write their files by name, through any link planted there (PathRefused, one line)."""
+    from glasses_rag.core.paths import named_folder, refuse_links
+
+    folder = named_folder(out, "--out")
+    refuse_links(folder, what="adapter folder (--out)")
+    return folder
 
 
 def save_outputs(trainer: Any, processing: Any, out: Path, base: Path, card: dict[str, Any]) -> None:
@@ -471,8 +488,12 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = vars(parser().parse_args(argv))
-    cfg = FinetuneConfig.model_validate({k: v for k, v in args.items() if v is not None})
-    card = finetune(cfg)
+    try:
+        cfg = FinetuneConfig.model_validate({k: v for k, v in args.items() if v is not None})
+        card = finetune(cfg)
+    except (ValueError, OSError, ImportError) as e:  # bad data, a missing model, a link in --out: one line
+        print(f"error: {' '.join(str(e).split())}"[:2000], file=sys.stderr)
+        return 2
     where = cfg.out if card["finished"] else f"{cfg.out}/checkpoints (stopped; run again to resume)"
     if int(os.environ.get("RANK", "0")) == 0:  # one line for the run, not one per process
         print(

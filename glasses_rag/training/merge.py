@@ -21,9 +21,12 @@ def merge(model: str | Path, adapter: str | Path, out: str | Path, dtype: str = 
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
 
+    from glasses_rag.core.files import write_atomic
+    from glasses_rag.core.paths import named_folder, refuse_links
     from glasses_rag.models.vlm.transformers_local import is_vision_config, merged_adapter
     from glasses_rag.models.vlm.vision_inputs import load_processor, save_processor
 
+    refuse_links(named_folder(out, "--out"), what="merged model folder (--out)")  # files are written by name
     base = Path(model)
     vision = is_vision_config(AutoConfig.from_pretrained(base, local_files_only=True))
     loader = AutoModelForImageTextToText if vision else AutoModelForCausalLM
@@ -35,7 +38,7 @@ def merge(model: str | Path, adapter: str | Path, out: str | Path, dtype: str = 
     else:
         AutoTokenizer.from_pretrained(base, local_files_only=True).save_pretrained(str(out))
     card = {"base_model": str(base), "adapter": str(adapter), "dtype": dtype}
-    (Path(out) / "merged_from.json").write_text(json.dumps(card, indent=1) + "\n")
+    write_atomic(Path(out) / "merged_from.json", json.dumps(card, indent=1) + "\n")
     return Path(out)
 
 

@@ -12,6 +12,8 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+from glasses_rag.core.files import write_atomic
+
 DATA_URL = "data:"
 
 
@@ -39,11 +41,8 @@ def photo_file(url: str, folder: Path) -> str:
     """The data URL's bytes written once to `folder/<hash>.jpg` (content-addressed); the file's absolute path."""
     data = base64.b64decode(url.split(",", 1)[1])
     path = folder / f"{hashlib.sha256(data).hexdigest()[:24]}.jpg"
-    if not path.is_file():
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(data)
-        tmp.replace(path)
+    if not path.is_file() or path.is_symlink():
+        write_atomic(path, data, sync=False)  # beside it, then renamed: never through a link at either name
     return str(path.resolve())
 
 

@@ -5,13 +5,27 @@ A vision export mixes photos with examples without one (a turn without a photo, 
 its messages mix string contents (the system text) with lists of parts (the user turn with the photo). Arrow wants
 one type per column, so every content becomes a list of parts (TRL's vision collator makes that form anyway) and an
 example without a photo gets an empty `images` list (TRL then sends the batch without images).
+
+Every line is checked as it is read (glasses_rag.training.sft_checks): a bad one stops with one line naming it, a
+photo path outside the export's folder is refused, and an example whose text cannot fit `max_length` is left out
+before it is tokenized.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
+
+from glasses_rag.core.images import allowed_roots
+from glasses_rag.training.sft_checks import (
+    BadExample,
+    check_row,
+    confined_images,
+    example_lines,
+    longest_token,
+    parse_line,
+    text_chars,
+)
 
 COLUMNS = ("prompt", "completion", "messages", "images", "tools")
 MESSAGE_COLUMNS = ("prompt", "completion", "messages")
@@ -19,29 +33,37 @@ MESSAGE_COLUMNS = ("prompt", "completion", "messages")
 
 def has_images(path: str | Path) -> bool:
     """Whether any example of the JSONL export at `path` has a photo (not only the first: a first example without
-    one would otherwise load a text-only model, and TRL would refuse the vision rows)."""
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.strip() and json.loads(line).get("images"):
-                return True
+    one would otherwise load a text-only model, and TRL would refuse the vision rows). BadExample for a line that
+    is not a JSON object."""
+    for n, text in example_lines(path):
+        if text is not None and parse_line(path, n, text).get("images"):
+            return True
     return False
 
 
 def read_rows(path: str | Path, vision: bool) -> list[dict[str, Any]]:
-    """TRL's columns of each example; for a vision dataset, contents as lists of parts and `images` always a list."""
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            raw = json.loads(line)
-            row = {k: raw[k] for k in COLUMNS if k in raw and (k != "images" or vision)}
-            if vision:
-                row["images"] = list(raw.get("images") or [])
-                for k in MESSAGE_COLUMNS:
-                    if k in row:
-                        row[k] = [_as_parts(m) for m in row[k]]
-            rows.append(row)
+    """TRL's columns of each example, checked (BadExample names the line); for a vision dataset, contents as lists of
+    parts, `images` always a list of paths inside the export's folder (or GLASSES_IMAGE_ROOT). A line too long to
+    read whole is a row `{"too_long": True}`, left out by `load_examples`."""
+    rows: list[dict[str, Any]] = []
+    roots, shape = allowed_roots(path), None
+    for n, line in example_lines(path):
+        if line is None:
+            rows.append({"too_long": True})
+            continue
+        raw = parse_line(path, n, line)
+        shape = check_row(raw, f"{path} line {n}", shape)
+        if vision and raw.get("images"):
+            raw["images"] = confined_images(raw["images"], roots, f"{path} line {n}")
+        row = {k: raw[k] for k in COLUMNS if k in raw and (k != "images" or vision)}
+        if vision:
+            row["images"] = list(raw.get("images") or [])
+            for k in MESSAGE_COLUMNS:
+                if k in row:
+                    row[k] = [_as_parts(m) for m in row[k]]
+        rows.append(row)
+    if not rows:
+        raise BadExample(f"{path}: no example in it (an empty file)")
     return rows
 
 
@@ -70,6 +92,9 @@ def load_examples(path: str | Path, max_length: int, processing: Any, vision: bo
 
     vision = has_images(path) if vision is None else vision
     rows = read_rows(path, vision)
+    bound = max_length * longest_token(processing)  # more text than this cannot fit, however it is tokenized
+    fitting = [r for r in rows if not r.get("too_long") and text_chars(r) <= bound]
+    left_out, rows = len(rows) - len(fitting), fitting
     if vision and rows and refuses_system_with_images(processing):
         rows = [_system_into_user(r) for r in rows]
     ds = datasets.Dataset.from_list(rows) if rows else datasets.Dataset.from_dict({"prompt": [], "completion": []})
@@ -77,7 +102,7 @@ def load_examples(path: str | Path, max_length: int, processing: Any, vision: bo
         ds = ds.cast_column("images", datasets.Sequence(datasets.Image()))
     before = len(ds)
     ds = ds.filter(lambda ex: example_length(ex, processing) <= max_length)
-    return ds, before - len(ds)
+    return ds, before - len(ds) + left_out
 
 
 def example_length(example: dict[str, Any], processing: Any) -> int:

@@ -5,7 +5,8 @@ one core here, paid again by every process. A compiled
 grammar serializes (`CompiledGrammar.serialize_json`, 62 MB of JSON for the answer schema, 17 MB compressed) and
 loads back in under a second, with the same token masks. Files are keyed by a hash of the xgrammar version, the
 tokenizer (its full xgrammar view), the compile options and the schema's JSON text, so a changed tokenizer or
-schema never reads another's grammar.
+schema never reads another's grammar. The key is also written at the head of the file and checked when it is read:
+a file copied or renamed under another key (a shared folder) is not trusted for its name.
 
 A damaged file (torn, edited, from an incompatible build) is removed and the schema compiled again. A file larger
 than `MAX_BYTES` is not read, and one that inflates past it is refused at that point (`MAX_BYTES` is 256 MiB;
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 
 MAX_BYTES = 256 << 20  # a compiled grammar of a 262k vocabulary is ~60 MB of JSON; more is not one of ours
 SUFFIX = ".xgrammar.json.z"
+HEADER = b"glasses-rag grammar "  # + the key + a line break, then the compressed grammar
 
 
 def _xgrammar_version() -> str:
@@ -105,8 +107,11 @@ class GrammarStore:
             log.warning("compiled grammar %s not readable (%s): compiling again", path, e)
             return None
         try:
+            head = HEADER + key.encode("ascii") + b"\n"
+            if not raw.startswith(head):
+                raise ValueError("not stored under this key (a file copied or renamed from another key)")
             inflate = zlib.decompressobj()
-            text = inflate.decompress(raw, MAX_BYTES)
+            text = inflate.decompress(memoryview(raw)[len(head) :], MAX_BYTES)
             if inflate.unconsumed_tail or not inflate.eof:
                 raise ValueError(f"not one complete compressed grammar of at most {MAX_BYTES} bytes")
             grammar = xgr.CompiledGrammar.deserialize_json(text.decode("utf-8"), tokenizer_info)
@@ -123,7 +128,7 @@ class GrammarStore:
     def save(self, key: str, grammar: Any) -> None:
         """Store a compiled grammar (a failure to write is logged, never raised: the grammar is in memory)."""
         try:
-            data = zlib.compress(grammar.serialize_json().encode("utf-8"), 1)
+            data = HEADER + key.encode("ascii") + b"\n" + zlib.compress(grammar.serialize_json().encode("utf-8"), 1)
             write_atomic(self._path(key), data, sync=False)  # a torn file fails to inflate and is compiled again
             self._prune()
         except Exception as e:  # noqa: BLE001 - a cache that cannot be written only costs the next compile

@@ -4,36 +4,82 @@ top of either (see the package docstring, glasses_rag/models/vlm/__init__.py).""
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import logging
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from glasses_rag.models.vlm.backends import BACKENDS
 from glasses_rag.models.vlm.config import ModelConfig
 from glasses_rag.models.vlm.options import ADAPTER_MARK
 
+log = logging.getLogger(__name__)
+
 # Options the run harness sets for every model (from --concurrency), given to the backends that read them only.
 HARNESS_DEFAULTS = frozenset({"pool_size"})
+MAX_CONFIG_BYTES = 1 << 20  # a model config is a few hundred bytes
+# A config file (which may come from anyone) names the variable holding its server's key only when the name says it
+# is an API key, and never the LLM judge's: AWS_SECRET_ACCESS_KEY or the judge's key would otherwise go to its URL.
+KEY_SUFFIX = "_API_KEY"
+JUDGE_KEYS = frozenset({"OPENAI_API_KEY"})
 
 
 def load_model_config(path: str | Path) -> ModelConfig:
+    """A `--model-config` file (JSON, or TOML with the options under [model] or at the top), read bounded; its
+    `api_key_env` is read only for a `*_API_KEY` variable other than the judge's (`--model-api-key-env` names any
+    other), with a warning when its URL is not this machine's."""
+    from glasses_rag.core.files import read_text_bounded
+
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"model config not found: {p}")
     try:
+        text = read_text_bounded(p, MAX_CONFIG_BYTES)
         if p.suffix.lower() == ".toml":
             import tomllib
 
-            data = tomllib.loads(p.read_text(encoding="utf-8"))
+            data = tomllib.loads(text)
         else:
-            data = json.loads(p.read_text(encoding="utf-8"))
+            data = json.loads(text)
         if not isinstance(data, dict):
             raise ValueError(f"model config {p}: expected an object of model options")
         if isinstance(data.get("model"), dict):
             data = data["model"]
-        return ModelConfig.model_validate(data)
+        return file_key_variable(ModelConfig.model_validate(data), p)
     except RecursionError:
         raise ValueError(f"model config {p}: nested too deeply to read") from None
+    except OSError as e:
+        raise ValueError(f"model config {p}: cannot read it: {e}") from None
+
+
+def is_local_url(url: str) -> bool:
+    """Does `url` name this machine (localhost, a loopback address)? No name is resolved."""
+    host = (urlsplit(url).hostname or "").strip("[]").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def file_key_variable(cfg: ModelConfig, path: Path) -> ModelConfig:
+    """`cfg` when the `api_key_env` its file names may be read (see `load_model_config`); ValueError otherwise."""
+    name = cfg.api_key_env
+    if not name:
+        return cfg
+    if not name.endswith(KEY_SUFFIX) or name in JUDGE_KEYS:
+        why = "the LLM judge's key" if name in JUDGE_KEYS else f"not a *{KEY_SUFFIX} variable"
+        raise ValueError(
+            f"model config {path}: api_key_env {name!r} is not read from a file ({why}): a config file names only "
+            f"a *{KEY_SUFFIX} variable for its server; give another with --model-api-key-env"
+        )
+    remote = [u for u in cfg.base_urls() if not is_local_url(u)]
+    if remote and not cfg.api_key:
+        log.warning("model config %s sends the value of %s to %s, not this machine", path, name, ", ".join(remote))
+    return cfg
 
 
 def parse_spec(spec: str) -> ModelConfig:

@@ -136,8 +136,9 @@ def merged_adapter(model: Any, adapter: Path) -> Any:
     Merged rather than kept as a PeftModel: generation then costs what the base model's does (no extra low-rank
     matmuls in every adapted layer), and the layer hooks, the prefix cache and the grammar see a plain model. The
     price is that this backend serves that one adapter (load another backend for the base model)."""
-    if not (adapter / "adapter_config.json").is_file():
-        raise FileNotFoundError(f"LoRA adapter folder not found (no adapter_config.json): {adapter}")
+    from glasses_rag.models.vlm.adapter_files import check_adapter
+
+    check_adapter(adapter, model)  # its config bounded, its ranks within the model's, safetensors weights only
     try:
         from peft import PeftModel
     except ImportError as e:

@@ -226,14 +226,17 @@ FINAL_ANSWER_TOOL = {
 
 
 def confidence(v: Any) -> float:
-    """A confidence as models write it (0.8, "80%", 80, "0.8") on 0..1; junk is 0."""
+    """A confidence as models write it (0.8, "80%", 80, "0.8") on 0..1; junk is 0, and so are NaN and infinities
+    (NaN compares false with everything: clamped, it would have been 1.0, above any threshold)."""
     try:
         if isinstance(v, str):
             v = v.strip()
             c = float(v.rstrip("%").strip()) / (100.0 if v.endswith("%") else 1.0)
         else:
             c = float(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
+        return 0.0
+    if not math.isfinite(c):
         return 0.0
     if c > 1.0:
         c = c / 100.0 if c <= 100.0 else 1.0

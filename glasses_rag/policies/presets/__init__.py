@@ -16,14 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
+from glasses_rag.core.files import read_bounded
 from glasses_rag.core.registry import Registry, closest
+from glasses_rag.core.yaml_data import read_yaml
 from glasses_rag.policies.presets.schema import Preset
 
 PRESETS_DIR = Path(__file__).resolve().parent
 RETRIEVAL_TAGS = frozenset({"finds_entity", "searches_web", "reads_page"})
+MAX_PRESET_BYTES = 1 << 20  # a preset is a few KB; a file is looked at before it is read
 
 
 # the order the benchmark table shows them in; a YAML file beside this module not listed here comes after them
@@ -58,15 +60,14 @@ def load_preset(spec: str | Path, tool_modules: Iterable[str] = ()) -> Preset:
                 f"{', '.join(bundled)} (or give the path of a preset .yaml file)"
             )
         path = bundled[str(spec)]
+    data: Any = None
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = read_yaml(path, MAX_PRESET_BYTES, f"preset file {path}")  # no aliases, bounded depth and size
         preset = Preset.model_validate(data)
     except FileNotFoundError:
         raise ValueError(f"preset file {path} does not exist") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ValueError(f"preset file {path} cannot be read: {e}") from None
-    except yaml.YAMLError as e:
-        raise ValueError(f"preset file {path} is not valid YAML: {' '.join(str(e).split())}") from None
     except ValidationError as e:
         raise ValueError(f"preset file {path} is not a valid preset: {one_line(e, data)}") from None
     unknown = unknown_tools(preset, tool_modules)
@@ -134,7 +135,7 @@ def preset_digest(spec: str | Path) -> str:
 
     path = Path(spec) if Path(spec).suffix in (".yaml", ".yml") else PRESETS_DIR / f"{spec}.yaml"
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+        return hashlib.sha256(read_bounded(path, MAX_PRESET_BYTES)).hexdigest()[:12]
     except OSError:
         return "missing"
 

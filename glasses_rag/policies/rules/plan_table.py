@@ -11,7 +11,6 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from glasses_rag.core.registry import Registry
@@ -98,13 +97,13 @@ class PlanTable(BaseModel):
 @lru_cache(maxsize=8)
 def load_plan_table(path: str | Path | None = None) -> PlanTable:
     """The plan table at `path` (default: the bundled glasses_rag/policies/rules/planner_table.yaml), validated."""
+    from glasses_rag.core.yaml_data import read_yaml
+
     p = Path(path) if path else DEFAULT_TABLE
     try:
-        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+        raw = read_yaml(p, 1 << 20)  # no aliases, bounded nesting and size (a user's --plan-table)
     except OSError as e:
         raise ValueError(f"{p}: cannot read the plan table: {e}") from None
-    except yaml.YAMLError as e:
-        raise ValueError(f"{p}: not valid YAML: {e}") from None
     try:
         return PlanTable.model_validate(raw)
     except ValueError as e:
