@@ -40,6 +40,28 @@ def agent_config_from_args(args: argparse.Namespace) -> Any:
     return AgentConfig.model_validate(given)
 
 
+def check_tool_choice(args: argparse.Namespace, config: Any) -> None:
+    """--tools names tools the run offers: each a tool (a typo is one line with the closest name), allowed in the
+    task under the benchmark's profile, and, with a preset, one of the preset's tools (--tools narrows them): never
+    a run that silently offers fewer tools, or none."""
+    from glasses_rag.policies.presets import load_preset
+    from graph.build import load_tools
+
+    names = config.tools.allowed
+    if not names:
+        return
+    profile = benchmark_of(args).tools
+    load_tools(config).offering_available(profile).check_names(names, args.task, profile)
+    if config.preset:
+        used = load_preset(config.preset, config.tools.modules).tools
+        outside = [n for n in names if used is not None and n not in used]
+        if outside:
+            raise ValueError(
+                f"--tools {','.join(outside)}: not among preset {config.preset}'s tools ({', '.join(used or [])}); "
+                "--tools narrows the preset's tools"
+            )
+
+
 def agent_for_run(args: argparse.Namespace, config: Any, run_id: str, search: Any = None) -> Any:
     """The run's agent: `build_agent` over the data already prepared (the index it comes with, when the run names
     none), offering the tools of the benchmark's profile. Models are loaded and indexes built here."""
@@ -86,6 +108,7 @@ def run(args: argparse.Namespace, argv: list[str] | None) -> int:
 
     prepare_data(args)  # before the config: the data comes with its own search index
     config = agent_config_from_args(args)
+    check_tool_choice(args, config)
     source, conversations = load_data(args)  # streamed: a dataset is never held decoded in memory
     scoring = make_scoring(args)
     kind = benchmark_of(args).run_name.format(task=args.task)
