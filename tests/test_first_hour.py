@@ -57,3 +57,127 @@ def test_a_preset_narrowed_to_tools_it_does_not_use_is_an_error(tmp_path):
         "graph.run", "--task", "2", "--preset", "superlens", "--tools", "ocr", "--limit", "1", "--out", str(tmp_path)
     )
     _one_error_line(out, "--tools ocr", "superlens")
+
+
+# ---- item 3: the resume hint resumes; Ctrl-C is one line with it ---------------------------------------------------
+
+IDK_REPLY = {"action": "answer", "answer": "I don't know", "confidence": 0.1, "entity": None, "rationale": "r"}
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _resume_argv(err: str) -> list[str]:
+    """The command the run printed to resume it, as graph.run's argv (it starts with `python -m graph.run`)."""
+    import shlex
+
+    cmd = shlex.split(err.split("with: ", 1)[1].splitlines()[0])
+    assert cmd[:3] == ["python", "-m", "graph.run"] and "--run-id" in cmd, cmd
+    return cmd[3:]
+
+
+def test_the_resume_hint_after_a_server_outage_is_the_command_that_resumes(tmp_path, capsys, monkeypatch):
+    """The server answers 2 turns, then fails: the run stops after 3 unreachable turns in a row and prints the
+    command with --run-id (before: "rerun the same command", which made a new folder, "0 resumed"). That command,
+    the server back, keeps the 2 answered turns and runs the 3 unreachable ones again with the rest."""
+    import json
+
+    from glasses_rag.frontends.run import main
+    from glasses_rag.testing.fake_model_server import FakeOpenAIServer
+    from traces.schema import TurnTrace
+
+    monkeypatch.setenv("GLASSES_DEMO_DIR", ENV["GLASSES_DEMO_DIR"])
+    port, cfg, served = _free_port(), tmp_path / "model.json", []
+    cfg.write_text(
+        json.dumps(
+            {"backend": "openai", "base_url": f"http://127.0.0.1:{port}/v1", "model": "fake-vlm", "max_retries": 0}
+        )
+    )
+
+    def twice_then_down(body: dict):
+        served.append(1)
+        return FakeOpenAIServer.text_reply(json.dumps(IDK_REPLY)) if len(served) <= 2 else ("status", 503, "down")
+
+    argv = ["--task", "1", "--limit", "8", "--model-config", str(cfg), "--self-check", "off"]
+    argv += ["--out", str(tmp_path / "runs"), "--no-progress", "--no-plot"]
+    with FakeOpenAIServer(responder=twice_then_down, port=port):
+        assert main(argv) == 1
+    err = capsys.readouterr().err
+    resume = _resume_argv(err)
+    with FakeOpenAIServer(responder=lambda body: FakeOpenAIServer.text_reply(json.dumps(IDK_REPLY)), port=port):
+        assert main(resume) == 0
+    out = capsys.readouterr().out
+    assert "turns:   8 (2 resumed)" in out, out
+    (run,) = (tmp_path / "runs").iterdir()
+    traces = [TurnTrace.model_validate_json(p.read_text()) for p in run.glob("*__*.json")]
+    assert len(traces) == 8 and not any(c.unreachable for t in traces for c in t.model_calls())
+
+
+def test_ctrl_c_is_one_line_with_the_resume_command_and_keeps_the_finished_turns(tmp_path):
+    """Before: a 20-line KeyboardInterrupt traceback and no hint. Now: exit 130, one line naming the turns kept and
+    the command that goes on from them."""
+    import json
+    import signal
+    import time
+
+    from glasses_rag.frontends.run import main
+    from glasses_rag.testing.fake_model_server import FakeOpenAIServer
+
+    reply = FakeOpenAIServer.text_reply(json.dumps(IDK_REPLY))
+    out = tmp_path / "runs"
+    with FakeOpenAIServer(delay_s=1.0, responder=lambda body: reply) as srv:
+        argv = ["--task", "1", "--limit", "6", "--model", f"openai:{srv.base_url}#fake-vlm", "--self-check", "off"]
+        argv += ["--out", str(out), "--no-progress", "--no-plot"]
+        env = {**ENV, "PYTHONPATH": os.pathsep.join([str(ROOT), ENV.get("PYTHONPATH", "")])}
+        p = subprocess.Popen(
+            [sys.executable, "-m", "graph.run", *argv],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + 120
+        while not list(out.glob("*/*__*.json")) and time.monotonic() < deadline and p.poll() is None:
+            time.sleep(0.05)
+        p.send_signal(signal.SIGINT)
+        _, err_bytes = p.communicate(timeout=120)
+        err = err_bytes.decode()
+        assert p.returncode == 130 and "Traceback" not in err, err
+        line = _one_error_line(subprocess.CompletedProcess(p.args, 130, "", err), "interrupted:", "--run-id")
+        kept = int(line.split("interrupted: ", 1)[1].split()[0])
+        assert 1 <= kept < 6
+        assert main(_resume_argv(err)) == 0
+    (run,) = out.iterdir()
+    assert len(list(run.glob("*__*.json"))) == 6
+
+
+# ---- item 4: a reachable server whose replies cannot be used --------------------------------------------------------
+
+
+def test_a_server_whose_replies_cannot_be_read_is_an_error_and_a_non_zero_exit(tmp_path, capsys, monkeypatch):
+    """The server takes every request and answers an empty reply: "0/3 decision(s) parsed" and exit 0 before."""
+    from glasses_rag.frontends.run import main
+    from glasses_rag.testing.fake_model_server import FakeOpenAIServer
+
+    monkeypatch.setenv("GLASSES_DEMO_DIR", ENV["GLASSES_DEMO_DIR"])
+    with FakeOpenAIServer() as srv:  # an empty text reply to every request
+        argv = ["--task", "1", "--limit", "3", "--model", f"openai:{srv.base_url}#fake-vlm"]
+        rc = main([*argv, "--out", str(tmp_path), "--no-progress", "--no-plot"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "only 0 of 3 decision(s) of the model could be used" in err, err
+
+
+# ---- item 5: the judge's server is named as the judge's ------------------------------------------------------------
+
+
+def test_an_unreachable_judge_names_the_judge_option(tmp_path):
+    out = _run(
+        "graph.run", "--task", "1", "--limit", "1", "--judge", "openai:http://127.0.0.1:9/v1#j", "--out", str(tmp_path)
+    )
+    line = _one_error_line(out, "cannot reach the model server http://127.0.0.1:9/v1", "see --judge")
+    assert "--model" not in line

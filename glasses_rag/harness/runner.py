@@ -1,6 +1,7 @@
 """Runs a CRAG-MM task over a dataset: conversations concurrently, turns in order, traces written as they finish.
 
-Resumable: a turn whose trace already exists in the run folder (same run id) is not redone; its answer feeds
+Resumable: a turn whose trace already exists in the run folder (same run id) is not redone (unless its model server
+could not be reached: it runs again); its answer feeds
 the conversation history exactly as if it had just been produced. Finished traces are handed to `on_turn`
 and dropped: a long run keeps only what its caller keeps (compact scoring records), never whole traces.
 """
@@ -129,6 +130,7 @@ def run_conversation(
         and t.interaction_id == turn.interaction_id
         and t.task == task
         and (fingerprint is None or t.config_fingerprint == fingerprint)
+        and not any(c.unreachable for c in t.model_calls())  # its answer is not the model's: asked again
         else None
         for t, turn in zip(kept, conv.turns)
     ]
@@ -193,7 +195,7 @@ class ServerGone:
         if self.streak == UNREACHABLE_STOP:
             log.error(
                 "the model server could not be reached in %d turns in a row: no further turn is started "
-                "(rerun the same command to resume)",
+                "(the command that resumes the run is printed at its end)",
                 self.streak,
             )
         return self.streak >= UNREACHABLE_STOP

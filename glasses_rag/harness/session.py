@@ -13,7 +13,14 @@ from typing import Any
 from glasses_rag.core.credentials import scrub_argv, scrub_data, scrub_text
 from glasses_rag.evaluation import RunScorer
 from glasses_rag.harness.benchmarks import benchmark_of
-from glasses_rag.harness.console import closing_lines, header_lines, summary_lines, unreachable_line
+from glasses_rag.harness.console import (
+    closing_lines,
+    header_lines,
+    resume_command,
+    summary_lines,
+    unreachable_line,
+    unusable_line,
+)
 from glasses_rag.harness.run_data import load_data, prepare_data
 from glasses_rag.harness.run_folder import check_model_servers, claim_run_folder, run_fingerprint
 from glasses_rag.harness.run_scoring import SCORING_OPTIONS, make_scoring, plot_run, worker_scoring, write_reports
@@ -117,6 +124,13 @@ def run(args: argparse.Namespace, argv: list[str] | None) -> int:
     lock = claim_run_folder(store, fingerprint, args.resume_anyway)
     try:
         return _run_claimed(args, argv, config, source, conversations, scoring, store, fingerprint)
+    except KeyboardInterrupt:  # Ctrl-C: one line, the finished turns kept, and the command that goes on
+        kept = sum(1 for _ in store.dir.glob("*__*.json"))
+        print(
+            f"interrupted: {kept} finished turn(s) kept in {store.dir}; resume with: {resume_of(argv, store)}",
+            file=sys.stderr,
+        )
+        return 130
     finally:
         lock.release()  # also on Ctrl-C: the folder is free for the resume
 
@@ -137,7 +151,7 @@ def _run_claimed(
     spec = benchmark_of(args)
     concurrency, capped = effective_concurrency(args, config)
     agent = agent_for_run(args, config, store.dir.name)  # models loaded and indexes built here
-    check_model_servers(agent.llm, scoring.judge)
+    check_model_servers({"--model": agent.llm, "--judge": scoring.judge})
     used = agent.config  # with the preset applied
     tools = [t.name for t in agent.registry.for_task(args.task, used.tools.allowed, agent.tool_profile)]
     print(
@@ -176,11 +190,16 @@ def _run_claimed(
     if plot is not None:
         files["plot"] = plot
     print("report: " + ", ".join(str(p) for p in files.values()))
-    unreachable = unreachable_line(stats)
-    if unreachable:
-        print(unreachable, file=sys.stderr)
+    failure = unreachable_line(stats, resume_of(argv, store)) or unusable_line(stats)
+    if failure:
+        print(scrub_text(failure), file=sys.stderr)
         return 1
     return 0 if not stats.failed_conversations else 1
+
+
+def resume_of(argv: list[str] | None, store: Any) -> str:
+    """The command that resumes the run in `store` (its folder named with --run-id)."""
+    return resume_command(sys.argv[1:] if argv is None else list(argv), store.dir.name)
 
 
 def run_manifest(
