@@ -181,3 +181,118 @@ def test_an_unreachable_judge_names_the_judge_option(tmp_path):
     )
     line = _one_error_line(out, "cannot reach the model server http://127.0.0.1:9/v1", "see --judge")
     assert "--model" not in line
+
+
+# ---- item 2: the training export agrees with itself -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def task2_run(tmp_path_factory):
+    """A task-2 run of the rule planner (it calls detect_crop, image_search, web_search, ...)."""
+    out = tmp_path_factory.mktemp("runs")
+    done = _run("graph.run", "--task", "2", "--limit", "12", "--run-id", "t2", "--out", str(out), "--no-progress")
+    assert done.returncode == 0, done.stderr[-2000:]
+    return out / "t2"
+
+
+def _offered_and_called(line: str) -> tuple[set[str], set[str]]:
+    """(the tools an example's system prompt lists, the tools its prompt and completion call)."""
+    import json
+    import re
+
+    ex = json.loads(line)
+    system = ex["prompt"][0]["content"]
+    offered = set(re.findall(r"^- (\w+)\(", system, flags=re.M))
+    called = set()
+    for msg in [*ex["prompt"][1:], *ex["completion"]]:
+        if msg["role"] == "assistant" and msg["content"].startswith("{"):
+            decision = json.loads(msg["content"])
+            if decision.get("action") == "call_tool":
+                called.add(decision["tool"])
+    return offered, called
+
+
+def test_an_export_teaches_only_the_tools_its_prompt_offers(task2_run, tmp_path):
+    """Before: a prompt listing 3 tools and completions calling detect_crop and query_decoupler, no warning."""
+    sft = tmp_path / "sft.jsonl"
+    out = _run(
+        "glasses_rag.training.export",
+        "--run",
+        str(task2_run),
+        "--out",
+        str(sft),
+        "--tools",
+        "image_search,ocr,web_search",
+    )
+    assert out.returncode == 0, out.stderr
+    lines = sft.read_text().splitlines()
+    assert lines
+    for line in lines:
+        offered, called = _offered_and_called(line)
+        assert offered == {"image_search", "ocr", "web_search"} and called <= offered, (offered, called)
+    warning = [w for w in out.stderr.splitlines() if "left out" in w]
+    assert len(warning) == 1 and "detect_crop" in warning[0], out.stderr
+    # without --tools the prompt offers the task's tools and nothing is left out
+    full = _run("glasses_rag.training.export", "--run", str(task2_run), "--out", str(tmp_path / "all.jsonl"))
+    assert full.returncode == 0 and "left out" not in full.stderr
+    assert len((tmp_path / "all.jsonl").read_text().splitlines()) > len(lines)
+
+
+def test_an_export_with_an_unknown_tool_name_is_refused(task2_run, tmp_path):
+    """Before: "Tools: (no tools)" in every prompt and every completion calling image_search, exit 0."""
+    sft = tmp_path / "sft.jsonl"
+    out = _run("glasses_rag.training.export", "--run", str(task2_run), "--out", str(sft), "--tools", "image_serch")
+    _one_error_line(out, "unknown tool 'image_serch'", "did you mean 'image_search'")
+    assert not sft.exists()
+
+
+# ---- item 6: one-line errors for a missing run folder and missing training data -----------------------------------
+
+
+def test_an_export_of_a_run_folder_that_is_not_there_is_one_line(tmp_path):
+    out = _run("glasses_rag.training.export", "--run", str(tmp_path / "nope"), "--out", str(tmp_path / "sft.jsonl"))
+    _one_error_line(out, "no run folder at", "nope")
+
+
+def test_finetune_on_data_that_is_not_there_is_one_line(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    out = _run(
+        "glasses_rag.training.finetune",
+        "--data",
+        str(tmp_path / "nope.jsonl"),
+        "--model",
+        str(model),
+        "--out",
+        str(tmp_path / "a"),
+    )
+    _one_error_line(out, "--data", "nope.jsonl")
+
+
+# ---- item 11 (adapter card): the base model is what the user passed -----------------------------------------------
+
+
+def test_the_adapter_card_names_the_gguf_the_user_passed(tmp_path, monkeypatch):
+    """Before: the card named the folder the GGUF was converted into (a cache path) as the base model."""
+    import json
+
+    pytest.importorskip("trl")
+    import glasses_rag.models.vlm.gguf_folder as gguf_folder
+    from glasses_rag.testing.tiny_models import save_tiny_gemma3
+    from glasses_rag.training.finetune import main as finetune_main
+
+    sft = tmp_path / "sft.jsonl"
+    example = {
+        "prompt": [{"role": "user", "content": "what is this?"}],
+        "completion": [{"role": "assistant", "content": "{}"}],
+    }
+    sft.write_text(json.dumps(example) + "\n")
+    converted = save_tiny_gemma3(tmp_path / "converted")  # stands for the conversion's cache folder
+    gguf = tmp_path / "gemma-3-270m-Q4_K_M.gguf"
+    gguf.write_bytes(b"GGUF")
+    monkeypatch.setattr(gguf_folder, "converted_gguf", lambda path: converted)
+    argv = ["--data", str(sft), "--model", str(gguf), "--out", str(tmp_path / "adapter"), "--max-steps", "1"]
+    assert finetune_main(argv) == 0
+    card = json.loads((tmp_path / "adapter" / "card.json").read_text())
+    assert card["base_model"] == str(gguf)
+    assert f"Base model: `{gguf}`" in (tmp_path / "adapter" / "README.md").read_text()
