@@ -296,3 +296,81 @@ def test_the_adapter_card_names_the_gguf_the_user_passed(tmp_path, monkeypatch):
     card = json.loads((tmp_path / "adapter" / "card.json").read_text())
     assert card["base_model"] == str(gguf)
     assert f"Base model: `{gguf}`" in (tmp_path / "adapter" / "README.md").read_text()
+
+
+# ---- item 7: a question set's root and its dataset folder, everywhere -----------------------------------------------
+
+
+@pytest.mark.parametrize("module", ["graph.run", "benchmarks.presets"])
+def test_graph_run_and_presets_take_the_question_sets_root(tmp_path, module):
+    """Before: the root made task 1 read the multi-turn conversations (9 turns for --limit 3)."""
+    demo = ROOT / "data" / "demo"
+    extra = ["--presets", "rule", "--same-process", "--no-chart"] if module == "benchmarks.presets" else []
+    for data in (demo, demo / "single_turn"):
+        out = _run(
+            module, "--task", "1", "--data", str(data), "--limit", "3", "--out", str(tmp_path), "--no-progress", *extra
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+        if module == "graph.run":
+            assert f"on {demo / 'single_turn'}: 3 conversation(s)" in out.stdout and "turns:   3 (" in out.stdout
+        else:
+            assert any(line.split()[:2] == ["rule", "3"] for line in out.stdout.splitlines()), out.stdout
+
+
+def test_distill_takes_the_question_sets_dataset_folder_as_graph_run_does(tmp_path, monkeypatch, capsys):
+    """Before: `--eval-data data/demo/single_turn` -> ".../single_turn/single_turn not found"; it wanted the root."""
+    import benchmarks.distill as distill
+
+    class Taught(Exception):
+        pass
+
+    def teach(*args, **kwargs):
+        raise Taught  # the arguments resolved and the split made: the road would start here
+
+    monkeypatch.setenv("GLASSES_DEMO_DIR", ENV["GLASSES_DEMO_DIR"])
+    monkeypatch.setattr(distill, "teach", teach)
+    splits = []
+    for data in (ROOT / "data" / "demo", ROOT / "data" / "demo" / "single_turn"):
+        with pytest.raises(Taught):
+            distill.main(["--task", "1", "--eval-data", str(data), "--work", str(tmp_path), "--no-calibrate"])
+        splits.append([line for line in capsys.readouterr().err.splitlines() if line.startswith("split by")])
+    assert splits[0] and splits[0] == splits[1]
+
+
+# ---- item 9: own data ----------------------------------------------------------------------------------------------
+
+QUESTION = """single_turn:
+- entity: falcon-9
+  image_quality: normal
+  image_url: null
+  query: which company builds this rocket?
+  answer: SpaceX
+  domain: vehicle
+  query_category: simple-knowledge
+  dynamism: static
+  kind: kg
+  needs_web: false
+  needs_ocr: false
+"""
+
+
+@pytest.mark.parametrize("base", ["bundled", "sibling"])
+def test_a_question_set_outside_the_package_extends_a_bundled_one_and_needs_no_conversation(tmp_path, base):
+    """Before: "no content folder demo" (extends looked only beside the folder), and questions.yaml without
+    multi_turn was refused even for a task-1 set (a sibling base shows that one alone)."""
+    import shutil
+
+    from glasses_rag.crag_mm.content import BUNDLED
+
+    mine = tmp_path / "sets" / "mine"
+    mine.mkdir(parents=True)
+    if base == "sibling":
+        shutil.copytree(BUNDLED / "demo", tmp_path / "sets" / "demo")
+    (mine / "content.yaml").write_text("extends: demo\nname: mine\nsession_prefix: mine\n")
+    (mine / "questions.yaml").write_text(QUESTION)
+    where = ["--data", str(mine), "--demo-dir", str(tmp_path / "built" / "demo"), "--out", str(tmp_path / "runs")]
+    out = _run("graph.run", "--task", "1", *where, "--no-progress", "--no-plot")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "1 conversation(s)" in out.stdout and "turns:   1 (0 resumed)" in out.stdout
+    # task 3 reads conversations, which this set has none of: one line
+    _one_error_line(_run("graph.run", "--task", "3", *where), "no multi-turn conversations", "task 3")

@@ -6,11 +6,12 @@ A content folder (the demo's is `glasses_rag/crag_mm/bundled/demo/`) holds four 
   still has a `benchmark.yaml`: read, with a deprecation warning);
 * `entities.yaml`: the image-KG entities (image recipe, attributes, web pages about them), distractors too;
 * `pages.yaml`: web pages about no entity (general knowledge, distractors, prompt-injection pages);
-* `questions.yaml`: `single_turn` questions and `multi_turn` conversations, every field explicit.
+* `questions.yaml`: `single_turn` questions and `multi_turn` conversations, every field explicit (a set for tasks
+  1-2 may have no conversation, one for task 3 no single-turn question).
 
-A folder can extend a sibling one (`extends: demo` in its content.yaml): it inherits the base's
-content.yaml keys it does not set (it must set its own `name` and `session_prefix`, so that session ids
-never collide), and each of entities.yaml, pages.yaml and questions.yaml it does not have, e.g. a
+A folder can extend a sibling one, or a bundled one by name from anywhere (`extends: demo` in its content.yaml):
+it inherits the base's content.yaml keys it does not set (it must set its own `name` and `session_prefix`, so
+that session ids never collide), and each of entities.yaml, pages.yaml and questions.yaml it does not have, e.g. a
 paraphrase set that brings only its own questions.yaml. Bases may extend others; cycles are errors.
 
 `load_content(folder)` validates them with the pydantic models below (unknown keys are errors; every
@@ -386,9 +387,16 @@ class _PagesFile(_Model):
 
 
 class _QuestionsFile(_Model):
-    # both non-empty: `datasets` cannot write (nor size) an empty image table
-    single_turn: list[SingleTurn] = Field(min_length=1)
-    multi_turn: list[MultiTurn] = Field(min_length=1)
+    # either may be left out (a set for tasks 1-2 only, or for task 3 only), not both; an empty one is not written
+    # (`datasets` cannot write, nor size, an empty image table)
+    single_turn: list[SingleTurn] = Field(default_factory=list)
+    multi_turn: list[MultiTurn] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _some(self) -> _QuestionsFile:
+        if not self.single_turn and not self.multi_turn:
+            raise ValueError("no question: give single_turn questions (tasks 1, 2), multi_turn conversations (task 3)")
+        return self
 
 
 class Content(_Model):
@@ -503,6 +511,8 @@ def _resolve(folder: Path, seen: tuple[Path, ...] = ()) -> _Resolved:
 
     base_name = _validate(path, {"extends": raw["extends"]}, _Extends).extends
     base = folder.parent / base_name
+    if not base.is_dir() and has_info(BUNDLED / base_name):  # a bundled set, from a folder anywhere
+        base = BUNDLED / base_name
     here = seen + (folder.resolve(),)
     if base.resolve() in here:
         names = " -> ".join([f.name for f in here] + [base_name])
@@ -511,7 +521,7 @@ def _resolve(folder: Path, seen: tuple[Path, ...] = ()) -> _Resolved:
         known = sorted(f.name for f in folder.parent.iterdir() if has_info(f) and f != folder)
         raise ContentError(
             f"{path}: extends {base_name!r}: no content folder {base} "
-            f"(content folders next to it: {', '.join(known) or 'none'})"
+            f"(content folders next to it: {', '.join(known) or 'none'}; bundled: {', '.join(bundled_names())})"
         )
     if not has_info(base):
         raise ContentError(f"{path}: extends {base_name!r}, but {base / FILES['info']} does not exist")
@@ -677,6 +687,16 @@ def dataset_paths(root: str | Path) -> DatasetPaths:
     )
 
 
+def question_set_root(spec: str | Path) -> Path | None:
+    """The root of a built question set (the layout above: kg.json beside single_turn/ and multi_turn/) that `spec`
+    names, as its root or as one of its two dataset folders; None for anything else (a dataset of one's own).
+    Example: `question_set_root("data/heldout/single_turn")` -> Path("data/heldout")."""
+    p = Path(spec)
+    root = p.parent if p.name in ("single_turn", "multi_turn") else p
+    parts = (dataset_paths(root).single_turn, dataset_paths(root).multi_turn)
+    return root if (root / "kg.json").is_file() and any(x.is_dir() for x in parts) else None
+
+
 def _features():
     from datasets import ClassLabel, Features, Sequence, Value
     from datasets import Image as HFImage
@@ -809,8 +829,9 @@ def _write(c: Content, p: DatasetPaths) -> None:
     prefix = info.session_prefix
     single = [row(f"{prefix}-st-{n:03d}", q, [q]) for n, q in enumerate(c.single_turn)]
     multi = [row(f"{prefix}-mt-{n:03d}", m, m.turns) for n, m in enumerate(c.multi_turn)]
-    _write_parquet(single, p.single_turn)
-    _write_parquet(multi, p.multi_turn)
+    for rows, folder in ((single, p.single_turn), (multi, p.multi_turn)):
+        if rows:  # a set without multi-turn conversations (or single-turn questions) has no such folder
+            _write_parquet(rows, folder)
     p.kg_json.write_text(json.dumps({"version": info.version, "images": kg}, indent=1))
     p.web_json.write_text(json.dumps({"version": info.version, "pages": web}, indent=1))
     p.questions_json.write_text(json.dumps(meta, indent=1))
@@ -824,8 +845,8 @@ def _manifest_ok(p: DatasetPaths, c: Content, fp: str) -> bool:
     if m.get("fingerprint") != fp or m.get("version") != c.info.version:
         return False
     need = [
-        p.single_turn / "validation.parquet",
-        p.multi_turn / "validation.parquet",
+        *([p.single_turn / "validation.parquet"] if c.single_turn else []),
+        *([p.multi_turn / "validation.parquet"] if c.multi_turn else []),
         p.kg_json,
         p.web_json,
         p.questions_json,
