@@ -532,3 +532,40 @@ def test_preset_descriptions_cite_papers_by_title_and_arxiv_id_not_a_file_name()
     papers = [line.split("paper: ", 1)[1] for line in out.stdout.splitlines() if line.startswith("  paper: ")]
     assert len(papers) == 7 and not any(re.search(r"\d{3}_[0-9a-f]{16}", p) for p in papers), papers
     assert sum("arXiv 2510.26160" in p for p in papers) >= 2 and any("arXiv 2602.22683" in p for p in papers)
+
+
+# ---- item 8: no placeholder in a reply-format example --------------------------------------------------------------
+
+# "<entity name>", "<one sentence>", "<answer or $idk>" (not a paper's markup such as <DOC>)
+PLACEHOLDER = r'"<[^"<>\n]{1,80}>"|<[a-z$][^<>\n]{0,80} [^<>\n]{0,80}>'
+
+
+def _texts(message: dict) -> list[str]:
+    content = message.get("content") or ""
+    return [content] if isinstance(content, str) else [p.get("text", "") for p in content if isinstance(p, dict)]
+
+
+def test_no_request_shows_a_placeholder_a_small_model_could_copy(tmp_path):
+    """Before: Gemma 3 270M wrote `"entity": "<entity name>"` and rationale "<one sentence>" from the reply-format
+    example (and, shown a made-up example instead, wrote its made-up answer into every turn). Every request of a
+    model-loop run (decisions, answers, self-checks) and every bundled request template (the presets' too) names the
+    keys in words and shows no example."""
+    import re
+
+    from support import model_loop_run
+
+    from prompts import __file__ as prompts_init
+
+    bodies = model_loop_run(tmp_path, "loop")
+    shown = [text for body in bodies for message in body["messages"] for text in _texts(message)]
+    for text in shown:
+        assert not re.search(PLACEHOLDER, text), re.search(PLACEHOLDER, text)
+    assert len(bodies) >= 8 and any("by chain of verification" in t for t in shown)  # decisions and self-checks
+    folder = Path(prompts_init).parent
+    templates = [p for p in folder.iterdir() if p.suffix in (".txt", ".yaml") and not p.name.startswith("judge_")]
+    assert len(templates) > 20
+    for p in templates:
+        assert not re.search(PLACEHOLDER, p.read_text(encoding="utf-8")), (
+            p.name,
+            re.search(PLACEHOLDER, p.read_text()),
+        )
