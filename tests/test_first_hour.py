@@ -569,3 +569,73 @@ def test_no_request_shows_a_placeholder_a_small_model_could_copy(tmp_path):
             p.name,
             re.search(PLACEHOLDER, p.read_text()),
         )
+
+
+def test_label_names_the_run_folder_and_a_bad_label_is_one_line(tmp_path):
+    out = _run("graph.run", "--task", "1", "--limit", "1", "--label", "no-ocr", "--out", str(tmp_path), "--no-plot")
+    assert out.returncode == 0, out.stderr[-2000:]
+    (run,) = tmp_path.iterdir()
+    assert run.name.startswith("task1-no-ocr-") and f"traces: {run}" in out.stdout
+    _one_error_line(_run("graph.run", "--task", "1", "--label", "../x", "--out", str(tmp_path)), "--label")
+
+
+def test_the_run_diff_shows_the_summary_and_what_differs_unless_asked_for_every_question(tmp_path):
+    """Before: without --only, one block per question (every one of 48), the summary scrolled away."""
+    runs = tmp_path / "runs"
+    for run_id, tools in (("a", "image_search,ocr,detect_crop,query_decoupler,reranker"), ("b", "ocr")):
+        done = _run(
+            "graph.run", "--task", "1", "--limit", "8", "--tools", tools, "--run-id", run_id, "--out", str(runs)
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+    default = _run("glasses_rag.frontends.diff", str(runs / "a"), str(runs / "b"))
+    every = _run("glasses_rag.frontends.diff", str(runs / "a"), str(runs / "b"), "--all")
+    assert default.returncode == every.returncode == 0, default.stderr
+    blocks = [line for line in default.stdout.splitlines() if line.startswith("demo-st-")]
+    assert "question(s) matching differ (the default" in default.stdout and 0 < len(blocks) < 8
+    assert len([line for line in every.stdout.splitlines() if line.startswith("demo-st-")]) == 8
+
+
+def test_a_slice_scoring_zero_has_a_visible_mark_on_the_chart(tmp_path, monkeypatch, capsys):
+    """Before: a slice at 0 drew no bar, as if it had no data. Now each bar has its value, and a 0 a diamond."""
+    import json
+
+    import matplotlib.figure
+
+    from glasses_rag.frontends.run import main
+
+    monkeypatch.setenv("GLASSES_DEMO_DIR", ENV["GLASSES_DEMO_DIR"])
+    figures = []
+    save = matplotlib.figure.Figure.savefig
+    monkeypatch.setattr(
+        matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: (figures.append(fig), save(fig, *a, **k))
+    )
+    assert main(["--task", "1", "--limit", "6", "--out", str(tmp_path), "--run-id", "c", "--no-progress"]) == 0
+    report = json.loads((tmp_path / "c" / "report.json").read_text())
+    (fig,) = figures
+    zero = 0
+    for ax, (key, groups) in zip(fig.axes, ((k, g) for k, g in report["slices"].items() if g)):
+        marks = {round(y) for line in ax.lines for x, y in zip(line.get_xdata(), line.get_ydata()) if x == 0}
+        texts = [t.get_text() for t in ax.texts]
+        for i, name in enumerate(groups):
+            value = groups[name]["truthfulness"]
+            assert any(t.startswith(f" {value:+.3f}") for t in texts), (key, name, texts)
+            if value == 0:
+                zero += 1
+                assert i in marks, (key, name)
+    assert zero >= 1  # the test saw a slice at 0 (many one-turn slices are 0 by the official rule)
+    capsys.readouterr()
+
+
+def test_the_readme_says_the_planner_was_tuned_on_the_demo_next_to_its_figures():
+    """Before: the Run section showed the demo's figures alone (docs/data.md said it was the tuning set)."""
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    run = " ".join(readme.split("\n## Run\n", 1)[1].split("\n## ", 1)[0].split())
+    assert "tuned on" in run and "docs/planner.md#figures" in run and "--data heldout" in run
+    rows = {}
+    for line in (ROOT / "docs" / "planner.md").read_text().splitlines():
+        m = re.match(r"\| `(demo|heldout)` \| [^|]+ \| ([\d.]+) / [^|]+\| ([\d.]+) / [^|]+\| ([\d.]+) / ", line)
+        if m:
+            rows[m.group(1)] = m.group(2, 3, 4)
+    assert " / ".join(rows["heldout"]) in run and " / ".join(rows["demo"]) in run

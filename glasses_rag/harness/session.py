@@ -119,7 +119,8 @@ def run(args: argparse.Namespace, argv: list[str] | None) -> int:
     source, conversations = load_data(args)  # streamed: a dataset is never held decoded in memory
     scoring = make_scoring(args)
     kind = benchmark_of(args).run_name.format(task=args.task)
-    store = TraceStore(args.out, args.run_id or f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}")
+    label = f"{args.label}-" if getattr(args, "label", None) else ""
+    store = TraceStore(args.out, args.run_id or f"{kind}-{label}{time.strftime('%Y%m%d-%H%M%S')}")
     fingerprint = run_fingerprint(args, config, source)
     lock = claim_run_folder(store, fingerprint, args.resume_anyway)
     try:
@@ -216,6 +217,7 @@ def run_manifest(
     """run.json as written before the first turn (a resumed run checks it): what the run is made of."""
     return {
         "run_id": agent.run_id,
+        "label": getattr(args, "label", None),
         "benchmark": args.benchmark,
         "task": args.task,
         "data": str(source),
