@@ -459,13 +459,9 @@ def table(result: dict[str, Any]) -> str:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.distill", description=__doc__.split("\n\n")[0])
-    p.add_argument(
-        "--data",
-        default="demo",
-        help="teacher data: a bundled question set's name, or a built one's folder (its root or its dataset folder)",
-    )
+    p.add_argument("--data", default="demo", help="teacher data: a question set's name or folder (root or split)")
     p.add_argument("--index-dir", help="the teacher data's search index (default: the dataset's own)")
-    p.add_argument("--eval-data", help="evaluation data, as --data takes it (default: the unseen split of --data)")
+    p.add_argument("--eval-data", help="evaluation data, as --data (default: the unseen split of --data)")
     p.add_argument("--eval-index-dir", help="the evaluation data's search index (default: the dataset's own)")
     p.add_argument("--task", type=int, default=2, choices=[1, 2, 3])
     p.add_argument("--eval-limit", type=int, default=24, help="evaluation turns, whole conversations (default 24)")

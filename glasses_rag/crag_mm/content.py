@@ -737,8 +737,11 @@ def quiet_datasets() -> Iterator[None]:
 
 
 def _write_parquet(rows: list[dict], folder: Path) -> None:
+    """The rows as folder/validation.parquet; no rows, no folder (a set without conversations has no multi_turn/)."""
     from datasets import Dataset
 
+    if not rows:
+        return
     folder.mkdir(parents=True, exist_ok=True)
     with quiet_datasets():
         Dataset.from_list(rows, features=_features()).to_parquet(str(folder / "validation.parquet"))
@@ -829,9 +832,8 @@ def _write(c: Content, p: DatasetPaths) -> None:
     prefix = info.session_prefix
     single = [row(f"{prefix}-st-{n:03d}", q, [q]) for n, q in enumerate(c.single_turn)]
     multi = [row(f"{prefix}-mt-{n:03d}", m, m.turns) for n, m in enumerate(c.multi_turn)]
-    for rows, folder in ((single, p.single_turn), (multi, p.multi_turn)):
-        if rows:  # a set without multi-turn conversations (or single-turn questions) has no such folder
-            _write_parquet(rows, folder)
+    _write_parquet(single, p.single_turn)
+    _write_parquet(multi, p.multi_turn)
     p.kg_json.write_text(json.dumps({"version": info.version, "images": kg}, indent=1))
     p.web_json.write_text(json.dumps({"version": info.version, "pages": web}, indent=1))
     p.questions_json.write_text(json.dumps(meta, indent=1))

@@ -14,6 +14,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -123,17 +124,7 @@ def run_conversation(
     further turn is started. With `fingerprint`, only traces made by an agent of that configuration are resumed."""
     if stop is not None and stop.is_set():
         return
-    kept = [store.read(conv.session_id, i) for i in range(len(conv.turns))]
-    kept = [
-        t
-        if t is not None
-        and t.interaction_id == turn.interaction_id
-        and t.task == task
-        and (fingerprint is None or t.config_fingerprint == fingerprint)
-        and not any(c.unreachable for c in t.model_calls())  # its answer is not the model's: asked again
-        else None
-        for t, turn in zip(kept, conv.turns)
-    ]
+    kept = [_finished(store.read(conv.session_id, i), turn, task, fingerprint) for i, turn in enumerate(conv.turns)]
     image = info = None
     if any(t is None for t in kept):
         image, info = load_image(conv.image)
@@ -178,6 +169,16 @@ def run_conversation(
             on_turn(trace, resumed)
         shown = history_answer(trace.answer) if history_answer else trace.answer
         history.append(HistoryTurn(question=turn.query or "", answer=shown, entity=trace.entity))
+
+
+def _finished(trace: TurnTrace | None, turn: Any, task: int, fingerprint: str | None) -> TurnTrace | None:
+    """The trace on disk when it is this turn's, finished: same turn and task, made by an agent of this
+    configuration (with `fingerprint`), and its model server reached (otherwise its answer is not the model's)."""
+    if trace is None or trace.interaction_id != turn.interaction_id or trace.task != task:
+        return None
+    if fingerprint is not None and trace.config_fingerprint != fingerprint:
+        return None
+    return None if any(c.unreachable for c in trace.model_calls()) else trace
 
 
 UNREACHABLE_STOP = 3  # turns in a row that could not reach the model server, after which a run starts no more

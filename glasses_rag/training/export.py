@@ -365,8 +365,9 @@ def examples_from_run(
             history = [HistoryTurn(question=p.question, answer=p.answer, entity=p.entity) for p in turns[:i]]
             unoffered = not_offered(t, opts)
             if unoffered:
-                for name in unoffered if left_out is not None else ():
-                    left_out[name] = left_out.get(name, 0) + 1
+                if left_out is not None:
+                    for name in unoffered:
+                        left_out[name] = left_out.get(name, 0) + 1
                 continue
             image = (images or {}).get(sid)
             out += examples_from_trace(t, history, policy, opts, image)
