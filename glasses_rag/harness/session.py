@@ -127,10 +127,8 @@ def run(args: argparse.Namespace, argv: list[str] | None) -> int:
         return _run_claimed(args, argv, config, source, conversations, scoring, store, fingerprint)
     except KeyboardInterrupt:  # Ctrl-C: one line, the finished turns kept, and the command that goes on
         kept = sum(1 for _ in store.dir.glob("*__*.json"))
-        print(
-            f"interrupted: {kept} finished turn(s) kept in {store.dir}; resume with: {resume_of(argv, store)}",
-            file=sys.stderr,
-        )
+        line = f"interrupted: {kept} finished turn(s) kept in {store.dir}; resume with: {resume_of(argv, store)}"
+        print(scrub_text(line), file=sys.stderr)
         return 130
     finally:
         lock.release()  # also on Ctrl-C: the folder is free for the resume
