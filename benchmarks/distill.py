@@ -84,13 +84,20 @@ class Split(BaseModel):
 
 
 def dataset(spec: str) -> Any:
-    """The dataset paths of a bundled content name or folder (rendered once), else a folder of parquet files."""
-    from glasses_rag.crag_mm.content import dataset_paths, ensure_dataset, find_content, load_content
+    """The dataset paths of a bundled content name or folder (rendered once), else a question set's folder: its root
+    or one of its dataset folders (single_turn/, multi_turn/), as graph.run takes them."""
+    from glasses_rag.crag_mm.content import (
+        dataset_paths,
+        ensure_dataset,
+        find_content,
+        load_content,
+        question_set_root,
+    )
     from glasses_rag.crag_mm.demo import demo_paths
 
     content = find_content(spec)
     if content is None:
-        return dataset_paths(spec)
+        return dataset_paths(question_set_root(spec) or spec)
     paths = demo_paths() if spec == "demo" else dataset_paths(Path("data") / content.name)
     return ensure_dataset(load_content(content), paths)
 
@@ -452,9 +459,9 @@ def table(result: dict[str, Any]) -> str:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.distill", description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", default="demo", help="teacher data: a bundled benchmark name or a dataset folder")
+    p.add_argument("--data", default="demo", help="teacher data: a question set's name or folder (root or split)")
     p.add_argument("--index-dir", help="the teacher data's search index (default: the dataset's own)")
-    p.add_argument("--eval-data", help="evaluation data (default: the unseen split of --data)")
+    p.add_argument("--eval-data", help="evaluation data, as --data (default: the unseen split of --data)")
     p.add_argument("--eval-index-dir", help="the evaluation data's search index (default: the dataset's own)")
     p.add_argument("--task", type=int, default=2, choices=[1, 2, 3])
     p.add_argument("--eval-limit", type=int, default=24, help="evaluation turns, whole conversations (default 24)")

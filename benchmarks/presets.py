@@ -163,6 +163,8 @@ def chart(rows: list[Row], path: Path, title: str) -> Path:
     import matplotlib.pyplot as plt
     import numpy as np
 
+    from glasses_rag.evaluation.charts import mark_bars
+
     ok = [r for r in rows if not r.error]
     x = np.arange(len(ok))
     fig, (left, right) = plt.subplots(1, 2, figsize=(max(9.0, 1.6 * len(ok) + 4), 4.2))
@@ -174,7 +176,9 @@ def chart(rows: list[Row], path: Path, title: str) -> Path:
             ("missing", "missing"),
         ]
     ):
-        left.bar(x + (i - 1.5) * 0.2, [getattr(r, key) for r in ok], 0.2, label=name)
+        values = [getattr(r, key) for r in ok]
+        left.bar(x + (i - 1.5) * 0.2, values, 0.2, label=name)
+        mark_bars(left, values, x + (i - 1.5) * 0.2, horizontal=False, labels=False)  # a 0 is seen, not absent
     left.axhline(0, color="black", linewidth=0.6)
     left.set_xticks(x, [r.label for r in ok], rotation=30, ha="right")
     left.set_title("answers (share of turns)")

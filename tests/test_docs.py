@@ -174,7 +174,7 @@ def test_the_readme_error_examples_are_what_the_cli_prints(tmp_path, capsys, mon
 
     monkeypatch.setenv("GLASSES_DEMO_DIR", str(ROOT / "data" / "demo"))
     examples = _error_examples((ROOT / "README.md").read_text(encoding="utf-8"))
-    assert len(examples) == 3
+    assert len(examples) == 4
     for argv, expected in examples:
         try:
             rc = main([*argv, "--no-progress", "--out", str(tmp_path)])

@@ -157,9 +157,9 @@ def test_data_naming_a_benchmark_content_folder_builds_it_and_searches_its_own_i
     built = prepare_data(args)
     assert built.index_dir == tmp_path / "demo-paraphrase" and (Path(built.source) / "validation.parquet").exists()
     assert args.index_dir == built.index_dir  # not the demo's index: named in the configuration
-    # a folder of parquet files is not a content folder; an explicit --index-dir is kept
+    # the built set's dataset folder comes with the set's own index (issue 41); an explicit --index-dir is kept
     other = build_parser().parse_args(["--task", "1", "--data", built.source, "--index-dir", str(tmp_path)])
-    assert prepare_data(other).index_dir is None and other.index_dir == tmp_path
+    assert prepare_data(other).index_dir == built.index_dir and other.index_dir == tmp_path
     # the demo's index is the benchmark's default one, handed to build_agent: the configuration names none, as before
     demo = build_parser().parse_args(["--task", "1", "--data", "demo", "--demo-dir", str(tmp_path / "demo")])
     assert prepare_data(demo).index_dir is None and demo.default_index == tmp_path / "demo" and demo.index_dir is None

@@ -301,7 +301,9 @@ def test_the_cli_against_a_hostile_server_finishes_in_time_with_the_cap_in_the_t
                 *extra,
             ]
         )
-    assert rc == 0 and time.monotonic() - t0 < 60
+    # every decision failed (oversized): the run says its scores are not the model's and exits 1 (issue 41 item 4)
+    assert rc == 1 and time.monotonic() - t0 < 60
+    assert "decision(s) of the model could be used" in capsys.readouterr().err
     traces = [TurnTrace.model_validate_json(p.read_text()) for p in (tmp_path / "hostile").glob("*__*.json")]
     errors = [c.error for t in traces for e in t.steps for c in e.model_calls if c.error]
     assert errors and all("ReplyTooLarge" in e for e in errors)

@@ -46,7 +46,9 @@ def _run(tmp_path: Path, capsys, *args: str) -> tuple[int, str, Path]:
 
 
 def test_no_password_or_api_key_in_anything_a_run_prints_or_writes(tmp_path, capsys):
-    with FakeOpenAIServer() as srv:
+    # replies the model loop can read (an empty one is a run whose decisions cannot be used: exit 1, issue 41)
+    idk = {"action": "answer", "answer": "I don't know", "confidence": 0.1, "entity": None, "rationale": "r"}
+    with FakeOpenAIServer(responder=lambda body: FakeOpenAIServer.text_reply(json.dumps(idk))) as srv:
         url = srv.base_url.replace("http://", f"http://alice:{PASSWORD}@")
         rc, console, folder = _run(tmp_path, capsys, "--model", f"openai:{url}#x")
         assert rc == 0 and f"replicas: {srv.base_url} " in console  # shown without its userinfo

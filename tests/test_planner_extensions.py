@@ -18,7 +18,7 @@ from glasses_rag.superglasses.logs import TEXT, hop_tool, to_superglasses
 from graph.agent import TurnInput
 from graph.build import build_agent
 from graph.config import AgentConfig, ToolsConfig
-from traces.schema import ToolCallEvent
+from traces.schema import AnswerEvent, ToolCallEvent, VerdictEvent
 
 LENGTH_CONVERTER = '''
     """A length converter with a capability of its own (not the built-in converts_units)."""
@@ -221,10 +221,17 @@ def test_without_a_converter_a_price_in_dollars_does_not_answer_a_question_in_eu
 
 
 def test_the_planner_answers_from_a_captioners_fact_when_no_match_is_confident(plugin):
+    """The draft is the caption; the self-check does not let the captioner vouch for its own answer (issue 41: a
+    tool's own output is no evidence for what it claims), so the turn abstains unless the self-check is off."""
     config = with_module(plugin("caption_plugin", CAPTIONER))
     tr = ask("what is this?", FakeSearch(score=0.4), config=config)  # no confident image match
     assert "reverse_image_caption" in {s.tool for s in tr.tool_calls()}
-    assert tr.answer == "a white lighthouse on a stone pier"
+    drafts = [s.answer for s in tr.steps if isinstance(s, AnswerEvent)]
+    assert drafts == ["a white lighthouse on a stone pier"] and tr.answer == IDK
+    (verdict,) = [s for s in tr.steps if isinstance(s, VerdictEvent)]
+    assert verdict.decision == "abstain" and "reverse_image_caption's own output left out" in verdict.reason
+    unchecked = config.model_copy(update={"self_check": "off"})
+    assert ask("what is this?", FakeSearch(score=0.4), config=unchecked).answer == "a white lighthouse on a stone pier"
     confident = ask("what is this?", config=config)  # a confident match: the name, and no caption asked for
     assert confident.answer == LIGHTHOUSE
     assert "reverse_image_caption" not in {s.tool for s in confident.tool_calls()}

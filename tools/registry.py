@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
-from glasses_rag.core.registry import Registry
+from glasses_rag.core.registry import Registry, closest
 from tools.base import WRITABLE_FIELDS, ToolContext, ToolOutput, check_update
 from tools.capability import Capability, SearchKind, resolve, search_kind
 
@@ -284,6 +284,31 @@ class ToolRegistry:
             ]
             self._by_task[key] = found
         return found
+
+    def check_names(self, names: Iterable[str], task: int | None = None, profile: ToolProfile | None = None) -> None:
+        """Each of `names` is a tool offered here (in `task` and under `profile`, when given), else a one-line
+        ValueError naming the closest offered tool: a misspelled or forbidden name would otherwise narrow the
+        allow-list to nothing, silently.
+
+        Example:
+            registry.check_names(["image_serch"], 1)  # ValueError: unknown tool 'image_serch' (did you mean ...
+        """
+        tasks = [task] if task is not None else sorted(ALL_TASKS)
+        offered = sorted({t.name for k in tasks for t in self.for_task(k, None, profile)})
+        where = f"task {task}" if task is not None else "any task"
+        if profile is not None:
+            where += f" of {profile.name}"
+        listed = f"{where} offers: {', '.join(offered) or 'no tool'}"
+        for name in names:
+            t = self._tools.get(name)
+            if t is None:
+                raise ValueError(f"unknown tool {name!r}{closest(name, offered or self.names())}; {listed}")
+            if name in self.unavailable:
+                raise ValueError(f"tool {name!r} is not offered here: {self.unavailable[name]}")
+            if name not in offered:
+                why = f"it reaches {', '.join(sorted(t.reaches))}" if task is None or task in t.tasks else ""
+                why = why or f"it is a tool of task(s) {', '.join(map(str, sorted(t.tasks)))}"
+                raise ValueError(f"tool {name!r} is not allowed in {where} ({why}); {listed}")
 
     def with_tag(
         self, tag: str, task: int, only: Iterable[str] | None = None, profile: ToolProfile | None = None

@@ -6,11 +6,12 @@ A content folder (the demo's is `glasses_rag/crag_mm/bundled/demo/`) holds four 
   still has a `benchmark.yaml`: read, with a deprecation warning);
 * `entities.yaml`: the image-KG entities (image recipe, attributes, web pages about them), distractors too;
 * `pages.yaml`: web pages about no entity (general knowledge, distractors, prompt-injection pages);
-* `questions.yaml`: `single_turn` questions and `multi_turn` conversations, every field explicit.
+* `questions.yaml`: `single_turn` questions and `multi_turn` conversations, every field explicit (a set for tasks
+  1-2 may have no conversation, one for task 3 no single-turn question).
 
-A folder can extend a sibling one (`extends: demo` in its content.yaml): it inherits the base's
-content.yaml keys it does not set (it must set its own `name` and `session_prefix`, so that session ids
-never collide), and each of entities.yaml, pages.yaml and questions.yaml it does not have, e.g. a
+A folder can extend a sibling one, or a bundled one by name from anywhere (`extends: demo` in its content.yaml):
+it inherits the base's content.yaml keys it does not set (it must set its own `name` and `session_prefix`, so
+that session ids never collide), and each of entities.yaml, pages.yaml and questions.yaml it does not have, e.g. a
 paraphrase set that brings only its own questions.yaml. Bases may extend others; cycles are errors.
 
 `load_content(folder)` validates them with the pydantic models below (unknown keys are errors; every
@@ -385,9 +386,16 @@ class _PagesFile(_Model):
 
 
 class _QuestionsFile(_Model):
-    # both non-empty: `datasets` cannot write (nor size) an empty image table
-    single_turn: list[SingleTurn] = Field(min_length=1)
-    multi_turn: list[MultiTurn] = Field(min_length=1)
+    # either may be left out (a set for tasks 1-2 only, or for task 3 only), not both; an empty one is not written
+    # (`datasets` cannot write, nor size, an empty image table)
+    single_turn: list[SingleTurn] = Field(default_factory=list)
+    multi_turn: list[MultiTurn] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _some(self) -> _QuestionsFile:
+        if not self.single_turn and not self.multi_turn:
+            raise ValueError("no question: give single_turn questions (tasks 1, 2), multi_turn conversations (task 3)")
+        return self
 
 
 class Content(_Model):
@@ -505,6 +513,8 @@ def _resolve(folder: Path, seen: tuple[Path, ...] = ()) -> _Resolved:
 
     base_name = _validate(path, {"extends": raw["extends"]}, _Extends).extends
     base = folder.parent / base_name
+    if not base.is_dir() and has_info(BUNDLED / base_name):  # a bundled set, from a folder anywhere
+        base = BUNDLED / base_name
     here = seen + (folder.resolve(),)
     if base.resolve() in here:
         names = " -> ".join([f.name for f in here] + [base_name])
@@ -513,7 +523,7 @@ def _resolve(folder: Path, seen: tuple[Path, ...] = ()) -> _Resolved:
         known = sorted(f.name for f in folder.parent.iterdir() if has_info(f) and f != folder)
         raise ContentError(
             f"{path}: extends {base_name!r}: no content folder {base} "
-            f"(content folders next to it: {', '.join(known) or 'none'})"
+            f"(content folders next to it: {', '.join(known) or 'none'}; bundled: {', '.join(bundled_names())})"
         )
     if not has_info(base):
         raise ContentError(f"{path}: extends {base_name!r}, but {base / FILES['info']} does not exist")
@@ -679,6 +689,16 @@ def dataset_paths(root: str | Path) -> DatasetPaths:
     )
 
 
+def question_set_root(spec: str | Path) -> Path | None:
+    """The root of a built question set (the layout above: kg.json beside single_turn/ and multi_turn/) that `spec`
+    names, as its root or as one of its two dataset folders; None for anything else (a dataset of one's own).
+    Example: `question_set_root("data/heldout/single_turn")` -> Path("data/heldout")."""
+    p = Path(spec)
+    root = p.parent if p.name in ("single_turn", "multi_turn") else p
+    parts = (dataset_paths(root).single_turn, dataset_paths(root).multi_turn)
+    return root if (root / "kg.json").is_file() and any(x.is_dir() for x in parts) else None
+
+
 def _features():
     from datasets import ClassLabel, Features, Sequence, Value
     from datasets import Image as HFImage
@@ -719,8 +739,11 @@ def quiet_datasets() -> Iterator[None]:
 
 
 def _write_parquet(rows: list[dict], folder: Path) -> None:
+    """The rows as folder/validation.parquet; no rows, no folder (a set without conversations has no multi_turn/)."""
     from datasets import Dataset
 
+    if not rows:
+        return
     folder.mkdir(parents=True, exist_ok=True)
     with quiet_datasets():
         Dataset.from_list(rows, features=_features()).to_parquet(str(folder / "validation.parquet"))
@@ -826,8 +849,8 @@ def _manifest_ok(p: DatasetPaths, c: Content, fp: str) -> bool:
     if m.get("fingerprint") != fp or m.get("version") != c.info.version:
         return False
     need = [
-        p.single_turn / "validation.parquet",
-        p.multi_turn / "validation.parquet",
+        *([p.single_turn / "validation.parquet"] if c.single_turn else []),
+        *([p.multi_turn / "validation.parquet"] if c.multi_turn else []),
         p.kg_json,
         p.web_json,
         p.questions_json,

@@ -491,8 +491,10 @@ def _all_metrics(report: EvalReport) -> list[Metrics]:
 
 
 def plot_report(report: EvalReport, path: str | Path, title: str = "CRAG-MM truthfulness") -> Path:
-    """Truthfulness by slice as a PNG, written atomically."""
+    """Truthfulness by slice as a PNG, written atomically: each bar with its value (a slice at 0 marked)."""
     import matplotlib
+
+    from glasses_rag.evaluation.charts import mark_bars
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -515,9 +517,7 @@ def plot_report(report: EvalReport, path: str | Path, title: str = "CRAG-MM trut
         ax.axvline(report.overall.truthfulness, color="k", linestyle="--", linewidth=0.8)
         ax.axvline(0, color="grey", linewidth=0.5)
         ax.set_xlim(*limits)
-        for i, g in enumerate(names):
-            if out_of_range(groups[g]):
-                ax.text(vals[i], i, " *", va="center", fontsize=8)
+        mark_bars(ax, vals, suffixes=[" *" if out_of_range(groups[g]) else "" for g in names])  # 0 is seen
         ax.set_title(f"truthfulness by {key}", fontsize=9)
         ax.invert_yaxis()
     fig.suptitle(

@@ -30,12 +30,36 @@ def prepare(req: DataRequest) -> PreparedData:
 
     if req.data == "demo":
         built = ensure_demo(req.demo_dir)
-        return PreparedData(source=str(getattr(built, TASK_DATA[req.task or 1])))
+        return PreparedData(source=task_data(built.root, req.task))
     folder = find_content(req.data)
     if folder is None:
-        return PreparedData(source=req.data)
+        return built_question_set(req)
     built = ensure_dataset(load_content(folder), content_build(folder, demo_paths(req.demo_dir).root.parent))
-    return PreparedData(source=str(getattr(built, TASK_DATA[req.task or 1])), index_dir=built.root)
+    return PreparedData(source=task_data(built.root, req.task), index_dir=built.root)
+
+
+def task_data(root: Path, task: int | None) -> str:
+    """The dataset folder of a built question set that `task` reads; a one-line error when the set has none (a
+    set without multi-turn conversations, run with task 3)."""
+    folder = root / TASK_DATA[task or 1]
+    if not folder.is_dir():
+        kind = "multi-turn conversations" if TASK_DATA[task or 1] == "multi_turn" else "single-turn questions"
+        raise ValueError(f"the question set at {root} has no {kind}: task {task} reads them ({folder} is not there)")
+    return str(folder)
+
+
+def built_question_set(req: DataRequest) -> PreparedData:
+    """`--data` naming a question set built before, by its root or by one of its dataset folders: the task's
+    folder (or the one named) with the set's own index (the demo's is the default one); anything else as it is."""
+    from glasses_rag.crag_mm.content import question_set_root
+    from glasses_rag.crag_mm.demo import demo_paths
+
+    root = question_set_root(req.data or "")
+    if root is None:
+        return PreparedData(source=req.data or "")
+    source = task_data(root, req.task) if Path(req.data or "") == root else req.data or ""
+    own = root.resolve() != demo_paths(req.demo_dir).root.resolve()
+    return PreparedData(source=source, index_dir=root if own else None)
 
 
 def default_index(req: DataRequest) -> Path:

@@ -1,11 +1,15 @@
 """Run diff: two or more runs side by side on the same questions (`glasses_rag.frontends.run_diff` has the rules).
 
-    python -m glasses_rag.frontends.diff RUN_A RUN_B [RUN_C ...]              # a table, then one block per question
+    python -m glasses_rag.frontends.diff RUN_A RUN_B [RUN_C ...]              # the summary, then what differs
+    python -m glasses_rag.frontends.diff RUN_A RUN_B --all                    # ... then every question
     python -m glasses_rag.frontends.diff PRESETS_FOLDER                        # every run benchmarks.presets wrote
     python -m glasses_rag.frontends.diff RUN_A RUN_B --only a-right-b-wrong    # questions A got right and B did not
     python -m glasses_rag.frontends.diff RUN_A RUN_B --json > diff.json        # the whole diff as JSON (RunDiff)
     python -m glasses_rag.frontends.diff RUN_A RUN_B --html diff.html          # the page, with the same filters in it
 
+Without --only (or --all) the text lists the questions whose outcomes differ between the runs (`--only differ`):
+the summary counts every question, and the questions where the runs agree are the ones a reader skips. --json and
+--html hold every question unless --only cuts them.
 Runs are named A, B, C... in the order given (a folder of runs in its presets.json order). What a run folder holds
 is printed as text, never as terminal control: escape sequences, other control characters and the bidirectional
 overrides in a question, an answer or a folder name are printed as escapes, `\\x1b` (in --json, as JSON's
@@ -119,10 +123,12 @@ def _cut(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-def format_diff(d: RunDiff, max_rows: int = 50) -> str:
+def format_diff(d: RunDiff, max_rows: int = 50, default: bool = False) -> str:
+    """The summary, then each question of `d.rows` (`default`: cut by the default filter, which the text says)."""
     lines = header(d)
     names = {r.letter: r.name for r in d.runs}
     cut = f" matching {' or '.join(d.filters)}" if d.filters else ""
+    cut += " (the default: --all lists every question, --only another filter)" if default else ""
     lines += ["", f"{d.shown} question(s){cut}" + (f"; the first {max_rows}" if d.shown > max_rows else "") + ":"]
     for row in d.rows[:max_rows]:
         lines += ["", *row_lines(row, names)]
@@ -145,7 +151,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         help="run folders (traces/runs/<run_id>) or folders of runs (a benchmarks.presets folder)",
     )
-    p.add_argument("--only", action="append", default=[], metavar="FILTER", help="show only these questions")
+    p.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="FILTER",
+        help="show only these questions (default in the text: differ, the questions whose outcomes differ)",
+    )
+    p.add_argument("--all", action="store_true", help="list every question in the text, not only those that differ")
     p.add_argument("--json", action="store_true", help="print the diff as JSON instead of the table")
     p.add_argument("--html", type=Path, default=None, metavar="FILE", help="also write the page here")
     p.add_argument("--max-rows", type=int, default=50, help="questions printed (default 50)")
@@ -159,13 +172,17 @@ def main(argv: list[str] | None = None) -> int:
         argv: the command line without the program name (default: sys.argv[1:]).
     """
     args = build_parser().parse_args(argv)
+    default = not args.only and not args.all and not args.json  # the text lists what differs unless told otherwise
     try:
         full = diff_runs(args.runs)
-        d = cut_rows(full, args.only)
+        d = cut_rows(full, ["differ"] if default else args.only)
     except (ValueError, FileNotFoundError) as e:
         print(printable(f"error: {e}"), file=sys.stderr)
         return 2
-    print(printable_json(d.model_dump_json(indent=2)) if args.json else printable(format_diff(d, args.max_rows)))
+    text = (
+        printable_json(d.model_dump_json(indent=2)) if args.json else printable(format_diff(d, args.max_rows, default))
+    )
+    print(text)
     if args.html is not None:  # every question on the page; its controls start at the first --only filter
         from glasses_rag.frontends.viewer import render_diff_page
 

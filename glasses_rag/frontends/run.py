@@ -193,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     except RunRefused as e:
         print(f"error: {scrub_text(str(e))}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # before the first turn (data, models); a run's own Ctrl-C prints its resume command
+        print("interrupted before any turn ran", file=sys.stderr)
+        return 130
     except (FileNotFoundError, ValueError, ImportError, OSError, RecursionError) as e:
         # bad paths, specs, data (nested too deeply, too) or missing optional packages: one line, no traceback
         print(f"error: {error_line(e)}", file=sys.stderr)

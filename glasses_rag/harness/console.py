@@ -97,17 +97,50 @@ def closing_lines(stats: Any, budget_s: float, conversations: Any) -> list[str]:
     return lines
 
 
-def unreachable_line(stats: Any) -> str | None:
-    """An error line when most turns could not reach their model server: their answers are not the model's."""
+def resume_command(argv: list[str], run_id: str) -> str:
+    """The command that resumes this run, to copy: its own options (credentials left out), `--run-id` naming its
+    folder. Example: `resume_command(["--task", "1"], "task1-x")` -> "python -m graph.run --task 1 --run-id task1-x"."""
+    import shlex
+
+    from glasses_rag.core.credentials import scrub_argv
+
+    kept: list[str] = []
+    skip = False
+    for a in argv:
+        if not skip and a != "--run-id" and not a.startswith("--run-id="):
+            kept.append(a)
+        skip = a == "--run-id"
+    return shlex.join(["python", "-m", "graph.run", *scrub_argv(kept), "--run-id", run_id])
+
+
+def unreachable_line(stats: Any, resume: str) -> str | None:
+    """An error line when most turns could not reach their model server: their answers are not the model's; how
+    to resume (those turns are run again) once it is back."""
     if not stats.turns or (stats.turns_unreachable * 2 <= stats.turns and not stats.stopped_unreachable):
         return None
     stopped = (
-        " it stopped starting turns after the server was unreachable in several turns in a row (the same "
-        "command resumes once the server is back);"
+        " it stopped starting turns after the server was unreachable in several turns in a row;"
         if stats.stopped_unreachable
         else ""
     )
     return (
         f"error: {stats.turns_unreachable} of {stats.turns} turn(s) could not reach the model server (the "
-        f"traces' `error` says why);{stopped} the scores above are not the model's"
+        f"traces' `error` says why);{stopped} the scores above are not the model's; once the server is back, "
+        f"resume (those turns run again, the others are kept) with: {resume}"
+    )
+
+
+def unusable_line(stats: Any) -> str | None:
+    """An error line when most of the model's decisions could not be used (empty, malformed or oversized replies,
+    replies the backend failed): the run answered without its model, whatever the scores say."""
+    loop = stats.loop
+    asked = loop.decisions + loop.decisions_failed
+    if not asked or loop.decisions_parsed * 2 >= asked:
+        return None
+    unread = loop.decisions - loop.decisions_parsed
+    return (
+        f"error: only {loop.decisions_parsed} of {asked} decision(s) of the model could be used ({unread} reply(ies) "
+        f"unreadable: empty or not the asked format; {loop.decisions_failed} failed: errors or oversized replies; "
+        "the traces' `error` says why); the scores above are not the model's (check --model, its chat template "
+        "and --decision-mode)"
     )

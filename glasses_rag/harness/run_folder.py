@@ -29,17 +29,18 @@ class RunRefused(Exception):
     model server the run needs cannot be reached."""
 
 
-def check_model_servers(*parts: Any) -> None:
-    """At warm-up: every HTTP model the run uses (the policy's, an LLM judge's) takes a connection on at least one
-    replica, or the run stops here with one line (instead of minutes of retries and a report of "I don't know"s)."""
-    for part in parts:
+def check_model_servers(parts: dict[str, Any]) -> None:
+    """At warm-up: every HTTP model the run uses (`parts`: the option that names it -> the policy's backend, an LLM
+    judge) takes a connection on at least one replica, or the run stops here with one line naming that option
+    (instead of minutes of retries and a report of "I don't know"s)."""
+    for option, part in parts.items():
         client = getattr(part, "client", None)
         check = getattr(client, "unreachable", None)
         if not callable(check):
             continue
         down = check()
         if down and len(down) == len(getattr(client, "replicas", down)):
-            raise RunRefused(f"cannot reach the model server {'; '.join(down)} (is it running? see --model)")
+            raise RunRefused(f"cannot reach the model server {'; '.join(down)} (is it running? see {option})")
 
 
 MAX_RUN_JSON_BYTES = 16 << 20  # a run.json is a few KB

@@ -83,6 +83,12 @@ class RunOptions(BaseModel):
         description="Name of the run folder; reuse an existing one to resume an "
         "interrupted run (finished turns are kept).",
     )
+    label: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+        description="A short name for the run (letters, digits, '.', '_', '-'): its folder is <task>-<label>-<time> "
+        "(--run-id names it whole instead), and run.json keeps it.",
+    )
     resume_anyway: bool = Field(
         False, description="Resume a run folder made with a different configuration, keeping its finished turns."
     )
@@ -151,6 +157,7 @@ _RUN = [
     Option("--image-root", "run.image_root", DATA),
     Option("--out", "run.out", OUTPUT),
     Option("--run-id", "run.run_id", OUTPUT),
+    Option("--label", "run.label", OUTPUT),
     Option("--resume-anyway", "run.resume_anyway", OUTPUT, "flag"),
     Option("--no-progress", "run.no_progress", OUTPUT, "flag"),
     Option("--concurrency", "run.concurrency", BUDGET),

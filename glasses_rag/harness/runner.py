@@ -1,6 +1,7 @@
 """Runs a CRAG-MM task over a dataset: conversations concurrently, turns in order, traces written as they finish.
 
-Resumable: a turn whose trace already exists in the run folder (same run id) is not redone; its answer feeds
+Resumable: a turn whose trace already exists in the run folder (same run id) is not redone (unless its model server
+could not be reached: it runs again); its answer feeds
 the conversation history exactly as if it had just been produced. Finished traces are handed to `on_turn`
 and dropped: a long run keeps only what its caller keeps (compact scoring records), never whole traces.
 """
@@ -13,6 +14,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -122,16 +124,7 @@ def run_conversation(
     further turn is started. With `fingerprint`, only traces made by an agent of that configuration are resumed."""
     if stop is not None and stop.is_set():
         return
-    kept = [store.read(conv.session_id, i) for i in range(len(conv.turns))]
-    kept = [
-        t
-        if t is not None
-        and t.interaction_id == turn.interaction_id
-        and t.task == task
-        and (fingerprint is None or t.config_fingerprint == fingerprint)
-        else None
-        for t, turn in zip(kept, conv.turns)
-    ]
+    kept = [_finished(store.read(conv.session_id, i), turn, task, fingerprint) for i, turn in enumerate(conv.turns)]
     image = info = None
     if any(t is None for t in kept):
         image, info = load_image(conv.image)
@@ -178,6 +171,16 @@ def run_conversation(
         history.append(HistoryTurn(question=turn.query or "", answer=shown, entity=trace.entity))
 
 
+def _finished(trace: TurnTrace | None, turn: Any, task: int, fingerprint: str | None) -> TurnTrace | None:
+    """The trace on disk when it is this turn's, finished: same turn and task, made by an agent of this
+    configuration (with `fingerprint`), and its model server reached (otherwise its answer is not the model's)."""
+    if trace is None or trace.interaction_id != turn.interaction_id or trace.task != task:
+        return None
+    if fingerprint is not None and trace.config_fingerprint != fingerprint:
+        return None
+    return None if any(c.unreachable for c in trace.model_calls()) else trace
+
+
 UNREACHABLE_STOP = 3  # turns in a row that could not reach the model server, after which a run starts no more
 
 
@@ -193,7 +196,7 @@ class ServerGone:
         if self.streak == UNREACHABLE_STOP:
             log.error(
                 "the model server could not be reached in %d turns in a row: no further turn is started "
-                "(rerun the same command to resume)",
+                "(the command that resumes the run is printed at its end)",
                 self.streak,
             )
         return self.streak >= UNREACHABLE_STOP

@@ -13,7 +13,14 @@ from typing import Any
 from glasses_rag.core.credentials import scrub_argv, scrub_data, scrub_text
 from glasses_rag.evaluation import RunScorer
 from glasses_rag.harness.benchmarks import benchmark_of
-from glasses_rag.harness.console import closing_lines, header_lines, summary_lines, unreachable_line
+from glasses_rag.harness.console import (
+    closing_lines,
+    header_lines,
+    resume_command,
+    summary_lines,
+    unreachable_line,
+    unusable_line,
+)
 from glasses_rag.harness.run_data import load_data, prepare_data
 from glasses_rag.harness.run_folder import check_model_servers, claim_run_folder, run_fingerprint
 from glasses_rag.harness.run_scoring import SCORING_OPTIONS, make_scoring, plot_run, worker_scoring, write_reports
@@ -38,6 +45,28 @@ def agent_config_from_args(args: argparse.Namespace) -> Any:
     given["policy"] = model if model is not None else "rule"
     given.setdefault("tools", {})["profile"] = benchmark_of(args).tools.name
     return AgentConfig.model_validate(given)
+
+
+def check_tool_choice(args: argparse.Namespace, config: Any) -> None:
+    """--tools names tools the run offers: each a tool (a typo is one line with the closest name), allowed in the
+    task under the benchmark's profile, and, with a preset, one of the preset's tools (--tools narrows them): never
+    a run that silently offers fewer tools, or none."""
+    from glasses_rag.policies.presets import load_preset
+    from graph.build import load_tools
+
+    names = config.tools.allowed
+    if not names:
+        return
+    profile = benchmark_of(args).tools
+    load_tools(config).offering_available(profile).check_names(names, args.task, profile)
+    if config.preset:
+        used = load_preset(config.preset, config.tools.modules).tools
+        outside = [n for n in names if used is not None and n not in used]
+        if outside:
+            raise ValueError(
+                f"--tools {','.join(outside)}: not among preset {config.preset}'s tools ({', '.join(used or [])}); "
+                "--tools narrows the preset's tools"
+            )
 
 
 def agent_for_run(args: argparse.Namespace, config: Any, run_id: str, search: Any = None) -> Any:
@@ -86,14 +115,21 @@ def run(args: argparse.Namespace, argv: list[str] | None) -> int:
 
     prepare_data(args)  # before the config: the data comes with its own search index
     config = agent_config_from_args(args)
+    check_tool_choice(args, config)
     source, conversations = load_data(args)  # streamed: a dataset is never held decoded in memory
     scoring = make_scoring(args)
     kind = benchmark_of(args).run_name.format(task=args.task)
-    store = TraceStore(args.out, args.run_id or f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}")
+    label = f"{args.label}-" if getattr(args, "label", None) else ""
+    store = TraceStore(args.out, args.run_id or f"{kind}-{label}{time.strftime('%Y%m%d-%H%M%S')}")
     fingerprint = run_fingerprint(args, config, source)
     lock = claim_run_folder(store, fingerprint, args.resume_anyway)
     try:
         return _run_claimed(args, argv, config, source, conversations, scoring, store, fingerprint)
+    except KeyboardInterrupt:  # Ctrl-C: one line, the finished turns kept, and the command that goes on
+        kept = sum(1 for _ in store.dir.glob("*__*.json"))
+        line = f"interrupted: {kept} finished turn(s) kept in {store.dir}; resume with: {resume_of(argv, store)}"
+        print(scrub_text(line), file=sys.stderr)
+        return 130
     finally:
         lock.release()  # also on Ctrl-C: the folder is free for the resume
 
@@ -114,7 +150,7 @@ def _run_claimed(
     spec = benchmark_of(args)
     concurrency, capped = effective_concurrency(args, config)
     agent = agent_for_run(args, config, store.dir.name)  # models loaded and indexes built here
-    check_model_servers(agent.llm, scoring.judge)
+    check_model_servers({"--model": agent.llm, "--judge": scoring.judge})
     used = agent.config  # with the preset applied
     tools = [t.name for t in agent.registry.for_task(args.task, used.tools.allowed, agent.tool_profile)]
     print(
@@ -153,11 +189,16 @@ def _run_claimed(
     if plot is not None:
         files["plot"] = plot
     print("report: " + ", ".join(str(p) for p in files.values()))
-    unreachable = unreachable_line(stats)
-    if unreachable:
-        print(unreachable, file=sys.stderr)
+    failure = unreachable_line(stats, resume_of(argv, store)) or unusable_line(stats)
+    if failure:
+        print(scrub_text(failure), file=sys.stderr)
         return 1
     return 0 if not stats.failed_conversations else 1
+
+
+def resume_of(argv: list[str] | None, store: Any) -> str:
+    """The command that resumes the run in `store` (its folder named with --run-id)."""
+    return resume_command(sys.argv[1:] if argv is None else list(argv), store.dir.name)
 
 
 def run_manifest(
@@ -174,6 +215,7 @@ def run_manifest(
     """run.json as written before the first turn (a resumed run checks it): what the run is made of."""
     return {
         "run_id": agent.run_id,
+        "label": getattr(args, "label", None),
         "benchmark": args.benchmark,
         "task": args.task,
         "data": str(source),

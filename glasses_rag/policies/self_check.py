@@ -56,6 +56,36 @@ def lexical_support(answer: str, evidence_texts: list[str]) -> tuple[float, int]
     return best, best_i
 
 
+def own_claims(draft: AnswerDraft, view: Any) -> dict[str, list[str]]:
+    """Tool -> the texts of its facts that cannot support `draft`: the draft was taken from that tool's fact (its
+    value or text is the answer), and the tool did not compute it from a number found elsewhere in the turn. A tool
+    does not vouch for its own answer (a caption, a recognizer's guess); a conversion of a quantity the turn found
+    is a derivation, checked through that quantity. Empty without a view (nothing says who wrote what)."""
+    facts = list(getattr(view, "facts", None) or [])
+    answer = nlp.normalize(draft.answer)
+    producers = {f.source for f in facts if answer and answer in (nlp.normalize(f.value or ""), nlp.normalize(f.text))}
+    out: dict[str, list[str]] = {}
+    for tool in sorted(producers):
+        elsewhere = _turn_texts(view, exclude=tool)
+        calls = [s.arguments for s in getattr(view, "done", []) if s.tool == tool]
+        derived = any(_values(str(v)) & elsewhere for args in calls for v in args.values())
+        if not derived:
+            out[tool] = [f.text for f in facts if f.source == tool]
+    return out
+
+
+def _turn_texts(view: Any, exclude: str) -> set[float]:
+    """The numbers the turn holds outside `exclude`'s facts: the question, earlier turns, evidence, OCR, facts."""
+    texts = [view.question, *(f"{h.question} {h.answer}" for h in view.history), view.ocr_text or ""]
+    texts += [h.text() for h in view.evidence] + [f.text for f in view.facts if f.source != exclude]
+    return set().union(*(_values(t) for t in texts))
+
+
+def _values(text: str) -> set[float]:
+    """The numbers of a text as values: "31" and "31.0" alike, "1,200" is 1200."""
+    return {float(n) for n in numbers(text)}
+
+
 class EvidenceSupportVerifier:
     """heuristic:evidence-support: the answer's words must appear in one evidence item, counting only the parts of
     the evidence that state facts (sentences that give instructions or address the assistant never support an
@@ -75,7 +105,12 @@ class EvidenceSupportVerifier:
                 method=self.name,
                 reason="the draft repeats text addressed to the agent (a prompt injection), not a fact",
             )
-        facts = [data_text(t) for t in evidence]
+        claims = own_claims(draft, view)
+        left_out = {t for texts in claims.values() for t in texts}
+        facts = [data_text(t) for t in evidence if t not in left_out]
+        note = (
+            f" ({', '.join(claims)}'s own output left out: a tool does not vouch for its own answer)" if claims else ""
+        )
         support, i = lexical_support(draft.answer, facts)
         conf = draft.confidence * support
         where = f"evidence #{i}" if i >= 0 else "no evidence"
@@ -85,13 +120,13 @@ class EvidenceSupportVerifier:
                 supported=False,
                 confidence=0.0,
                 method=self.name,
-                reason=f"the number(s) {', '.join(sorted(missing))} appear in no factual evidence",
+                reason=f"the number(s) {', '.join(sorted(missing))} appear in no factual evidence{note}",
             )
         return Verdict(
             supported=support >= 0.5,
             confidence=round(conf, 4),
             method=self.name,
-            reason=f"{support:.0%} of the answer's words found in the factual text of {where}",
+            reason=f"{support:.0%} of the answer's words found in the factual text of {where}{note}",
         )
 
 

@@ -309,6 +309,7 @@ def plot_superglasses(rep: SuperGlassesReport, path: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
     from glasses_rag.core.files import write_atomic
+    from glasses_rag.evaluation.charts import mark_bars
 
     keys = [k for k, v in rep.slices.items() if v]
     fig, axes = plt.subplots(
@@ -316,7 +317,9 @@ def plot_superglasses(rep: SuperGlassesReport, path: str | Path) -> Path:
     )
     for ax, key in zip(axes[:, 0], keys):
         names = list(rep.slices[key])
-        ax.barh(range(len(names)), [rep.slices[key][v].accuracy for v in names], color="tab:blue")
+        accuracy = [rep.slices[key][v].accuracy for v in names]
+        ax.barh(range(len(names)), accuracy, color="tab:blue")
+        mark_bars(ax, accuracy)  # a slice at 0 is seen
         ax.set_yticks(range(len(names)))
         ax.set_yticklabels([f"{v} (n={rep.slices[key][v].n})" for v in names], fontsize=8)
         ax.axvline(rep.overall.accuracy, color="k", linestyle="--", linewidth=0.8)

@@ -338,10 +338,21 @@ def _image(path: str) -> Any:
         return im.convert("RGB")
 
 
+def not_offered(trace: TurnTrace, opts: ExportOptions) -> set[str]:
+    """The tools the turn called that its prompt would not offer (`opts.tools`, the task, the profile): a turn
+    teaching them would teach calls to tools the model is told do not exist."""
+    offered = {t.name for t in task_tools(trace.task, opts)}
+    return {ev.tool for ev in dispatched(trace) if ev.tool not in offered}
+
+
 def examples_from_run(
-    traces: list[TurnTrace], opts: ExportOptions, images: dict[str, str] | None = None
+    traces: list[TurnTrace],
+    opts: ExportOptions,
+    images: dict[str, str] | None = None,
+    left_out: dict[str, int] | None = None,
 ) -> list[Example]:
-    """Every kept turn's examples; a turn's history is its conversation's earlier turns as the agent answered."""
+    """Every kept turn's examples; a turn's history is its conversation's earlier turns as the agent answered. A
+    turn that calls a tool the prompt does not offer is left out whole, counted per tool in `left_out`."""
     policy = policy_for(opts)
     by_session: dict[str, list[TurnTrace]] = {}
     for t in traces:
@@ -352,6 +363,12 @@ def examples_from_run(
         turns.sort(key=lambda t: t.turn_index)
         for i, t in enumerate(turns):
             history = [HistoryTurn(question=p.question, answer=p.answer, entity=p.entity) for p in turns[:i]]
+            unoffered = not_offered(t, opts)
+            if unoffered:
+                if left_out is not None:
+                    for name in unoffered:
+                        left_out[name] = left_out.get(name, 0) + 1
+                continue
             image = (images or {}).get(sid)
             out += examples_from_trace(t, history, policy, opts, image)
             out += counterfactual_examples(t, history, policy, opts, donors, image)
@@ -683,6 +700,15 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    try:
+        return export_command(args)
+    except (FileNotFoundError, ValueError) as e:  # a run folder that is not there, an unknown tool: one line
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
+
+
+def export_command(args: argparse.Namespace) -> int:
+    """The command line's export: options checked, examples written, what was left out said."""
     opts = ExportOptions(
         mode=args.mode,
         wrong=args.wrong,
@@ -696,6 +722,8 @@ def main(argv: list[str] | None = None) -> int:
         budget_s=args.budget,
         policy={"max_evidence": args.max_evidence, "evidence_chars": args.evidence_chars},
     )
+    if opts.tools is not None:  # a misspelled name would give a prompt offering fewer tools, or none
+        default_registry().check_names(opts.tools, None, tool_profile(opts.profile))
     problems: list[str] = []
     if args.run:
         traces = read_run(args.run, problems)
@@ -712,7 +740,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{save_images(args.images_from, args.image_dir, problems=problems)} photo(s) -> {args.image_dir}")
     if args.image_dir:
         images = photos_in(args.image_dir)
-    examples = examples_from_run(traces, opts, images)
+    left_out: dict[str, int] = {}
+    examples = examples_from_run(traces, opts, images, left_out)
+    if left_out:
+        turns = sum(1 for t in traces if not_offered(t, opts))
+        calls = ", ".join(f"{name} in {n}" for name, n in sorted(left_out.items()))
+        problems.append(
+            f"{turns} turn(s) left out: they call a tool the prompt does not offer ({calls}); --tools adds it"
+        )
     for msg in problems:
         print(f"warning: {msg}", file=sys.stderr)
     path = write_examples(examples, args.out)

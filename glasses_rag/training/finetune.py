@@ -432,7 +432,8 @@ def make_card(
 
     curve = [{"step": h["step"], "loss": round(h["loss"], 4)} for h in trainer.state.log_history if "loss" in h]
     return {
-        "base_model": str(folder),
+        "base_model": cfg.model,  # as the user gave it (a .gguf file, not the folder it was converted into)
+        "base_model_folder": str(folder),
         "data": {
             "file": cfg.data,
             "sha256": file_sha256(Path(cfg.data)),
@@ -459,8 +460,10 @@ def write_card(out: Path, card: dict[str, Any]) -> None:
     write_atomic(out / "card.json", json.dumps(card, indent=1) + "\n")
     curve = ", ".join(f"{p['step']}: {p['loss']}" for p in card["loss_curve"])
     hp = card["hyperparameters"]
+    folder = card.get("base_model_folder")
+    converted = f" (converted into `{folder}`)" if folder and folder != card["base_model"] else ""
     text = (
-        f"# LoRA adapter\n\nBase model: `{card['base_model']}`\n\n"
+        f"# LoRA adapter\n\nBase model: `{card['base_model']}`{converted}\n\n"
         f"Data: `{card['data']['file']}` (sha256 {card['data']['sha256'][:16]}, {card['data']['examples']} "
         f"examples, {card['data']['left_out_too_long']} left out as longer than {hp['max_length']} tokens)\n\n"
         f"Trained with `python -m glasses_rag.training.finetune` (TRL SFTTrainer + peft LoRA, loss on the "
@@ -490,6 +493,8 @@ def main(argv: list[str] | None = None) -> int:
     args = vars(parser().parse_args(argv))
     try:
         cfg = FinetuneConfig.model_validate({k: v for k, v in args.items() if v is not None})
+        if not Path(cfg.data).is_file():  # checked before the model is loaded (a GGUF is converted first)
+            raise FileNotFoundError(f"--data {cfg.data}: no such file (an export of glasses_rag.training.export)")
         card = finetune(cfg)
     except (ValueError, OSError, ImportError) as e:  # bad data, a missing model, a link in --out: one line
         print(f"error: {' '.join(str(e).split())}"[:2000], file=sys.stderr)

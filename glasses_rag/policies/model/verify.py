@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 from glasses_rag.core.calls import run_many
 from glasses_rag.core.types import Verdict
 from glasses_rag.models.vlm.base import extract_json
-from glasses_rag.policies.model.prompts import clip
+from glasses_rag.policies.model.prompts import clip, load_prompt
 from glasses_rag.policies.model.replies import (
     ANSWER_SCHEMA,
     CONSISTENCY_SCHEMA,
@@ -26,6 +26,7 @@ from glasses_rag.policies.model.replies import (
     snippet,
 )
 from glasses_rag.policies.protocol import IDK, AnswerDraft, PolicyReplyError, PolicyView, is_abstention
+from glasses_rag.policies.self_check import own_claims
 
 
 class AsksModel(Protocol):
@@ -116,14 +117,23 @@ class ModelVerifier:
 
     def chain_of_verification(self, view: PolicyView, draft: str, image: Any = None) -> CoVeResult:
         p = self.policy
-        text = p.prompts.render("vlm_cove", draft=draft)
+        text = self.cove_text(view, draft)
         return cove_from_text(p.ask("cove", view, image, text, COVE_SCHEMA, max_tokens=p.verify_max_tokens).text)
+
+    def cove_text(self, view: PolicyView, draft: str) -> str:
+        """The verification instruction; when the draft repeats a tool's own claim (`own_claims`: a caption, a
+        recognizer's guess), it says that result does not count as support: a tool does not vouch for itself."""
+        text = self.policy.prompts.render("vlm_cove", draft=draft)
+        claims = own_claims(AnswerDraft(answer=draft, confidence=0.0), view)
+        if claims:
+            text += "\n" + load_prompt("vlm_cove_own_output").safe_substitute(tools=", ".join(claims)).strip()
+        return text
 
     def cove_messages(self, view: PolicyView, draft: str, image: Any = None) -> list[dict]:
         """The messages of the chain-of-verification request (what `chain_of_verification` sends through
         `ask`; training.export renders its self-check examples with it)."""
         p = self.policy
-        return p.prompts.ask(p.prompts.transcript(view, image, p.format()), p.prompts.render("vlm_cove", draft=draft))
+        return p.prompts.ask(p.prompts.transcript(view, image, p.format()), self.cove_text(view, draft))
 
     def closed_book_answer(self, view: PolicyView, image: Any = None) -> AnswerDraft:
         p = self.policy

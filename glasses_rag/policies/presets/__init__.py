@@ -72,7 +72,8 @@ def load_preset(spec: str | Path, tool_modules: Iterable[str] = ()) -> Preset:
         raise ValueError(f"preset file {path} is not a valid preset: {one_line(e, data)}") from None
     unknown = unknown_tools(preset, tool_modules)
     if unknown:
-        raise ValueError(f"preset file {path}: {unknown}")
+        hint = "" if tool_modules else " (a tool of your own: name its module with --tools-module)"
+        raise ValueError(f"preset file {path}: {unknown}{hint}")
     return preset
 
 
@@ -226,21 +227,23 @@ def model_config_of(config: Any) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m glasses_rag.policies.presets [NAME_OR_FILE ...]`: each preset described (every bundled one without
-    arguments); a file that is not a valid preset prints its one-line error and exits 2."""
+    """`python -m glasses_rag.policies.presets [NAME_OR_FILE ...] [--tools-module MODULE ...]`: each preset described
+    (every bundled one without names); a preset file may use the tools of the --tools-module modules, as a run
+    given the same option does. A file that is not a valid preset prints its one-line error and exits 2."""
+    import argparse
     import sys
 
     from glasses_rag.policies.presets.assemble import describe
 
-    specs = list(sys.argv[1:] if argv is None else argv) or preset_names()
-    if any(s in ("-h", "--help") for s in specs):
-        print(main.__doc__)
-        return 0
+    p = argparse.ArgumentParser(prog="python -m glasses_rag.policies.presets", description=main.__doc__)
+    p.add_argument("presets", nargs="*", metavar="NAME_OR_FILE", help="bundled names or preset YAML files")
+    p.add_argument("--tools-module", action="append", default=[], metavar="MODULE", help="a module of @tool functions")
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
     failed = False
-    for spec in specs:
+    for spec in args.presets or preset_names():
         try:
-            print(describe(load_preset(spec)) + "\n")
-        except ValueError as e:
+            print(describe(load_preset(spec, args.tools_module)) + "\n")
+        except (ValueError, ImportError) as e:  # an invalid preset, a --tools-module that does not import
             print(f"error: {e}", file=sys.stderr)
             failed = True
     return 2 if failed else 0

@@ -200,7 +200,10 @@ class Ablation(_Strict):
 class Preset(_Strict):
     name: str = Field(pattern=r"^[a-z][a-z0-9-]*$")
     title: str
-    paper: str = Field(description="The reference (file in the papers folder and its title).")
+    paper: str = Field(
+        description="The reference, as a reader finds it: its title and arXiv id (or where it was published), and the "
+        "sections followed; never a file name of a local papers folder."
+    )
     summary: str
     policy: PolicyKind
     tools: list[str] | None = Field(None, description="The tools the preset uses (None: every tool of the task).")
