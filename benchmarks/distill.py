@@ -86,13 +86,8 @@ class Split(BaseModel):
 def dataset(spec: str) -> Any:
     """The dataset paths of a bundled content name or folder (rendered once), else a question set's folder: its root
     or one of its dataset folders (single_turn/, multi_turn/), as graph.run takes them."""
-    from glasses_rag.crag_mm.content import (
-        dataset_paths,
-        ensure_dataset,
-        find_content,
-        load_content,
-        question_set_root,
-    )
+    from glasses_rag.crag_mm.builds import dataset_paths, ensure_dataset, question_set_root
+    from glasses_rag.crag_mm.content import find_content, load_content
     from glasses_rag.crag_mm.demo import demo_paths
 
     content = find_content(spec)

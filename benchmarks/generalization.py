@@ -62,7 +62,8 @@ SWEEPS: dict[str, list[float]] = {
 
 def dataset_for(name: str, data_root: Path, content_root: Path = CONTENT) -> Any:
     """The rendered dataset of content folder `name` (built on first use, rebuilt when the content changes)."""
-    from glasses_rag.crag_mm.content import dataset_paths, ensure_dataset, load_content
+    from glasses_rag.crag_mm.builds import dataset_paths, ensure_dataset
+    from glasses_rag.crag_mm.content import load_content
     from glasses_rag.crag_mm.demo import demo_paths
 
     paths = demo_paths() if name == "demo" and data_root == ROOT / "data" else dataset_paths(data_root / name)

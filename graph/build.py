@@ -130,7 +130,7 @@ def build_agent(
         ...     return ToolOutput(summary=text, update={"facts": [Fact(text=text, source="echo")]})
         >>> policy = ScriptedPolicy([{"action": "call_tool", "tool": "echo", "arguments": {"text": "hi"}}],
         ...                         answer={"answer": "hi", "confidence": 0.9})
-        >>> agent = build_agent(AgentConfig(warm_up=False), search=NullSearch(), policy=policy,
+        >>> agent = build_agent(AgentConfig(warm_up=False, self_check="off"), search=NullSearch(), policy=policy,
         ...                     registry=ToolRegistry([echo.__tool__]), run_id="example")
         >>> trace = agent.run_turn(TurnInput(task=1, session_id="s1", interaction_id="s1-0", question="say hi"))
         >>> [c.tool for c in trace.tool_calls()], trace.answer, trace.ended_by

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from glasses_rag.crag_mm.content import Entity, SampleArrayImage, SkimageImage
+from glasses_rag.crag_mm.content import Entity
+from glasses_rag.crag_mm.content_images import SampleArrayImage, SkimageImage
 
 
 def recipe(**kw) -> SampleArrayImage:

@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from glasses_rag.crag_mm import demo
-from glasses_rag.crag_mm.content import ContentError, dataset_paths, ensure_dataset, find_content, load_content
+from glasses_rag.crag_mm.builds import dataset_paths, ensure_dataset
+from glasses_rag.crag_mm.content import ContentError, find_content, load_content
 from glasses_rag.crag_mm.dataset import load_all, load_conversations
 from glasses_rag.crag_mm.demo import DOMAINS, IMAGE_QUALITY, QUERY_CATEGORIES, ensure_demo
 

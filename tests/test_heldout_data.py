@@ -12,17 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from glasses_rag.crag_mm.content import (
-    DOMAINS,
-    DYNAMISM,
-    IDK,
-    IMAGE_QUALITY,
-    QUERY_CATEGORIES,
-    SignImage,
-    dataset_paths,
-    ensure_dataset,
-    load_content,
-)
+from glasses_rag.crag_mm.builds import dataset_paths, ensure_dataset
+from glasses_rag.crag_mm.content import DOMAINS, DYNAMISM, IDK, IMAGE_QUALITY, QUERY_CATEGORIES, load_content
+from glasses_rag.crag_mm.content_images import SignImage
 from glasses_rag.crag_mm.dataset import load_conversations
 from glasses_rag.crag_mm.demo import demo_content
 

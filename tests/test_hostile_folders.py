@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from glasses_rag.crag_mm import content as content_mod
-from glasses_rag.crag_mm.content import BUNDLED, dataset_paths, ensure_dataset, load_content
+from glasses_rag.crag_mm import builds as content_mod
+from glasses_rag.crag_mm.builds import dataset_paths, ensure_dataset
+from glasses_rag.crag_mm.content import BUNDLED, load_content
 
 # ---- 1. no data folder deleted ----------------------------------------------------------------------------------
 
@@ -208,7 +209,7 @@ def test_an_atomic_write_replaces_a_link_and_never_follows_it(tmp_path):
 def _dataset(folder: Path, session_ids: list[str]) -> Path:
     from datasets import Dataset
 
-    from glasses_rag.crag_mm.content import _features, quiet_datasets
+    from glasses_rag.crag_mm.builds import _features, quiet_datasets
 
     buf = io.BytesIO()
     Image.new("RGB", (32, 32), (200, 10, 10)).save(buf, format="JPEG")

@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from glasses_rag.crag_mm.content import dataset_paths, ensure_dataset, load_content
+from glasses_rag.crag_mm.builds import dataset_paths, ensure_dataset
+from glasses_rag.crag_mm.content import load_content
 from glasses_rag.crag_mm.dataset import load_conversations
 from glasses_rag.crag_mm.demo import DEMO_CONTENT, ensure_demo, load_question_meta
 

@@ -380,12 +380,10 @@ def tool(
     inputs: dict[str, str] | None = None,
     requires: Callable[[], str | None] | None = None,
 ):
-    """Make a function a tool: `fn.__tool__` is its `Tool`. Nothing is registered anywhere; an agent gets its
-    tools explicitly (`ToolRegistry([...])`, built by `build_agent` from the configuration).
-
-    The function takes a `ToolContext` first (what it may read of the turn), then its own arguments, each with a
-    type annotation (they become the JSON schema a model sees; the docstring's `Args:` lines their descriptions),
-    and returns a `ToolOutput`. Its docstring's first paragraph is the description policies read.
+    """Make a function a tool: `fn.__tool__` is its `Tool`, registered nowhere (an agent gets its tools explicitly:
+    `ToolRegistry([...])`, built by `build_agent` from the configuration). The function takes a `ToolContext` (what it
+    may read of the turn), then its own typed arguments (the JSON schema a model sees; the docstring's `Args:` lines
+    describe them), and returns a `ToolOutput`; its docstring's first paragraph is the description policies read.
 
     Args:
         fn: the function, when used as a bare `@tool`.
@@ -395,23 +393,17 @@ def tool(
             capability declared next to the tool), through which planners pick tools; other names are plain tags.
         writes: the `ToolState` fields the tool's `ToolOutput.update` may touch (anything else is refused).
         reaches: what it reaches beyond the turn (`SEARCH_BACKEND`, `OPEN_WEB`), which a benchmark's profile allows.
-        blocking: False declares a tool that does quick local work and never waits on I/O or a model: it then runs
-            in the graph's own thread, saving a thread hand-off per call, but it cannot be abandoned at the time
-            budget like a blocking tool.
-        inputs: the tool's argument names -> the planner slots of its capabilities, when they differ
-            (`{"q": "query"}`).
-        requires: returns what the tool lacks on this machine (a key, a setting) or None: an agent built from its
-            configuration does not offer a tool that lacks something, and the run header names it with the reason.
+        blocking: False for quick local work that never waits on I/O or a model: it runs in the graph's own thread
+            (no thread hand-off), but cannot be abandoned at the time budget like a blocking tool.
+        inputs: the tool's argument names -> the planner slots of its capabilities, when they differ (`{"q": "query"}`).
+        requires: returns what the tool lacks on this machine (a key, a setting) or None: an agent does not offer a
+            tool that lacks something, and the run header names it with the reason.
 
     Example:
         >>> from tools import Fact, ToolContext, ToolOutput, ToolRegistry, tool
         >>> @tool(tasks={1, 2, 3}, writes={"facts"})
         ... def shout(ctx: ToolContext, text: str) -> ToolOutput:
-        ...     '''Upper-case a text.
-        ...
-        ...     Args:
-        ...         text: the words to shout
-        ...     '''
+        ...     '''Upper-case a text.'''
         ...     loud = text.upper()
         ...     return ToolOutput(summary=loud, update={"facts": [Fact(text=loud, source="shout")]})
         >>> shout.__tool__.signature

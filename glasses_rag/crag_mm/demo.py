@@ -14,18 +14,9 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from glasses_rag.crag_mm.content import (
-    DOMAINS,
-    DYNAMISM,
-    IDK,
-    IMAGE_QUALITY,
-    QUERY_CATEGORIES,
-    Content,
-    dataset_paths,
-    ensure_dataset,
-    load_content,
-)
-from glasses_rag.crag_mm.content import DatasetPaths as DemoPaths
+from glasses_rag.crag_mm.builds import DatasetPaths as DemoPaths
+from glasses_rag.crag_mm.builds import dataset_paths, ensure_dataset
+from glasses_rag.crag_mm.content import DOMAINS, DYNAMISM, IDK, IMAGE_QUALITY, QUERY_CATEGORIES, Content, load_content
 
 if TYPE_CHECKING:
     from glasses_rag.retrieval.local_search import LocalSearchIndex

@@ -25,7 +25,8 @@ def prepare(req: DataRequest) -> PreparedData:
     content.yaml): its dataset and local index built once (the demo under data/demo or --demo-dir, the others
     beside it). Any other `--data` is a CRAG-MM dataset (a folder of parquet/arrow files, or a cached name), read as
     it is. The demo's index is the benchmark's default one (`default_index`), not named in the configuration."""
-    from glasses_rag.crag_mm.content import content_build, ensure_dataset, find_content, load_content
+    from glasses_rag.crag_mm.builds import content_build, ensure_dataset
+    from glasses_rag.crag_mm.content import find_content, load_content
     from glasses_rag.crag_mm.demo import demo_paths, ensure_demo
 
     if req.data == "demo":
@@ -51,7 +52,7 @@ def task_data(root: Path, task: int | None) -> str:
 def built_question_set(req: DataRequest) -> PreparedData:
     """`--data` naming a question set built before, by its root or by one of its dataset folders: the task's
     folder (or the one named) with the set's own index (the demo's is the default one); anything else as it is."""
-    from glasses_rag.crag_mm.content import question_set_root
+    from glasses_rag.crag_mm.builds import question_set_root
     from glasses_rag.crag_mm.demo import demo_paths
 
     root = question_set_root(req.data or "")

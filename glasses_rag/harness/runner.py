@@ -125,14 +125,7 @@ def run_conversation(
     if stop is not None and stop.is_set():
         return
     kept = [_finished(store.read(conv.session_id, i), turn, task, fingerprint) for i, turn in enumerate(conv.turns)]
-    image = info = None
-    if any(t is None for t in kept):
-        image, info = load_image(conv.image)
-        if image is None and conv.image_error:
-            info.note = conv.image_error
-        if info.source is None and conv.image_url:
-            info.source = conv.image_url
-        image, info = prepare(image, info, conv.egocentric, image_prep)
+    image, info = _photo(conv, image_prep) if any(t is None for t in kept) else (None, None)
     history: list[HistoryTurn] = []
     for i, turn in enumerate(conv.turns):
         if stop is not None and stop.is_set():
@@ -142,23 +135,7 @@ def run_conversation(
         if trace is None:
             if not (turn.query or "").strip():
                 log.warning("conversation %s turn %d has no question; answered %r", conv.session_id, i, "I don't know")
-            inp = TurnInput(
-                task=task,
-                session_id=conv.session_id,
-                interaction_id=turn.interaction_id,
-                turn_index=i,
-                question=turn.query or "",
-                image=image,
-                image_info=info,
-                history=list(history),
-                labels={
-                    "domain": turn.domain,
-                    "query_category": turn.query_category,
-                    "dynamism": turn.dynamism,
-                    "image_quality": turn.image_quality,
-                    **turn.labels,
-                },
-            )
+            inp = _turn_input(conv, i, task, image, info, history)
             trace = agent.run_turn(inp)
             trace.ground_truth = conv.answers[i] if i < len(conv.answers) else None
             trace.egocentric = conv.egocentric
@@ -169,6 +146,39 @@ def run_conversation(
             on_turn(trace, resumed)
         shown = history_answer(trace.answer) if history_answer else trace.answer
         history.append(HistoryTurn(question=turn.query or "", answer=shown, entity=trace.entity))
+
+
+def _photo(conv: Conversation, image_prep: ImagePrep) -> tuple[Any, Any]:
+    """The conversation's photo decoded and prepared as the run prepares photos, with its ImageInfo (why there is
+    none, where it came from)."""
+    image, info = load_image(conv.image)
+    if image is None and conv.image_error:
+        info.note = conv.image_error
+    if info.source is None and conv.image_url:
+        info.source = conv.image_url
+    return prepare(image, info, conv.egocentric, image_prep)
+
+
+def _turn_input(conv: Conversation, i: int, task: int, image: Any, info: Any, history: list[HistoryTurn]) -> TurnInput:
+    """Turn `i` of `conv` as the agent takes it: the question, the photo, the turns before it, the labels."""
+    turn = conv.turns[i]
+    return TurnInput(
+        task=task,
+        session_id=conv.session_id,
+        interaction_id=turn.interaction_id,
+        turn_index=i,
+        question=turn.query or "",
+        image=image,
+        image_info=info,
+        history=list(history),
+        labels={
+            "domain": turn.domain,
+            "query_category": turn.query_category,
+            "dynamism": turn.dynamism,
+            "image_quality": turn.image_quality,
+            **turn.labels,
+        },
+    )
 
 
 def _finished(trace: TurnTrace | None, turn: Any, task: int, fingerprint: str | None) -> TurnTrace | None:
@@ -272,34 +282,39 @@ def run_task(
         if progress:
             progress(len(c.turns))
 
+    def submit(pool: ThreadPoolExecutor, c: Conversation) -> Future:
+        stats.conversations += 1
+        args = (agent, c, task, store, scorer, stop, image_prep, history_answer, turn_done, fingerprint)
+        return pool.submit(run_conversation, *args)
+
+    _run_pool(distinct_session_ids(conversations), workers, submit, collect, stop)
+    return stats
+
+
+def _run_pool(
+    conversations: Iterable[Conversation],
+    workers: int,
+    submit: Callable[[ThreadPoolExecutor, Conversation], Future],
+    collect: Callable[[Future, Conversation], None],
+    stop: threading.Event,
+) -> None:
+    """Each conversation submitted to a pool of `workers` threads and collected when it finishes, a few in flight
+    beyond the workers; Ctrl-C cancels those queued and stops the running ones after their current turn."""
     # finished conversations arrive on a queue (O(1) per completion, unlike wait() over every pending future);
     # a few are queued beyond the workers, so a freed worker finds the next one waiting instead of waiting for
     # this thread to submit it
     finished: queue.SimpleQueue[Future] = queue.SimpleQueue()
     in_flight = in_flight_limit(workers)
+    pending: dict[Future, Conversation] = {}
 
     def collect_next() -> None:
         fut = finished.get()
         collect(fut, pending.pop(fut))
 
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="conversation") as pool:
-        pending: dict[Future, Conversation] = {}
         try:
-            for c in distinct_session_ids(conversations):
-                stats.conversations += 1
-                fut = pool.submit(
-                    run_conversation,
-                    agent,
-                    c,
-                    task,
-                    store,
-                    scorer,
-                    stop,
-                    image_prep,
-                    history_answer,
-                    turn_done,
-                    fingerprint,
-                )
+            for c in conversations:
+                fut = submit(pool, c)
                 pending[fut] = c
                 fut.add_done_callback(finished.put)
                 if len(pending) >= in_flight:
@@ -313,4 +328,3 @@ def run_task(
             for f in pending:
                 f.cancel()
             raise
-    return stats

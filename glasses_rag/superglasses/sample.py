@@ -153,7 +153,7 @@ def sample_dataset(root: Path) -> Path:
 
 def ensure_sample(root: Path) -> Path:
     """The sample under `root`, written on first use (never overwritten once complete)."""
-    from glasses_rag.crag_mm.content import quiet_datasets
+    from glasses_rag.crag_mm.builds import quiet_datasets
 
     if not (root / "queries" / "test-00000-of-00001.parquet").exists():
         with quiet_datasets():

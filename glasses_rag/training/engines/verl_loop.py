@@ -214,7 +214,8 @@ if AgentLoopBase is not None:
 
 def crag_split(data: str, task: int) -> Any:
     """The split folder of `data` (a bundled name, rendered once, or a dataset folder) for `task`."""
-    from glasses_rag.crag_mm.content import dataset_paths, ensure_dataset, find_content, load_content
+    from glasses_rag.crag_mm.builds import dataset_paths, ensure_dataset
+    from glasses_rag.crag_mm.content import find_content, load_content
     from glasses_rag.crag_mm.demo import demo_paths
 
     content = find_content(data)
