@@ -81,6 +81,12 @@ class ModelConfig(BaseModel):
         "the answer (in-process transformers backend; a backend that gives no token log-probabilities keeps the "
         "written number, said once in the log). benchmarks.distill calibrates the threshold on held-out data.",
     )
+    token_record: bool = Field(
+        False,
+        description="openai: ask the server for the prompt's and the reply's token ids and the reply's "
+        "log-probabilities (vLLM >= 0.10.2: return_token_ids, logprobs), so rollouts record what the model produced "
+        "without tokenizing again (ChatReply.sampled; the in-process backend always records them).",
+    )
     prefix_cache_mb: int = Field(
         256,
         ge=0,
@@ -247,6 +253,15 @@ class ModelConfig(BaseModel):
         return modes
 
 
+def _logprob_fields(cfg: ModelConfig) -> dict[str, Any]:
+    """What an OpenAI-compatible request asks for besides sampling: the written tokens' log-probabilities when the
+    policy reads an answer's confidence from them, and with `token_record` the prompt's and the reply's token ids
+    too (vLLM's `return_token_ids`), for rollouts."""
+    if cfg.token_record:
+        return {"logprobs": True, "return_token_ids": True}
+    return {"logprobs": True} if cfg.answer_confidence == "tokens" else {}
+
+
 def load_model_config(path: str | Path) -> ModelConfig:
     p = Path(path)
     if not p.is_file():
@@ -341,7 +356,7 @@ def make_backend(cfg: ModelConfig, **opts: Any) -> ChatBackend:
             chat_template=cfg.chat_template,
             system_role=cfg.system_role,
             # the answer's token probabilities, when the policy reads its confidence from them
-            sampling={**cfg.sampling(), **({"logprobs": True} if cfg.answer_confidence == "tokens" else {})},
+            sampling={**cfg.sampling(), **_logprob_fields(cfg)},
             tool_choice=cfg.tool_choice,
             json_object_enforced=cfg.json_object_enforced,
             max_outstanding=cfg.max_outstanding,
@@ -366,6 +381,7 @@ def make_backend(cfg: ModelConfig, **opts: Any) -> ChatBackend:
             prefix_cache_mb=cfg.prefix_cache_mb,
             jump_forward=cfg.jump_forward,
             prompt_lookup=cfg.prompt_lookup,
+            seed=cfg.seed,
             **opts,
         )
     if cfg.adapter:

@@ -16,6 +16,7 @@ from glasses_rag.models.vlm.base import (
     ChatToolCall,
     DecisionMode,
     ReplyCancelled,
+    SampledTokens,
     TokenLogprob,
     Usage,
     load_chat_template,
@@ -51,6 +52,21 @@ def token_logprobs(logprobs: Any) -> list[TokenLogprob] | None:
             return None
         out.append(TokenLogprob(token=token, logprob=min(0.0, max(float(lp), -1e4))))  # vLLM: -9999.0 for -inf
     return out
+
+
+def token_record(data: dict, choice: dict) -> SampledTokens | None:
+    """The reply's token record from a server that returns token ids (vLLM's `return_token_ids`: the response's
+    `prompt_token_ids`, the choice's `token_ids`) with one log-probability per written id (`logprobs`, vLLM's raw
+    ones by default); None when any of them is missing or malformed."""
+    prompt, ids = data.get("prompt_token_ids"), choice.get("token_ids")
+    lps = token_logprobs(choice.get("logprobs"))
+    if not (_ids(prompt) and _ids(ids) and lps is not None and len(lps) == len(ids)):
+        return None
+    return SampledTokens(prompt_ids=prompt, completion_ids=ids, logprobs=[t.logprob for t in lps], logprob_source="raw")
+
+
+def _ids(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(type(v) is int and v >= 0 for v in value)
 
 
 def _rejected(e: BackendError, feature: str) -> bool:
@@ -359,6 +375,7 @@ class OpenAICompatibleBackend:
             finish_reason=finish if isinstance(finish, str) else None,
             model=model if isinstance(model, str) else None,
             logprobs=token_logprobs(choices[0].get("logprobs")),
+            sampled=token_record(data, choices[0]),
         )
 
 
