@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from glasses_rag.models.vlm.base import ChatReply, SampledTokens
+from glasses_rag.models.vlm.base import ChatReply, SampledTokens, text_only_messages
 
 REWARD_OF_SCORE = {"correct": 1.0, "missing": 0.0, "incorrect": -1.0}
 RECORDS_FILE = "rollouts.jsonl"
@@ -50,6 +50,11 @@ class DecisionTokens(SampledTokens):
     purpose: str | None = Field(None, description="decide, answer, verify, ... (the trace's model call).")
     schema_name: str | None = Field(None, description="The reply schema's name (next_step: a decision).")
     text: str = ""
+    messages: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="The request's messages as the model's chat template rendered them into prompt_ids (text only "
+        "for a model that does not see the photo): TRL's conversational format, for the preference learners.",
+    )
 
 
 class TurnRollout(BaseModel):
@@ -107,7 +112,10 @@ class RecordingBackend:
         schema = kw.get("response_schema") or {}
         record = None
         if reply.sampled is not None:
-            record = DecisionTokens(**reply.sampled.model_dump(), schema_name=schema.get("name"), text=reply.text)
+            sent = messages if getattr(self.inner, "supports_images", False) else text_only_messages(messages)
+            record = DecisionTokens(
+                **reply.sampled.model_dump(), schema_name=schema.get("name"), text=reply.text, messages=sent
+            )
         with self._lock:
             self._records.append(record)
         return reply
