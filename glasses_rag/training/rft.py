@@ -42,9 +42,9 @@ def best_trajectories(rollouts: list[TurnRollout], per_turn: int = 1) -> list[Tu
         ...     return TurnRollout(run_id=f"s{k}", sample=k, seed=k, session_id="s", interaction_id="t",
         ...         turn_index=0, score=None, reward=reward, answer=answer, tool_calls=calls, search_calls=calls,
         ...         decisions=[], records_match=True)
-        >>> [x.sample for x in best_trajectories([r(0, 0.0, 0, "I don't know"), r(1, 1.0, 2, "A"),
-        ...                                       r(2, 1.0, 1, "A")], per_turn=2)]
-        [2, 1]
+        >>> best = [r(0, 0.0, 0, "I don't know"), r(1, 1.0, 2, "A"), r(2, 1.0, 1, "A"), r(3, 1.0, 1, "B")]
+        >>> [x.sample for x in best_trajectories(best, per_turn=3)]  # sample 1 repeats sample 2
+        [2, 3, 0]
     """
     by_turn: dict[str, list[TurnRollout]] = {}
     for r in rollouts:
