@@ -175,7 +175,14 @@ class GrpoRollout:
             sampled = SampledTokens(prompt_ids=[stop], completion_ids=[stop], logprobs=[0.0], logprob_source="masked")
             reward = None
         self.log.append(
-            {"seed": seed, "step": ctx.step, "answer": trace.answer, "score": trace.score, "reward": reward}
+            {
+                "seed": seed,
+                "step": ctx.step,
+                "answer": trace.answer,
+                "score": trace.score,
+                "reward": reward,
+                "completion_ids": sampled.completion_ids,
+            }
         )
         return {"sampled": sampled, "reward": reward}
 
