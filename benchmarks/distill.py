@@ -71,6 +71,7 @@ DEFAULT_LEARN = "rft"
 DEFAULT_TOOLS = "image_search,ocr,web_search"
 DEFAULT_EVAL = "unseen"
 DEFAULT_VALIDATION = "tuning-extra"
+DEFAULT_TRAIN_TURNS = 29  # the earlier road's training conversations; K rollouts each fit the 45-minute budget
 __all__ = ["METRICS", "Split", "main", "make_split"]
 
 
@@ -396,7 +397,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-index-dir", help="the evaluation data's search index (default: the dataset's own)")
     p.add_argument("--task", type=int, default=2, choices=[1, 2, 3])
     p.add_argument("--eval-limit", type=int, help="evaluation turns, whole conversations (default: all)")
-    p.add_argument("--train-limit", type=int, help="training turns, whole conversations (default: all)")
+    p.add_argument(
+        "--train-limit",
+        type=int,
+        default=DEFAULT_TRAIN_TURNS,
+        help=f"training turns, whole conversations (default {DEFAULT_TRAIN_TURNS}: the road's CPU budget)",
+    )
     p.add_argument(
         "--validate",
         action="store_true",
