@@ -112,8 +112,18 @@ class ReplayBackend:
         self.ctx, self.sampled, self.decided = ctx, None, 0
         self.inner.seed = seed
 
-    def complete(self, messages: list[dict], **kw: Any) -> ChatReply:
-        schema = kw.get("response_schema") or {}
+    def complete(
+        self,
+        messages: list[dict],
+        tools: list[dict] | None = None,
+        max_tokens: int = 512,
+        temperature: float = 0.0,
+        response_schema: dict | None = None,
+    ) -> ChatReply:
+        kw: dict[str, Any] = dict(
+            tools=tools, max_tokens=max_tokens, temperature=temperature, response_schema=response_schema
+        )
+        schema = response_schema or {}
         if self.ctx is not None and schema.get("name") == DECISION_SCHEMA_NAME:
             i, self.decided = self.decided, self.decided + 1
             if i < self.ctx.step:

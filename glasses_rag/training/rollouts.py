@@ -108,9 +108,18 @@ class RecordingBackend:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    def complete(self, messages: list[dict], **kw: Any) -> ChatReply:
-        reply = self.inner.complete(messages, **kw)
-        schema = kw.get("response_schema") or {}
+    def complete(
+        self,
+        messages: list[dict],
+        tools: list[dict] | None = None,
+        max_tokens: int = 512,
+        temperature: float = 0.0,
+        response_schema: dict | None = None,
+    ) -> ChatReply:
+        reply = self.inner.complete(
+            messages, tools=tools, max_tokens=max_tokens, temperature=temperature, response_schema=response_schema
+        )
+        schema = response_schema or {}
         record = None
         if reply.sampled is not None:
             sent = messages if getattr(self.inner, "supports_images", False) else text_only_messages(messages)
@@ -271,7 +280,7 @@ def _append(path: Path, rollout: TurnRollout) -> None:
 def sample_runs(
     agent_config: Any,
     policy: Any,
-    convs: list[Any],
+    convs: Iterable[Any],
     task: int,
     out_dir: str | Path,
     opts: RolloutOptions,

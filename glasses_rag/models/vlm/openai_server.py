@@ -60,7 +60,9 @@ def token_record(data: dict, choice: dict) -> SampledTokens | None:
     ones by default); None when any of them is missing or malformed."""
     prompt, ids = data.get("prompt_token_ids"), choice.get("token_ids")
     lps = token_logprobs(choice.get("logprobs"))
-    if not (_ids(prompt) and _ids(ids) and lps is not None and len(lps) == len(ids)):
+    if not (isinstance(prompt, list) and isinstance(ids, list) and _ids(prompt) and _ids(ids)):
+        return None
+    if lps is None or len(lps) != len(ids):
         return None
     return SampledTokens(prompt_ids=prompt, completion_ids=ids, logprobs=[t.logprob for t in lps], logprob_source="raw")
 
