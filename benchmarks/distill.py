@@ -171,7 +171,20 @@ def finetune_on(road: Road, data: Path, out: Path, seed: int) -> dict[str, Any]:
         threads=args.threads,
         chat_template="gemma" if not args.model else None,
     )
-    return finetune(cfg)
+    return finished_card(out, road) or finetune(cfg)
+
+
+def finished_card(out: Path, road: Road) -> dict[str, Any] | None:
+    """The card of a student this work folder already holds, finished (the same command again reuses it, and its
+    training time is the one it took), else None."""
+    card = Path(out) / "card.json"
+    if not card.is_file():
+        return None
+    data = json.loads(card.read_text(encoding="utf-8"))
+    if not data.get("finished"):
+        return None
+    road.note(f"reused {out} (trained before: {data.get('seconds', 0):.0f} s)")
+    return data
 
 
 def sample(road: Road, paths: Any, convs: list[Any], adapter: str, tag: str, seed: int) -> Path:
@@ -258,7 +271,8 @@ class Students:
         rollouts = [r for r in read_rollouts(self.sample_from(init)) if r.session_id not in out_of]
         rows = dpo_pairs(rollouts) if kind == "dpo" else kto_rows(rollouts)
         cfg = self.learner_config(kind + tag, init)
-        self.cards[kind + tag] = train_preferences(kind, rows, cfg)  # type: ignore[arg-type]
+        done = finished_card(Path(cfg.out), self.road)
+        self.cards[kind + tag] = done or train_preferences(kind, rows, cfg)  # type: ignore[arg-type]
         self.road.note(f"{kind}{tag} trained on {len(rows)} rows")
         return cfg.out
 
@@ -287,7 +301,7 @@ class Students:
         config = agent_config(args, self.paths.root, model_config(args, init, "grpo"), abstain_below=0.0)
         rollout = GrpoRollout(config, contexts, opts, args.task, scoring(), {"max_tokens": args.max_tokens})
         cfg = self.learner_config("grpo" + tag, init).model_copy(update={"beta": 0.0, "max_steps": args.grpo_steps})
-        self.cards["grpo" + tag] = train_grpo(cfg, opts, data, rollout)
+        self.cards["grpo" + tag] = finished_card(Path(cfg.out), self.road) or train_grpo(cfg, opts, data, rollout)
         self.road.note(f"grpo{tag} trained on {len(data)} prompts ({len(disagree)} turns disagreed)")
         return cfg.out
 

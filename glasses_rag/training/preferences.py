@@ -173,7 +173,15 @@ def trainer(kind: Kind, cfg: LearnerConfig, model: Any, tok: Any, peft_config: A
 
     cols = ("prompt", "chosen", "rejected") if kind == "dpo" else ("prompt", "completion", "label")
     ds = datasets.Dataset.from_list([{c: r[c] for c in cols} for r in rows])
-    common = {**cpu_args(cfg), "beta": cfg.beta, "max_length": cfg.max_length, "dataset_num_proc": None}
+    # the reference's log-probabilities once, before training (the reference is frozen: the same figures, one
+    # forward pass less per step, a third of a step on a CPU)
+    common = {
+        **cpu_args(cfg),
+        "beta": cfg.beta,
+        "max_length": cfg.max_length,
+        "dataset_num_proc": None,
+        "precompute_ref_log_probs": True,
+    }
     if kind == "dpo":
         return DPOTrainer(
             model=model,
