@@ -157,7 +157,7 @@ def without_sessions(data: Path, sessions: set[str], out: Path) -> Path:
     return out
 
 
-def finetune_on(road: Road, data: Path, out: Path, seed: int) -> dict[str, Any]:
+def finetune_on(road: Road, data: Path, out: Path, seed: int, steps: int | None = None) -> dict[str, Any]:
     from glasses_rag.training.finetune import FinetuneConfig, finetune
 
     args = road.args
@@ -165,24 +165,28 @@ def finetune_on(road: Road, data: Path, out: Path, seed: int) -> dict[str, Any]:
         data=str(data),
         model=args.model_path or str(gemma_gguf()),
         out=str(out),
-        max_steps=args.steps,
+        max_steps=steps or args.steps,
         grad_accum=1,
         seed=seed,
         threads=args.threads,
         chat_template="gemma" if not args.model else None,
     )
-    return finished_card(out, road) or finetune(cfg)
+    return finished_card(out, road, cfg.max_steps) or finetune(cfg)
 
 
-def finished_card(out: Path, road: Road) -> dict[str, Any] | None:
-    """The card of a student this work folder already holds, finished (the same command again reuses it, and its
-    training time is the one it took), else None."""
+def finished_card(out: Path, road: Road, steps: int) -> dict[str, Any] | None:
+    """The card of a student this work folder already holds, finished with `steps` steps (the same command again
+    reuses it, and its training time is the one it took), else None."""
     card = Path(out) / "card.json"
     if not card.is_file():
         return None
     data = json.loads(card.read_text(encoding="utf-8"))
     if not data.get("finished"):
         return None
+    if data.get("max_steps") != steps:
+        raise SystemExit(
+            f"{out} holds a student trained {data.get('max_steps')} steps, not {steps}: use another --work"
+        )
     road.note(f"reused {out} (trained before: {data.get('seconds', 0):.0f} s)")
     return data
 
@@ -256,7 +260,7 @@ class Students:
         def train(data: Path, r: int) -> str:
             data = without_sessions(data, out_of, data.with_suffix(".fold.jsonl")) if out_of else data
             out = self.work / f"rft{tag}-r{r}"
-            self.cards[f"rft{tag}"] = finetune_on(self.road, data, out, self.seed)
+            self.cards[f"rft{tag}"] = finetune_on(self.road, data, out, self.seed, args.rft_steps)
             self.road.note(f"rft{tag} round {r} trained")
             return str(out)
 
@@ -271,7 +275,7 @@ class Students:
         rollouts = [r for r in read_rollouts(self.sample_from(init)) if r.session_id not in out_of]
         rows = dpo_pairs(rollouts) if kind == "dpo" else kto_rows(rollouts)
         cfg = self.learner_config(kind + tag, init)
-        done = finished_card(Path(cfg.out), self.road)
+        done = finished_card(Path(cfg.out), self.road, cfg.max_steps)
         self.cards[kind + tag] = done or train_preferences(kind, rows, cfg)  # type: ignore[arg-type]
         self.road.note(f"{kind}{tag} trained on {len(rows)} rows")
         return cfg.out
@@ -301,7 +305,8 @@ class Students:
         config = agent_config(args, self.paths.root, model_config(args, init, "grpo"), abstain_below=0.0)
         rollout = GrpoRollout(config, contexts, opts, args.task, scoring(), {"max_tokens": args.max_tokens})
         cfg = self.learner_config("grpo" + tag, init).model_copy(update={"beta": 0.0, "max_steps": args.grpo_steps})
-        self.cards["grpo" + tag] = finished_card(Path(cfg.out), self.road) or train_grpo(cfg, opts, data, rollout)
+        done = finished_card(Path(cfg.out), self.road, cfg.max_steps)
+        self.cards["grpo" + tag] = done or train_grpo(cfg, opts, data, rollout)
         self.road.note(f"grpo{tag} trained on {len(data)} prompts ({len(disagree)} turns disagreed)")
         return cfg.out
 
@@ -432,7 +437,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="the student as a model spec (default: Gemma 3 270M, in-process)")
     p.add_argument("--model-path", help="the student's weights to fine-tune, when --model is not a local path")
     p.add_argument("--tools", default=DEFAULT_TOOLS, help=f"the tools offered (default {DEFAULT_TOOLS})")
-    p.add_argument("--steps", type=int, default=48, help="SFT and RFT steps (batch 1; default 48)")
+    p.add_argument("--steps", type=int, default=48, help="SFT steps (batch 1; default 48)")
+    p.add_argument("--rft-steps", type=int, help="RFT steps (batch 1; default: --steps)")
     p.add_argument("--samples", type=int, default=4, help="rollouts per training conversation (default 4)")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of rollouts (default 1)")
     p.add_argument("--search-penalty", type=float, default=0.0, help="per search of a right answer (default 0)")
