@@ -147,17 +147,17 @@ class AgentConfig(BaseModel):
 RETIRED_FIELDS: dict[str, list[tuple[str, str, Any]]] = {"search": [("index_dir", "demo_dir", None)]}
 
 
-# Fields that say where something runs, not what the agent answers: left out of the fingerprint while unset, so
-# fingerprints stay what they were before the field existed (section -> field names).
-PLACEMENT_FIELDS: dict[str, tuple[str, ...]] = {"models": ("reranker_device",)}
+# Fields that say where something runs or what is recorded, not what the agent answers: left out of the fingerprint
+# while unset or off, so fingerprints stay what they were before the field existed (section -> field names).
+PLACEMENT_FIELDS: dict[str, tuple[str, ...]] = {"models": ("reranker_device",), "policy": ("token_record",)}
 
 
 def without_unset_placements(data: dict[str, Any]) -> dict[str, Any]:
-    """`data` without the placement fields that are None."""
+    """`data` without the placement fields that are None or False."""
     out = dict(data)
     for section, names in PLACEMENT_FIELDS.items():
         if isinstance(out.get(section), dict):
-            out[section] = {k: v for k, v in out[section].items() if not (k in names and v is None)}
+            out[section] = {k: v for k, v in out[section].items() if not (k in names and v in (None, False))}
     return out
 
 

@@ -97,15 +97,18 @@ def _points(rows: list[tuple[float | None, int]], abstained: int = 0) -> list[Ca
 
 def test_the_threshold_keeps_the_answers_above_the_best_cut():
     th = choose_threshold(_points([(0.9, 1), (0.7, 1), (0.6, -1), (0.4, 1), (0.2, -1), (None, 0)]))
-    assert th.abstain_below == pytest.approx(0.65) and th.kept == 2 and th.answered == 5 and th.turns == 6
+    # the lowest kept confidence, not halfway to the first dropped one (a threshold a kept answer supports)
+    assert th.abstain_below == pytest.approx(0.7) and th.kept == 2 and th.answered == 5 and th.turns == 6
     assert th.truthfulness == pytest.approx(2 / 6) and th.truthfulness_without == pytest.approx(1 / 6)
 
 
 def test_the_threshold_keeps_nothing_when_no_answer_helps_and_everything_when_all_do():
+    # no answer kept: not halfway to 1.0 (a more confident model would pass it unsupported) but 1.0, said so
     none = choose_threshold(_points([(0.9, -1), (0.5, -1)]))
-    assert none.abstain_below == pytest.approx(0.95) and none.kept == 0 and none.truthfulness == 0.0
+    assert none.abstain_below == 1.0 and none.kept == 0 and none.truthfulness == 0.0 and not none.supported
+    # every answer kept: the lowest of them, not half of it (no answer below 0.5 was ever seen kept)
     every = choose_threshold(_points([(0.9, 1), (0.5, 1)]))
-    assert every.abstain_below == pytest.approx(0.25) and every.kept == 2 and every.truthfulness == 1.0
+    assert every.abstain_below == pytest.approx(0.5) and every.kept == 2 and every.truthfulness == 1.0
     tie = choose_threshold(_points([(0.9, 1), (0.8, -1), (0.7, 1)]))  # +1 after the first and after all three
     assert tie.kept == 1, "on a tie the fewest answers are kept"
     # a question whose answer is "I don't know": abstaining there scores 1, answering it does not

@@ -281,7 +281,7 @@ def test_calibration_leaves_out_confidences_that_are_not_numbers(tmp_path, capsy
     mixed = _calibration_run(tmp_path / "b", [*turns, ("Boeing", "incorrect", 0.5)])
     assert main(["--run", str(mixed)]) == 0
     out = capsys.readouterr()
-    assert "abstain below 0.7000: keeps 1 of 2 answers on 2 turns" in out.out, out.out
+    assert "abstain below 0.9000: keeps 1 of 2 answers on 2 turns" in out.out, out.out  # the kept answer's own
 
 
 def test_choosing_the_threshold_looks_at_each_point_a_bounded_number_of_times():

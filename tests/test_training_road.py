@@ -152,45 +152,36 @@ def test_a_decision_never_runs_to_the_token_cap(tiny_gemma):
 
 
 def test_distill_runs_the_whole_road(tiny_gemma, tmp_path, capsys):
+    """Every learner on the tiny Gemma, evaluated on the same turns as the base: the table prints the counts and
+    the intervals, the JSON keeps `base`, `tuned` (the default student), `train` and adds the counts, one entry per
+    student and `ci`."""
     from benchmarks.distill import METRICS, main
+    from benchmarks.distill_table import COUNTS
     from glasses_rag.models.vlm.base import load_chat_template
 
     (tiny_gemma / "chat_template.jinja").write_text(load_chat_template("gemma"))  # the served model needs one
     out = tmp_path / "distill.json"
-    rc = main(
-        [
-            "--model",
-            f"transformers:{tiny_gemma}",
-            "--train-limit",
-            "2",
-            "--eval-limit",
-            "1",
-            "--calibration-limit",
-            "1",
-            "--steps",
-            "2",
-            "--max-tokens",
-            "24",
-            "--budget",
-            "60",
-            "--work",
-            str(tmp_path / "work"),
-            "--json",
-            str(out),
-        ]
-    )
-    assert rc == 0
+    args = ["--model", f"transformers:{tiny_gemma}", "--learn", "sft,rft,dpo,kto,grpo", "--eval-data", "same"]
+    args += ["--train-limit", "2", "--eval-limit", "2", "--steps", "2", "--samples", "2", "--pref-steps", "2"]
+    args += ["--grpo-steps", "1", "--generations", "2", "--budget", "120", "--work", str(tmp_path / "w")]
+    assert main([*args, "--json", str(out)]) == 0
     result = json.loads(out.read_text())
-    assert set(result) == {"base", "tuned", "train"} and set(result["train"]) == {"train_seconds", "twin_train_seconds"}
-    assert all(set(result[k]) == {*METRICS, "calibration", "without_threshold"} for k in ("base", "tuned"))
-    assert all(0.0 <= result[k]["calibration"]["abstain_below"] <= 1.0 for k in ("base", "tuned"))
-    assert result["base"]["decisions"] >= 1 and result["tuned"]["decisions"] >= 1
+    students = [s for s in ("sft", "rft", "dpo", "kto", "grpo") if s in result]
+    assert {"base", "tuned", "train", "ci", "sft", "rft"} <= set(result) and result["default_student"] == "rft"
+    for k in ("base", "tuned", *students):
+        assert {*METRICS, *COUNTS} <= set(result[k])
+        assert result[k]["n"] == result["base"]["n"] >= 1  # the same evaluation turns for every model
+        assert result[k]["n"] == result[k]["right"] + result[k]["wrong"] + result[k]["idk"]
+    assert result["tuned"] == result["rft"] and "train_seconds" in result["train"]
+    low, high = result["ci"]["truthfulness"]
+    assert low <= result["intervals"]["rft"]["vs_base"]["delta"] <= high
+    assert set(students) | set(result.get("failed", {})) == {"sft", "rft", "dpo", "kto", "grpo"}
     printed = capsys.readouterr().out
-    assert "truthfulness" in printed and "training minutes" in printed and "split by entity" in printed
-    assert "abstain below" in printed and "every answer kept" in printed
-    assert (tmp_path / "work" / "adapter" / "card.json").is_file()
-    assert (tmp_path / "work" / "twin" / "card.json").is_file()  # the twin: trained without the calibration split
-    assert "twin adapter" in printed
+    assert (
+        "truthfulness" in printed and "minus base" in printed and "minus sft" in printed and "load average" in printed
+    )
+    assert (tmp_path / "w" / "seed0" / "sft" / "card.json").is_file()
+    assert (tmp_path / "w" / "seed0" / "rollouts" / "rollout-s1" / "rollouts.jsonl").is_file()
 
 
 @pytest.mark.parametrize("name", ["gemma", "chatml", "llama3"])

@@ -101,15 +101,16 @@ def test_distill_with_a_served_student_asks_for_the_adapter_by_its_served_name(t
         rc = main(
             [
                 *("--model", f"openai:{srv.base_url}#{BASE}", "--model-path", str(base)),
-                *("--train-limit", "1", "--eval-limit", "1", "--no-calibrate", "--steps", "1"),
+                *("--learn", "sft", "--eval-data", "same", "--train-limit", "1", "--eval-limit", "1", "--steps", "1"),
                 *("--max-tokens", "32", "--work", str(tmp_path / "work"), "--json", str(tmp_path / "d.json")),
             ]
         )
         asked = {r.get("model") for r in srv.requests if "messages" in r}
         loaded = dict(srv.vllm.lora_modules)
     assert rc == 0
-    name = served_name(tmp_path / "work" / "adapter")
-    assert loaded == {name: str((tmp_path / "work" / "adapter").resolve())}
+    adapter = tmp_path / "work" / "seed0" / "sft"
+    name = served_name(adapter)
+    assert loaded == {name: str(adapter.resolve())}
     assert asked == {BASE, name}  # the base, and the tuned adapter by its served name (never its folder)
     result = json.loads((tmp_path / "d.json").read_text())
     assert result["tuned"]["decisions"] >= 1

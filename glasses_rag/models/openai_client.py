@@ -65,8 +65,17 @@ COOLDOWN_S = (1.0, 60.0)  # first and longest time a failed replica is left out
 AFFINITY_KEYS = 4096  # conversations whose replica is remembered (least recently used forgotten first)
 # Sampling fields a request may go without, when a server does not take them (see the module docstring)
 EXTENSION_SAMPLING = ("top_k", "min_p", "repetition_penalty")  # beyond OpenAI's API (vLLM, SGLang, llama.cpp)
-# logprobs: asked for when the policy reads an answer's confidence from its tokens; a server without it loses it
-OPTIONAL_SAMPLING = (*EXTENSION_SAMPLING, "top_p", "presence_penalty", "frequency_penalty", "seed", "logprobs")
+# logprobs: asked for when the policy reads an answer's confidence from its tokens; a server without it loses it.
+# return_token_ids (vLLM >= 0.10.2): the prompt's and the reply's token ids, for the token record of rollouts
+OPTIONAL_SAMPLING = (
+    *EXTENSION_SAMPLING,
+    "top_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "seed",
+    "logprobs",
+    "return_token_ids",
+)
 # Bytes a reply may take: a fixed allowance (headers of the JSON, the usage chunk) plus this much per token asked
 # for. A streamed token is one SSE chunk of ~200-300 bytes (ids, model name, delta); a body's token is at most a
 # few dozen bytes even JSON-escaped; 1 KiB per token leaves room for long model names and tool-call deltas.
@@ -265,11 +274,15 @@ class _Stream:
         self.model: str | None = None
         self.role = "assistant"
         self.logprobs: list[dict] = []  # choices[0].logprobs.content, joined across chunks
+        self.prompt_ids: list | None = None  # vLLM's prompt_token_ids (first chunk) with return_token_ids
+        self.token_ids: list | None = None  # choices[0].token_ids, joined across chunks
 
     def add(self, chunk: dict) -> None:
         self.model = chunk.get("model") or self.model
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
+        if isinstance(chunk.get("prompt_token_ids"), list):
+            self.prompt_ids = chunk["prompt_token_ids"]
         choices = chunk.get("choices")
         for choice in choices if isinstance(choices, list) else []:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
@@ -291,6 +304,8 @@ class _Stream:
             lp = choice.get("logprobs")
             content = lp.get("content") if isinstance(lp, dict) else None
             self.logprobs += [c for c in content if isinstance(c, dict)] if isinstance(content, list) else []
+            if isinstance(choice.get("token_ids"), list):
+                self.token_ids = [*(self.token_ids or []), *choice["token_ids"]]
 
     def _add_call_delta(self, tc: dict) -> None:
         """One `delta.tool_calls[i]`: the first names the call (vLLM sends id, type and the whole name, pythonic
@@ -333,6 +348,10 @@ class _Stream:
         }
         if self.logprobs:
             out["choices"][0]["logprobs"] = {"content": self.logprobs}
+        if self.token_ids is not None:
+            out["choices"][0]["token_ids"] = self.token_ids
+        if self.prompt_ids is not None:
+            out["prompt_token_ids"] = self.prompt_ids
         if self.usage:
             out["usage"] = self.usage
         return out

@@ -263,8 +263,13 @@ class FakeOpenAIServer:
         tokens = ((choice.get("logprobs") or {}).get("content")) or []
         if tokens:  # one chunk per token, with its log-probability, as vLLM streams them
             out += [chunk({"content": t["token"]}) for t in tokens]
-            for c, t in zip(out[-len(tokens) :], tokens):
+            ids = choice.get("token_ids") or []  # vLLM's return_token_ids: each chunk's ids
+            for k, (c, t) in enumerate(zip(out[-len(tokens) :], tokens)):
                 c["choices"][0]["logprobs"] = {"content": [t]}
+                if k < len(ids):
+                    c["choices"][0]["token_ids"] = [ids[k]]
+        if "prompt_token_ids" in reply:  # vLLM sends the prompt's ids in the first chunk only
+            out[0]["prompt_token_ids"] = reply["prompt_token_ids"]
         else:
             out += [chunk({"content": text[i : i + piece]}) for i in range(0, len(text), piece)]
         for k, tc in enumerate(msg.get("tool_calls") or []):

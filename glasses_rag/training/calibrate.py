@@ -59,6 +59,7 @@ class Threshold(BaseModel):
     truthfulness: float  # on the calibration turns, with the threshold
     truthfulness_without: float  # the same turns, every answer kept
     probabilities: str | None = None  # what the confidences were: tokens-masked, tokens-raw, tokens, written
+    supported: bool = True  # some calibration answer was kept (else the threshold keeps only certain answers)
 
 
 def probabilities_of(traces: list[Any]) -> str:
@@ -131,14 +132,16 @@ def points_from_traces(traces: list[Any], judge: Any = None, truncator: Any = No
 def choose_threshold(points: list[CalibrationPoint], probabilities: str | None = None) -> Threshold:
     """The threshold that maximises truthfulness on `points`: answers are kept from the most confident down, and
     the cut goes where the total is highest (on a tie, the fewest answers kept: on unseen turns a wrong answer
-    costs as much as a right one earns); the threshold lies halfway between the last kept and the first dropped
-    confidence.
+    costs as much as a right one earns). The threshold is the lowest confidence a kept answer had: no threshold
+    below it, which no calibration answer supports (a more confident model would carry answers through it
+    that the calibration never saw kept). When no answer helps, it is 1.0: only an answer whose every token had
+    probability 1 passes (`supported` False: no answer was kept).
 
     Example:
         >>> pts = [CalibrationPoint(turn=str(i), confidence=c, answered=a, abstained=0)
         ...        for i, (c, a) in enumerate([(0.9, 1), (0.8, 1), (0.5, -1), (0.3, -1)])]
         >>> choose_threshold(pts).abstain_below
-        0.65
+        0.8
     """
     points = [p for p in points if not _odd(p.confidence)]  # never NaN or infinite
     answered = sorted((p for p in points if p.confidence is not None), key=lambda p: -(p.confidence or 0.0))
@@ -152,16 +155,9 @@ def choose_threshold(points: list[CalibrationPoint], probabilities: str | None =
         total += gain[c]
         if total > best_total:
             best_total, best_k = total, k
-    if not confs:
-        tau = 0.5
-    elif best_k == 0:
-        tau = min(1.0, (confs[0] + 1.0) / 2)
-    elif best_k == len(confs):
-        tau = confs[-1] / 2
-    else:
-        tau = (confs[best_k - 1] + confs[best_k]) / 2
+    tau = confs[best_k - 1] if best_k else 1.0
     n = max(1, len(points))
-    kept = sum(1 for p in answered if (p.confidence or 0.0) >= tau)
+    kept = sum(1 for p in answered if (p.confidence or 0.0) >= tau) if best_k else 0
     without = base + sum(p.answered - p.abstained for p in answered)
     return Threshold(
         abstain_below=tau,
@@ -171,6 +167,7 @@ def choose_threshold(points: list[CalibrationPoint], probabilities: str | None =
         truthfulness=best_total / n,
         truthfulness_without=without / n,
         probabilities=probabilities,
+        supported=best_k > 0,
     )
 
 

@@ -50,14 +50,22 @@ def build_openai(cfg: OpenAIConfig, **opts: Any) -> ChatBackend:
         text_only=cfg.text_only,
         chat_template=cfg.chat_template,
         system_role=cfg.system_role,
-        # the answer's token probabilities, when the policy reads its confidence from them
-        sampling={**cfg.sampling(), **({"logprobs": True} if cfg.answer_confidence == "tokens" else {})},
+        sampling={**cfg.sampling(), **_logprob_fields(cfg)},
         tool_choice=cfg.tool_choice,
         json_object_enforced=cfg.json_object_enforced,
         max_outstanding=cfg.max_outstanding,
         adapter=cfg.adapter,
         **opts,
     )
+
+
+def _logprob_fields(cfg: OpenAIConfig) -> dict[str, Any]:
+    """What an OpenAI-compatible request asks for besides sampling: the written tokens' log-probabilities when the
+    policy reads an answer's confidence from them, and with `token_record` the prompt's and the reply's token ids
+    too (vLLM's `return_token_ids`), for rollouts."""
+    if cfg.token_record:
+        return {"logprobs": True, "return_token_ids": True}
+    return {"logprobs": True} if cfg.answer_confidence == "tokens" else {}
 
 
 def build_transformers(cfg: TransformersConfig, **opts: Any) -> ChatBackend:
@@ -78,6 +86,7 @@ def build_transformers(cfg: TransformersConfig, **opts: Any) -> ChatBackend:
         prefix_cache_mb=cfg.prefix_cache_mb,
         jump_forward=cfg.jump_forward,
         prompt_lookup=cfg.prompt_lookup,
+        seed=cfg.seed,
         **opts,
     )
 

@@ -25,12 +25,13 @@ from glasses_rag.models.vlm.options import CommonOptions, LlamaCppOptions, OpenA
 # (the run's configuration fingerprint, which a resumed run must match) in this order, so run folders made before the
 # options were grouped by backend resume as they did.
 FILE_ORDER = (
-    "backend", "base_url", "replicas", "model", "path", "api_key", "api_key_env", "name", "adapter", "prompt_profile",
-    "answer_confidence", "prefix_cache_mb", "jump_forward", "prompt_lookup", "timeout_s", "max_retries", "pool_size",
-    "stream", "temperature", "max_tokens", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
-    "frequency_penalty", "seed", "text_only", "system_role", "image_max_side", "decision_mode", "response_format",
-    "json_object_enforced", "tool_choice", "max_outstanding", "native_tools", "chat_template", "chat_format", "n_ctx",
-    "n_threads", "n_gpu_layers", "device", "dtype", "cache_dir",
+    "backend", "base_url", "replicas", "model", "path", "api_key", "api_key_env", "name", "adapter",
+    "prompt_profile", "answer_confidence", "token_record", "prefix_cache_mb", "jump_forward", "prompt_lookup",
+    "timeout_s", "max_retries", "pool_size", "stream", "temperature", "max_tokens", "top_p", "top_k", "min_p",
+    "repetition_penalty", "presence_penalty", "frequency_penalty", "seed", "text_only", "system_role",
+    "image_max_side", "decision_mode", "response_format", "json_object_enforced", "tool_choice", "max_outstanding",
+    "native_tools", "chat_template", "chat_format", "n_ctx", "n_threads", "n_gpu_layers", "device", "dtype",
+    "cache_dir",
 )  # fmt: skip
 
 

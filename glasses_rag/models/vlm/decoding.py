@@ -30,6 +30,15 @@ differently, and a near-tie can go the other way, as with jump-forward).
 
 Each written token's log-probability under the distribution greedy decoding chose it from (the masked one) is
 kept (`Decoded.logprobs`): the model policy reads an answer's confidence from them.
+
+Sampling (`temperature` > 0, for rollouts that learners from outcomes consume): each token is drawn from the masked
+distribution at that temperature (softmax of the allowed tokens' logits divided by it; no top-k or top-p), with a
+`torch.Generator`. A draft is verified the same way: the token drawn at each draft position from that position's
+row is compared with the draft's, and the draft stands up to the first difference, where the drawn token is
+taken. Each token is then drawn from exactly the distribution plain sequential sampling would draw it from (the
+rows of a verified prefix are the rows of that prefix), so the ids written are the ids sampled, with or without
+jump-forward and prompt lookup; `Decoded.sample_logprobs` holds each one's log-probability under the distribution
+it was drawn from (the masked one at the temperature; at temperature 0 the masked one, as `logprobs`).
 """
 
 from __future__ import annotations
@@ -101,6 +110,30 @@ class Decoded:
     kv_tokens: int  # tokens (prompt + reply) whose keys and values are in the cache afterwards
     stats: DecodeStats = field(default_factory=DecodeStats)
     logprobs: list[float] = field(default_factory=list)  # each token's log-probability under the grammar's mask
+    # each token's log-probability under the distribution it was drawn from (the mask, at the temperature)
+    sample_logprobs: list[float] = field(default_factory=list)
+
+
+@dataclass
+class Sampling:
+    """How a decoding picks each token: the highest-scoring allowed one (temperature 0), or one drawn from the
+    allowed ones' softmax at `temperature` with `generator` (None: torch's global generator)."""
+
+    temperature: float = 0.0
+    generator: Any = None
+
+    def pick(self, logits: Any) -> tuple[int, float, float]:
+        """(index of the token chosen from `logits`, its log-probability at temperature 1, its log-probability
+        under the distribution it was drawn from). Masked entries are -inf."""
+        import torch
+
+        logp = torch.log_softmax(logits, dim=-1)
+        if self.temperature <= 0:
+            j = int(torch.argmax(logits))  # the first maximum, as generate()'s greedy search
+            return j, float(logp[j]), float(logp[j])
+        drawn = torch.log_softmax(logits / self.temperature, dim=-1)
+        j = int(torch.multinomial(drawn.exp(), 1, generator=self.generator)[0])
+        return j, float(logp[j]), float(drawn[j])
 
 
 @dataclass
@@ -174,6 +207,7 @@ class GreedyGrammarDecoder:
         self._drafts: dict[str, list[int]] = {}  # forced string -> its tokens (a decision repeats the same keys)
         self.head = OutputLayer.of(model)
         self._shifts = torch.arange(32, dtype=torch.int32)
+        self.sampling = Sampling()  # set per decoding (decode's `sampling`)
 
     def _draft(self, text: str) -> list[int]:
         hit = self._drafts.get(text)
@@ -212,28 +246,27 @@ class GreedyGrammarDecoder:
         ids = bits.reshape(-1).nonzero().squeeze(1)
         return ids[ids < min(self.vocab_size, rows)]
 
-    def _choose(self, matcher: Any, row: Any) -> tuple[int | None, float]:
-        """The token plain constrained greedy decoding writes after `matcher`'s state, from that position's row
-        (hidden state or logits), and its log-probability under the grammar's mask; None when the grammar is
-        complete (only stop tokens allowed: decoding ends there)."""
+    def _choose(self, matcher: Any, row: Any) -> tuple[int | None, float, float]:
+        """The token decoding writes after `matcher`'s state, from that position's row (hidden state or logits):
+        plain constrained greedy decoding's, or one drawn under `self.sampling`; with its log-probability under
+        the grammar's mask and under the distribution it was drawn from. None when the grammar is complete (only
+        stop tokens allowed: decoding ends there)."""
         import torch
         import xgrammar as xgr
 
         matcher.fill_next_token_bitmask(self._bitmask, 0)
         if torch.equal(self._bitmask, self._stop_only):
-            return None, 0.0
+            return None, 0.0, 0.0
         if self.head is not None:
             rows = self.head.weight.shape[0]
             allowed = self._allowed(rows)
-            if 0 < allowed.numel() <= rows // 4:  # few: score only those rows
-                logits = self.head.scores(row, allowed)
-                j = int(torch.argmax(logits))  # the first maximum, as over the masked full row (ids ascending)
-                return int(allowed[j]), float(torch.log_softmax(logits, dim=-1)[j])
+            if 0 < allowed.numel() <= rows // 4:  # few: score only those rows (ids ascending: the same first max)
+                j, lp, drawn = self.sampling.pick(self.head.scores(row, allowed))
+                return int(allowed[j]), lp, drawn
             row = self.head.scores(row)
         scores = row.unsqueeze(0)
         xgr.apply_token_bitmask_inplace(scores, self._bitmask)
-        tok = int(torch.argmax(scores, dim=-1)[0])
-        return tok, float(torch.log_softmax(scores[0], dim=-1)[tok])
+        return self.sampling.pick(scores[0])
 
     def decode_cached(
         self,
@@ -244,13 +277,14 @@ class GreedyGrammarDecoder:
         jump_forward: bool = True,
         out: list[int] | None = None,
         cancelled: Callable[[], bool] = lambda: False,
+        sampling: Sampling | None = None,
     ) -> tuple[Decoded, int]:
         """decode() resuming from the longest prefix of `prompt` in `prefix_cache` (a PrefixCache; the cache it gives
         is where the sequence's keys and values are kept), the finished sequence's cache stored back. Returns the
         reply and the prompt tokens that came from the cache."""
         cache, n_cached = prefix_cache.lookup(prompt) if prefix_cache.max_bytes > 0 else (None, 0)
         cache = cache if cache is not None else prefix_cache.empty()
-        done = self.decode(compiled_grammar, prompt, cache, n_cached, max_new, jump_forward, out, cancelled)
+        done = self.decode(compiled_grammar, prompt, cache, n_cached, max_new, jump_forward, out, cancelled, sampling)
         prefix_cache.store((prompt + done.tokens)[: done.kv_tokens], cache)
         for f in fields(DecodeStats):
             setattr(self.totals, f.name, getattr(self.totals, f.name) + getattr(done.stats, f.name))
@@ -266,32 +300,37 @@ class GreedyGrammarDecoder:
         jump_forward: bool = True,
         out: list[int] | None = None,
         cancelled: Callable[[], bool] = lambda: False,
+        sampling: Sampling | None = None,
     ) -> Decoded:
         """Decode after `prompt`, whose first `n_cached` tokens are in `cache` (a DynamicCache holding exactly
-        those). `out` (optional) is filled as tokens are chosen, so a caller interrupted mid-forward sees them."""
+        those). `out` (optional) is filled as tokens are chosen, so a caller interrupted mid-forward sees them.
+        `sampling`: greedy when None."""
         import xgrammar as xgr
 
+        self.sampling = sampling or Sampling()
         matcher = xgr.GrammarMatcher(compiled_grammar)
         tokens = out if out is not None else []
         logprobs: list[float] = []
+        drawn: list[float] = []
         stats = DecodeStats()
         row = self._forward(cache, prompt[n_cached:], n_cached, 1)[0]
         stats.forwards += 1
         kv = len(prompt)
         lookup = NgramDrafter(prompt, self.lookup) if jump_forward and self.lookup > 0 else None
-        pending: tuple[int | None, float] | None = None  # a choice already made from `row` (at a refused draft)
+        pending: tuple[int | None, float, float] | None = None  # a choice already made from `row` (a refused draft)
         finish = "length"
         while len(tokens) < max_new:
             if cancelled():
                 finish = "cancelled"
                 break
-            tok, lp = pending if pending is not None else self._choose(matcher, row)
+            tok, lp, dlp = pending if pending is not None else self._choose(matcher, row)
             pending = None
             if tok is None:
                 finish = "stop"
                 break
             tokens.append(tok)
             logprobs.append(lp)
+            drawn.append(dlp)
             if not matcher.accept_token(tok):  # cannot happen: the token was allowed by the mask
                 raise RuntimeError(f"the grammar refused token {tok} that its own mask allowed")
             if tok in self.stop_ids:
@@ -304,7 +343,7 @@ class GreedyGrammarDecoder:
             many = self._forward(cache, feed, kv, len(feed))
             stats.forwards += 1
             kv += len(feed)
-            i, pending = self._confirm(matcher, draft, many, tokens, logprobs)
+            i, pending = self._confirm(matcher, draft, many, tokens, (logprobs, drawn))
             stats.drafted += len(draft)
             stats.accepted += i
             if looked_up:
@@ -315,7 +354,9 @@ class GreedyGrammarDecoder:
                 cache.crop(kv)  # the unconfirmed draft tokens leave the cache
             row = many[i]
         stats.tokens = len(tokens)
-        return Decoded(tokens=tokens, finish=finish, kv_tokens=kv, stats=stats, logprobs=logprobs)
+        return Decoded(
+            tokens=tokens, finish=finish, kv_tokens=kv, stats=stats, logprobs=logprobs, sample_logprobs=drawn
+        )
 
     def _draft_after(
         self, matcher: Any, lookup: NgramDrafter | None, tokens: list[int], max_new: int
@@ -334,21 +375,23 @@ class GreedyGrammarDecoder:
         return draft[:cut], True
 
     def _confirm(
-        self, matcher: Any, draft: list[int], rows: Any, tokens: list[int], logprobs: list[float]
-    ) -> tuple[int, tuple[int | None, float] | None]:
-        """How many of `draft`'s tokens stand: each where plain decoding would have chosen the same token from its
-        position's row; those are written (to `tokens`, `logprobs` and the matcher). Also the choice made at the
-        first refused position (plain decoding's next token there), so it is not computed twice."""
+        self, matcher: Any, draft: list[int], rows: Any, tokens: list[int], logprobs: tuple[list[float], list[float]]
+    ) -> tuple[int, tuple[int | None, float, float] | None]:
+        """How many of `draft`'s tokens stand: each where decoding would have chosen (greedy) or drawn (sampling)
+        the same token from its position's row; those are written (to `tokens`, `logprobs`' two lists and the
+        matcher). Also the choice made at the first refused position (decoding's next token there), so it is
+        neither computed nor drawn twice."""
         i = 0
         while i < len(draft):
             choice = self._choose(matcher, rows[i])
             if choice[0] != draft[i]:
                 return i, choice
             tokens.append(draft[i])
-            logprobs.append(choice[1])
+            logprobs[0].append(choice[1])
+            logprobs[1].append(choice[2])
             matcher.accept_token(draft[i])
             i += 1
         return i, None
 
 
-__all__ = ["DecodeStats", "Decoded", "GreedyGrammarDecoder", "NgramDrafter", "OutputLayer"]
+__all__ = ["DecodeStats", "Decoded", "GreedyGrammarDecoder", "NgramDrafter", "OutputLayer", "Sampling"]

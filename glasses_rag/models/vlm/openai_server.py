@@ -16,6 +16,7 @@ from glasses_rag.models.vlm.base import (
     ChatToolCall,
     DecisionMode,
     ReplyCancelled,
+    SampledTokens,
     TokenLogprob,
     Usage,
     load_chat_template,
@@ -51,6 +52,23 @@ def token_logprobs(logprobs: Any) -> list[TokenLogprob] | None:
             return None
         out.append(TokenLogprob(token=token, logprob=min(0.0, max(float(lp), -1e4))))  # vLLM: -9999.0 for -inf
     return out
+
+
+def token_record(data: dict, choice: dict) -> SampledTokens | None:
+    """The reply's token record from a server that returns token ids (vLLM's `return_token_ids`: the response's
+    `prompt_token_ids`, the choice's `token_ids`) with one log-probability per written id (`logprobs`, vLLM's raw
+    ones by default); None when any of them is missing or malformed."""
+    prompt, ids = data.get("prompt_token_ids"), choice.get("token_ids")
+    lps = token_logprobs(choice.get("logprobs"))
+    if not (isinstance(prompt, list) and isinstance(ids, list) and _ids(prompt) and _ids(ids)):
+        return None
+    if lps is None or len(lps) != len(ids):
+        return None
+    return SampledTokens(prompt_ids=prompt, completion_ids=ids, logprobs=[t.logprob for t in lps], logprob_source="raw")
+
+
+def _ids(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(type(v) is int and v >= 0 for v in value)
 
 
 def _rejected(e: BackendError, feature: str) -> bool:
@@ -361,6 +379,7 @@ class OpenAICompatibleBackend:
             model=model if isinstance(model, str) else None,
             logprobs=logprobs,
             logprobs_from="raw" if logprobs else None,  # vLLM's default --logprobs-mode raw_logprobs
+            sampled=token_record(data, choices[0]),
         )
 
 

@@ -133,6 +133,12 @@ class OpenAIOptions(BaseModel):
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     seed: int | None = Field(None, description="Sampling seed (only matters with temperature > 0).")
+    token_record: bool = Field(
+        False,
+        description="openai: ask the server for the prompt's and the reply's token ids and the reply's "
+        "log-probabilities (vLLM >= 0.10.2: return_token_ids, logprobs), so rollouts record what the model produced "
+        "without tokenizing again (ChatReply.sampled; the in-process backend always records them).",
+    )
     system_role: bool = Field(
         True,
         description="False: the system text is sent at the start of the first user "
@@ -233,6 +239,7 @@ class TransformersOptions(LocalOptions):
         "float32 (bfloat16 may round a near-tie the other way), fewer passes when the model copies "
         "(0: off; needs jump_forward).",
     )
+    seed: int | None = Field(None, description="transformers: sampling seed (only matters with temperature > 0).")
     device: str = Field("cpu", description="transformers: the torch device (cpu, cuda, cuda:1, ...).")
     dtype: str | None = Field(
         None,

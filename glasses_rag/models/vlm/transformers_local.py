@@ -14,12 +14,14 @@ chat template needs `chat_template` (a bundled name, a .jinja file or the text).
 dequantised by transformers (`gguf` and `accelerate` packages) once and the result kept under the
 cache folder, keyed by the file's SHA-256, so later loads take a second instead of minutes.
 
-One generation at a time per model object (a lock); a generation stops within one decoder layer
-when its turn's cancel scope is cancelled (forward pre-hooks), and at the latest before the next
-token (a StoppingCriteria). Decoding is greedy unless temperature > 0. A call with a
-`response_schema` is constrained to that JSON schema by a grammar (glasses_rag/models/vlm/grammar.py, xgrammar):
-the reply's mode is then "structured". Tools go through the policy's JSON protocol (the decision
-schema lists the allowed tools and their arguments).
+One generation at a time per model object (a lock); a generation stops within one decoder layer when its turn's
+cancel scope is cancelled (forward pre-hooks), and at the latest before the next token (a StoppingCriteria).
+Decoding is greedy unless temperature > 0: then each token is drawn from the softmax at that temperature (no top-k
+or top-p), with a generator seeded by `seed` and the prompt's ids (the same request, the same reply). A call with a
+`response_schema` is constrained to that JSON schema by a grammar (glasses_rag/models/vlm/grammar.py, xgrammar): the
+reply's mode is then "structured". Tools go through the policy's JSON protocol (the decision schema lists the
+allowed tools and their arguments). Every finished reply carries its token record (`ChatReply.sampled`: the
+prompt's ids, the ids written, as written, and their log-probabilities) for learners from outcomes.
 
 A prompt without an image resumes from the KV cache of the longest prefix already computed
 (glasses_rag/models/vlm/prefix_cache.py,
@@ -42,7 +44,7 @@ from glasses_rag.models.vlm.base import (
     BackendError,
     ChatReply,
     ReplyCancelled,
-    TokenLogprob,
+    SampledTokens,
     Usage,
     data_url_to_image,
     load_chat_template,
@@ -50,11 +52,12 @@ from glasses_rag.models.vlm.base import (
     system_into_user,
     text_only_messages,
 )
-from glasses_rag.models.vlm.decoding import Decoded, DecodeStats, GreedyGrammarDecoder
+from glasses_rag.models.vlm.decoding import Decoded, DecodeStats, GreedyGrammarDecoder, Sampling
 from glasses_rag.models.vlm.gguf_folder import converted_gguf
 from glasses_rag.models.vlm.grammar import SchemaGrammars, stop_token_ids, xgrammar_available
 from glasses_rag.models.vlm.grammar_store import GrammarStore, default_folder
 from glasses_rag.models.vlm.prefix_cache import PrefixCache
+from glasses_rag.models.vlm.token_record import generated_record, generator_for, token_logprobs
 from glasses_rag.models.vlm.vision_inputs import refuses_system_with_images
 
 log = logging.getLogger(__name__)
@@ -150,17 +153,6 @@ def merged_adapter(model: Any, adapter: Path) -> Any:
     return tuned.merge_and_unload()
 
 
-def token_logprobs(tokenizer: Any, tokens: list[int], logprobs: list[float]) -> list[TokenLogprob]:
-    """Each token's text (what it adds to the decoded text so far, so the texts join to the whole reply's) with
-    its log-probability."""
-    out, before = [], ""
-    for i, lp in enumerate(logprobs):
-        text = tokenizer.decode(tokens[: i + 1], skip_special_tokens=True)
-        out.append(TokenLogprob(token=text[len(before) :], logprob=lp))
-        before = text
-    return out
-
-
 class _Interrupted(Exception):
     """Raised inside the model's forward pass when the generation's turn was cancelled."""
 
@@ -185,6 +177,7 @@ class TransformersVLMBackend:
         prefix_cache_mb: int = 256,
         jump_forward: bool = True,
         prompt_lookup: int = 8,
+        seed: int | None = None,
     ):
         import torch
         from transformers import AutoConfig
@@ -207,13 +200,7 @@ class TransformersVLMBackend:
         self.max_image_side = max_image_side
         self.adapter = Path(adapter).expanduser() if adapter else None
         self.name = f"transformers:{self.source.name}" + (f"+{self.adapter.name}" if self.adapter else "")
-        self.prefix_cache = PrefixCache(prefix_cache_mb << 20)
-        self.jump_forward = jump_forward
-        self.prompt_lookup = prompt_lookup  # the longest draft copied from the prompt in free text (0: none)
-        self.decode_stats = DecodeStats()  # totals over this backend's constrained decodings (models/vlm/decoding.py)
-        self._decoder: GreedyGrammarDecoder | None = None
-        self._lock = threading.Lock()
-        self._cancel = threading.Event()
+        self._runtime(prefix_cache_mb, jump_forward, prompt_lookup, seed)
         kw = dict(local_files_only=True, trust_remote_code=trust_remote_code)
         self.config = AutoConfig.from_pretrained(p, **kw)
         self.model_type = self.config.model_type
@@ -246,6 +233,40 @@ class TransformersVLMBackend:
         self._hook_layers()
         self.grammars = self._grammars()
         self.supports_structured = self.grammars is not None
+
+    def _runtime(self, prefix_cache_mb: int, jump_forward: bool, prompt_lookup: int, seed: int | None) -> None:
+        self.prefix_cache = PrefixCache(prefix_cache_mb << 20)
+        self.jump_forward = jump_forward
+        self.prompt_lookup = prompt_lookup  # the longest draft copied from the prompt in free text (0: none)
+        self.seed = seed  # of sampled requests, with the prompt's ids (token_record.request_seed)
+        self.decode_stats = DecodeStats()  # totals over this backend's constrained decodings (models/vlm/decoding.py)
+        self._decoder: GreedyGrammarDecoder | None = None
+        self._lock = threading.Lock()
+        self._cancel = threading.Event()
+
+    @classmethod
+    def from_model(
+        cls, model: Any, tokenizer: Any, chat_template: str | None = None, name: str = "in-memory", **runtime: Any
+    ) -> TransformersVLMBackend:
+        """A text-only backend over a model already in memory (a causal LM, e.g. the one a trainer is training,
+        its LoRA layers active), for rollouts during training (glasses_rag/training/grpo.py). `runtime`: the
+        constructor's prefix_cache_mb, jump_forward, prompt_lookup, seed. The weights change between training
+        steps: call `prefix_cache.clear()` after each change (a cached prefix holds the old weights' keys)."""
+        self = cls.__new__(cls)
+        opts = {"prefix_cache_mb": 256, "jump_forward": True, "prompt_lookup": 8, "seed": None, **runtime}
+        self._runtime(**opts)
+        self.source = Path(name)
+        self.path, self.device, self.max_image_side, self.adapter = self.source, str(model.device), None, None
+        self.name = f"transformers:{name}"
+        self.model, self.tokenizer, self.processor = model, tokenizer, None
+        self.config = model.config
+        self.model_type, self.is_vision, self.supports_images = self.config.model_type, False, False
+        self.chat_template = load_chat_template(chat_template) if chat_template else None
+        self.n_ctx = getattr(self.config, "max_position_embeddings", None)
+        self._forward_params = set(inspect.signature(self.model.forward).parameters)
+        self.grammars = self._grammars()
+        self.supports_structured = self.grammars is not None
+        return self
 
     def _load(self, p: Path, torch_dtype: Any, kw: dict) -> None:
         tok_kw = {**kw, **tokenizer_options(self.model_type)}
@@ -386,8 +407,10 @@ class TransformersVLMBackend:
     def _generation_options(self, max_tokens: int, temperature: float, schema: dict | None, stopping: Any) -> dict:
         """generate() keywords: sampling, padding, and for a schema its grammar and the tokens that end it."""
         gen: dict[str, Any] = {"max_new_tokens": max_tokens, "stopping_criteria": stopping}
-        if temperature and temperature > 0:
-            gen.update(do_sample=True, temperature=float(temperature))
+        # the token record: each step's scores (processed: mask and temperature) under a schema, else raw logits
+        gen.update(return_dict_in_generate=True, output_scores=schema is not None, output_logits=schema is None)
+        if temperature and temperature > 0:  # the softmax at that temperature, as the grammar decoder samples
+            gen.update(do_sample=True, temperature=float(temperature), top_k=0, top_p=1.0)
         else:
             gen.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         pad = getattr(self.tokenizer, "pad_token_id", None)
@@ -404,14 +427,20 @@ class TransformersVLMBackend:
         """generate(), resuming from the prefix cache when the prompt is token ids only (a prompt with an image is
         computed whole: its image tokens' KV depend on the pixels). Returns the sequences and the prompt tokens
         that came from the cache. The filled cache is stored only after a generation that finished."""
+        import torch
+
         cacheable = self.prefix_cache.max_bytes > 0 and self._token_ids_only(inputs)
-        if not cacheable:
-            return self.model.generate(**inputs, **gen), 0
         ids = inputs["input_ids"][0].tolist()
-        cache, n_cached = self.prefix_cache.lookup(ids)
-        cache = cache if cache is not None else self.prefix_cache.empty()
-        out = self.model.generate(**inputs, **gen, past_key_values=cache)
-        self.prefix_cache.store(out[0, : cache.get_seq_length()].tolist(), cache)
+        seeded = generator_for(self.seed, ids) if gen.get("do_sample") else None
+        with torch.random.fork_rng(devices=[], enabled=seeded is not None):
+            if seeded is not None:
+                torch.manual_seed(seeded.initial_seed())
+            if not cacheable:
+                return self.model.generate(**inputs, **gen), 0
+            cache, n_cached = self.prefix_cache.lookup(ids)
+            cache = cache if cache is not None else self.prefix_cache.empty()
+            out = self.model.generate(**inputs, **gen, past_key_values=cache)
+        self.prefix_cache.store(out.sequences[0, : cache.get_seq_length()].tolist(), cache)
         return out, n_cached
 
     @staticmethod
@@ -419,10 +448,9 @@ class TransformersVLMBackend:
         return set(inputs.keys()) <= {"input_ids", "attention_mask"}
 
     def _decoder_for(self, schema: dict | None, temperature: float, inputs: Any) -> GreedyGrammarDecoder | None:
-        """The jump-forward decoder (glasses_rag/models/vlm/decoding.py) for a greedy, grammar-constrained reply to a
-        prompt of token ids; None for the rest (sampling, free text, images), which generate() writes."""
-        sampling = bool(temperature and temperature > 0)
-        if schema is None or self.grammars is None or sampling or not self._token_ids_only(inputs):
+        """The jump-forward decoder (glasses_rag/models/vlm/decoding.py) for a grammar-constrained reply to a prompt of
+        token ids, greedy or sampled; None for the rest (free text, images), which generate() writes."""
+        if schema is None or self.grammars is None or not self._token_ids_only(inputs):
             return None
         if self._decoder is None:
             self._decoder = GreedyGrammarDecoder(
@@ -436,17 +464,21 @@ class TransformersVLMBackend:
         return self._decoder
 
     def _decode(
-        self, decoder: GreedyGrammarDecoder, inputs: Any, schema: dict, max_tokens: int, new: list[int]
+        self, decoder: GreedyGrammarDecoder, inputs: Any, schema: dict, gen: dict, new: list[int]
     ) -> tuple[Decoded, int]:
         assert self.grammars is not None  # _decoder_for gives a decoder only with grammars
+        ids = inputs["input_ids"][0].tolist()
+        sampled = gen.get("do_sample", False)
+        sampling = Sampling(gen["temperature"], generator_for(self.seed, ids)) if sampled else None
         return decoder.decode_cached(
             self.prefix_cache,
             self.grammars.compiled(schema),
-            inputs["input_ids"][0].tolist(),
-            max_tokens,
+            ids,
+            gen["max_new_tokens"],
             jump_forward=self.jump_forward,
             out=new,
             cancelled=self._cancel.is_set,
+            sampling=sampling,
         )
 
     def complete(
@@ -483,9 +515,7 @@ class TransformersVLMBackend:
             try:
                 with torch.inference_mode():
                     if decoder is not None and schema is not None:
-                        decoded, n_cached = self._decode(
-                            decoder, inputs, schema, max_tokens, latest.setdefault("new", [])
-                        )
+                        decoded, n_cached = self._decode(decoder, inputs, schema, gen, latest.setdefault("new", []))
                     else:
                         out, n_cached = self._generate(inputs, gen)
             except _Interrupted:
@@ -493,12 +523,21 @@ class TransformersVLMBackend:
                 raise self._interrupted(latest.get("new") or None, inputs, n_in, t0, mode) from None
             except Exception as e:  # noqa: BLE001
                 raise BackendError(f"local generation with {self.source} failed: {type(e).__name__}: {e}") from e
+            prompt_ids = inputs["input_ids"][0].tolist()
             if decoder is not None:
                 reply = self._decoded_reply(decoded, n_in, t0, mode)
+                reply.sampled = SampledTokens(
+                    prompt_ids=prompt_ids,
+                    completion_ids=list(decoded.tokens),
+                    logprobs=decoded.sample_logprobs,
+                    logprob_source="masked",
+                )
             else:
-                reply = self._reply(out[0, n_in:], n_in, max_tokens, gen, t0, mode)
+                reply = self._reply(out.sequences[0, n_in:], n_in, max_tokens, gen, t0, mode)
+                steps = out.scores if schema is not None else out.logits
+                reply.sampled = generated_record(prompt_ids, out.sequences[0, n_in:], steps, schema is not None)
             reply.usage.cached_tokens = n_cached
-            reply.prompt_ids = inputs["input_ids"][0].tolist()  # the trace's prefix measurement, in tokens
+            reply.prompt_ids = prompt_ids  # the trace's prefix measurement, in tokens
             if cancel.is_set():
                 raise ReplyCancelled(
                     "the turn ended during generation", reply.model_copy(update={"finish_reason": "cancelled"})

@@ -213,17 +213,11 @@ if AgentLoopBase is not None:
 
 
 def crag_split(data: str, task: int) -> Any:
-    """The split folder of `data` (a bundled name, rendered once, or a dataset folder) for `task`."""
-    from glasses_rag.crag_mm.builds import dataset_paths, ensure_dataset
-    from glasses_rag.crag_mm.content import find_content, load_content
-    from glasses_rag.crag_mm.demo import demo_paths
+    """The split folder of `data` (a bundled name, built once where graph.run builds it, or a question set's
+    folder) for `task`."""
+    from glasses_rag.training.rollouts import dataset_paths_of
 
-    content = find_content(data)
-    if content is None:
-        paths = dataset_paths(data)
-    else:
-        where = demo_paths() if data == "demo" else dataset_paths(Path("data") / content.name)
-        paths = ensure_dataset(load_content(content), where)
+    paths = dataset_paths_of(data)
     return paths.multi_turn if task == 3 else paths.single_turn
 
 
