@@ -333,5 +333,7 @@ def test_distill_takes_the_question_sets_dataset_folder_as_graph_run_does(tmp_pa
     for data in (ROOT / "data" / "demo", ROOT / "data" / "demo" / "single_turn"):
         with pytest.raises(Taught):
             distill.main(["--task", "1", "--eval-data", str(data), "--work", str(tmp_path)])
-        splits.append([line.split("] ", 1)[-1] for line in capsys.readouterr().err.splitlines() if "] split by" in line])
+        splits.append(
+            [line.split("] ", 1)[-1] for line in capsys.readouterr().err.splitlines() if "] split by" in line]
+        )
     assert splits[0] and splits[0] == splits[1]

@@ -68,7 +68,7 @@ def _messages(question: str, step: int) -> list[dict]:
 
 def _plain(backend, messages: list[dict], schema: dict, max_tokens: int) -> list[int]:
     """Plain constrained greedy decoding: generate() with xgrammar's logits processor, no cache given."""
-    inputs, n_in = backend._inputs(messages, max_tokens)
+    inputs, n_in = backend.inputs(messages, max_tokens)
     with torch.inference_mode():
         out = backend.model.generate(
             **inputs,
@@ -189,7 +189,7 @@ def test_each_written_token_comes_with_its_log_probability_under_the_grammars_ma
     assert reply.logprobs is not None and len(reply.logprobs) == reply.usage.output_tokens
     assert "".join(t.token for t in reply.logprobs).strip() == reply.text
     assert all(t.logprob <= 1e-6 for t in reply.logprobs)
-    inputs, _ = backend._inputs(msgs, 64)
+    inputs, _ = backend.inputs(msgs, 64)
     with torch.inference_mode():
         logits = backend.model(**inputs).logits[0, -1:, :].float()
     mask = xgr.allocate_token_bitmask(1, backend.grammars.vocab_size)

@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 from support import make_agent
 
-import glasses_rag.models.openai_client as oc
+import glasses_rag.models.replicas as replicas
 from glasses_rag.core.calls import collect_model_calls
 from glasses_rag.models.vlm import ModelConfig, model_config_from_options, parse_spec
 from glasses_rag.models.vlm.openai_server import OpenAICompatibleBackend
@@ -178,7 +178,7 @@ def test_server_without_streaming_is_asked_without_it():
 
 
 def test_replicas_least_outstanding_and_failover(monkeypatch):
-    monkeypatch.setattr(oc, "COOLDOWN_S", (0.3, 1.0))
+    monkeypatch.setattr(replicas, "COOLDOWN_S", (0.3, 1.0))
     with FakeOpenAIServer(delay_s=0.3) as a, FakeOpenAIServer(delay_s=0.3) as b:
         backend = OpenAICompatibleBackend([a.base_url, b.base_url], "fake-vlm", max_retries=0)
         threads = [threading.Thread(target=backend.complete, args=(MSGS,)) for _ in range(8)]

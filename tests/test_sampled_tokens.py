@@ -43,7 +43,7 @@ def test_a_sampled_decision_records_the_ids_it_wrote_with_or_without_drafts(back
         assert a.sampled is not None and b.sampled is not None
         assert a.sampled.completion_ids == b.sampled.completion_ids  # the same draws, drafted or token by token
         assert a.sampled.logprobs == pytest.approx(b.sampled.logprobs, abs=1e-4)
-        assert a.sampled.prompt_ids == jumping._inputs(msgs, 96)[0]["input_ids"][0].tolist()
+        assert a.sampled.prompt_ids == jumping.inputs(msgs, 96)[0]["input_ids"][0].tolist()
         assert jumping.tokenizer.decode(a.sampled.completion_ids, skip_special_tokens=True).strip() == a.text
         assert len(a.sampled.logprobs) == len(a.sampled.completion_ids) == a.usage.output_tokens
         assert a.sampled.logprob_source == "masked" and all(lp <= 1e-6 for lp in a.sampled.logprobs)
@@ -58,7 +58,7 @@ def test_each_sampled_id_has_the_log_probability_it_was_drawn_with(backends):
     backend = backends[0]
     msgs = _messages(QUESTIONS[1], 0)
     reply = backend.complete(msgs, max_tokens=96, temperature=0.7, response_schema=SCHEMA)
-    inputs, _ = backend._inputs(msgs, 96)
+    inputs, _ = backend.inputs(msgs, 96)
     with torch.inference_mode():
         logits = backend.model(**inputs).logits[0, -1:, :].float()
     mask = xgr.allocate_token_bitmask(1, backend.grammars.vocab_size)

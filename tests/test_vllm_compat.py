@@ -13,9 +13,10 @@ import pytest
 from PIL import Image
 
 import glasses_rag.models.openai_client as oc
+import glasses_rag.models.replicas as replicas
 from glasses_rag.core.calls import affinity, collect_model_calls, run_many, run_with_deadline
 from glasses_rag.core.types import ModelCall, requests_per_replica
-from glasses_rag.models.openai_client import _Stream
+from glasses_rag.models.openai_replies import StreamedCompletion
 from glasses_rag.models.vlm.base import complete_and_report
 from glasses_rag.models.vlm.openai_server import OpenAICompatibleBackend
 from glasses_rag.policies.model.policy import decision_from_reply, make_model_policy
@@ -186,7 +187,7 @@ def test_streamed_hermes_call_written_with_parameters_loses_its_arguments_and_sa
 
 
 def test_stream_assembly_of_tool_call_deltas_without_index_or_with_repeated_names():
-    acc = _Stream()
+    acc = StreamedCompletion()
     for delta in (
         {"tool_calls": [{"id": "a", "type": "function", "function": {"name": "web_search"}}]},
         {"tool_calls": [{"function": {"name": "web_search", "arguments": '{"que'}}]},
@@ -396,7 +397,7 @@ def test_a_conversation_stays_on_one_replica_even_through_worker_threads():
 
 
 def test_a_down_replica_moves_the_conversation_for_good(monkeypatch):
-    monkeypatch.setattr(oc, "COOLDOWN_S", (30.0, 60.0))
+    monkeypatch.setattr(replicas, "COOLDOWN_S", (30.0, 60.0))
     with FakeOpenAIServer() as a, FakeOpenAIServer() as b:
         backend = OpenAICompatibleBackend([a.base_url, b.base_url], "fake-vlm", max_retries=0)
         with affinity("s"):

@@ -338,25 +338,42 @@ class GreedyGrammarDecoder:
                 break
             if len(tokens) >= max_new:
                 break
-            draft, looked_up = self._draft_after(matcher, lookup, tokens, max_new) if jump_forward else ([], False)
-            feed = [tok] + draft
-            many = self._forward(cache, feed, kv, len(feed))
-            stats.forwards += 1
-            kv += len(feed)
-            i, pending = self._confirm(matcher, draft, many, tokens, (logprobs, drawn))
-            stats.drafted += len(draft)
-            stats.accepted += i
-            if looked_up:
-                stats.looked_up += len(draft)
-                stats.looked_up_accepted += i
-            if i < len(draft):
-                kv -= len(draft) - i
-                cache.crop(kv)  # the unconfirmed draft tokens leave the cache
-            row = many[i]
+            lps = (logprobs, drawn)
+            row, pending, kv = self._step(matcher, lookup, cache, tokens, kv, max_new, jump_forward, stats, lps)
         stats.tokens = len(tokens)
         return Decoded(
             tokens=tokens, finish=finish, kv_tokens=kv, stats=stats, logprobs=logprobs, sample_logprobs=drawn
         )
+
+    def _step(
+        self,
+        matcher: Any,
+        lookup: NgramDrafter | None,
+        cache: Any,
+        tokens: list[int],
+        kv: int,
+        max_new: int,
+        jump_forward: bool,
+        stats: DecodeStats,
+        lps: tuple[list[float], list[float]],
+    ) -> tuple[Any, Any, int]:
+        """One forward pass over the token just chosen (`tokens[-1]`) and a draft to verify after it: the next row
+        of logits, a choice already made from it (a refused draft's), and the cache's new length."""
+        draft, looked_up = self._draft_after(matcher, lookup, tokens, max_new) if jump_forward else ([], False)
+        feed = [tokens[-1]] + draft
+        many = self._forward(cache, feed, kv, len(feed))
+        stats.forwards += 1
+        kv += len(feed)
+        i, pending = self._confirm(matcher, draft, many, tokens, lps)
+        stats.drafted += len(draft)
+        stats.accepted += i
+        if looked_up:
+            stats.looked_up += len(draft)
+            stats.looked_up_accepted += i
+        if i < len(draft):
+            kv -= len(draft) - i
+            cache.crop(kv)  # the unconfirmed draft tokens leave the cache
+        return many[i], pending, kv
 
     def _draft_after(
         self, matcher: Any, lookup: NgramDrafter | None, tokens: list[int], max_new: int

@@ -257,7 +257,7 @@ class OpenAICompatibleBackend:
             if data is None:  # a fallback was learnt or the stream failed: ask again
                 unstreamed = unstreamed or meta.get("stream_failed", False)
                 continue
-            reply = self.parse_response(data, (time.perf_counter() - t0) * 1000.0)
+            reply = parse_reply(data, (time.perf_counter() - t0) * 1000.0)
             reply.mode, reply.replica = mode, meta.get("replica")
             if mode == "native_tools":
                 reply = with_text_tool_calls(reply)
@@ -275,7 +275,7 @@ class OpenAICompatibleBackend:
         try:
             return self.client.chat(payload, stream=stream, meta=meta)
         except RequestCancelled as e:
-            partial = self.parse_response(e.partial, (time.perf_counter() - t0) * 1000.0) if e.partial else None
+            partial = parse_reply(e.partial, (time.perf_counter() - t0) * 1000.0) if e.partial else None
             if partial is not None:
                 partial.mode, partial.finish_reason, partial.replica = mode, "cancelled", meta.get("replica")
             raise ReplyCancelled(str(e), partial) from None
@@ -338,49 +338,49 @@ class OpenAICompatibleBackend:
             return False
         return True
 
-    @staticmethod
-    def parse_response(data: dict, latency_ms: float = 0.0) -> ChatReply:
-        """The reply's first choice as a ChatReply; fields of the wrong type (a hostile server) count as absent."""
-        choices = data.get("choices")
-        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-            raise BackendError(f"reply has no choices: {str(data)[:300]}")
-        msg = _dict(choices[0].get("message"))
-        content = msg.get("content")
-        if isinstance(content, list):  # some servers return content parts
-            content = "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
-        calls = []
-        raw_calls = msg.get("tool_calls")
-        for tc in raw_calls if isinstance(raw_calls, list) else []:
-            fn = _dict(_dict(tc).get("function"))
-            ident = _dict(tc).get("id")
-            if isinstance(fn.get("name"), str) and fn["name"]:
-                calls.append(
-                    ChatToolCall(
-                        name=fn["name"],
-                        arguments=parse_arguments(fn.get("arguments")),
-                        id=ident if isinstance(ident, str) else None,
-                    )
+
+def parse_reply(data: dict, latency_ms: float = 0.0) -> ChatReply:
+    """The reply's first choice as a ChatReply; fields of the wrong type (a hostile server) count as absent."""
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise BackendError(f"reply has no choices: {str(data)[:300]}")
+    msg = _dict(choices[0].get("message"))
+    content = msg.get("content")
+    if isinstance(content, list):  # some servers return content parts
+        content = "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    calls = []
+    raw_calls = msg.get("tool_calls")
+    for tc in raw_calls if isinstance(raw_calls, list) else []:
+        fn = _dict(_dict(tc).get("function"))
+        ident = _dict(tc).get("id")
+        if isinstance(fn.get("name"), str) and fn["name"]:
+            calls.append(
+                ChatToolCall(
+                    name=fn["name"],
+                    arguments=parse_arguments(fn.get("arguments")),
+                    id=ident if isinstance(ident, str) else None,
                 )
-        u = _dict(data.get("usage"))
-        finish, model = choices[0].get("finish_reason"), data.get("model")
-        logprobs = token_logprobs(choices[0].get("logprobs"))
-        usage = Usage(
-            input_tokens=_count(u.get("prompt_tokens")),
-            output_tokens=_count(u.get("completion_tokens")),
-            cached_tokens=_cached(u),
-        )
-        return ChatReply(
-            text=content if isinstance(content, str) else "",
-            tool_calls=calls,
-            reasoning=reasoning_of(msg),
-            usage=usage,
-            latency_ms=latency_ms,
-            finish_reason=finish if isinstance(finish, str) else None,
-            model=model if isinstance(model, str) else None,
-            logprobs=logprobs,
-            logprobs_from="raw" if logprobs else None,  # vLLM's default --logprobs-mode raw_logprobs
-            sampled=token_record(data, choices[0]),
-        )
+            )
+    u = _dict(data.get("usage"))
+    finish, model = choices[0].get("finish_reason"), data.get("model")
+    logprobs = token_logprobs(choices[0].get("logprobs"))
+    usage = Usage(
+        input_tokens=_count(u.get("prompt_tokens")),
+        output_tokens=_count(u.get("completion_tokens")),
+        cached_tokens=_cached(u),
+    )
+    return ChatReply(
+        text=content if isinstance(content, str) else "",
+        tool_calls=calls,
+        reasoning=reasoning_of(msg),
+        usage=usage,
+        latency_ms=latency_ms,
+        finish_reason=finish if isinstance(finish, str) else None,
+        model=model if isinstance(model, str) else None,
+        logprobs=logprobs,
+        logprobs_from="raw" if logprobs else None,  # vLLM's default --logprobs-mode raw_logprobs
+        sampled=token_record(data, choices[0]),
+    )
 
 
 def _dict(value: Any) -> dict:

@@ -44,26 +44,20 @@ from glasses_rag.models.vlm.base import (
     BackendError,
     ChatReply,
     ReplyCancelled,
-    SampledTokens,
-    Usage,
-    data_url_to_image,
     load_chat_template,
     message_text,
-    system_into_user,
-    text_only_messages,
 )
 from glasses_rag.models.vlm.decoding import Decoded, DecodeStats, GreedyGrammarDecoder, Sampling
 from glasses_rag.models.vlm.gguf_folder import converted_gguf
 from glasses_rag.models.vlm.grammar import SchemaGrammars, stop_token_ids, xgrammar_available
 from glasses_rag.models.vlm.grammar_store import GrammarStore, default_folder
+from glasses_rag.models.vlm.local_prompt import model_inputs
+from glasses_rag.models.vlm.local_replies import decoded_reply, generated_reply, interrupted
 from glasses_rag.models.vlm.prefix_cache import PrefixCache
-from glasses_rag.models.vlm.token_record import generated_record, generator_for, token_logprobs
+from glasses_rag.models.vlm.token_record import generator_for
 from glasses_rag.models.vlm.vision_inputs import refuses_system_with_images
 
 log = logging.getLogger(__name__)
-
-# processors that want one list of images per prompt (a nested list) rather than a flat list
-_NESTED_IMAGES = {"idefics", "idefics2", "idefics3", "smolvlm", "mllama"}
 
 
 def _resolve_dtype(dtype: Any, device: str):
@@ -153,6 +147,46 @@ def merged_adapter(model: Any, adapter: Path) -> Any:
     return tuned.merge_and_unload()
 
 
+def model_folder(path: str | Path, cache_dir: str | Path | None = None) -> tuple[Path, Path]:
+    """(what the user named, the folder transformers loads): a .gguf file is converted once (kept under
+    `cache_dir`); anything but a local folder or a .gguf file is a FileNotFoundError (nothing is downloaded)."""
+    p = Path(path).expanduser()
+    if p.is_file() and p.suffix.lower() == ".gguf":
+        return p, converted_gguf(p, cache_dir)
+    if not p.is_dir():
+        raise FileNotFoundError(
+            f"model folder not found: {p} (give a local folder or a .gguf file; nothing is downloaded)"
+        )
+    return p, p
+
+
+def generation_options(
+    tokenizer: Any,
+    grammars: SchemaGrammars | None,
+    max_tokens: int,
+    temperature: float,
+    schema: dict | None,
+    stopping: Any,
+) -> dict:
+    """generate() keywords: sampling, padding, and for a schema its grammar and the tokens that end it."""
+    gen: dict[str, Any] = {"max_new_tokens": max_tokens, "stopping_criteria": stopping}
+    # the token record: each step's scores (processed: mask and temperature) under a schema, else raw logits
+    gen.update(return_dict_in_generate=True, output_scores=schema is not None, output_logits=schema is None)
+    if temperature and temperature > 0:  # the softmax at that temperature, as the grammar decoder samples
+        gen.update(do_sample=True, temperature=float(temperature), top_k=0, top_p=1.0)
+    else:
+        gen.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+    pad = getattr(tokenizer, "pad_token_id", None)
+    if pad is None:
+        pad = getattr(tokenizer, "eos_token_id", None)
+    if pad is not None:
+        gen["pad_token_id"] = pad
+    if schema is not None and grammars is not None:
+        gen["logits_processor"] = [grammars.logits_processor(schema)]
+        gen["eos_token_id"] = grammars.stop_ids  # after the grammar's end only these are allowed
+    return gen
+
+
 class _Interrupted(Exception):
     """Raised inside the model's forward pass when the generation's turn was cancelled."""
 
@@ -182,16 +216,7 @@ class TransformersVLMBackend:
         import torch
         from transformers import AutoConfig
 
-        p = Path(path).expanduser()
-        if p.is_file() and p.suffix.lower() == ".gguf":
-            self.source = p
-            p = converted_gguf(p, cache_dir)
-        elif not p.is_dir():
-            raise FileNotFoundError(
-                f"model folder not found: {p} (give a local folder or a .gguf file; nothing is downloaded)"
-            )
-        else:
-            self.source = p
+        self.source, p = model_folder(path, cache_dir)
         threads = n_threads or (cpu_threads() if device == "cpu" else None)
         if threads and threads != torch.get_num_threads():
             torch.set_num_threads(threads)
@@ -209,16 +234,8 @@ class TransformersVLMBackend:
         self._load(p, _resolve_dtype(dtype, device), kw)
         if self.adapter is not None:
             self.model = merged_adapter(self.model, self.adapter)
-        own = getattr(self.processor or self.tokenizer, "chat_template", None) or getattr(
-            self.tokenizer, "chat_template", None
-        )
-        self.chat_template = load_chat_template(chat_template) if chat_template else None
-        if self.chat_template is None and not own:
-            raise ValueError(
-                f"the model {self.source} has no chat template: set chat_template (gemma, chatml, llama3, "
-                "a .jinja file or the template text) in the model config or with --chat-template"
-            )
-        self._system_into_user = self.is_vision and refuses_system_with_images(
+        self.chat_template = self._chat_template(chat_template)
+        self.system_into_user = self.is_vision and refuses_system_with_images(
             self.processor, self.chat_template or None
         )
         limit = getattr(getattr(self.config, "text_config", self.config), "max_position_embeddings", None)
@@ -229,10 +246,22 @@ class TransformersVLMBackend:
             if device != "cpu":
                 raise ValueError("dtype int8 (dynamic int8 quantization) runs on the CPU only; use bfloat16 on GPUs")
             quantize_int8(self.model)
-        self._forward_params = set(inspect.signature(self.model.forward).parameters)
+        self.forward_params = set(inspect.signature(self.model.forward).parameters)
         self._hook_layers()
         self.grammars = self._grammars()
         self.supports_structured = self.grammars is not None
+
+    def _chat_template(self, chat_template: str | None) -> str | None:
+        """The template asked for (None: the model's own, which it must then have)."""
+        own = getattr(self.processor or self.tokenizer, "chat_template", None) or getattr(
+            self.tokenizer, "chat_template", None
+        )
+        if not chat_template and not own:
+            raise ValueError(
+                f"the model {self.source} has no chat template: set chat_template (gemma, chatml, llama3, "
+                "a .jinja file or the template text) in the model config or with --chat-template"
+            )
+        return load_chat_template(chat_template) if chat_template else None
 
     def _runtime(self, prefix_cache_mb: int, jump_forward: bool, prompt_lookup: int, seed: int | None) -> None:
         self.prefix_cache = PrefixCache(prefix_cache_mb << 20)
@@ -263,7 +292,7 @@ class TransformersVLMBackend:
         self.model_type, self.is_vision, self.supports_images = self.config.model_type, False, False
         self.chat_template = load_chat_template(chat_template) if chat_template else None
         self.n_ctx = getattr(self.config, "max_position_embeddings", None)
-        self._forward_params = set(inspect.signature(self.model.forward).parameters)
+        self.forward_params = set(inspect.signature(self.model.forward).parameters)
         self.grammars = self._grammars()
         self.supports_structured = self.grammars is not None
         return self
@@ -313,55 +342,9 @@ class TransformersVLMBackend:
                 for block in m:
                     block.register_forward_pre_hook(check)
 
-    # ---- prompt building -----------------------------------------------------------------
-
-    def _template_kw(self) -> dict:
-        return {"chat_template": self.chat_template} if self.chat_template else {}
-
-    def _vision_inputs(self, messages: list[dict]):
-        if self._system_into_user:  # the template refuses a system message beside an image, as training did
-            messages = system_into_user(messages)
-        hf_messages, images = [], []
-        for m in messages:
-            content = m.get("content")
-            parts: list[dict] = []
-            if isinstance(content, str) or content is None:
-                parts.append({"type": "text", "text": content or ""})
-            else:
-                for part in content:
-                    if part.get("type") == "text":
-                        parts.append({"type": "text", "text": part.get("text", "")})
-                    elif part.get("type") == "image_url" and self.supports_images:
-                        url = (
-                            part["image_url"]["url"]
-                            if isinstance(part.get("image_url"), dict)
-                            else part.get("image_url")
-                        )
-                        img = data_url_to_image(url)
-                        if self.max_image_side and max(img.size) > self.max_image_side:
-                            img.thumbnail((self.max_image_side, self.max_image_side))
-                        images.append(img)
-                        parts.append({"type": "image"})
-            hf_messages.append({"role": m.get("role", "user"), "content": parts})
-        prompt = self.processor.apply_chat_template(
-            hf_messages, add_generation_prompt=True, tokenize=False, **self._template_kw()
-        )
-        if not images:
-            return self.processor(text=[prompt], return_tensors="pt")
-        first, second = ([images], images) if self.model_type in _NESTED_IMAGES else (images, [images])
-        try:
-            return self.processor(text=[prompt], images=first, return_tensors="pt")
-        except (ValueError, TypeError, IndexError):
-            return self.processor(text=[prompt], images=second, return_tensors="pt")
-
-    def _text_inputs(self, messages: list[dict]):
-        return self.tokenizer.apply_chat_template(
-            text_only_messages(messages),
-            add_generation_prompt=True,
-            return_tensors="pt",
-            return_dict=True,
-            **self._template_kw(),
-        )
+    def inputs(self, messages: list[dict], max_tokens: int) -> tuple[Any, int]:
+        """The model inputs of `messages` and the prompt's length in tokens (glasses_rag/models/vlm/local_prompt.py)."""
+        return model_inputs(self, messages, max_tokens)
 
     # ---- ChatBackend ------------------------------------------------------------------------
 
@@ -383,45 +366,6 @@ class TransformersVLMBackend:
         while not self._lock.acquire(timeout=0.05):
             if scope is not None and scope.cancelled:
                 raise ReplyCancelled("the turn ended while waiting for the model (another generation held it)")
-
-    def _inputs(self, messages: list[dict], max_tokens: int):
-        import torch
-
-        try:
-            inputs = self._vision_inputs(messages) if self.is_vision else self._text_inputs(messages)
-        except Exception as e:  # noqa: BLE001 - a template that rejects the messages
-            raise BackendError(f"the chat template of {self.source.name} failed: {type(e).__name__}: {e}") from e
-        n_in = int(inputs["input_ids"].shape[1])
-        if self.n_ctx and n_in + max_tokens > self.n_ctx:
-            raise BackendError(
-                f"the prompt has {n_in} tokens; with max_tokens {max_tokens} it exceeds the context "
-                f"size of {self.n_ctx} (n_ctx)"
-            )
-        inputs = inputs.to(self.device)
-        if "token_type_ids" in inputs and "token_type_ids" not in self._forward_params:
-            inputs.pop("token_type_ids")
-        if self.is_vision and "pixel_values" in inputs and self.model.dtype != torch.float32:
-            inputs["pixel_values"] = inputs["pixel_values"].to(self.model.dtype)
-        return inputs, n_in
-
-    def _generation_options(self, max_tokens: int, temperature: float, schema: dict | None, stopping: Any) -> dict:
-        """generate() keywords: sampling, padding, and for a schema its grammar and the tokens that end it."""
-        gen: dict[str, Any] = {"max_new_tokens": max_tokens, "stopping_criteria": stopping}
-        # the token record: each step's scores (processed: mask and temperature) under a schema, else raw logits
-        gen.update(return_dict_in_generate=True, output_scores=schema is not None, output_logits=schema is None)
-        if temperature and temperature > 0:  # the softmax at that temperature, as the grammar decoder samples
-            gen.update(do_sample=True, temperature=float(temperature), top_k=0, top_p=1.0)
-        else:
-            gen.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-        pad = getattr(self.tokenizer, "pad_token_id", None)
-        if pad is None:
-            pad = getattr(self.tokenizer, "eos_token_id", None)
-        if pad is not None:
-            gen["pad_token_id"] = pad
-        if schema is not None and self.grammars is not None:
-            gen["logits_processor"] = [self.grammars.logits_processor(schema)]
-            gen["eos_token_id"] = self.grammars.stop_ids  # after the grammar's end only these are allowed
-        return gen
 
     def _generate(self, inputs: Any, gen: dict) -> tuple[Any, int]:
         """generate(), resuming from the prefix cache when the prompt is token ids only (a prompt with an image is
@@ -509,8 +453,9 @@ class TransformersVLMBackend:
         try:
             cancel.clear()
             token = scope.on_cancel(cancel.set) if scope is not None else None
-            inputs, n_in = self._inputs(messages, max_tokens)
-            gen = self._generation_options(max_tokens, temperature, schema, StoppingCriteriaList([StopWhenCancelled()]))
+            inputs, n_in = self.inputs(messages, max_tokens)
+            stopping = StoppingCriteriaList([StopWhenCancelled()])
+            gen = generation_options(self.tokenizer, self.grammars, max_tokens, temperature, schema, stopping)
             decoder = self._decoder_for(schema, temperature, inputs)
             try:
                 with torch.inference_mode():
@@ -520,22 +465,15 @@ class TransformersVLMBackend:
                         out, n_cached = self._generate(inputs, gen)
             except _Interrupted:
                 # the layer hook stopped a forward pass: in the prefill, or in a later token's step
-                raise self._interrupted(latest.get("new") or None, inputs, n_in, t0, mode) from None
+                done, ids = latest.get("new") or None, inputs["input_ids"][0].tolist()
+                raise interrupted(self.tokenizer, self.name, done, ids, t0, mode) from None
             except Exception as e:  # noqa: BLE001
                 raise BackendError(f"local generation with {self.source} failed: {type(e).__name__}: {e}") from e
             prompt_ids = inputs["input_ids"][0].tolist()
             if decoder is not None:
-                reply = self._decoded_reply(decoded, n_in, t0, mode)
-                reply.sampled = SampledTokens(
-                    prompt_ids=prompt_ids,
-                    completion_ids=list(decoded.tokens),
-                    logprobs=decoded.sample_logprobs,
-                    logprob_source="masked",
-                )
+                reply = decoded_reply(self.tokenizer, self.name, decoded, prompt_ids, t0, mode)
             else:
-                reply = self._reply(out.sequences[0, n_in:], n_in, max_tokens, gen, t0, mode)
-                steps = out.scores if schema is not None else out.logits
-                reply.sampled = generated_record(prompt_ids, out.sequences[0, n_in:], steps, schema is not None)
+                reply = generated_reply(self.tokenizer, self.name, out, prompt_ids, gen, t0, mode, schema is not None)
             reply.usage.cached_tokens = n_cached
             reply.prompt_ids = prompt_ids  # the trace's prefix measurement, in tokens
             if cancel.is_set():
@@ -547,58 +485,6 @@ class TransformersVLMBackend:
             if scope is not None:
                 scope.remove(token)
             self._lock.release()
-
-    def _interrupted(
-        self, done: list[int] | None, inputs: Any, n_in: int, t0: float, mode: DecisionMode | None
-    ) -> ReplyCancelled:
-        """The cancellation of a generation stopped mid-forward, with what it had written (`done`; None when it
-        stopped in the prompt's prefill)."""
-        where = "during generation" if done is not None else "during the prompt's prefill"
-        return ReplyCancelled(
-            f"the turn ended {where}",
-            ChatReply(
-                text=self.tokenizer.decode(done, skip_special_tokens=True).strip() if done is not None else "",
-                usage=Usage(input_tokens=n_in, output_tokens=len(done) if done is not None else None),
-                finish_reason="cancelled",
-                latency_ms=(time.perf_counter() - t0) * 1000.0,
-                model=self.name,
-                mode=mode,
-                prompt_ids=inputs["input_ids"][0].tolist(),
-            ),
-        )
-
-    def _decoded_reply(self, decoded: Decoded, n_in: int, t0: float, mode: DecisionMode | None) -> ChatReply:
-        """The reply of the grammar decoder (glasses_rag/models/vlm/decoding.py), with each token's log-probability."""
-        return ChatReply(
-            text=self.tokenizer.decode(decoded.tokens, skip_special_tokens=True).strip(),
-            usage=Usage(input_tokens=n_in, output_tokens=len(decoded.tokens)),
-            finish_reason=decoded.finish,
-            latency_ms=(time.perf_counter() - t0) * 1000.0,
-            model=self.name,
-            mode=mode,
-            logprobs=token_logprobs(self.tokenizer, decoded.tokens, decoded.logprobs),
-            logprobs_from="masked",
-        )
-
-    def _reply(
-        self, new: Any, n_in: int, max_tokens: int, gen: dict, t0: float, mode: DecisionMode | None
-    ) -> ChatReply:
-        """The reply of a finished generation. "stop" when it ended on a stop token (for a schema: the grammar was
-        complete) or before max_tokens; "length" when max_tokens cut it (a constrained reply is then unfinished
-        JSON, and the caller records it as unusable)."""
-        stops = gen.get("eos_token_id") or [self.tokenizer.eos_token_id]
-        n_out = int(new.shape[0])
-        ended = bool(n_out) and int(new[-1]) in stops
-        finish = "stop" if ended or n_out < max_tokens else "length"
-        text = self.tokenizer.decode(new, skip_special_tokens=True).strip()
-        return ChatReply(
-            text=text,
-            usage=Usage(input_tokens=n_in, output_tokens=n_out),
-            finish_reason=finish,
-            latency_ms=(time.perf_counter() - t0) * 1000.0,
-            model=self.name,
-            mode=mode,
-        )
 
 
 __all__ = ["TransformersVLMBackend", "is_vision_config", "message_text"]
