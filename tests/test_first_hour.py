@@ -140,6 +140,8 @@ def test_ctrl_c_is_one_line_with_the_resume_command_and_keeps_the_finished_turns
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
+            # a suite started as a background job has SIGINT ignored, and an ignored signal stays so across exec
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         deadline = time.monotonic() + 120
         while not list(out.glob("*/*__*.json")) and time.monotonic() < deadline and p.poll() is None:

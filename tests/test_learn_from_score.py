@@ -216,8 +216,10 @@ def _interrupted_then_resumed(kind, rows, cfg, monkeypatch):
     import glasses_rag.training.preferences as prefs
 
     _interrupted(monkeypatch, prefs, "trainer")
+    before = signal.getsignal(signal.SIGINT)
     try:
         stopped = prefs.train_preferences(kind, rows, cfg)
+        assert signal.getsignal(signal.SIGINT) is before  # Ctrl-C is the caller's again
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     assert not stopped["finished"] and stopped["steps"] == 2 and not (Path(cfg.out) / "card.json").exists()
@@ -274,8 +276,10 @@ def test_grpo_trains_on_the_sampled_ids_with_the_rollouts_rewards_and_resumes(
     cfg = LearnerConfig(model=str(tiny_gemma), out=str(tmp_path / "grpo"), max_steps=3, save_steps=1, beta=0.0)
     cfg = cfg.model_copy(update={"learning_rate": 1e-3})
     _interrupted(monkeypatch, grpo, "grpo_trainer", spy=seen)
+    before = signal.getsignal(signal.SIGINT)
     try:
         stopped = grpo.train_grpo(cfg, opts, rows[:1], rollout)  # Ctrl-C during step 2: stops after it
+        assert signal.getsignal(signal.SIGINT) is before  # Ctrl-C is the caller's again
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     assert not stopped["finished"] and stopped["steps"] == 2

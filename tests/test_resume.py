@@ -161,6 +161,8 @@ def test_ctrl_c_stops_after_the_current_turn_and_resumes(reference, tmp_path):
         cwd=root,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        # a suite started as a background job has SIGINT ignored, and an ignored signal stays so across exec
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + 60

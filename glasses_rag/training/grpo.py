@@ -35,7 +35,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from glasses_rag.models.vlm.base import ChatReply, SampledTokens
-from glasses_rag.training.learners import LearnerConfig, cpu_args, train_and_save, trainable_model
+from glasses_rag.training.learners import LearnerConfig, callers_ctrl_c, cpu_args, train_and_save, trainable_model
 from glasses_rag.training.rollouts import conversation_photo, scored, search_calls, turn_input, turn_reward
 
 DECISION_SCHEMA_NAME = "next_step"
@@ -261,8 +261,9 @@ def train_grpo(cfg: LearnerConfig, opts: GrpoOptions, rows: list[dict], rollout:
     """
     if not rows:
         raise ValueError("no GRPO row: no exported decision of the given run could be replayed")
-    trainer = grpo_trainer(cfg, opts, rows, rollout)
-    card = train_and_save(trainer, cfg, "grpo", {"rows": len(rows), "options": opts.model_dump()})
+    with callers_ctrl_c():
+        trainer = grpo_trainer(cfg, opts, rows, rollout)
+        card = train_and_save(trainer, cfg, "grpo", {"rows": len(rows), "options": opts.model_dump()})
     rewards = [e["reward"] for e in rollout.log]
     card["rollouts"] = {"count": len(rollout.log), "rewards": {str(v): rewards.count(v) for v in set(rewards)}}
     if card["finished"]:

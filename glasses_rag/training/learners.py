@@ -8,10 +8,12 @@ defaults that need a GPU, bf16 and vLLM, are off).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +112,18 @@ def lora_state(model: Any) -> dict[str, Any]:
     return {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n and p.requires_grad}
 
 
+@contextlib.contextmanager
+def callers_ctrl_c() -> Iterator[None]:
+    """Around building and training a trainer: the trainer's stop callback (finetune.stop_callback) takes Ctrl-C
+    from its construction on; afterwards the caller's handler is back (benchmarks.distill's evaluations after a
+    training stop on Ctrl-C again)."""
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def train_and_save(trainer: Any, cfg: LearnerConfig, kind: str, data: dict[str, Any]) -> dict[str, Any]:
     """Run `trainer` (resuming from `<out>/checkpoints` when a checkpoint is there; the first Ctrl-C stops after
     the step with a checkpoint written), then, when it finished, write the adapter, the tokenizer and the card
@@ -118,11 +132,7 @@ def train_and_save(trainer: Any, cfg: LearnerConfig, kind: str, data: dict[str, 
 
     t0, c0 = time.perf_counter(), time.process_time()
     resumed = last_checkpoint(Path(cfg.out))
-    previous = signal.getsignal(signal.SIGINT)
-    try:
-        result = trainer.train(resume_from_checkpoint=resumed)
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    result = trainer.train(resume_from_checkpoint=resumed)
     finished = trainer.state.global_step >= trainer.state.max_steps
     card = learner_card(trainer, cfg, kind, data, resumed, finished)
     card.update(
@@ -168,4 +178,12 @@ def _gpu() -> bool:
     return torch.cuda.is_available()
 
 
-__all__ = ["LearnerConfig", "cpu_args", "lora_config", "lora_state", "train_and_save", "trainable_model"]
+__all__ = [
+    "LearnerConfig",
+    "callers_ctrl_c",
+    "cpu_args",
+    "lora_config",
+    "lora_state",
+    "train_and_save",
+    "trainable_model",
+]

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Literal
 
-from glasses_rag.training.learners import LearnerConfig, cpu_args, train_and_save, trainable_model
+from glasses_rag.training.learners import LearnerConfig, callers_ctrl_c, cpu_args, train_and_save, trainable_model
 from glasses_rag.training.rollouts import DecisionTokens, TurnRollout, read_rollouts
 
 Kind = Literal["dpo", "kto"]
@@ -213,12 +213,13 @@ def train_preferences(kind: Kind, rows: list[dict[str, Any]], cfg: LearnerConfig
     if kind == "kto" and len({r["label"] for r in rows}) < 2:
         raise ValueError(f"KTO needs desirable and undesirable rows: {len(rows)} row(s), all labelled alike")
     model, tok, peft_config = trainable_model(cfg)
-    with recorded_tokens(kind, recorded_ids(rows, kind)):
-        learner = trainer(kind, cfg, model, tok, peft_config, rows)
-    data: dict[str, Any] = {"rows": len(rows), "trained_rows": len(learner.train_dataset)}
-    if kind == "kto":
-        data["desirable"] = sum(r["label"] for r in rows)
-    return train_and_save(learner, cfg, kind, data)
+    with callers_ctrl_c():
+        with recorded_tokens(kind, recorded_ids(rows, kind)):
+            learner = trainer(kind, cfg, model, tok, peft_config, rows)
+        data: dict[str, Any] = {"rows": len(rows), "trained_rows": len(learner.train_dataset)}
+        if kind == "kto":
+            data["desirable"] = sum(r["label"] for r in rows)
+        return train_and_save(learner, cfg, kind, data)
 
 
 def parser() -> argparse.ArgumentParser:
