@@ -76,3 +76,17 @@ def test_the_docs_table_of_backend_options_is_the_option_models():
     documented = {re.findall(r"`(\w+)`", row)[0]: set(re.findall(r"`(\w+)`", row)[1:]) - {"adapter"} for row in rows}
     own = {name: set(k.fields()) - set(CommonOptions.model_fields) - {"backend"} for name, k in BACKENDS.items()}
     assert documented == own
+
+
+def test_a_model_runs_configuration_reads_back_from_its_run_json():
+    """run.json holds every model option, other backends' at their defaults: it reads back, to the same fingerprint;
+    another backend's option set to something else is still refused."""
+    from graph.config import AgentConfig
+
+    cfg = AgentConfig(policy=ModelConfig(backend="openai", base_url="http://127.0.0.1:8000/v1", model="m"))
+    back = AgentConfig.model_validate(cfg.model_dump(mode="json"))
+    assert back == cfg and back.fingerprint() == cfg.fingerprint()
+    dumped = cfg.model_dump(mode="json")
+    dumped["policy"]["prefix_cache_mb"] = 0
+    with pytest.raises(ValueError, match=r"prefix_cache_mb \(transformers\)"):
+        AgentConfig.model_validate(dumped)

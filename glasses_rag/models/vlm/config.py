@@ -56,7 +56,9 @@ class ModelConfig(CommonOptions, OpenAIOptions, TransformersOptions, LlamaCppOpt
     @model_validator(mode="after")
     def _only_options_of_its_backend(self) -> ModelConfig:
         kind = BACKENDS.lookup(self.backend)
-        foreign = sorted(self.model_fields_set - kind.fields())
+        # at its default, another backend's option is what a dump writes (run.json holds every field): read back
+        fields = type(self).model_fields
+        foreign = sorted(f for f in self.model_fields_set - kind.fields() if getattr(self, f) != fields[f].default)
         if foreign:
             owners = {f: [k.name for k in BACKENDS.values() if f in k.fields()] for f in foreign}
             named = ", ".join(f"{f} ({'/'.join(owners[f])})" for f in foreign)

@@ -3,7 +3,7 @@ how), an OpenAI-compatible server (`OpenAIOptions`), an in-process model (`Local
 and `LlamaCppOptions`). Each backend's own configuration is the common options plus its group (`OpenAIConfig`,
 `TransformersConfig`, `LlamaCppConfig`); its factory (glasses_rag/models/vlm/backends.py) reads nothing else.
 `glasses_rag.models.vlm.ModelConfig`, the shape of a `--model-config` file and of the command line's model options,
-holds every group and refuses an option its backend does not read.
+holds every group and refuses an option its backend does not read (set to other than its default).
 """
 
 from __future__ import annotations
