@@ -200,7 +200,8 @@ def sample(road: Road, paths: Any, convs: list[Any], adapter: str, tag: str, see
     opts = RolloutOptions(
         samples=args.samples, temperature=args.temperature, seed=seed, search_penalty=args.search_penalty
     )
-    policy = recording_policy(model_config(args, adapter, f"sampler-{tag}", seed=seed), args.temperature)
+    served = {"token_record": True} if (args.model or "").startswith("openai:") else {}  # the server's ids
+    policy = recording_policy(model_config(args, adapter, f"sampler-{tag}", seed=seed, **served), args.temperature)
     config = agent_config(road.args, paths.root, policy.name, abstain_below=0.0)
     out = road.work / tag
     rollouts = sample_runs(config, policy, convs, args.task, out, opts, scoring())
@@ -362,7 +363,7 @@ def calibrate(road: Road, students: Students, learn: list[str]) -> dict[str, Any
 
     args = road.args
     points: dict[str, list[Any]] = {m: [] for m in ["base", "sft", *learn]}
-    kinds: dict[str, str] = {}
+    traced: dict[str, list[Any]] = {}  # every fold's traces of a model, for the kind of its confidences
     for j, fold in enumerate(folds_of(students.convs, args.folds)):
         fold_convs = [c for c in students.convs if c.session_id in fold]
         adapters = {"base": None, **students.train(learn, out_of=fold, tag=f"-fold{j}")}
@@ -373,9 +374,10 @@ def calibrate(road: Road, students: Students, learn: list[str]) -> dict[str, Any
             cfg = agent_config(args, students.paths.root, model_config(args, adapter, name, tokens=True), 0.0)
             _, traces, _ = run(cfg, convs, args.task, students.work, f"calibrate-{name}-fold{j}")
             points[name] += points_from_traces(traces, *scoring())
-            kinds[name] = probabilities_of(traces)  # a backend's own kind of confidence
+            traced.setdefault(name, []).extend(traces)
         road.note(f"calibration fold {j + 1}/{args.folds} run")
-    return {name: choose_threshold(p, kinds.get(name)) for name, p in points.items()}
+    # a backend's own kind of confidence, over all its folds (a mix of kinds is refused)
+    return {name: choose_threshold(p, probabilities_of(traced.get(name, []))) for name, p in points.items()}
 
 
 def evaluate_models(

@@ -83,9 +83,15 @@ def test_a_model_runs_configuration_reads_back_from_its_run_json():
     another backend's option set to something else is still refused."""
     from graph.config import AgentConfig
 
+    for policy in (
+        ModelConfig(backend="openai", base_url="http://127.0.0.1:8000/v1", model="m"),
+        ModelConfig(backend="transformers", path="m.gguf", prefix_cache_mb=0),
+        ModelConfig(backend="llamacpp", path="m.gguf", n_gpu_layers=-1),
+    ):
+        written = AgentConfig(policy=policy)
+        back = AgentConfig.model_validate(written.model_dump(mode="json"))
+        assert back == written and back.fingerprint() == written.fingerprint(), policy.backend
     cfg = AgentConfig(policy=ModelConfig(backend="openai", base_url="http://127.0.0.1:8000/v1", model="m"))
-    back = AgentConfig.model_validate(cfg.model_dump(mode="json"))
-    assert back == cfg and back.fingerprint() == cfg.fingerprint()
     dumped = cfg.model_dump(mode="json")
     dumped["policy"]["prefix_cache_mb"] = 0
     with pytest.raises(ValueError, match=r"prefix_cache_mb \(transformers\)"):

@@ -184,6 +184,27 @@ def test_distill_runs_the_whole_road(tiny_gemma, tmp_path, capsys):
     assert (tmp_path / "w" / "seed0" / "rollouts" / "rollout-s1" / "rollouts.jsonl").is_file()
 
 
+def test_distill_calibrates_each_model_on_cross_fitted_folds(tiny_gemma, tmp_path):
+    """`--calibrate folds`: the SFT recipe trained again without each fold runs that fold; each model's threshold
+    comes from all folds' points, says the kind of probabilities it was chosen on, and is a confidence a kept
+    answer had (or 1.0, unsupported)."""
+    from benchmarks.distill import main
+    from glasses_rag.models.vlm.base import load_chat_template
+
+    (tiny_gemma / "chat_template.jinja").write_text(load_chat_template("gemma"))
+    out = tmp_path / "distill.json"
+    args = ["--model", f"transformers:{tiny_gemma}", "--learn", "sft", "--eval-data", "same", "--calibrate", "folds"]
+    args += ["--folds", "2", "--train-limit", "2", "--eval-limit", "1", "--steps", "1", "--budget", "120"]
+    assert main([*args, "--work", str(tmp_path / "w"), "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    for name in ("base", "sft"):
+        th = result[name]["calibration"]
+        assert th["probabilities"] == "tokens-masked" or th["answered"] == 0, th  # in-process: under the grammar
+        assert th["turns"] == 2 and (th["supported"] or th["abstain_below"] == 1.0)
+    for j in (0, 1):  # the fold's own student, which never trained on it
+        assert (tmp_path / "w" / "seed0" / f"sft-fold{j}" / "card.json").is_file()
+
+
 @pytest.mark.parametrize("name", ["gemma", "chatml", "llama3"])
 def test_bundled_templates_render_tool_calls_and_mark_the_assistant(tiny_gemma, name):
     import jinja2

@@ -13,7 +13,8 @@ there. The winning CRAG-MM systems gate answers on a confidence in the same way,
         --self-check off --run-id calib --data <held-out rows>
     python -m glasses_rag.training.calibrate --run traces/runs/calib      # prints the threshold
 
-`benchmarks.distill` does this for both models on a calibration split carved from the training conversations.
+`benchmarks.distill --calibrate folds` does this for every model on cross-fitted folds of the training conversations
+(each fold run by the model's recipe trained without it).
 
 A threshold holds for the probabilities it was chosen on, so for one backend: in-process decoding reads the
 grammar-masked distribution (`confidence_from: tokens-masked`), a server the model's raw one (`tokens-raw`, vLLM's

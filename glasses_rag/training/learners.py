@@ -127,7 +127,8 @@ def callers_ctrl_c() -> Iterator[None]:
 def train_and_save(trainer: Any, cfg: LearnerConfig, kind: str, data: dict[str, Any]) -> dict[str, Any]:
     """Run `trainer` (resuming from `<out>/checkpoints` when a checkpoint is there; the first Ctrl-C stops after
     the step with a checkpoint written), then, when it finished, write the adapter, the tokenizer and the card
-    (`card.json`); returns the card (`finished` False when stopped)."""
+    (`card.json`); returns the card (`finished` False when stopped). Build and train the trainer inside
+    `callers_ctrl_c()`, which puts the caller's Ctrl-C handler back afterwards."""
     from glasses_rag.training.finetune import last_checkpoint
 
     t0, c0 = time.perf_counter(), time.process_time()

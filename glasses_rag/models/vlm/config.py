@@ -58,7 +58,11 @@ class ModelConfig(CommonOptions, OpenAIOptions, TransformersOptions, LlamaCppOpt
         kind = BACKENDS.lookup(self.backend)
         # at its default, another backend's option is what a dump writes (run.json holds every field): read back
         fields = type(self).model_fields
-        foreign = sorted(f for f in self.model_fields_set - kind.fields() if getattr(self, f) != fields[f].default)
+        foreign = sorted(
+            f
+            for f in self.model_fields_set - kind.fields()
+            if getattr(self, f) != fields[f].get_default(call_default_factory=True)
+        )
         if foreign:
             owners = {f: [k.name for k in BACKENDS.values() if f in k.fields()] for f in foreign}
             named = ", ".join(f"{f} ({'/'.join(owners[f])})" for f in foreign)
