@@ -83,15 +83,18 @@ def built(content, tmp_path_factory):
     return ensure_dataset(content, dataset_paths(tmp_path_factory.mktemp("heldout") / "data"))
 
 
-@pytest.fixture(scope="module")
-def turns(content):
+def turns_of(content) -> list[tuple[str, str, str]]:
     """(query, answer, kind) of every turn, single and multi."""
     out = [(q.query, q.answer, q.kind) for q in content.single_turn]
     return out + [(t.query, t.answer, t.kind) for m in content.multi_turn for t in m.turns]
 
 
 @pytest.fixture(scope="module")
-def corpus(built, content):
+def turns(content):
+    return turns_of(content)
+
+
+def corpus_of(built, content) -> str:
     """Everything an answer may come from, normalised: KG names and attributes, text printed on the rendered
     images, and the web pages that carry no prompt injection."""
     kg = json.loads(built.kg_json.read_text())["images"]
@@ -104,6 +107,11 @@ def corpus(built, content):
     parts += [ln.text for e in content.entities if isinstance(e.image, SignImage) for ln in e.image.lines]
     parts += [f"{p['page_name']}. {p['page_snippet']} {p['page_content']}" for p in web if not p["prompt_injection"]]
     return " | ".join(norm(p) for p in parts)
+
+
+@pytest.fixture(scope="module")
+def corpus(built, content):
+    return corpus_of(built, content)
 
 
 def test_loads_through_crag_dataset(built, content):

@@ -10,11 +10,10 @@ import json
 from pathlib import Path
 
 import pytest
-from test_heldout_data import norm, stated
+from test_heldout_data import corpus_of, norm, stated, turns_of
 
 from glasses_rag.crag_mm.builds import dataset_paths, ensure_dataset
 from glasses_rag.crag_mm.content import IDK, load_content
-from glasses_rag.crag_mm.content_images import SignImage
 from glasses_rag.crag_mm.dataset import load_conversations
 
 BUNDLED = Path(__file__).resolve().parents[1] / "glasses_rag" / "crag_mm" / "bundled"
@@ -51,22 +50,12 @@ def built(content, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def turns(content):
-    out = [(q.query, q.answer, q.kind) for q in content.single_turn]
-    return out + [(t.query, t.answer, t.kind) for m in content.multi_turn for t in m.turns]
+    return turns_of(content)
 
 
 @pytest.fixture(scope="module")
 def corpus(built, content):
-    kg = json.loads(built.kg_json.read_text())["images"]
-    web = json.loads(built.web_json.read_text())["pages"]
-    parts = []
-    for r in kg:
-        for e in r["entities"]:
-            parts.append(e["entity_name"])
-            parts += [f"{k}: {v}" for k, v in e["entity_attributes"].items()]
-    parts += [ln.text for e in content.entities if isinstance(e.image, SignImage) for ln in e.image.lines]
-    parts += [f"{p['page_name']}. {p['page_snippet']} {p['page_content']}" for p in web if not p["prompt_injection"]]
-    return " | ".join(norm(p) for p in parts)
+    return corpus_of(built, content)
 
 
 def test_at_least_60_single_turn_questions_load_through_the_crag_loader(built, content):
