@@ -42,6 +42,29 @@ class TurnInput(BaseModel):
     history: list[HistoryTurn] = Field(default_factory=list)
     labels: dict[str, Any] = Field(default_factory=dict)
 
+    @classmethod
+    def of_turn(cls, conv: Any, i: int, task: int, photo: tuple[Any, Any], history: list[HistoryTurn]) -> TurnInput:
+        """Turn `i` of the conversation `conv` (glasses_rag.retrieval.schema.Conversation) as the agent takes it:
+        the question, the photo and its ImageInfo (`Conversation.photo`), the turns before it, the labels."""
+        turn = conv.turns[i]
+        return cls(
+            task=task,
+            session_id=conv.session_id,
+            interaction_id=turn.interaction_id,
+            turn_index=i,
+            question=turn.query or "",
+            image=photo[0],
+            image_info=photo[1],
+            history=list(history),
+            labels={
+                "domain": turn.domain,
+                "query_category": turn.query_category,
+                "dynamism": turn.dynamism,
+                "image_quality": turn.image_quality,
+                **turn.labels,
+            },
+        )
+
 
 class Agent:
     """A policy, a verifier, tools and shared resources, run turn by turn through the LangGraph graph.

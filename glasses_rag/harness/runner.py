@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from glasses_rag.core.images import ImagePrep, load_image, prepare
+from glasses_rag.core.images import ImagePrep
 from glasses_rag.retrieval.schema import Conversation
 from graph.agent import Agent, TurnInput
 from tools.base import HistoryTurn
@@ -125,7 +125,7 @@ def run_conversation(
     if stop is not None and stop.is_set():
         return
     kept = [_finished(store.read(conv.session_id, i), turn, task, fingerprint) for i, turn in enumerate(conv.turns)]
-    image, info = _photo(conv, image_prep) if any(t is None for t in kept) else (None, None)
+    photo = conv.photo(image_prep) if any(t is None for t in kept) else (None, None)
     history: list[HistoryTurn] = []
     for i, turn in enumerate(conv.turns):
         if stop is not None and stop.is_set():
@@ -135,7 +135,7 @@ def run_conversation(
         if trace is None:
             if not (turn.query or "").strip():
                 log.warning("conversation %s turn %d has no question; answered %r", conv.session_id, i, "I don't know")
-            inp = _turn_input(conv, i, task, image, info, history)
+            inp = TurnInput.of_turn(conv, i, task, photo, history)
             trace = agent.run_turn(inp)
             trace.ground_truth = conv.answers[i] if i < len(conv.answers) else None
             trace.egocentric = conv.egocentric
@@ -146,39 +146,6 @@ def run_conversation(
             on_turn(trace, resumed)
         shown = history_answer(trace.answer) if history_answer else trace.answer
         history.append(HistoryTurn(question=turn.query or "", answer=shown, entity=trace.entity))
-
-
-def _photo(conv: Conversation, image_prep: ImagePrep) -> tuple[Any, Any]:
-    """The conversation's photo decoded and prepared as the run prepares photos, with its ImageInfo (why there is
-    none, where it came from)."""
-    image, info = load_image(conv.image)
-    if image is None and conv.image_error:
-        info.note = conv.image_error
-    if info.source is None and conv.image_url:
-        info.source = conv.image_url
-    return prepare(image, info, conv.egocentric, image_prep)
-
-
-def _turn_input(conv: Conversation, i: int, task: int, image: Any, info: Any, history: list[HistoryTurn]) -> TurnInput:
-    """Turn `i` of `conv` as the agent takes it: the question, the photo, the turns before it, the labels."""
-    turn = conv.turns[i]
-    return TurnInput(
-        task=task,
-        session_id=conv.session_id,
-        interaction_id=turn.interaction_id,
-        turn_index=i,
-        question=turn.query or "",
-        image=image,
-        image_info=info,
-        history=list(history),
-        labels={
-            "domain": turn.domain,
-            "query_category": turn.query_category,
-            "dynamism": turn.dynamism,
-            "image_quality": turn.image_quality,
-            **turn.labels,
-        },
-    )
 
 
 def _finished(trace: TurnTrace | None, turn: Any, task: int, fingerprint: str | None) -> TurnTrace | None:

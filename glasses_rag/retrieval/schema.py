@@ -7,9 +7,12 @@ web search   -> {index, score, page_name, page_snippet, page_url}.
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from glasses_rag.core.images import ImagePrep
 
 
 def plain(v: Any) -> Any:
@@ -83,3 +86,15 @@ class Conversation(BaseModel):
     turns: list[Turn]
     answers: list[str] = Field(default_factory=list)
     egocentric: bool | None = None
+
+    def photo(self, image_prep: ImagePrep = "harness") -> tuple[Any, Any]:
+        """The photo decoded and prepared as a run prepares photos (glasses_rag.core.images.prepare), with its
+        ImageInfo (why there is none, where it came from)."""
+        from glasses_rag.core.images import load_image, prepare
+
+        image, info = load_image(self.image)
+        if image is None and self.image_error:
+            info.note = self.image_error
+        if info.source is None and self.image_url:
+            info.source = self.image_url
+        return prepare(image, info, self.egocentric, image_prep)

@@ -36,7 +36,7 @@ from pydantic import BaseModel, Field
 
 from glasses_rag.models.vlm.base import ChatReply, SampledTokens
 from glasses_rag.training.learners import LearnerConfig, callers_ctrl_c, cpu_args, train_and_save, trainable_model
-from glasses_rag.training.rollouts import conversation_photo, scored, search_calls, turn_input, turn_reward
+from glasses_rag.training.rollouts import scored, search_calls, turn_reward
 
 DECISION_SCHEMA_NAME = "next_step"
 
@@ -170,13 +170,14 @@ class GrpoRollout:
     def one(self, prompt: list[dict[str, Any]], seed: int) -> dict[str, Any]:
         """One rollout: the row's turn finished with a sampled decision at the row's step; its ids and reward."""
         from glasses_rag.crag_mm.scoring import score_trace
+        from graph.agent import TurnInput
 
         ctx = self.contexts[prompt_key(prompt)]
         judge, truncator = self.scoring
-        photo = self._photos.get(ctx.conv.session_id) or conversation_photo(ctx.conv)
+        photo = self._photos.get(ctx.conv.session_id) or ctx.conv.photo()
         self._photos[ctx.conv.session_id] = photo
         self._backend.start(ctx, seed)
-        trace = self._agent.run_turn(turn_input(ctx.conv, ctx.turn_index, self.task, photo, ctx.history))
+        trace = self._agent.run_turn(TurnInput.of_turn(ctx.conv, ctx.turn_index, self.task, photo, ctx.history))
         trace = scored(trace, ctx.conv, ctx.turn_index, lambda t: score_trace(t, judge=judge, truncator=truncator))
         sampled = self._backend.sampled
         reward: float | None = self.reward_of(trace)

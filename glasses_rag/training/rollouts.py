@@ -179,43 +179,6 @@ def set_seed(backend: Any, seed: int) -> None:
 # ---- running conversations ------------------------------------------------------------------------------------
 
 
-def conversation_photo(conv: Any) -> tuple[Any, Any]:
-    """The conversation's photo and its ImageInfo, prepared as the run harness prepares them."""
-    from glasses_rag.core.images import load_image, prepare
-
-    image, info = load_image(conv.image)
-    if image is None and conv.image_error:
-        info.note = conv.image_error
-    if info.source is None and conv.image_url:
-        info.source = conv.image_url
-    return prepare(image, info, conv.egocentric, "harness")
-
-
-def turn_input(conv: Any, i: int, task: int, photo: tuple[Any, Any], history: list[Any]) -> Any:
-    """Turn `i` of `conv` as the run harness hands it to the agent."""
-    from graph.agent import TurnInput
-
-    turn = conv.turns[i]
-    labels = {
-        "domain": turn.domain,
-        "query_category": turn.query_category,
-        "dynamism": turn.dynamism,
-        "image_quality": turn.image_quality,
-        **turn.labels,
-    }
-    return TurnInput(
-        task=task,
-        session_id=conv.session_id,
-        interaction_id=turn.interaction_id,
-        turn_index=i,
-        question=turn.query or "",
-        image=photo[0],
-        image_info=photo[1],
-        history=list(history),
-        labels=labels,
-    )
-
-
 def scored(trace: Any, conv: Any, i: int, scorer: Callable[[Any], Any]) -> Any:
     """A finished turn's trace with its ground truth and, when it has one, its score."""
     trace.ground_truth = conv.answers[i] if i < len(conv.answers) else None
@@ -238,15 +201,16 @@ def run_conversations(
     `on_turn`. A turn whose interaction id is in `skip` is not run again (its stored trace feeds the history).
     The harness is a layer above training; this is its sequential core, so that rollouts record each turn's
     requests as they happen."""
+    from graph.agent import TurnInput
     from tools.base import HistoryTurn
 
     for conv in convs:
-        photo = conversation_photo(conv)
+        photo = conv.photo()
         history: list[HistoryTurn] = []
         for i, turn in enumerate(conv.turns):
             trace = store.read(conv.session_id, i) if turn.interaction_id in skip else None
             if trace is None:
-                trace = scored(agent.run_turn(turn_input(conv, i, task, photo, history)), conv, i, scorer)
+                trace = scored(agent.run_turn(TurnInput.of_turn(conv, i, task, photo, history)), conv, i, scorer)
                 store.write(trace)
                 on_turn(trace)
             shown = history_answer(trace.answer)
