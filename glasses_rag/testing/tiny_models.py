@@ -9,6 +9,7 @@ jina-reranker-m0's relevance head.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 GEMMA_CHAT = (
     "{% for m in messages %}<start_of_turn>{{ 'model' if m['role'] == 'assistant' else 'user' }}\n"
@@ -17,11 +18,9 @@ GEMMA_CHAT = (
 )
 
 
-def byte_tokenizer(specials: list[str], bos: str, eos: str, chat_template: str):
-    """A byte-level tokenizer with no merges (the 256 byte symbols after `specials`); specials[0] pads, and those
-    after bos/eos are additional special tokens."""
+def byte_level(specials: list[str]) -> Any:
+    """A `tokenizers.Tokenizer`: `specials` first (ids 0..), then the 256 byte symbols, no merges."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
 
     vocab = {t: i for i, t in enumerate(specials)}
     for ch in sorted(pre_tokenizers.ByteLevel.alphabet()):
@@ -30,6 +29,15 @@ def byte_tokenizer(specials: list[str], bos: str, eos: str, chat_template: str):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens(specials)
+    return tok
+
+
+def byte_tokenizer(specials: list[str], bos: str, eos: str, chat_template: str):
+    """A byte-level tokenizer with no merges (the 256 byte symbols after `specials`); specials[0] pads, and those
+    after bos/eos are additional special tokens."""
+    from transformers import PreTrainedTokenizerFast
+
+    tok = byte_level(specials)
     extra = [t for t in specials[1:] if t not in (bos, eos)]
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, pad_token=specials[0], bos_token=bos, eos_token=eos, additional_special_tokens=extra

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from glasses_rag.testing.real_chat_templates import GEMMA3, LLAMA3_2_VISION, QWEN2_5_VL
+from glasses_rag.testing.tiny_models import byte_level
 
 QWEN_SPECIALS = [
     "<|endoftext|>",
@@ -63,20 +64,6 @@ LLAMA_SPECIALS = [
     "<|python_tag|>",
     "<|image|>",
 ]
-
-
-def byte_level(specials: list[str]) -> Any:
-    """A `tokenizers.Tokenizer`: `specials` first (ids 0..), then the 256 byte symbols, no merges."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
-    vocab = {t: i for i, t in enumerate(specials)}
-    for ch in sorted(pre_tokenizers.ByteLevel.alphabet()):
-        vocab[ch] = len(vocab)
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens(specials)
-    return tok
 
 
 def qwen_tokenizer() -> Any:
