@@ -36,16 +36,10 @@ def quick_build(monkeypatch):
 @pytest.fixture
 def project(tmp_path):
     """A project with its data folder (CRAG-MM and its indexes, by docs/data.md), a thesis, and a question-set
-    content folder (a copy of the bundled held-out one) with a subfolder."""
-    import shutil
+    content folder (a copy of the bundled held-out one) with a subfolder: the one the audit's benchmark builds."""
+    from benchmarks.hostile_inputs import project as audited_project
 
-    root = tmp_path / "proj"
-    (root / "data").mkdir(parents=True)
-    (root / "data" / "crag-mm-index.bin").write_text("hours of indexing")
-    (root / "thesis.tex").write_text("\\documentclass{article}")
-    shutil.copytree(BUNDLED / "heldout", root / "src" / "heldout")
-    (root / "src" / "heldout" / "sub").mkdir()
-    return root
+    return audited_project(tmp_path / "proj")
 
 
 def _prepare(data: str, demo_dir: Path):

@@ -7,6 +7,7 @@ import json
 
 from PIL import Image
 from support import KGSearch
+from test_presets import ANSWER_MARKERS
 
 from glasses_rag.policies.presets.context import ESTIMATE, TokenCounter, answer_view, cut_hit
 from glasses_rag.policies.presets.schema import ContextSpec
@@ -36,15 +37,6 @@ class ManyPages(KGSearch):
             }
             for i in range(min(k, 50))
         ]
-
-
-ANSWER_MARKERS = {  # a phrase of each preset's answer request (prompts/preset_requests_*.yaml)
-    "mmrag-baseline": "truthfully answers the user question given an image",
-    "no-retrieval": "truthfully answers the user question given an image",
-    "superlens": "RAG Result:",
-    "unsw-verify": "Use the retrieved context when it concerns the question",
-    "eurecom": "Enhanced Context:",
-}
 
 
 def answer_request(preset: str) -> tuple[str, object]:
