@@ -22,6 +22,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from glasses_rag.core.sent import piece_hash
 from traces.requests import write_pieces
@@ -32,11 +33,12 @@ PIECE_CHARS = 20_000
 REPEATS = 2_000
 
 
-def one_turn(session: str, question: str = "what is this?", calls: list | None = None) -> TurnTrace:
+def one_turn(session: str, question: str = "what is this?", calls: list | None = None, **kw: Any) -> TurnTrace:
+    """A one-turn trace answered right ("a rocket"), with `calls` as its model calls; `kw` overrides fields."""
     steps: list = [FinalEvent(index=1, decision="answer", answer="a rocket")]
     if calls:
         steps.insert(0, PlanEvent(index=0, decision="answer", model_calls=calls))
-    return TurnTrace(
+    fields: dict[str, Any] = dict(
         run_id="scale",
         task=1,
         session_id=session,
@@ -57,6 +59,7 @@ def one_turn(session: str, question: str = "what is this?", calls: list | None =
         score="correct",
         judge="rule",
     )
+    return TurnTrace(**{**fields, **kw})
 
 
 def write_one_turn_run(folder: Path, n: int, outcome: str = "correct") -> Path:

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
+from benchmarks.frontend_scale import one_turn
 from glasses_rag.core.sent import piece_hash
 from glasses_rag.core.types import ModelCall
 from glasses_rag.frontends import viewer
@@ -26,7 +27,7 @@ from glasses_rag.frontends.diff import main as diff_main
 from glasses_rag.frontends.run_diff import diff_runs
 from glasses_rag.frontends.viewer import build_html
 from traces.requests import write_pieces
-from traces.schema import FinalEvent, ImageInfo, PlanEvent, TurnTrace
+from traces.schema import ImageInfo, TurnTrace
 from traces.store import TraceStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,30 +35,7 @@ PHOTO = re.compile(r"\.img-\d+\{background-image:url\(data:image/jpeg;base64,")
 
 
 def turn(session: str, question: str = "what is this?", calls: list | None = None, **kw) -> TurnTrace:
-    steps: list = [FinalEvent(index=1, decision="answer", answer="a rocket")]
-    if calls:
-        steps.insert(0, PlanEvent(index=0, decision="answer", model_calls=calls))
-    fields = dict(
-        run_id="r",
-        task=1,
-        session_id=session,
-        interaction_id=f"{session}-0",
-        turn_index=0,
-        question=question,
-        policy="scripted",
-        search_backend="none",
-        budget_s=10,
-        max_steps=8,
-        steps=steps,
-        answer="a rocket",
-        abstained=False,
-        ended_by="answer",
-        latency_ms=12.0,
-        ground_truth="a rocket",
-        score="correct",
-        judge="rule",
-    )
-    return TurnTrace(**{**fields, **kw})
+    return one_turn(session, question, calls, **{"run_id": "r", **kw})
 
 
 def write_run(root: Path, name: str, traces: list[TurnTrace], run_json: dict | None = None) -> Path:
