@@ -26,11 +26,13 @@ folder and hold no symbolic link (the adapter's files would be written through i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -254,6 +256,18 @@ def lora_targets(model: Any, spec: str) -> Any:
 # ---- Ctrl-C ----------------------------------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def callers_ctrl_c() -> Iterator[None]:
+    """Around building and training a trainer: the trainer's stop callback (finetune.stop_callback) takes Ctrl-C
+    from its construction on; afterwards the caller's handler is back (benchmarks.distill's evaluations after a
+    training stop on Ctrl-C again)."""
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def stop_callback() -> Any:
     """A TrainerCallback that turns the first Ctrl-C into 'save a checkpoint after this step and stop'."""
     from transformers import TrainerCallback
@@ -374,15 +388,12 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     t0, c0 = time.perf_counter(), time.process_time()
     check_out(cfg.out)
     folder, model, processing, ds, too_long = prepare(cfg)
-    previous = signal.getsignal(signal.SIGINT)
-    try:
+    with callers_ctrl_c():  # e.g. benchmarks.distill's evaluations after it: Ctrl-C stops them
         trainer = trainer_for(cfg, model, processing, ds)  # its callback takes Ctrl-C for the training only
         if getattr(model.config, "model_type", "") == "mllama":
             cross_attention_over_completions(trainer, processing)
         resumed = last_checkpoint(Path(cfg.out))
         result = trainer.train(resume_from_checkpoint=resumed)
-    finally:
-        signal.signal(signal.SIGINT, previous)  # e.g. benchmarks.distill's evaluations after it: Ctrl-C stops them
     finished = trainer.state.global_step >= trainer.state.max_steps
     times = (time.perf_counter() - t0, time.process_time() - c0)
     card = make_card(cfg, trainer, folder, (len(ds), too_long), resumed, finished, times, result.training_loss)

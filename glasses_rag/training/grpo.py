@@ -35,7 +35,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from glasses_rag.models.vlm.base import ChatReply, SampledTokens
-from glasses_rag.training.learners import LearnerConfig, callers_ctrl_c, cpu_args, train_and_save, trainable_model
+from glasses_rag.training.learners import LearnerConfig, cpu_args, train_and_save, trainable_model
 from glasses_rag.training.rollouts import scored, search_calls, turn_reward
 
 DECISION_SCHEMA_NAME = "next_step"
@@ -260,6 +260,8 @@ def train_grpo(cfg: LearnerConfig, opts: GrpoOptions, rows: list[dict], rollout:
         rollout = GrpoRollout(agent_config, contexts, GrpoOptions(), task=2, scoring=(judge, truncator))
         train_grpo(LearnerConfig(model=gguf, init_adapter="adapters/sft", out="adapters/grpo", beta=0.0), ...)
     """
+    from glasses_rag.training.finetune import callers_ctrl_c
+
     if not rows:
         raise ValueError("no GRPO row: no exported decision of the given run could be replayed")
     with callers_ctrl_c():

@@ -8,12 +8,9 @@ defaults that need a GPU, bf16 and vLLM, are off).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -112,23 +109,11 @@ def lora_state(model: Any) -> dict[str, Any]:
     return {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n and p.requires_grad}
 
 
-@contextlib.contextmanager
-def callers_ctrl_c() -> Iterator[None]:
-    """Around building and training a trainer: the trainer's stop callback (finetune.stop_callback) takes Ctrl-C
-    from its construction on; afterwards the caller's handler is back (benchmarks.distill's evaluations after a
-    training stop on Ctrl-C again)."""
-    previous = signal.getsignal(signal.SIGINT)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
 def train_and_save(trainer: Any, cfg: LearnerConfig, kind: str, data: dict[str, Any]) -> dict[str, Any]:
     """Run `trainer` (resuming from `<out>/checkpoints` when a checkpoint is there; the first Ctrl-C stops after
     the step with a checkpoint written), then, when it finished, write the adapter, the tokenizer and the card
     (`card.json`); returns the card (`finished` False when stopped). Build and train the trainer inside
-    `callers_ctrl_c()`, which puts the caller's Ctrl-C handler back afterwards."""
+    `finetune.callers_ctrl_c()`, which puts the caller's Ctrl-C handler back afterwards."""
     from glasses_rag.training.finetune import last_checkpoint
 
     t0, c0 = time.perf_counter(), time.process_time()
@@ -181,7 +166,6 @@ def _gpu() -> bool:
 
 __all__ = [
     "LearnerConfig",
-    "callers_ctrl_c",
     "cpu_args",
     "lora_config",
     "lora_state",

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Literal
 
-from glasses_rag.training.learners import LearnerConfig, callers_ctrl_c, cpu_args, train_and_save, trainable_model
+from glasses_rag.training.learners import LearnerConfig, cpu_args, train_and_save, trainable_model
 from glasses_rag.training.rollouts import DecisionTokens, TurnRollout, read_rollouts
 
 Kind = Literal["dpo", "kto"]
@@ -208,6 +208,8 @@ def train_preferences(kind: Kind, rows: list[dict[str, Any]], cfg: LearnerConfig
         train_preferences("dpo", dpo_pairs(read_rollouts("traces/rollouts")), LearnerConfig(model=gguf,
                           init_adapter="adapters/sft", out="adapters/dpo", max_steps=16))
     """
+    from glasses_rag.training.finetune import callers_ctrl_c
+
     if not rows:
         raise ValueError(f"no {kind.upper()} row to train on")
     if kind == "kto" and len({r["label"] for r in rows}) < 2:
